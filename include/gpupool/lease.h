@@ -1,0 +1,70 @@
+// A Lease: the grant of a Request, held while the program uses the slices.
+#ifndef GPUPOOL_LEASE_H_
+#define GPUPOOL_LEASE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpupool/status.h"
+
+namespace gpupool {
+
+class Lease;
+namespace internal {
+class LeaseCore;
+Lease WrapLease(std::shared_ptr<LeaseCore> core);
+}
+
+struct PoolOptions;
+
+// One granted slice: a share of one device on one server.
+struct Slice {
+  std::string server;        // Address of the agent that owns the device.
+  std::string server_name;   // The agent's name.
+  uint32_t device = 0;       // Device index on that server.
+  std::string device_uuid;
+  std::string model;
+  uint64_t memory_bytes = 0;
+  double compute_share = 0;  // 0..1 of the device.
+};
+
+// A move-only RAII handle. While it lives, a background heartbeat renews it on every agent involved; its
+// destructor releases it. If the holder dies without releasing, the agents free it when the lease TTL passes.
+// Thread safety: all methods may be called from any thread.
+class Lease {
+ public:
+  Lease();  // An empty (invalid) lease.
+  ~Lease();
+  Lease(Lease&&) noexcept;
+  Lease& operator=(Lease&&) noexcept;
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+
+  // Re-opens a lease from Token() in another process (gp-run hands it to its child in GPUPOOL_LEASE).
+  // The attached handle renews the lease too; destroying it does NOT release the lease (the process that
+  // allocated it owns the release), unless `take_ownership` is true.
+  static Result<Lease> Attach(const std::string& token, bool take_ownership = false);
+
+  bool valid() const { return core_ != nullptr; }
+  // Public id, as gp-ls shows it.
+  const std::string& id() const;
+  const std::vector<Slice>& slices() const;
+  // Serialises the lease (id, secret, agents) for a child process. Treat it as a credential.
+  std::string Token() const;
+  // OK while every agent renewed the lease at the last heartbeat; otherwise why not (e.g. kNotFound when an
+  // agent restarted and forgot it, kUnavailable while an agent does not answer).
+  Status Health() const;
+  // Releases the slices on every agent. Idempotent; the lease is invalid afterwards.
+  Status Release();
+
+ private:
+  friend Lease internal::WrapLease(std::shared_ptr<internal::LeaseCore> core);
+  explicit Lease(std::shared_ptr<internal::LeaseCore> core);
+  std::shared_ptr<internal::LeaseCore> core_;
+};
+
+}  // namespace gpupool
+
+#endif  // GPUPOOL_LEASE_H_

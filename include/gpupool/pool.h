@@ -1,0 +1,75 @@
+// The entry point: a Pool connects to the agents of a pool and allocates leases from them.
+//
+//   auto pool = gpupool::Pool::Connect({});
+//   if (!pool.ok()) { ... pool.status().ToString() ... }
+//   gpupool::Request request;
+//   request.count = 2;
+//   request.fraction = 0.5;
+//   auto lease = pool->Allocate(request);   // Released when `lease` goes out of scope.
+#ifndef GPUPOOL_POOL_H_
+#define GPUPOOL_POOL_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpupool/lease.h"
+#include "gpupool/request.h"
+#include "gpupool/state.h"
+#include "gpupool/status.h"
+
+namespace gpupool {
+
+namespace internal {
+class Runtime;
+}
+
+struct PoolOptions {
+  // Agent addresses ("host:port", "unix:/path"). Default: empty, meaning $GPUPOOL_SERVERS
+  // ("host:port,host:port"), else the pool file.
+  std::vector<std::string> servers;
+  // Pool file to read when `servers` is empty. Default: empty, meaning $GPUPOOL_POOL, else
+  // ~/.config/gpupool/pool.toml, else /etc/gpupool/pool.toml.
+  std::string pool_file;
+  // How long to wait for an agent to accept a connection. Default 2 s.
+  std::chrono::milliseconds connect_timeout{2000};
+  // How long to wait for an agent to answer a call. Default 5 s.
+  std::chrono::milliseconds call_timeout{5000};
+};
+
+// Thread safety: all methods may be called concurrently from any thread. The Pool may be destroyed while
+// leases it granted are still alive; they keep their own connection.
+class Pool {
+ public:
+  // Resolves the server list (see PoolOptions) and checks it is non-empty and well-formed. Does not require any
+  // server to answer: State() reports unreachable servers as down, Allocate() fails with kUnavailable.
+  static Result<Pool> Connect(PoolOptions options = {});
+
+  Pool(Pool&&) noexcept;
+  Pool& operator=(Pool&&) noexcept;
+  ~Pool();
+
+  const std::vector<std::string>& servers() const;
+
+  // Asks every server in parallel. Servers that do not answer are listed with up == false and the reason.
+  PoolState State();
+
+  // Places, reserves and commits `request`. Fails with kInvalidArgument (bad request), kUnsatisfiable (this pool
+  // can never grant it, with the reason), kResourceExhausted (busy now; set request.wait to queue), kTimeout
+  // (request.wait passed), or kUnavailable (no server answered).
+  Result<Lease> Allocate(const Request& request);
+
+ private:
+  Pool(std::shared_ptr<internal::Runtime> runtime, std::vector<std::string> servers);
+  std::shared_ptr<internal::Runtime> runtime_;
+  std::vector<std::string> servers_;
+};
+
+// Where Connect() found the servers, for messages: "--server", "$GPUPOOL_SERVERS", or the pool file's path.
+// Returns the resolved list or why there is none.
+Result<std::vector<std::string>> ResolveServers(const PoolOptions& options, std::string* source = nullptr);
+
+}  // namespace gpupool
+
+#endif  // GPUPOOL_POOL_H_

@@ -1,0 +1,82 @@
+#include "agent/agent_config.h"
+
+#include <fmt/format.h>
+
+#include "core/toml_config.h"
+
+namespace gpupool::agent {
+namespace {
+
+Status Read(const TomlFile& file, AgentConfig* c) {
+  const toml::table& root = file.root();
+  if (Status s = file.CheckKeys(root, {"name", "listen", "class", "nvml", "emulated", "leases", "drain"},
+                                "the agent config");
+      !s.ok())
+    return s;
+  Status s;
+  if (!(s = file.GetString(root, "name", &c->name)).ok()) return s;
+  if (!(s = file.GetString(root, "listen", &c->listen)).ok()) return s;
+  if (!(s = file.GetString(root, "class", &c->device_class)).ok()) return s;
+  if (!(s = file.GetBool(root, "nvml", &c->nvml)).ok()) return s;
+  auto section = [&](std::string_view key, const toml::table** out) -> Status {
+    *out = nullptr;
+    if (const toml::node* n = root.get(key)) {
+      if (!n->is_table()) return file.Error(*n, fmt::format("'{}' must be a table ([{}])", key, key));
+      *out = n->as_table();
+    }
+    return Status::Ok();
+  };
+  const toml::table* t = nullptr;
+  if (!(s = section("emulated", &t)).ok()) return s;
+  if (t) {
+    if (!(s = file.CheckKeys(*t, {"count", "memory"}, "[emulated]")).ok()) return s;
+    int64_t count = c->emulated_count;
+    if (!(s = file.GetInt(*t, "count", &count)).ok()) return s;
+    if (count < 0 || count > 1024) return file.Error(*t->get("count"), "[emulated] count must be within 0..1024");
+    c->emulated_count = static_cast<int>(count);
+    if (!(s = file.GetMemory(*t, "memory", &c->emulated_memory)).ok()) return s;
+  }
+  if (!(s = section("leases", &t)).ok()) return s;
+  if (t) {
+    if (!(s = file.CheckKeys(*t, {"ttl", "renew_interval", "reservation_ttl"}, "[leases]")).ok()) return s;
+    if (!(s = file.GetDuration(*t, "ttl", &c->timing.lease_ttl)).ok()) return s;
+    if (!(s = file.GetDuration(*t, "renew_interval", &c->timing.renew_interval)).ok()) return s;
+    if (!(s = file.GetDuration(*t, "reservation_ttl", &c->timing.reservation_ttl)).ok()) return s;
+  }
+  if (!(s = section("drain", &t)).ok()) return s;
+  if (t) {
+    if (!(s = file.CheckKeys(*t, {"timeout"}, "[drain]")).ok()) return s;
+    if (!(s = file.GetDuration(*t, "timeout", &c->drain_timeout)).ok()) return s;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status AgentConfig::Validate() const {
+  auto bad = [](std::string m) { return Status(StatusCode::kInvalidArgument, std::move(m)); };
+  if (listen.empty()) return bad("listen address is empty");
+  if (emulated_count < 0) return bad("emulated device count must not be negative");
+  if (emulated_count > 0 && emulated_memory < (1ull << 20)) return bad("emulated device memory must be at least 1MiB");
+  if (timing.lease_ttl.count() < 100) return bad("lease ttl must be at least 100ms");
+  if (timing.reservation_ttl.count() < 100) return bad("reservation ttl must be at least 100ms");
+  if (timing.renew_interval.count() <= 0 || timing.renew_interval >= timing.lease_ttl) {
+    return bad(fmt::format("renew interval ({} ms) must be positive and shorter than the lease ttl ({} ms)",
+                           timing.renew_interval.count(), timing.lease_ttl.count()));
+  }
+  return Status::Ok();
+}
+
+Status LoadAgentConfig(const std::string& path, AgentConfig* config) {
+  auto file = TomlFile::Load(path);
+  if (!file.ok()) return file.status();
+  return Read(*file, config);
+}
+
+Status ParseAgentConfig(std::string_view text, const std::string& name, AgentConfig* config) {
+  auto file = TomlFile::Parse(text, name);
+  if (!file.ok()) return file.status();
+  return Read(*file, config);
+}
+
+}  // namespace gpupool::agent

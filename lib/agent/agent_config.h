@@ -1,0 +1,50 @@
+// gp-agent's configuration: agent.toml, overridden by command-line flags.
+#ifndef GPUPOOL_AGENT_AGENT_CONFIG_H_
+#define GPUPOOL_AGENT_AGENT_CONFIG_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "agent/lease_table.h"
+#include "gpupool/status.h"
+
+namespace gpupool::agent {
+
+inline constexpr const char* kDefaultListen = "*:7450";
+
+//   name = "gpu-a"                 # default: the host name
+//   listen = "*:7450"              # "host:port" or "unix:/path"; port 0 picks a free one
+//   class = "a100"                 # tag clients select with --class; default none
+//   nvml = true                    # look for physical GPUs; default true
+//   [emulated]
+//   count = 8                      # default 0
+//   memory = "16GiB"               # per device; default 16GiB
+//   [leases]
+//   ttl = "20s"                    # a lease not renewed for this long is freed
+//   renew_interval = "5s"          # advised to clients
+//   reservation_ttl = "5s"         # an uncommitted reservation is freed after this
+//   [drain]
+//   timeout = "5m"                 # after SIGTERM, exit once leases are gone or this passes
+struct AgentConfig {
+  std::string name;
+  std::string listen = kDefaultListen;
+  std::string device_class;
+  bool nvml = true;
+  int emulated_count = 0;
+  uint64_t emulated_memory = 16ull << 30;
+  LeaseTiming timing;
+  std::chrono::milliseconds drain_timeout{300000};
+  std::chrono::milliseconds sweep_interval{250};  // How often expiry is checked.
+
+  // Checks ranges and relations (ttl > renew interval ...): kInvalidArgument naming the field.
+  Status Validate() const;
+};
+
+// Reads `path` into *config (fields absent from the file keep their values).
+Status LoadAgentConfig(const std::string& path, AgentConfig* config);
+Status ParseAgentConfig(std::string_view text, const std::string& name, AgentConfig* config);
+
+}  // namespace gpupool::agent
+
+#endif  // GPUPOOL_AGENT_AGENT_CONFIG_H_

@@ -1,0 +1,278 @@
+#include "agent/agent_service.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+#include <kj/async-unix.h>
+
+#include "agent/lease_table.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "pool.capnp.h"
+
+namespace gpupool::agent {
+namespace {
+
+struct AgentState {
+  AgentConfig config;
+  std::vector<DeviceRecord> devices;
+  LeaseTable table;
+
+  AgentState(const AgentConfig& c, std::vector<DeviceRecord> d)
+      : config(c), devices(std::move(d)), table(Capacities(devices), c.timing) {}
+
+  static std::vector<DeviceCapacity> Capacities(const std::vector<DeviceRecord>& devices) {
+    std::vector<DeviceCapacity> out;
+    for (const auto& d : devices) out.push_back({d.memory_bytes});
+    return out;
+  }
+};
+
+wire::Outcome::Code ToWire(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return wire::Outcome::Code::OK;
+    case StatusCode::kInvalidArgument: return wire::Outcome::Code::INVALID_ARGUMENT;
+    case StatusCode::kResourceExhausted: return wire::Outcome::Code::BUSY;
+    case StatusCode::kNotFound: return wire::Outcome::Code::NOT_FOUND;
+    case StatusCode::kPermissionDenied: return wire::Outcome::Code::PERMISSION_DENIED;
+    case StatusCode::kUnavailable: return wire::Outcome::Code::DRAINING;
+    default: return wire::Outcome::Code::INTERNAL;
+  }
+}
+
+void SetOutcome(wire::Outcome::Builder out, const Status& status) {
+  out.setCode(ToWire(status.code()));
+  out.setMessage(status.message());
+}
+
+uint64_t Ms(std::chrono::milliseconds d) { return static_cast<uint64_t>(d.count()); }
+
+void FillSlices(capnp::List<wire::SliceSpec>::Builder out, const std::vector<SliceGrant>& slices) {
+  for (size_t i = 0; i < slices.size(); ++i) {
+    out[i].setDevice(slices[i].device);
+    out[i].setMemoryBytes(slices[i].memory_bytes);
+    out[i].setShareMicros(slices[i].share);
+  }
+}
+
+class AgentImpl final : public wire::Agent::Server {
+ public:
+  explicit AgentImpl(AgentState& state) : state_(state) {}
+
+  kj::Promise<void> hello(HelloContext context) override {
+    uint32_t theirs = context.getParams().getClientVersion();
+    if (theirs != wire::PROTOCOL_VERSION) {
+      GP_WARN("rpc", "client speaks protocol v{}, this agent v{}", theirs, wire::PROTOCOL_VERSION);
+    }
+    auto results = context.getResults();
+    results.setServerVersion(wire::PROTOCOL_VERSION);
+    results.setName(state_.config.name);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> describe(DescribeContext context) override {
+    auto now = Clock::now();
+    auto out = context.getResults().initState();
+    const LeaseTable& table = state_.table;
+    out.setName(state_.config.name);
+    out.setProtocolVersion(wire::PROTOCOL_VERSION);
+    out.setDraining(table.draining());
+    out.setLeaseTtlMs(Ms(table.timing().lease_ttl));
+    out.setRenewIntervalMs(Ms(table.timing().renew_interval));
+    auto devices = out.initDevices(static_cast<unsigned>(state_.devices.size()));
+    for (size_t i = 0; i < state_.devices.size(); ++i) {
+      const DeviceRecord& r = state_.devices[i];
+      auto d = devices[i];
+      d.setIndex(static_cast<uint32_t>(i));
+      d.setUuid(r.uuid);
+      d.setModel(r.model);
+      d.setDeviceClass(r.device_class);
+      d.setEmulated(r.emulated);
+      d.setMemoryTotal(r.memory_bytes);
+      d.setMemoryAllocated(table.usage()[i].memory_bytes);
+      d.setShareAllocatedMicros(table.usage()[i].share);
+    }
+    if (!context.getParams().getWithLeases()) return kj::READY_NOW;
+    auto leases = out.initLeases(static_cast<unsigned>(table.entries().size()));
+    unsigned i = 0;
+    for (const auto& [id, e] : table.entries()) {
+      auto l = leases[i++];
+      l.setId(id);
+      auto owner = l.initOwner();
+      owner.setUser(e.owner.user);
+      owner.setHost(e.owner.host);
+      owner.setPid(e.owner.pid);
+      owner.setLabel(e.owner.label);
+      FillSlices(l.initSlices(static_cast<unsigned>(e.slices.size())), e.slices);
+      l.setCommitted(e.committed);
+      l.setExpiresInMs(e.expires > now ? static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                  e.expires - now).count())
+                                       : 0);
+      l.setAgeMs(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(now - e.created).count()));
+    }
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> reserve(ReserveContext context) override {
+    auto params = context.getParams();
+    auto key = params.getLease();
+    LeaseOwner owner;
+    owner.user = params.getOwner().getUser();
+    owner.host = params.getOwner().getHost();
+    owner.pid = params.getOwner().getPid();
+    owner.label = params.getOwner().getLabel();
+    std::vector<SliceGrant> slices;
+    for (auto s : params.getSlices()) slices.push_back({s.getDevice(), s.getMemoryBytes(), s.getShareMicros()});
+    Status status = state_.table.Reserve(key.getId(), key.getSecret(), owner, slices, Clock::now());
+    if (status.ok()) {
+      GP_DEBUG("agent", "reserved {} for {}@{} pid {}", key.getId().cStr(), owner.user, owner.host, owner.pid);
+    }
+    auto results = context.getResults();
+    SetOutcome(results.initOutcome(), status);
+    results.setReservationTtlMs(Ms(state_.table.timing().reservation_ttl));
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> commit(CommitContext context) override {
+    auto key = context.getParams().getLease();
+    Status status = state_.table.Commit(key.getId(), key.getSecret(), Clock::now());
+    if (status.ok()) {
+      const LeaseEntry* e = state_.table.Find(key.getId());
+      GP_INFO("agent", "lease {} granted to {}@{} pid {} ({} slice(s))", key.getId().cStr(), e->owner.user,
+              e->owner.host, e->owner.pid, e->slices.size());
+    }
+    auto results = context.getResults();
+    SetOutcome(results.initOutcome(), status);
+    results.setLeaseTtlMs(Ms(state_.table.timing().lease_ttl));
+    results.setRenewIntervalMs(Ms(state_.table.timing().renew_interval));
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> renew(RenewContext context) override {
+    auto key = context.getParams().getLease();
+    Status status = state_.table.Renew(key.getId(), key.getSecret(), Clock::now());
+    auto results = context.getResults();
+    SetOutcome(results.initOutcome(), status);
+    results.setLeaseTtlMs(Ms(state_.table.timing().lease_ttl));
+    if (status.ok()) {
+      const LeaseEntry* e = state_.table.Find(key.getId());
+      FillSlices(results.initSlices(static_cast<unsigned>(e->slices.size())), e->slices);
+    }
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> release(ReleaseContext context) override {
+    auto key = context.getParams().getLease();
+    Status status = state_.table.Release(key.getId(), key.getSecret());
+    if (status.ok()) GP_INFO("agent", "lease {} released", key.getId().cStr());
+    SetOutcome(context.getResults().initOutcome(), status);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> cancel(CancelContext context) override {
+    auto key = context.getParams().getLease();
+    Status status = state_.table.Cancel(key.getId(), key.getSecret());
+    if (status.ok()) GP_DEBUG("agent", "reservation {} cancelled", key.getId().cStr());
+    SetOutcome(context.getResults().initOutcome(), status);
+    return kj::READY_NOW;
+  }
+
+ private:
+  AgentState& state_;
+};
+
+kj::Promise<void> SweepLoop(AgentState& state, kj::Timer& timer) {
+  return timer.afterDelay(state.config.sweep_interval.count() * kj::MILLISECONDS).then([&state, &timer]() {
+    for (const std::string& id : state.table.Expire(Clock::now())) {
+      GP_INFO("agent", "lease {} expired: its holder stopped renewing; freed", id);
+    }
+    return SweepLoop(state, timer);
+  });
+}
+
+// Resolves once the agent may exit after the first SIGTERM/SIGINT: no leases left, or the drain timeout.
+kj::Promise<void> DrainLoop(AgentState& state, kj::Timer& timer, kj::TimePoint deadline) {
+  if (state.table.entries().empty()) {
+    GP_INFO("agent", "drained: no leases left");
+    return kj::READY_NOW;
+  }
+  if (timer.now() >= deadline) {
+    GP_WARN("agent", "drain timeout passed with {} lease(s) still held; exiting", state.table.entries().size());
+    return kj::READY_NOW;
+  }
+  return timer.afterDelay(100 * kj::MILLISECONDS).then([&state, &timer, deadline]() {
+    return DrainLoop(state, timer, deadline);
+  });
+}
+
+std::string DisplayAddress(const std::string& configured, uint port) {
+  if (configured.rfind("unix:", 0) == 0) return configured;
+  std::string host = configured.substr(0, configured.rfind(':'));
+  if (host == "*" || host.empty()) host = "0.0.0.0";
+  return fmt::format("{}:{}", host, port);
+}
+
+}  // namespace
+
+int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
+  // Signals first, before KJ or anything else may start a thread.
+  kj::UnixEventPort::captureSignal(SIGTERM);
+  kj::UnixEventPort::captureSignal(SIGINT);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto io = kj::setupAsyncIo();
+  AgentState state(config, std::move(devices));
+  kj::Own<kj::ConnectionReceiver> receiver;
+  std::string address;
+  try {
+    if (config.listen.rfind("unix:", 0) == 0) {
+      // A socket file left by a dead agent would make bind fail; remove it, but never a regular file.
+      std::string path = config.listen.substr(5);
+      struct stat st;
+      if (lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(path.c_str());
+    }
+    auto addr = io.provider->getNetwork().parseAddress(config.listen, 7450).wait(io.waitScope);
+    receiver = addr->listen();
+    address = DisplayAddress(config.listen, receiver->getPort());
+  } catch (const kj::Exception& e) {
+    GP_ERROR("agent", "cannot listen on {}: {}", config.listen, e.getDescription().cStr());
+    return 1;
+  }
+
+  capnp::TwoPartyServer server(kj::heap<AgentImpl>(state));
+  auto accepting = server.listen(*receiver).eagerlyEvaluate([](kj::Exception&& e) {
+    GP_ERROR("rpc", "accept loop failed: {}", e.getDescription().cStr());
+  });
+  auto sweeping = SweepLoop(state, io.provider->getTimer()).eagerlyEvaluate([](kj::Exception&& e) {
+    GP_ERROR("agent", "lease sweep failed: {}", e.getDescription().cStr());
+  });
+
+  size_t emulated = 0;
+  for (const auto& d : state.devices) emulated += d.emulated ? 1 : 0;
+  std::printf("gp-agent %s listening on %s with %zu device(s) (%zu emulated)\n", config.name.c_str(),
+              address.c_str(), state.devices.size(), emulated);
+  std::fflush(stdout);
+  GP_INFO("agent", "{} listening on {}", config.name, address);
+
+  auto& port = io.unixEventPort;
+  auto stop = port.onSignal(SIGTERM).exclusiveJoin(port.onSignal(SIGINT));
+  siginfo_t first = stop.wait(io.waitScope);
+  GP_INFO("agent", "signal {}: draining (no new leases; up to {} ms for {} lease(s) to end)", first.si_signo,
+          config.drain_timeout.count(), state.table.entries().size());
+  state.table.SetDraining(true);
+  auto& timer = io.provider->getTimer();
+  auto drained = DrainLoop(state, timer, timer.now() + config.drain_timeout.count() * kj::MILLISECONDS);
+  auto second = port.onSignal(SIGTERM).exclusiveJoin(port.onSignal(SIGINT)).then([](siginfo_t) {
+    GP_WARN("agent", "second signal: exiting now");
+  });
+  drained.exclusiveJoin(kj::mv(second)).wait(io.waitScope);
+  if (config.listen.rfind("unix:", 0) == 0) unlink(config.listen.substr(5).c_str());
+  return 0;
+}
+
+}  // namespace gpupool::agent

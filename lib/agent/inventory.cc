@@ -1,0 +1,94 @@
+#include "agent/inventory.h"
+
+#include <dlfcn.h>
+
+#include <fmt/format.h>
+
+#include "core/log.h"
+
+namespace gpupool::agent {
+namespace {
+
+// The few NVML entry points we need, resolved at run time so the agent runs where no driver is installed.
+using nvmlReturn_t = int;
+using nvmlDevice_t = void*;
+struct NvmlMemory {
+  unsigned long long total, free, used;
+};
+constexpr nvmlReturn_t kNvmlSuccess = 0;
+
+}  // namespace
+
+std::vector<DeviceRecord> DiscoverNvmlDevices(const std::string& device_class) {
+  std::vector<DeviceRecord> out;
+  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    GP_INFO("agent", "NVML not found (libnvidia-ml.so.1: {}); no physical GPUs on this host", dlerror());
+    return out;
+  }
+  auto init = reinterpret_cast<nvmlReturn_t (*)()>(dlsym(lib, "nvmlInit_v2"));
+  auto shutdown = reinterpret_cast<nvmlReturn_t (*)()>(dlsym(lib, "nvmlShutdown"));
+  auto count_fn = reinterpret_cast<nvmlReturn_t (*)(unsigned*)>(dlsym(lib, "nvmlDeviceGetCount_v2"));
+  auto handle_fn =
+      reinterpret_cast<nvmlReturn_t (*)(unsigned, nvmlDevice_t*)>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+  auto name_fn = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned)>(dlsym(lib, "nvmlDeviceGetName"));
+  auto uuid_fn = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned)>(dlsym(lib, "nvmlDeviceGetUUID"));
+  auto mem_fn = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, NvmlMemory*)>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
+  if (!init || !count_fn || !handle_fn || !name_fn || !uuid_fn || !mem_fn) {
+    GP_WARN("agent", "NVML library lacks expected entry points; ignoring physical GPUs");
+    dlclose(lib);
+    return out;
+  }
+  if (nvmlReturn_t rc = init(); rc != kNvmlSuccess) {
+    GP_INFO("agent", "NVML present but nvmlInit failed (code {}); no physical GPUs used", rc);
+    dlclose(lib);
+    return out;
+  }
+  unsigned count = 0;
+  if (count_fn(&count) == kNvmlSuccess) {
+    for (unsigned i = 0; i < count; ++i) {
+      nvmlDevice_t dev = nullptr;
+      if (handle_fn(i, &dev) != kNvmlSuccess) continue;
+      char name[96] = {0}, uuid[96] = {0};
+      NvmlMemory mem{};
+      if (name_fn(dev, name, sizeof(name)) != kNvmlSuccess || uuid_fn(dev, uuid, sizeof(uuid)) != kNvmlSuccess ||
+          mem_fn(dev, &mem) != kNvmlSuccess) {
+        GP_WARN("agent", "NVML could not describe GPU {}; skipping it", i);
+        continue;
+      }
+      DeviceRecord r;
+      r.uuid = uuid;
+      r.model = name;
+      r.device_class = device_class;
+      r.memory_bytes = mem.total;
+      r.physical_index = static_cast<int>(i);
+      out.push_back(std::move(r));
+    }
+  }
+  GP_INFO("agent", "NVML found {} GPU(s)", out.size());
+  if (shutdown) shutdown();
+  dlclose(lib);
+  return out;
+}
+
+std::vector<DeviceRecord> MakeEmulatedDevices(int count, uint64_t memory_bytes, const std::string& agent_name,
+                                              const std::string& device_class) {
+  std::vector<DeviceRecord> out;
+  for (int i = 0; i < count; ++i) {
+    // FNV-1a over "name/index": stable across restarts, distinct across agents with distinct names.
+    uint64_t h = 1469598103934665603ull;
+    for (char c : fmt::format("{}/{}", agent_name, i)) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    DeviceRecord r;
+    r.uuid = fmt::format("EMU-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}", static_cast<uint32_t>(h >> 32),
+                         static_cast<uint32_t>(h >> 16) & 0xffff, static_cast<uint32_t>(h) & 0xffff, i & 0xffff,
+                         (h * 31 + static_cast<uint64_t>(i)) & 0xffffffffffffull);
+    r.model = "gpupool emulated GPU";
+    r.device_class = device_class;
+    r.emulated = true;
+    r.memory_bytes = memory_bytes;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace gpupool::agent

@@ -1,0 +1,30 @@
+// The devices an agent owns: real NVIDIA GPUs found through NVML, plus emulated devices from its config.
+#ifndef GPUPOOL_AGENT_INVENTORY_H_
+#define GPUPOOL_AGENT_INVENTORY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gpupool::agent {
+
+struct DeviceRecord {
+  std::string uuid;
+  std::string model;
+  std::string device_class;
+  bool emulated = false;
+  uint64_t memory_bytes = 0;
+  int physical_index = -1;  // NVML index of a real GPU; -1 for emulated devices.
+};
+
+// Real GPUs through NVML (dlopen("libnvidia-ml.so.1")). Where NVML is absent or fails, logs that once at info
+// level and returns no devices.
+std::vector<DeviceRecord> DiscoverNvmlDevices(const std::string& device_class);
+
+// `count` emulated devices of `memory_bytes` each. UUIDs are stable for a given agent name.
+std::vector<DeviceRecord> MakeEmulatedDevices(int count, uint64_t memory_bytes, const std::string& agent_name,
+                                              const std::string& device_class);
+
+}  // namespace gpupool::agent
+
+#endif  // GPUPOOL_AGENT_INVENTORY_H_

@@ -1,0 +1,142 @@
+#include "agent/lease_table.h"
+
+#include <fmt/format.h>
+
+#include "core/util.h"
+#include "gpupool/request.h"
+#include "gpupool/units.h"
+
+namespace gpupool::agent {
+
+LeaseTable::LeaseTable(std::vector<DeviceCapacity> devices, LeaseTiming timing)
+    : devices_(std::move(devices)), timing_(timing), usage_(devices_.size()) {}
+
+Status LeaseTable::Reserve(const std::string& id, const std::string& secret, const LeaseOwner& owner,
+                           const std::vector<SliceGrant>& slices, Clock::time_point now) {
+  if (draining_) return Status(StatusCode::kUnavailable, "agent is draining: it takes no new leases");
+  if (id.empty() || secret.empty()) return Status(StatusCode::kInvalidArgument, "lease id and secret are required");
+  if (slices.empty()) return Status(StatusCode::kInvalidArgument, "a reservation needs at least one slice");
+  if (entries_.count(id)) return Status(StatusCode::kInvalidArgument, fmt::format("lease id {} is already in use", id));
+
+  // Sum per device first, so a request with two slices on one device is checked as a whole.
+  std::vector<DeviceUsage> wanted(devices_.size());
+  const uint32_t min_share = ShareFromFraction(kMinFraction);
+  for (const SliceGrant& s : slices) {
+    if (s.device >= devices_.size()) {
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("device {} does not exist (this agent has {})", s.device, devices_.size()));
+    }
+    const uint64_t total = devices_[s.device].memory_bytes;
+    if (s.share < min_share || s.share > kShareWhole) {
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("compute share {:.3f} of device {} is outside [0.05, 1]", FractionFromShare(s.share),
+                                s.device));
+    }
+    if (s.memory_bytes == 0 || s.memory_bytes > total) {
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("slice of {} on device {} does not fit its {} of memory",
+                                FormatMemorySize(s.memory_bytes), s.device, FormatMemorySize(total)));
+    }
+    wanted[s.device].memory_bytes += s.memory_bytes;
+    wanted[s.device].share += s.share;
+  }
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    if (wanted[d].memory_bytes == 0 && wanted[d].share == 0) continue;
+    const uint64_t free_memory = devices_[d].memory_bytes - usage_[d].memory_bytes;
+    const uint32_t free_share = kShareWhole - usage_[d].share;
+    if (wanted[d].memory_bytes > free_memory || wanted[d].share > free_share) {
+      return Status(StatusCode::kResourceExhausted,
+                    fmt::format("device {} has {} and {:.0f}% compute free; asked for {} and {:.0f}%", d,
+                                FormatMemorySize(free_memory), FractionFromShare(free_share) * 100,
+                                FormatMemorySize(wanted[d].memory_bytes), FractionFromShare(wanted[d].share) * 100));
+    }
+  }
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    usage_[d].memory_bytes += wanted[d].memory_bytes;
+    usage_[d].share += wanted[d].share;
+  }
+  LeaseEntry entry;
+  entry.id = id;
+  entry.secret = secret;
+  entry.owner = owner;
+  entry.slices = slices;
+  entry.created = now;
+  entry.expires = now + timing_.reservation_ttl;
+  entries_.emplace(id, std::move(entry));
+  return Status::Ok();
+}
+
+Result<LeaseEntry*> LeaseTable::Lookup(const std::string& id, const std::string& secret) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) {
+    return Status(StatusCode::kNotFound,
+                  fmt::format("lease {} is not held here (released, expired, or the agent restarted)", id));
+  }
+  if (it->second.secret != secret) {
+    return Status(StatusCode::kPermissionDenied, fmt::format("wrong secret for lease {}", id));
+  }
+  return &it->second;
+}
+
+Status LeaseTable::Commit(const std::string& id, const std::string& secret, Clock::time_point now) {
+  auto entry = Lookup(id, secret);
+  if (!entry.ok()) return entry.status();
+  (*entry)->committed = true;
+  (*entry)->expires = now + timing_.lease_ttl;
+  return Status::Ok();
+}
+
+Status LeaseTable::Renew(const std::string& id, const std::string& secret, Clock::time_point now) {
+  auto entry = Lookup(id, secret);
+  if (!entry.ok()) return entry.status();
+  if (!(*entry)->committed) {
+    return Status(StatusCode::kInvalidArgument, fmt::format("lease {} is only reserved; commit it first", id));
+  }
+  (*entry)->expires = now + timing_.lease_ttl;
+  return Status::Ok();
+}
+
+void LeaseTable::Free(std::map<std::string, LeaseEntry>::iterator it) {
+  for (const SliceGrant& s : it->second.slices) {
+    usage_[s.device].memory_bytes -= s.memory_bytes;
+    usage_[s.device].share -= s.share;
+  }
+  entries_.erase(it);
+}
+
+Status LeaseTable::Release(const std::string& id, const std::string& secret) {
+  auto entry = Lookup(id, secret);
+  if (!entry.ok()) return entry.status();
+  Free(entries_.find(id));
+  return Status::Ok();
+}
+
+Status LeaseTable::Cancel(const std::string& id, const std::string& secret) {
+  auto entry = Lookup(id, secret);
+  if (!entry.ok()) return entry.status();
+  if ((*entry)->committed) {
+    return Status(StatusCode::kInvalidArgument, fmt::format("lease {} is committed; release it instead", id));
+  }
+  Free(entries_.find(id));
+  return Status::Ok();
+}
+
+std::vector<std::string> LeaseTable::Expire(Clock::time_point now) {
+  std::vector<std::string> freed;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    auto next = std::next(it);
+    if (it->second.expires <= now) {
+      freed.push_back(it->first);
+      Free(it);
+    }
+    it = next;
+  }
+  return freed;
+}
+
+const LeaseEntry* LeaseTable::Find(const std::string& id) const {
+  auto it = entries_.find(id);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+}  // namespace gpupool::agent

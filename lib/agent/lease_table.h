@@ -1,0 +1,95 @@
+// The agent's lease table: the single authority over which memory and compute share of its devices are granted.
+// Pure bookkeeping with an injected clock, so it is tested without sockets or sleeping.
+#ifndef GPUPOOL_AGENT_LEASE_TABLE_H_
+#define GPUPOOL_AGENT_LEASE_TABLE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gpupool/status.h"
+
+namespace gpupool::agent {
+
+using Clock = std::chrono::steady_clock;
+
+struct DeviceCapacity {
+  uint64_t memory_bytes = 0;
+};
+
+struct SliceGrant {
+  uint32_t device = 0;
+  uint64_t memory_bytes = 0;
+  uint32_t share = 0;  // Millionths of the device (see core/util.h).
+};
+
+struct LeaseOwner {
+  std::string user, host, label;
+  uint32_t pid = 0;
+};
+
+struct LeaseTiming {
+  std::chrono::milliseconds reservation_ttl{5000};  // An uncommitted reservation lives this long.
+  std::chrono::milliseconds lease_ttl{20000};       // A committed lease lives this long past its last renewal.
+  std::chrono::milliseconds renew_interval{5000};   // Advised to clients.
+};
+
+struct LeaseEntry {
+  std::string id, secret;
+  LeaseOwner owner;
+  std::vector<SliceGrant> slices;
+  bool committed = false;
+  Clock::time_point created, expires;
+};
+
+struct DeviceUsage {
+  uint64_t memory_bytes = 0;
+  uint32_t share = 0;
+};
+
+// Thread safety: none; the agent uses it from its event loop only.
+class LeaseTable {
+ public:
+  LeaseTable(std::vector<DeviceCapacity> devices, LeaseTiming timing);
+
+  // All-or-nothing: kInvalidArgument (bad device, slice below 1/20 of a device or bigger than it, id in use),
+  // kResourceExhausted (does not fit beside what is granted now), kUnavailable (draining).
+  Status Reserve(const std::string& id, const std::string& secret, const LeaseOwner& owner,
+                 const std::vector<SliceGrant>& slices, Clock::time_point now);
+  // Turns a reservation into a lease. Committing twice is OK (idempotent for retries).
+  Status Commit(const std::string& id, const std::string& secret, Clock::time_point now);
+  // Extends a committed lease by the lease TTL.
+  Status Renew(const std::string& id, const std::string& secret, Clock::time_point now);
+  // Frees a lease or a reservation.
+  Status Release(const std::string& id, const std::string& secret);
+  // Frees a reservation; a committed lease is left alone (kFailedPrecondition-like kInvalidArgument).
+  Status Cancel(const std::string& id, const std::string& secret);
+  // Frees everything whose time is up; returns the ids freed.
+  std::vector<std::string> Expire(Clock::time_point now);
+
+  void SetDraining(bool draining) { draining_ = draining; }
+  bool draining() const { return draining_; }
+
+  const LeaseEntry* Find(const std::string& id) const;
+  const std::map<std::string, LeaseEntry>& entries() const { return entries_; }
+  const std::vector<DeviceUsage>& usage() const { return usage_; }
+  const std::vector<DeviceCapacity>& devices() const { return devices_; }
+  const LeaseTiming& timing() const { return timing_; }
+
+ private:
+  // Finds `id` and checks `secret`: kNotFound or kPermissionDenied.
+  Result<LeaseEntry*> Lookup(const std::string& id, const std::string& secret);
+  void Free(std::map<std::string, LeaseEntry>::iterator it);
+
+  std::vector<DeviceCapacity> devices_;
+  LeaseTiming timing_;
+  std::vector<DeviceUsage> usage_;
+  std::map<std::string, LeaseEntry> entries_;
+  bool draining_ = false;
+};
+
+}  // namespace gpupool::agent
+
+#endif  // GPUPOOL_AGENT_LEASE_TABLE_H_

@@ -1,0 +1,165 @@
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "client/lease_core.h"
+#include "core/log.h"
+#include "core/util.h"
+
+namespace gpupool {
+namespace internal {
+namespace {
+
+kj::Promise<void> HeartbeatLoop(Runtime& rt, std::shared_ptr<LeaseHealth> health, TokenFields fields,
+                                std::chrono::milliseconds interval) {
+  return rt.timer().afterDelay(interval.count() * kj::MILLISECONDS).then([&rt, health, fields, interval]() {
+    kj::Vector<kj::Promise<Status>> calls;
+    for (const auto& server : fields.servers) calls.add(CallRenew(rt, server, fields.id, fields.secret, nullptr));
+    return kj::joinPromises(calls.releaseAsArray()).then([&rt, health, fields, interval](kj::Array<Status> results) {
+      Status combined;
+      for (auto& s : results) {
+        if (!s.ok() && combined.ok()) combined = s;
+      }
+      {
+        std::lock_guard<std::mutex> lock(health->mu);
+        if (!combined.ok() && health->status.ok()) {
+          GP_WARN("client", "lease {} heartbeat failed: {}", fields.id, combined.ToString());
+        }
+        health->status = combined;
+      }
+      return HeartbeatLoop(rt, health, fields, interval);
+    });
+  });
+}
+
+}  // namespace
+
+kj::Promise<Status> CallRenew(Runtime& rt, const std::string& server, const std::string& id,
+                              const std::string& secret, std::shared_ptr<std::vector<RemoteSlice>> slices) {
+  return WithAgent(rt, server, "renew", [server, id, secret, slices](Runtime& rt, wire::Agent::Client agent) {
+    auto req = agent.renewRequest();
+    SetKey(req.initLease(), id, secret);
+    return rt.Deadline(req.send()).then([server, slices](capnp::Response<wire::Agent::RenewResults>&& r) {
+      Status s = StatusFromOutcome(r.getOutcome(), server);
+      if (s.ok() && slices) {
+        for (auto x : r.getSlices()) slices->push_back({x.getDevice(), x.getMemoryBytes(), x.getShareMicros()});
+      }
+      return s;
+    });
+  });
+}
+
+kj::Promise<Status> CallRelease(Runtime& rt, const std::string& server, const std::string& id,
+                                const std::string& secret) {
+  return WithAgent(rt, server, "release", [server, id, secret](Runtime& rt, wire::Agent::Client agent) {
+    auto req = agent.releaseRequest();
+    SetKey(req.initLease(), id, secret);
+    return rt.Deadline(req.send()).then([server](capnp::Response<wire::Agent::ReleaseResults>&& r) {
+      return StatusFromOutcome(r.getOutcome(), server);
+    });
+  });
+}
+
+kj::Promise<Status> CallCancel(Runtime& rt, const std::string& server, const std::string& id,
+                               const std::string& secret) {
+  return WithAgent(rt, server, "cancel", [server, id, secret](Runtime& rt, wire::Agent::Client agent) {
+    auto req = agent.cancelRequest();
+    SetKey(req.initLease(), id, secret);
+    return rt.Deadline(req.send()).then([server](capnp::Response<wire::Agent::CancelResults>&& r) {
+      return StatusFromOutcome(r.getOutcome(), server);
+    });
+  });
+}
+
+LeaseCore::LeaseCore(std::shared_ptr<Runtime> runtime, TokenFields fields, std::vector<Slice> slices, bool owner,
+                     std::chrono::milliseconds renew_interval)
+    : runtime_(std::move(runtime)),
+      fields_(std::move(fields)),
+      slices_(std::move(slices)),
+      owner_(owner),
+      renew_interval_(renew_interval),
+      health_(std::make_shared<LeaseHealth>()) {
+  StartHeartbeat();
+}
+
+LeaseCore::~LeaseCore() {
+  if (owner_) {
+    Status s = Release();
+    if (!s.ok()) GP_WARN("client", "releasing lease {} on destruction: {}", fields_.id, s.ToString());
+  } else {
+    runtime_->Run([this] { runtime_->StopTask("heartbeat/" + fields_.id); });
+  }
+}
+
+void LeaseCore::StartHeartbeat() {
+  runtime_->Run([this] {
+    runtime_->StartTask("heartbeat/" + fields_.id, HeartbeatLoop(*runtime_, health_, fields_, renew_interval_));
+  });
+}
+
+Status LeaseCore::Health() const {
+  std::lock_guard<std::mutex> lock(health_->mu);
+  return health_->status;
+}
+
+Status LeaseCore::Release() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (released_) return Status::Ok();
+    released_ = true;
+  }
+  auto results = runtime_->Run([this] {
+    runtime_->StopTask("heartbeat/" + fields_.id);
+    kj::Vector<kj::Promise<Status>> calls;
+    for (const auto& server : fields_.servers) calls.add(CallRelease(*runtime_, server, fields_.id, fields_.secret));
+    return kj::joinPromises(calls.releaseAsArray());
+  });
+  std::vector<std::string> failed;
+  Status first;
+  for (size_t i = 0; i < results.size(); ++i) {
+    // Already gone (expired, agent restarted) is what release wanted.
+    if (results[i].ok() || results[i].code() == StatusCode::kNotFound) continue;
+    failed.push_back(fields_.servers[i]);
+    if (first.ok()) first = results[i];
+  }
+  if (failed.empty()) return Status::Ok();
+  return Status(first.code(), fmt::format("lease {} not released on {} of {} server(s) ({}); those slices are freed "
+                                          "when the lease expires: {}",
+                                          fields_.id, failed.size(), fields_.servers.size(), fmt::join(failed, ", "),
+                                          first.message()));
+}
+
+Lease WrapLease(std::shared_ptr<LeaseCore> core) { return Lease(std::move(core)); }
+
+}  // namespace internal
+
+Lease::Lease() = default;
+Lease::~Lease() = default;
+Lease::Lease(Lease&&) noexcept = default;
+Lease& Lease::operator=(Lease&&) noexcept = default;
+Lease::Lease(std::shared_ptr<internal::LeaseCore> core) : core_(std::move(core)) {}
+
+const std::string& Lease::id() const {
+  static const std::string kEmpty;
+  return core_ ? core_->id() : kEmpty;
+}
+
+const std::vector<Slice>& Lease::slices() const {
+  static const std::vector<Slice> kEmpty;
+  return core_ ? core_->slices() : kEmpty;
+}
+
+std::string Lease::Token() const { return core_ ? core_->Token() : std::string(); }
+
+Status Lease::Health() const {
+  if (!core_) return Status(StatusCode::kNotFound, "empty lease");
+  return core_->Health();
+}
+
+Status Lease::Release() {
+  if (!core_) return Status::Ok();
+  Status s = core_->Release();
+  core_.reset();
+  return s;
+}
+
+}  // namespace gpupool

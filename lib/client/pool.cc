@@ -1,0 +1,368 @@
+#include "gpupool/pool.h"
+
+#include <algorithm>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "client/lease_core.h"
+#include "client/placement.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "gpupool/units.h"
+
+namespace gpupool {
+
+using internal::Runtime;
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+void FillServerInfo(wire::AgentState::Reader st, ServerInfo* info) {
+  info->up = true;
+  info->error.clear();
+  info->name = st.getName();
+  info->draining = st.getDraining();
+  info->protocol_version = st.getProtocolVersion();
+  info->lease_ttl_s = static_cast<double>(st.getLeaseTtlMs()) / 1000.0;
+  info->devices.clear();
+  for (auto d : st.getDevices()) {
+    DeviceInfo dev;
+    dev.index = d.getIndex();
+    dev.uuid = d.getUuid();
+    dev.model = d.getModel();
+    dev.device_class = d.getDeviceClass();
+    dev.emulated = d.getEmulated();
+    dev.memory_total = d.getMemoryTotal();
+    dev.memory_allocated = d.getMemoryAllocated();
+    dev.compute_allocated = FractionFromShare(d.getShareAllocatedMicros());
+    info->devices.push_back(std::move(dev));
+  }
+  info->leases.clear();
+  for (auto l : st.getLeases()) {
+    LeaseInfo lease;
+    lease.id = l.getId();
+    lease.user = l.getOwner().getUser();
+    lease.host = l.getOwner().getHost();
+    lease.pid = l.getOwner().getPid();
+    lease.label = l.getOwner().getLabel();
+    lease.committed = l.getCommitted();
+    lease.expires_in_s = static_cast<double>(l.getExpiresInMs()) / 1000.0;
+    lease.age_s = static_cast<double>(l.getAgeMs()) / 1000.0;
+    for (auto s : l.getSlices()) {
+      lease.devices.push_back(s.getDevice());
+      lease.memory_bytes += s.getMemoryBytes();
+      if (s.getDevice() < info->devices.size()) {
+        info->devices[s.getDevice()].slices.push_back(
+            {lease.id, s.getMemoryBytes(), FractionFromShare(s.getShareMicros()), lease.committed});
+      }
+    }
+    info->leases.push_back(std::move(lease));
+  }
+}
+
+// Describes every server in parallel. Never fails: a server that does not answer is marked down.
+std::vector<ServerInfo> DescribeAll(Runtime& rt, const std::vector<std::string>& servers, bool with_leases) {
+  auto infos = std::make_shared<std::vector<ServerInfo>>(servers.size());
+  auto statuses = rt.Run([&rt, &servers, infos, with_leases] {
+    kj::Vector<kj::Promise<Status>> calls;
+    for (size_t i = 0; i < servers.size(); ++i) {
+      (*infos)[i].address = servers[i];
+      calls.add(internal::WithAgent(rt, servers[i], "describe",
+                                    [infos, i, with_leases](Runtime& rt, wire::Agent::Client agent) {
+                                      auto req = agent.describeRequest();
+                                      req.setWithLeases(with_leases);
+                                      return rt.Deadline(req.send()).then(
+                                          [infos, i](capnp::Response<wire::Agent::DescribeResults>&& r) {
+                                            FillServerInfo(r.getState(), &(*infos)[i]);
+                                            return Status::Ok();
+                                          });
+                                    }));
+    }
+    return kj::joinPromises(calls.releaseAsArray());
+  });
+  for (size_t i = 0; i < servers.size(); ++i) {
+    if (!statuses[i].ok()) {
+      (*infos)[i].up = false;
+      (*infos)[i].error = statuses[i].message();
+    }
+  }
+  return std::move(*infos);
+}
+
+std::vector<internal::ServerView> ToViews(const std::vector<ServerInfo>& infos) {
+  std::vector<internal::ServerView> views;
+  for (size_t i = 0; i < infos.size(); ++i) {
+    if (!infos[i].up || infos[i].draining) continue;
+    internal::ServerView v;
+    v.server = i;
+    for (const DeviceInfo& d : infos[i].devices) {
+      internal::DeviceView dv;
+      dv.index = d.index;
+      dv.model = d.model;
+      dv.device_class = d.device_class;
+      dv.memory_total = d.memory_total;
+      dv.memory_free = d.memory_total - std::min(d.memory_total, d.memory_allocated);
+      uint32_t used = ShareFromFraction(d.compute_allocated);
+      dv.share_free = used >= kShareWhole ? 0 : kShareWhole - used;
+      dv.whole_free = d.memory_allocated == 0 && used == 0;
+      v.devices.push_back(dv);
+    }
+    views.push_back(std::move(v));
+  }
+  return views;
+}
+
+bool Retryable(StatusCode code) {
+  return code == StatusCode::kResourceExhausted || code == StatusCode::kUnavailable ||
+         code == StatusCode::kDisconnected || code == StatusCode::kTimeout || code == StatusCode::kNotFound;
+}
+
+}  // namespace
+
+// Reserve on every agent involved, then commit on all; any failure rolls everything back.
+static Result<Lease> ReserveAndCommit(const std::shared_ptr<Runtime>& runtime, const std::vector<ServerInfo>& infos,
+                                      const std::vector<internal::Assignment>& plan, const Identity& me,
+                                      const std::string& label) {
+  internal::TokenFields fields;
+  fields.id = RandomHex(8);
+  fields.secret = RandomHex(16);
+  std::vector<size_t> order;  // Server indexes in order of first appearance.
+  for (const auto& a : plan) {
+    if (std::find(order.begin(), order.end(), a.server) == order.end()) order.push_back(a.server);
+  }
+  for (size_t s : order) fields.servers.push_back(infos[s].address);
+  Runtime& rt = *runtime;
+
+  auto reserved = rt.Run([&] {
+    kj::Vector<kj::Promise<Status>> calls;
+    for (size_t s : order) {
+      calls.add(internal::WithAgent(rt, infos[s].address, "reserve", [&, s](Runtime& rt, wire::Agent::Client agent) {
+        auto req = agent.reserveRequest();
+        internal::SetKey(req.initLease(), fields.id, fields.secret);
+        auto owner = req.initOwner();
+        owner.setUser(me.user);
+        owner.setHost(me.host);
+        owner.setPid(me.pid);
+        owner.setLabel(label);
+        size_t n = 0;
+        for (const auto& a : plan) n += a.server == s ? 1 : 0;
+        auto slices = req.initSlices(static_cast<unsigned>(n));
+        unsigned k = 0;
+        for (const auto& a : plan) {
+          if (a.server != s) continue;
+          slices[k].setDevice(a.device);
+          slices[k].setMemoryBytes(a.memory_bytes);
+          slices[k].setShareMicros(a.share);
+          ++k;
+        }
+        std::string address = infos[s].address;
+        return rt.Deadline(req.send()).then([address](capnp::Response<wire::Agent::ReserveResults>&& r) {
+          return internal::StatusFromOutcome(r.getOutcome(), address);
+        });
+      }));
+    }
+    return kj::joinPromises(calls.releaseAsArray());
+  });
+
+  auto undo = [&](bool committed) {
+    rt.Run([&] {
+      kj::Vector<kj::Promise<Status>> calls;
+      for (size_t s : order) {
+        calls.add(committed ? internal::CallRelease(rt, infos[s].address, fields.id, fields.secret)
+                            : internal::CallCancel(rt, infos[s].address, fields.id, fields.secret));
+      }
+      return kj::joinPromises(calls.releaseAsArray()).ignoreResult();
+    });
+  };
+  auto first_failure = [](const kj::Array<Status>& results) -> Status {
+    // A busy answer explains the failure best; otherwise the first error.
+    for (const auto& r : results) {
+      if (r.code() == StatusCode::kResourceExhausted) return r;
+    }
+    for (const auto& r : results) {
+      if (!r.ok()) return r;
+    }
+    return Status::Ok();
+  };
+  if (Status failure = first_failure(reserved); !failure.ok()) {
+    undo(false);
+    return failure;
+  }
+
+  auto renew_ms = std::make_shared<std::vector<uint64_t>>(order.size(), 0);
+  auto committed = rt.Run([&] {
+    kj::Vector<kj::Promise<Status>> calls;
+    for (size_t k = 0; k < order.size(); ++k) {
+      std::string address = infos[order[k]].address;
+      calls.add(internal::WithAgent(rt, address, "commit", [&, k, address](Runtime& rt, wire::Agent::Client agent) {
+        auto req = agent.commitRequest();
+        internal::SetKey(req.initLease(), fields.id, fields.secret);
+        return rt.Deadline(req.send()).then([address, renew_ms, k](capnp::Response<wire::Agent::CommitResults>&& r) {
+          (*renew_ms)[k] = r.getRenewIntervalMs();
+          return internal::StatusFromOutcome(r.getOutcome(), address);
+        });
+      }));
+    }
+    return kj::joinPromises(calls.releaseAsArray());
+  });
+  if (Status failure = first_failure(committed); !failure.ok()) {
+    undo(true);
+    return failure;
+  }
+
+  std::vector<Slice> slices;
+  for (size_t s : order) {
+    for (const auto& a : plan) {
+      if (a.server != s) continue;
+      Slice slice;
+      slice.server = infos[s].address;
+      slice.server_name = infos[s].name;
+      slice.device = a.device;
+      if (a.device < infos[s].devices.size()) {
+        slice.device_uuid = infos[s].devices[a.device].uuid;
+        slice.model = infos[s].devices[a.device].model;
+      }
+      slice.memory_bytes = a.memory_bytes;
+      slice.compute_share = FractionFromShare(a.share);
+      slices.push_back(std::move(slice));
+    }
+  }
+  uint64_t interval = 0;
+  for (uint64_t ms : *renew_ms) interval = interval == 0 ? ms : std::min(interval, ms);
+  if (interval == 0) interval = 5000;
+  GP_DEBUG("client", "lease {} granted: {} slice(s) on {} server(s)", fields.id, slices.size(), order.size());
+  return internal::WrapLease(std::make_shared<internal::LeaseCore>(runtime, std::move(fields), std::move(slices), true,
+                                                     std::chrono::milliseconds(interval)));
+}
+
+Pool::Pool(std::shared_ptr<Runtime> runtime, std::vector<std::string> servers)
+    : runtime_(std::move(runtime)), servers_(std::move(servers)) {}
+Pool::Pool(Pool&&) noexcept = default;
+Pool& Pool::operator=(Pool&&) noexcept = default;
+Pool::~Pool() = default;
+
+const std::vector<std::string>& Pool::servers() const { return servers_; }
+
+Result<Pool> Pool::Connect(PoolOptions options) {
+  auto servers = ResolveServers(options);
+  if (!servers.ok()) return servers.status();
+  return Pool(std::make_shared<Runtime>(options), std::move(servers).value());
+}
+
+PoolState Pool::State() {
+  PoolState state;
+  state.servers = DescribeAll(*runtime_, servers_, true);
+  return state;
+}
+
+Result<Lease> Pool::Allocate(const Request& request) {
+  if (Status s = ValidateRequest(request); !s.ok()) return s;
+  Identity me = CurrentIdentity();
+  const std::string label = request.label.empty() ? me.program : request.label;
+  const auto start = SteadyClock::now();
+  const auto deadline = start + request.wait;
+  constexpr int kMaxConflictRetries = 12;
+  int conflicts = 0, waits = 0;
+  while (true) {
+    Status last;
+    bool conflict = false;
+    std::vector<ServerInfo> infos = DescribeAll(*runtime_, servers_, false);
+    std::vector<std::string> unusable;
+    for (const auto& info : infos) {
+      if (!info.up) unusable.push_back(info.error);
+      else if (info.draining) unusable.push_back(fmt::format("{} is draining", info.address));
+    }
+    auto views = ToViews(infos);
+    if (views.empty()) {
+      last = Status(StatusCode::kUnavailable, fmt::format("no server answered: {}", fmt::join(unusable, "; ")));
+    } else if (Status never = internal::CheckSatisfiable(request, views); !never.ok()) {
+      if (unusable.empty()) return never;
+      last = Status(StatusCode::kResourceExhausted,
+                    fmt::format("{} ({} server(s) unusable: {})", never.message(), unusable.size(),
+                                fmt::join(unusable, "; ")));
+    } else if (auto plan = internal::Place(request, views); !plan.ok()) {
+      last = Status(StatusCode::kResourceExhausted,
+                    fmt::format("pool busy: {} cannot be granted now: {}", DescribeRequest(request),
+                                plan.status().message()));
+    } else {
+      auto lease = ReserveAndCommit(runtime_, infos, *plan, me, label);
+      if (lease.ok()) return lease;
+      last = lease.status();
+      if (!Retryable(last.code())) return last;
+      conflict = true;  // Another client won the race, or an agent failed mid-placement: retry on fresh state.
+    }
+    const auto now = SteadyClock::now();
+    if (conflict && ++conflicts <= kMaxConflictRetries) {
+      // Jittered, growing back-off so that racing clients spread out instead of colliding again.
+      auto pause = std::chrono::microseconds(static_cast<int64_t>((200 + 800 * RandomUnit()) * conflicts));
+      std::this_thread::sleep_for(pause);
+      continue;
+    }
+    if (now >= deadline) {
+      if (request.wait.count() > 0) {
+        return Status(StatusCode::kTimeout,
+                      fmt::format("waited {} for {}; still: {}", FormatDuration(request.wait), DescribeRequest(request),
+                                  last.message()));
+      }
+      return last;
+    }
+    // Waiting for capacity: poll with back-off (50 ms doubling to 1 s), jittered, never past the deadline.
+    ++waits;
+    auto backoff = std::chrono::milliseconds(std::min<int64_t>(1000, 50ll << std::min(waits, 5)));
+    auto pause = std::chrono::duration_cast<std::chrono::milliseconds>(backoff * (0.5 + 0.5 * RandomUnit()));
+    std::this_thread::sleep_for(std::min<SteadyClock::duration>(pause, deadline - now));
+    conflicts = 0;
+  }
+}
+
+Result<Lease> Lease::Attach(const std::string& token, bool take_ownership) {
+  auto fields = internal::DecodeToken(token);
+  if (!fields.ok()) return fields.status();
+  PoolOptions options;
+  options.servers = fields->servers;
+  auto runtime = std::make_shared<Runtime>(options);
+  std::vector<ServerInfo> infos = DescribeAll(*runtime, fields->servers, false);
+  for (const auto& info : infos) {
+    if (!info.up) return Status(StatusCode::kUnavailable, fmt::format("cannot attach lease: {}", info.error));
+  }
+  std::vector<std::shared_ptr<std::vector<internal::RemoteSlice>>> remote;
+  for (size_t i = 0; i < infos.size(); ++i) remote.push_back(std::make_shared<std::vector<internal::RemoteSlice>>());
+  auto statuses = runtime->Run([&] {
+    kj::Vector<kj::Promise<Status>> calls;
+    for (size_t i = 0; i < infos.size(); ++i) {
+      calls.add(internal::CallRenew(*runtime, fields->servers[i], fields->id, fields->secret, remote[i]));
+    }
+    return kj::joinPromises(calls.releaseAsArray());
+  });
+  std::vector<Slice> slices;
+  uint64_t ttl_ms = 0;
+  for (size_t i = 0; i < infos.size(); ++i) {
+    if (!statuses[i].ok()) {
+      return Status(statuses[i].code(), fmt::format("cannot attach lease {}: {}", fields->id, statuses[i].message()));
+    }
+    ttl_ms = ttl_ms == 0 ? static_cast<uint64_t>(infos[i].lease_ttl_s * 1000)
+                         : std::min(ttl_ms, static_cast<uint64_t>(infos[i].lease_ttl_s * 1000));
+    for (const auto& r : *remote[i]) {
+      Slice s;
+      s.server = infos[i].address;
+      s.server_name = infos[i].name;
+      s.device = r.device;
+      if (r.device < infos[i].devices.size()) {
+        s.device_uuid = infos[i].devices[r.device].uuid;
+        s.model = infos[i].devices[r.device].model;
+      }
+      s.memory_bytes = r.memory_bytes;
+      s.compute_share = FractionFromShare(r.share);
+      slices.push_back(std::move(s));
+    }
+  }
+  // Renew at a quarter of the shortest TTL, as the agents advise by default.
+  auto interval = std::chrono::milliseconds(std::max<uint64_t>(ttl_ms / 4, 50));
+  return internal::WrapLease(std::make_shared<internal::LeaseCore>(runtime, std::move(fields).value(), std::move(slices),
+                                                     take_ownership, interval));
+}
+
+}  // namespace gpupool

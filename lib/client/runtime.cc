@@ -1,0 +1,178 @@
+#include "client/runtime.h"
+
+#include <signal.h>
+
+#include <fmt/format.h>
+
+#include "core/log.h"
+
+namespace gpupool::internal {
+
+struct Runtime::Connection {
+  std::string address;
+  kj::Own<kj::AsyncIoStream> stream;
+  kj::Own<capnp::TwoPartyClient> rpc;
+  kj::Maybe<wire::Agent::Client> agent;
+  kj::Maybe<kj::ForkedPromise<wire::Agent::Client>> connecting;
+  kj::Promise<void> watch = nullptr;  // Forgets the connection when the peer disconnects.
+};
+
+Status StatusFromException(const kj::Exception& e, const std::string& address, std::string_view what) {
+  std::string desc = e.getDescription().cStr();
+  if (desc.find("gpupool-protocol-mismatch") != std::string::npos) {
+    auto pos = desc.find_last_of("= ");
+    return Status(StatusCode::kProtocolMismatch,
+                  fmt::format("server {} speaks gpupool protocol version {}; this client speaks version {}: "
+                              "upgrade the older side",
+                              address, desc.substr(pos + 1), wire::PROTOCOL_VERSION));
+  }
+  if (desc.find("gpupool-handshake") != std::string::npos) {
+    return Status(StatusCode::kProtocolMismatch,
+                  fmt::format("server {} accepted the connection but did not answer the gpupool handshake "
+                              "(is it a gp-agent?): {}", address, desc));
+  }
+  if (desc.find("timed out") != std::string::npos) {
+    return Status(StatusCode::kTimeout, fmt::format("server {} did not answer {} in time", address, what));
+  }
+  if (what == "connect") {
+    return Status(StatusCode::kUnavailable, fmt::format("server {} is down: {}", address, desc));
+  }
+  switch (e.getType()) {
+    case kj::Exception::Type::DISCONNECTED:
+      return Status(StatusCode::kDisconnected, fmt::format("server {} disconnected during {}: {}", address, what, desc));
+    case kj::Exception::Type::OVERLOADED:
+      if (desc.find("timed out") != std::string::npos) {
+        return Status(StatusCode::kTimeout, fmt::format("server {} did not answer {} in time", address, what));
+      }
+      return Status(StatusCode::kUnavailable, fmt::format("server {} is overloaded: {}", address, desc));
+    default:
+      return Status(StatusCode::kInternal, fmt::format("{} on server {} failed: {}", what, address, desc));
+  }
+}
+
+Status StatusFromOutcome(wire::Outcome::Reader outcome, const std::string& address) {
+  std::string message = fmt::format("{}: {}", address, outcome.getMessage().cStr());
+  switch (outcome.getCode()) {
+    case wire::Outcome::Code::OK: return Status::Ok();
+    case wire::Outcome::Code::INVALID_ARGUMENT: return Status(StatusCode::kInvalidArgument, message);
+    case wire::Outcome::Code::BUSY: return Status(StatusCode::kResourceExhausted, message);
+    case wire::Outcome::Code::NOT_FOUND: return Status(StatusCode::kNotFound, message);
+    case wire::Outcome::Code::PERMISSION_DENIED: return Status(StatusCode::kPermissionDenied, message);
+    case wire::Outcome::Code::DRAINING: return Status(StatusCode::kUnavailable, message);
+    default: return Status(StatusCode::kInternal, message);
+  }
+}
+
+Runtime::Runtime(const PoolOptions& options)
+    : connect_timeout_(options.connect_timeout), call_timeout_(options.call_timeout) {
+  thread_ = std::thread([this] {
+    // Writes to a peer that vanished must fail with EPIPE, not kill the user's process.
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    auto io = kj::setupAsyncIo();
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      executor_ = &kj::getCurrentThreadExecutor();
+      io_ = &io;
+      stop_ = kj::mv(paf.fulfiller);
+    }
+    started_.notify_all();
+    paf.promise.wait(io.waitScope);
+    // KJ objects die on the thread that made them.
+    tasks_.clear();
+    connections_.clear();
+    io_ = nullptr;
+  });
+  std::unique_lock<std::mutex> lock(mu_);
+  started_.wait(lock, [this] { return executor_ != nullptr; });
+}
+
+Runtime::~Runtime() {
+  executor_->executeSync([this] { stop_->fulfill(); });
+  thread_.join();
+}
+
+void Runtime::StartTask(const std::string& key, kj::Promise<void> task) {
+  tasks_.erase(key);
+  tasks_.emplace(key, task.eagerlyEvaluate([key](kj::Exception&& e) {
+    GP_WARN("client", "background task {} failed: {}", key, e.getDescription().cStr());
+  }));
+}
+
+void Runtime::StopTask(const std::string& key) { tasks_.erase(key); }
+
+void Runtime::Forget(const std::string& address) { connections_.erase(address); }
+
+kj::Promise<wire::Agent::Client> Runtime::Agent(const std::string& address) {
+  auto it = connections_.find(address);
+  if (it != connections_.end()) {
+    KJ_IF_MAYBE(agent, it->second->agent) { return *agent; }
+    KJ_IF_MAYBE(pending, it->second->connecting) { return pending->addBranch(); }
+  }
+  auto conn = kj::heap<Connection>();
+  conn->address = address;
+  Connection* raw = conn.get();
+  connections_[address] = kj::mv(conn);
+  auto forked = Connect(address).fork();
+  auto branch = forked.addBranch();
+  raw->connecting = kj::mv(forked);
+  return branch;
+}
+
+kj::Promise<wire::Agent::Client> Runtime::Connect(const std::string& address) {
+  auto& timer = io_->provider->getTimer();
+  std::string addr = address;
+  auto connected =
+      io_->provider->getNetwork()
+          .parseAddress(address, 7450)
+          .then([](kj::Own<kj::NetworkAddress> a) { return a->connect().attach(kj::mv(a)); });
+  return timer.timeoutAfter(connect_timeout_.count() * kj::MILLISECONDS, kj::mv(connected))
+      .then([this, addr](kj::Own<kj::AsyncIoStream> stream) {
+        auto it = connections_.find(addr);
+        KJ_ASSERT(it != connections_.end(), "connection forgotten while connecting");
+        Connection& c = *it->second;
+        c.stream = kj::mv(stream);
+        c.rpc = kj::heap<capnp::TwoPartyClient>(*c.stream);
+        auto agent = c.rpc->bootstrap().castAs<wire::Agent>();
+        auto request = agent.helloRequest();
+        request.setClientVersion(wire::PROTOCOL_VERSION);
+        return Deadline(request.send()).then(
+            [this, addr, agent](capnp::Response<wire::Agent::HelloResults>&& hello) mutable
+            -> kj::Promise<wire::Agent::Client> {
+              if (hello.getServerVersion() != wire::PROTOCOL_VERSION) {
+                return KJ_EXCEPTION(FAILED, "gpupool-protocol-mismatch", hello.getServerVersion());
+              }
+              auto it = connections_.find(addr);
+              KJ_ASSERT(it != connections_.end(), "connection forgotten while connecting");
+              Connection& c = *it->second;
+              c.agent = agent;
+              c.connecting = nullptr;
+              c.watch = c.rpc->onDisconnect()
+                            .then([this, addr]() {
+                              GP_DEBUG("rpc", "{} disconnected", addr);
+                              // Defer: erasing the connection destroys this very promise.
+                              return kj::evalLater([this, addr]() { Forget(addr); });
+                            })
+                            .eagerlyEvaluate(nullptr);
+              GP_DEBUG("rpc", "connected to {} ({})", addr, hello.getName().cStr());
+              return agent;
+            },
+            [](kj::Exception&& e) -> kj::Promise<wire::Agent::Client> {
+              // Connected, but the peer did not answer hello like a gp-agent of any version.
+              if (e.getDescription().startsWith("gpupool-")) return kj::mv(e);
+              return KJ_EXCEPTION(FAILED, "gpupool-handshake", e.getDescription());
+            });
+      })
+      .catch_([this, addr](kj::Exception&& e) -> kj::Promise<wire::Agent::Client> {
+        // Defer the erase: this continuation belongs to the connection's own forked promise.
+        return kj::evalLater([this, addr, e = kj::mv(e)]() mutable -> kj::Promise<wire::Agent::Client> {
+          Forget(addr);
+          return kj::mv(e);
+        });
+      });
+}
+
+}  // namespace gpupool::internal

@@ -1,0 +1,78 @@
+// The client library's private KJ thread: connections to agents, RPC with deadlines, lease heartbeats.
+// Public calls cross into it with Run(); no KJ object ever leaves this thread (shared/STYLE.md, point 5).
+#ifndef GPUPOOL_CLIENT_RUNTIME_H_
+#define GPUPOOL_CLIENT_RUNTIME_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+
+#include "gpupool/pool.h"
+#include "gpupool/status.h"
+#include "pool.capnp.h"
+
+namespace gpupool::internal {
+
+// Converts an exception from an RPC to `address` into a Status that says what happened.
+Status StatusFromException(const kj::Exception& e, const std::string& address, std::string_view what);
+// Converts an agent's Outcome into a Status.
+Status StatusFromOutcome(wire::Outcome::Reader outcome, const std::string& address);
+
+class Runtime {
+ public:
+  explicit Runtime(const PoolOptions& options);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Runs `func` on the loop thread and blocks until the promise it returns resolves. `func` must not throw
+  // across; use the helpers below, which turn exceptions into Status.
+  template <typename Func>
+  auto Run(Func&& func) {
+    return executor_->executeSync(std::forward<Func>(func));
+  }
+
+  // --- Loop thread only. ---
+
+  // A connected, version-checked agent capability, connecting on first use or after a disconnect.
+  kj::Promise<wire::Agent::Client> Agent(const std::string& address);
+  // `promise` bounded by the call timeout: kj exception "timed out" afterwards.
+  template <typename T>
+  kj::Promise<T> Deadline(kj::Promise<T> promise) {
+    return io_->provider->getTimer().timeoutAfter(call_timeout_.count() * kj::MILLISECONDS, kj::mv(promise));
+  }
+  kj::Timer& timer() { return io_->provider->getTimer(); }
+  // Holds a background task (heartbeat) under `key` until StopTask(key) or shutdown.
+  void StartTask(const std::string& key, kj::Promise<void> task);
+  void StopTask(const std::string& key);
+  // Drops the connection to `address` (after an error) so the next call reconnects.
+  void Forget(const std::string& address);
+
+ private:
+  struct Connection;
+  kj::Promise<wire::Agent::Client> Connect(const std::string& address);
+
+  std::chrono::milliseconds connect_timeout_, call_timeout_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable started_;
+  const kj::Executor* executor_ = nullptr;
+  kj::AsyncIoContext* io_ = nullptr;
+  kj::Own<kj::PromiseFulfiller<void>> stop_;
+  // Loop-thread state.
+  std::map<std::string, kj::Own<Connection>> connections_;
+  std::map<std::string, kj::Promise<void>> tasks_;
+};
+
+}  // namespace gpupool::internal
+
+#endif  // GPUPOOL_CLIENT_RUNTIME_H_

@@ -1,0 +1,133 @@
+#include "gpupool/units.h"
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace gpupool {
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+// Splits "12.5GiB" into the number 12.5 and the suffix "GiB". Fails on no digits or trailing garbage in the number.
+bool SplitNumber(std::string_view text, double* number, std::string* suffix) {
+  text = Trim(text);
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  if (i == 0) return false;
+  std::string digits(text.substr(0, i));
+  char* end = nullptr;
+  *number = std::strtod(digits.c_str(), &end);
+  if (end != digits.c_str() + digits.size() || !std::isfinite(*number)) return false;
+  suffix->clear();
+  for (char c : Trim(text.substr(i))) suffix->push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  return true;
+}
+
+}  // namespace
+
+Result<uint64_t> ParseMemorySize(std::string_view text) {
+  double number = 0;
+  std::string suffix;
+  if (!SplitNumber(text, &number, &suffix)) {
+    return Status(StatusCode::kInvalidArgument, fmt::format("'{}' is not a memory size (e.g. 512MiB, 16GiB)", text));
+  }
+  double scale = 0;
+  if (suffix.empty() || suffix == "b") scale = 1;
+  else if (suffix == "k" || suffix == "kib" || suffix == "ki") scale = 1024.0;
+  else if (suffix == "m" || suffix == "mib" || suffix == "mi") scale = 1024.0 * 1024;
+  else if (suffix == "g" || suffix == "gib" || suffix == "gi") scale = 1024.0 * 1024 * 1024;
+  else if (suffix == "t" || suffix == "tib" || suffix == "ti") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (suffix == "kb") scale = 1e3;
+  else if (suffix == "mb") scale = 1e6;
+  else if (suffix == "gb") scale = 1e9;
+  else if (suffix == "tb") scale = 1e12;
+  else {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("'{}': unknown size unit '{}' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)", text, suffix));
+  }
+  double bytes = number * scale;
+  if (bytes > 1.8e19) return Status(StatusCode::kInvalidArgument, fmt::format("'{}' is too large", text));
+  return static_cast<uint64_t>(std::llround(bytes));
+}
+
+Result<double> ParseFraction(std::string_view text) {
+  std::string_view t = Trim(text);
+  double value = 0;
+  auto slash = t.find('/');
+  std::string suffix;
+  if (slash != std::string_view::npos) {
+    double num = 0, den = 0;
+    std::string s1, s2;
+    if (!SplitNumber(t.substr(0, slash), &num, &s1) || !SplitNumber(t.substr(slash + 1), &den, &s2) ||
+        !s1.empty() || !s2.empty() || den == 0) {
+      return Status(StatusCode::kInvalidArgument, fmt::format("'{}' is not a fraction (e.g. 0.25, 25%, 1/4)", text));
+    }
+    value = num / den;
+  } else {
+    if (!SplitNumber(t, &value, &suffix) || !(suffix.empty() || suffix == "%")) {
+      return Status(StatusCode::kInvalidArgument, fmt::format("'{}' is not a fraction (e.g. 0.25, 25%, 1/4)", text));
+    }
+    if (suffix == "%") value /= 100.0;
+  }
+  if (!(value > 0) || value > 1.0 + 1e-12) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("fraction '{}' is out of range: it must be above 0 and at most 1 (a whole GPU)", text));
+  }
+  return std::min(value, 1.0);
+}
+
+Result<std::chrono::milliseconds> ParseDuration(std::string_view text) {
+  double number = 0;
+  std::string suffix;
+  if (!SplitNumber(text, &number, &suffix)) {
+    return Status(StatusCode::kInvalidArgument, fmt::format("'{}' is not a duration (e.g. 500ms, 5s, 2m, 1h)", text));
+  }
+  double ms_per_unit = 0;
+  if (suffix.empty() || suffix == "s" || suffix == "sec") ms_per_unit = 1000;
+  else if (suffix == "ms") ms_per_unit = 1;
+  else if (suffix == "m" || suffix == "min") ms_per_unit = 60e3;
+  else if (suffix == "h") ms_per_unit = 3600e3;
+  else if (suffix == "d") ms_per_unit = 86400e3;
+  else {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("'{}': unknown duration unit '{}' (use ms, s, m, h, d)", text, suffix));
+  }
+  double ms = number * ms_per_unit;
+  if (ms > 1e15) return Status(StatusCode::kInvalidArgument, fmt::format("duration '{}' is too long", text));
+  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(ms)));
+}
+
+std::string FormatMemorySize(uint64_t bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 5) {
+    value /= 1024;
+    ++unit;
+  }
+  if (unit == 0) return fmt::format("{} B", bytes);
+  if (value == std::floor(value)) return fmt::format("{:.0f} {}", value, kUnits[unit]);
+  return fmt::format("{:.1f} {}", value, kUnits[unit]);
+}
+
+std::string FormatDuration(std::chrono::milliseconds duration) {
+  int64_t ms = duration.count();
+  if (ms < 1000) return fmt::format("{}ms", ms);
+  if (ms < 60000) {
+    if (ms % 1000 == 0) return fmt::format("{}s", ms / 1000);
+    return fmt::format("{:.1f}s", ms / 1000.0);
+  }
+  int64_t s = ms / 1000;
+  if (s < 3600) return s % 60 ? fmt::format("{}m{}s", s / 60, s % 60) : fmt::format("{}m", s / 60);
+  return (s % 3600) / 60 ? fmt::format("{}h{}m", s / 3600, (s % 3600) / 60) : fmt::format("{}h", s / 3600);
+}
+
+}  // namespace gpupool

@@ -1,0 +1,73 @@
+#include "core/util.h"
+
+#include <pwd.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <fstream>
+#include <random>
+
+#include <fmt/format.h>
+
+namespace gpupool {
+
+std::string RandomHex(size_t bytes) {
+  std::string raw(bytes, '\0');
+  size_t got = 0;
+  while (got < bytes) {
+    ssize_t n = getrandom(raw.data() + got, bytes - got, 0);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got < bytes) {  // getrandom cannot fail on Linux >= 3.17 with these flags; stay safe anyway.
+    std::random_device rd;
+    for (size_t i = got; i < bytes; ++i) raw[i] = static_cast<char>(rd());
+  }
+  std::string out;
+  out.reserve(bytes * 2);
+  for (unsigned char c : raw) out += fmt::format("{:02x}", c);
+  return out;
+}
+
+double RandomUnit() {
+  thread_local std::mt19937_64 gen(std::random_device{}());
+  return std::uniform_real_distribution<double>(0.0, 1.0)(gen);
+}
+
+std::vector<std::string> SplitList(std::string_view text, char sep) {
+  std::vector<std::string> out;
+  while (true) {
+    auto pos = text.find(sep);
+    std::string_view piece = text.substr(0, pos);
+    while (!piece.empty() && std::isspace(static_cast<unsigned char>(piece.front()))) piece.remove_prefix(1);
+    while (!piece.empty() && std::isspace(static_cast<unsigned char>(piece.back()))) piece.remove_suffix(1);
+    if (!piece.empty()) out.emplace_back(piece);
+    if (pos == std::string_view::npos) break;
+    text.remove_prefix(pos + 1);
+  }
+  return out;
+}
+
+Identity CurrentIdentity() {
+  Identity id;
+  id.pid = static_cast<uint32_t>(getpid());
+  if (struct passwd* pw = getpwuid(getuid())) id.user = pw->pw_name;
+  else id.user = fmt::format("uid{}", getuid());
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) == 0) id.host = host;
+  std::ifstream cmdline("/proc/self/cmdline", std::ios::binary);
+  std::string arg;
+  while (std::getline(cmdline, arg, '\0')) {
+    if (!id.program.empty()) id.program += ' ';
+    id.program += arg;
+    if (id.program.size() > 120) {
+      id.program.resize(117);
+      id.program += "...";
+      break;
+    }
+  }
+  return id;
+}
+
+}  // namespace gpupool

@@ -1,0 +1,39 @@
+// Small helpers shared by the library, the agent and the tools.
+#ifndef GPUPOOL_CORE_UTIL_H_
+#define GPUPOOL_CORE_UTIL_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpupool {
+
+// `bytes` random bytes from the kernel, as lowercase hex (2 * bytes characters).
+std::string RandomHex(size_t bytes);
+// A uniformly random double in [0, 1), for jitter.
+double RandomUnit();
+
+// Splits on `sep`, trimming whitespace and dropping empty pieces.
+std::vector<std::string> SplitList(std::string_view text, char sep);
+
+// Who is asking: shown next to leases.
+struct Identity {
+  std::string user;
+  std::string host;
+  uint32_t pid = 0;
+  std::string program;  // Command line of this process, shortened.
+};
+Identity CurrentIdentity();
+
+// Fraction of a device in millionths, the agent's unit of compute share.
+inline constexpr uint32_t kShareWhole = 1000000;
+inline uint32_t ShareFromFraction(double fraction) {
+  double v = fraction * kShareWhole + 0.5;
+  return v >= kShareWhole ? kShareWhole : static_cast<uint32_t>(v);
+}
+inline double FractionFromShare(uint32_t share) { return static_cast<double>(share) / kShareWhole; }
+
+}  // namespace gpupool
+
+#endif  // GPUPOOL_CORE_UTIL_H_

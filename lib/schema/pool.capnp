@@ -1,0 +1,97 @@
+# The pool service: what a gp-agent offers to clients for allocating slices of its devices.
+# Every agent is the authority for its own devices; clients place requests and then reserve + commit.
+@0xafb528e2ebba77e0;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("gpupool::wire");
+
+const protocolVersion :UInt32 = 1;
+# Bumped on any incompatible change. hello() is ordinal 0 forever so that every version can tell.
+
+struct Outcome {
+  # The result of a call that can fail for ordinary reasons (busy, unknown lease...). Cap'n Proto exceptions
+  # are kept for broken connections and bugs.
+  code @0 :Code;
+  message @1 :Text;
+
+  enum Code {
+    ok @0;
+    invalidArgument @1;
+    busy @2;             # Not enough free capacity now.
+    notFound @3;         # No such lease or reservation (expired, released, or the agent restarted).
+    permissionDenied @4; # Wrong secret for the lease.
+    draining @5;         # The agent takes no new reservations.
+    internal @6;
+  }
+}
+
+struct LeaseKey {
+  id @0 :Text;      # Public: shown by describe().
+  secret @1 :Text;  # Private: proves the caller holds the lease.
+}
+
+struct Owner {
+  user @0 :Text;
+  host @1 :Text;
+  pid @2 :UInt32;
+  label @3 :Text;
+}
+
+struct SliceSpec {
+  device @0 :UInt32;       # Device index on this agent.
+  memoryBytes @1 :UInt64;
+  shareMicros @2 :UInt32;  # Compute share in millionths of the device.
+}
+
+struct Device {
+  index @0 :UInt32;
+  uuid @1 :Text;
+  model @2 :Text;
+  deviceClass @3 :Text;
+  emulated @4 :Bool;
+  memoryTotal @5 :UInt64;
+  memoryAllocated @6 :UInt64;
+  shareAllocatedMicros @7 :UInt32;
+}
+
+struct LeaseView {
+  id @0 :Text;
+  owner @1 :Owner;
+  slices @2 :List(SliceSpec);
+  committed @3 :Bool;
+  expiresInMs @4 :UInt64;
+  ageMs @5 :UInt64;
+}
+
+struct AgentState {
+  name @0 :Text;
+  protocolVersion @1 :UInt32;
+  draining @2 :Bool;
+  devices @3 :List(Device);
+  leases @4 :List(LeaseView);
+  leaseTtlMs @5 :UInt64;
+  renewIntervalMs @6 :UInt64;
+}
+
+interface Agent {
+  hello @0 (clientVersion :UInt32) -> (serverVersion :UInt32, name :Text);
+  # Called first on every connection; the client refuses an agent of another version.
+
+  describe @1 (withLeases :Bool) -> (state :AgentState);
+  # Placement only needs devices; gp-ls asks for the leases too.
+
+  reserve @2 (lease :LeaseKey, owner :Owner, slices :List(SliceSpec))
+      -> (outcome :Outcome, reservationTtlMs :UInt64);
+  # All or nothing. The reservation holds the capacity for reservationTtlMs unless committed.
+
+  commit @3 (lease :LeaseKey) -> (outcome :Outcome, leaseTtlMs :UInt64, renewIntervalMs :UInt64);
+
+  renew @4 (lease :LeaseKey) -> (outcome :Outcome, leaseTtlMs :UInt64, slices :List(SliceSpec));
+  # Also how a process that attaches to a lease learns its slices on this agent.
+
+  release @5 (lease :LeaseKey) -> (outcome :Outcome);
+  # Frees a committed lease (or a reservation) and everything it holds.
+
+  cancel @6 (lease :LeaseKey) -> (outcome :Outcome);
+  # Drops an uncommitted reservation (placement rollback). Committed leases are left alone.
+}

@@ -1,0 +1,89 @@
+// gp-agent: the daemon on each GPU server. Owns its devices and their leases; serves the pool service.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+
+#include "agent/agent_config.h"
+#include "agent/agent_service.h"
+#include "agent/inventory.h"
+#include "core/log.h"
+#include "gpupool/units.h"
+
+namespace {
+
+template <typename T>
+bool Report(const gpupool::Result<T>& r, const char* flag) {
+  if (r.ok()) return true;
+  fmt::print(stderr, "gp-agent: {}: {}\n", flag, r.status().message());
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace gpupool;
+  log::SetProgramName("gp-agent");
+  log::SetDefaultLevel(log::Level::kInfo);
+
+  CLI::App app{"gp-agent: serves this host's GPUs (real or emulated) to a gpupool pool"};
+  std::string config_path, listen, name, device_class, emu_memory, lease_ttl, renew_interval;
+  int emu = -1;
+  bool no_nvml = false;
+  app.add_option("--config", config_path, "agent.toml; flags override its values");
+  app.add_option("--listen", listen, "host:port or unix:/path (default *:7450; port 0 picks a free one)");
+  app.add_option("--name", name, "name shown in the pool (default: host name)");
+  app.add_option("--emu", emu, "number of emulated devices to declare")->check(CLI::Range(0, 1024));
+  app.add_option("--emu-memory", emu_memory, "memory of each emulated device, e.g. 16GiB");
+  app.add_option("--class", device_class, "class tag of this agent's devices (clients select with --class)");
+  app.add_option("--lease-ttl", lease_ttl, "free leases not renewed for this long (default 20s)");
+  app.add_option("--renew-interval", renew_interval, "renewal period advised to clients (default 5s)");
+  app.add_flag("--no-nvml", no_nvml, "do not look for physical GPUs");
+  CLI11_PARSE(app, argc, argv);
+
+  agent::AgentConfig config;
+  if (!config_path.empty()) {
+    if (Status s = agent::LoadAgentConfig(config_path, &config); !s.ok()) {
+      fmt::print(stderr, "gp-agent: {}\n", s.message());
+      return 2;
+    }
+  }
+  if (!listen.empty()) config.listen = listen;
+  if (!name.empty()) config.name = name;
+  if (!device_class.empty()) config.device_class = device_class;
+  if (emu >= 0) config.emulated_count = emu;
+  if (no_nvml) config.nvml = false;
+  if (!emu_memory.empty()) {
+    auto m = ParseMemorySize(emu_memory);
+    if (!Report(m, "--emu-memory")) return 2;
+    config.emulated_memory = *m;
+  }
+  if (!lease_ttl.empty()) {
+    auto d = ParseDuration(lease_ttl);
+    if (!Report(d, "--lease-ttl")) return 2;
+    config.timing.lease_ttl = *d;
+    // Keep the advised renewal at a quarter of the TTL unless set explicitly.
+    if (renew_interval.empty()) config.timing.renew_interval = *d / 4;
+  }
+  if (!renew_interval.empty()) {
+    auto d = ParseDuration(renew_interval);
+    if (!Report(d, "--renew-interval")) return 2;
+    config.timing.renew_interval = *d;
+  }
+  if (config.name.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    config.name = host;
+  }
+  if (Status s = config.Validate(); !s.ok()) {
+    fmt::print(stderr, "gp-agent: {}\n", s.message());
+    return 2;
+  }
+
+  std::vector<agent::DeviceRecord> devices;
+  if (config.nvml) devices = agent::DiscoverNvmlDevices(config.device_class);
+  auto emulated = agent::MakeEmulatedDevices(config.emulated_count, config.emulated_memory, config.name,
+                                             config.device_class);
+  devices.insert(devices.end(), emulated.begin(), emulated.end());
+  if (devices.empty()) GP_WARN("agent", "no devices: no NVIDIA GPU found and no emulated devices declared (--emu N)");
+  return agent::RunAgent(config, std::move(devices));
+}

@@ -1,0 +1,196 @@
+// gp-run: allocate slices from the pool, run a command on them, release them however it ends.
+//
+// Exit status: the command's, or 128+N when signal N killed it; 125 when gp-run itself fails (bad options, no
+// capacity), 126 when the command cannot be executed, 127 when it is not found.
+#include <signal.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/log.h"
+#include "gpupool/gpupool.h"
+
+extern char** environ;
+
+namespace {
+
+constexpr int kExitFailure = 125;
+constexpr int kExitCannotExecute = 126;
+constexpr int kExitNotFound = 127;
+
+struct Supervisor {
+  uv_loop_t* loop = nullptr;
+  uv_process_t child{};
+  uv_signal_t signals[3]{};
+  uv_timer_t health_timer{};
+  gpupool::Lease* lease = nullptr;
+  bool lease_warned = false;
+  int64_t exit_status = 0;
+  int term_signal = 0;
+};
+
+void OnChildExit(uv_process_t* process, int64_t exit_status, int term_signal) {
+  auto* sup = static_cast<Supervisor*>(process->data);
+  sup->exit_status = exit_status;
+  sup->term_signal = term_signal;
+  // Stop watching; the loop then ends and main releases the lease.
+  for (auto& s : sup->signals) uv_close(reinterpret_cast<uv_handle_t*>(&s), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&sup->health_timer), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(process), nullptr);
+}
+
+void OnSignal(uv_signal_t* handle, int signum) {
+  auto* sup = static_cast<Supervisor*>(handle->data);
+  GP_DEBUG("run", "forwarding signal {} to pid {}", signum, sup->child.pid);
+  uv_process_kill(&sup->child, signum);
+}
+
+void OnHealthTimer(uv_timer_t* timer) {
+  auto* sup = static_cast<Supervisor*>(timer->data);
+  gpupool::Status health = sup->lease->Health();
+  if (!health.ok() && !sup->lease_warned) {
+    fmt::print(stderr, "gp-run: warning: lease {} is in trouble: {}\n", sup->lease->id(), health.ToString());
+    sup->lease_warned = true;
+  } else if (health.ok() && sup->lease_warned) {
+    fmt::print(stderr, "gp-run: lease {} renewed again\n", sup->lease->id());
+    sup->lease_warned = false;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace gpupool;
+  log::SetProgramName("gp-run");
+
+  CLI::App app{"gp-run: run a command on GPU slices from the pool; they return to the pool when it exits\n"
+               "usage: gp-run [-n N] [-p FRACTION | -m SIZE] [--class TAG] [--same-server] [--wait DURATION] -- CMD..."};
+  int count = 1;
+  std::string fraction, memory, wait, device_class, servers;
+  bool same_server = false, spread = false, verbose = false;
+  std::vector<std::string> command;
+  app.add_option("-n,--count", count, "number of slices (devices the command sees); default 1");
+  auto* p = app.add_option("-p,--fraction", fraction, "fraction of a GPU per slice: 0.05..1, 25%, 1/4; default 1");
+  app.add_option("-m,--memory", memory, "memory per slice instead of a fraction, e.g. 6GiB")->excludes(p);
+  app.add_option("--class", device_class, "only GPUs of this class tag or model name");
+  auto* same = app.add_flag("--same-server", same_server, "all slices on one server");
+  app.add_flag("--spread", spread, "slices on as many servers as possible")->excludes(same);
+  app.add_option("--wait", wait, "queue up to this long when the pool is busy, e.g. 30s, 5m");
+  app.add_option("--servers", servers, "comma-separated agent addresses (default: $GPUPOOL_SERVERS or pool file)");
+  app.add_flag("-v,--verbose", verbose, "say what was allocated and released");
+  app.add_option("command", command, "the command to run, after --")->required();
+  CLI11_PARSE(app, argc, argv);
+  if (verbose) log::SetDefaultLevel(log::Level::kInfo);
+
+  auto fail = [](const std::string& message) {
+    fmt::print(stderr, "gp-run: {}\n", message);
+    return kExitFailure;
+  };
+  Request request;
+  request.count = count;
+  if (!fraction.empty()) {
+    auto f = ParseFraction(fraction);
+    if (!f.ok()) return fail("-p: " + f.status().message());
+    request.fraction = *f;
+  }
+  if (!memory.empty()) {
+    auto m = ParseMemorySize(memory);
+    if (!m.ok()) return fail("-m: " + m.status().message());
+    request.memory_bytes = *m;
+  }
+  if (!wait.empty()) {
+    auto d = ParseDuration(wait);
+    if (!d.ok()) return fail("--wait: " + d.status().message());
+    request.wait = *d;
+  }
+  request.device_class = device_class;
+  request.spread = same_server ? Spread::kSameServer : spread ? Spread::kSpread : Spread::kPack;
+  std::string label;
+  for (const auto& c : command) label += (label.empty() ? "" : " ") + c;
+  request.label = label.size() > 120 ? label.substr(0, 117) + "..." : label;
+  if (Status s = ValidateRequest(request); !s.ok()) return fail(s.message());
+
+  PoolOptions options;
+  if (!servers.empty()) {
+    for (size_t pos = 0; pos <= servers.size();) {
+      size_t comma = servers.find(',', pos);
+      if (comma == std::string::npos) comma = servers.size();
+      if (comma > pos) options.servers.push_back(servers.substr(pos, comma - pos));
+      pos = comma + 1;
+    }
+  }
+  auto pool = Pool::Connect(options);
+  if (!pool.ok()) return fail(pool.status().message());
+  auto lease = pool->Allocate(request);
+  if (!lease.ok()) {
+    std::string hint = lease.status().code() == StatusCode::kResourceExhausted ? " (use --wait to queue)" : "";
+    return fail(lease.status().message() + hint);
+  }
+  if (verbose) {
+    for (const Slice& s : lease->slices()) {
+      fmt::print(stderr, "gp-run: lease {}: {} GPU {} ({}), {}, {:.0f}% compute\n", lease->id(), s.server_name,
+                 s.device, s.model, FormatMemorySize(s.memory_bytes), s.compute_share * 100);
+    }
+  }
+
+  // The child's environment: ours plus the lease token.
+  std::vector<std::string> env_storage;
+  for (char** e = environ; *e; ++e) {
+    if (std::strncmp(*e, "GPUPOOL_LEASE=", 14) != 0) env_storage.emplace_back(*e);
+  }
+  env_storage.push_back("GPUPOOL_LEASE=" + lease->Token());
+  std::vector<char*> env;
+  for (auto& e : env_storage) env.push_back(e.data());
+  env.push_back(nullptr);
+  std::vector<char*> args;
+  for (auto& c : command) args.push_back(c.data());
+  args.push_back(nullptr);
+
+  Supervisor sup;
+  sup.loop = uv_default_loop();
+  sup.lease = &*lease;
+  uv_stdio_container_t stdio[3];
+  for (int fd = 0; fd < 3; ++fd) {
+    stdio[fd].flags = UV_INHERIT_FD;
+    stdio[fd].data.fd = fd;
+  }
+  uv_process_options_t opts{};
+  opts.exit_cb = OnChildExit;
+  opts.file = args[0];
+  opts.args = args.data();
+  opts.env = env.data();
+  opts.stdio_count = 3;
+  opts.stdio = stdio;
+  sup.child.data = &sup;
+  // Signals first, so none arriving right after the spawn is lost.
+  const int kForwarded[3] = {SIGINT, SIGTERM, SIGHUP};
+  for (int i = 0; i < 3; ++i) {
+    uv_signal_init(sup.loop, &sup.signals[i]);
+    sup.signals[i].data = &sup;
+    uv_signal_start(&sup.signals[i], OnSignal, kForwarded[i]);
+  }
+  if (int rc = uv_spawn(sup.loop, &sup.child, &opts); rc != 0) {
+    fmt::print(stderr, "gp-run: cannot run '{}': {}\n", command[0], uv_strerror(rc));
+    for (auto& s : sup.signals) uv_close(reinterpret_cast<uv_handle_t*>(&s), nullptr);
+    uv_run(sup.loop, UV_RUN_DEFAULT);
+    Status released = lease->Release();
+    if (!released.ok()) fmt::print(stderr, "gp-run: {}\n", released.message());
+    return rc == UV_ENOENT ? kExitNotFound : kExitCannotExecute;
+  }
+  uv_timer_init(sup.loop, &sup.health_timer);
+  sup.health_timer.data = &sup;
+  uv_timer_start(&sup.health_timer, OnHealthTimer, 1000, 1000);
+  uv_run(sup.loop, UV_RUN_DEFAULT);
+  uv_loop_close(sup.loop);
+
+  Status released = lease->Release();
+  if (!released.ok()) fmt::print(stderr, "gp-run: warning: {}\n", released.message());
+  else if (verbose) fmt::print(stderr, "gp-run: lease released\n");
+  if (sup.term_signal != 0) return 128 + sup.term_signal;
+  return static_cast<int>(sup.exit_status);
+}
