@@ -34,8 +34,12 @@ Status StatusFromException(const kj::Exception& e, const std::string& address, s
   if (desc.find("timed out") != std::string::npos) {
     return Status(StatusCode::kTimeout, fmt::format("server {} did not answer {} in time", address, what));
   }
-  if (what == "connect") {
-    return Status(StatusCode::kUnavailable, fmt::format("server {} is down: {}", address, desc));
+  if (desc.find("gpupool-connect") != std::string::npos) {
+    auto pos = desc.find("gpupool-connect");
+    std::string why = desc.substr(pos + std::string("gpupool-connect").size());
+    while (!why.empty() && (why[0] == ';' || why[0] == ' ' || why[0] == '=')) why.erase(0, 1);
+    if (auto colon = why.find("e.getDescription() = "); colon != std::string::npos) why = why.substr(colon + 21);
+    return Status(StatusCode::kUnavailable, fmt::format("server {} is down: {}", address, why));
   }
   switch (e.getType()) {
     case kj::Exception::Type::DISCONNECTED:
@@ -72,6 +76,7 @@ Runtime::Runtime(const PoolOptions& options)
     sigaddset(&set, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     auto io = kj::setupAsyncIo();
+    deferred_ = kj::heap<kj::TaskSet>(static_cast<kj::TaskSet::ErrorHandler&>(*this));
     auto paf = kj::newPromiseAndFulfiller<void>();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -84,6 +89,7 @@ Runtime::Runtime(const PoolOptions& options)
     // KJ objects die on the thread that made them.
     tasks_.clear();
     connections_.clear();
+    deferred_ = nullptr;
     io_ = nullptr;
   });
   std::unique_lock<std::mutex> lock(mu_);
@@ -104,9 +110,34 @@ void Runtime::StartTask(const std::string& key, kj::Promise<void> task) {
 
 void Runtime::StopTask(const std::string& key) { tasks_.erase(key); }
 
-void Runtime::Forget(const std::string& address) { connections_.erase(address); }
+void Runtime::Forget(const std::string& address) {
+  auto it = connections_.find(address);
+  if (it != connections_.end()) ForgetLater(it->second.get());
+}
+
+void Runtime::ForgetLater(Connection* connection) {
+  // Unregister now so the next call reconnects; destroy on a later turn.
+  std::string address = connection->address;
+  auto it = connections_.find(address);
+  if (it == connections_.end() || it->second.get() != connection) return;
+  kj::Own<Connection> owned = kj::mv(it->second);
+  connections_.erase(it);
+  deferred_->add(kj::evalLater([owned = kj::mv(owned)]() mutable { owned = nullptr; }));
+}
+
+void Runtime::taskFailed(kj::Exception&& exception) {
+  GP_DEBUG("client", "deferred task failed: {}", exception.getDescription().cStr());
+}
 
 kj::Promise<wire::Agent::Client> Runtime::Agent(const std::string& address) {
+  // Tag connection failures so that callers report "down" rather than a failure of their own call.
+  return AgentUntagged(address).catch_([](kj::Exception&& e) -> kj::Promise<wire::Agent::Client> {
+    if (e.getDescription().startsWith("gpupool-")) return kj::mv(e);
+    return KJ_EXCEPTION(DISCONNECTED, "gpupool-connect", e.getDescription());
+  });
+}
+
+kj::Promise<wire::Agent::Client> Runtime::AgentUntagged(const std::string& address) {
   auto it = connections_.find(address);
   if (it != connections_.end()) {
     KJ_IF_MAYBE(agent, it->second->agent) { return *agent; }
@@ -116,13 +147,21 @@ kj::Promise<wire::Agent::Client> Runtime::Agent(const std::string& address) {
   conn->address = address;
   Connection* raw = conn.get();
   connections_[address] = kj::mv(conn);
-  auto forked = Connect(address).fork();
+  auto forked = Connect(address, raw).fork();
   auto branch = forked.addBranch();
   raw->connecting = kj::mv(forked);
   return branch;
 }
 
-kj::Promise<wire::Agent::Client> Runtime::Connect(const std::string& address) {
+Runtime::Connection* Runtime::Registered(const std::string& address, Connection* expected) {
+  auto it = connections_.find(address);
+  if (it == connections_.end() || it->second.get() != expected) {
+    kj::throwFatalException(KJ_EXCEPTION(DISCONNECTED, "connection was reset while connecting"));
+  }
+  return expected;
+}
+
+kj::Promise<wire::Agent::Client> Runtime::Connect(const std::string& address, Connection* raw) {
   auto& timer = io_->provider->getTimer();
   std::string addr = address;
   auto connected =
@@ -130,31 +169,25 @@ kj::Promise<wire::Agent::Client> Runtime::Connect(const std::string& address) {
           .parseAddress(address, 7450)
           .then([](kj::Own<kj::NetworkAddress> a) { return a->connect().attach(kj::mv(a)); });
   return timer.timeoutAfter(connect_timeout_.count() * kj::MILLISECONDS, kj::mv(connected))
-      .then([this, addr](kj::Own<kj::AsyncIoStream> stream) {
-        auto it = connections_.find(addr);
-        KJ_ASSERT(it != connections_.end(), "connection forgotten while connecting");
-        Connection& c = *it->second;
+      .then([this, addr, raw](kj::Own<kj::AsyncIoStream> stream) {
+        Connection& c = *Registered(addr, raw);
         c.stream = kj::mv(stream);
         c.rpc = kj::heap<capnp::TwoPartyClient>(*c.stream);
         auto agent = c.rpc->bootstrap().castAs<wire::Agent>();
         auto request = agent.helloRequest();
         request.setClientVersion(wire::PROTOCOL_VERSION);
         return Deadline(request.send()).then(
-            [this, addr, agent](capnp::Response<wire::Agent::HelloResults>&& hello) mutable
+            [this, addr, raw, agent](capnp::Response<wire::Agent::HelloResults>&& hello) mutable
             -> kj::Promise<wire::Agent::Client> {
               if (hello.getServerVersion() != wire::PROTOCOL_VERSION) {
                 return KJ_EXCEPTION(FAILED, "gpupool-protocol-mismatch", hello.getServerVersion());
               }
-              auto it = connections_.find(addr);
-              KJ_ASSERT(it != connections_.end(), "connection forgotten while connecting");
-              Connection& c = *it->second;
+              Connection& c = *Registered(addr, raw);
               c.agent = agent;
-              c.connecting = nullptr;
               c.watch = c.rpc->onDisconnect()
-                            .then([this, addr]() {
+                            .then([this, addr, &c]() {
                               GP_DEBUG("rpc", "{} disconnected", addr);
-                              // Defer: erasing the connection destroys this very promise.
-                              return kj::evalLater([this, addr]() { Forget(addr); });
+                              ForgetLater(&c);
                             })
                             .eagerlyEvaluate(nullptr);
               GP_DEBUG("rpc", "connected to {} ({})", addr, hello.getName().cStr());
@@ -166,12 +199,10 @@ kj::Promise<wire::Agent::Client> Runtime::Connect(const std::string& address) {
               return KJ_EXCEPTION(FAILED, "gpupool-handshake", e.getDescription());
             });
       })
-      .catch_([this, addr](kj::Exception&& e) -> kj::Promise<wire::Agent::Client> {
-        // Defer the erase: this continuation belongs to the connection's own forked promise.
-        return kj::evalLater([this, addr, e = kj::mv(e)]() mutable -> kj::Promise<wire::Agent::Client> {
-          Forget(addr);
-          return kj::mv(e);
-        });
+      .catch_([this, addr, raw](kj::Exception&& e) -> kj::Promise<wire::Agent::Client> {
+        auto it = connections_.find(addr);
+        if (it != connections_.end() && it->second.get() == raw) ForgetLater(raw);
+        return kj::mv(e);
       });
 }
 

@@ -27,7 +27,7 @@ Status StatusFromException(const kj::Exception& e, const std::string& address, s
 // Converts an agent's Outcome into a Status.
 Status StatusFromOutcome(wire::Outcome::Reader outcome, const std::string& address);
 
-class Runtime {
+class Runtime : public kj::TaskSet::ErrorHandler {
  public:
   explicit Runtime(const PoolOptions& options);
   ~Runtime();
@@ -59,7 +59,14 @@ class Runtime {
 
  private:
   struct Connection;
-  kj::Promise<wire::Agent::Client> Connect(const std::string& address);
+  // Forgets `connection` on a later turn, and only if it is still the one registered for its address: it may be
+  // called from inside the connection's own promises, which must not be destroyed while they run.
+  void ForgetLater(Connection* connection);
+  void taskFailed(kj::Exception&& exception) override;
+  kj::Promise<wire::Agent::Client> AgentUntagged(const std::string& address);
+  kj::Promise<wire::Agent::Client> Connect(const std::string& address, Connection* connection);
+  // `expected` if it is still the connection registered for `address`; otherwise throws DISCONNECTED.
+  Connection* Registered(const std::string& address, Connection* expected);
 
   std::chrono::milliseconds connect_timeout_, call_timeout_;
   std::thread thread_;
@@ -71,6 +78,7 @@ class Runtime {
   // Loop-thread state.
   std::map<std::string, kj::Own<Connection>> connections_;
   std::map<std::string, kj::Promise<void>> tasks_;
+  kj::Own<kj::TaskSet> deferred_;
 };
 
 }  // namespace gpupool::internal

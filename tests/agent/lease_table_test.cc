@@ -1,0 +1,104 @@
+#include "agent/lease_table.h"
+
+#include <gtest/gtest.h>
+
+#include "core/util.h"
+
+namespace gpupool::agent {
+namespace {
+
+constexpr uint64_t kGiB = 1ull << 30;
+
+class LeaseTableTest : public ::testing::Test {
+ protected:
+  LeaseTableTest() : table_({{16 * kGiB}, {16 * kGiB}}, Timing()) {}
+  static LeaseTiming Timing() {
+    LeaseTiming t;
+    t.reservation_ttl = std::chrono::seconds(2);
+    t.lease_ttl = std::chrono::seconds(20);
+    return t;
+  }
+  Status Reserve(const std::string& id, std::vector<SliceGrant> slices) {
+    return table_.Reserve(id, "s-" + id, {"u", "h", "l", 1}, slices, now_);
+  }
+  LeaseTable table_;
+  Clock::time_point now_ = Clock::now();
+};
+
+TEST_F(LeaseTableTest, NeverGrantsTheSameCapacityTwice) {
+  ASSERT_TRUE(Reserve("a", {{0, 8 * kGiB, kShareWhole / 2}}).ok());
+  ASSERT_TRUE(Reserve("b", {{0, 8 * kGiB, kShareWhole / 2}}).ok());
+  Status third = Reserve("c", {{0, 1 * kGiB, kShareWhole / 20}});
+  EXPECT_EQ(third.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(table_.usage()[0].memory_bytes, 16 * kGiB);
+  EXPECT_EQ(table_.usage()[0].share, kShareWhole);
+  EXPECT_EQ(table_.usage()[1].memory_bytes, 0u);
+}
+
+TEST_F(LeaseTableTest, ComputeShareIsCheckedApartFromMemory) {
+  ASSERT_TRUE(Reserve("a", {{0, 1 * kGiB, kShareWhole}}).ok());
+  EXPECT_EQ(Reserve("b", {{0, 1 * kGiB, kShareWhole / 20}}).code(), StatusCode::kResourceExhausted);
+}
+
+TEST_F(LeaseTableTest, AllOrNothing) {
+  ASSERT_TRUE(Reserve("a", {{1, 16 * kGiB, kShareWhole}}).ok());
+  EXPECT_FALSE(Reserve("b", {{0, 16 * kGiB, kShareWhole}, {1, 1 * kGiB, kShareWhole / 20}}).ok());
+  EXPECT_EQ(table_.usage()[0].memory_bytes, 0u);  // Device 0 untouched by the failed request.
+  // Two slices of one request on one device are summed before checking.
+  EXPECT_FALSE(Reserve("c", {{0, 10 * kGiB, kShareWhole / 2}, {0, 10 * kGiB, kShareWhole / 2}}).ok());
+  EXPECT_EQ(table_.entries().size(), 1u);
+}
+
+TEST_F(LeaseTableTest, RejectsAbsurdSlices) {
+  EXPECT_EQ(Reserve("a", {{7, kGiB, kShareWhole}}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Reserve("b", {{0, kGiB, kShareWhole / 100}}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Reserve("c", {{0, 17 * kGiB, kShareWhole}}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Reserve("d", {{0, 0, kShareWhole}}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Reserve("e", {}).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(Reserve("f", {{0, kGiB, kShareWhole / 20}}).ok());
+  EXPECT_EQ(Reserve("f", {{1, kGiB, kShareWhole / 20}}).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(LeaseTableTest, ReservationExpiresUnlessCommitted) {
+  ASSERT_TRUE(Reserve("a", {{0, kGiB, kShareWhole / 4}}).ok());
+  ASSERT_TRUE(Reserve("b", {{1, kGiB, kShareWhole / 4}}).ok());
+  ASSERT_TRUE(table_.Commit("b", "s-b", now_).ok());
+  auto freed = table_.Expire(now_ + std::chrono::seconds(3));
+  EXPECT_EQ(freed, std::vector<std::string>{"a"});
+  EXPECT_EQ(table_.usage()[0].memory_bytes, 0u);
+  EXPECT_EQ(table_.usage()[1].memory_bytes, kGiB);
+}
+
+TEST_F(LeaseTableTest, ExpiresWithoutHeartbeat) {
+  ASSERT_TRUE(Reserve("a", {{0, kGiB, kShareWhole / 4}}).ok());
+  ASSERT_TRUE(table_.Commit("a", "s-a", now_).ok());
+  ASSERT_TRUE(table_.Renew("a", "s-a", now_ + std::chrono::seconds(15)).ok());
+  EXPECT_TRUE(table_.Expire(now_ + std::chrono::seconds(30)).empty());  // Renewed at 15 s: lives to 35 s.
+  EXPECT_EQ(table_.Expire(now_ + std::chrono::seconds(36)), std::vector<std::string>{"a"});
+  EXPECT_EQ(table_.usage()[0].share, 0u);
+  EXPECT_EQ(table_.Renew("a", "s-a", now_).code(), StatusCode::kNotFound);
+}
+
+TEST_F(LeaseTableTest, SecretIsRequired) {
+  ASSERT_TRUE(Reserve("a", {{0, kGiB, kShareWhole / 4}}).ok());
+  EXPECT_EQ(table_.Commit("a", "wrong", now_).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(table_.Release("a", "wrong").code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(table_.entries().size(), 1u);
+}
+
+TEST_F(LeaseTableTest, CancelOnlyDropsReservations) {
+  ASSERT_TRUE(Reserve("a", {{0, kGiB, kShareWhole / 4}}).ok());
+  ASSERT_TRUE(table_.Commit("a", "s-a", now_).ok());
+  EXPECT_FALSE(table_.Cancel("a", "s-a").ok());
+  EXPECT_TRUE(table_.Release("a", "s-a").ok());
+  EXPECT_TRUE(table_.entries().empty());
+  EXPECT_EQ(table_.usage()[0].memory_bytes, 0u);
+}
+
+TEST_F(LeaseTableTest, DrainingRefusesNewReservations) {
+  table_.SetDraining(true);
+  EXPECT_EQ(Reserve("a", {{0, kGiB, kShareWhole / 4}}).code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace gpupool::agent

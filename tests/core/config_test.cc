@@ -1,0 +1,113 @@
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "agent/agent_config.h"
+#include "gpupool/pool.h"
+
+namespace gpupool {
+namespace {
+
+TEST(AgentConfig, ReadsEveryField) {
+  agent::AgentConfig c;
+  Status s = agent::ParseAgentConfig(R"(
+name = "gpu-a"
+listen = "127.0.0.1:9000"
+class = "a100"
+nvml = false
+[emulated]
+count = 8
+memory = "40GiB"
+[leases]
+ttl = "30s"
+renew_interval = "3s"
+reservation_ttl = "2s"
+[drain]
+timeout = "1m"
+)", "agent.toml", &c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(c.name, "gpu-a");
+  EXPECT_EQ(c.listen, "127.0.0.1:9000");
+  EXPECT_EQ(c.device_class, "a100");
+  EXPECT_FALSE(c.nvml);
+  EXPECT_EQ(c.emulated_count, 8);
+  EXPECT_EQ(c.emulated_memory, 40ull << 30);
+  EXPECT_EQ(c.timing.lease_ttl.count(), 30000);
+  EXPECT_EQ(c.timing.renew_interval.count(), 3000);
+  EXPECT_EQ(c.timing.reservation_ttl.count(), 2000);
+  EXPECT_EQ(c.drain_timeout.count(), 60000);
+  EXPECT_TRUE(c.Validate().ok());
+}
+
+TEST(AgentConfig, MalformedTomlNamesFileAndLine) {
+  agent::AgentConfig c;
+  Status s = agent::ParseAgentConfig("name = \"a\"\n\nlisten = = 3\n", "/etc/gpupool/agent.toml", &c);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("/etc/gpupool/agent.toml:3"), std::string::npos) << s.message();
+}
+
+TEST(AgentConfig, UnknownKeyIsAnErrorWithItsLine) {
+  agent::AgentConfig c;
+  Status s = agent::ParseAgentConfig("name = \"a\"\n[leases]\nttl = \"5s\"\nrenew_intervall = \"1s\"\n", "a.toml", &c);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("a.toml:4"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("renew_intervall"), std::string::npos) << s.message();
+}
+
+TEST(AgentConfig, WrongTypesAndValuesAreErrors) {
+  agent::AgentConfig c;
+  EXPECT_FALSE(agent::ParseAgentConfig("[emulated]\ncount = \"eight\"\n", "a.toml", &c).ok());
+  EXPECT_FALSE(agent::ParseAgentConfig("[emulated]\ncount = -1\n", "a.toml", &c).ok());
+  EXPECT_FALSE(agent::ParseAgentConfig("[emulated]\nmemory = \"lots\"\n", "a.toml", &c).ok());
+  EXPECT_FALSE(agent::ParseAgentConfig("leases = 5\n", "a.toml", &c).ok());
+  agent::AgentConfig bad;
+  bad.timing.renew_interval = bad.timing.lease_ttl;
+  EXPECT_FALSE(bad.Validate().ok());
+}
+
+class PoolFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    unsetenv("GPUPOOL_SERVERS");
+    unsetenv("GPUPOOL_POOL");
+  }
+  std::string Write(const std::string& text) {
+    std::string path = ::testing::TempDir() + "/pool_file_test.toml";
+    std::ofstream(path) << text;
+    return path;
+  }
+};
+
+TEST_F(PoolFileTest, OptionsThenEnvironmentThenFile) {
+  PoolOptions o;
+  o.servers = {"a:1"};
+  setenv("GPUPOOL_SERVERS", "b:2,c:3", 1);
+  EXPECT_EQ(ResolveServers(o)->size(), 1u);
+  o.servers.clear();
+  EXPECT_EQ(*ResolveServers(o), (std::vector<std::string>{"b:2", "c:3"}));
+  unsetenv("GPUPOOL_SERVERS");
+  setenv("GPUPOOL_POOL", Write("servers = [\"gpu1:7450\", \"unix:/run/agent.sock\"]\n").c_str(), 1);
+  EXPECT_EQ(*ResolveServers(o), (std::vector<std::string>{"gpu1:7450", "unix:/run/agent.sock"}));
+}
+
+TEST_F(PoolFileTest, BadFilesAreClearErrors) {
+  PoolOptions o;
+  o.pool_file = Write("servers = [\"gpu1:7450\"\n");
+  auto r = ResolveServers(o);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("pool_file_test.toml:"), std::string::npos) << r.status().message();
+  o.pool_file = Write("servers = [\"gpu1:7450\"]\nserver = \"x\"\n");
+  EXPECT_NE(ResolveServers(o).status().message().find("unknown key 'server'"), std::string::npos);
+  o.pool_file = Write("servers = [\"gpu1\"]\n");
+  EXPECT_NE(ResolveServers(o).status().message().find("host:port"), std::string::npos);
+  o.pool_file = Write("servers = [\"gpu1:99999\"]\n");
+  EXPECT_FALSE(ResolveServers(o).ok());
+  o.pool_file = Write("servers = []\n");
+  EXPECT_NE(ResolveServers(o).status().message().find("no servers"), std::string::npos);
+  o.pool_file = "/nonexistent/pool.toml";
+  EXPECT_EQ(ResolveServers(o).status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace gpupool

@@ -1,0 +1,116 @@
+#include "integration/fake_agent.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include <capnp/rpc-twoparty.h>
+#include <fmt/format.h>
+#include <kj/async-io.h>
+
+#include "pool.capnp.h"
+
+namespace gpupool::testing {
+namespace {
+
+class VersionedAgent final : public wire::Agent::Server {
+ public:
+  explicit VersionedAgent(uint32_t version) : version_(version) {}
+  kj::Promise<void> hello(HelloContext context) override {
+    context.getResults().setServerVersion(version_);
+    context.getResults().setName("from-the-future");
+    return kj::READY_NOW;
+  }
+
+ private:
+  uint32_t version_;
+};
+
+class CapnpFake final : public FakeServer {
+ public:
+  explicit CapnpFake(uint32_t version) {
+    thread_ = std::thread([this, version] {
+      auto io = kj::setupAsyncIo();
+      auto addr = io.provider->getNetwork().parseAddress("127.0.0.1:0").wait(io.waitScope);
+      auto receiver = addr->listen();
+      capnp::TwoPartyServer server(kj::heap<VersionedAgent>(version));
+      auto listening = server.listen(*receiver);
+      auto paf = kj::newPromiseAndFulfiller<void>();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        address_ = fmt::format("127.0.0.1:{}", receiver->getPort());
+        executor_ = &kj::getCurrentThreadExecutor();
+        stop_ = kj::mv(paf.fulfiller);
+      }
+      cv_.notify_all();
+      paf.promise.exclusiveJoin(kj::mv(listening)).wait(io.waitScope);
+    });
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return executor_ != nullptr; });
+  }
+  ~CapnpFake() override {
+    executor_->executeSync([this] { stop_->fulfill(); });
+    thread_.join();
+  }
+  const std::string& address() const override { return address_; }
+
+ private:
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string address_;
+  const kj::Executor* executor_ = nullptr;
+  kj::Own<kj::PromiseFulfiller<void>> stop_;
+};
+
+class HttpFake final : public FakeServer {
+ public:
+  HttpFake() {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    listen(fd_, 16);
+    socklen_t len = sizeof(a);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    address_ = fmt::format("127.0.0.1:{}", ntohs(a.sin_port));
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        int c = accept(fd_, nullptr, nullptr);
+        if (c < 0) break;
+        const char reply[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+        char buf[256];
+        (void)!read(c, buf, sizeof(buf));
+        (void)!write(c, reply, sizeof(reply) - 1);
+        close(c);
+      }
+    });
+  }
+  ~HttpFake() override {
+    stop_ = true;
+    shutdown(fd_, SHUT_RDWR);
+    close(fd_);
+    thread_.join();
+  }
+  const std::string& address() const override { return address_; }
+
+ private:
+  int fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::string address_;
+};
+
+}  // namespace
+
+std::unique_ptr<FakeServer> StartAgentOfVersion(uint32_t version) { return std::make_unique<CapnpFake>(version); }
+std::unique_ptr<FakeServer> StartHttpServer() { return std::make_unique<HttpFake>(); }
+
+}  // namespace gpupool::testing

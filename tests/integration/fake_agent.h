@@ -1,0 +1,23 @@
+// Peers that are not a proper gp-agent of our version, run on a thread of the test process.
+#ifndef GPUPOOL_TESTS_INTEGRATION_FAKE_AGENT_H_
+#define GPUPOOL_TESTS_INTEGRATION_FAKE_AGENT_H_
+
+#include <memory>
+#include <string>
+
+namespace gpupool::testing {
+
+class FakeServer {
+ public:
+  virtual ~FakeServer() noexcept(false) = default;
+  virtual const std::string& address() const = 0;
+};
+
+// Serves the pool schema but answers hello() with `version`.
+std::unique_ptr<FakeServer> StartAgentOfVersion(uint32_t version);
+// Accepts TCP connections, writes an HTTP error and closes: not Cap'n Proto at all.
+std::unique_ptr<FakeServer> StartHttpServer();
+
+}  // namespace gpupool::testing
+
+#endif  // GPUPOOL_TESTS_INTEGRATION_FAKE_AGENT_H_
