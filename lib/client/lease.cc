@@ -107,6 +107,7 @@ Status LeaseCore::Release() {
     if (released_) return Status::Ok();
     released_ = true;
   }
+  runtime_->InvalidateSnapshot();  // Capacity came back: the next placement must see it.
   auto results = runtime_->Run([this] {
     runtime_->StopTask("heartbeat/" + fields_.id);
     kj::Vector<kj::Promise<Status>> calls;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <strings.h>
 
+#include <tuple>
+
 #include <fmt/format.h>
 
 #include "core/util.h"
@@ -24,6 +26,7 @@ struct Candidate {
   uint32_t leftover_share;  // Share free on the device after this slice: lower is a tighter fit.
   uint64_t leftover_memory;
   bool breaks_whole;        // Takes part of a device that was whole.
+  double tiebreak;          // Random: clients racing for equal devices pick different ones.
 };
 
 // Devices of one server that can take one slice now, best fit first: already-split devices before whole ones,
@@ -38,13 +41,13 @@ std::vector<Candidate> Candidates(const Request& r, const ServerView& server) {
     if (memory == 0 || memory > d.memory_free || share > d.share_free) continue;
     bool whole_slice = memory == d.memory_total && share == kShareWhole;
     out.push_back({d.index, memory, share, d.share_free - share, d.memory_free - memory,
-                   d.whole_free && !whole_slice});
+                   d.whole_free && !whole_slice, RandomUnit()});
   }
   std::sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
     if (a.breaks_whole != b.breaks_whole) return !a.breaks_whole;
     if (a.leftover_share != b.leftover_share) return a.leftover_share < b.leftover_share;
     if (a.leftover_memory != b.leftover_memory) return a.leftover_memory < b.leftover_memory;
-    return a.device < b.device;
+    return a.tiebreak < b.tiebreak;
   });
   return out;
 }
@@ -114,16 +117,15 @@ Result<std::vector<Assignment>> Place(const Request& r, const std::vector<Server
 
   // One server, if any can hold it all: the one where it fits tightest.
   size_t best = SIZE_MAX;
-  std::pair<int, uint64_t> best_cost;
-  size_t best_free = 0;
+  std::tuple<int, uint64_t, size_t, double> best_key;
   for (size_t i = 0; i < servers.size(); ++i) {
     if (cands[i].size() < n) continue;
-    auto cost = Cost(cands[i], n);
-    // Tie-break on fewer usable devices: leave the emptiest servers for big requests.
-    if (best == SIZE_MAX || cost < best_cost || (cost == best_cost && cands[i].size() < best_free)) {
+    auto [broken, leftover] = Cost(cands[i], n);
+    // Then fewer usable devices (leave the emptiest servers for big requests), then chance.
+    std::tuple<int, uint64_t, size_t, double> key{broken, leftover, cands[i].size(), RandomUnit()};
+    if (best == SIZE_MAX || key < best_key) {
       best = i;
-      best_cost = cost;
-      best_free = cands[i].size();
+      best_key = key;
     }
   }
   if (best != SIZE_MAX) {

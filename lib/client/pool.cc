@@ -135,6 +135,7 @@ static Result<Lease> ReserveAndCommit(const std::shared_ptr<Runtime>& runtime, c
   }
   for (size_t s : order) fields.servers.push_back(infos[s].address);
   Runtime& rt = *runtime;
+  auto renew_ms = std::make_shared<std::vector<uint64_t>>(order.size(), 0);
 
   auto reserved = rt.Run([&] {
     kj::Vector<kj::Promise<Status>> calls;
@@ -159,8 +160,22 @@ static Result<Lease> ReserveAndCommit(const std::shared_ptr<Runtime>& runtime, c
           ++k;
         }
         std::string address = infos[s].address;
-        return rt.Deadline(req.send()).then([address](capnp::Response<wire::Agent::ReserveResults>&& r) {
+        auto reserved = rt.Deadline(req.send()).then([address](capnp::Response<wire::Agent::ReserveResults>&& r) {
           return internal::StatusFromOutcome(r.getOutcome(), address);
+        });
+        if (order.size() > 1) return reserved;
+        // One agent: send the commit right behind the reserve (calls on one capability arrive in order), saving
+        // a round trip. If the reserve fails, the commit fails harmlessly with "not found".
+        auto commit = agent.commitRequest();
+        internal::SetKey(commit.initLease(), fields.id, fields.secret);
+        auto committed = rt.Deadline(commit.send()).then(
+            [address, renew_ms](capnp::Response<wire::Agent::CommitResults>&& r) {
+              (*renew_ms)[0] = r.getRenewIntervalMs();
+              return internal::StatusFromOutcome(r.getOutcome(), address);
+            });
+        return reserved.then([committed = kj::mv(committed)](Status s) mutable -> kj::Promise<Status> {
+          if (!s.ok()) return s;
+          return kj::mv(committed);
         });
       }));
     }
@@ -188,12 +203,11 @@ static Result<Lease> ReserveAndCommit(const std::shared_ptr<Runtime>& runtime, c
     return Status::Ok();
   };
   if (Status failure = first_failure(reserved); !failure.ok()) {
-    undo(false);
+    undo(order.size() == 1);  // A single agent may have committed already.
     return failure;
   }
 
-  auto renew_ms = std::make_shared<std::vector<uint64_t>>(order.size(), 0);
-  auto committed = rt.Run([&] {
+  auto committed = order.size() == 1 ? kj::heapArray<Status>({Status::Ok()}) : rt.Run([&] {
     kj::Vector<kj::Promise<Status>> calls;
     for (size_t k = 0; k < order.size(); ++k) {
       std::string address = infos[order[k]].address;
@@ -265,17 +279,36 @@ Result<Lease> Pool::Allocate(const Request& request) {
   const auto start = SteadyClock::now();
   const auto deadline = start + request.wait;
   constexpr int kMaxConflictRetries = 12;
+  constexpr auto kSnapshotMaxAge = std::chrono::milliseconds(500);
   int conflicts = 0, waits = 0;
   while (true) {
     Status last;
     bool conflict = false;
-    std::vector<ServerInfo> infos = DescribeAll(*runtime_, servers_, false);
+    // A young snapshot is good enough to place from; placement failures are only believed on fresh state.
+    std::vector<ServerInfo> infos;
+    bool fresh = false;
+    {
+      std::lock_guard<std::mutex> lock(runtime_->snapshot_mu);
+      auto& snap = runtime_->snapshot;
+      if (snap.valid && SteadyClock::now() - snap.taken < kSnapshotMaxAge) infos = snap.servers;
+    }
+    if (infos.empty()) {
+      infos = DescribeAll(*runtime_, servers_, false);
+      fresh = true;
+      std::lock_guard<std::mutex> lock(runtime_->snapshot_mu);
+      runtime_->snapshot = {infos, SteadyClock::now(), true};
+    }
     std::vector<std::string> unusable;
     for (const auto& info : infos) {
       if (!info.up) unusable.push_back(info.error);
       else if (info.draining) unusable.push_back(fmt::format("{} is draining", info.address));
     }
     auto views = ToViews(infos);
+    auto plan = internal::Place(request, views);
+    if (!fresh && (views.empty() || !plan.ok())) {
+      runtime_->InvalidateSnapshot();
+      continue;
+    }
     if (views.empty()) {
       last = Status(StatusCode::kUnavailable, fmt::format("no server answered: {}", fmt::join(unusable, "; ")));
     } else if (Status never = internal::CheckSatisfiable(request, views); !never.ok()) {
@@ -283,13 +316,26 @@ Result<Lease> Pool::Allocate(const Request& request) {
       last = Status(StatusCode::kResourceExhausted,
                     fmt::format("{} ({} server(s) unusable: {})", never.message(), unusable.size(),
                                 fmt::join(unusable, "; ")));
-    } else if (auto plan = internal::Place(request, views); !plan.ok()) {
+    } else if (!plan.ok()) {
       last = Status(StatusCode::kResourceExhausted,
                     fmt::format("pool busy: {} cannot be granted now: {}", DescribeRequest(request),
                                 plan.status().message()));
     } else {
       auto lease = ReserveAndCommit(runtime_, infos, *plan, me, label);
-      if (lease.ok()) return lease;
+      if (lease.ok()) {
+        // Our own grant is known without asking: keep the snapshot true for this client's next placement.
+        std::lock_guard<std::mutex> lock(runtime_->snapshot_mu);
+        auto& snap = runtime_->snapshot;
+        if (snap.valid) {
+          for (const auto& a : *plan) {
+            DeviceInfo& d = snap.servers[a.server].devices[a.device];
+            d.memory_allocated += a.memory_bytes;
+            d.compute_allocated += FractionFromShare(a.share);
+          }
+        }
+        return lease;
+      }
+      runtime_->InvalidateSnapshot();
       last = lease.status();
       if (!Retryable(last.code())) return last;
       conflict = true;  // Another client won the race, or an agent failed mid-placement: retry on fresh state.
@@ -309,6 +355,7 @@ Result<Lease> Pool::Allocate(const Request& request) {
       }
       return last;
     }
+    runtime_->InvalidateSnapshot();
     // Waiting for capacity: poll with back-off (50 ms doubling to 1 s), jittered, never past the deadline.
     ++waits;
     auto backoff = std::chrono::milliseconds(std::min<int64_t>(1000, 50ll << std::min(waits, 5)));

@@ -17,6 +17,7 @@
 #include <kj/async-io.h>
 
 #include "gpupool/pool.h"
+#include "gpupool/state.h"
 #include "gpupool/status.h"
 #include "pool.capnp.h"
 
@@ -39,6 +40,20 @@ class Runtime : public kj::TaskSet::ErrorHandler {
   template <typename Func>
   auto Run(Func&& func) {
     return executor_->executeSync(std::forward<Func>(func));
+  }
+
+  // The pool state last used for placement. Placement may start from it (saving a describe round to every
+  // agent); the agents still decide, and a busy answer or any doubt forces a fresh describe.
+  struct Snapshot {
+    std::vector<ServerInfo> servers;
+    std::chrono::steady_clock::time_point taken;
+    bool valid = false;
+  };
+  std::mutex snapshot_mu;
+  Snapshot snapshot;
+  void InvalidateSnapshot() {
+    std::lock_guard<std::mutex> lock(snapshot_mu);
+    snapshot.valid = false;
   }
 
   // --- Loop thread only. ---

@@ -6,6 +6,7 @@
 
 #include <cctype>
 #include <fstream>
+#include <mutex>
 #include <random>
 
 #include <fmt/format.h>
@@ -50,6 +51,12 @@ std::vector<std::string> SplitList(std::string_view text, char sep) {
 }
 
 Identity CurrentIdentity() {
+  // Looked up once per process (a user lookup and a /proc read cost more than an allocation's RPCs);
+  // keyed by pid so that a forked child reports itself.
+  static std::mutex mu;
+  static Identity cached;
+  std::lock_guard<std::mutex> lock(mu);
+  if (cached.pid == static_cast<uint32_t>(getpid())) return cached;
   Identity id;
   id.pid = static_cast<uint32_t>(getpid());
   if (struct passwd* pw = getpwuid(getuid())) id.user = pw->pw_name;
@@ -67,6 +74,7 @@ Identity CurrentIdentity() {
       break;
     }
   }
+  cached = id;
   return id;
 }
 

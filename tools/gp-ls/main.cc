@@ -33,23 +33,33 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows) {
 }
 
 void PrintText(const PoolState& state, bool leases) {
-  std::vector<std::vector<std::string>> rows = {{"SERVER", "GPU", "MODEL", "MEMORY", "COMPUTE", "LEASES", "STATE"}};
+  std::vector<std::vector<std::string>> rows = {{"SERVER", "GPU", "MODEL", "MEMORY", "COMPUTE", "STATE", "LEASES"}};
   for (const ServerInfo& s : state.servers) {
     std::string server = s.up ? fmt::format("{} ({})", s.name, s.address) : s.address;
     if (!s.up) {
-      rows.push_back({server, "-", "-", "-", "-", "-", "down: " + s.error});
+      rows.push_back({server, "-", "-", "-", "-", "down: " + s.error, "-"});
       continue;
     }
-    if (s.devices.empty()) rows.push_back({server, "-", "-", "-", "-", "-", s.draining ? "draining" : "no devices"});
+    if (s.devices.empty()) rows.push_back({server, "-", "-", "-", "-", s.draining ? "draining" : "no devices", "-"});
     for (const DeviceInfo& d : s.devices) {
       std::string state_text = s.draining ? "draining" : d.whole_free() ? "free" : d.compute_allocated >= 0.9999 ||
                                                                                    d.memory_allocated >= d.memory_total
                                                                                ? "full"
                                                                                : "shared";
       std::string model = d.model + (d.device_class.empty() ? "" : " [" + d.device_class + "]");
+      // Who holds this device, and how much: "alice 8 GiB, bob 4 GiB".
+      std::string holders;
+      for (const SliceInfo& slice : d.slices) {
+        std::string user = "?";
+        for (const LeaseInfo& l : s.leases) {
+          if (l.id == slice.lease_id) user = l.user;
+        }
+        holders += fmt::format("{}{} {}{}", holders.empty() ? "" : ", ", user, FormatMemorySize(slice.memory_bytes),
+                               slice.committed ? "" : " (reserving)");
+      }
       rows.push_back({server, std::to_string(d.index), model,
                       fmt::format("{} / {}", FormatMemorySize(d.memory_allocated), FormatMemorySize(d.memory_total)),
-                      Percent(d.compute_allocated), std::to_string(d.slices.size()), state_text});
+                      Percent(d.compute_allocated), state_text, holders.empty() ? "-" : holders});
     }
   }
   PrintTable(rows);
