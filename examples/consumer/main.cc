@@ -1,8 +1,9 @@
 // Uses an installed libgpupool without any gp-agent: parses a fraction and connects to server lists that are
 // malformed or point nowhere. Exits 0 when the library behaves as documented.
+#include <chrono>
 #include <cstdio>
 
-#include <gpupool/gpupool.h>
+#include "gpupool/gpupool.h"
 
 int main() {
   int failures = 0;

@@ -66,7 +66,7 @@ class Pool {
   std::vector<std::string> servers_;
 };
 
-// Where Connect() found the servers, for messages: "--server", "$GPUPOOL_SERVERS", or the pool file's path.
+// Where Connect() finds the servers; *source says which: "the server list", "$GPUPOOL_SERVERS", or the pool file.
 // Returns the resolved list or why there is none.
 Result<std::vector<std::string>> ResolveServers(const PoolOptions& options, std::string* source = nullptr);
 

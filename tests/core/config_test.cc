@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <unistd.h>
+
 #include <fstream>
 
 #include "agent/agent_config.h"
@@ -72,8 +74,11 @@ class PoolFileTest : public ::testing::Test {
     unsetenv("GPUPOOL_SERVERS");
     unsetenv("GPUPOOL_POOL");
   }
+  int counter_ = 0;
   std::string Write(const std::string& text) {
-    std::string path = ::testing::TempDir() + "/pool_file_test.toml";
+    // One file per test and write: ctest runs tests in parallel processes.
+    std::string path = ::testing::TempDir() + "/pool_file_test_" + std::to_string(getpid()) + "_" +
+                       std::to_string(counter_++) + ".toml";
     std::ofstream(path) << text;
     return path;
   }
@@ -83,11 +88,14 @@ TEST_F(PoolFileTest, OptionsThenEnvironmentThenFile) {
   PoolOptions o;
   o.servers = {"a:1"};
   setenv("GPUPOOL_SERVERS", "b:2,c:3", 1);
+  ASSERT_TRUE(ResolveServers(o).ok());
   EXPECT_EQ(ResolveServers(o)->size(), 1u);
   o.servers.clear();
+  ASSERT_TRUE(ResolveServers(o).ok());
   EXPECT_EQ(*ResolveServers(o), (std::vector<std::string>{"b:2", "c:3"}));
   unsetenv("GPUPOOL_SERVERS");
   setenv("GPUPOOL_POOL", Write("servers = [\"gpu1:7450\", \"unix:/run/agent.sock\"]\n").c_str(), 1);
+  ASSERT_TRUE(ResolveServers(o).ok()) << ResolveServers(o).status().ToString();
   EXPECT_EQ(*ResolveServers(o), (std::vector<std::string>{"gpu1:7450", "unix:/run/agent.sock"}));
 }
 
@@ -96,7 +104,7 @@ TEST_F(PoolFileTest, BadFilesAreClearErrors) {
   o.pool_file = Write("servers = [\"gpu1:7450\"\n");
   auto r = ResolveServers(o);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("pool_file_test.toml:"), std::string::npos) << r.status().message();
+  EXPECT_EQ(r.status().message().rfind(o.pool_file + ":1:", 0), 0u) << r.status().message();
   o.pool_file = Write("servers = [\"gpu1:7450\"]\nserver = \"x\"\n");
   EXPECT_NE(ResolveServers(o).status().message().find("unknown key 'server'"), std::string::npos);
   o.pool_file = Write("servers = [\"gpu1\"]\n");

@@ -85,6 +85,15 @@ TEST_F(BadInput, AbsurdRequestsAreRefusedWithTheReason) {
   EXPECT_EQ(pool.Allocate(r).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST_F(BadInput, UnknownOptionsGetTheToolsUsageStatus) {
+  RunResult run = GpRun({"--frobnicate", "--", "/bin/true"});
+  EXPECT_EQ(run.code, 125) << run.err;
+  EXPECT_NE(run.err.find("frobnicate"), std::string::npos) << run.err;
+  EXPECT_EQ(RunCommand({ToolPath("gp-ls"), "--frobnicate"}).code, 2);
+  EXPECT_EQ(RunCommand({ToolPath("gp-agent"), "--emu", "-3"}).code, 2);
+  EXPECT_EQ(RunCommand({ToolPath("gp-run"), "--help"}).code, 0);
+}
+
 TEST_F(BadInput, UnreachableServersAreReportedNotHung) {
   Pool pool = Connect({"127.0.0.1:1"});
   auto start = std::chrono::steady_clock::now();

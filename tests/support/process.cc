@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -49,6 +50,7 @@ Process::Process(std::vector<std::string> argv, std::vector<std::string> env) {
     dup2(out[1], 1);
     dup2(err_fd, 2);
     setpgid(0, 0);  // Its own group: a test's SIGINT to it does not reach the test runner.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // A crashed test must not leave agents running.
     execve(cargv[0], cargv.data(), cenv.data());
     _exit(127);
   }

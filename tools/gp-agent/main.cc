@@ -1,7 +1,7 @@
 // gp-agent: the daemon on each GPU server. Owns its devices and their leases; serves the pool service.
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
+#include "parse_args.h"
 
 #include "agent/agent_config.h"
 #include "agent/agent_service.h"
@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   app.add_option("--lease-ttl", lease_ttl, "free leases not renewed for this long (default 20s)");
   app.add_option("--renew-interval", renew_interval, "renewal period advised to clients (default 5s)");
   app.add_flag("--no-nvml", no_nvml, "do not look for physical GPUs");
-  CLI11_PARSE(app, argc, argv);
+  GP_PARSE_ARGS(app, argc, argv, 2);
 
   agent::AgentConfig config;
   if (!config_path.empty()) {

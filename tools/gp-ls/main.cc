@@ -1,6 +1,6 @@
 // gp-ls: the pool at a glance: servers, GPUs, what is allocated, who holds what.
 // Exit status: 0 when at least one server answered, 1 when none did, 2 on bad usage or configuration.
-#include <CLI/CLI.hpp>
+#include "parse_args.h"
 
 #include "core/json.h"
 #include "core/log.h"
@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "machine-readable output (schema_version, base units, null for unknown)");
   app.add_flag("--leases", leases, "also list leases: who holds what");
   app.add_option("--servers", servers, "comma-separated agent addresses (default: $GPUPOOL_SERVERS or pool file)");
-  CLI11_PARSE(app, argc, argv);
+  GP_PARSE_ARGS(app, argc, argv, 2);
 
   PoolOptions options;
   options.servers = SplitList(servers, ',');

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
+#include "parse_args.h"
 
 #include "core/log.h"
 #include "gpupool/gpupool.h"
@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
   app.add_option("--servers", servers, "comma-separated agent addresses (default: $GPUPOOL_SERVERS or pool file)");
   app.add_flag("-v,--verbose", verbose, "say what was allocated and released");
   app.add_option("command", command, "the command to run, after --")->required();
-  CLI11_PARSE(app, argc, argv);
+  GP_PARSE_ARGS(app, argc, argv, kExitFailure);
   if (verbose) log::SetDefaultLevel(log::Level::kInfo);
 
   auto fail = [](const std::string& message) {

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Installs gpupool's build dependencies (Debian/Ubuntu) and builds the tree into build/.
+#
+#   scripts/setup.sh [EXTRA CMAKE CONFIGURE ARGS...]
+#
+# Environment:
+#   BUILD_DIR   build directory, relative to the repository root or absolute (default: build)
+#   BUILD_TYPE  CMAKE_BUILD_TYPE for a fresh configure (default: RelWithDebInfo)
+#   JOBS        parallel build jobs (default: the build tool's own default)
+#   SKIP_APT=1  do not install packages, only configure and build
+# Re-running it is cheap: apt is skipped when every package is already installed, and the build is incremental.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+BUILD_DIR="${BUILD_DIR:-build}"
+BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}"
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  capnproto libcapnp-dev libuv1-dev libcli11-dev libfmt-dev libtomlplusplus-dev
+  googletest libgtest-dev libzstd-dev iproute2
+)
+
+install_packages() {
+  local missing=() pkg
+  for pkg in "${PACKAGES[@]}"; do
+    if [[ "$(dpkg-query -W -f='${db:Status-Abbrev}' "$pkg" 2>/dev/null || true)" != ii* ]]; then
+      missing+=("$pkg")
+    fi
+  done
+  if ((${#missing[@]} == 0)); then
+    echo "setup: all ${#PACKAGES[@]} packages already installed"
+    return
+  fi
+  echo "setup: installing ${missing[*]}"
+  local sudo=()
+  if ((EUID != 0)); then
+    if command -v sudo >/dev/null; then
+      sudo=(sudo)
+    else
+      echo "setup: not root and no sudo: install these packages first: ${missing[*]}" >&2
+      exit 1
+    fi
+  fi
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+if [[ "${SKIP_APT:-0}" != 1 ]]; then
+  if ! command -v dpkg-query >/dev/null; then
+    echo "setup: dpkg-query not found: this script installs packages on Debian/Ubuntu only (SKIP_APT=1 to skip)" >&2
+    exit 1
+  fi
+  install_packages
+fi
+
+# Choose the generator only for a fresh build directory: CMake refuses to switch generators later.
+generator=()
+[[ -f "$BUILD_DIR/CMakeCache.txt" ]] || generator=(-G Ninja)
+cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" "$@"
+cmake --build "$BUILD_DIR" ${JOBS:+-j "$JOBS"}
+echo "setup: built into $BUILD_DIR/"
