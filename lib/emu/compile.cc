@@ -1,0 +1,1085 @@
+// PTX tree -> bytecode. Every name, type and modifier is resolved here, and anything the interpreter does not
+// implement is refused with the instruction and its line, so a module either loads completely or not at all.
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+#include "emu/program.h"
+
+namespace gpupool::emu::internal {
+namespace {
+
+using ptx::Module;
+
+std::string Joined(const ptx::Instruction& in) {
+  std::string s = in.opcode;
+  for (const auto& m : in.modifiers) s += "." + m;
+  return s;
+}
+
+bool IsFloat(Type t) { return t == Type::kF16 || t == Type::kBF16 || t == Type::kF32 || t == Type::kF64; }
+bool IsSigned(Type t) { return t == Type::kS8 || t == Type::kS16 || t == Type::kS32 || t == Type::kS64; }
+
+uint64_t Mask(int bytes) { return bytes >= 8 ? ~0ull : (1ull << (bytes * 8)) - 1; }
+
+struct Symbol {
+  enum Kind { kGlobalAddr, kShared, kLocal, kParam, kFunction } kind;
+  uint64_t value;  // Address, shared offset, frame offset, or function index.
+};
+
+class FunctionCompiler;
+
+class ModuleCompiler {
+ public:
+  ModuleCompiler(const Module& m, GlobalAllocator& alloc) : m_(m), alloc_(alloc) {}
+  EmuResult<Program> Run();
+
+  const Module& m_;
+  GlobalAllocator& alloc_;
+  Program prog_;
+  std::unordered_map<std::string, Symbol> module_symbols_;
+  std::vector<std::pair<const ptx::Variable*, uint64_t>> extern_shared_;
+  // Function-level .shared variables: (function index, name) -> offset.
+  std::map<std::pair<int, std::string>, uint64_t> function_shared_;
+};
+
+EmuStatus Err(int line, const std::string& what) {
+  return EmuStatus(Code::kInvalidPtx, "line " + std::to_string(line) + ": " + what);
+}
+
+uint64_t AlignUp(uint64_t v, uint64_t a) { return a <= 1 ? v : (v + a - 1) / a * a; }
+
+uint64_t VarAlign(const ptx::Variable& v) {
+  if (v.align > 0) return static_cast<uint64_t>(v.align);
+  int s = ptx::TypeSize(v.type) * v.vector_width;
+  return s > 0 ? static_cast<uint64_t>(s) : 1;
+}
+
+class FunctionCompiler {
+ public:
+  FunctionCompiler(ModuleCompiler& mc, const ptx::Function& f, Function& out, int index)
+      : mc_(mc), f_(f), out_(out), index_(index) {}
+
+  EmuStatus Run() {
+    // Registers.
+    for (const auto& r : f_.registers) {
+      int bytes = r.type == Type::kPred ? 1 : ptx::TypeSize(r.type) * r.vector_width;
+      if (r.is_range) {
+        for (int i = 0; i < r.count; ++i) AddReg(r.name + std::to_string(i), bytes);
+      } else {
+        AddReg(r.name, bytes);
+      }
+    }
+    // Parameters and returns in the param area; .reg parameters get registers.
+    uint64_t off = 0;
+    auto place_param = [&](const ptx::Variable& v, std::vector<ParamSlot>& slots) {
+      ParamSlot slot;
+      uint64_t size = std::max<uint64_t>(v.ByteSize(), 1);
+      if (v.space == ptx::Space::kReg) {
+        slot.reg = static_cast<int32_t>(AddReg(v.name, ptx::TypeSize(v.type)));
+        slot.size = static_cast<uint32_t>(ptx::TypeSize(v.type));
+      } else {
+        off = AlignUp(off, VarAlign(v));
+        slot.offset = static_cast<uint32_t>(off);
+        slot.size = static_cast<uint32_t>(size);
+        symbols_[v.name] = {Symbol::kParam, off};
+        off += size;
+      }
+      slots.push_back(slot);
+    };
+    for (const auto& p : f_.params) place_param(p, out_.params);
+    if (f_.is_entry) {
+      for (const auto& s : out_.params) out_.kernel_params.push_back({s.offset, s.size, 0});
+      for (size_t i = 0; i < f_.params.size(); ++i) {
+        out_.kernel_params[i].align = static_cast<uint32_t>(VarAlign(f_.params[i]));
+      }
+      out_.kernel_param_bytes = static_cast<uint32_t>(off);
+    }
+    for (const auto& p : f_.returns) place_param(p, out_.returns);
+    // Body variables.
+    uint64_t local = 0;
+    for (const auto& v : f_.locals) {
+      switch (v.space) {
+        case ptx::Space::kLocal:
+          local = AlignUp(local, VarAlign(v));
+          symbols_[v.name] = {Symbol::kLocal, local};
+          local += std::max<uint64_t>(v.ByteSize(), 1);
+          break;
+        case ptx::Space::kParam:
+          off = AlignUp(off, VarAlign(v));
+          symbols_[v.name] = {Symbol::kParam, off};
+          off += std::max<uint64_t>(v.ByteSize(), 1);
+          break;
+        case ptx::Space::kShared:
+          symbols_[v.name] = {Symbol::kShared, mc_.function_shared_.at({index_, v.name})};
+          break;
+        case ptx::Space::kReg:
+          AddReg(v.name, ptx::TypeSize(v.type));
+          break;
+        default:
+          return Err(v.line, "variables of this state space cannot be declared inside a function: " + v.name);
+      }
+    }
+    out_.param_area = static_cast<uint32_t>(AlignUp(off, 16));
+    out_.local_area = static_cast<uint32_t>(AlignUp(local, 16));
+    out_.uses_local = local > 0;
+    for (const auto& [label, pc] : f_.labels) labels_[label] = pc;
+    out_.code.reserve(f_.body.size());
+    for (const auto& in : f_.body) {
+      Inst inst;
+      inst.line = in.line;
+      if (!in.guard.empty()) {
+        auto it = regs_.find(in.guard);
+        if (it == regs_.end()) return Err(in.line, "unknown guard predicate " + in.guard);
+        inst.guard = static_cast<int32_t>(it->second);
+        inst.guard_negated = in.guard_negated;
+      }
+      if (EmuStatus s = Decode(in, inst); !s.ok()) return s;
+      out_.code.push_back(inst);
+    }
+    // Falling off the end of a function returns.
+    Inst ret;
+    ret.op = Op::kRet;
+    ret.line = f_.body.empty() ? f_.line : f_.body.back().line;
+    out_.code.push_back(ret);
+    out_.num_regs = static_cast<uint32_t>(out_.reg_bytes.size());
+    return EmuStatus::Ok();
+  }
+
+ private:
+  uint32_t AddReg(const std::string& name, int bytes) {
+    auto it = regs_.find(name);
+    if (it != regs_.end()) return it->second;
+    uint32_t slot = static_cast<uint32_t>(out_.reg_bytes.size());
+    out_.reg_bytes.push_back(static_cast<uint8_t>(bytes <= 0 ? 8 : bytes));
+    regs_[name] = slot;
+    return slot;
+  }
+
+  static bool SpecialFor(const std::string& name, Special* out) {
+    static const std::unordered_map<std::string, Special> kMap = {
+        {"%tid.x", Special::kTidX},         {"%tid.y", Special::kTidY},         {"%tid.z", Special::kTidZ},
+        {"%ntid.x", Special::kNtidX},       {"%ntid.y", Special::kNtidY},       {"%ntid.z", Special::kNtidZ},
+        {"%ctaid.x", Special::kCtaidX},     {"%ctaid.y", Special::kCtaidY},     {"%ctaid.z", Special::kCtaidZ},
+        {"%nctaid.x", Special::kNctaidX},   {"%nctaid.y", Special::kNctaidY},   {"%nctaid.z", Special::kNctaidZ},
+        {"%laneid", Special::kLaneid},      {"%warpid", Special::kWarpid},      {"%nwarpid", Special::kNwarpid},
+        {"%smid", Special::kSmid},          {"%nsmid", Special::kNsmid},        {"%gridid", Special::kGridid},
+        {"%clock", Special::kClock},        {"%clock64", Special::kClock64},    {"%globaltimer", Special::kGlobaltimer},
+        {"%lanemask_eq", Special::kLanemaskEq}, {"%lanemask_le", Special::kLanemaskLe},
+        {"%lanemask_lt", Special::kLanemaskLt}, {"%lanemask_ge", Special::kLanemaskGe},
+        {"%lanemask_gt", Special::kLanemaskGt}, {"%dynamic_smem_size", Special::kDynamicSmemSize},
+        {"%total_smem_size", Special::kTotalSmemSize}, {"WARP_SZ", Special::kWarpSize},
+        {"%globaltimer_lo", Special::kGlobaltimer},
+    };
+    auto it = kMap.find(name);
+    if (it != kMap.end()) {
+      *out = it->second;
+      return true;
+    }
+    // %tid (no component) in mov.v4 forms and %envregN read as 0.
+    if (name.rfind("%envreg", 0) == 0) {
+      *out = Special::kZero;
+      return true;
+    }
+    return false;
+  }
+
+  bool LookupSymbol(const std::string& name, Symbol* out) const {
+    auto it = symbols_.find(name);
+    if (it != symbols_.end()) {
+      *out = it->second;
+      return true;
+    }
+    auto mit = mc_.module_symbols_.find(name);
+    if (mit != mc_.module_symbols_.end()) {
+      *out = mit->second;
+      return true;
+    }
+    return false;
+  }
+
+  // Encodes an immediate for an operation of type `t`.
+  static uint64_t Imm(const ptx::Operand& o, Type t) {
+    switch (o.kind) {
+      case ptx::Operand::Kind::kImmInt:
+        if (t == Type::kF32) {
+          float f = static_cast<float>(o.int_value);
+          uint32_t b;
+          std::memcpy(&b, &f, 4);
+          return b;
+        }
+        if (t == Type::kF64) {
+          double d = static_cast<double>(o.int_value);
+          uint64_t b;
+          std::memcpy(&b, &d, 8);
+          return b;
+        }
+        return static_cast<uint64_t>(o.int_value) & (t == Type::kPred ? 1 : Mask(ptx::TypeSize(t)));
+      case ptx::Operand::Kind::kImmFloat:
+        if (t == Type::kF64) {
+          float f;
+          std::memcpy(&f, &o.float_bits, 4);
+          double d = f;
+          uint64_t b;
+          std::memcpy(&b, &d, 8);
+          return b;
+        }
+        return o.float_bits;
+      case ptx::Operand::Kind::kImmDouble: {
+        if (t == Type::kF32) {
+          float f = static_cast<float>(o.double_value);
+          uint32_t b;
+          std::memcpy(&b, &f, 4);
+          return b;
+        }
+        uint64_t b;
+        std::memcpy(&b, &o.double_value, 8);
+        return b;
+      }
+      default:
+        return 0;
+    }
+  }
+
+  // A source or destination operand.
+  EmuStatus Resolve(const ptx::Operand& o, Type t, int line, Operand* out) {
+    out->negated = o.negated;
+    switch (o.kind) {
+      case ptx::Operand::Kind::kImmInt:
+      case ptx::Operand::Kind::kImmFloat:
+      case ptx::Operand::Kind::kImmDouble:
+        out->kind = Src::kImm;
+        out->imm = Imm(o, t);
+        return EmuStatus::Ok();
+      case ptx::Operand::Kind::kSink:
+        out->kind = Src::kNone;
+        return EmuStatus::Ok();
+      case ptx::Operand::Kind::kRegister: {
+        auto it = regs_.find(o.name);
+        if (it != regs_.end()) {
+          out->kind = Src::kReg;
+          out->reg = it->second;
+          return EmuStatus::Ok();
+        }
+        Special sp;
+        if (SpecialFor(o.name, &sp)) {
+          out->kind = Src::kSpecial;
+          out->reg = static_cast<uint32_t>(sp);
+          return EmuStatus::Ok();
+        }
+        Symbol sym;
+        if (LookupSymbol(o.name, &sym)) {
+          switch (sym.kind) {
+            case Symbol::kGlobalAddr: out->kind = Src::kImm; out->imm = sym.value; break;
+            case Symbol::kShared: out->kind = Src::kImm; out->imm = sym.value; break;
+            case Symbol::kLocal: out->kind = Src::kLocalSym; out->imm = sym.value; break;
+            case Symbol::kParam: out->kind = Src::kParamSym; out->imm = sym.value; break;
+            case Symbol::kFunction: out->kind = Src::kImm; out->imm = kFunctionAddressBase + sym.value; break;
+          }
+          return EmuStatus::Ok();
+        }
+        return Err(line, "unknown register or symbol '" + o.name + "'");
+      }
+      default:
+        return Err(line, "unexpected operand form");
+    }
+  }
+
+  EmuStatus ResolveAddress(const ptx::Operand& o, int line, Inst& inst) {
+    if (o.kind != ptx::Operand::Kind::kAddress) {
+      // "ld.param.u32 %r1, sym" without brackets is not PTX; but allow a bare symbol as an address.
+      if (o.kind != ptx::Operand::Kind::kRegister) return Err(line, "expected an address operand [..]");
+    }
+    inst.offset = o.int_value;
+    if (o.name.empty()) {
+      inst.base.kind = Src::kNone;
+      return EmuStatus::Ok();
+    }
+    auto it = regs_.find(o.name);
+    if (it != regs_.end()) {
+      inst.base.kind = Src::kReg;
+      inst.base.reg = it->second;
+      return EmuStatus::Ok();
+    }
+    Symbol sym;
+    if (!LookupSymbol(o.name, &sym)) return Err(line, "unknown address base '" + o.name + "'");
+    switch (sym.kind) {
+      case Symbol::kGlobalAddr:
+      case Symbol::kShared:
+        inst.base.kind = Src::kNone;
+        inst.offset += static_cast<int64_t>(sym.value);
+        break;
+      case Symbol::kLocal:
+        inst.base.kind = Src::kLocalSym;
+        inst.base.imm = sym.value;
+        break;
+      case Symbol::kParam:
+        inst.base.kind = Src::kParamSym;
+        inst.base.imm = sym.value;
+        break;
+      case Symbol::kFunction:
+        return Err(line, "a function is not an address to load from: " + o.name);
+    }
+    return EmuStatus::Ok();
+  }
+
+  struct Mods {
+    std::vector<Type> types;
+    std::set<std::string> flags;
+    Round round = Round::kNone;
+    bool has_space = false;
+    Space space = Space::kGeneric;
+    int vec = 1;
+  };
+
+  static Mods Classify(const ptx::Instruction& in) {
+    Mods m;
+    for (const auto& x : in.modifiers) {
+      Type t = ptx::ParseType(x);
+      if (t != Type::kNone) {
+        m.types.push_back(t);
+        continue;
+      }
+      if (x == "rn") m.round = Round::kRn;
+      else if (x == "rz") m.round = Round::kRz;
+      else if (x == "rm") m.round = Round::kRm;
+      else if (x == "rp") m.round = Round::kRp;
+      else if (x == "rni") m.round = Round::kRni;
+      else if (x == "rzi") m.round = Round::kRzi;
+      else if (x == "rmi") m.round = Round::kRmi;
+      else if (x == "rpi") m.round = Round::kRpi;
+      else if (x == "rna") m.round = Round::kRna;
+      else if (x == "global") { m.has_space = true; m.space = Space::kGlobal; }
+      else if (x == "shared" || x == "shared::cta") { m.has_space = true; m.space = Space::kShared; }
+      else if (x == "local") { m.has_space = true; m.space = Space::kLocal; }
+      else if (x == "param" || x == "param::entry" || x == "param::func") { m.has_space = true; m.space = Space::kParam; }
+      else if (x == "const") { m.has_space = true; m.space = Space::kConst; }
+      else if (x == "v2") m.vec = 2;
+      else if (x == "v4") m.vec = 4;
+      else m.flags.insert(x);
+    }
+    return m;
+  }
+
+  static uint16_t CommonFlags(const Mods& m) {
+    uint16_t f = 0;
+    if (m.flags.count("ftz")) f |= kFtz;
+    if (m.flags.count("sat")) f |= kSat;
+    if (m.flags.count("approx")) f |= kApprox;
+    if (m.flags.count("cc")) f |= kCarryOut;
+    if (m.flags.count("full")) f |= kFull;
+    if (m.flags.count("NaN")) f |= kNan;
+    if (m.flags.count("relu")) f |= kRelu;
+    if (m.round != Round::kNone) f |= kHasRound;
+    return f;
+  }
+
+  EmuStatus Unsupported(const ptx::Instruction& in, const std::string& why = "") {
+    return Err(in.line, "unsupported instruction '" + Joined(in) + "'" + (why.empty() ? "" : ": " + why));
+  }
+
+  EmuStatus Operands(const ptx::Instruction& in, size_t n) {
+    if (in.operands.size() != n) {
+      return Err(in.line, "'" + Joined(in) + "' takes " + std::to_string(n) + " operands, got " +
+                              std::to_string(in.operands.size()));
+    }
+    return EmuStatus::Ok();
+  }
+
+  // dst, src... with all sources of the op's type.
+  EmuStatus Simple(const ptx::Instruction& in, Inst& inst, size_t nsrc, Type src_type = Type::kNone) {
+    if (EmuStatus s = Operands(in, nsrc + 1); !s.ok()) return s;
+    if (EmuStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
+    Type st = src_type == Type::kNone ? inst.type : src_type;
+    for (size_t i = 0; i < nsrc; ++i) {
+      if (EmuStatus s = Resolve(in.operands[i + 1], st, in.line, &inst.s[i]); !s.ok()) return s;
+    }
+    return EmuStatus::Ok();
+  }
+
+  EmuStatus Decode(const ptx::Instruction& in, Inst& inst);
+
+  ModuleCompiler& mc_;
+  const ptx::Function& f_;
+  Function& out_;
+  int index_;
+  std::unordered_map<std::string, uint32_t> regs_;
+  std::unordered_map<std::string, Symbol> symbols_;
+  std::unordered_map<std::string, int> labels_;
+};
+
+// Comparison operators for setp/set (mode).
+enum Cmp : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe, kLo, kLs, kHi, kHs, kEqu, kNeu, kLtu, kLeu, kGtu, kGeu, kNum, kNanCmp };
+
+bool ParseCmp(const std::string& s, uint8_t* out) {
+  static const std::unordered_map<std::string, uint8_t> kMap = {
+      {"eq", kEq}, {"ne", kNe}, {"lt", kLt}, {"le", kLe}, {"gt", kGt}, {"ge", kGe}, {"lo", kLo}, {"ls", kLs},
+      {"hi", kHi}, {"hs", kHs}, {"equ", kEqu}, {"neu", kNeu}, {"ltu", kLtu}, {"leu", kLeu}, {"gtu", kGtu},
+      {"geu", kGeu}, {"num", kNum}, {"nan", kNanCmp}};
+  auto it = kMap.find(s);
+  if (it == kMap.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
+  const std::string& op = in.opcode;
+  Mods m = Classify(in);
+  inst.flags = CommonFlags(m);
+  inst.round = m.round;
+  inst.type = m.types.empty() ? Type::kNone : m.types.back();
+  inst.space = m.space;
+  inst.vec = static_cast<uint8_t>(m.vec);
+  auto need_type = [&]() -> EmuStatus {
+    if (inst.type == Type::kNone) return Err(in.line, "'" + Joined(in) + "' needs a type");
+    return EmuStatus::Ok();
+  };
+
+  // --- Arithmetic. ---
+  static const std::unordered_map<std::string, Op> kArith = {
+      {"add", Op::kAdd},   {"sub", Op::kSub},   {"mul", Op::kMul},   {"mad", Op::kMad},     {"fma", Op::kFma},
+      {"div", Op::kDiv},   {"rem", Op::kRem},   {"abs", Op::kAbs},   {"neg", Op::kNeg},     {"min", Op::kMin},
+      {"max", Op::kMax},   {"addc", Op::kAddC}, {"subc", Op::kSubC}, {"madc", Op::kMadC},   {"and", Op::kAnd},
+      {"or", Op::kOr},     {"xor", Op::kXor},   {"not", Op::kNot},   {"cnot", Op::kCnot},   {"shl", Op::kShl},
+      {"shr", Op::kShr},   {"popc", Op::kPopc}, {"clz", Op::kClz},   {"bfind", Op::kBfind}, {"brev", Op::kBrev},
+      {"rcp", Op::kRcp},   {"sqrt", Op::kSqrt}, {"rsqrt", Op::kRsqrt}, {"sin", Op::kSin},   {"cos", Op::kCos},
+      {"lg2", Op::kLg2},   {"ex2", Op::kEx2},   {"tanh", Op::kTanh}, {"copysign", Op::kCopysign}, {"sad", Op::kSad},
+      {"mul24", Op::kMul}, {"mad24", Op::kMad},
+  };
+  auto arith = kArith.find(op);
+  if (arith != kArith.end()) {
+    inst.op = arith->second;
+    if (EmuStatus s = need_type(); !s.ok()) return s;
+    if (m.flags.count("hi")) inst.flags |= kHi;
+    if (m.flags.count("wide")) inst.flags |= kWide;
+    if (m.flags.count("shiftamt")) inst.flags |= kShiftAmt;
+    if (op == "mul24" || op == "mad24") inst.flags |= kBits24;
+    if (inst.type == Type::kF16x2 || inst.type == Type::kBF16x2 || inst.type == Type::kBF16 ||
+        inst.type == Type::kB128) {
+      return Unsupported(in, "packed half and bf16 arithmetic");
+    }
+    size_t nsrc = 2;
+    switch (inst.op) {
+      case Op::kMad: case Op::kFma: case Op::kMadC: case Op::kSad: nsrc = 3; break;
+      case Op::kAbs: case Op::kNeg: case Op::kNot: case Op::kCnot: case Op::kPopc: case Op::kClz:
+      case Op::kBfind: case Op::kBrev: case Op::kRcp: case Op::kSqrt: case Op::kRsqrt: case Op::kSin:
+      case Op::kCos: case Op::kLg2: case Op::kEx2: case Op::kTanh: nsrc = 1; break;
+      default: break;
+    }
+    if ((inst.op == Op::kMad || inst.op == Op::kMul) && (inst.flags & kWide)) {
+      // Sources have the named type; the destination is twice as wide.
+      Type dst = inst.type;
+      switch (inst.type) {
+        case Type::kU16: dst = Type::kU32; break;
+        case Type::kS16: dst = Type::kS32; break;
+        case Type::kU32: dst = Type::kU64; break;
+        case Type::kS32: dst = Type::kS64; break;
+        default: return Unsupported(in, ".wide needs a 16- or 32-bit integer type");
+      }
+      inst.type2 = inst.type;
+      inst.type = dst;
+      if (EmuStatus s = Operands(in, nsrc + 1); !s.ok()) return s;
+      if (EmuStatus s = Resolve(in.operands[0], dst, in.line, &inst.d[0]); !s.ok()) return s;
+      for (size_t i = 0; i < nsrc; ++i) {
+        Type st = (inst.op == Op::kMad && i == 2) ? dst : inst.type2;
+        if (EmuStatus s = Resolve(in.operands[i + 1], st, in.line, &inst.s[i]); !s.ok()) return s;
+      }
+      return EmuStatus::Ok();
+    }
+    if (inst.op == Op::kShl || inst.op == Op::kShr) {
+      // The shift amount is always a .u32.
+      if (EmuStatus s = Operands(in, 3); !s.ok()) return s;
+      if (EmuStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
+      if (EmuStatus s = Resolve(in.operands[1], inst.type, in.line, &inst.s[0]); !s.ok()) return s;
+      return Resolve(in.operands[2], Type::kU32, in.line, &inst.s[1]);
+    }
+    if (inst.op == Op::kPopc || inst.op == Op::kClz || inst.op == Op::kBfind) {
+      // Destination is .u32 whatever the source type.
+      inst.type2 = inst.type;
+      if (EmuStatus s = Operands(in, 2); !s.ok()) return s;
+      if (EmuStatus s = Resolve(in.operands[0], Type::kU32, in.line, &inst.d[0]); !s.ok()) return s;
+      return Resolve(in.operands[1], inst.type, in.line, &inst.s[0]);
+    }
+    if (inst.type == Type::kF16 &&
+        !(inst.op == Op::kAdd || inst.op == Op::kSub || inst.op == Op::kMul || inst.op == Op::kFma ||
+          inst.op == Op::kNeg || inst.op == Op::kAbs || inst.op == Op::kMin || inst.op == Op::kMax)) {
+      return Unsupported(in, "this .f16 operation");
+    }
+    return Simple(in, inst, nsrc);
+  }
+
+  if (op == "mov") {
+    if (EmuStatus s = need_type(); !s.ok()) return s;
+    if (EmuStatus s = Operands(in, 2); !s.ok()) return s;
+    const auto& dst = in.operands[0];
+    const auto& src = in.operands[1];
+    if (src.kind == ptx::Operand::Kind::kVector) {
+      // mov.b64 %rd, {%r1, %r2}: pack little-endian.
+      inst.op = Op::kMovPack;
+      inst.vec = static_cast<uint8_t>(src.elements.size());
+      if (inst.vec != 2 && inst.vec != 4) return Unsupported(in, "vector of " + std::to_string(inst.vec));
+      if (EmuStatus s = Resolve(dst, inst.type, in.line, &inst.d[0]); !s.ok()) return s;
+      Type part = ptx::TypeSize(inst.type) / inst.vec == 2 ? Type::kB16 : ptx::TypeSize(inst.type) / inst.vec == 4
+                                                                             ? Type::kB32 : Type::kB8;
+      inst.type2 = part;
+      for (size_t i = 0; i < src.elements.size(); ++i) {
+        if (EmuStatus s = Resolve(src.elements[i], part, in.line, &inst.s[i]); !s.ok()) return s;
+      }
+      return EmuStatus::Ok();
+    }
+    if (dst.kind == ptx::Operand::Kind::kVector) {
+      inst.op = Op::kMovUnpack;
+      inst.vec = static_cast<uint8_t>(dst.elements.size());
+      if (inst.vec != 2 && inst.vec != 4) return Unsupported(in, "vector of " + std::to_string(inst.vec));
+      Type part = ptx::TypeSize(inst.type) / inst.vec == 2 ? Type::kB16 : ptx::TypeSize(inst.type) / inst.vec == 4
+                                                                             ? Type::kB32 : Type::kB8;
+      inst.type2 = part;
+      for (size_t i = 0; i < dst.elements.size(); ++i) {
+        if (EmuStatus s = Resolve(dst.elements[i], part, in.line, &inst.d[i]); !s.ok()) return s;
+      }
+      return Resolve(src, inst.type, in.line, &inst.s[0]);
+    }
+    inst.op = Op::kMov;
+    return Simple(in, inst, 1);
+  }
+
+  if (op == "setp" || op == "set") {
+    inst.op = op == "setp" ? Op::kSetp : Op::kSet;
+    bool cmp_found = false;
+    for (const auto& x : in.modifiers) {
+      if (ParseCmp(x, &inst.mode)) {
+        cmp_found = true;
+        break;
+      }
+    }
+    if (!cmp_found) return Err(in.line, "'" + Joined(in) + "' has no comparison operator");
+    inst.mode2 = 0;
+    if (m.flags.count("and")) inst.mode2 = 1;
+    if (m.flags.count("or")) inst.mode2 = 2;
+    if (m.flags.count("xor")) inst.mode2 = 3;
+    Type src;
+    if (inst.op == Op::kSetp) {
+      if (m.types.size() != 1) return Err(in.line, "setp needs one type");
+      src = m.types[0];
+    } else {
+      if (m.types.size() != 2) return Err(in.line, "set needs a destination and a source type");
+      inst.type = m.types[0];
+      src = m.types[1];
+    }
+    inst.type2 = src;
+    if (src == Type::kF16 || src == Type::kF16x2 || src == Type::kBF16 || src == Type::kBF16x2) {
+      return Unsupported(in, "half-precision comparisons");
+    }
+    size_t expected = inst.mode2 ? 4 : 3;
+    if (EmuStatus s = Operands(in, expected); !s.ok()) return s;
+    const auto& d = in.operands[0];
+    if (d.kind == ptx::Operand::Kind::kPipe) {
+      if (EmuStatus s = Resolve(d.elements[0], Type::kPred, in.line, &inst.d[0]); !s.ok()) return s;
+      if (EmuStatus s = Resolve(d.elements[1], Type::kPred, in.line, &inst.d[1]); !s.ok()) return s;
+    } else if (EmuStatus s = Resolve(d, inst.op == Op::kSetp ? Type::kPred : inst.type, in.line, &inst.d[0]);
+               !s.ok()) {
+      return s;
+    }
+    if (EmuStatus s = Resolve(in.operands[1], src, in.line, &inst.s[0]); !s.ok()) return s;
+    if (EmuStatus s = Resolve(in.operands[2], src, in.line, &inst.s[1]); !s.ok()) return s;
+    if (inst.mode2) return Resolve(in.operands[3], Type::kPred, in.line, &inst.s[2]);
+    return EmuStatus::Ok();
+  }
+
+  if (op == "selp") {
+    inst.op = Op::kSelp;
+    if (EmuStatus s = need_type(); !s.ok()) return s;
+    if (EmuStatus s = Operands(in, 4); !s.ok()) return s;
+    if (EmuStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
+    if (EmuStatus s = Resolve(in.operands[1], inst.type, in.line, &inst.s[0]); !s.ok()) return s;
+    if (EmuStatus s = Resolve(in.operands[2], inst.type, in.line, &inst.s[1]); !s.ok()) return s;
+    return Resolve(in.operands[3], Type::kPred, in.line, &inst.s[2]);
+  }
+  if (op == "slct") {
+    inst.op = Op::kSlct;
+    if (m.types.size() != 2) return Err(in.line, "slct needs two types");
+    inst.type = m.types[0];
+    inst.type2 = m.types[1];
+    if (EmuStatus s = Operands(in, 4); !s.ok()) return s;
+    if (EmuStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
+    if (EmuStatus s = Resolve(in.operands[1], inst.type, in.line, &inst.s[0]); !s.ok()) return s;
+    if (EmuStatus s = Resolve(in.operands[2], inst.type, in.line, &inst.s[1]); !s.ok()) return s;
+    return Resolve(in.operands[3], inst.type2, in.line, &inst.s[2]);
+  }
+
+  if (op == "bfe" || op == "bfi" || op == "prmt" || op == "shf" || op == "lop3") {
+    if (EmuStatus s = need_type(); !s.ok()) return s;
+    if (op == "bfe") {
+      inst.op = Op::kBfe;
+      if (EmuStatus s = Operands(in, 4); !s.ok()) return s;
+      if (EmuStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
+      if (EmuStatus s = Resolve(in.operands[1], inst.type, in.line, &inst.s[0]); !s.ok()) return s;
+      if (EmuStatus s = Resolve(in.operands[2], Type::kU32, in.line, &inst.s[1]); !s.ok()) return s;
+      return Resolve(in.operands[3], Type::kU32, in.line, &inst.s[2]);
+    }
+    if (op == "bfi") {
+      inst.op = Op::kBfi;
+      if (EmuStatus s = Operands(in, 5); !s.ok()) return s;
+      if (EmuStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
+      if (EmuStatus s = Resolve(in.operands[1], inst.type, in.line, &inst.s[0]); !s.ok()) return s;
+      if (EmuStatus s = Resolve(in.operands[2], inst.type, in.line, &inst.s[1]); !s.ok()) return s;
+      if (EmuStatus s = Resolve(in.operands[3], Type::kU32, in.line, &inst.s[2]); !s.ok()) return s;
+      return Resolve(in.operands[4], Type::kU32, in.line, &inst.s[3]);
+    }
+    if (op == "prmt") {
+      inst.op = Op::kPrmt;
+      static const std::unordered_map<std::string, uint8_t> kModes = {
+          {"f4e", 1}, {"b4e", 2}, {"rc8", 3}, {"ecl", 4}, {"ecr", 5}, {"rc16", 6}};
+      for (const auto& f : m.flags) {
+        auto it = kModes.find(f);
+        if (it != kModes.end()) inst.mode = it->second;
+      }
+      return Simple(in, inst, 3, Type::kB32);
+    }
+    if (op == "shf") {
+      inst.op = Op::kShf;
+      if (m.flags.count("l")) inst.flags |= kLeft;
+      else if (!m.flags.count("r")) return Err(in.line, "shf needs .l or .r");
+      if (m.flags.count("clamp")) inst.flags |= kClamp;
+      else if (!m.flags.count("wrap")) return Err(in.line, "shf needs .wrap or .clamp");
+      return Simple(in, inst, 3, Type::kB32);
+    }
+    inst.op = Op::kLop3;
+    return Simple(in, inst, 4, Type::kB32);
+  }
+
+  if (op == "testp") {
+    inst.op = Op::kTestp;
+    static const std::unordered_map<std::string, uint8_t> kKinds = {
+        {"finite", 0}, {"infinite", 1}, {"number", 2}, {"notanumber", 3}, {"normal", 4}, {"subnormal", 5}};
+    bool found = false;
+    for (const auto& f : m.flags) {
+      auto it = kKinds.find(f);
+      if (it != kKinds.end()) {
+        inst.mode = it->second;
+        found = true;
+      }
+    }
+    if (!found) return Err(in.line, "testp needs a test (.finite, .number...)");
+    if (EmuStatus s = Operands(in, 2); !s.ok()) return s;
+    if (EmuStatus s = Resolve(in.operands[0], Type::kPred, in.line, &inst.d[0]); !s.ok()) return s;
+    return Resolve(in.operands[1], inst.type, in.line, &inst.s[0]);
+  }
+
+  if (op == "cvt") {
+    inst.op = Op::kCvt;
+    if (m.types.size() != 2) return Err(in.line, "cvt needs a destination and a source type");
+    inst.type = m.types[0];
+    inst.type2 = m.types[1];
+    auto packed = [](Type t) { return t == Type::kF16x2 || t == Type::kBF16x2 || t == Type::kB128; };
+    if (packed(inst.type) || packed(inst.type2)) return Unsupported(in, "packed conversions");
+    return Simple(in, inst, 1, inst.type2);
+  }
+
+  if (op == "cvta" || op == "isspacep") {
+    inst.op = op == "isspacep" ? Op::kIsspacep : (m.flags.count("to") ? Op::kCvtaTo : Op::kCvta);
+    if (!m.has_space) return Err(in.line, "'" + Joined(in) + "' needs a state space");
+    inst.space2 = m.space;
+    if (op == "isspacep") {
+      if (EmuStatus s = Operands(in, 2); !s.ok()) return s;
+      if (EmuStatus s = Resolve(in.operands[0], Type::kPred, in.line, &inst.d[0]); !s.ok()) return s;
+      return Resolve(in.operands[1], Type::kU64, in.line, &inst.s[0]);
+    }
+    if (EmuStatus s = need_type(); !s.ok()) return s;
+    return Simple(in, inst, 1);
+  }
+
+  if (op == "ld" || op == "ldu" || op == "st") {
+    inst.op = op == "st" ? Op::kSt : Op::kLd;
+    if (EmuStatus s = need_type(); !s.ok()) return s;
+    if (inst.type == Type::kB128) return Unsupported(in, "128-bit loads and stores");
+    if (m.flags.count("volatile")) inst.flags |= kVolatile;
+    if (EmuStatus s = Operands(in, 2); !s.ok()) return s;
+    const auto& addr = in.operands[op == "st" ? 0 : 1];
+    const auto& val = in.operands[op == "st" ? 1 : 0];
+    if (EmuStatus s = ResolveAddress(addr, in.line, inst); !s.ok()) return s;
+    Operand* vals = op == "st" ? inst.s : inst.d;
+    if (inst.vec > 1) {
+      if (val.kind != ptx::Operand::Kind::kVector || val.elements.size() != inst.vec) {
+        return Err(in.line, "'" + Joined(in) + "' needs a vector of " + std::to_string(inst.vec));
+      }
+      for (size_t i = 0; i < inst.vec; ++i) {
+        if (EmuStatus s = Resolve(val.elements[i], inst.type, in.line, &vals[i]); !s.ok()) return s;
+      }
+      return EmuStatus::Ok();
+    }
+    return Resolve(val, inst.type, in.line, &vals[0]);
+  }
+
+  if (op == "atom" || op == "red") {
+    inst.op = op == "atom" ? Op::kAtom : Op::kRed;
+    if (EmuStatus s = need_type(); !s.ok()) return s;
+    static const std::unordered_map<std::string, uint8_t> kAtomOps = {
+        {"add", 0}, {"min", 1}, {"max", 2}, {"inc", 3}, {"dec", 4}, {"and", 5}, {"or", 6}, {"xor", 7},
+        {"exch", 8}, {"cas", 9}};
+    bool found = false;
+    for (const auto& f : m.flags) {
+      auto it = kAtomOps.find(f);
+      if (it != kAtomOps.end()) {
+        inst.mode = it->second;
+        found = true;
+      }
+    }
+    if (!found) return Err(in.line, "'" + Joined(in) + "' has no operation");
+    int size = ptx::TypeSize(inst.type);
+    if (size != 4 && size != 8) return Unsupported(in, "atomics of this size");
+    if (m.vec > 1) return Unsupported(in, "vector atomics");
+    size_t nsrc = inst.mode == 9 ? 2 : 1;
+    size_t first = 0;
+    if (inst.op == Op::kAtom) {
+      if (EmuStatus s = Operands(in, nsrc + 2); !s.ok()) return s;
+      if (EmuStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
+      first = 1;
+    } else if (EmuStatus s = Operands(in, nsrc + 1); !s.ok()) {
+      return s;
+    }
+    if (EmuStatus s = ResolveAddress(in.operands[first], in.line, inst); !s.ok()) return s;
+    for (size_t i = 0; i < nsrc; ++i) {
+      if (EmuStatus s = Resolve(in.operands[first + 1 + i], inst.type, in.line, &inst.s[i]); !s.ok()) return s;
+    }
+    return EmuStatus::Ok();
+  }
+
+  if (op == "bra" || op == "brx") {
+    if (op == "brx") return Unsupported(in, "indirect branches");
+    inst.op = Op::kBra;
+    if (EmuStatus s = Operands(in, 1); !s.ok()) return s;
+    auto it = labels_.find(in.operands[0].name);
+    if (it == labels_.end()) return Err(in.line, "unknown label " + in.operands[0].name);
+    inst.target = it->second;
+    return EmuStatus::Ok();
+  }
+
+  if (op == "call") {
+    inst.op = Op::kCall;
+    // Forms: call f; call f, (args); call (rets), f; call (rets), f, (args); call (rets), %rd, (args), proto.
+    size_t i = 0;
+    const ptx::Operand* rets = nullptr;
+    const ptx::Operand* args = nullptr;
+    if (i < in.operands.size() && in.operands[i].kind == ptx::Operand::Kind::kList) rets = &in.operands[i++];
+    if (i >= in.operands.size()) return Err(in.line, "call without a callee");
+    const ptx::Operand& callee = in.operands[i++];
+    if (i < in.operands.size() && in.operands[i].kind == ptx::Operand::Kind::kList) args = &in.operands[i++];
+    auto reg = regs_.find(callee.name);
+    Symbol sym;
+    if (reg != regs_.end()) {
+      inst.target = -1;
+      inst.s[0].kind = Src::kReg;
+      inst.s[0].reg = reg->second;
+    } else if (LookupSymbol(callee.name, &sym) && sym.kind == Symbol::kFunction) {
+      inst.target = static_cast<int32_t>(sym.value);
+    } else {
+      return Err(in.line, "call of unknown function '" + callee.name + "'");
+    }
+    inst.call_args = static_cast<uint32_t>(out_.call_operands.size());
+    auto add_list = [&](const ptx::Operand* list, uint16_t* count) -> EmuStatus {
+      if (!list) return EmuStatus::Ok();
+      for (const auto& e : list->elements) {
+        Operand o;
+        if (EmuStatus s = Resolve(e, Type::kB64, in.line, &o); !s.ok()) return s;
+        out_.call_operands.push_back(o);
+        ++*count;
+      }
+      return EmuStatus::Ok();
+    };
+    if (EmuStatus s = add_list(rets, &inst.nrets); !s.ok()) return s;
+    if (EmuStatus s = add_list(args, &inst.nargs); !s.ok()) return s;
+    return EmuStatus::Ok();
+  }
+
+  if (op == "ret") {
+    inst.op = Op::kRet;
+    return EmuStatus::Ok();
+  }
+  if (op == "exit") {
+    inst.op = Op::kExit;
+    return EmuStatus::Ok();
+  }
+  if (op == "trap" || op == "brkpt") {
+    inst.op = Op::kTrap;
+    inst.mode = op == "brkpt" ? 1 : 0;
+    return EmuStatus::Ok();
+  }
+
+  if (op == "bar" || op == "barrier") {
+    // bar.sync / barrier.sync (.aligned) a{, b}; bar.arrive a, b; bar.red.popc.u32 d, a{, b}, {!}p;
+    // bar.warp.sync mask.
+    if (m.flags.count("warp")) {
+      inst.op = Op::kWarpSync;
+      if (EmuStatus s = Operands(in, 1); !s.ok()) return s;
+      return Resolve(in.operands[0], Type::kB32, in.line, &inst.s[0]);
+    }
+    if (m.flags.count("red")) {
+      inst.op = Op::kBarRed;
+      if (m.flags.count("popc")) inst.mode = 0;
+      else if (m.flags.count("and")) inst.mode = 1;
+      else if (m.flags.count("or")) inst.mode = 2;
+      else return Err(in.line, "bar.red needs .popc, .and or .or");
+      if (in.operands.size() != 3 && in.operands.size() != 4) return Err(in.line, "bar.red takes 3 or 4 operands");
+      Type dt = inst.mode == 0 ? Type::kU32 : Type::kPred;
+      if (EmuStatus s = Resolve(in.operands[0], dt, in.line, &inst.d[0]); !s.ok()) return s;
+      if (EmuStatus s = Resolve(in.operands[1], Type::kU32, in.line, &inst.s[0]); !s.ok()) return s;
+      if (in.operands.size() == 4) {
+        if (EmuStatus s = Resolve(in.operands[2], Type::kU32, in.line, &inst.s[1]); !s.ok()) return s;
+      }
+      return Resolve(in.operands.back(), Type::kPred, in.line, &inst.s[2]);
+    }
+    inst.op = m.flags.count("arrive") ? Op::kBarArrive : Op::kBar;
+    if (in.operands.empty() || in.operands.size() > 2) return Err(in.line, "bar takes 1 or 2 operands");
+    if (EmuStatus s = Resolve(in.operands[0], Type::kU32, in.line, &inst.s[0]); !s.ok()) return s;
+    if (in.operands.size() == 2) return Resolve(in.operands[1], Type::kU32, in.line, &inst.s[1]);
+    return EmuStatus::Ok();
+  }
+
+  if (op == "shfl") {
+    inst.op = Op::kShfl;
+    if (!m.flags.count("sync")) return Unsupported(in, "shfl without .sync (removed on sm_70+)");
+    if (m.flags.count("up")) inst.mode = 0;
+    else if (m.flags.count("down")) inst.mode = 1;
+    else if (m.flags.count("bfly")) inst.mode = 2;
+    else if (m.flags.count("idx")) inst.mode = 3;
+    else return Err(in.line, "shfl needs .up, .down, .bfly or .idx");
+    inst.type = Type::kB32;
+    if (EmuStatus s = Operands(in, 5); !s.ok()) return s;
+    const auto& d = in.operands[0];
+    if (d.kind == ptx::Operand::Kind::kPipe) {
+      if (EmuStatus s = Resolve(d.elements[0], Type::kB32, in.line, &inst.d[0]); !s.ok()) return s;
+      if (EmuStatus s = Resolve(d.elements[1], Type::kPred, in.line, &inst.d[1]); !s.ok()) return s;
+    } else if (EmuStatus s = Resolve(d, Type::kB32, in.line, &inst.d[0]); !s.ok()) {
+      return s;
+    }
+    for (int i = 0; i < 4; ++i) {
+      if (EmuStatus s = Resolve(in.operands[i + 1], Type::kB32, in.line, &inst.s[i]); !s.ok()) return s;
+    }
+    return EmuStatus::Ok();
+  }
+
+  if (op == "vote") {
+    inst.op = Op::kVote;
+    if (!m.flags.count("sync")) return Unsupported(in, "vote without .sync (removed on sm_70+)");
+    if (m.flags.count("all")) inst.mode = 0;
+    else if (m.flags.count("any")) inst.mode = 1;
+    else if (m.flags.count("uni")) inst.mode = 2;
+    else if (m.flags.count("ballot")) inst.mode = 3;
+    else return Err(in.line, "vote needs .all, .any, .uni or .ballot");
+    if (EmuStatus s = Operands(in, 3); !s.ok()) return s;
+    Type dt = inst.mode == 3 ? Type::kB32 : Type::kPred;
+    if (EmuStatus s = Resolve(in.operands[0], dt, in.line, &inst.d[0]); !s.ok()) return s;
+    if (EmuStatus s = Resolve(in.operands[1], Type::kPred, in.line, &inst.s[0]); !s.ok()) return s;
+    return Resolve(in.operands[2], Type::kB32, in.line, &inst.s[1]);
+  }
+
+  if (op == "match") {
+    inst.op = Op::kMatch;
+    if (EmuStatus s = need_type(); !s.ok()) return s;
+    inst.mode = m.flags.count("all") ? 1 : 0;
+    if (!m.flags.count("all") && !m.flags.count("any")) return Err(in.line, "match needs .any or .all");
+    if (EmuStatus s = Operands(in, 3); !s.ok()) return s;
+    const auto& d = in.operands[0];
+    if (d.kind == ptx::Operand::Kind::kPipe) {
+      if (EmuStatus s = Resolve(d.elements[0], Type::kB32, in.line, &inst.d[0]); !s.ok()) return s;
+      if (EmuStatus s = Resolve(d.elements[1], Type::kPred, in.line, &inst.d[1]); !s.ok()) return s;
+    } else if (EmuStatus s = Resolve(d, Type::kB32, in.line, &inst.d[0]); !s.ok()) {
+      return s;
+    }
+    if (EmuStatus s = Resolve(in.operands[1], inst.type, in.line, &inst.s[0]); !s.ok()) return s;
+    return Resolve(in.operands[2], Type::kB32, in.line, &inst.s[1]);
+  }
+
+  if (op == "redux") {
+    inst.op = Op::kRedux;
+    if (EmuStatus s = need_type(); !s.ok()) return s;
+    static const std::unordered_map<std::string, uint8_t> kOps = {
+        {"add", 0}, {"min", 1}, {"max", 2}, {"and", 3}, {"or", 4}, {"xor", 5}};
+    bool found = false;
+    for (const auto& f : m.flags) {
+      auto it = kOps.find(f);
+      if (it != kOps.end()) {
+        inst.mode = it->second;
+        found = true;
+      }
+    }
+    if (!found) return Err(in.line, "redux needs an operation");
+    if (IsFloat(inst.type)) return Unsupported(in, "floating-point redux");
+    return Simple(in, inst, 2);
+  }
+
+  if (op == "activemask") {
+    inst.op = Op::kActivemask;
+    if (EmuStatus s = Operands(in, 1); !s.ok()) return s;
+    return Resolve(in.operands[0], Type::kB32, in.line, &inst.d[0]);
+  }
+
+  if (op == "membar" || op == "fence") {
+    if (m.flags.count("proxy")) {
+      inst.op = Op::kFence;  // Proxy fences order nothing our interpreter reorders.
+      return EmuStatus::Ok();
+    }
+    inst.op = Op::kFence;
+    return EmuStatus::Ok();
+  }
+  if (op == "nanosleep") {
+    inst.op = Op::kNanosleep;
+    return EmuStatus::Ok();
+  }
+  if (op == "prefetch" || op == "prefetchu" || op == "discard" || op == "applypriority" ||
+      op == "createpolicy") {
+    if (op == "createpolicy") {
+      // Cache-policy descriptors are hints: yield 0.
+      inst.op = Op::kMov;
+      inst.type = Type::kB64;
+      if (in.operands.empty()) return Err(in.line, "createpolicy needs a destination");
+      if (EmuStatus s = Resolve(in.operands[0], Type::kB64, in.line, &inst.d[0]); !s.ok()) return s;
+      inst.s[0].kind = Src::kImm;
+      inst.s[0].imm = 0;
+      return EmuStatus::Ok();
+    }
+    inst.op = Op::kNop;  // Cache hints only.
+    return EmuStatus::Ok();
+  }
+  return Unsupported(in);
+}
+
+EmuResult<Program> ModuleCompiler::Run() {
+  prog_.version_major = m_.version_major;
+  prog_.version_minor = m_.version_minor;
+  // Functions first, so variables' initialisers and code can refer to them.
+  for (const auto& f : m_.functions) {
+    auto it = prog_.function_index.find(f.name);
+    if (it == prog_.function_index.end()) {
+      int index = static_cast<int>(prog_.functions.size());
+      prog_.function_index[f.name] = index;
+      prog_.functions.emplace_back();
+      prog_.functions.back().name = f.name;
+      module_symbols_[f.name] = {Symbol::kFunction, static_cast<uint64_t>(index)};
+    }
+  }
+  // Shared memory: module-scope, then function-scope variables, then dynamic (extern unsized) at the end.
+  uint64_t shared = 0;
+  auto place_shared = [&](const ptx::Variable& v) -> uint64_t {
+    shared = AlignUp(shared, VarAlign(v));
+    uint64_t off = shared;
+    shared += v.ByteSize();
+    return off;
+  };
+  for (const auto& v : m_.globals) {
+    if (v.space != ptx::Space::kShared) continue;
+    if (v.array_size < 0 || (v.is_extern && v.ByteSize() == 0)) {
+      extern_shared_.push_back({&v, 0});
+      continue;
+    }
+    module_symbols_[v.name] = {Symbol::kShared, place_shared(v)};
+  }
+  for (size_t fi = 0; fi < m_.functions.size(); ++fi) {
+    const auto& f = m_.functions[fi];
+    int index = prog_.function_index[f.name];
+    for (const auto& v : f.locals) {
+      if (v.space != ptx::Space::kShared) continue;
+      if (v.array_size < 0) {
+        extern_shared_.push_back({&v, 0});
+        function_shared_[{index, v.name}] = 0;  // Patched below.
+        continue;
+      }
+      function_shared_[{index, v.name}] = place_shared(v);
+    }
+  }
+  uint64_t dynamic_base = AlignUp(shared, 16);
+  prog_.static_shared_bytes = static_cast<uint32_t>(dynamic_base);
+  for (auto& [v, off] : extern_shared_) {
+    module_symbols_[v->name] = {Symbol::kShared, dynamic_base};
+  }
+  for (auto& [key, off] : function_shared_) {
+    if (off == 0) {
+      // Function-scope unsized extern shared arrays alias the dynamic area too.
+      for (const auto& f : m_.functions) {
+        if (prog_.function_index[f.name] != key.first) continue;
+        for (const auto& v : f.locals) {
+          if (v.name == key.second && v.array_size < 0) off = dynamic_base;
+        }
+      }
+    }
+  }
+  // Global and constant variables in device memory.
+  std::vector<const ptx::Variable*> placed;
+  for (const auto& v : m_.globals) {
+    if (v.space != ptx::Space::kGlobal && v.space != ptx::Space::kConst) {
+      if (v.space == ptx::Space::kShared) continue;
+      return Err(v.line, "module-scope variable of an unsupported state space: " + v.name);
+    }
+    if (v.is_extern && !v.has_initializer && v.ByteSize() == 0) {
+      return Err(v.line, "external variable '" + v.name + "' is not defined in this module (linking is not supported)");
+    }
+    if (module_symbols_.count(v.name) && prog_.globals.count(v.name)) continue;  // .common duplicates.
+    uint64_t size = std::max<uint64_t>(v.ByteSize(), 1);
+    uint64_t addr = alloc_.Allocate(size, std::max<uint64_t>(VarAlign(v), 8));
+    if (addr == 0) {
+      return EmuStatus(Code::kOutOfMemory, "out of device memory for module variable " + v.name);
+    }
+    prog_.globals[v.name] = {addr, v.ByteSize(), v.space};
+    module_symbols_[v.name] = {Symbol::kGlobalAddr, addr};
+    placed.push_back(&v);
+  }
+  for (const ptx::Variable* v : placed) {
+    uint64_t addr = prog_.globals[v->name].address;
+    std::vector<uint8_t> image(std::max<uint64_t>(v->ByteSize(), 1), 0);
+    if (v->has_initializer) {
+      std::memcpy(image.data(), v->init.bytes.data(), std::min(image.size(), v->init.bytes.size()));
+      for (const auto& ref : v->init.symbols) {
+        auto it = module_symbols_.find(ref.symbol);
+        if (it == module_symbols_.end()) return Err(v->line, "initialiser refers to unknown symbol " + ref.symbol);
+        uint64_t value = it->second.value + static_cast<uint64_t>(ref.addend);
+        if (it->second.kind == Symbol::kFunction) value = kFunctionAddressBase + it->second.value;
+        if (ref.offset + 8 <= image.size()) std::memcpy(image.data() + ref.offset, &value, 8);
+      }
+    }
+    alloc_.Write(addr, image.data(), image.size());
+  }
+  // Code.
+  for (const auto& f : m_.functions) {
+    int index = prog_.function_index[f.name];
+    Function& out = prog_.functions[index];
+    // A function without a body is a declaration (a prototype, or an .extern such as vprintf).
+    if (f.is_extern || (f.body.empty() && !f.is_entry)) {
+      if (!out.defined && out.native == Native::kNone) {
+        if (f.name == "vprintf") out.native = Native::kVprintf;
+        else if (f.name == "malloc") out.native = Native::kMalloc;
+        else if (f.name == "free") out.native = Native::kFree;
+        else if (f.name == "__assertfail") out.native = Native::kAssertFail;
+      }
+      continue;
+    }
+    if (out.defined) continue;
+    out.is_entry = f.is_entry;
+    out.defined = true;
+    FunctionCompiler fc(*this, f, out, index);
+    if (EmuStatus s = fc.Run(); !s.ok()) return s;
+  }
+  // Calls must land somewhere.
+  for (const auto& f : prog_.functions) {
+    for (const auto& in : f.code) {
+      if (in.op != Op::kCall || in.target < 0) continue;
+      const Function& callee = prog_.functions[static_cast<size_t>(in.target)];
+      if (!callee.defined && callee.native == Native::kNone) {
+        return Err(in.line, "call of '" + callee.name + "', which is declared but not defined (device-side " +
+                                "linking and library calls other than printf/malloc/free/assert are not supported)");
+      }
+    }
+  }
+  return std::move(prog_);
+}
+
+}  // namespace
+
+EmuResult<Program> Compile(const ptx::Module& module, GlobalAllocator& allocator) {
+  ModuleCompiler mc(module, allocator);
+  return mc.Run();
+}
+
+}  // namespace gpupool::emu::internal

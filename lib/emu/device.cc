@@ -1,0 +1,712 @@
+#include "emu/device.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "emu/exec.h"
+#include "emu/fatbin.h"
+#include "emu/program.h"
+#include "emu/ptx_parser.h"
+
+namespace gpupool::emu {
+
+class Module {
+ public:
+  internal::Program program;
+  std::vector<uint64_t> allocations;  // Module variables, freed on unload.
+  std::map<std::string, Function*> functions;
+  std::vector<std::unique_ptr<Function>> owned;
+};
+
+class Function {
+ public:
+  Module* module = nullptr;
+  int index = -1;
+  std::string name;
+  std::vector<ParamInfo> params;
+};
+
+class Stream {
+ public:
+  uint64_t submitted = 0;
+  uint64_t completed = 0;
+};
+
+class Event {
+ public:
+  bool recorded = false;
+  uint64_t ticket = 0;  // Completes when the device queue passes this ticket.
+  bool done = true;
+  std::chrono::steady_clock::time_point when;
+};
+
+namespace {
+
+constexpr uint64_t kAlignment = 256;
+constexpr uint64_t kHeapBytes = 8ull << 20;  // Device malloc heap, like cudaLimitMallocHeapSize's default.
+
+uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace
+
+struct Device::Impl : public internal::MemoryMap {
+  DeviceOptions options;
+  DeviceProperties props;
+  int workers = 1;
+
+  // ---- Memory: one reserved range of host address space; device pointers are host pointers into it. ----
+  uint8_t* arena = nullptr;
+  uint64_t arena_size = 0;
+  mutable std::mutex mem_mu;
+  std::map<uint64_t, uint64_t> live;   // base -> size (as requested).
+  std::map<uint64_t, uint64_t> free_;  // offset -> size of free blocks.
+  uint64_t used = 0;
+  uint64_t heap_used = 0;
+  std::set<uint64_t> heap_blocks;
+  mutable std::shared_ptr<const std::vector<std::pair<uint64_t, uint64_t>>> ranges_cache;
+
+  // ---- Work queue: one in-order executor for every stream (see the note in StreamWaitEvent). ----
+  std::mutex q_mu;
+  std::condition_variable q_cv, done_cv;
+  struct Task {
+    Stream* stream;
+    std::function<void()> run;
+    uint64_t ticket;
+  };
+  std::deque<Task> queue;
+  uint64_t next_ticket = 1, done_ticket = 0;
+  bool stopping = false;
+  std::thread executor;
+  Stream default_stream;
+  std::set<Stream*> streams;
+  std::set<Event*> events;
+  std::set<Module*> modules;
+
+  std::mutex sticky_mu;
+  EmuStatus sticky;
+  std::mutex sink_mu;
+  std::function<void(std::string_view)> sink;
+  uint32_t grid_ids = 0;
+
+  explicit Impl(DeviceOptions o) : options(std::move(o)) {
+    props.name = options.name;
+    props.cc_major = options.cc_major;
+    props.cc_minor = options.cc_minor;
+    props.total_memory = options.memory_bytes;
+    workers = options.worker_threads > 0 ? options.worker_threads
+                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    arena_size = AlignUp(options.memory_bytes + kHeapBytes, 1 << 20);
+    void* p = mmap(nullptr, arena_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    arena = p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
+    if (arena) free_[0] = arena_size;
+    // A stable, distinct UUID per device object.
+    uint64_t seed = reinterpret_cast<uint64_t>(this) ^ static_cast<uint64_t>(getpid()) * 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < 16; ++i) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      props.uuid[i] = static_cast<uint8_t>(seed >> 56);
+    }
+    sink = [](std::string_view text) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    };
+    executor = std::thread([this] { Loop(); });
+  }
+
+  ~Impl() override {
+    {
+      std::lock_guard<std::mutex> lock(q_mu);
+      stopping = true;
+    }
+    q_cv.notify_all();
+    executor.join();
+    if (arena) munmap(arena, arena_size);
+  }
+
+  // -- Allocation. --
+  uint64_t AllocateLocked(uint64_t bytes, uint64_t align) {
+    uint64_t need = AlignUp(std::max<uint64_t>(bytes, 1), kAlignment);
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      uint64_t start = AlignUp(it->first, align);
+      if (start + need > it->first + it->second) continue;
+      uint64_t block_start = it->first, block_size = it->second;
+      free_.erase(it);
+      if (start > block_start) free_[block_start] = start - block_start;
+      if (start + need < block_start + block_size) free_[start + need] = block_start + block_size - start - need;
+      uint64_t address = reinterpret_cast<uint64_t>(arena) + start;
+      live[address] = bytes;
+      ranges_cache.reset();
+      return address;
+    }
+    return 0;
+  }
+
+  void FreeLocked(uint64_t address) {
+    auto it = live.find(address);
+    uint64_t offset = address - reinterpret_cast<uint64_t>(arena);
+    uint64_t size = AlignUp(std::max<uint64_t>(it->second, 1), kAlignment);
+    live.erase(it);
+    ranges_cache.reset();
+    // Give the pages back so freed memory does not stay resident.
+    if (size >= (1 << 20)) madvise(arena + offset, size, MADV_DONTNEED);
+    auto next = free_.lower_bound(offset);
+    if (next != free_.end() && offset + size == next->first) {
+      size += next->second;
+      next = free_.erase(next);
+    }
+    if (next != free_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == offset) {
+        prev->second += size;
+        return;
+      }
+    }
+    free_[offset] = size;
+  }
+
+  std::shared_ptr<const std::vector<std::pair<uint64_t, uint64_t>>> Ranges() const override {
+    std::lock_guard<std::mutex> lock(mem_mu);
+    if (!ranges_cache) {
+      auto v = std::make_shared<std::vector<std::pair<uint64_t, uint64_t>>>();
+      for (const auto& [base, size] : live) v->push_back({base, base + std::max<uint64_t>(size, 1)});
+      ranges_cache = v;
+    }
+    return ranges_cache;
+  }
+
+  uint64_t HeapAlloc(uint64_t bytes) override {
+    std::lock_guard<std::mutex> lock(mem_mu);
+    if (bytes == 0 || heap_used + bytes > kHeapBytes) return 0;
+    uint64_t a = AllocateLocked(bytes, 16);
+    if (a) {
+      heap_used += AlignUp(bytes, kAlignment);
+      heap_blocks.insert(a);
+    }
+    return a;
+  }
+
+  void HeapFree(uint64_t address) override {
+    std::lock_guard<std::mutex> lock(mem_mu);
+    if (!heap_blocks.erase(address)) return;  // Not from malloc: ignore, as the CUDA heap does not check.
+    heap_used -= AlignUp(std::max<uint64_t>(live[address], 1), kAlignment);
+    FreeLocked(address);
+  }
+
+  // Whether [addr, addr+bytes) lies inside one live allocation.
+  bool Contains(uint64_t addr, uint64_t bytes) const {
+    std::lock_guard<std::mutex> lock(mem_mu);
+    auto it = live.upper_bound(addr);
+    if (it == live.begin()) return false;
+    --it;
+    return addr >= it->first && addr + bytes <= it->first + std::max<uint64_t>(it->second, 1) && addr + bytes >= addr;
+  }
+
+  // -- Queue. --
+  void Loop() {
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock<std::mutex> lock(q_mu);
+        q_cv.wait(lock, [this] { return stopping || !queue.empty(); });
+        if (queue.empty()) return;
+        task = std::move(queue.front());
+        queue.pop_front();
+      }
+      task.run();
+      {
+        std::lock_guard<std::mutex> lock(q_mu);
+        done_ticket = task.ticket;
+        task.stream->completed++;
+      }
+      done_cv.notify_all();
+    }
+  }
+
+  uint64_t Submit(Stream* s, std::function<void()> run) {
+    std::lock_guard<std::mutex> lock(q_mu);
+    uint64_t ticket = next_ticket++;
+    s->submitted++;
+    queue.push_back({s, std::move(run), ticket});
+    q_cv.notify_one();
+    return ticket;
+  }
+
+  void WaitTicket(uint64_t ticket) {
+    std::unique_lock<std::mutex> lock(q_mu);
+    done_cv.wait(lock, [&] { return done_ticket >= ticket; });
+  }
+
+  void WaitStream(Stream* s) {
+    std::unique_lock<std::mutex> lock(q_mu);
+    done_cv.wait(lock, [&] { return s->completed == s->submitted; });
+  }
+
+  void WaitAll() {
+    std::unique_lock<std::mutex> lock(q_mu);
+    uint64_t last = next_ticket - 1;
+    done_cv.wait(lock, [&] { return done_ticket >= last; });
+  }
+
+  Stream* StreamOf(Stream* s) { return s ? s : &default_stream; }
+
+  EmuStatus Sticky() {
+    std::lock_guard<std::mutex> lock(sticky_mu);
+    return sticky;
+  }
+  void SetSticky(const EmuStatus& s) {
+    std::lock_guard<std::mutex> lock(sticky_mu);
+    if (sticky.ok()) sticky = s;
+  }
+
+  void Emit(const std::string& text) {
+    if (text.empty()) return;
+    std::lock_guard<std::mutex> lock(sink_mu);
+    sink(text);
+  }
+};
+
+namespace {
+
+class ArenaAllocator : public internal::GlobalAllocator {
+ public:
+  explicit ArenaAllocator(Device::Impl& impl) : impl_(impl) {}
+  uint64_t Allocate(uint64_t bytes, uint64_t align) override {
+    std::lock_guard<std::mutex> lock(impl_.mem_mu);
+    uint64_t free_bytes = impl_.options.memory_bytes - std::min(impl_.options.memory_bytes, impl_.used);
+    uint64_t need = AlignUp(std::max<uint64_t>(bytes, 1), kAlignment);
+    if (need > free_bytes) return 0;
+    uint64_t a = impl_.AllocateLocked(bytes, std::max<uint64_t>(align, kAlignment));
+    if (a) {
+      impl_.used += need;
+      made.push_back(a);
+    }
+    return a;
+  }
+  void Write(uint64_t address, const void* data, uint64_t bytes) override {
+    std::memcpy(reinterpret_cast<void*>(address), data, bytes);
+  }
+  std::vector<uint64_t> made;
+
+ private:
+  Device::Impl& impl_;
+};
+
+EmuStatus BadValue(const std::string& m) { return EmuStatus(Code::kInvalidValue, m); }
+
+}  // namespace
+
+Device::Device(DeviceOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+Device::~Device() {
+  impl_->WaitAll();
+  for (Module* m : impl_->modules) delete m;
+  for (Stream* s : impl_->streams) delete s;
+  for (Event* e : impl_->events) delete e;
+}
+
+const DeviceProperties& Device::properties() const { return impl_->props; }
+
+EmuStatus Device::Malloc(uint64_t bytes, uint64_t* device_ptr) {
+  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+  if (!device_ptr) return BadValue("null output pointer");
+  *device_ptr = 0;
+  if (!impl_->arena) return EmuStatus(Code::kOutOfMemory, "the emulated device could not reserve its memory");
+  std::lock_guard<std::mutex> lock(impl_->mem_mu);
+  uint64_t need = AlignUp(std::max<uint64_t>(bytes, 1), kAlignment);
+  if (bytes == 0) return BadValue("cannot allocate 0 bytes");
+  if (need > impl_->options.memory_bytes - std::min(impl_->options.memory_bytes, impl_->used)) {
+    return EmuStatus(Code::kOutOfMemory, "out of memory: " + std::to_string(bytes) + " bytes requested, " +
+                                             std::to_string(impl_->options.memory_bytes - impl_->used) +
+                                             " bytes free of " + std::to_string(impl_->options.memory_bytes));
+  }
+  uint64_t a = impl_->AllocateLocked(bytes, kAlignment);
+  if (!a) return EmuStatus(Code::kOutOfMemory, "out of memory (fragmented)");
+  impl_->used += need;
+  *device_ptr = a;
+  return EmuStatus::Ok();
+}
+
+EmuStatus Device::Free(uint64_t device_ptr) {
+  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+  if (device_ptr == 0) return EmuStatus::Ok();
+  impl_->WaitAll();  // cudaFree synchronises: no running kernel may still use the memory.
+  std::lock_guard<std::mutex> lock(impl_->mem_mu);
+  auto it = impl_->live.find(device_ptr);
+  if (it == impl_->live.end() || impl_->heap_blocks.count(device_ptr)) {
+    return BadValue("free of an address that is not the start of an allocation");
+  }
+  impl_->used -= AlignUp(std::max<uint64_t>(it->second, 1), kAlignment);
+  impl_->FreeLocked(device_ptr);
+  return EmuStatus::Ok();
+}
+
+void Device::MemInfo(uint64_t* free_bytes, uint64_t* total_bytes) const {
+  std::lock_guard<std::mutex> lock(impl_->mem_mu);
+  if (total_bytes) *total_bytes = impl_->options.memory_bytes;
+  if (free_bytes) *free_bytes = impl_->options.memory_bytes - std::min(impl_->options.memory_bytes, impl_->used);
+}
+
+EmuStatus Device::AddressRange(uint64_t device_ptr, uint64_t* base, uint64_t* size) const {
+  std::lock_guard<std::mutex> lock(impl_->mem_mu);
+  auto it = impl_->live.upper_bound(device_ptr);
+  if (it == impl_->live.begin()) return BadValue("not a device address");
+  --it;
+  if (device_ptr >= it->first + std::max<uint64_t>(it->second, 1)) return BadValue("not a device address");
+  if (base) *base = it->first;
+  if (size) *size = it->second;
+  return EmuStatus::Ok();
+}
+
+namespace {
+
+// Runs `op` on the stream (async) or in order and waits for it (sync).
+template <typename Op>
+EmuStatus Enqueue(Device::Impl& impl, Stream* stream, bool async, Op op) {
+  Stream* s = impl.StreamOf(stream);
+  uint64_t ticket = impl.Submit(s, std::move(op));
+  if (!async) impl.WaitTicket(ticket);
+  return impl.Sticky();
+}
+
+}  // namespace
+
+EmuStatus Device::CopyToDevice(uint64_t dst, const void* src, size_t bytes, Stream* stream, bool async) {
+  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+  if (bytes == 0) return EmuStatus::Ok();
+  if (!impl_->Contains(dst, bytes)) return BadValue("copy destination is not inside one device allocation");
+  return Enqueue(*impl_, stream, async, [=] { std::memcpy(reinterpret_cast<void*>(dst), src, bytes); });
+}
+
+EmuStatus Device::CopyFromDevice(void* dst, uint64_t src, size_t bytes, Stream* stream, bool async) {
+  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+  if (bytes == 0) return EmuStatus::Ok();
+  if (!impl_->Contains(src, bytes)) return BadValue("copy source is not inside one device allocation");
+  return Enqueue(*impl_, stream, async, [=] { std::memcpy(dst, reinterpret_cast<const void*>(src), bytes); });
+}
+
+EmuStatus Device::CopyOnDevice(uint64_t dst, uint64_t src, size_t bytes, Stream* stream, bool async) {
+  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+  if (bytes == 0) return EmuStatus::Ok();
+  if (!impl_->Contains(dst, bytes) || !impl_->Contains(src, bytes)) {
+    return BadValue("device-to-device copy outside an allocation");
+  }
+  return Enqueue(*impl_, stream, async,
+                 [=] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes); });
+}
+
+EmuStatus Device::Memset(uint64_t dst, uint32_t value, size_t element_size, size_t count, Stream* stream,
+                         bool async) {
+  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+  if (element_size != 1 && element_size != 2 && element_size != 4) return BadValue("memset element size must be 1, 2 or 4");
+  if (count == 0) return EmuStatus::Ok();
+  if (!impl_->Contains(dst, element_size * count)) return BadValue("memset outside a device allocation");
+  return Enqueue(*impl_, stream, async, [=] {
+    uint8_t* p = reinterpret_cast<uint8_t*>(dst);
+    if (element_size == 1) {
+      std::memset(p, static_cast<int>(value & 0xff), count);
+    } else {
+      for (size_t i = 0; i < count; ++i) std::memcpy(p + i * element_size, &value, element_size);
+    }
+  });
+}
+
+EmuStatus Device::LoadModule(const void* image, size_t size, Module** module) {
+  if (!image || !module) return BadValue("null image or output");
+  auto ptx = PtxForDevice(image, size, impl_->props.cc_major * 10 + impl_->props.cc_minor);
+  if (!ptx.ok()) return ptx.status();
+  return LoadPtx(ptx.value(), module);
+}
+
+EmuStatus Device::LoadPtx(std::string_view ptx, Module** module) {
+  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+  if (!module) return BadValue("null output");
+  auto parsed = ParsePtx(ptx);
+  if (!parsed.ok()) return parsed.status();
+  ArenaAllocator alloc(*impl_);
+  auto program = internal::Compile(parsed.value(), alloc);
+  if (!program.ok()) {
+    std::lock_guard<std::mutex> lock(impl_->mem_mu);
+    for (uint64_t a : alloc.made) {
+      impl_->used -= AlignUp(std::max<uint64_t>(impl_->live[a], 1), kAlignment);
+      impl_->FreeLocked(a);
+    }
+    return program.status();
+  }
+  auto m = std::make_unique<Module>();
+  m->program = std::move(program).value();
+  m->allocations = alloc.made;
+  for (size_t i = 0; i < m->program.functions.size(); ++i) {
+    const internal::Function& f = m->program.functions[i];
+    if (!f.is_entry || !f.defined) continue;
+    auto fn = std::make_unique<Function>();
+    fn->module = m.get();
+    fn->index = static_cast<int>(i);
+    fn->name = f.name;
+    fn->params = f.kernel_params;
+    m->functions[f.name] = fn.get();
+    m->owned.push_back(std::move(fn));
+  }
+  *module = m.release();
+  std::lock_guard<std::mutex> lock(impl_->q_mu);
+  impl_->modules.insert(*module);
+  return EmuStatus::Ok();
+}
+
+EmuStatus Device::UnloadModule(Module* module) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->q_mu);
+    if (!impl_->modules.erase(module)) return EmuStatus(Code::kInvalidHandle, "unknown module");
+  }
+  impl_->WaitAll();
+  {
+    std::lock_guard<std::mutex> lock(impl_->mem_mu);
+    for (uint64_t a : module->allocations) {
+      if (!impl_->live.count(a)) continue;
+      impl_->used -= AlignUp(std::max<uint64_t>(impl_->live[a], 1), kAlignment);
+      impl_->FreeLocked(a);
+    }
+  }
+  delete module;
+  return EmuStatus::Ok();
+}
+
+EmuStatus Device::GetFunction(Module* module, const std::string& name, Function** function) {
+  if (!module || !function) return BadValue("null module or output");
+  auto it = module->functions.find(name);
+  if (it == module->functions.end()) return EmuStatus(Code::kNotFound, "no kernel named '" + name + "' in the module");
+  *function = it->second;
+  return EmuStatus::Ok();
+}
+
+EmuStatus Device::GetGlobal(Module* module, const std::string& name, uint64_t* device_ptr, size_t* bytes) {
+  if (!module) return BadValue("null module");
+  auto it = module->program.globals.find(name);
+  if (it == module->program.globals.end()) {
+    return EmuStatus(Code::kNotFound, "no global or constant variable named '" + name + "' in the module");
+  }
+  if (device_ptr) *device_ptr = it->second.address;
+  if (bytes) *bytes = it->second.size;
+  return EmuStatus::Ok();
+}
+
+const std::vector<ParamInfo>& Device::Params(const Function* function) { return function->params; }
+const std::string& Device::Name(const Function* function) { return function->name; }
+
+void Device::Attributes(const Function* function, int* static_shared_bytes, int* local_bytes, int* num_regs) {
+  const internal::Function& f = function->module->program.functions[static_cast<size_t>(function->index)];
+  if (static_shared_bytes) *static_shared_bytes = static_cast<int>(function->module->program.static_shared_bytes);
+  if (local_bytes) *local_bytes = static_cast<int>(f.local_area);
+  if (num_regs) *num_regs = static_cast<int>(std::min<uint32_t>(255, std::max<uint32_t>(16, f.num_regs)));
+}
+
+EmuStatus Device::Launch(Function* function, const LaunchConfig& config, void** params) {
+  if (!function) return EmuStatus(Code::kInvalidHandle, "null function");
+  const auto& layout = function->params;
+  const internal::Function& f = function->module->program.functions[static_cast<size_t>(function->index)];
+  std::vector<uint8_t> buffer(f.kernel_param_bytes, 0);
+  if (!layout.empty() && !params) return BadValue("kernel takes parameters but none were given");
+  for (size_t i = 0; i < layout.size(); ++i) {
+    if (!params[i]) return BadValue("kernel parameter " + std::to_string(i) + " is a null pointer");
+    std::memcpy(buffer.data() + layout[i].offset, params[i], layout[i].size);
+  }
+  return LaunchPacked(function, config, buffer.data(), buffer.size());
+}
+
+EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, const void* buffer, size_t bytes) {
+  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+  if (!function) return EmuStatus(Code::kInvalidHandle, "null function");
+  const DeviceProperties& p = impl_->props;
+  const Dim3& b = config.block;
+  const Dim3& g = config.grid;
+  uint64_t threads = static_cast<uint64_t>(b.x) * b.y * b.z;
+  if (b.x == 0 || b.y == 0 || b.z == 0 || g.x == 0 || g.y == 0 || g.z == 0) {
+    return BadValue("grid and block dimensions must be at least 1");
+  }
+  if (threads > static_cast<uint64_t>(p.max_threads_per_block) || b.x > p.max_block_dim.x ||
+      b.y > p.max_block_dim.y || b.z > p.max_block_dim.z) {
+    return BadValue("block of " + std::to_string(threads) + " threads exceeds the device's limits");
+  }
+  if (g.x > p.max_grid_dim.x || g.y > p.max_grid_dim.y || g.z > p.max_grid_dim.z) {
+    return BadValue("grid dimensions exceed the device's limits");
+  }
+  const internal::Program& prog = function->module->program;
+  if (prog.static_shared_bytes + config.shared_bytes > static_cast<uint32_t>(p.shared_memory_per_block_optin)) {
+    return EmuStatus(Code::kLaunchOutOfResources, "shared memory of " +
+                                                      std::to_string(prog.static_shared_bytes + config.shared_bytes) +
+                                                      " bytes exceeds the per-block limit");
+  }
+  auto launch = std::make_shared<internal::Launch>();
+  launch->program = &prog;
+  launch->function = function->index;
+  launch->grid = g;
+  launch->block = b;
+  launch->dynamic_shared = config.shared_bytes;
+  launch->params.assign(static_cast<const uint8_t*>(buffer), static_cast<const uint8_t*>(buffer) + bytes);
+  const internal::Function& f = prog.functions[static_cast<size_t>(function->index)];
+  if (launch->params.size() < f.kernel_param_bytes) launch->params.resize(f.kernel_param_bytes, 0);
+  launch->grid_id = ++impl_->grid_ids;
+  Impl* impl = impl_.get();
+  return Enqueue(*impl_, config.stream, true, [impl, launch] {
+    if (!impl->Sticky().ok()) return;  // A faulted context runs nothing more.
+    internal::LaunchOutcome out = internal::Execute(*launch, *impl, impl->workers, impl->props.multiprocessor_count);
+    impl->Emit(out.printf_output);
+    if (!out.status.ok()) impl->SetSticky(out.status);
+  });
+}
+
+EmuStatus Device::LaunchHostFunc(Stream* stream, std::function<void()> callback) {
+  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+  return Enqueue(*impl_, stream, true, std::move(callback));
+}
+
+EmuStatus Device::CreateStream(Stream** stream) {
+  if (!stream) return BadValue("null output");
+  *stream = new Stream();
+  std::lock_guard<std::mutex> lock(impl_->q_mu);
+  impl_->streams.insert(*stream);
+  return EmuStatus::Ok();
+}
+
+EmuStatus Device::DestroyStream(Stream* stream) {
+  if (!stream) return EmuStatus(Code::kInvalidHandle, "null stream");
+  {
+    std::lock_guard<std::mutex> lock(impl_->q_mu);
+    if (!impl_->streams.count(stream)) return EmuStatus(Code::kInvalidHandle, "unknown stream");
+  }
+  impl_->WaitStream(stream);  // Pending work completes; then the handle goes.
+  std::lock_guard<std::mutex> lock(impl_->q_mu);
+  impl_->streams.erase(stream);
+  delete stream;
+  return EmuStatus::Ok();
+}
+
+EmuStatus Device::StreamSynchronize(Stream* stream) {
+  impl_->WaitStream(impl_->StreamOf(stream));
+  return impl_->Sticky();
+}
+
+EmuStatus Device::StreamQuery(Stream* stream) {
+  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+  Stream* s = impl_->StreamOf(stream);
+  std::lock_guard<std::mutex> lock(impl_->q_mu);
+  return s->completed == s->submitted ? EmuStatus::Ok() : EmuStatus(Code::kNotReady, "stream busy");
+}
+
+EmuStatus Device::StreamWaitEvent(Stream* stream, Event* event) {
+  // Every stream shares one in-order queue, so work submitted after the event's record already runs after it.
+  // TODO(perf): independent streams could overlap on separate queues.
+  if (!event) return EmuStatus(Code::kInvalidHandle, "null event");
+  return impl_->Sticky();
+}
+
+EmuStatus Device::CreateEvent(Event** event) {
+  if (!event) return BadValue("null output");
+  *event = new Event();
+  std::lock_guard<std::mutex> lock(impl_->q_mu);
+  impl_->events.insert(*event);
+  return EmuStatus::Ok();
+}
+
+EmuStatus Device::DestroyEvent(Event* event) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->q_mu);
+    if (!impl_->events.count(event)) return EmuStatus(Code::kInvalidHandle, "unknown event");
+  }
+  if (event->recorded) impl_->WaitTicket(event->ticket);  // A pending record still writes to it.
+  {
+    std::lock_guard<std::mutex> lock(impl_->q_mu);
+    impl_->events.erase(event);
+  }
+  delete event;
+  return EmuStatus::Ok();
+}
+
+EmuStatus Device::RecordEvent(Event* event, Stream* stream) {
+  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+  if (!event) return EmuStatus(Code::kInvalidHandle, "null event");
+  Stream* s = impl_->StreamOf(stream);
+  std::lock_guard<std::mutex> lock(impl_->q_mu);
+  uint64_t ticket = impl_->next_ticket++;
+  s->submitted++;
+  event->recorded = true;
+  event->done = false;
+  event->ticket = ticket;
+  impl_->queue.push_back({s, [event] {
+                            event->when = std::chrono::steady_clock::now();
+                            event->done = true;
+                          },
+                          ticket});
+  impl_->q_cv.notify_one();
+  return EmuStatus::Ok();
+}
+
+EmuStatus Device::EventSynchronize(Event* event) {
+  if (!event) return EmuStatus(Code::kInvalidHandle, "null event");
+  if (event->recorded) impl_->WaitTicket(event->ticket);
+  return impl_->Sticky();
+}
+
+EmuStatus Device::EventQuery(Event* event) {
+  if (!event) return EmuStatus(Code::kInvalidHandle, "null event");
+  std::lock_guard<std::mutex> lock(impl_->q_mu);
+  if (!event->recorded || impl_->done_ticket >= event->ticket) return impl_->Sticky();
+  return EmuStatus(Code::kNotReady, "event not reached yet");
+}
+
+EmuStatus Device::ElapsedMs(Event* start, Event* end, float* ms) {
+  if (!start || !end || !ms) return BadValue("null event or output");
+  std::lock_guard<std::mutex> lock(impl_->q_mu);
+  if (!start->recorded || !end->recorded) return EmuStatus(Code::kInvalidHandle, "event was never recorded");
+  if (impl_->done_ticket < start->ticket || impl_->done_ticket < end->ticket) {
+    return EmuStatus(Code::kNotReady, "event not reached yet");
+  }
+  *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
+  return EmuStatus::Ok();
+}
+
+EmuStatus Device::Synchronize() {
+  impl_->WaitAll();
+  return impl_->Sticky();
+}
+
+EmuStatus Device::StickyError() const { return impl_->Sticky(); }
+
+void Device::ResetContext() {
+  impl_->WaitAll();
+  std::set<Module*> modules;
+  {
+    std::lock_guard<std::mutex> lock(impl_->q_mu);
+    modules.swap(impl_->modules);
+  }
+  for (Module* m : modules) delete m;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mem_mu);
+    impl_->live.clear();
+    impl_->free_.clear();
+    impl_->free_[0] = impl_->arena_size;
+    impl_->used = 0;
+    impl_->heap_used = 0;
+    impl_->heap_blocks.clear();
+    impl_->ranges_cache.reset();
+    madvise(impl_->arena, impl_->arena_size, MADV_DONTNEED);
+  }
+  std::lock_guard<std::mutex> lock(impl_->sticky_mu);
+  impl_->sticky = EmuStatus::Ok();
+}
+
+void Device::SetPrintfSink(std::function<void(std::string_view)> sink) {
+  std::lock_guard<std::mutex> lock(impl_->sink_mu);
+  impl_->sink = std::move(sink);
+}
+
+}  // namespace gpupool::emu

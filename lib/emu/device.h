@@ -1,0 +1,154 @@
+// The emulated GPU: device memory in host RAM, modules loaded from fatbins or PTX, kernels executed by the PTX
+// interpreter on a pool of host threads, streams and events with CUDA's ordering. It is a real, slow GPU: it
+// computes what a GPU computes for the programs it accepts and refuses clearly what it does not support.
+//
+// Thread safety: every method may be called from any thread.
+#ifndef GPUPOOL_EMU_DEVICE_H_
+#define GPUPOOL_EMU_DEVICE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "emu/status.h"
+
+namespace gpupool::emu {
+
+struct Dim3 {
+  uint32_t x = 1, y = 1, z = 1;
+};
+
+struct DeviceOptions {
+  uint64_t memory_bytes = 1ull << 30;  // Capacity; allocations beyond it fail with kOutOfMemory. Default 1 GiB.
+  int cc_major = 7, cc_minor = 5;      // Compute capability reported and used to pick PTX. Default 7.5.
+  std::string name = "gpupool emulated GPU";
+  int worker_threads = 0;              // Host threads running CTAs. Default 0: one per core.
+};
+
+// What cuDeviceGetAttribute reports; values look like a real GPU of the chosen compute capability.
+struct DeviceProperties {
+  std::string name;
+  int cc_major = 7, cc_minor = 5;
+  uint64_t total_memory = 0;
+  int multiprocessor_count = 40;
+  int warp_size = 32;
+  int max_threads_per_block = 1024;
+  Dim3 max_block_dim{1024, 1024, 64};
+  Dim3 max_grid_dim{2147483647u, 65535, 65535};
+  int shared_memory_per_block = 48 * 1024;
+  int shared_memory_per_block_optin = 64 * 1024;
+  int shared_memory_per_multiprocessor = 64 * 1024;
+  int registers_per_block = 65536;
+  int registers_per_multiprocessor = 65536;
+  int max_threads_per_multiprocessor = 1024;
+  int max_blocks_per_multiprocessor = 16;
+  int clock_rate_khz = 1590000;
+  int memory_clock_rate_khz = 5001000;
+  int memory_bus_width = 256;
+  int l2_cache_size = 4 * 1024 * 1024;
+  int total_constant_memory = 64 * 1024;
+  int texture_alignment = 512;
+  int pci_bus_id = 0, pci_device_id = 0, pci_domain_id = 0;
+  uint8_t uuid[16] = {};
+};
+
+// One kernel parameter as the PTX signature declares it.
+struct ParamInfo {
+  uint32_t offset = 0;  // In the parameter buffer, aligned as the type requires.
+  uint32_t size = 0;
+  uint32_t align = 0;
+};
+
+class Module;
+class Function;
+class Stream;
+class Event;
+
+struct LaunchConfig {
+  Dim3 grid, block;
+  uint32_t shared_bytes = 0;  // Dynamic shared memory.
+  Stream* stream = nullptr;   // nullptr: the default (legacy) stream.
+};
+
+class Device {
+ public:
+  explicit Device(DeviceOptions options = {});
+  ~Device();  // Waits for running work, then frees everything.
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  const DeviceProperties& properties() const;
+
+  // ---- Memory. Device addresses are stable for the allocation's life and 256-byte aligned. ----
+  EmuStatus Malloc(uint64_t bytes, uint64_t* device_ptr);
+  EmuStatus Free(uint64_t device_ptr);
+  void MemInfo(uint64_t* free_bytes, uint64_t* total_bytes) const;
+  // The allocation containing `device_ptr`: its base and size; kInvalidValue if none.
+  EmuStatus AddressRange(uint64_t device_ptr, uint64_t* base, uint64_t* size) const;
+  // Synchronous copies and sets wait for earlier work on the default stream, like cuMemcpy.
+  EmuStatus CopyToDevice(uint64_t dst, const void* src, size_t bytes, Stream* stream = nullptr, bool async = false);
+  EmuStatus CopyFromDevice(void* dst, uint64_t src, size_t bytes, Stream* stream = nullptr, bool async = false);
+  EmuStatus CopyOnDevice(uint64_t dst, uint64_t src, size_t bytes, Stream* stream = nullptr, bool async = false);
+  // Fills `count` elements of `element_size` (1, 2 or 4) bytes with the low bytes of `value`.
+  EmuStatus Memset(uint64_t dst, uint32_t value, size_t element_size, size_t count, Stream* stream = nullptr,
+                   bool async = false);
+
+  // ---- Modules. ----
+  // `image`: fatbin wrapper, fatbin container or PTX text (see fatbin.h); `size` 0 if unknown.
+  // Errors: kNoBinaryForGpu (no PTX), kInvalidImage (corrupt), kInvalidPtx (malformed or unsupported PTX, with
+  // the line and instruction).
+  EmuStatus LoadModule(const void* image, size_t size, Module** module);
+  EmuStatus LoadPtx(std::string_view ptx, Module** module);
+  EmuStatus UnloadModule(Module* module);
+  EmuStatus GetFunction(Module* module, const std::string& name, Function** function);
+  // Module-scope .global/.const variable: device address and size.
+  EmuStatus GetGlobal(Module* module, const std::string& name, uint64_t* device_ptr, size_t* bytes);
+  static const std::vector<ParamInfo>& Params(const Function* function);
+  static const std::string& Name(const Function* function);
+  // Static shared memory, local (stack) bytes per thread, and the register count we claim.
+  static void Attributes(const Function* function, int* static_shared_bytes, int* local_bytes, int* num_regs);
+
+  // ---- Launch (asynchronous, in stream order). ----
+  // `params` as cuLaunchKernel's kernelParams: one pointer per parameter, read now (copied before returning).
+  EmuStatus Launch(Function* function, const LaunchConfig& config, void** params);
+  // Same with the parameter buffer already packed at Params() offsets.
+  EmuStatus LaunchPacked(Function* function, const LaunchConfig& config, const void* buffer, size_t bytes);
+  // Runs `callback` on the stream's worker once earlier work is done (cuLaunchHostFunc).
+  EmuStatus LaunchHostFunc(Stream* stream, std::function<void()> callback);
+
+  // ---- Streams and events. ----
+  EmuStatus CreateStream(Stream** stream);
+  EmuStatus DestroyStream(Stream* stream);  // Pending work still completes.
+  EmuStatus StreamSynchronize(Stream* stream);
+  EmuStatus StreamQuery(Stream* stream);     // kSuccess when idle, kNotReady otherwise.
+  EmuStatus StreamWaitEvent(Stream* stream, Event* event);
+  EmuStatus CreateEvent(Event** event);
+  EmuStatus DestroyEvent(Event* event);
+  EmuStatus RecordEvent(Event* event, Stream* stream);
+  EmuStatus EventSynchronize(Event* event);
+  EmuStatus EventQuery(Event* event);
+  EmuStatus ElapsedMs(Event* start, Event* end, float* ms);
+  // Waits for all work on all streams.
+  EmuStatus Synchronize();
+
+  // A kernel fault (illegal address, trap, assert) is sticky, as on a GPU: every later call returns it until
+  // ResetContext(), which frees all memory and modules.
+  EmuStatus StickyError() const;
+  void ResetContext();
+
+  // Where device printf output goes; default: this process's stdout, flushed at the end of each launch.
+  void SetPrintfSink(std::function<void(std::string_view)> sink);
+
+  struct Impl;  // Internal to lib/emu.
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpupool::emu
+
+#endif  // GPUPOOL_EMU_DEVICE_H_

@@ -1,0 +1,407 @@
+#include "emu/exec.h"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "emu/fp.h"
+#include "emu/printf.h"
+
+namespace gpupool::emu::internal {
+namespace {
+
+constexpr uint32_t kLocalStackBytes = 16 * 1024;  // Per thread, like a generous cudaLimitStackSize.
+constexpr uint32_t kParamStackBytes = 8 * 1024;   // Call parameters per thread, beyond the kernel's own.
+
+int Size(Type t) { return ptx::TypeSize(t); }
+bool IsSignedT(Type t) { return t == Type::kS8 || t == Type::kS16 || t == Type::kS32 || t == Type::kS64; }
+bool IsFloatT(Type t) { return t == Type::kF16 || t == Type::kBF16 || t == Type::kF32 || t == Type::kF64; }
+
+inline uint64_t MaskBytes(int bytes) { return bytes >= 8 ? ~0ull : (1ull << (bytes * 8)) - 1; }
+
+// Sign-extends the low `bytes` of v.
+inline int64_t Sext(uint64_t v, int bytes) {
+  if (bytes >= 8) return static_cast<int64_t>(v);
+  int shift = 64 - bytes * 8;
+  return static_cast<int64_t>(v << shift) >> shift;
+}
+
+// Reads an integer operand as int64 (signed types sign-extended, others zero-extended from the type's width).
+inline int64_t AsInt(uint64_t v, Type t) {
+  int s = Size(t);
+  return IsSignedT(t) ? Sext(v, s) : static_cast<int64_t>(v & MaskBytes(s));
+}
+
+struct Frame {
+  int32_t fn = 0;
+  uint32_t pc = 0;
+  uint32_t reg_base = 0;
+  uint32_t local_base = 0;   // Offset in the thread's local window.
+  uint8_t* param_base = nullptr;
+  uint32_t param_size = 0;
+};
+
+enum class ThreadState : uint8_t { kRunning, kBarrier, kCollective, kExited };
+
+struct Thread {
+  uint32_t tid[3] = {0, 0, 0};
+  uint32_t linear = 0, lane = 0, warp = 0;
+  ThreadState state = ThreadState::kRunning;
+  std::vector<Frame> frames;
+  std::vector<uint64_t> regs;
+  uint8_t* local = nullptr;  // This thread's local window.
+  uint32_t local_top = 0;
+  std::vector<uint8_t> param_stack;
+  uint32_t param_top = 0;
+  bool carry = false;
+  uint32_t barrier = 0;       // Waiting on this barrier id.
+  bool red_pred = false;      // bar.red: this thread's predicate.
+};
+
+struct Barrier {
+  uint32_t arrived = 0;   // Threads that arrived (waiting or bar.arrive).
+  uint32_t expected = 0;  // 0: every thread not exited.
+  std::vector<uint32_t> waiting;
+  uint32_t popc = 0;
+  bool all = true, any = false;
+};
+
+struct Fault {
+  EmuStatus status;
+};
+
+class CtaRunner {
+ public:
+  CtaRunner(const Launch& launch, MemoryMap& memory, int sm, std::atomic<bool>& abort)
+      : launch_(launch), prog_(*launch.program), memory_(memory), sm_(sm), abort_(abort) {
+    ranges_ = memory.Ranges();
+    const Function& entry = prog_.functions[static_cast<size_t>(launch.function)];
+    nthreads_ = launch.block.x * launch.block.y * launch.block.z;
+    shared_size_ = prog_.static_shared_bytes + launch.dynamic_shared;
+    shared_.assign(shared_size_ + 16, 0);
+    bool needs_local = false;
+    for (const auto& f : prog_.functions) needs_local = needs_local || f.uses_local || !f.call_operands.empty();
+    local_size_ = needs_local ? kLocalStackBytes : 0;
+    locals_.assign(static_cast<size_t>(local_size_) * nthreads_ + 16, 0);
+    threads_.resize(nthreads_);
+    for (uint32_t i = 0; i < nthreads_; ++i) {
+      Thread& t = threads_[i];
+      t.linear = i;
+      t.tid[0] = i % launch.block.x;
+      t.tid[1] = (i / launch.block.x) % launch.block.y;
+      t.tid[2] = i / (launch.block.x * launch.block.y);
+      t.lane = i % 32;
+      t.warp = i / 32;
+      t.local = locals_.data() + static_cast<size_t>(i) * local_size_;
+      t.param_stack.assign(std::max<size_t>(entry.param_area, launch.params.size()) + kParamStackBytes, 0);
+    }
+    nwarps_ = (nthreads_ + 31) / 32;
+  }
+
+  // Runs one CTA. Returns false (with fault_) on a kernel fault or deadlock.
+  bool RunCta(uint32_t cx, uint32_t cy, uint32_t cz) {
+    ctaid_[0] = cx;
+    ctaid_[1] = cy;
+    ctaid_[2] = cz;
+    std::fill(shared_.begin(), shared_.end(), 0);
+    const Function& entry = prog_.functions[static_cast<size_t>(launch_.function)];
+    for (Thread& t : threads_) {
+      t.state = ThreadState::kRunning;
+      t.frames.clear();
+      t.regs.assign(entry.num_regs, 0);
+      t.local_top = entry.local_area;
+      std::memcpy(t.param_stack.data(), launch_.params.data(), launch_.params.size());
+      t.param_top = std::max<uint32_t>(entry.param_area, static_cast<uint32_t>(launch_.params.size()));
+      Frame f;
+      f.fn = launch_.function;
+      f.param_base = t.param_stack.data();
+      f.param_size = t.param_top;
+      t.frames.push_back(f);
+      t.carry = false;
+    }
+    for (auto& b : barriers_) b = Barrier();
+    exited_ = 0;
+    while (exited_ < nthreads_) {
+      if (abort_.load(std::memory_order_relaxed)) return false;
+      bool progress = false;
+      for (Thread& t : threads_) {
+        if (t.state != ThreadState::kRunning) continue;
+        progress = true;
+        if (!RunThread(t)) return false;
+      }
+      bool released = false;
+      for (uint32_t w = 0; w < nwarps_; ++w) released = CompleteCollectives(w) || released;
+      for (uint32_t id = 0; id < 16; ++id) released = CompleteBarrier(id) || released;
+      if (!progress && !released && exited_ < nthreads_) return Deadlock();
+    }
+    return true;
+  }
+
+  const EmuStatus& fault() const { return fault_; }
+  std::string& output() { return output_; }
+  uint64_t instructions() const { return instructions_; }
+
+ private:
+  // ---- Faults. ----
+  std::string Where(const Thread& t, const Inst& in) const {
+    const Function& fn = prog_.functions[static_cast<size_t>(t.frames.back().fn)];
+    return "in " + fn.name + " at PTX line " + std::to_string(in.line) + ", block (" + std::to_string(ctaid_[0]) +
+           "," + std::to_string(ctaid_[1]) + "," + std::to_string(ctaid_[2]) + ") thread (" +
+           std::to_string(t.tid[0]) + "," + std::to_string(t.tid[1]) + "," + std::to_string(t.tid[2]) + ")";
+  }
+  bool Fail(Code code, const std::string& message) {
+    if (fault_.ok()) fault_ = EmuStatus(code, message);
+    abort_.store(true);
+    return false;
+  }
+
+  bool Deadlock() {
+    std::string detail;
+    uint32_t at_barrier = 0, at_collective = 0;
+    for (const Thread& t : threads_) {
+      at_barrier += t.state == ThreadState::kBarrier ? 1 : 0;
+      at_collective += t.state == ThreadState::kCollective ? 1 : 0;
+    }
+    return Fail(Code::kLaunchTimeout,
+                "the kernel can never finish (barrier deadlock) in block (" + std::to_string(ctaid_[0]) + "," +
+                    std::to_string(ctaid_[1]) + "," + std::to_string(ctaid_[2]) + "): " +
+                    std::to_string(at_barrier) + " thread(s) wait at a barrier and " + std::to_string(at_collective) +
+                    " at a warp-synchronous instruction, " + std::to_string(exited_) + " of " +
+                    std::to_string(nthreads_) + " exited; a barrier or warp collective waits for threads that " +
+                    "never arrive");
+  }
+
+  // ---- Memory. ----
+  bool InGlobal(uint64_t addr, uint64_t size) {
+    if (addr >= cache_base_ && addr + size <= cache_end_ && addr + size >= addr) return true;
+    const auto& r = *ranges_;
+    auto it = std::upper_bound(r.begin(), r.end(), std::pair<uint64_t, uint64_t>(addr, ~uint64_t{0}));
+    if (it == r.begin()) return false;
+    --it;
+    if (addr >= it->first && addr + size <= it->second && addr + size >= addr) {
+      cache_base_ = it->first;
+      cache_end_ = it->second;
+      return true;
+    }
+    // The device heap grows during the launch: refresh once before giving up.
+    auto fresh = memory_.Ranges();
+    if (fresh.get() != ranges_.get()) {
+      ranges_ = fresh;
+      return InGlobal(addr, size);
+    }
+    return false;
+  }
+
+  // Host pointer for an access of `size` bytes at `addr` in `space`, or nullptr after recording the fault.
+  uint8_t* Translate(Thread& t, const Inst& in, Space space, uint64_t addr, uint32_t size, bool write) {
+    uint8_t* shared = shared_.data();
+    switch (space) {
+      case Space::kShared:
+        if (addr + size <= shared_size_ && addr + size >= addr) return Aligned(t, in, shared + addr, addr, size);
+        break;
+      case Space::kLocal:
+        if (addr + size <= local_size_ && addr + size >= addr) return Aligned(t, in, t.local + addr, addr, size);
+        break;
+      case Space::kParam: {
+        uint8_t* p = reinterpret_cast<uint8_t*>(addr);
+        if (p >= t.param_stack.data() && p + size <= t.param_stack.data() + t.param_stack.size()) return p;
+        break;
+      }
+      case Space::kGlobal:
+      case Space::kConst:
+        if (InGlobal(addr, size)) return Aligned(t, in, reinterpret_cast<uint8_t*>(addr), addr, size);
+        break;
+      case Space::kGeneric: {
+        uintptr_t sh = reinterpret_cast<uintptr_t>(shared);
+        if (addr >= sh && addr + size <= sh + shared_size_) return Aligned(t, in, reinterpret_cast<uint8_t*>(addr), addr - sh, size);
+        uintptr_t lo = reinterpret_cast<uintptr_t>(t.local);
+        if (local_size_ && addr >= lo && addr + size <= lo + local_size_) {
+          return Aligned(t, in, reinterpret_cast<uint8_t*>(addr), addr - lo, size);
+        }
+        uint8_t* p = reinterpret_cast<uint8_t*>(addr);
+        if (p >= t.param_stack.data() && p + size <= t.param_stack.data() + t.param_stack.size()) return p;
+        if (InGlobal(addr, size)) return Aligned(t, in, p, addr, size);
+        break;
+      }
+    }
+    static const char* kNames[] = {"generic", "global", "shared", "local", "param", "const"};
+    Fail(Code::kIllegalAddress,
+         "illegal address: " + std::to_string(size) + "-byte " + (write ? "store to " : "load from ") +
+             kNames[static_cast<int>(space)] + " address 0x" + Hex(addr) + " " + Where(t, in) +
+             (space == Space::kShared ? " (shared window is " + std::to_string(shared_size_) + " bytes)"
+                                      : ": not inside any allocation"));
+    return nullptr;
+  }
+
+  uint8_t* Aligned(Thread& t, const Inst& in, uint8_t* p, uint64_t addr, uint32_t size) {
+    if ((addr & (size - 1)) != 0) {
+      Fail(Code::kMisalignedAddress, "misaligned " + std::to_string(size) + "-byte access at 0x" + Hex(addr) + " " +
+                                          Where(t, in));
+      return nullptr;
+    }
+    return p;
+  }
+
+  static std::string Hex(uint64_t v) {
+    char buf[24];
+    std::snprintf(buf, sizeof(buf), "%llx", static_cast<unsigned long long>(v));
+    return buf;
+  }
+
+  // ---- Operands. ----
+  uint64_t SpecialValue(const Thread& t, Special s) const {
+    switch (s) {
+      case Special::kTidX: return t.tid[0];
+      case Special::kTidY: return t.tid[1];
+      case Special::kTidZ: return t.tid[2];
+      case Special::kNtidX: return launch_.block.x;
+      case Special::kNtidY: return launch_.block.y;
+      case Special::kNtidZ: return launch_.block.z;
+      case Special::kCtaidX: return ctaid_[0];
+      case Special::kCtaidY: return ctaid_[1];
+      case Special::kCtaidZ: return ctaid_[2];
+      case Special::kNctaidX: return launch_.grid.x;
+      case Special::kNctaidY: return launch_.grid.y;
+      case Special::kNctaidZ: return launch_.grid.z;
+      case Special::kLaneid: return t.lane;
+      case Special::kWarpid: return t.warp;
+      case Special::kNwarpid: return nwarps_;
+      case Special::kSmid: return static_cast<uint64_t>(sm_);
+      case Special::kNsmid: return 40;
+      case Special::kGridid: return launch_.grid_id;
+      case Special::kClock: return static_cast<uint32_t>(instructions_ + t.linear);
+      case Special::kClock64: return instructions_ + t.linear;
+      case Special::kGlobaltimer:
+        return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                         std::chrono::system_clock::now().time_since_epoch())
+                                         .count());
+      case Special::kLanemaskEq: return 1u << t.lane;
+      case Special::kLanemaskLe: return t.lane == 31 ? 0xffffffffu : (2u << t.lane) - 1;
+      case Special::kLanemaskLt: return (1u << t.lane) - 1;
+      case Special::kLanemaskGe: return ~((1u << t.lane) - 1) & 0xffffffffu;
+      case Special::kLanemaskGt: return t.lane == 31 ? 0 : (~((2u << t.lane) - 1)) & 0xffffffffu;
+      case Special::kDynamicSmemSize: return launch_.dynamic_shared;
+      case Special::kTotalSmemSize: return shared_size_;
+      case Special::kWarpSize: return 32;
+      case Special::kZero: return 0;
+    }
+    return 0;
+  }
+
+  inline uint64_t Get(const Thread& t, const Frame& f, const uint64_t* R, const Operand& o) const {
+    switch (o.kind) {
+      case Src::kReg: return R[o.reg];
+      case Src::kImm: return o.imm;
+      case Src::kSpecial: return SpecialValue(t, static_cast<Special>(o.reg));
+      case Src::kLocalSym: return f.local_base + o.imm;
+      case Src::kParamSym: return reinterpret_cast<uint64_t>(f.param_base + o.imm);
+      default: return 0;
+    }
+  }
+  inline bool Pred(const Thread& t, const Frame& f, const uint64_t* R, const Operand& o) const {
+    bool v = (Get(t, f, R, o) & 1) != 0;
+    return o.negated ? !v : v;
+  }
+
+  // ---- The interpreter. ----
+  bool RunThread(Thread& t);
+  bool DoCall(Thread& t, const Inst& in);
+  bool DoReturn(Thread& t);
+  bool Native(Thread& t, const Inst& in, const Function& callee);
+  bool CompleteCollectives(uint32_t warp);
+  bool CompleteBarrier(uint32_t id);
+  uint8_t* GenericPeek(Thread& t, uint64_t addr);
+  void Exit(Thread& t) {
+    t.state = ThreadState::kExited;
+    ++exited_;
+  }
+
+  const Launch& launch_;
+  const Program& prog_;
+  MemoryMap& memory_;
+  int sm_;
+  std::atomic<bool>& abort_;
+  std::shared_ptr<const std::vector<std::pair<uint64_t, uint64_t>>> ranges_;
+  uint64_t cache_base_ = 1, cache_end_ = 0;
+  uint32_t nthreads_ = 0, nwarps_ = 0, exited_ = 0;
+  uint32_t ctaid_[3] = {0, 0, 0};
+  uint32_t shared_size_ = 0, local_size_ = 0;
+  std::vector<uint8_t> shared_;
+  std::vector<uint8_t> locals_;
+  std::vector<Thread> threads_;
+  Barrier barriers_[16];
+  EmuStatus fault_;
+  std::string output_;
+  uint64_t instructions_ = 0;
+
+  friend struct Ops;
+};
+
+
+#include "emu/exec_ops.inc"
+
+}  // namespace
+
+LaunchOutcome Execute(const Launch& launch, MemoryMap& memory, int workers, int sm_count) {
+  LaunchOutcome out;
+  const uint64_t ctas = static_cast<uint64_t>(launch.grid.x) * launch.grid.y * launch.grid.z;
+  if (ctas == 0) return out;
+  workers = static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(static_cast<uint64_t>(std::max(workers, 1)), ctas)));
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> abort{false};
+  // Output and faults per CTA index would cost memory for huge grids; keep per worker, merged in CTA order by
+  // tagging each CTA's output.
+  struct WorkerResult {
+    std::vector<std::pair<uint64_t, std::string>> outputs;
+    EmuStatus fault;
+    uint64_t fault_cta = ~0ull;
+    uint64_t instructions = 0;
+  };
+  std::vector<WorkerResult> results(static_cast<size_t>(workers));
+  auto work = [&](int w) {
+    CtaRunner runner(launch, memory, w % std::max(sm_count, 1), abort);
+    WorkerResult& r = results[static_cast<size_t>(w)];
+    while (!abort.load(std::memory_order_relaxed)) {
+      uint64_t i = next.fetch_add(1);
+      if (i >= ctas) break;
+      uint32_t cx = static_cast<uint32_t>(i % launch.grid.x);
+      uint32_t cy = static_cast<uint32_t>((i / launch.grid.x) % launch.grid.y);
+      uint32_t cz = static_cast<uint32_t>(i / (static_cast<uint64_t>(launch.grid.x) * launch.grid.y));
+      bool ok = runner.RunCta(cx, cy, cz);
+      if (!runner.output().empty()) {
+        r.outputs.emplace_back(i, std::move(runner.output()));
+        runner.output().clear();
+      }
+      if (!ok) {
+        r.fault = runner.fault();
+        r.fault_cta = i;
+        break;
+      }
+    }
+    r.instructions = runner.instructions();
+  };
+  std::vector<std::thread> threads;
+  for (int w = 1; w < workers; ++w) threads.emplace_back(work, w);
+  work(0);
+  for (auto& th : threads) th.join();
+  std::vector<std::pair<uint64_t, std::string>> all;
+  uint64_t first_fault = ~0ull;
+  for (auto& r : results) {
+    out.instructions += r.instructions;
+    for (auto& o : r.outputs) all.push_back(std::move(o));
+    if (!r.fault.ok() && r.fault_cta < first_fault) {
+      first_fault = r.fault_cta;
+      out.status = r.fault;
+    }
+  }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& o : all) out.printf_output += o.second;
+  return out;
+}
+
+}  // namespace gpupool::emu::internal

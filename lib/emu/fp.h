@@ -1,0 +1,128 @@
+// Floating-point helpers with PTX semantics: directed rounding done exactly (the host FPU in the requested mode),
+// flush-to-zero, saturation, conversions with CUDA's saturating float->int rules, and half/bf16 conversions.
+// Internal to lib/emu; compiled with -frounding-math so rounding-mode switches are not optimised away.
+#ifndef GPUPOOL_EMU_FP_H_
+#define GPUPOOL_EMU_FP_H_
+
+#include <cfenv>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "emu/program.h"
+
+namespace gpupool::emu::internal {
+
+inline float F32(uint64_t v) {
+  uint32_t b = static_cast<uint32_t>(v);
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+inline double F64(uint64_t v) {
+  double d;
+  std::memcpy(&d, &v, 8);
+  return d;
+}
+inline uint64_t Bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+inline uint64_t Bits(double d) {
+  uint64_t b;
+  std::memcpy(&b, &d, 8);
+  return b;
+}
+
+inline float Ftz(float f) { return std::fpclassify(f) == FP_SUBNORMAL ? std::copysign(0.0f, f) : f; }
+
+// Runs `f` with the host rounding mode set to `r` (rn/rz/rm/rp and their integer forms); restores it after.
+class RoundingScope {
+ public:
+  explicit RoundingScope(Round r) {
+    int mode = FE_TONEAREST;
+    switch (r) {
+      case Round::kRz: case Round::kRzi: mode = FE_TOWARDZERO; break;
+      case Round::kRm: case Round::kRmi: mode = FE_DOWNWARD; break;
+      case Round::kRp: case Round::kRpi: mode = FE_UPWARD; break;
+      default: break;
+    }
+    changed_ = mode != FE_TONEAREST;
+    if (changed_) std::fesetround(mode);
+  }
+  ~RoundingScope() {
+    if (changed_) std::fesetround(FE_TONEAREST);
+  }
+
+ private:
+  bool changed_;
+};
+
+// Half precision (IEEE binary16) and bfloat16, rounding to nearest even unless told otherwise.
+inline uint16_t FloatToHalf(float f, Round r = Round::kRn) {
+  _Float16 h;
+  {
+    RoundingScope scope(r);
+    volatile float v = f;
+    h = static_cast<_Float16>(v);
+  }
+  uint16_t b;
+  std::memcpy(&b, &h, 2);
+  return b;
+}
+inline uint16_t DoubleToHalf(double d, Round r = Round::kRn) {
+  _Float16 h;
+  {
+    RoundingScope scope(r);
+    volatile double v = d;
+    h = static_cast<_Float16>(v);
+  }
+  uint16_t b;
+  std::memcpy(&b, &h, 2);
+  return b;
+}
+inline float HalfToFloat(uint16_t b) {
+  _Float16 h;
+  std::memcpy(&h, &b, 2);
+  return static_cast<float>(h);
+}
+inline float Bf16ToFloat(uint16_t b) { return F32(static_cast<uint64_t>(b) << 16); }
+inline uint16_t FloatToBf16(float f, Round r = Round::kRn) {
+  uint32_t u = static_cast<uint32_t>(Bits(f));
+  if (std::isnan(f)) return static_cast<uint16_t>((u >> 16) | 0x40);
+  uint32_t lower = u & 0xffff;
+  uint32_t upper = u >> 16;
+  bool neg = (u >> 31) != 0;
+  switch (r) {
+    case Round::kRz: break;
+    case Round::kRm: if (neg && lower) ++upper; break;
+    case Round::kRp: if (!neg && lower) ++upper; break;
+    default:
+      if (lower > 0x8000 || (lower == 0x8000 && (upper & 1))) ++upper;
+  }
+  return static_cast<uint16_t>(upper);
+}
+
+// Float -> integer the way cvt.rXi.sN/uN.fM does it: round, then saturate; NaN becomes 0.
+template <typename I>
+inline I SaturatingFromFloating(double v, Round r) {
+  if (std::isnan(v)) return 0;
+  double rounded;
+  switch (r) {
+    case Round::kRzi: case Round::kRz: rounded = std::trunc(v); break;
+    case Round::kRmi: case Round::kRm: rounded = std::floor(v); break;
+    case Round::kRpi: case Round::kRp: rounded = std::ceil(v); break;
+    default: rounded = std::nearbyint(v); break;  // Host mode is nearest-even.
+  }
+  constexpr double lo = static_cast<double>(std::numeric_limits<I>::min());
+  constexpr double hi = static_cast<double>(std::numeric_limits<I>::max());
+  if (rounded <= lo) return std::numeric_limits<I>::min();
+  if (rounded >= hi) return std::numeric_limits<I>::max();
+  return static_cast<I>(rounded);
+}
+
+}  // namespace gpupool::emu::internal
+
+#endif  // GPUPOOL_EMU_FP_H_

@@ -1,0 +1,146 @@
+// The interpreter's compiled form of a PTX module: per-function bytecode with registers resolved to slots, symbols
+// to addresses, and every instruction checked and specialised at load time, so execution does no name lookups.
+// Internal to lib/emu.
+#ifndef GPUPOOL_EMU_PROGRAM_H_
+#define GPUPOOL_EMU_PROGRAM_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "emu/device.h"
+#include "emu/ptx_ast.h"
+#include "emu/status.h"
+
+namespace gpupool::emu::internal {
+
+using ptx::Type;
+
+enum class Op : uint8_t {
+  kNop, kMov, kMovPack, kMovUnpack,
+  kAdd, kSub, kMul, kMad, kFma, kDiv, kRem, kAbs, kNeg, kMin, kMax, kSad,
+  kAddC, kSubC, kMadC,  // Carry-in forms (addc/subc/madc); .cc on any of them writes the carry flag.
+  kAnd, kOr, kXor, kNot, kCnot, kShl, kShr, kShf, kLop3,
+  kPopc, kClz, kBfind, kBrev, kBfe, kBfi, kPrmt,
+  kRcp, kSqrt, kRsqrt, kSin, kCos, kLg2, kEx2, kTanh, kCopysign, kTestp,
+  kSetp, kSet, kSelp, kSlct,
+  kCvt, kCvta, kCvtaTo, kIsspacep,
+  kLd, kSt, kAtom, kRed,
+  kBra, kCall, kRet, kExit, kTrap,
+  kBar, kBarArrive, kBarRed, kWarpSync,
+  kShfl, kVote, kMatch, kRedux, kActivemask,
+  kFence, kNanosleep,
+};
+
+// Operand kinds after resolution.
+enum class Src : uint8_t {
+  kNone,
+  kReg,       // reg: slot in the frame's register file.
+  kImm,       // imm: bits, already in the instruction's type (absolute addresses of globals land here too).
+  kSpecial,   // reg: a Special id.
+  kLocalSym,  // imm: offset of a .local variable in the frame's local area (a local-space address).
+  kParamSym,  // imm: offset of a .param variable in the frame's param area (a host address at run time).
+};
+
+enum class Special : uint8_t {
+  kTidX, kTidY, kTidZ, kNtidX, kNtidY, kNtidZ, kCtaidX, kCtaidY, kCtaidZ, kNctaidX, kNctaidY, kNctaidZ,
+  kLaneid, kWarpid, kNwarpid, kSmid, kNsmid, kGridid, kClock, kClock64, kGlobaltimer,
+  kLanemaskEq, kLanemaskLe, kLanemaskLt, kLanemaskGe, kLanemaskGt, kDynamicSmemSize, kTotalSmemSize, kWarpSize,
+  kZero,
+};
+
+struct Operand {
+  Src kind = Src::kNone;
+  bool negated = false;  // Predicate source "!p".
+  uint32_t reg = 0;
+  uint64_t imm = 0;
+};
+
+enum class Space : uint8_t { kGeneric, kGlobal, kShared, kLocal, kParam, kConst };
+
+// Instruction flags.
+enum : uint16_t {
+  kFtz = 1, kSat = 2, kApprox = 4, kCarryOut = 8, kHi = 16, kWide = 32, kNan = 64, kFull = 128, kRelu = 256,
+  kShiftAmt = 512, kClamp = 1024, kLeft = 2048, kVolatile = 4096, kHasRound = 8192, kBits24 = 16384,
+};
+
+enum class Round : uint8_t { kNone, kRn, kRz, kRm, kRp, kRni, kRzi, kRmi, kRpi, kRna };
+
+struct Inst {
+  Op op = Op::kNop;
+  Type type = Type::kNone;   // Operation type (destination type for cvt).
+  Type type2 = Type::kNone;  // Source type for cvt/set/slct.
+  Round round = Round::kNone;
+  Space space = Space::kGeneric;
+  Space space2 = Space::kGeneric;  // cvta / cvta.to / isspacep: the named space.
+  uint8_t mode = 0;   // Comparison, atomic op, shuffle/vote/prmt/bool mode... (per op).
+  uint8_t mode2 = 0;  // Second mode (setp/set boolean combiner; testp kind...).
+  uint8_t vec = 1;    // .v2/.v4 width for ld/st; number of destinations for mov unpack.
+  uint16_t flags = 0;
+  int32_t guard = -1;  // Predicate register slot guarding the instruction, -1 if none.
+  bool guard_negated = false;
+  Operand d[4];        // Destinations (ld.v4 uses 4; setp with '|' uses 2).
+  Operand s[5];        // Sources.
+  Operand base;        // Address base for ld/st/atom/red (kNone: absolute offset).
+  int64_t offset = 0;  // Address offset.
+  int32_t target = -1; // Branch: pc. Call: function index (or -1 with s[0] a register for indirect calls).
+  uint16_t nargs = 0, nrets = 0;  // Call: argument/return counts; their operands live in call_args.
+  uint32_t call_args = 0;         // Call: index into Function::call_operands.
+  int line = 0;
+};
+
+enum class Native : uint8_t { kNone, kVprintf, kMalloc, kFree, kAssertFail };
+
+struct ParamSlot {
+  uint32_t offset = 0, size = 0;
+  int32_t reg = -1;  // .reg parameters: the register slot instead of param memory.
+};
+
+struct Function {
+  std::string name;
+  bool is_entry = false;
+  bool defined = false;
+  Native native = Native::kNone;
+  std::vector<Inst> code;
+  uint32_t num_regs = 0;
+  std::vector<uint8_t> reg_bytes;   // Width of each register slot's declared type.
+  std::vector<ParamSlot> params;    // In declaration order, within the param area.
+  std::vector<ParamSlot> returns;
+  uint32_t param_area = 0;          // Bytes: params, returns, then .param variables declared in the body.
+  uint32_t local_area = 0;          // Bytes of .local variables (frame size on the thread's stack).
+  std::vector<ParamInfo> kernel_params;  // Entries: the launch's parameter buffer layout (same as params).
+  uint32_t kernel_param_bytes = 0;
+  std::vector<Operand> call_operands;    // Argument/return operands of call instructions.
+  bool uses_local = false;          // Needs a local stack.
+};
+
+struct GlobalVar {
+  uint64_t address = 0;  // Device (host) address.
+  uint64_t size = 0;
+  ptx::Space space = ptx::Space::kGlobal;
+};
+
+struct Program {
+  std::vector<Function> functions;
+  std::map<std::string, int> function_index;
+  std::map<std::string, GlobalVar> globals;
+  uint32_t static_shared_bytes = 0;  // All .shared variables of the module; dynamic shared starts after.
+  int version_major = 0, version_minor = 0;
+};
+
+// Address of function `index` when taken as a value (function pointers): far from any real address.
+inline constexpr uint64_t kFunctionAddressBase = 0xF00D000000000000ull;
+
+// Lays out and compiles `module`. `allocate` places module-scope .global/.const variables in device memory
+// (returns the address or 0 when out of memory); their initialisers are written by the caller through `write`.
+struct GlobalAllocator {
+  virtual ~GlobalAllocator() = default;
+  virtual uint64_t Allocate(uint64_t bytes, uint64_t align) = 0;
+  virtual void Write(uint64_t address, const void* data, uint64_t bytes) = 0;
+};
+EmuResult<Program> Compile(const ptx::Module& module, GlobalAllocator& allocator);
+
+}  // namespace gpupool::emu::internal
+
+#endif  // GPUPOOL_EMU_PROGRAM_H_
