@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -98,6 +99,7 @@ struct Device::Impl : public internal::MemoryMap {
   std::mutex sink_mu;
   std::function<void(std::string_view)> sink;
   uint32_t grid_ids = 0;
+  std::atomic<uint64_t> instructions{0};
 
   explicit Impl(DeviceOptions o) : options(std::move(o)) {
     props.name = options.name;
@@ -559,6 +561,7 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
   return Enqueue(*impl_, config.stream, true, [impl, launch] {
     if (!impl->Sticky().ok()) return;  // A faulted context runs nothing more.
     internal::LaunchOutcome out = internal::Execute(*launch, *impl, impl->workers, impl->props.multiprocessor_count);
+    impl->instructions += out.instructions;
     impl->Emit(out.printf_output);
     if (!out.status.ok()) impl->SetSticky(out.status);
   });
@@ -678,6 +681,8 @@ EmuStatus Device::Synchronize() {
   impl_->WaitAll();
   return impl_->Sticky();
 }
+
+uint64_t Device::InstructionsExecuted() const { return impl_->instructions.load(); }
 
 EmuStatus Device::StickyError() const { return impl_->Sticky(); }
 

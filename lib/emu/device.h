@@ -140,6 +140,9 @@ class Device {
   EmuStatus StickyError() const;
   void ResetContext();
 
+  // Dynamic PTX thread-instructions executed by all launches so far (for benchmarks and telemetry).
+  uint64_t InstructionsExecuted() const;
+
   // Where device printf output goes; default: this process's stdout, flushed at the end of each launch.
   void SetPrintfSink(std::function<void(std::string_view)> sink);
 

@@ -18,7 +18,9 @@ namespace {
 constexpr uint32_t kLocalStackBytes = 16 * 1024;  // Per thread, like a generous cudaLimitStackSize.
 constexpr uint32_t kParamStackBytes = 8 * 1024;   // Call parameters per thread, beyond the kernel's own.
 
-int Size(Type t) { return ptx::TypeSize(t); }
+// Bytes per type, indexed by ptx::Type (kept in step with the enum; checked in Execute).
+constexpr uint8_t kTypeBytes[] = {0, 1, 2, 4, 8, 16, 1, 2, 4, 8, 1, 2, 4, 8, 2, 4, 2, 4, 4, 8, 1};
+inline int Size(Type t) { return kTypeBytes[static_cast<int>(t)]; }
 bool IsSignedT(Type t) { return t == Type::kS8 || t == Type::kS16 || t == Type::kS32 || t == Type::kS64; }
 bool IsFloatT(Type t) { return t == Type::kF16 || t == Type::kBF16 || t == Type::kF32 || t == Type::kF64; }
 
@@ -349,6 +351,12 @@ class CtaRunner {
 
 LaunchOutcome Execute(const Launch& launch, MemoryMap& memory, int workers, int sm_count) {
   LaunchOutcome out;
+  for (int t = 0; t <= static_cast<int>(Type::kPred); ++t) {
+    if (kTypeBytes[t] != ptx::TypeSize(static_cast<Type>(t))) {
+      out.status = EmuStatus(Code::kUnknown, "internal: type size table out of step with ptx::Type");
+      return out;
+    }
+  }
   const uint64_t ctas = static_cast<uint64_t>(launch.grid.x) * launch.grid.y * launch.grid.z;
   if (ctas == 0) return out;
   workers = static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(static_cast<uint64_t>(std::max(workers, 1)), ctas)));

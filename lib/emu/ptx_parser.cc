@@ -675,6 +675,7 @@ class Parser {
       InitList(0, 0, 0);
     } else {
       InitLeaf(0);
+      init_.max_leaf = 1;
     }
     if (init_.unsized) {
       int64_t inner = init_.dims.size() > 1 ? init_.strides[0] : 1;  // Leaves per outermost element.
@@ -977,10 +978,8 @@ class Parser {
   void RegisterDecls(Function* f, Scope* scope) {
     int line = lex_.Next().line;
     RegisterDecl proto;
-    for (;;) {
-      const Token& t = lex_.Peek();
-      if (t.kind != Tok::kDirective) break;
-      lex_.Next();
+    while (lex_.Peek().kind == Tok::kDirective) {
+      Token t = lex_.Next();
       if (int w = VectorWidthOf(t.text)) {
         proto.vector_width = w;
       } else if (Type type = ptx::ParseType(std::string(t.text)); type != Type::kNone) {
@@ -1110,9 +1109,9 @@ class Parser {
         return ParseNumber(lex_.Next(), true);
       }
       case '!': {
-        lex_.Next();
+        int line = lex_.Next().line;
         op = ParseOperand(depth + 1);
-        if (op.kind != Operand::Kind::kRegister) Fail(t.line, "'!' applies to predicate registers only");
+        if (op.kind != Operand::Kind::kRegister) Fail(line, "'!' applies to predicate registers only");
         op.negated = true;
         return op;
       }
