@@ -137,6 +137,7 @@ class FunctionCompiler {
         inst.guard_negated = in.guard_negated;
       }
       if (EmuStatus s = Decode(in, inst); !s.ok()) return s;
+      Specialise(inst);
       out_.code.push_back(inst);
     }
     // Falling off the end of a function returns.
@@ -287,6 +288,14 @@ class FunctionCompiler {
     }
   }
 
+  // Shared and local addresses held in 32-bit registers wrap at 32 bits (mode2 = 1 tells the interpreter).
+  void MarkAddressWidth(Inst& inst) {
+    if ((inst.space == Space::kShared || inst.space == Space::kLocal) && inst.base.kind == Src::kReg &&
+        out_.reg_bytes[inst.base.reg] == 4) {
+      inst.mode2 = 1;
+    }
+  }
+
   EmuStatus ResolveAddress(const ptx::Operand& o, int line, Inst& inst) {
     if (o.kind != ptx::Operand::Kind::kAddress) {
       // "ld.param.u32 %r1, sym" without brackets is not PTX; but allow a bare symbol as an address.
@@ -400,6 +409,71 @@ class FunctionCompiler {
   }
 
   EmuStatus Decode(const ptx::Instruction& in, Inst& inst);
+
+  // Picks a fast opcode when the instruction's shape allows it (see Op::kFast*).
+  static void Specialise(Inst& in) {
+    auto plain = [](const Operand& o) { return o.kind == Src::kReg || o.kind == Src::kImm; };
+    auto srcs_plain = [&](int n) {
+      for (int i = 0; i < n; ++i) {
+        if (!plain(in.s[i]) || in.s[i].negated) return false;
+      }
+      return in.d[0].kind == Src::kReg;
+    };
+    const bool rn = in.round == Round::kNone || in.round == Round::kRn;
+    const bool no_flags = (in.flags & (kFtz | kSat | kCarryOut | kHi | kWide | kBits24 | kRelu | kNan)) == 0;
+    const Type t = in.type;
+    const bool b32 = t == Type::kU32 || t == Type::kS32 || t == Type::kB32;
+    const bool b64 = t == Type::kU64 || t == Type::kS64 || t == Type::kB64;
+    switch (in.op) {
+      case Op::kAdd: case Op::kSub:
+        if (!srcs_plain(2) || !rn || !no_flags) return;
+        if (t == Type::kF32) in.op = in.op == Op::kAdd ? Op::kFastAddF32 : Op::kFastSubF32;
+        else if (t == Type::kF64) in.op = in.op == Op::kAdd ? Op::kFastAddF64 : Op::kFastSubF64;
+        else if (b32) in.op = in.op == Op::kAdd ? Op::kFastAdd32 : Op::kFastSub32;
+        else if (b64) in.op = in.op == Op::kAdd ? Op::kFastAdd64 : Op::kFastSub64;
+        return;
+      case Op::kMul:
+        if (!srcs_plain(2) || !rn) return;
+        if ((in.flags & kWide) && !(in.flags & (kFtz | kSat | kCarryOut | kHi | kBits24))) {
+          if (in.type2 == Type::kS32) in.op = Op::kFastMulWideS32;
+          else if (in.type2 == Type::kU32) in.op = Op::kFastMulWideU32;
+          return;
+        }
+        if (!no_flags) return;
+        if (t == Type::kF32) in.op = Op::kFastMulF32;
+        else if (t == Type::kF64) in.op = Op::kFastMulF64;
+        else if (b32) in.op = Op::kFastMulLo32;
+        return;
+      case Op::kFma: case Op::kMad:
+        if (!srcs_plain(3) || !rn || !no_flags) return;
+        if (t == Type::kF32) in.op = Op::kFastFmaF32;
+        else if (t == Type::kF64) in.op = Op::kFastFmaF64;
+        else if (b32 && in.op == Op::kMad) in.op = Op::kFastMadLo32;
+        return;
+      case Op::kMov:
+        if (srcs_plain(1) && t != Type::kPred && ptx::TypeSize(t) >= 4) in.op = Op::kFastMov;
+        return;
+      case Op::kSetp:
+        if (!srcs_plain(2) || in.mode2 != 0 || in.d[1].kind != Src::kNone || (in.flags & kFtz)) return;
+        if (in.type2 == Type::kS32 && in.mode <= 5) in.op = Op::kFastSetpS32;
+        else if ((in.type2 == Type::kU32 || in.type2 == Type::kB32) && in.mode <= 9) in.op = Op::kFastSetpU32;
+        return;
+      case Op::kAnd: case Op::kOr: case Op::kXor:
+        if (!srcs_plain(2) || !b32) return;
+        in.op = in.op == Op::kAnd ? Op::kFastAnd32 : in.op == Op::kOr ? Op::kFastOr32 : Op::kFastXor32;
+        return;
+      case Op::kShl:
+        if (!srcs_plain(2)) return;
+        if (b32) in.op = Op::kFastShl32;
+        else if (b64) in.op = Op::kFastShlB64;
+        return;
+      case Op::kShr:
+        if (srcs_plain(2) && (t == Type::kU32 || t == Type::kB32)) in.op = Op::kFastShrU32;
+        return;
+      default:
+        return;
+    }
+  }
 
   ModuleCompiler& mc_;
   const ptx::Function& f_;
@@ -700,6 +774,7 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     const auto& addr = in.operands[op == "st" ? 0 : 1];
     const auto& val = in.operands[op == "st" ? 1 : 0];
     if (EmuStatus s = ResolveAddress(addr, in.line, inst); !s.ok()) return s;
+    MarkAddressWidth(inst);
     Operand* vals = op == "st" ? inst.s : inst.d;
     if (inst.vec > 1) {
       if (val.kind != ptx::Operand::Kind::kVector || val.elements.size() != inst.vec) {
@@ -741,6 +816,7 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
       return s;
     }
     if (EmuStatus s = ResolveAddress(in.operands[first], in.line, inst); !s.ok()) return s;
+    MarkAddressWidth(inst);
     for (size_t i = 0; i < nsrc; ++i) {
       if (EmuStatus s = Resolve(in.operands[first + 1 + i], inst.type, in.line, &inst.s[i]); !s.ok()) return s;
     }

@@ -22,10 +22,12 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <cstring>
 #include <memory>
-#include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "emu/lz4.h"
 

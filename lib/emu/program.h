@@ -31,6 +31,11 @@ enum class Op : uint8_t {
   kBar, kBarArrive, kBarRed, kWarpSync,
   kShfl, kVote, kMatch, kRedux, kActivemask,
   kFence, kNanosleep,
+  // Specialised forms chosen at load time for the hottest shapes: register/immediate operands only, no rounding
+  // modifier other than .rn, no ftz/sat/cc. Semantics are exactly those of the general forms.
+  kFastAddF32, kFastSubF32, kFastMulF32, kFastFmaF32, kFastAddF64, kFastSubF64, kFastMulF64, kFastFmaF64,
+  kFastAdd32, kFastSub32, kFastAdd64, kFastSub64, kFastMulLo32, kFastMadLo32, kFastMulWideS32, kFastMulWideU32,
+  kFastMov, kFastSetpS32, kFastSetpU32, kFastAnd32, kFastOr32, kFastXor32, kFastShl32, kFastShrU32, kFastShlB64,
 };
 
 // Operand kinds after resolution.

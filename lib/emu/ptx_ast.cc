@@ -41,41 +41,34 @@ Type ParseType(const std::string& name) {
     case 'p':
       if (n == "pred") return Type::kPred;
       break;
-    default:
-      break;
+    default: break;
   }
   return Type::kNone;
 }
 
 int TypeSize(Type type) {
   switch (type) {
-    case Type::kNone:
-      return 0;
+    case Type::kNone: return 0;
     case Type::kB8:
     case Type::kU8:
     case Type::kS8:
-    case Type::kPred:
-      return 1;
+    case Type::kPred: return 1;
     case Type::kB16:
     case Type::kU16:
     case Type::kS16:
     case Type::kF16:
-    case Type::kBF16:
-      return 2;
+    case Type::kBF16: return 2;
     case Type::kB32:
     case Type::kU32:
     case Type::kS32:
     case Type::kF32:
     case Type::kF16x2:
-    case Type::kBF16x2:
-      return 4;
+    case Type::kBF16x2: return 4;
     case Type::kB64:
     case Type::kU64:
     case Type::kS64:
-    case Type::kF64:
-      return 8;
-    case Type::kB128:
-      return 16;
+    case Type::kF64: return 8;
+    case Type::kB128: return 16;
   }
   return 0;
 }

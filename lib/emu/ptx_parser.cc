@@ -87,8 +87,8 @@ constexpr std::array<uint8_t, 256> MakeCharClass() {
   t['%'] |= kIdentStart;
   // NUL counts as blank: PTX handed to cuModuleLoadData or cut from a fatbin often carries trailing zero padding.
   for (char c : {' ', '\t', '\r', '\f', '\v', '\0'}) t[static_cast<uint8_t>(c)] |= kSpace;
-  for (char c : {',', ';', ':', '(', ')', '[', ']', '{', '}', '<', '>', '+', '-', '@', '!', '|', '=', '*', '&', '~',
-                 '^', '?', '/'}) {
+  for (char c : {',', ';', ':', '(', ')', '[', ']', '{', '}', '<', '>', '+',
+                 '-', '@', '!', '|', '=', '*', '&', '~', '^', '?', '/'}) {
     t[static_cast<uint8_t>(c)] |= kPunctChar;
   }
   return t;
@@ -219,8 +219,7 @@ class Lexer {
   Token ScanNumber(size_t start) {
     char c = s_[pos_];
     char p = At(pos_ + 1);
-    if (c == '0' && (p == 'x' || p == 'X' || p == 'f' || p == 'F' || p == 'd' || p == 'D') &&
-        Is(At(pos_ + 2), kHex)) {
+    if (c == '0' && (p == 'x' || p == 'X' || p == 'f' || p == 'F' || p == 'd' || p == 'D') && Is(At(pos_ + 2), kHex)) {
       pos_ += 2;
       while (Is(At(pos_), kHex)) ++pos_;
     } else if (c == '0' && (p == 'b' || p == 'B') && (At(pos_ + 2) == '0' || At(pos_ + 2) == '1')) {
@@ -260,8 +259,7 @@ class Lexer {
 
 std::string Describe(const Token& t) {
   switch (t.kind) {
-    case Tok::kEof:
-      return "end of file";
+    case Tok::kEof: return "end of file";
     default: {
       std::string_view s = t.text.substr(0, 40);
       return "'" + std::string(s) + (t.text.size() > 40 ? "...'" : "'");
@@ -399,11 +397,8 @@ class Parser {
     for (;;) {
       const Token& t = lex_.Peek();
       switch (t.kind) {
-        case Tok::kEof:
-          return std::move(module_);
-        case Tok::kDirective:
-          ModuleDirective();
-          break;
+        case Tok::kEof: return std::move(module_);
+        case Tok::kDirective: ModuleDirective(); break;
         case Tok::kPunct:
           if (t.punct == ';') {
             lex_.Next();
@@ -414,8 +409,7 @@ class Parser {
             break;
           }
           [[fallthrough]];
-        default:
-          Fail(t.line, "unexpected " + Describe(t) + " at module scope");
+        default: Fail(t.line, "unexpected " + Describe(t) + " at module scope");
       }
     }
   }
@@ -654,7 +648,8 @@ class Parser {
   void ParseInitializer(Variable* v, std::vector<int64_t> dims, int line) {
     v->has_initializer = true;
     const int elem = ptx::TypeSize(v->type);
-    if (v->type == Type::kPred || elem == 0) Fail(line, "variable '" + v->name + "' of this type cannot be initialized");
+    if (v->type == Type::kPred || elem == 0)
+      Fail(line, "variable '" + v->name + "' of this type cannot be initialized");
     if (v->vector_width > 1) dims.push_back(v->vector_width);
     init_ = InitState{};
     init_.var = v;
@@ -859,8 +854,9 @@ class Parser {
       f.is_extern = true;  // Prototype only: defined elsewhere, or by the runtime (vprintf, malloc).
       return;
     }
-    if (!PeekPunct('{')) Fail(lex_.Peek().line, "expected '{' or ';' after the signature of '" + f.name + "', found " +
-                                                    Describe(lex_.Peek()));
+    if (!PeekPunct('{'))
+      Fail(lex_.Peek().line,
+           "expected '{' or ';' after the signature of '" + f.name + "', found " + Describe(lex_.Peek()));
     f.is_extern = false;
     Body(&f);
   }
@@ -915,9 +911,7 @@ class Parser {
             break;
           }
           Fail(t.line, "unexpected " + Describe(t) + " in the body of '" + f->name + "'");
-        case Tok::kDirective:
-          BodyDirective(f);
-          break;
+        case Tok::kDirective: BodyDirective(f); break;
         case Tok::kWord:
           if (PeekPunct(':', 1)) {
             Label(f);
@@ -925,8 +919,7 @@ class Parser {
             f->body.push_back(ParseInstruction());
           }
           break;
-        default:
-          Fail(t.line, "unexpected " + Describe(t) + " in the body of '" + f->name + "'");
+        default: Fail(t.line, "unexpected " + Describe(t) + " in the body of '" + f->name + "'");
       }
     }
   }
@@ -1057,9 +1050,7 @@ class Parser {
     }
   }
 
-  std::string NameOperand(std::string_view name) {
-    return scopes_.empty() ? std::string(name) : Resolve(name);
-  }
+  std::string NameOperand(std::string_view name) { return scopes_.empty() ? std::string(name) : Resolve(name); }
 
   Operand ParseOperand(int depth) {
     const Token& t = lex_.Peek();
@@ -1094,12 +1085,9 @@ class Parser {
         }
         return op;
       }
-      case Tok::kNumber:
-        return ParseNumber(lex_.Next(), false);
-      case Tok::kPunct:
-        break;
-      default:
-        Fail(t.line, "expected an operand, found " + Describe(t));
+      case Tok::kNumber: return ParseNumber(lex_.Next(), false);
+      case Tok::kPunct: break;
+      default: Fail(t.line, "expected an operand, found " + Describe(t));
     }
     switch (t.punct) {
       case '-': {
@@ -1115,8 +1103,7 @@ class Parser {
         op.negated = true;
         return op;
       }
-      case '[':
-        return Address(depth);
+      case '[': return Address(depth);
       case '{':
         lex_.Next();
         op.kind = Operand::Kind::kVector;
@@ -1127,8 +1114,7 @@ class Parser {
         op.kind = Operand::Kind::kList;
         OperandList(&op, ')', depth);
         return op;
-      default:
-        Fail(t.line, "expected an operand, found " + Describe(t));
+      default: Fail(t.line, "expected an operand, found " + Describe(t));
     }
   }
 
@@ -1184,8 +1170,8 @@ class Parser {
     while (AcceptPunct(',')) op.elements.push_back(ParseOperand(depth + 1));
     const Token& close = lex_.Peek();
     if (close.kind != Tok::kPunct || close.punct != ']') {
-      Fail(close.line, "expected ']' to close the address opened on line " + std::to_string(line) + ", found " +
-                           Describe(close));
+      Fail(close.line,
+           "expected ']' to close the address opened on line " + std::to_string(line) + ", found " + Describe(close));
     }
     lex_.Next();
     return op;
