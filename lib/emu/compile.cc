@@ -272,11 +272,13 @@ class FunctionCompiler {
         }
         Symbol sym;
         if (LookupSymbol(o.name, &sym)) {
+          // "sym+8" as an operand: the symbol's address plus the offset.
+          uint64_t offset = o.has_offset ? static_cast<uint64_t>(o.int_value) : 0;
           switch (sym.kind) {
-            case Symbol::kGlobalAddr: out->kind = Src::kImm; out->imm = sym.value; break;
-            case Symbol::kShared: out->kind = Src::kImm; out->imm = sym.value; break;
-            case Symbol::kLocal: out->kind = Src::kLocalSym; out->imm = sym.value; break;
-            case Symbol::kParam: out->kind = Src::kParamSym; out->imm = sym.value; break;
+            case Symbol::kGlobalAddr: out->kind = Src::kImm; out->imm = sym.value + offset; break;
+            case Symbol::kShared: out->kind = Src::kImm; out->imm = sym.value + offset; break;
+            case Symbol::kLocal: out->kind = Src::kLocalSym; out->imm = sym.value + offset; break;
+            case Symbol::kParam: out->kind = Src::kParamSym; out->imm = sym.value + offset; break;
             case Symbol::kFunction: out->kind = Src::kImm; out->imm = kFunctionAddressBase + sym.value; break;
           }
           return EmuStatus::Ok();

@@ -10,6 +10,17 @@
 // is not entered in Function::labels, so brx.idx and indirect calls through prototypes are not resolvable from the
 // tree). .attribute(...) on variables and .noreturn on functions are accepted and dropped. Texture and surface
 // instructions parse generically; "[tex, {a, b}]" becomes a kAddress named "tex" whose elements hold the rest.
+//
+// Conventions the tree does not spell out:
+// - Nested blocks are numbered 1, 2, 3... in order of their '{' within each function (nested ones included), so
+//   "param0" of the third block is "param0$3". A register range declared in a block is expanded into single
+//   registers ("%r<2>" in block 4 -> "%r0$4", "%r1$4"), since a renamed range could not be indexed.
+// - Function::directives keys have no leading dot ("maxntid" -> {256, 1, 1}), like modifiers.
+// - "sym+8" as an instruction operand is a kRegister named "sym" with has_offset and int_value 8; kAddress sets
+//   has_offset whenever an offset was written ("[%rd1+0]" too).
+// - Function::line and Variable::line are the line of the declaration's first token (linkage included).
+// - A function declared without a body (".extern .func", or a prototype such as "-G"'s __fAtomicAdd) has
+//   is_extern set; its later definition, if any, is a separate Function with the same name.
 #include "emu/ptx_parser.h"
 
 #include <algorithm>
@@ -1037,13 +1048,16 @@ class Parser {
       dot = next;
     }
     if (AcceptPunct(';')) return ins;
-    ins.operands.reserve(4);  // Most instructions have 2-4 operands: one allocation instead of three.
+    // Operands collect in a reused buffer and move out in one exact-size allocation: big modules hold millions.
+    operands_.clear();
     for (;;) {
-      ins.operands.push_back(ParseOperand(0));
+      operands_.push_back(ParseOperand(0));
       if (AcceptPunct(',')) continue;
       const Token& t = lex_.Peek();
       if (t.kind == Tok::kPunct && t.punct == ';') {
         lex_.Next();
+        ins.operands.reserve(operands_.size());
+        for (Operand& op : operands_) ins.operands.push_back(std::move(op));
         return ins;
       }
       Fail(t.line, "expected ',' or ';' after operand of '" + std::string(w) + "', found " + Describe(t));
@@ -1179,7 +1193,8 @@ class Parser {
 
   Lexer lex_;
   Module module_;
-  std::vector<Scope> scopes_;  // Nested blocks of the function body being parsed, innermost last.
+  std::vector<Scope> scopes_;      // Nested blocks of the function body being parsed, innermost last.
+  std::vector<Operand> operands_;  // Scratch for the instruction being parsed.
   InitState init_;
 };
 
