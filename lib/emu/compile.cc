@@ -487,13 +487,18 @@ class FunctionCompiler {
 };
 
 // Comparison operators for setp/set (mode).
-enum Cmp : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe, kLo, kLs, kHi, kHs, kEqu, kNeu, kLtu, kLeu, kGtu, kGeu, kNum, kNanCmp };
+// Comparison operators for setp/set (Inst::mode), in the order exec_ops.inc expects. In their own namespace so
+// that names such as kHi do not shadow the instruction flags.
+namespace cmp {
+enum : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe, kLo, kLs, kHi, kHs, kEqu, kNeu, kLtu, kLeu, kGtu, kGeu, kNum, kNan };
+}  // namespace cmp
 
 bool ParseCmp(const std::string& s, uint8_t* out) {
   static const std::unordered_map<std::string, uint8_t> kMap = {
-      {"eq", kEq}, {"ne", kNe}, {"lt", kLt}, {"le", kLe}, {"gt", kGt}, {"ge", kGe}, {"lo", kLo}, {"ls", kLs},
-      {"hi", kHi}, {"hs", kHs}, {"equ", kEqu}, {"neu", kNeu}, {"ltu", kLtu}, {"leu", kLeu}, {"gtu", kGtu},
-      {"geu", kGeu}, {"num", kNum}, {"nan", kNanCmp}};
+      {"eq", cmp::kEq},   {"ne", cmp::kNe},   {"lt", cmp::kLt},   {"le", cmp::kLe},   {"gt", cmp::kGt},
+      {"ge", cmp::kGe},   {"lo", cmp::kLo},   {"ls", cmp::kLs},   {"hi", cmp::kHi},   {"hs", cmp::kHs},
+      {"equ", cmp::kEqu}, {"neu", cmp::kNeu}, {"ltu", cmp::kLtu}, {"leu", cmp::kLeu}, {"gtu", cmp::kGtu},
+      {"geu", cmp::kGeu}, {"num", cmp::kNum}, {"nan", cmp::kNan}};
   auto it = kMap.find(s);
   if (it == kMap.end()) return false;
   *out = it->second;
@@ -724,6 +729,16 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     }
     inst.op = Op::kLop3;
     return Simple(in, inst, 4, Type::kB32);
+  }
+
+  if (op == "dp4a" || op == "dp2a") {
+    // dp4a.atype.btype d, a, b, c / dp2a.{lo,hi}.atype.btype d, a, b, c: integer dot products.
+    inst.op = op == "dp4a" ? Op::kDp4a : Op::kDp2a;
+    if (m.types.size() != 2) return Err(in.line, "'" + Joined(in) + "' needs two types");
+    inst.type = m.types[0];
+    inst.type2 = m.types[1];
+    if (inst.op == Op::kDp2a) inst.mode = m.flags.count("hi") ? 1 : 0;
+    return Simple(in, inst, 3, Type::kB32);
   }
 
   if (op == "testp") {

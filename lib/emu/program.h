@@ -30,7 +30,7 @@ enum class Op : uint8_t {
   kBra, kCall, kRet, kExit, kTrap,
   kBar, kBarArrive, kBarRed, kWarpSync,
   kShfl, kVote, kMatch, kRedux, kActivemask,
-  kFence, kNanosleep,
+  kFence, kNanosleep, kDp4a, kDp2a,
   // Specialised forms chosen at load time for the hottest shapes: register/immediate operands only, no rounding
   // modifier other than .rn, no ftz/sat/cc. Semantics are exactly those of the general forms.
   kFastAddF32, kFastSubF32, kFastMulF32, kFastFmaF32, kFastAddF64, kFastSubF64, kFastMulF64, kFastFmaF64,

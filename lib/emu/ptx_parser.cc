@@ -797,7 +797,12 @@ class Parser {
           } else if (IsFloatType(v->type)) {
             Fail(nt.line, "decimal literal for packed type of '" + v->name + "'");
           } else {
-            bits = static_cast<uint64_t>(static_cast<int64_t>(op.double_value));
+            // A decimal float for an integer variable: truncate toward zero, refusing what no integer holds.
+            double d = op.double_value;
+            if (!(d > -9.2233720368547758e18 && d < 1.8446744073709552e19)) {
+              Fail(nt.line, "initializer value out of range for integer variable '" + v->name + "'");
+            }
+            bits = d < 0 ? static_cast<uint64_t>(static_cast<int64_t>(d)) : static_cast<uint64_t>(d);
           }
         }
         PutLittleEndian(b, offset, elem, bits);

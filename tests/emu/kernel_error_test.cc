@@ -1,0 +1,202 @@
+// Kernels that fault, modules the device must refuse, and barriers that never complete: each must give CUDA's
+// error code with a useful message, faults must be sticky until ResetContext(), and nothing may hang.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernel_check.h"
+#include "kernel_harness.h"
+
+namespace gpupool::emu::test {
+namespace {
+
+using ErrorTest = KernelTest;
+
+// After a sticky fault: StickyError() and every later call report it; ResetContext() clears it, frees
+// everything, and a freshly loaded module works again.
+void ExpectStickyThenRecover(ErrorTest* t, Code code) {
+  EXPECT_EQ(t->device().StickyError().code(), code) << "StickyError() after the fault";
+  uint64_t ptr = 0;
+  EXPECT_EQ(t->device().Malloc(256, &ptr).code(), code) << "Malloc after the fault";
+  EXPECT_EQ(t->device().Synchronize().code(), code) << "Synchronize after the fault";
+  t->device().ResetContext();
+  EXPECT_TRUE(t->device().StickyError().ok()) << Describe(t->device().StickyError());
+  const int n = 1000;
+  uint64_t out = t->Output<int>(n);
+  t->Launch(t->Kernel("errors", "fill_index"), {4}, {256}, 0, out, n);
+  std::vector<int> want(n);
+  for (int i = 0; i < n; ++i) want[i] = i * 3 + 1;
+  EXPECT_TRUE(ArraysEqual(t->Download<int>(out, n), want, "after ResetContext"));
+}
+
+TEST_P(ErrorTest, OutOfBoundsWriteIsIllegalAddressAndSticky) {
+  Module* module = LoadKernel("errors");
+  Function* write_at = Get(module, "write_at");
+  Function* fill = Get(module, "fill_index");
+  uint64_t buffer = Zeros<int>(64);
+  const uint64_t far_away = buffer + (1ull << 40);  // Far outside any allocation of a 256 MiB device.
+  EmuStatus status = TryLaunch(write_at, {1}, {32}, 0, far_away, 7);
+  EXPECT_EQ(status.code(), Code::kIllegalAddress) << Describe(status);
+  EXPECT_FALSE(status.message().empty());
+  // A launch after the fault fails with the same error, as on a GPU.
+  int n = 16;
+  void* params[] = {&buffer, &n};
+  EXPECT_EQ(device().Launch(fill, LaunchConfig{{1}, {32}, 0, nullptr}, params).code(), Code::kIllegalAddress)
+      << "Launch after the fault";
+  ExpectStickyThenRecover(this, Code::kIllegalAddress);
+}
+
+TEST_P(ErrorTest, NullPointerReadIsIllegalAddress) {
+  uint64_t out = Output<int>(1);
+  EmuStatus status = TryLaunch(Kernel("errors", "read_at"), {1}, {32}, 0, uint64_t{0}, out);
+  EXPECT_EQ(status.code(), Code::kIllegalAddress) << Describe(status);
+  ExpectStickyThenRecover(this, Code::kIllegalAddress);
+}
+
+TEST_P(ErrorTest, MisalignedStoreIsMisalignedAddress) {
+  uint64_t buffer = Zeros<int>(16);
+  EmuStatus status = TryLaunch(Kernel("errors", "misaligned_write"), {1}, {32}, 0, buffer);
+  EXPECT_EQ(status.code(), Code::kMisalignedAddress) << Describe(status);
+  ExpectStickyThenRecover(this, Code::kMisalignedAddress);
+}
+
+TEST_P(ErrorTest, FailedAssertIsAssertWithMessage) {
+  TRACE_SEED();
+  const int n = 512;
+  std::vector<int> x(n);
+  for (int& v : x) v = Int(0, 41);
+  x[Int(0, n - 1)] = 42;
+  TakePrintf();
+  EmuStatus status = TryLaunch(Kernel("errors", "assert_kernel"), {4}, {128}, 0, Upload(x), n);
+  EXPECT_EQ(status.code(), Code::kAssert) << Describe(status);
+  // The failing expression appears in the error message or in the device's output, as the CUDA driver prints
+  // "...: block: [b,0,0], thread: [t,0,0] Assertion `v != 42` failed."
+  std::string printed = TakePrintf();
+  EXPECT_TRUE(status.message().find("v != 42") != std::string::npos || printed.find("v != 42") != std::string::npos)
+      << "message: " << status.message() << "\nprinted: " << printed;
+  ExpectStickyThenRecover(this, Code::kAssert);
+}
+
+TEST_P(ErrorTest, PassingAssertIsFine) {
+  const int n = 512;
+  std::vector<int> x(n, 7);
+  Launch(Kernel("errors", "assert_kernel"), {4}, {128}, 0, Upload(x), n);
+  EXPECT_TRUE(device().StickyError().ok());
+}
+
+TEST_P(ErrorTest, TrapIsLaunchFailed) {
+  EmuStatus status = TryLaunch(Kernel("errors", "trap_kernel"), {2}, {64}, 0, 37);
+  EXPECT_EQ(status.code(), Code::kLaunchFailed) << Describe(status);
+  ExpectStickyThenRecover(this, Code::kLaunchFailed);
+}
+
+TEST_P(ErrorTest, BarrierDeadlockFailsInsteadOfHanging) {
+  Function* f = Kernel("barrier", "barrier_deadlock");
+  uint64_t out = Zeros<int>(64);
+  // The launch runs on another thread so that a hang fails this test instead of the whole run.
+  auto result = std::async(std::launch::async, [&] { return TryLaunch(f, {2}, {64}, 0, out); });
+  if (result.wait_for(std::chrono::seconds(120)) != std::future_status::ready) {
+    ADD_FAILURE() << "a barrier deadlock hung the device for 120 s";
+    std::fprintf(stderr, "emu_kernel_tests: aborting: the device hangs on a barrier deadlock\n");
+    std::fflush(nullptr);
+    std::_Exit(1);  // The hung launch cannot be cancelled, and ~Device would wait for it.
+  }
+  EmuStatus status = result.get();
+  EXPECT_EQ(status.code(), Code::kLaunchTimeout) << Describe(status);
+  EXPECT_FALSE(status.message().empty());
+  device().ResetContext();
+}
+
+TEST_P(ErrorTest, ExitedThreadsReleaseBarrier) {
+  // Not a deadlock: per the PTX ISA, threads that exit stop holding up a barrier.
+  uint64_t out = Zeros<int>(64);
+  auto result = std::async(std::launch::async,
+                           [&] { return TryLaunch(Kernel("barrier", "barrier_after_exit"), {1}, {64}, 0, out); });
+  if (result.wait_for(std::chrono::seconds(120)) != std::future_status::ready) {
+    ADD_FAILURE() << "barrier with exited threads hung for 120 s";
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
+  EmuStatus status = result.get();
+  ASSERT_TRUE(status.ok()) << Describe(status);
+  std::vector<int> want(64, 0);
+  for (int t = 0; t < 16; ++t) want[t] = 1;
+  EXPECT_TRUE(ArraysEqual(Download<int>(out, 64), want, "flags of the threads past the barrier"));
+}
+
+TEST_P(ErrorTest, TooMuchDynamicSharedMemoryIsRefusedNotSticky) {
+  Function* f = Kernel("params", "dyn_shared_reverse");
+  uint64_t in = Zeros<float>(128), out = Zeros<float>(128);
+  int n = 128;
+  void* params[] = {&in, &out, &n};
+  const uint32_t too_much = device().properties().shared_memory_per_block_optin + 4096;
+  EmuStatus status = device().Launch(f, LaunchConfig{{1}, {128}, too_much, nullptr}, params);
+  if (status.ok()) status = device().Synchronize();
+  EXPECT_FALSE(status.ok()) << "launch with " << too_much << " bytes of dynamic shared memory";
+  EXPECT_TRUE(device().StickyError().ok()) << "a refused launch is not a fault: " << Describe(device().StickyError());
+}
+
+GPUPOOL_INSTANTIATE_VARIANTS(ErrorTest);
+
+// ---- Images the device must refuse (no variants). ----
+
+using RefuseTest = EmuTest;
+
+TEST_F(RefuseTest, SassOnlyFatbinIsNoBinaryForGpu) {
+  std::string image = ReadFile(FatbinPath("basic", "sm80"));
+  Module* module = nullptr;
+  EmuStatus status = device().LoadModule(image.data(), image.size(), &module);
+  EXPECT_EQ(status.code(), Code::kNoBinaryForGpu) << Describe(status);
+  EXPECT_TRUE(device().StickyError().ok()) << "a refused module is not a fault";
+}
+
+// The 1-based line of the first line of `text` containing `needle`.
+int LineOf(const std::string& text, const std::string& needle) {
+  size_t at = text.find(needle);
+  if (at == std::string::npos) throw HarnessError("'" + needle + "' not in the PTX file");
+  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + at, '\n'));
+}
+
+void ExpectRefusedPtx(RefuseTest* t, const std::string& file, const std::string& instruction) {
+  std::string ptx = ReadFile(KernelSourcePath(file));
+  const int line = LineOf(ptx, instruction);
+  Module* module = nullptr;
+  EmuStatus status = t->device().LoadPtx(ptx, &module);
+  EXPECT_EQ(status.code(), Code::kInvalidPtx) << Describe(status);
+  const std::string opcode = instruction.substr(0, instruction.find('.'));
+  EXPECT_NE(status.message().find(opcode), std::string::npos)
+      << "the message should name the instruction '" << instruction << "': " << status.message();
+  EXPECT_NE(status.message().find(std::to_string(line)), std::string::npos)
+      << "the message should give line " << line << ": " << status.message();
+  EXPECT_TRUE(t->device().StickyError().ok());
+  // The same text through LoadModule (which accepts PTX too) is refused the same way.
+  EXPECT_EQ(t->device().LoadModule(ptx.c_str(), ptx.size() + 1, &module).code(), Code::kInvalidPtx);
+}
+
+TEST_F(RefuseTest, TextureInstructionIsInvalidPtx) {
+  ExpectRefusedPtx(this, "unsupported_tex.ptx", "tex.2d.v4.f32.f32");
+}
+
+TEST_F(RefuseTest, UnknownOpcodeIsInvalidPtx) { ExpectRefusedPtx(this, "unknown_opcode.ptx", "frobnicate.b32"); }
+
+TEST_F(RefuseTest, CorruptFatbinIsInvalidImage) {
+  std::string image = ReadFile(FatbinPath("basic", "default"));
+  image.resize(image.size() / 3);  // Truncated: entries run past the end.
+  Module* module = nullptr;
+  EmuStatus status = device().LoadModule(image.data(), image.size(), &module);
+  EXPECT_EQ(status.code(), Code::kInvalidImage) << Describe(status);
+}
+
+TEST_F(RefuseTest, UnknownKernelNameIsNotFound) {
+  Module* module = LoadFile(FatbinPath("basic", "default"));
+  Function* f = nullptr;
+  EXPECT_EQ(device().GetFunction(module, "no_such_kernel", &f).code(), Code::kNotFound);
+}
+
+}  // namespace
+}  // namespace gpupool::emu::test
