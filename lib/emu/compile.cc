@@ -821,7 +821,14 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     }
     if (!found) return Err(in.line, "'" + Joined(in) + "' has no operation");
     int size = ptx::TypeSize(inst.type);
-    if (size != 4 && size != 8) return Unsupported(in, "atomics of this size");
+    if (size == 2) {
+      // 16-bit atomics exist for add.noftz.f16/bf16 and cas/exch.b16.
+      bool ok = (inst.mode == 0 && (inst.type == Type::kF16 || inst.type == Type::kBF16)) ||
+                ((inst.mode == 8 || inst.mode == 9) && (inst.type == Type::kB16 || inst.type == Type::kU16));
+      if (!ok) return Unsupported(in, "this 16-bit atomic");
+    } else if (size != 4 && size != 8) {
+      return Unsupported(in, "atomics of this size");
+    }
     if (m.vec > 1) return Unsupported(in, "vector atomics");
     size_t nsrc = inst.mode == 9 ? 2 : 1;
     size_t first = 0;

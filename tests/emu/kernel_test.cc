@@ -1018,5 +1018,25 @@ TEST_P(KernelsTest, BarrierReductions) {
 
 GPUPOOL_INSTANTIATE_VARIANTS(KernelsTest);
 
+TEST_P(KernelsTest, SixteenBitAtomics) {
+  // 4 blocks x 64 threads: 128 increments per half, exact in both fp16 and bf16 (bf16 has 8 significant bits).
+  const uint32_t grid = 4, block = 64;
+  uint64_t halves = Output<uint16_t>(2, 0);
+  uint64_t bf16s = Output<uint16_t>(2, 0);
+  uint64_t cas = Output<uint16_t>(2, 0);
+  uint64_t winners = Output<int>(1, 0);
+  Launch(Kernel("half_atomics", "half_atomics"), {grid}, {block}, 0, halves, bf16s, cas, winners);
+  std::vector<uint16_t> h = Download<uint16_t>(halves, 2), b = Download<uint16_t>(bf16s, 2);
+  EXPECT_EQ(h[0], 0x5800) << "fp16 128.0";
+  EXPECT_EQ(h[1], 0x5800) << "fp16 128.0";
+  EXPECT_EQ(b[0], 0x4300) << "bf16 128.0";
+  EXPECT_EQ(b[1], 0x4300) << "bf16 128.0";
+  std::vector<uint16_t> slot = Download<uint16_t>(cas, 2);
+  EXPECT_GE(slot[0], 1);
+  EXPECT_LE(slot[0], grid * block);
+  EXPECT_EQ(slot[1], 0) << "the CAS must not touch the neighbouring half";
+  EXPECT_EQ(Download<int>(winners, 1)[0], 1) << "exactly one atomicCAS wins";
+}
+
 }  // namespace
 }  // namespace gpupool::emu::test

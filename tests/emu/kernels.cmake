@@ -36,7 +36,8 @@ set(GPUPOOL_EMU_KERNELS
   bits
   dot
   errors
-  barrier)
+  barrier
+  half_atomics)
 
 # Variant name -> extra nvcc flags. Keep in sync with kVariants in kernel_harness.h.
 set(GPUPOOL_EMU_VARIANT_default "")
