@@ -5,14 +5,19 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 #include <kj/async-unix.h>
 
 #include "agent/lease_table.h"
+#include "backend/emu/emu_session.h"
 #include "core/log.h"
 #include "core/util.h"
+#include "gpupool/units.h"
 #include "pool.capnp.h"
 
 namespace gpupool::agent {
@@ -22,6 +27,18 @@ struct AgentState {
   AgentConfig config;
   std::vector<DeviceRecord> devices;
   LeaseTable table;
+  // Sessions by lease id, so that a lease's end also ends its sessions.
+  std::map<std::string, std::vector<std::shared_ptr<backend::SessionControl>>> sessions;
+
+  void EndSessions(const std::string& lease_id) {
+    auto it = sessions.find(lease_id);
+    if (it == sessions.end()) return;
+    for (auto& control : it->second) {
+      std::lock_guard<std::mutex> lock(control->mu);
+      if (control->revoke) control->revoke();
+    }
+    sessions.erase(it);
+  }
 
   AgentState(const AgentConfig& c, std::vector<DeviceRecord> d)
       : config(c), devices(std::move(d)), table(Capacities(devices), c.timing) {}
@@ -169,8 +186,71 @@ class AgentImpl final : public wire::Agent::Server {
   kj::Promise<void> release(ReleaseContext context) override {
     auto key = context.getParams().getLease();
     Status status = state_.table.Release(key.getId(), key.getSecret());
-    if (status.ok()) GP_INFO("agent", "lease {} released", key.getId().cStr());
+    if (status.ok()) {
+      GP_INFO("agent", "lease {} released", key.getId().cStr());
+      state_.EndSessions(key.getId());
+    }
     SetOutcome(context.getResults().initOutcome(), status);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> openSession(OpenSessionContext context) override {
+    auto params = context.getParams();
+    auto key = params.getLease();
+    auto results = context.getResults();
+    const LeaseEntry* e = state_.table.Find(key.getId());
+    if (!e || e->secret != key.getSecret().cStr() || !e->committed) {
+      SetOutcome(results.initOutcome(),
+                 Status(e ? StatusCode::kPermissionDenied : StatusCode::kNotFound,
+                        e ? "this lease may not open a session here (wrong secret or not committed)"
+                          : "no such lease here (released, expired, or the agent restarted)"));
+      return kj::READY_NOW;
+    }
+    uint32_t device = params.getDevice();
+    const SliceGrant* slice = nullptr;
+    for (const auto& s : e->slices) {
+      if (s.device == device) slice = &s;
+    }
+    if (!slice) {
+      SetOutcome(results.initOutcome(), Status(StatusCode::kPermissionDenied,
+                                               fmt::format("lease {} holds no slice of device {}", e->id, device)));
+      return kj::READY_NOW;
+    }
+    const DeviceRecord& record = state_.devices[device];
+    if (!record.emulated) {
+      // TODO(feature): sessions on physical GPUs through the cuda backend.
+      SetOutcome(results.initOutcome(), Status(StatusCode::kInternal, "sessions on physical GPUs are not supported "
+                                                                      "by this agent yet (emulated devices only)"));
+      return kj::READY_NOW;
+    }
+    uint64_t base = params.getWindowBase(), window = params.getWindowBytes();
+    if (base == 0 || base % (1ull << 30) != 0 || window < slice->memory_bytes) {
+      SetOutcome(results.initOutcome(), Status(StatusCode::kInvalidArgument,
+                                               "the address window must be 1 GiB aligned and hold the slice"));
+      return kj::READY_NOW;
+    }
+    backend::EmuSessionConfig config;
+    config.device_name = record.model;
+    config.memory_bytes = slice->memory_bytes;
+    config.window_base = base;
+    uint64_t h = 1469598103934665603ull;
+    for (char c : record.uuid) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    for (int i = 0; i < 16; ++i) {
+      h = h * 6364136223846793005ull + 1442695040888963407ull;
+      config.uuid[i] = static_cast<uint8_t>(h >> 56);
+    }
+    config.pci_bus = static_cast<int>(device) + 1;
+    config.control = std::make_shared<backend::SessionControl>();
+    auto session = backend::NewEmuSession(config);
+    if (!session.ok()) {
+      SetOutcome(results.initOutcome(), Status(StatusCode::kResourceExhausted, session.status().message()));
+      return kj::READY_NOW;
+    }
+    state_.sessions[e->id].push_back(config.control);
+    GP_INFO("session", "lease {}: session on device {} ({}), window 0x{:x}", e->id, device,
+            FormatMemorySize(slice->memory_bytes), base);
+    SetOutcome(results.initOutcome(), Status::Ok());
+    results.setSession(wire::Session::Client(kj::mv(session).value()));
     return kj::READY_NOW;
   }
 
@@ -190,6 +270,7 @@ kj::Promise<void> SweepLoop(AgentState& state, kj::Timer& timer) {
   return timer.afterDelay(state.config.sweep_interval.count() * kj::MILLISECONDS).then([&state, &timer]() {
     for (const std::string& id : state.table.Expire(Clock::now())) {
       GP_INFO("agent", "lease {} expired: its holder stopped renewing; freed", id);
+      state.EndSessions(id);
     }
     return SweepLoop(state, timer);
   });

@@ -109,7 +109,13 @@ struct Device::Impl : public internal::MemoryMap {
     workers = options.worker_threads > 0 ? options.worker_threads
                                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     arena_size = AlignUp(options.memory_bytes + kHeapBytes, 1 << 20);
-    void* p = mmap(nullptr, arena_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    if (options.base_address) flags |= MAP_FIXED_NOREPLACE;
+    void* p = mmap(reinterpret_cast<void*>(options.base_address), arena_size, PROT_READ | PROT_WRITE, flags, -1, 0);
+    if (p != MAP_FAILED && options.base_address && p != reinterpret_cast<void*>(options.base_address)) {
+      munmap(p, arena_size);  // Kernels before 4.17 ignore MAP_FIXED_NOREPLACE and map elsewhere.
+      p = MAP_FAILED;
+    }
     arena = p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
     if (arena) free_[0] = arena_size;
     // A stable, distinct UUID per device object.
@@ -318,6 +324,13 @@ Device::~Device() {
 
 const DeviceProperties& Device::properties() const { return impl_->props; }
 
+EmuStatus Device::StartupStatus() const {
+  if (impl_->arena) return EmuStatus::Ok();
+  return EmuStatus(Code::kOutOfMemory, "the emulated device could not reserve " +
+                                           std::to_string(impl_->arena_size) + " bytes of address space" +
+                                           (impl_->options.base_address ? " at the requested address" : ""));
+}
+
 EmuStatus Device::Malloc(uint64_t bytes, uint64_t* device_ptr) {
   if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
   if (!device_ptr) return BadValue("null output pointer");
@@ -349,6 +362,26 @@ EmuStatus Device::Free(uint64_t device_ptr) {
   }
   impl_->used -= AlignUp(std::max<uint64_t>(it->second, 1), kAlignment);
   impl_->FreeLocked(device_ptr);
+  return EmuStatus::Ok();
+}
+
+EmuStatus Device::FreeAsync(uint64_t device_ptr, Stream* stream) {
+  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+  if (device_ptr == 0) return EmuStatus::Ok();
+  {
+    std::lock_guard<std::mutex> lock(impl_->mem_mu);
+    if (!impl_->live.count(device_ptr) || impl_->heap_blocks.count(device_ptr)) {
+      return BadValue("free of an address that is not the start of an allocation");
+    }
+  }
+  Impl* impl = impl_.get();
+  impl->Submit(impl->StreamOf(stream), [impl, device_ptr] {
+    std::lock_guard<std::mutex> lock(impl->mem_mu);
+    auto it = impl->live.find(device_ptr);
+    if (it == impl->live.end()) return;  // Freed twice: the first one won.
+    impl->used -= AlignUp(std::max<uint64_t>(it->second, 1), kAlignment);
+    impl->FreeLocked(device_ptr);
+  });
   return EmuStatus::Ok();
 }
 

@@ -27,6 +27,9 @@ struct DeviceOptions {
   int cc_major = 7, cc_minor = 5;      // Compute capability reported and used to pick PTX. Default 7.5.
   std::string name = "gpupool emulated GPU";
   int worker_threads = 0;              // Host threads running CTAs. Default 0: one per core.
+  // Where device memory starts in this process's address space (device pointers equal host addresses). Default
+  // 0: anywhere. A fixed base lets a remote client pick addresses that never collide with its other devices.
+  uint64_t base_address = 0;
 };
 
 // What cuDeviceGetAttribute reports; values look like a real GPU of the chosen compute capability.
@@ -82,10 +85,14 @@ class Device {
   Device& operator=(const Device&) = delete;
 
   const DeviceProperties& properties() const;
+  // Whether the device could reserve its memory (at base_address, when one was asked for).
+  EmuStatus StartupStatus() const;
 
   // ---- Memory. Device addresses are stable for the allocation's life and 256-byte aligned. ----
   EmuStatus Malloc(uint64_t bytes, uint64_t* device_ptr);
   EmuStatus Free(uint64_t device_ptr);
+  // Frees in stream order without blocking the caller (the memory stays valid for work queued before).
+  EmuStatus FreeAsync(uint64_t device_ptr, Stream* stream = nullptr);
   void MemInfo(uint64_t* free_bytes, uint64_t* total_bytes) const;
   // The allocation containing `device_ptr`: its base and size; kInvalidValue if none.
   EmuStatus AddressRange(uint64_t device_ptr, uint64_t* base, uint64_t* size) const;

@@ -1,0 +1,98 @@
+// Client side of the session service: one RemoteSession per attached slice, with the CUDA semantics the
+// interposer needs (calls that return nothing are sent without waiting; their errors surface at the next
+// synchronising call; large copies are cut into chunks and pipelined). Internal to gpupool (used by
+// lib/interpose); every method is thread-safe and returns a CUresult value.
+#ifndef GPUPOOL_CLIENT_SESSION_CLIENT_H_
+#define GPUPOOL_CLIENT_SESSION_CLIENT_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gpupool/lease.h"
+#include "gpupool/status.h"
+
+namespace gpupool::internal {
+
+class Runtime;
+struct TokenFields;
+
+struct RemoteProps {
+  std::string name;
+  uint64_t total_memory = 0;
+  int cc_major = 0, cc_minor = 0;
+  uint8_t uuid[16] = {};
+  int pci_domain = 0, pci_bus = 0, pci_device = 0;
+  std::map<int, int> attributes;  // CUdevice_attribute -> value.
+  bool emulated = false;
+};
+
+struct RemoteParam {
+  uint32_t offset = 0, size = 0;
+};
+
+struct RemoteFunctionInfo {
+  uint64_t handle = 0;
+  std::vector<RemoteParam> params;
+  int shared_bytes = 0, local_bytes = 0, num_regs = 0;
+};
+
+class RemoteSession {
+ public:
+  // Opens one session per slice of the lease behind `token` (attaching to it), each in its own address window.
+  static Result<std::vector<std::unique_ptr<RemoteSession>>> OpenLease(const std::string& token);
+  ~RemoteSession();
+
+  const RemoteProps& props() const { return props_; }
+  const Slice& slice() const { return slice_; }
+  uint64_t window_base() const { return window_base_; }
+  uint64_t window_bytes() const { return window_bytes_; }
+  bool Owns(uint64_t address) const { return address >= window_base_ && address - window_base_ < window_bytes_; }
+
+  int MemGetInfo(uint64_t* free_bytes, uint64_t* total);
+  int MemAlloc(uint64_t bytes, uint64_t* address);
+  int MemFree(uint64_t address);                                                    // Not waited for.
+  int CopyToDevice(uint64_t dst, const void* src, size_t bytes, uint64_t stream);   // Not waited for.
+  int CopyFromDevice(void* dst, uint64_t src, size_t bytes, uint64_t stream);       // Waits.
+  int CopyOnDevice(uint64_t dst, uint64_t src, size_t bytes, uint64_t stream);      // Not waited for.
+  int Memset(uint64_t dst, uint32_t value, uint8_t element_size, size_t count, uint64_t stream);
+  int ModuleLoad(const void* image, size_t bytes, uint64_t* module);
+  int ModuleUnload(uint64_t module);
+  int GetFunction(uint64_t module, const std::string& name, RemoteFunctionInfo* info);
+  int GetGlobal(uint64_t module, const std::string& name, uint64_t* address, uint64_t* bytes);
+  int Launch(uint64_t function, const uint32_t grid[3], const uint32_t block[3], uint32_t shared_bytes,
+             uint64_t stream, const void* params, size_t param_bytes);              // Not waited for.
+  int StreamCreate(uint64_t* stream);
+  int StreamDestroy(uint64_t stream);
+  int StreamSynchronize(uint64_t stream);
+  int StreamQuery(uint64_t stream);
+  int StreamWaitEvent(uint64_t stream, uint64_t event);
+  int EventCreate(uint64_t* event);
+  int EventDestroy(uint64_t event);
+  int EventRecord(uint64_t event, uint64_t stream);
+  int EventSynchronize(uint64_t event);
+  int EventQuery(uint64_t event);
+  int EventElapsed(uint64_t start, uint64_t end, float* ms);
+  int Synchronize();
+  // The first error of an unwaited call, once (then cleared), or 0.
+  int TakeAsyncError();
+  const std::string& last_error() const { return last_error_; }
+
+  struct Impl;
+
+ private:
+  RemoteSession() = default;
+  std::shared_ptr<Runtime> runtime_;
+  std::unique_ptr<Impl> impl_;
+  RemoteProps props_;
+  Slice slice_;
+  uint64_t window_base_ = 0, window_bytes_ = 0;
+  std::string last_error_;
+};
+
+}  // namespace gpupool::internal
+
+#endif  // GPUPOOL_CLIENT_SESSION_CLIENT_H_
