@@ -27,12 +27,14 @@ int main(int argc, char** argv) {
 
   CLI::App app{"gp-agent: serves this host's GPUs (real or emulated) to a gpupool pool"};
   std::string config_path, listen, name, device_class, emu_memory, lease_ttl, renew_interval;
-  int emu = -1;
+  int emu = -1, emu_fallback = -1;
   bool no_nvml = false;
   app.add_option("--config", config_path, "agent.toml; flags override its values");
   app.add_option("--listen", listen, "host:port or unix:/path (default *:7450; port 0 picks a free one)");
   app.add_option("--name", name, "name shown in the pool (default: host name)");
   app.add_option("--emu", emu, "number of emulated devices to declare")->check(CLI::Range(0, 1024));
+  app.add_option("--emu-fallback", emu_fallback, "declare this many emulated devices only if no physical GPU is found")
+      ->check(CLI::Range(0, 1024));
   app.add_option("--emu-memory", emu_memory, "memory of each emulated device, e.g. 16GiB");
   app.add_option("--class", device_class, "class tag of this agent's devices (clients select with --class)");
   app.add_option("--lease-ttl", lease_ttl, "free leases not renewed for this long (default 20s)");
@@ -81,6 +83,7 @@ int main(int argc, char** argv) {
 
   std::vector<agent::DeviceRecord> devices;
   if (config.nvml) devices = agent::DiscoverNvmlDevices(config.device_class);
+  if (devices.empty() && emu_fallback > 0 && config.emulated_count == 0) config.emulated_count = emu_fallback;
   auto emulated = agent::MakeEmulatedDevices(config.emulated_count, config.emulated_memory, config.name,
                                              config.device_class);
   devices.insert(devices.end(), emulated.begin(), emulated.end());

@@ -6,12 +6,16 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "parse_args.h"
 
+#include "client/local_agent.h"
 #include "core/log.h"
 #include "gpupool/gpupool.h"
 
@@ -60,6 +64,19 @@ void OnHealthTimer(uv_timer_t* timer) {
     fmt::print(stderr, "gp-run: lease {} renewed again\n", sup->lease->id());
     sup->lease_warned = false;
   }
+}
+
+// Where our libcuda.so.1 lives: $GPUPOOL_INTERPOSER_DIR, else ../lib/gpupool/cuda beside this executable (the same
+// relative place in the build tree and in an installation).
+std::string InterposerDirectory() {
+  if (const char* env = std::getenv("GPUPOOL_INTERPOSER_DIR"); env && *env) return env;
+  std::string dir = gpupool::SiblingPath("../lib/gpupool/cuda");
+  if (access((dir + "/libcuda.so.1").c_str(), R_OK) == 0) {
+    char real[PATH_MAX];
+    if (realpath(dir.c_str(), real)) return real;
+    return dir;
+  }
+  return "";
 }
 
 }  // namespace
@@ -124,6 +141,18 @@ int main(int argc, char** argv) {
       pos = comma + 1;
     }
   }
+  // No pool configured at all: a private agent for this command (local GPUs, else one emulated device).
+  std::unique_ptr<LocalAgent> local_agent;
+  if (options.servers.empty()) {
+    auto resolved = ResolveServers(options);
+    if (!resolved.ok() && resolved.status().code() == StatusCode::kUnavailable) {
+      auto started = LocalAgent::Start(SiblingPath("gp-agent"));
+      if (!started.ok()) return fail(started.status().message());
+      local_agent = std::move(started).value();
+      options.servers = {local_agent->address()};
+      if (verbose) fmt::print(stderr, "gp-run: no pool configured; started a private agent at {}\n", local_agent->address());
+    }
+  }
   auto pool = Pool::Connect(options);
   if (!pool.ok()) return fail(pool.status().message());
   auto lease = pool->Allocate(request);
@@ -144,6 +173,22 @@ int main(int argc, char** argv) {
     if (std::strncmp(*e, "GPUPOOL_LEASE=", 14) != 0) env_storage.emplace_back(*e);
   }
   env_storage.push_back("GPUPOOL_LEASE=" + lease->Token());
+  // Our libcuda.so.1 first on the library path, so the command's CUDA calls reach the lease's slices.
+  std::string interposer = InterposerDirectory();
+  if (!interposer.empty()) {
+    std::string path = interposer;
+    for (auto it = env_storage.begin(); it != env_storage.end(); ++it) {
+      if (it->rfind("LD_LIBRARY_PATH=", 0) == 0) {
+        if (it->size() > 16) path += ":" + it->substr(16);
+        env_storage.erase(it);
+        break;
+      }
+    }
+    env_storage.push_back("LD_LIBRARY_PATH=" + path);
+  } else {
+    fmt::print(stderr, "gp-run: warning: gpupool's libcuda.so.1 was not found (set GPUPOOL_INTERPOSER_DIR); "
+                       "the command's CUDA calls will not reach the lease\n");
+  }
   std::vector<char*> env;
   for (auto& e : env_storage) env.push_back(e.data());
   env.push_back(nullptr);

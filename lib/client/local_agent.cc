@@ -1,0 +1,96 @@
+#include "client/local_agent.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace gpupool {
+
+std::string SiblingPath(const std::string& name) {
+  char self[PATH_MAX] = {0};
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return name;
+  return (std::filesystem::path(std::string(self, static_cast<size_t>(n))).parent_path() / name).string();
+}
+
+Result<std::unique_ptr<LocalAgent>> LocalAgent::Start(const std::string& agent_binary) {
+  if (access(agent_binary.c_str(), X_OK) != 0) {
+    return Status(StatusCode::kUnavailable, fmt::format("no pool configured and {} is missing", agent_binary));
+  }
+  char tmpl[] = "/tmp/gpupool-local-XXXXXX";
+  if (!mkdtemp(tmpl)) return Status(StatusCode::kInternal, "cannot create a directory for the local agent");
+  auto agent = std::unique_ptr<LocalAgent>(new LocalAgent());
+  agent->dir_ = tmpl;
+  std::string listen = "unix:" + agent->dir_ + "/agent.sock";
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return Status(StatusCode::kInternal, "pipe failed");
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    // Only async-signal-safe calls until exec.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);
+    dup2(out[1], 1);
+    int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0 && !getenv("GPUPOOL_LOG")) dup2(devnull, 2);
+    const char* argv[] = {agent_binary.c_str(), "--listen",     listen.c_str(), "--name", "local",
+                          "--emu-fallback", "1",  "--lease-ttl", "10s", nullptr};
+    execv(agent_binary.c_str(), const_cast<char**>(argv));
+    _exit(127);
+  }
+  close(out[1]);
+  if (pid < 0) {
+    close(out[0]);
+    return Status(StatusCode::kInternal, "fork failed");
+  }
+  agent->pid_ = pid;
+  // Wait for "gp-agent local listening on ..." on its stdout.
+  std::string line;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{out[0], POLLIN, 0};
+    if (poll(&p, 1, 200) <= 0) continue;
+    char buf[256];
+    ssize_t n = read(out[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    line.append(buf, static_cast<size_t>(n));
+  }
+  close(out[0]);
+  if (line.find(" listening on ") == std::string::npos) {
+    return Status(StatusCode::kUnavailable, "the local gp-agent did not start (set GPUPOOL_LOG=info to see why)");
+  }
+  agent->address_ = listen;
+  return agent;
+}
+
+LocalAgent::~LocalAgent() {
+  if (pid_ > 0) {
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 200; ++i) {
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  std::error_code ec;
+  if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+}
+
+}  // namespace gpupool

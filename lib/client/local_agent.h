@@ -1,0 +1,35 @@
+// A private gp-agent for one command: what gp-run starts when no pool is configured, so that
+// `gp-run -- ./app` works on a fresh machine (local NVIDIA GPUs when NVML finds any, else one emulated device).
+#ifndef GPUPOOL_CLIENT_LOCAL_AGENT_H_
+#define GPUPOOL_CLIENT_LOCAL_AGENT_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+
+#include "gpupool/status.h"
+
+namespace gpupool {
+
+class LocalAgent {
+ public:
+  // Starts `agent_binary` on a Unix socket in a private directory and waits (up to 10 s) until it listens.
+  // The agent dies with this process even if it is killed with SIGKILL (PR_SET_PDEATHSIG).
+  static Result<std::unique_ptr<LocalAgent>> Start(const std::string& agent_binary);
+  ~LocalAgent();  // SIGTERM, then SIGKILL after 2 s; removes the socket directory.
+
+  const std::string& address() const { return address_; }  // "unix:/tmp/gpupool-XXXX/agent.sock"
+
+ private:
+  LocalAgent() = default;
+  pid_t pid_ = -1;
+  std::string dir_, address_;
+};
+
+// The directory holding a sibling of this executable, e.g. SiblingPath("gp-agent") -> "/usr/bin/gp-agent".
+std::string SiblingPath(const std::string& name);
+
+}  // namespace gpupool
+
+#endif  // GPUPOOL_CLIENT_LOCAL_AGENT_H_
