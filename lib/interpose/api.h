@@ -1,0 +1,77 @@
+// Helpers shared by the hand-written driver entry points (device.cc, context.cc, ...).
+//
+// Every entry point is an extern "C" function with the driver's own name and prototype, whose body runs through
+// ApiCall(): that is where the "nothing escapes into the user's program" rule of STYLE.md point 9 is enforced
+// (a C++ exception becomes CUDA_ERROR_UNKNOWN and one log line on stderr) and where GPUPOOL_LOG=debug traces
+// every call. Nothing here writes to stdout.
+#ifndef GPUPOOL_INTERPOSE_API_H_
+#define GPUPOOL_INTERPOSE_API_H_
+
+// Declares every ABI variant (cuDeviceTotalMem and cuDeviceTotalMem_v2, cuCtxPushCurrent and _v2...) under its
+// real symbol name instead of mapping the plain names onto the newest variant: the library defines them all.
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace gpupool::interpose {
+
+// True when GPUPOOL_LOG asks for debug output (or more) for the "interpose" subsystem. Cached after the first call.
+bool TraceEnabled();
+// Writes one trace line "name(args) -> RESULT_NAME" at debug level. Never throws.
+void TraceCall(const char* name, const std::string& args, CUresult result) noexcept;
+// Logs (once per process and name) that an exception reached the API boundary; returns CUDA_ERROR_UNKNOWN.
+CUresult ReportException(const char* name) noexcept;
+// "CUDA_ERROR_INVALID_VALUE", or "CUresult(12345)" for a value cuda.h does not name.
+std::string ResultName(CUresult result);
+
+struct NoArgs {
+  std::string operator()(CUresult) const { return {}; }
+};
+
+// Runs `body` (returning CUresult) as the implementation of entry point `name`. When tracing, `describe(result)`
+// renders the arguments (and, on success, the outputs) for the trace line; it is not called otherwise.
+template <typename Body, typename Describe = NoArgs>
+CUresult ApiCall(const char* name, Body&& body, Describe&& describe = {}) noexcept {
+  CUresult result;
+  try {
+    result = std::forward<Body>(body)();
+  } catch (...) {
+    result = ReportException(name);
+  }
+  if (TraceEnabled()) {
+    std::string args;
+    try {
+      args = describe(result);
+    } catch (...) {
+      args.clear();  // Not `args = "?"`: GCC 12 -Wrestrict misfires on that after inlining.
+      args.push_back('?');
+    }
+    TraceCall(name, args, result);
+  }
+  return result;
+}
+
+// Same for private export-table entries whose return type is not CUresult (void, uint32_t): `body` returns T.
+template <typename T, typename Body>
+T TableCall(const char* name, T on_exception, Body&& body) noexcept {
+  T value = on_exception;
+  try {
+    value = std::forward<Body>(body)();
+  } catch (...) {
+    ReportException(name);
+  }
+  if (TraceEnabled()) TraceCall(name, {}, CUDA_SUCCESS);
+  return value;
+}
+
+// The version cuDriverGetVersion reports, and which the integrity check hashes: the CUDA_VERSION of the headers
+// this library was built against (13000 for CUDA 13.0). cudart 13 refuses anything below 13000.
+inline constexpr int kDriverVersion = CUDA_VERSION;
+static_assert(kDriverVersion >= 13000, "build against CUDA 13 headers: cudart 13 needs a driver version >= 13000");
+
+}  // namespace gpupool::interpose
+
+#endif  // GPUPOOL_INTERPOSE_API_H_

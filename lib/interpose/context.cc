@@ -1,0 +1,260 @@
+// Context management: primary contexts and the per-thread context stack. A context lives in the client only, for
+// now: it names a device, and nothing runs in it yet, so synchronising is immediate.
+#include <fmt/format.h>
+
+#include "api.h"
+#include "driver.h"
+
+namespace gpupool::interpose {
+namespace {
+
+// The flags cuDevicePrimaryCtxSetFlags accepts (everything else is CUDA_ERROR_INVALID_VALUE, as in the driver).
+constexpr unsigned int kPrimaryContextFlags = CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX |
+                                              CU_CTX_COREDUMP_ENABLE | CU_CTX_USER_COREDUMP_ENABLE | CU_CTX_SYNC_MEMOPS;
+
+// Resolves `dev` to its primary context.
+CUresult PrimaryOf(CUdevice dev, Context** ctx) {
+  Driver& driver = Driver::Get();
+  const DeviceInfo* device;
+  if (CUresult r = driver.GetDevice(dev, &device); r != CUDA_SUCCESS) return r;
+  *ctx = driver.PrimaryContext(dev);
+  return CUDA_SUCCESS;
+}
+
+// Resolves `handle` (NULL: the current context) to a context.
+CUresult ContextOf(CUcontext handle, Context** ctx) {
+  Driver& driver = Driver::Get();
+  if (CUresult r = driver.CheckInitialized(); r != CUDA_SUCCESS) return r;
+  *ctx = handle == nullptr ? Driver::Current() : driver.FromHandle(handle);
+  return *ctx != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+std::string DevArg(CUdevice dev) { return fmt::format("dev={}", dev); }
+std::string CtxArg(CUcontext ctx) { return fmt::format("ctx={}", static_cast<void*>(ctx)); }
+
+CUresult PrimaryRelease(const char* name, CUdevice dev) {
+  return ApiCall(
+      name,
+      [&] {
+        Context* ctx;
+        if (CUresult r = PrimaryOf(dev, &ctx); r != CUDA_SUCCESS) return r;
+        return Driver::Get().Release(ctx);
+      },
+      [&](CUresult) { return DevArg(dev); });
+}
+
+CUresult PrimarySetFlags(const char* name, CUdevice dev, unsigned int flags) {
+  return ApiCall(
+      name,
+      [&] {
+        Context* ctx;
+        if (CUresult r = PrimaryOf(dev, &ctx); r != CUDA_SUCCESS) return r;
+        if ((flags & ~kPrimaryContextFlags) != 0) return CUDA_ERROR_INVALID_VALUE;
+        std::lock_guard<std::mutex> lock(Driver::Get().mu());
+        ctx->flags = flags;
+        return CUDA_SUCCESS;
+      },
+      [&](CUresult) { return fmt::format("dev={}, flags={:#x}", dev, flags); });
+}
+
+CUresult PrimaryReset(const char* name, CUdevice dev) {
+  return ApiCall(
+      name,
+      [&] {
+        Context* ctx;
+        if (CUresult r = PrimaryOf(dev, &ctx); r != CUDA_SUCCESS) return r;
+        Driver::Get().Reset(ctx);
+        return CUDA_SUCCESS;
+      },
+      [&](CUresult) { return DevArg(dev); });
+}
+
+CUresult PushCurrent(const char* name, CUcontext handle) {
+  return ApiCall(
+      name,
+      [&] {
+        if (handle == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+        Context* ctx;
+        if (CUresult r = ContextOf(handle, &ctx); r != CUDA_SUCCESS) return r;
+        return Driver::Push(ctx);
+      },
+      [&](CUresult) { return CtxArg(handle); });
+}
+
+CUresult PopCurrent(const char* name, CUcontext* pctx) {
+  return ApiCall(name, [&] {
+    if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
+    Context* ctx = Driver::Pop();
+    if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    if (pctx != nullptr) *pctx = Driver::Handle(ctx);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult GetDevice(const char* name, CUdevice* device, CUcontext handle) {
+  return ApiCall(
+      name,
+      [&] {
+        if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+        Context* ctx;
+        if (CUresult r = ContextOf(handle, &ctx); r != CUDA_SUCCESS) return r;
+        *device = ctx->device;
+        return CUDA_SUCCESS;
+      },
+      [&](CUresult r) { return r == CUDA_SUCCESS ? fmt::format("dev={}", *device) : CtxArg(handle); });
+}
+
+CUresult Synchronize(const char* name, CUcontext handle) {
+  return ApiCall(
+      name,
+      [&] {
+        Context* ctx;
+        // TODO(feature): wait for the work queued on the context's slice once there is any.
+        return ContextOf(handle, &ctx);
+      },
+      [&](CUresult) { return CtxArg(handle); });
+}
+
+}  // namespace
+}  // namespace gpupool::interpose
+
+using gpupool::interpose::ApiCall;
+using gpupool::interpose::Context;
+using gpupool::interpose::Driver;
+
+extern "C" {
+
+// --- Primary contexts. ------------------------------------------------------------------------------------------
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  return ApiCall(
+      "cuDevicePrimaryCtxRetain",
+      [&] {
+        if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+        Context* ctx;
+        if (CUresult r = gpupool::interpose::PrimaryOf(dev, &ctx); r != CUDA_SUCCESS) return r;
+        Driver::Get().Retain(ctx);
+        *pctx = Driver::Handle(ctx);
+        return CUDA_SUCCESS;
+      },
+      [&](CUresult) { return gpupool::interpose::DevArg(dev); });
+}
+
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+  return gpupool::interpose::PrimaryRelease("cuDevicePrimaryCtxRelease", dev);
+}
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  return gpupool::interpose::PrimaryRelease("cuDevicePrimaryCtxRelease_v2", dev);
+}
+
+CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
+  return gpupool::interpose::PrimarySetFlags("cuDevicePrimaryCtxSetFlags", dev, flags);
+}
+CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
+  return gpupool::interpose::PrimarySetFlags("cuDevicePrimaryCtxSetFlags_v2", dev, flags);
+}
+
+CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  return ApiCall(
+      "cuDevicePrimaryCtxGetState",
+      [&] {
+        if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
+        Context* ctx;
+        if (CUresult r = gpupool::interpose::PrimaryOf(dev, &ctx); r != CUDA_SUCCESS) return r;
+        std::lock_guard<std::mutex> lock(Driver::Get().mu());
+        *flags = ctx->flags;
+        *active = ctx->active ? 1 : 0;
+        return CUDA_SUCCESS;
+      },
+      [&](CUresult) { return gpupool::interpose::DevArg(dev); });
+}
+
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+  return gpupool::interpose::PrimaryReset("cuDevicePrimaryCtxReset", dev);
+}
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  return gpupool::interpose::PrimaryReset("cuDevicePrimaryCtxReset_v2", dev);
+}
+
+// --- The current context. ---------------------------------------------------------------------------------------
+
+CUresult cuCtxGetCurrent(CUcontext* pctx) {
+  return ApiCall(
+      "cuCtxGetCurrent",
+      [&] {
+        if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+        if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
+        *pctx = Driver::Handle(Driver::Current());
+        return CUDA_SUCCESS;
+      },
+      [&](CUresult r) { return r == CUDA_SUCCESS ? fmt::format("-> {}", static_cast<void*>(*pctx)) : ""; });
+}
+
+CUresult cuCtxSetCurrent(CUcontext handle) {
+  return ApiCall(
+      "cuCtxSetCurrent",
+      [&] {
+        Driver& driver = Driver::Get();
+        if (CUresult r = driver.CheckInitialized(); r != CUDA_SUCCESS) return r;
+        Context* ctx = nullptr;
+        if (handle != nullptr && (ctx = driver.FromHandle(handle)) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+        Driver::SetCurrent(ctx);
+        return CUDA_SUCCESS;
+      },
+      [&](CUresult) { return gpupool::interpose::CtxArg(handle); });
+}
+
+CUresult cuCtxPushCurrent(CUcontext ctx) { return gpupool::interpose::PushCurrent("cuCtxPushCurrent", ctx); }
+CUresult cuCtxPushCurrent_v2(CUcontext ctx) { return gpupool::interpose::PushCurrent("cuCtxPushCurrent_v2", ctx); }
+CUresult cuCtxPopCurrent(CUcontext* pctx) { return gpupool::interpose::PopCurrent("cuCtxPopCurrent", pctx); }
+CUresult cuCtxPopCurrent_v2(CUcontext* pctx) { return gpupool::interpose::PopCurrent("cuCtxPopCurrent_v2", pctx); }
+
+// cuCtxGetDevice acts on the current context; its CUDA 13 form (_v2) takes the context, NULL meaning current.
+CUresult cuCtxGetDevice(CUdevice* device) { return gpupool::interpose::GetDevice("cuCtxGetDevice", device, nullptr); }
+CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
+  return gpupool::interpose::GetDevice("cuCtxGetDevice_v2", device, ctx);
+}
+
+CUresult cuCtxSynchronize(void) { return gpupool::interpose::Synchronize("cuCtxSynchronize", nullptr); }
+CUresult cuCtxSynchronize_v2(CUcontext ctx) { return gpupool::interpose::Synchronize("cuCtxSynchronize_v2", ctx); }
+
+CUresult cuCtxGetFlags(unsigned int* flags) {
+  return ApiCall("cuCtxGetFlags", [&] {
+    if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    Context* ctx;
+    if (CUresult r = gpupool::interpose::ContextOf(nullptr, &ctx); r != CUDA_SUCCESS) return r;
+    std::lock_guard<std::mutex> lock(Driver::Get().mu());
+    *flags = ctx->flags;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult cuCtxGetId(CUcontext handle, unsigned long long* ctx_id) {
+  return ApiCall(
+      "cuCtxGetId",
+      [&] {
+        if (ctx_id == nullptr) return CUDA_ERROR_INVALID_VALUE;
+        Context* ctx;
+        if (CUresult r = gpupool::interpose::ContextOf(handle, &ctx); r != CUDA_SUCCESS) return r;
+        *ctx_id = ctx->id;
+        return CUDA_SUCCESS;
+      },
+      [&](CUresult) { return gpupool::interpose::CtxArg(handle); });
+}
+
+// cudart asks this before cudaDeviceReset. The driver answers 3020 for every context (the context ABI version,
+// unchanged since CUDA 3.2; not the driver version).
+CUresult cuCtxGetApiVersion(CUcontext handle, unsigned int* version) {
+  return ApiCall(
+      "cuCtxGetApiVersion",
+      [&] {
+        if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+        Context* ctx;
+        if (CUresult r = gpupool::interpose::ContextOf(handle, &ctx); r != CUDA_SUCCESS) return r;
+        *version = 3020;
+        return CUDA_SUCCESS;
+      },
+      [&](CUresult) { return gpupool::interpose::CtxArg(handle); });
+}
+
+}  // extern "C"

@@ -1,0 +1,231 @@
+#include "devices.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <string>
+
+#include "api.h"
+#include "gpupool/units.h"
+
+namespace gpupool::interpose {
+namespace {
+
+constexpr std::string_view kFakeDevicesVariable = "GPUPOOL_FAKE_DEVICES";
+constexpr uint64_t kDefaultFakeMemory = uint64_t{16} << 30;
+// More than any machine has; a typo such as "20000" should not allocate 20000 device records.
+constexpr int kMaxFakeDevices = 64;
+
+class FakeDeviceProvider : public DeviceProvider {
+ public:
+  explicit FakeDeviceProvider(std::string spec) : spec_(std::move(spec)) {}
+
+  Result<std::vector<DeviceInfo>> ListDevices() override { return ParseFakeDevices(spec_); }
+
+  std::string NoDeviceHint() const override {
+    return fmt::format("no GPU attached: {}={} declares no device", kFakeDevicesVariable, spec_);
+  }
+
+ private:
+  std::string spec_;
+};
+
+// No source of devices configured: the process was not started by gp-run.
+class NoDeviceProvider : public DeviceProvider {
+ public:
+  Result<std::vector<DeviceInfo>> ListDevices() override { return std::vector<DeviceInfo>{}; }
+
+  std::string NoDeviceHint() const override {
+    return fmt::format(
+        "no GPU attached: start the program with gp-run, or set {}=N:SIZE (e.g. 2:16GiB) for emulated test devices",
+        kFakeDevicesVariable);
+  }
+};
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+Status SpecError(std::string_view spec, std::string_view why) {
+  return Status(StatusCode::kInvalidArgument,
+                fmt::format("{}='{}' is malformed: {} (expected N[:SIZE][,N[:SIZE]...], e.g. 2:16GiB)",
+                            kFakeDevicesVariable, spec, why));
+}
+
+DeviceInfo MakeFakeDevice(int ordinal, uint64_t memory) {
+  DeviceInfo d;
+  d.name = "gpupool emulated GPU";
+  d.total_memory = memory;
+  // A version-4-style UUID with a fixed prefix ("gpupool" in ASCII) and the ordinal: stable across runs, distinct
+  // per device, and recognisable in logs.
+  d.uuid = {'g', 'p', 'u', 'p', 'o', 'o', 'l', 0x40, 0x80, 0, 0, 0, 0, 0, 0, 0};
+  d.uuid[12] = static_cast<uint8_t>(ordinal >> 24);
+  d.uuid[13] = static_cast<uint8_t>(ordinal >> 16);
+  d.uuid[14] = static_cast<uint8_t>(ordinal >> 8);
+  d.uuid[15] = static_cast<uint8_t>(ordinal);
+  d.pci_domain = 0;
+  d.pci_bus = ordinal + 1;
+  d.pci_device = 0;
+  d.cc_major = 7;
+  d.cc_minor = 5;
+  d.attributes = FakeDeviceAttributes();
+  d.attributes[CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID] = ordinal;
+  return d;
+}
+
+}  // namespace
+
+std::unique_ptr<DeviceProvider> MakeDeviceProviderFromEnvironment() {
+  if (const char* spec = std::getenv(std::string(kFakeDevicesVariable).c_str())) {
+    return std::make_unique<FakeDeviceProvider>(spec);
+  }
+  return std::make_unique<NoDeviceProvider>();
+}
+
+Result<std::vector<DeviceInfo>> ParseFakeDevices(std::string_view spec) {
+  std::vector<DeviceInfo> devices;
+  std::string_view rest = spec;
+  if (Trim(rest).empty()) return SpecError(spec, "empty");
+  while (true) {
+    size_t comma = rest.find(',');
+    std::string_view group = Trim(rest.substr(0, comma));
+    std::string_view count_text = group;
+    uint64_t memory = kDefaultFakeMemory;
+    if (size_t colon = group.find(':'); colon != std::string_view::npos) {
+      count_text = Trim(group.substr(0, colon));
+      Result<uint64_t> size = ParseMemorySize(Trim(group.substr(colon + 1)));
+      if (!size.ok()) return SpecError(spec, size.status().message());
+      if (*size == 0) return SpecError(spec, "a device needs more than 0 bytes of memory");
+      memory = *size;
+    }
+    int count = -1;
+    auto [end, ec] = std::from_chars(count_text.data(), count_text.data() + count_text.size(), count);
+    if (ec != std::errc() || end != count_text.data() + count_text.size() || count < 0) {
+      return SpecError(spec, fmt::format("'{}' is not a device count", count_text));
+    }
+    if (devices.size() + count > kMaxFakeDevices) {
+      return SpecError(spec, fmt::format("more than {} devices", kMaxFakeDevices));
+    }
+    for (int i = 0; i < count; ++i) devices.push_back(MakeFakeDevice(static_cast<int>(devices.size()), memory));
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return devices;
+}
+
+std::map<int, int> FakeDeviceAttributes() {
+  // Limits of a compute-capability-7.5 part with 40 SMs (Tesla T4). Features gpupool cannot provide remotely say
+  // 0, so that cudart and libraries take their fallback paths instead of failing later.
+  return {
+      {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, 1024},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, 1024},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, 64},
+      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, 2147483647},
+      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, 65535},
+      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, 65535},
+      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024},
+      {CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY, 64 * 1024},
+      {CU_DEVICE_ATTRIBUTE_WARP_SIZE, 32},
+      {CU_DEVICE_ATTRIBUTE_MAX_PITCH, 2147483647},
+      {CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, 65536},
+      {CU_DEVICE_ATTRIBUTE_CLOCK_RATE, 1590000},  // kHz
+      {CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, 512},
+      {CU_DEVICE_ATTRIBUTE_GPU_OVERLAP, 1},
+      {CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 40},
+      {CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT, 0},
+      {CU_DEVICE_ATTRIBUTE_INTEGRATED, 0},
+      {CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 0},  // Host memory is not addressable from a remote device.
+      {CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, CU_COMPUTEMODE_DEFAULT},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH, 131072},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH, 131072},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT, 65536},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH, 16384},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT, 16384},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH, 16384},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_WIDTH, 32768},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_HEIGHT, 32768},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_LAYERS, 2048},
+      {CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT, 512},
+      {CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, 1},
+      {CU_DEVICE_ATTRIBUTE_ECC_ENABLED, 0},
+      {CU_DEVICE_ATTRIBUTE_TCC_DRIVER, 0},
+      {CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, 5001000},  // kHz
+      {CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, 256},
+      {CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, 4 * 1024 * 1024},
+      {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, 1024},
+      {CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, 3},
+      {CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 1},  // Slices get disjoint address windows (ARCHITECTURE.md 4).
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_WIDTH, 32768},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_LAYERS, 2048},
+      {CU_DEVICE_ATTRIBUTE_CAN_TEX2D_GATHER, 1},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_GATHER_WIDTH, 32768},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_GATHER_HEIGHT, 32768},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH_ALTERNATE, 8192},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT_ALTERNATE, 8192},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH_ALTERNATE, 32768},
+      {CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, 32},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_WIDTH, 32768},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_LAYERED_WIDTH, 32768},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_LAYERED_LAYERS, 2046},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_WIDTH, 32768},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_WIDTH, 131072},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_HEIGHT, 65536},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_WIDTH, 16384},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_HEIGHT, 16384},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_DEPTH, 16384},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_LAYERED_WIDTH, 32768},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_LAYERED_LAYERS, 2048},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_WIDTH, 32768},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_HEIGHT, 32768},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_LAYERS, 2048},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_WIDTH, 32768},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_LAYERED_WIDTH, 32768},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_LAYERED_LAYERS, 2046},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LINEAR_WIDTH, 268435456},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_WIDTH, 131072},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_HEIGHT, 65000},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_PITCH, 2097120},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_WIDTH, 32768},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_HEIGHT, 32768},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_MIPMAPPED_WIDTH, 32768},
+      {CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED, 1},
+      {CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED, 1},
+      {CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED, 1},
+      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 64 * 1024},
+      {CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, 65536},
+      {CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 0},
+      {CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD, 0},
+      {CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED, 0},
+      {CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO, 32},
+      {CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, 0},
+      {CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 0},
+      {CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED, 1},
+      {CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, 0},
+      {CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 1},
+      {CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH, 0},
+      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 64 * 1024},
+      {CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, 0},
+      {CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, 0},  // TODO(feature): cuMemHostRegister as a client-side no-op.
+      {CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, 0},
+      {CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST, 0},
+      {CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, 16},
+      {CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED, 0},
+      {CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, 0},
+      {CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE, 0},
+      {CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, 0},
+      {CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 0},  // TODO(feature): stream-ordered allocation.
+      {CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, 0},
+      {CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT, 1},
+      {CU_DEVICE_ATTRIBUTE_NUMA_CONFIG, CU_DEVICE_NUMA_CONFIG_NONE},
+      {CU_DEVICE_ATTRIBUTE_NUMA_ID, -1},
+      {CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, -1},
+      // Everything else (IPC, RDMA, handle types, multicast, MPS, interop, decompression...) reads as 0.
+  };
+}
+
+}  // namespace gpupool::interpose

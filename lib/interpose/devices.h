@@ -1,0 +1,70 @@
+// Where the interposer's devices come from.
+//
+// At cuInit the interposer asks a DeviceProvider, once, for the devices this process may use, and caches them:
+// every device query (cuDeviceGetAttribute and friends) is answered from that cache, because cudart asks ~110
+// attributes per device at init and never again (shared/design/CUDA-NOTES.md). The provider for this milestone
+// fakes devices from GPUPOOL_FAKE_DEVICES for tests; the real one will attach the slices of a lease (gp-run's
+// environment, or GPUPOOL_REQUEST) and fill the same structure from the agents in one round trip.
+#ifndef GPUPOOL_INTERPOSE_DEVICES_H_
+#define GPUPOOL_INTERPOSE_DEVICES_H_
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpupool/status.h"
+
+namespace gpupool::interpose {
+
+// What the interposer knows about one device (one slice, for the real provider). The fields are the ones that
+// must agree with each other wherever the driver API exposes them twice: the compute capability and PCI location
+// are also attributes, and the integrity check hashes UUID and PCI location, so cudart fails init if an attribute
+// disagrees with these fields. The device registry writes these fields over the matching attributes.
+struct DeviceInfo {
+  std::string name;                // cuDeviceGetName; the real GPU's name for a slice.
+  uint64_t total_memory = 0;       // Bytes; the slice's memory, not the card's.
+  std::array<uint8_t, 16> uuid{};  // cuDeviceGetUuid; unique per device within the process.
+  int pci_domain = 0;              // PCI location: cuDeviceGetPCIBusId, PCI_*_ID attributes.
+  int pci_bus = 0;
+  int pci_device = 0;
+  int cc_major = 0;  // Compute capability.
+  int cc_minor = 0;
+  // CUdevice_attribute -> value. An attribute absent from the map reads as 0.
+  std::map<int, int> attributes;
+};
+
+// Source of the device list. Implementations need not be thread-safe: ListDevices is called once, under the
+// interposer's init lock.
+class DeviceProvider {
+ public:
+  virtual ~DeviceProvider() = default;
+
+  // The devices, ordinal 0..N-1. An empty list is not an error. A failure carries a one-line message meant for
+  // the user ("GPUPOOL_FAKE_DEVICES=...: expected N[:SIZE]").
+  virtual Result<std::vector<DeviceInfo>> ListDevices() = 0;
+
+  // Says, in one line, why there are no devices; shown when ListDevices returned none.
+  virtual std::string NoDeviceHint() const = 0;
+};
+
+// The provider for this process, chosen from the environment: GPUPOOL_FAKE_DEVICES if set, else none.
+// TODO(feature): attach the lease handed over by gp-run (or requested through GPUPOOL_REQUEST) here.
+std::unique_ptr<DeviceProvider> MakeDeviceProviderFromEnvironment();
+
+// Fake devices for tests, from a spec: a comma-separated list of groups "N[:SIZE]", e.g. "2:16GiB" (two devices
+// of 16 GiB), "1:16GiB,1:8GiB", "1" (one device of 16 GiB), "0" (none). SIZE takes the units of ParseMemorySize.
+// Every fake device is named "gpupool emulated GPU", compute capability 7.5, with the attributes of
+// FakeDeviceAttributes(); device i gets a distinct UUID and PCI bus i+1.
+Result<std::vector<DeviceInfo>> ParseFakeDevices(std::string_view spec);
+
+// Attributes of a 40-SM compute-capability-7.5 device (a Tesla T4's limits), minus what gpupool cannot offer
+// across a network: managed memory, host-mapped memory, IPC, virtual memory management.
+std::map<int, int> FakeDeviceAttributes();
+
+}  // namespace gpupool::interpose
+
+#endif  // GPUPOOL_INTERPOSE_DEVICES_H_

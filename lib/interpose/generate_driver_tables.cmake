@@ -1,0 +1,197 @@
+# Generates the driver's symbol tables from the CUDA toolkit headers (run at build time with cmake -P):
+#
+#   cmake -DCUDA_INCLUDE_DIR=<dir with cuda.h> -DOUTPUT_C=<file.c> -DOUTPUT_MAP=<file.map> -P this_file
+#
+# Inputs: every `PFN_<name>_v<version>[_ptds|_ptsz]` typedef of cudaTypedefs.h (and cudaProfilerTypedefs.h), and
+# the CUresult enum of cuda.h. Outputs:
+#   OUTPUT_C    C source with
+#               - one weak stub per ABI variant (cuMemAlloc, cuMemAlloc_v2, cuMemcpyHtoD_v2_ptds, ...) that answers
+#                 CUDA_ERROR_NOT_SUPPORTED; a hand-written definition of the same name replaces it at link time;
+#               - the (name, version, per-thread?) -> variant table that cuGetProcAddress searches;
+#               - the CUresult names, for cuGetErrorName.
+#   OUTPUT_MAP  the linker version script: exactly those variant names are exported, everything else is local.
+#
+# How a typedef names its variant. For one <name>, sort the versions of its legacy typedefs (no suffix): the first
+# is the function <name>, the k-th (k >= 2) is <name>_v<k>. Example: PFN_cuCtxCreate_v2000 -> cuCtxCreate,
+# _v3020 -> cuCtxCreate_v2, _v11040 -> cuCtxCreate_v3, _v12050 -> cuCtxCreate_v4. A per-thread typedef
+# PFN_<name>_v<P>_ptds (or _ptsz) names the legacy variant in force at version P plus that suffix:
+# PFN_cuMemcpyHtoD_v7000_ptds -> cuMemcpyHtoD_v2_ptds, because cuMemcpyHtoD_v3020 -> cuMemcpyHtoD_v2.
+# tests/interpose checks every generated name against the toolkit's stub libcuda.so, which exports them all.
+
+cmake_minimum_required(VERSION 3.20)
+
+foreach(var CUDA_INCLUDE_DIR OUTPUT_C OUTPUT_MAP)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "generate_driver_tables.cmake: -D${var}=... is required")
+  endif()
+endforeach()
+
+set(typedef_headers ${CUDA_INCLUDE_DIR}/cudaTypedefs.h)
+if(EXISTS ${CUDA_INCLUDE_DIR}/cudaProfilerTypedefs.h)
+  list(APPEND typedef_headers ${CUDA_INCLUDE_DIR}/cudaProfilerTypedefs.h)
+endif()
+
+# --- Collect (name, version, suffix) from the typedefs. ---------------------------------------------------------
+set(names)
+foreach(header IN LISTS typedef_headers)
+  file(READ ${header} text)
+  string(REGEX MATCHALL "\\*[ \t]*PFN_[A-Za-z0-9]+_v[0-9]+(_ptds|_ptsz)?[ \t]*\\)" typedefs "${text}")
+  foreach(typedef IN LISTS typedefs)
+    string(REGEX MATCH "PFN_([A-Za-z0-9]+)_v([0-9]+)(_ptds|_ptsz)?" unused "${typedef}")
+    set(name ${CMAKE_MATCH_1})
+    set(version ${CMAKE_MATCH_2})
+    set(suffix "${CMAKE_MATCH_3}")
+    list(APPEND names ${name})
+    if(suffix STREQUAL "")
+      list(APPEND legacy_${name} ${version})
+    else()
+      if(DEFINED suffix_${name} AND NOT suffix_${name} STREQUAL suffix)
+        message(FATAL_ERROR "${name} has both _ptds and _ptsz typedefs: the table cannot express that")
+      endif()
+      set(suffix_${name} ${suffix})
+      list(APPEND pt_${name} ${version})
+    endif()
+  endforeach()
+endforeach()
+list(REMOVE_DUPLICATES names)
+# Byte order, the order strcmp() sees: names are [A-Za-z0-9] only.
+list(SORT names COMPARE STRING)
+list(LENGTH names name_count)
+if(name_count LESS 100)
+  message(FATAL_ERROR "only ${name_count} PFN_ typedefs found in ${typedef_headers}: unexpected header layout")
+endif()
+
+# --- Name every variant. ----------------------------------------------------------------------------------------
+set(symbols)          # every variant name, in first-seen order; index = position
+set(variant_rows)     # C initialisers of the variant array, in name order
+set(name_rows)        # C initialisers of the name array
+set(variant_index 0)
+foreach(name IN LISTS names)
+  set(legacy_begin ${variant_index})
+  set(legacy_count 0)
+  set(legacy_symbols)
+  if(DEFINED legacy_${name})
+    list(REMOVE_DUPLICATES legacy_${name})
+    list(SORT legacy_${name} COMPARE NATURAL)
+    set(ordinal 1)
+    foreach(version IN LISTS legacy_${name})
+      if(ordinal EQUAL 1)
+        set(symbol ${name})
+      else()
+        set(symbol ${name}_v${ordinal})
+      endif()
+      list(APPEND legacy_symbols ${symbol})
+      list(FIND symbols ${symbol} symbol_index)
+      if(symbol_index EQUAL -1)
+        list(LENGTH symbols symbol_index)
+        list(APPEND symbols ${symbol})
+      endif()
+      string(APPEND variant_rows "  {${version}, ${symbol_index}},  /* ${symbol} */\n")
+      math(EXPR variant_index "${variant_index} + 1")
+      math(EXPR legacy_count "${legacy_count} + 1")
+      math(EXPR ordinal "${ordinal} + 1")
+    endforeach()
+  endif()
+
+  set(pt_begin ${variant_index})
+  set(pt_count 0)
+  if(DEFINED pt_${name})
+    list(REMOVE_DUPLICATES pt_${name})
+    list(SORT pt_${name} COMPARE NATURAL)
+    foreach(version IN LISTS pt_${name})
+      # The legacy variant in force at this version, plus the suffix.
+      set(base ${name})
+      set(i 0)
+      foreach(legacy_version IN LISTS legacy_${name})
+        if(legacy_version LESS_EQUAL version)
+          list(GET legacy_symbols ${i} base)
+        endif()
+        math(EXPR i "${i} + 1")
+      endforeach()
+      set(symbol ${base}${suffix_${name}})
+      list(FIND symbols ${symbol} symbol_index)
+      if(symbol_index EQUAL -1)
+        list(LENGTH symbols symbol_index)
+        list(APPEND symbols ${symbol})
+      endif()
+      string(APPEND variant_rows "  {${version}, ${symbol_index}},  /* ${symbol} */\n")
+      math(EXPR variant_index "${variant_index} + 1")
+      math(EXPR pt_count "${pt_count} + 1")
+    endforeach()
+  endif()
+  string(APPEND name_rows "  {\"${name}\", ${legacy_begin}, ${legacy_count}, ${pt_begin}, ${pt_count}},\n")
+endforeach()
+list(LENGTH symbols symbol_count)
+
+# --- CUresult names from cuda.h. ----------------------------------------------------------------------------------
+file(READ ${CUDA_INCLUDE_DIR}/cuda.h cuda_h)
+string(REGEX MATCH "typedef enum cudaError_enum[^}]*}" result_enum "${cuda_h}")
+string(REGEX MATCHALL "CUDA_(SUCCESS|ERROR_[A-Z0-9_]+)[ \t]*=[ \t]*[0-9]+" results "${result_enum}")
+list(LENGTH results result_count)
+if(result_count LESS 50)
+  message(FATAL_ERROR "only ${result_count} CUresult values found in cuda.h: unexpected header layout")
+endif()
+set(result_rows)
+foreach(result IN LISTS results)
+  string(REGEX REPLACE "^([A-Z0-9_]+)[ \t]*=[ \t]*([0-9]+)$" "\\2, \"\\1\"" row "${result}")
+  string(APPEND result_rows "  {${row}},\n")
+endforeach()
+
+# --- Write the C source. --------------------------------------------------------------------------------------
+set(stub_rows)
+set(symbol_name_rows)
+set(symbol_address_rows)
+set(map_rows)
+set(index 0)
+foreach(symbol IN LISTS symbols)
+  string(APPEND stub_rows "GPUPOOL_STUB(${index}, ${symbol})\n")
+  string(APPEND symbol_name_rows "  \"${symbol}\",\n")
+  string(APPEND symbol_address_rows "  (void*)&${symbol},\n")
+  string(APPEND map_rows "    ${symbol};\n")
+  math(EXPR index "${index} + 1")
+endforeach()
+
+string(REPLACE ";" " " header_list "${typedef_headers}")
+file(WRITE ${OUTPUT_C}.tmp
+"/* Generated by lib/interpose/generate_driver_tables.cmake from ${header_list} and cuda.h. Do not edit. */
+#include \"driver_tables.h\"
+
+/* One weak stub per ABI variant. Hand-written definitions (strong symbols) replace them at link time. The stubs
+ * take no arguments: the SysV calling convention lets a caller pass any, and a stub never reads them. */
+#define GPUPOOL_STUB(index, symbol) \\
+  __attribute__((weak)) int symbol(void) { return gpupool_interpose_unimplemented(index); }
+${stub_rows}#undef GPUPOOL_STUB
+
+const int gpupool_interpose_symbol_count = ${symbol_count};
+
+const char* const gpupool_interpose_symbol_names[${symbol_count}] = {
+${symbol_name_rows}};
+
+void* const gpupool_interpose_symbol_addresses[${symbol_count}] = {
+${symbol_address_rows}};
+
+const GpupoolProcVariant gpupool_interpose_variants[${variant_index}] = {
+${variant_rows}};
+
+const int gpupool_interpose_name_count = ${name_count};
+
+/* Sorted by name (strcmp order). */
+const GpupoolProcName gpupool_interpose_names[${name_count}] = {
+${name_rows}};
+
+const int gpupool_interpose_result_name_count = ${result_count};
+
+const GpupoolResultName gpupool_interpose_result_names[${result_count}] = {
+${result_rows}};
+")
+file(WRITE ${OUTPUT_MAP}.tmp
+"/* Generated by lib/interpose/generate_driver_tables.cmake. Exports exactly the driver's ABI variants. */
+{
+  global:
+${map_rows}  local: *;
+};
+")
+# Rewrite only on change, so that a rerun does not relink for nothing.
+file(COPY_FILE ${OUTPUT_C}.tmp ${OUTPUT_C} ONLY_IF_DIFFERENT)
+file(COPY_FILE ${OUTPUT_MAP}.tmp ${OUTPUT_MAP} ONLY_IF_DIFFERENT)
+file(REMOVE ${OUTPUT_C}.tmp ${OUTPUT_MAP}.tmp)
