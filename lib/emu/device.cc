@@ -100,6 +100,7 @@ struct Device::Impl : public internal::MemoryMap {
   std::function<void(std::string_view)> sink;
   uint32_t grid_ids = 0;
   std::atomic<uint64_t> instructions{0};
+  std::atomic<bool> cancel{false};  // Stops running kernels (reset, destruction).
 
   explicit Impl(DeviceOptions o) : options(std::move(o)) {
     props.name = options.name;
@@ -316,6 +317,7 @@ EmuStatus BadValue(const std::string& m) { return EmuStatus(Code::kInvalidValue,
 Device::Device(DeviceOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 
 Device::~Device() {
+  impl_->cancel = true;  // A kernel that would never end must not hold up its device's destruction.
   impl_->WaitAll();
   for (Module* m : impl_->modules) delete m;
   for (Stream* s : impl_->streams) delete s;
@@ -593,7 +595,9 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
   Impl* impl = impl_.get();
   return Enqueue(*impl_, config.stream, true, [impl, launch] {
     if (!impl->Sticky().ok()) return;  // A faulted context runs nothing more.
-    internal::LaunchOutcome out = internal::Execute(*launch, *impl, impl->workers, impl->props.multiprocessor_count);
+    if (impl->cancel.load()) return;
+    internal::LaunchOutcome out =
+        internal::Execute(*launch, *impl, impl->workers, impl->props.multiprocessor_count, &impl->cancel);
     impl->instructions += out.instructions;
     impl->Emit(out.printf_output);
     if (!out.status.ok()) impl->SetSticky(out.status);
@@ -720,7 +724,9 @@ uint64_t Device::InstructionsExecuted() const { return impl_->instructions.load(
 EmuStatus Device::StickyError() const { return impl_->Sticky(); }
 
 void Device::ResetContext() {
+  impl_->cancel = true;
   impl_->WaitAll();
+  impl_->cancel = false;
   std::set<Module*> modules;
   {
     std::lock_guard<std::mutex> lock(impl_->q_mu);

@@ -79,8 +79,9 @@ struct Fault {
 
 class CtaRunner {
  public:
-  CtaRunner(const Launch& launch, MemoryMap& memory, int sm, std::atomic<bool>& abort)
-      : launch_(launch), prog_(*launch.program), memory_(memory), sm_(sm), abort_(abort) {
+  CtaRunner(const Launch& launch, MemoryMap& memory, int sm, std::atomic<bool>& abort,
+            const std::atomic<bool>* cancel)
+      : launch_(launch), prog_(*launch.program), memory_(memory), sm_(sm), abort_(abort), cancel_(cancel) {
     ranges_ = memory.Ranges();
     const Function& entry = prog_.functions[static_cast<size_t>(launch.function)];
     nthreads_ = launch.block.x * launch.block.y * launch.block.z;
@@ -129,7 +130,7 @@ class CtaRunner {
     for (auto& b : barriers_) b = Barrier();
     exited_ = 0;
     while (exited_ < nthreads_) {
-      if (abort_.load(std::memory_order_relaxed)) return false;
+      if (Cancelled()) return false;
       bool progress = false;
       for (Thread& t : threads_) {
         if (t.state != ThreadState::kRunning) continue;
@@ -145,6 +146,15 @@ class CtaRunner {
   }
 
   const EmuStatus& fault() const { return fault_; }
+
+  // Polled now and then by running threads: a cancelled launch (device reset or destroyed) stops mid-kernel.
+  bool Cancelled() {
+    if (cancel_ && cancel_->load(std::memory_order_relaxed)) {
+      Fail(Code::kLaunchFailed, "launch cancelled: the context was reset or destroyed");
+      return true;
+    }
+    return abort_.load(std::memory_order_relaxed);
+  }
   std::string& output() { return output_; }
   uint64_t instructions() const { return instructions_; }
 
@@ -328,6 +338,7 @@ class CtaRunner {
   MemoryMap& memory_;
   int sm_;
   std::atomic<bool>& abort_;
+  const std::atomic<bool>* cancel_;
   std::shared_ptr<const std::vector<std::pair<uint64_t, uint64_t>>> ranges_;
   uint64_t cache_base_ = 1, cache_end_ = 0;
   uint32_t nthreads_ = 0, nwarps_ = 0, exited_ = 0;
@@ -349,7 +360,8 @@ class CtaRunner {
 
 }  // namespace
 
-LaunchOutcome Execute(const Launch& launch, MemoryMap& memory, int workers, int sm_count) {
+LaunchOutcome Execute(const Launch& launch, MemoryMap& memory, int workers, int sm_count,
+                      const std::atomic<bool>* cancel) {
   LaunchOutcome out;
   for (int t = 0; t <= static_cast<int>(Type::kPred); ++t) {
     if (kTypeBytes[t] != ptx::TypeSize(static_cast<Type>(t))) {
@@ -372,7 +384,7 @@ LaunchOutcome Execute(const Launch& launch, MemoryMap& memory, int workers, int 
   };
   std::vector<WorkerResult> results(static_cast<size_t>(workers));
   auto work = [&](int w) {
-    CtaRunner runner(launch, memory, w % std::max(sm_count, 1), abort);
+    CtaRunner runner(launch, memory, w % std::max(sm_count, 1), abort, cancel);
     WorkerResult& r = results[static_cast<size_t>(w)];
     while (!abort.load(std::memory_order_relaxed)) {
       uint64_t i = next.fetch_add(1);

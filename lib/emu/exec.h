@@ -42,8 +42,10 @@ struct LaunchOutcome {
   uint64_t instructions = 0;       // Dynamic thread-instructions executed.
 };
 
-// Runs `launch` to completion on `workers` host threads (the caller's thread is one of them).
-LaunchOutcome Execute(const Launch& launch, MemoryMap& memory, int workers, int sm_count);
+// Runs `launch` to completion on `workers` host threads (the caller's thread is one of them). Setting `*cancel`
+// stops it soon after (the outcome is then kLaunchFailed "cancelled"), even inside an endless loop.
+LaunchOutcome Execute(const Launch& launch, MemoryMap& memory, int workers, int sm_count,
+                      const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace gpupool::emu::internal
 
