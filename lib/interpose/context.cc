@@ -1,9 +1,12 @@
-// Context management: primary contexts and the per-thread context stack. A context lives in the client only, for
-// now: it names a device, and nothing runs in it yet, so synchronising is immediate.
+// Context management: primary contexts and the per-thread context stack. A context lives in the client and names
+// a device (a slice). Explicit contexts (cuCtxCreate) are mapped onto the device's primary context: the handle
+// cuCtxCreate returns IS the primary context (retained once more), cuCtxDestroy releases it. Programs that create
+// two contexts on one device therefore share allocations and modules between them, which real CUDA keeps apart.
 #include <fmt/format.h>
 
 #include "api.h"
 #include "driver.h"
+#include "remote.h"
 
 namespace gpupool::interpose {
 namespace {
@@ -109,8 +112,16 @@ CUresult Synchronize(const char* name, CUcontext handle) {
       name,
       [&] {
         Context* ctx;
-        // TODO(feature): wait for the work queued on the context's slice once there is any.
-        return ContextOf(handle, &ctx);
+        if (CUresult r = ContextOf(handle, &ctx); r != CUDA_SUCCESS) return r;
+        // Every slice, not only the context's: cudaDeviceSynchronize is also how programs wait for copies staged
+        // between slices, and a slice with nothing queued answers at once.
+        Remote& remote = Remote::Get();
+        CUresult first = CUDA_SUCCESS;
+        for (size_t dev = 0; dev < remote.device_count(); ++dev) {
+          int code = remote.session(static_cast<int>(dev))->Synchronize();
+          if (code != 0 && first == CUDA_SUCCESS) first = remote.Fail(static_cast<int>(dev), code, "work on the device");
+        }
+        return first;
       },
       [&](CUresult) { return CtxArg(handle); });
 }
@@ -255,6 +266,146 @@ CUresult cuCtxGetApiVersion(CUcontext handle, unsigned int* version) {
         return CUDA_SUCCESS;
       },
       [&](CUresult) { return gpupool::interpose::CtxArg(handle); });
+}
+
+}  // extern "C"
+
+// --- Explicit contexts, limits, cache configuration, peers. -------------------------------------------------------
+
+namespace gpupool::interpose {
+namespace {
+
+CUresult CtxCreate(const char* name, CUcontext* pctx, CUdevice dev) {
+  return ApiCall(name, [&] {
+    if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    Context* ctx;
+    if (CUresult r = PrimaryOf(dev, &ctx); r != CUDA_SUCCESS) return r;
+    Driver::Get().Retain(ctx);
+    if (CUresult r = Driver::Push(ctx); r != CUDA_SUCCESS) return r;
+    *pctx = Driver::Handle(ctx);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CtxDestroy(const char* name, CUcontext handle) {
+  return ApiCall(name, [&] {
+    if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    Context* ctx;
+    if (CUresult r = ContextOf(handle, &ctx); r != CUDA_SUCCESS) return r;
+    if (Driver::Current() == ctx) Driver::Pop();
+    Driver& driver = Driver::Get();
+    // The primary context's own retain (cudart's) must survive a cuCtxDestroy of the alias.
+    std::unique_lock<std::mutex> lock(driver.mu());
+    bool last = ctx->retain_count <= 1;
+    lock.unlock();
+    return last ? CUDA_SUCCESS : driver.Release(ctx);
+  });
+}
+
+// Accepted and recorded; the slice enforces its own limits.
+std::mutex limits_mu;
+std::map<int, size_t> limits = {{CU_LIMIT_STACK_SIZE, 1024},
+                                {CU_LIMIT_PRINTF_FIFO_SIZE, 1 << 20},
+                                {CU_LIMIT_MALLOC_HEAP_SIZE, 8 << 20},
+                                {CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH, 2},
+                                {CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT, 2048},
+                                {CU_LIMIT_MAX_L2_FETCH_GRANULARITY, 32},
+                                {CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0}};
+CUfunc_cache cache_config = CU_FUNC_CACHE_PREFER_NONE;
+
+CUresult NeedContext() {
+  Context* ctx;
+  return ContextOf(nullptr, &ctx);
+}
+
+}  // namespace
+}  // namespace gpupool::interpose
+
+extern "C" {
+
+CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  return gpupool::interpose::CtxCreate("cuCtxCreate_v2", pctx, dev);
+}
+CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* params, int n, unsigned int flags, CUdevice dev) {
+  return gpupool::interpose::CtxCreate("cuCtxCreate_v3", pctx, dev);
+}
+CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags, CUdevice dev) {
+  return gpupool::interpose::CtxCreate("cuCtxCreate_v4", pctx, dev);
+}
+CUresult cuCtxDestroy_v2(CUcontext ctx) { return gpupool::interpose::CtxDestroy("cuCtxDestroy_v2", ctx); }
+
+CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
+  return ApiCall("cuCtxGetLimit", [&] {
+    using namespace gpupool::interpose;
+    if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = NeedContext(); r != CUDA_SUCCESS) return r;
+    std::lock_guard<std::mutex> lock(limits_mu);
+    auto it = limits.find(limit);
+    if (it == limits.end()) return CUDA_ERROR_UNSUPPORTED_LIMIT;
+    *value = it->second;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+  return ApiCall("cuCtxSetLimit", [&] {
+    using namespace gpupool::interpose;
+    if (CUresult r = NeedContext(); r != CUDA_SUCCESS) return r;
+    std::lock_guard<std::mutex> lock(limits_mu);
+    auto it = limits.find(limit);
+    if (it == limits.end()) return CUDA_ERROR_UNSUPPORTED_LIMIT;
+    it->second = value;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult cuCtxGetCacheConfig(CUfunc_cache* config) {
+  return ApiCall("cuCtxGetCacheConfig", [&] {
+    using namespace gpupool::interpose;
+    if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = NeedContext(); r != CUDA_SUCCESS) return r;
+    std::lock_guard<std::mutex> lock(limits_mu);
+    *config = cache_config;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult cuCtxSetCacheConfig(CUfunc_cache config) {
+  return ApiCall("cuCtxSetCacheConfig", [&] {
+    using namespace gpupool::interpose;
+    if (CUresult r = NeedContext(); r != CUDA_SUCCESS) return r;
+    std::lock_guard<std::mutex> lock(limits_mu);
+    cache_config = config;
+    return CUDA_SUCCESS;
+  });
+}
+
+// Slices never reach each other's memory (they may sit on different servers): no peer access, copies between
+// them are staged through the client.
+CUresult cuDeviceCanAccessPeer(int* can, CUdevice dev, CUdevice peer) {
+  return ApiCall("cuDeviceCanAccessPeer", [&] {
+    const gpupool::interpose::DeviceInfo* info;
+    if (can == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = Driver::Get().GetDevice(dev, &info); r != CUDA_SUCCESS) return r;
+    if (CUresult r = Driver::Get().GetDevice(peer, &info); r != CUDA_SUCCESS) return r;
+    *can = 0;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult cuDeviceGetP2PAttribute(int* value, CUdevice_P2PAttribute attrib, CUdevice src, CUdevice dst) {
+  return ApiCall("cuDeviceGetP2PAttribute", [&] {
+    const gpupool::interpose::DeviceInfo* info;
+    if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = Driver::Get().GetDevice(src, &info); r != CUDA_SUCCESS) return r;
+    if (CUresult r = Driver::Get().GetDevice(dst, &info); r != CUDA_SUCCESS) return r;
+    *value = 0;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  return ApiCall("cuCtxEnablePeerAccess", [&] { return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED; });
 }
 
 }  // extern "C"

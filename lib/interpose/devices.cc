@@ -2,11 +2,20 @@
 
 #include <fmt/format.h>
 
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <charconv>
 #include <cstdlib>
+#include <optional>
+#include <sstream>
 #include <string>
 
 #include "api.h"
+#include "client/local_agent.h"
+#include "gpupool/pool.h"
 #include "gpupool/units.h"
 
 namespace gpupool::interpose {
@@ -31,16 +40,159 @@ class FakeDeviceProvider : public DeviceProvider {
   std::string spec_;
 };
 
-// No source of devices configured: the process was not started by gp-run.
-class NoDeviceProvider : public DeviceProvider {
+// Slices of a lease: handed over by gp-run (GPUPOOL_LEASE), allocated here from GPUPOOL_REQUEST, or from a private
+// agent started for this process. Owns what must outlive the process's CUDA use: the pool connection, the lease
+// (when we allocated it) and the private agent.
+class RemoteDeviceProvider : public DeviceProvider {
  public:
-  Result<std::vector<DeviceInfo>> ListDevices() override { return std::vector<DeviceInfo>{}; }
-
-  std::string NoDeviceHint() const override {
-    return fmt::format(
-        "no GPU attached: start the program with gp-run, or set {}=N:SIZE (e.g. 2:16GiB) for emulated test devices",
-        kFakeDevicesVariable);
+  Result<std::vector<DeviceInfo>> ListDevices() override {
+    std::string token;
+    if (const char* env = std::getenv("GPUPOOL_LEASE"); env != nullptr && *env != 0) {
+      token = env;
+      source_ = "the lease from GPUPOOL_LEASE";
+    } else {
+      PoolOptions options;
+      Request request;
+      if (const char* spec = std::getenv("GPUPOOL_REQUEST"); spec != nullptr) {
+        source_ = fmt::format("GPUPOOL_REQUEST='{}'", spec);
+        if (Status s = ParseRequest(spec, &request, &options); !s.ok()) return s;
+      } else {
+        source_ = "a private gp-agent";
+        std::string agent = FindAgent();
+        if (agent.empty()) {
+          return Status(StatusCode::kNotFound,
+                        "no GPU attached: gp-agent not found beside libcuda.so.1; start the program with gp-run, "
+                        "or set GPUPOOL_REQUEST");
+        }
+        auto started = LocalAgent::Start(agent);
+        if (!started.ok()) return Status(started.status().code(), "private gp-agent: " + started.status().message());
+        agent_ = std::move(started).value();
+        options.servers = {agent_->address()};
+      }
+      if (request.label.empty()) request.label = ProgramName();
+      if (Status s = ValidateRequest(request); !s.ok()) return Status(s.code(), source_ + ": " + s.message());
+      auto pool = Pool::Connect(options);
+      if (!pool.ok()) return Status(pool.status().code(), source_ + ": " + pool.status().message());
+      pool_.emplace(std::move(pool).value());
+      auto lease = pool_->Allocate(request);
+      if (!lease.ok()) return Status(lease.status().code(), source_ + ": " + lease.status().message());
+      lease_.emplace(std::move(lease).value());
+      token = lease_->Token();
+    }
+    auto opened = internal::RemoteSession::OpenLease(token);
+    if (!opened.ok()) return Status(opened.status().code(), source_ + ": " + opened.status().message());
+    sessions_ = std::move(opened).value();
+    std::vector<DeviceInfo> devices;
+    for (const auto& session : sessions_) {
+      const internal::RemoteProps& p = session->props();
+      DeviceInfo d;
+      d.name = p.name;
+      d.total_memory = p.total_memory;
+      std::copy(std::begin(p.uuid), std::end(p.uuid), d.uuid.begin());
+      d.pci_domain = p.pci_domain;
+      d.pci_bus = p.pci_bus;
+      d.pci_device = p.pci_device;
+      d.cc_major = p.cc_major;
+      d.cc_minor = p.cc_minor;
+      d.attributes = p.attributes.empty() ? FakeDeviceAttributes() : p.attributes;
+      // Host memory is never addressable from a remote slice, whatever the GPU behind it can do.
+      d.attributes[CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY] = 0;
+      d.attributes[CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY] = 0;
+      d.attributes[CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING] = 1;
+      devices.push_back(std::move(d));
+    }
+    return devices;
   }
+
+  std::string NoDeviceHint() const override { return fmt::format("no GPU attached: {} has no slice", source_); }
+
+  std::vector<std::unique_ptr<internal::RemoteSession>> TakeSessions() override { return std::move(sessions_); }
+
+ private:
+  static std::string ProgramName() {
+    char buf[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+    if (n <= 0) return "cuda program";
+    buf[n] = '\0';
+    std::string path(buf);
+    return path.substr(path.rfind('/') + 1);
+  }
+
+  // gp-agent relative to this library: <dir>/../../../tools/gp-agent in the build tree (build/lib/gpupool/cuda),
+  // <dir>/../../../bin/gp-agent in an installation (<prefix>/lib/gpupool/cuda).
+  static std::string FindAgent() {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&FindAgent), &info) == 0 || info.dli_fname == nullptr) return "";
+    char real[PATH_MAX];
+    if (realpath(info.dli_fname, real) == nullptr) return "";
+    std::string dir(real);
+    dir = dir.substr(0, dir.rfind('/'));
+    for (const char* rel : {"/../../../tools/gp-agent", "/../../../bin/gp-agent"}) {
+      std::string candidate = dir + rel;
+      if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    }
+    return "";
+  }
+
+  // gp-run's request options, whitespace-separated.
+  static Status ParseRequest(const std::string& spec, Request* request, PoolOptions* options) {
+    std::istringstream in(spec);
+    std::vector<std::string> words;
+    for (std::string w; in >> w;) words.push_back(w);
+    auto bad = [&](const std::string& why) {
+      return Status(StatusCode::kInvalidArgument, fmt::format("GPUPOOL_REQUEST='{}': {}", spec, why));
+    };
+    for (size_t i = 0; i < words.size(); ++i) {
+      std::string opt = words[i], value;
+      if (size_t eq = opt.find('='); opt.rfind("--", 0) == 0 && eq != std::string::npos) {
+        value = opt.substr(eq + 1);
+        opt = opt.substr(0, eq);
+      }
+      bool flag = opt == "--same-server" || opt == "--spread";
+      if (!flag && value.empty()) {
+        if (i + 1 >= words.size()) return bad(opt + " needs a value");
+        value = words[++i];
+      }
+      if (opt == "-n" || opt == "--count") {
+        int n = 0;
+        auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+        if (ec != std::errc() || end != value.data() + value.size()) return bad("-n: '" + value + "' is not a count");
+        request->count = n;
+      } else if (opt == "-p" || opt == "--fraction") {
+        auto f = ParseFraction(value);
+        if (!f.ok()) return bad("-p: " + f.status().message());
+        request->fraction = *f;
+      } else if (opt == "-m" || opt == "--memory") {
+        auto m = ParseMemorySize(value);
+        if (!m.ok()) return bad("-m: " + m.status().message());
+        request->memory_bytes = *m;
+      } else if (opt == "--wait") {
+        auto d = ParseDuration(value);
+        if (!d.ok()) return bad("--wait: " + d.status().message());
+        request->wait = *d;
+      } else if (opt == "--class") {
+        request->device_class = value;
+      } else if (opt == "--same-server") {
+        request->spread = Spread::kSameServer;
+      } else if (opt == "--spread") {
+        request->spread = Spread::kSpread;
+      } else if (opt == "--servers") {
+        std::istringstream list(value);
+        for (std::string server; std::getline(list, server, ',');) {
+          if (!server.empty()) options->servers.push_back(server);
+        }
+      } else {
+        return bad("unknown option '" + opt + "'");
+      }
+    }
+    return Status();
+  }
+
+  std::string source_;
+  std::unique_ptr<LocalAgent> agent_;  // Declared first among owners: destroyed last.
+  std::optional<Pool> pool_;
+  std::optional<Lease> lease_;
+  std::vector<std::unique_ptr<internal::RemoteSession>> sessions_;
 };
 
 std::string_view Trim(std::string_view s) {
@@ -80,9 +232,11 @@ DeviceInfo MakeFakeDevice(int ordinal, uint64_t memory) {
 
 std::unique_ptr<DeviceProvider> MakeDeviceProviderFromEnvironment() {
   if (const char* spec = std::getenv(std::string(kFakeDevicesVariable).c_str())) {
-    return std::make_unique<FakeDeviceProvider>(spec);
+    if (std::getenv("GPUPOOL_LEASE") == nullptr && std::getenv("GPUPOOL_REQUEST") == nullptr) {
+      return std::make_unique<FakeDeviceProvider>(spec);
+    }
   }
-  return std::make_unique<NoDeviceProvider>();
+  return std::make_unique<RemoteDeviceProvider>();
 }
 
 Result<std::vector<DeviceInfo>> ParseFakeDevices(std::string_view spec) {

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "client/session_client.h"
 #include "gpupool/status.h"
 
 namespace gpupool::interpose {
@@ -49,10 +50,18 @@ class DeviceProvider {
 
   // Says, in one line, why there are no devices; shown when ListDevices returned none.
   virtual std::string NoDeviceHint() const = 0;
+
+  // The sessions behind the listed devices (device i = element i), handed over once after ListDevices; empty for
+  // fake devices. The provider itself stays alive for the process: it owns the lease (and a private agent).
+  virtual std::vector<std::unique_ptr<internal::RemoteSession>> TakeSessions() { return {}; }
 };
 
-// The provider for this process, chosen from the environment: GPUPOOL_FAKE_DEVICES if set, else none.
-// TODO(feature): attach the lease handed over by gp-run (or requested through GPUPOOL_REQUEST) here.
+// The provider for this process, chosen from the environment, first match wins:
+//   GPUPOOL_LEASE         the lease gp-run hands over (a gpupool::Lease token): attach its slices;
+//   GPUPOOL_REQUEST       gp-run's options ("-n 2 -p 0.5 --class x --same-server --spread --wait 10s -m 6GiB
+//                         --servers a,b"): allocate a lease from the pool at cuInit, held for the process;
+//   GPUPOOL_FAKE_DEVICES  fake devices for the interposer's own tests (nothing is forwarded);
+//   otherwise             a private gp-agent (found beside this library) with one slice.
 std::unique_ptr<DeviceProvider> MakeDeviceProviderFromEnvironment();
 
 // Fake devices for tests, from a spec: a comma-separated list of groups "N[:SIZE]", e.g. "2:16GiB" (two devices

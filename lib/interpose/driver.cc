@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "core/log.h"
+#include "remote.h"
 
 namespace gpupool::interpose {
 namespace {
@@ -40,6 +41,8 @@ CUresult Driver::Init(unsigned int flags) {
   }
 
   devices_ = std::move(*listed);
+  Remote::Get().Attach(provider->TakeSessions());
+  provider_ = std::move(provider);
   unsigned long long next_id = 1;
   for (size_t i = 0; i < devices_.size(); ++i) {
     DeviceInfo& d = devices_[i];

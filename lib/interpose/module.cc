@@ -1,10 +1,398 @@
-// Module management. Loading code is not implemented yet; this file answers how cudart should load it.
+// Code: libraries and modules (one object behind both handle kinds), their kernels (CUkernel = CUfunction), the
+// JIT linker. Images are copied when the call arrives and loaded on a slice the first time they are used there,
+// so one cudart library serves all devices of the process. The entry points are generated from forward_spec.h.
 #include <fmt/format.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <set>
 
-#include "api.h"
+#include "core/log.h"
+#include "driver.h"
+#include "emu/fatbin.h"
+#include "forward_spec.h"
+#include "remote.h"
+
+namespace gpupool::interpose {
+namespace {
+
+constexpr uint32_t kFatbinWrapperMagic = 0x466243B1;
+
+// The bytes of an image given only its pointer: a fatbin wrapper (what cudart passes: it points at the
+// container), a fatbin container, or NUL-terminated PTX.
+CUresult CopyImage(const void* image, std::vector<uint8_t>* out) {
+  if (image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint32_t magic;
+  std::memcpy(&magic, image, sizeof(magic));
+  if (magic == kFatbinWrapperMagic) {
+    const void* container;
+    std::memcpy(&container, static_cast<const uint8_t*>(image) + 8, sizeof(container));
+    image = container;
+    if (image == nullptr) return CUDA_ERROR_INVALID_IMAGE;
+  }
+  size_t size = emu::ImageSize(image);
+  if (size == 0) {
+    GP_ERROR("interpose", "cannot load this module: not a fatbin or PTX image");
+    return CUDA_ERROR_INVALID_IMAGE;
+  }
+  const auto* bytes = static_cast<const uint8_t*>(image);
+  out->assign(bytes, bytes + size);
+  return CUDA_SUCCESS;
+}
+
+CUresult ReadFile(const char* path, std::vector<uint8_t>* out) {
+  if (path == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return CUDA_ERROR_FILE_NOT_FOUND;
+  out->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (out->empty()) return CUDA_ERROR_INVALID_IMAGE;
+  return CUDA_SUCCESS;
+}
+
+// Registers a module for `image`; when a context is current (or `require_context`), loads it there now so that
+// an image the slice cannot run fails at load time, as on a real driver.
+CUresult NewModule(std::vector<uint8_t> image, bool require_context, Module** out) {
+  Remote& remote = Remote::Get();
+  int dev = -1;
+  if (CUresult r = remote.CurrentDevice(&dev); r != CUDA_SUCCESS) {
+    if (require_context || r != CUDA_ERROR_INVALID_CONTEXT) return r;
+    dev = -1;
+  }
+  auto* module = new Module();
+  module->image = std::move(image);
+  if (dev >= 0) {
+    uint64_t id;
+    if (CUresult r = remote.ModuleOn(module, dev, &id); r != CUDA_SUCCESS) {
+      delete module;
+      return r;
+    }
+  }
+  std::lock_guard<std::mutex> lock(remote.mu());
+  remote.modules.insert(module);
+  *out = module;
+  return CUDA_SUCCESS;
+}
+
+CUresult CurrentOr(int dev, int* out) {
+  if (dev >= 0) {
+    const DeviceInfo* info;
+    if (CUresult r = Driver::Get().GetDevice(dev, &info); r != CUDA_SUCCESS) return r;
+    if (!Remote::Get().attached()) return CUDA_ERROR_NOT_SUPPORTED;
+    *out = dev;
+    return CUDA_SUCCESS;
+  }
+  return Remote::Get().CurrentDevice(out);
+}
+
+struct LinkState {
+  std::vector<std::vector<uint8_t>> inputs;
+  int ptx_inputs = 0;
+  std::vector<uint8_t> result;
+};
+std::mutex link_mu;
+std::set<LinkState*> link_states;
+
+CUresult ResolveLink(CUlinkState handle, LinkState** state) {
+  auto* s = reinterpret_cast<LinkState*>(handle);
+  std::lock_guard<std::mutex> lock(link_mu);
+  if (link_states.count(s) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  *state = s;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult LibraryLoadData(CUlibrary* library, const void* code) {
+  if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
+  if (library == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<uint8_t> image;
+  if (CUresult r = CopyImage(code, &image); r != CUDA_SUCCESS) return r;
+  Module* module;
+  if (CUresult r = NewModule(std::move(image), false, &module); r != CUDA_SUCCESS) return r;
+  *library = reinterpret_cast<CUlibrary>(module);
+  return CUDA_SUCCESS;
+}
+
+CUresult LibraryLoadFromFile(CUlibrary* library, const char* path) {
+  if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
+  if (library == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<uint8_t> image;
+  if (CUresult r = ReadFile(path, &image); r != CUDA_SUCCESS) return r;
+  if (image.back() != 0 && emu::ImageSize(image.data()) == 0) image.push_back(0);  // PTX text without its NUL.
+  Module* module;
+  if (CUresult r = NewModule(std::move(image), false, &module); r != CUDA_SUCCESS) return r;
+  *library = reinterpret_cast<CUlibrary>(module);
+  return CUDA_SUCCESS;
+}
+
+CUresult ModuleLoadData(CUmodule* out, const void* code) {
+  if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<uint8_t> image;
+  if (CUresult r = CopyImage(code, &image); r != CUDA_SUCCESS) return r;
+  Module* module;
+  if (CUresult r = NewModule(std::move(image), true, &module); r != CUDA_SUCCESS) return r;
+  *out = reinterpret_cast<CUmodule>(module);
+  return CUDA_SUCCESS;
+}
+
+CUresult ModuleLoadFile(CUmodule* out, const char* path) {
+  if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<uint8_t> image;
+  if (CUresult r = ReadFile(path, &image); r != CUDA_SUCCESS) return r;
+  if (image.back() != 0 && emu::ImageSize(image.data()) == 0) image.push_back(0);
+  Module* module;
+  if (CUresult r = NewModule(std::move(image), true, &module); r != CUDA_SUCCESS) return r;
+  *out = reinterpret_cast<CUmodule>(module);
+  return CUDA_SUCCESS;
+}
+
+CUresult ModuleUnload(CUmodule handle) {
+  Module* module;
+  if (CUresult r = Remote::Get().ResolveModule(handle, &module); r != CUDA_SUCCESS) return r;
+  Remote& remote = Remote::Get();
+  std::map<int, uint64_t> loaded;
+  {
+    std::lock_guard<std::mutex> lock(remote.mu());
+    module->alive = false;  // The object stays: a stale handle is then recognised, not dereferenced after free.
+    loaded = std::move(module->per_device);
+    module->per_device.clear();
+    module->image.clear();
+    module->image.shrink_to_fit();
+  }
+  for (const auto& [dev, id] : loaded) remote.session(dev)->ModuleUnload(id);
+  return CUDA_SUCCESS;
+}
+
+CUresult LibraryGetModule(CUmodule* out, CUlibrary library) {
+  Module* module;
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = Remote::Get().ResolveModule(reinterpret_cast<CUmodule>(library), &module); r != CUDA_SUCCESS) {
+    return r;
+  }
+  *out = reinterpret_cast<CUmodule>(module);
+  return CUDA_SUCCESS;
+}
+
+CUresult GetFunction(CUfunction* out, CUmodule handle, const char* name, bool require_context) {
+  if (out == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Remote& remote = Remote::Get();
+  Module* module;
+  if (CUresult r = remote.ResolveModule(handle, &module); r != CUDA_SUCCESS) return r;
+  Kernel* kernel;
+  {
+    std::lock_guard<std::mutex> lock(remote.mu());
+    auto& slot = module->kernels[name];
+    if (!slot) {
+      slot = std::make_unique<Kernel>();
+      slot->module = module;
+      slot->name = name;
+      remote.kernels.insert(slot.get());
+    }
+    kernel = slot.get();
+  }
+  // Look the name up on the current slice now, so a missing kernel fails here rather than at launch.
+  int dev;
+  CUresult r = remote.CurrentDevice(&dev);
+  if (r == CUDA_SUCCESS) {
+    RemoteFunctionInfo info;
+    if (CUresult f = remote.FunctionOn(kernel, dev, &info); f != CUDA_SUCCESS) return f;
+  } else if (require_context || r != CUDA_ERROR_INVALID_CONTEXT) {
+    return r;
+  }
+  *out = reinterpret_cast<CUfunction>(kernel);
+  return CUDA_SUCCESS;
+}
+
+CUresult GetGlobal(CUdeviceptr* address, size_t* bytes, CUmodule handle, const char* name) {
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Remote& remote = Remote::Get();
+  Module* module;
+  if (CUresult r = remote.ResolveModule(handle, &module); r != CUDA_SUCCESS) return r;
+  int dev;
+  if (CUresult r = remote.CurrentDevice(&dev); r != CUDA_SUCCESS) return r;
+  uint64_t id;
+  if (CUresult r = remote.ModuleOn(module, dev, &id); r != CUDA_SUCCESS) return r;
+  uint64_t a = 0, n = 0;
+  int code = remote.session(dev)->GetGlobal(id, name, &a, &n);
+  if (code == CUDA_ERROR_NOT_FOUND) return CUDA_ERROR_NOT_FOUND;  // Programs probe for optional globals.
+  if (code != 0) return remote.Fail(dev, code, fmt::format("looking up global '{}'", name).c_str());
+  if (address != nullptr) *address = a;
+  if (bytes != nullptr) *bytes = n;
+  return CUDA_SUCCESS;
+}
+
+CUresult KernelGetFunction(CUfunction* out, CUkernel handle) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Kernel* kernel;
+  if (CUresult r = Remote::Get().ResolveKernel(reinterpret_cast<CUfunction>(handle), &kernel); r != CUDA_SUCCESS) {
+    return r;
+  }
+  *out = reinterpret_cast<CUfunction>(kernel);
+  return CUDA_SUCCESS;
+}
+
+CUresult FuncGetAttribute(int* value, CUfunction_attribute attribute, CUfunction handle, int dev) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Remote& remote = Remote::Get();
+  Kernel* kernel;
+  if (CUresult r = remote.ResolveKernel(handle, &kernel); r != CUDA_SUCCESS) return r;
+  if (CUresult r = CurrentOr(dev, &dev); r != CUDA_SUCCESS) return r;
+  RemoteFunctionInfo info;
+  if (CUresult r = remote.FunctionOn(kernel, dev, &info); r != CUDA_SUCCESS) return r;
+  const DeviceInfo& device = Driver::Get().devices()[dev];
+  auto attr = [&](int a, int fallback) {
+    auto it = device.attributes.find(a);
+    return it != device.attributes.end() && it->second != 0 ? it->second : fallback;
+  };
+  switch (attribute) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+      *value = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024);
+      break;
+    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
+      *value = info.shared_bytes;
+      break;
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
+      *value = info.local_bytes;
+      break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS:
+      *value = info.num_regs;
+      break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
+      *value = device.cc_major * 10 + device.cc_minor;
+      break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+      *value = std::max(0, attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024) - info.shared_bytes);
+      break;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+      *value = -1;
+      break;
+    default:
+      *value = 0;  // Constant bytes, cache mode, cluster attributes: none.
+  }
+  return CUDA_SUCCESS;
+}
+
+// cuFuncSetAttribute / cuFuncSetCacheConfig / cuKernelSet*: hints a slice need not follow; accepted.
+CUresult FuncAccept(CUfunction handle) {
+  Kernel* kernel;
+  return Remote::Get().ResolveKernel(handle, &kernel);
+}
+
+CUresult FuncGetName(const char** name, CUfunction handle) {
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Kernel* kernel;
+  if (CUresult r = Remote::Get().ResolveKernel(handle, &kernel); r != CUDA_SUCCESS) return r;
+  *name = kernel->name.c_str();
+  return CUDA_SUCCESS;
+}
+
+CUresult FuncGetModule(CUmodule* out, CUfunction handle) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Kernel* kernel;
+  if (CUresult r = Remote::Get().ResolveKernel(handle, &kernel); r != CUDA_SUCCESS) return r;
+  *out = reinterpret_cast<CUmodule>(kernel->module);
+  return CUDA_SUCCESS;
+}
+
+CUresult FuncGetParamInfo(CUfunction handle, size_t index, size_t* offset, size_t* size) {
+  Remote& remote = Remote::Get();
+  Kernel* kernel;
+  if (CUresult r = remote.ResolveKernel(handle, &kernel); r != CUDA_SUCCESS) return r;
+  int dev;
+  if (CUresult r = remote.CurrentDevice(&dev); r != CUDA_SUCCESS) return r;
+  RemoteFunctionInfo info;
+  if (CUresult r = remote.FunctionOn(kernel, dev, &info); r != CUDA_SUCCESS) return r;
+  if (index >= info.params.size()) return CUDA_ERROR_INVALID_VALUE;
+  if (offset != nullptr) *offset = info.params[index].offset;
+  if (size != nullptr) *size = info.params[index].size;
+  return CUDA_SUCCESS;
+}
+
+CUresult LinkCreate(unsigned int n, CUjit_option* options, void** values, CUlinkState* out) {
+  if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto* state = new LinkState();
+  std::lock_guard<std::mutex> lock(link_mu);
+  link_states.insert(state);
+  *out = reinterpret_cast<CUlinkState>(state);
+  return CUDA_SUCCESS;
+}
+
+CUresult LinkAddData(CUlinkState handle, CUjitInputType type, void* data, size_t size) {
+  LinkState* state;
+  if (CUresult r = ResolveLink(handle, &state); r != CUDA_SUCCESS) return r;
+  if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<uint8_t> bytes;
+  const auto* p = static_cast<const uint8_t*>(data);
+  switch (type) {
+    case CU_JIT_INPUT_PTX:
+      if (size == 0) size = std::strlen(static_cast<const char*>(data)) + 1;
+      bytes.assign(p, p + size);
+      if (bytes.back() != 0) bytes.push_back(0);
+      ++state->ptx_inputs;
+      break;
+    case CU_JIT_INPUT_FATBINARY:
+    case CU_JIT_INPUT_CUBIN:
+      if (size == 0) size = emu::ImageSize(data);
+      if (size == 0) return CUDA_ERROR_INVALID_IMAGE;
+      bytes.assign(p, p + size);
+      break;
+    default:
+      GP_WARN("interpose", "cuLinkAddData: input type {} (object/library) is not supported; pass PTX or a fatbin",
+              static_cast<int>(type));
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  std::lock_guard<std::mutex> lock(link_mu);
+  state->inputs.push_back(std::move(bytes));
+  return CUDA_SUCCESS;
+}
+
+CUresult LinkAddFile(CUlinkState handle, CUjitInputType type, const char* path) {
+  std::vector<uint8_t> bytes;
+  if (CUresult r = ReadFile(path, &bytes); r != CUDA_SUCCESS) return r;
+  return LinkAddData(handle, type, bytes.data(), bytes.size());
+}
+
+// Nothing is linked: a single input is passed through as the image (what numba produces for a kernel without
+// device-function libraries).
+CUresult LinkComplete(CUlinkState handle, void** out, size_t* size) {
+  LinkState* state;
+  if (CUresult r = ResolveLink(handle, &state); r != CUDA_SUCCESS) return r;
+  if (out == nullptr || size == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(link_mu);
+  if (state->inputs.empty()) return CUDA_ERROR_INVALID_VALUE;
+  if (state->inputs.size() > 1) {
+    GP_ERROR("interpose",
+             "cuLinkComplete: linking {} inputs ({} PTX) is not supported; gpupool passes a single PTX or fatbin "
+             "input through as the image",
+             state->inputs.size(), state->ptx_inputs);
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  state->result = state->inputs.front();
+  *out = state->result.data();
+  *size = state->result.size();
+  return CUDA_SUCCESS;
+}
+
+CUresult LinkDestroy(CUlinkState handle) {
+  LinkState* state;
+  if (CUresult r = ResolveLink(handle, &state); r != CUDA_SUCCESS) return r;
+  {
+    std::lock_guard<std::mutex> lock(link_mu);
+    link_states.erase(state);
+  }
+  delete state;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace gpupool::interpose
+
+GP_MODULE_FORWARDS(GP_DEFINE_FORWARD)
 
 using gpupool::interpose::ApiCall;
 

@@ -1,46 +1,118 @@
-// Stream management. No stream can be created yet; the default streams exist and are always idle. The _ptsz
-// variants are the per-thread-default-stream forms (programs built with --default-stream per-thread), where
-// the NULL stream means the calling thread's default stream instead of the legacy one.
-#include <fmt/format.h>
-
-#include "api.h"
+// Streams. A CUstream is a client object naming (slice, remote stream id); the NULL stream, CU_STREAM_LEGACY and
+// CU_STREAM_PER_THREAD are remote stream 0 of the current context's slice. The _ptsz variants (programs built
+// with --default-stream per-thread) map onto the same implementations. Generated from forward_spec.h.
 #include "driver.h"
+#include "forward_spec.h"
+#include "remote.h"
 
 namespace gpupool::interpose {
-namespace {
 
-// NULL and the two named default streams; any other handle would have come from cuStreamCreate.
-bool IsDefaultStream(CUstream stream) {
-  return stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD;
+CUresult StreamCreate(CUstream* out, unsigned int flags, int priority) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (flags & ~static_cast<unsigned int>(CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
+  Remote& remote = Remote::Get();
+  int dev;
+  if (CUresult r = remote.CurrentDevice(&dev); r != CUDA_SUCCESS) return r;
+  uint64_t id = 0;
+  if (int code = remote.session(dev)->StreamCreate(&id); code != 0) return remote.Fail(dev, code, "cuStreamCreate");
+  auto* stream = new Stream{dev, id, flags, std::max(-5, std::min(0, priority)), true};
+  std::lock_guard<std::mutex> lock(remote.mu());
+  remote.streams.insert(stream);
+  *out = reinterpret_cast<CUstream>(stream);
+  return CUDA_SUCCESS;
 }
 
-// cuStreamQuery and cuStreamSynchronize: nothing is ever pending.
-// TODO(feature): wait for the work queued on the slice once launches and async copies exist.
-CUresult DefaultStreamIdle(const char* name, CUstream stream) {
-  return ApiCall(
-      name,
-      [&] {
-        if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
-        if (Driver::Current() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-        return IsDefaultStream(stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-      },
-      [&](CUresult) { return fmt::format("stream={}", static_cast<void*>(stream)); });
+CUresult StreamDestroy(CUstream handle) {
+  Remote& remote = Remote::Get();
+  int dev;
+  uint64_t sid;
+  if (CUresult r = remote.ResolveStream(handle, &dev, &sid); r != CUDA_SUCCESS) return r;
+  if (sid == 0) return CUDA_ERROR_INVALID_HANDLE;  // A default stream.
+  {
+    std::lock_guard<std::mutex> lock(remote.mu());
+    reinterpret_cast<Stream*>(handle)->alive = false;  // Kept: stale handles are recognised, never freed memory.
+  }
+  if (int code = remote.session(dev)->StreamDestroy(sid); code != 0) return remote.Fail(dev, code, "cuStreamDestroy");
+  return CUDA_SUCCESS;
 }
 
-}  // namespace
+// Fake devices: the default streams exist and are always idle.
+CUresult FakeDefaultStream(CUstream handle) {
+  if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
+  if (Driver::Current() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  return handle == nullptr || handle == CU_STREAM_LEGACY || handle == CU_STREAM_PER_THREAD ? CUDA_SUCCESS
+                                                                                          : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult StreamSynchronize(CUstream handle) {
+  Remote& remote = Remote::Get();
+  if (!remote.attached()) return FakeDefaultStream(handle);
+  int dev;
+  uint64_t sid;
+  if (CUresult r = remote.ResolveStream(handle, &dev, &sid); r != CUDA_SUCCESS) return r;
+  if (int code = remote.session(dev)->StreamSynchronize(sid); code != 0) {
+    return remote.Fail(dev, code, "work on a stream");
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamQuery(CUstream handle) {
+  Remote& remote = Remote::Get();
+  if (!remote.attached()) return FakeDefaultStream(handle);
+  int dev;
+  uint64_t sid;
+  if (CUresult r = remote.ResolveStream(handle, &dev, &sid); r != CUDA_SUCCESS) return r;
+  int code = remote.session(dev)->StreamQuery(sid);
+  if (code == 0 || code == CUDA_ERROR_NOT_READY) return ToResult(code);
+  return remote.Fail(dev, code, "work on a stream");
+}
+
+CUresult StreamWaitEvent(CUstream handle, CUevent event_handle) {
+  Remote& remote = Remote::Get();
+  int dev;
+  uint64_t sid;
+  if (CUresult r = remote.ResolveStream(handle, &dev, &sid); r != CUDA_SUCCESS) return r;
+  Event* event;
+  if (CUresult r = remote.ResolveEvent(event_handle, &event); r != CUDA_SUCCESS) return r;
+  if (event->device == dev) {
+    if (int code = remote.session(dev)->StreamWaitEvent(sid, event->remote); code != 0) {
+      return remote.Fail(dev, code, "cuStreamWaitEvent");
+    }
+    return CUDA_SUCCESS;
+  }
+  // Slices cannot wait on each other: the client waits for the event, which orders everything sent after it.
+  if (int code = remote.session(event->device)->EventSynchronize(event->remote); code != 0) {
+    return remote.Fail(event->device, code, "an event waited on by another device");
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamGetFlags(CUstream handle, unsigned int* flags) {
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int dev;
+  uint64_t sid;
+  if (CUresult r = Remote::Get().ResolveStream(handle, &dev, &sid); r != CUDA_SUCCESS) return r;
+  *flags = sid == 0 ? 0 : reinterpret_cast<Stream*>(handle)->flags;
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamGetPriority(CUstream handle, int* priority) {
+  if (priority == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int dev;
+  uint64_t sid;
+  if (CUresult r = Remote::Get().ResolveStream(handle, &dev, &sid); r != CUDA_SUCCESS) return r;
+  *priority = sid == 0 ? 0 : reinterpret_cast<Stream*>(handle)->priority;
+  return CUDA_SUCCESS;
+}
+
+// Priorities are recorded, not enforced: the agent schedules by the slice's share.
+CUresult StreamPriorityRange(int* least, int* greatest) {
+  if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
+  if (least != nullptr) *least = 0;
+  if (greatest != nullptr) *greatest = -5;
+  return CUDA_SUCCESS;
+}
+
 }  // namespace gpupool::interpose
 
-extern "C" {
-
-CUresult cuStreamQuery(CUstream stream) { return gpupool::interpose::DefaultStreamIdle("cuStreamQuery", stream); }
-CUresult cuStreamQuery_ptsz(CUstream stream) {
-  return gpupool::interpose::DefaultStreamIdle("cuStreamQuery_ptsz", stream);
-}
-CUresult cuStreamSynchronize(CUstream stream) {
-  return gpupool::interpose::DefaultStreamIdle("cuStreamSynchronize", stream);
-}
-CUresult cuStreamSynchronize_ptsz(CUstream stream) {
-  return gpupool::interpose::DefaultStreamIdle("cuStreamSynchronize_ptsz", stream);
-}
-
-}  // extern "C"
+GP_STREAM_FORWARDS(GP_DEFINE_FORWARD)

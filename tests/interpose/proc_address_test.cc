@@ -136,11 +136,12 @@ TEST_F(Library, GetProcAddressAnswersTheExportedVariant) {
 }
 
 TEST_F(Library, UnimplementedFunctionsAnswerNotSupported) {
-  using AllocFn = CUresult (*)(CUdeviceptr*, size_t);
-  auto alloc = reinterpret_cast<AllocFn>(Symbol("cuMemAlloc_v2"));
+  // Managed memory stays unimplemented (a remote slice cannot share pages with the client).
+  using AllocFn = CUresult (*)(CUdeviceptr*, size_t, unsigned int);
+  auto alloc = reinterpret_cast<AllocFn>(Symbol("cuMemAllocManaged"));
   ASSERT_NE(alloc, nullptr);
   CUdeviceptr ptr = 0;
-  EXPECT_EQ(alloc(&ptr, 1024), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(alloc(&ptr, 1024, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_NOT_SUPPORTED);
   EXPECT_EQ(ptr, 0u);
 }
 

@@ -1,0 +1,283 @@
+// The specification of every forwarded driver entry point (STYLE.md point 10), one line each, grouped by API
+// family. Each family's .cc file holds the hand-written implementations its lines call, then expands its list
+// with GP_DEFINE_FORWARD, which generates the extern "C" function: argument checks and tracing through ApiCall,
+// no exception escaping. Every ABI variant (_v2, _ptds/_ptsz) is its own line, mapping onto one implementation;
+// the per-thread-default-stream variants pass the same stream handle (the NULL stream is remote stream 0 of the
+// current slice either way: the agent orders it against the slice's other streams).
+//
+// Columns:  X(symbol, (prototype), implementation call, routing rule, what goes out / comes back / waits)
+//   routing: "ptr" = by the window holding the device pointer(s); "stream" = by the stream handle's slice;
+//            "ctx" = the current context's slice; "fn" = by the function's module, on the launching slice;
+//            "client" = answered in the client, nothing sent.
+//   waits:   "async" = sent without waiting (errors surface at the next synchronising call); "waits" = round
+//            trip; "none" = no message.
+#ifndef GPUPOOL_INTERPOSE_FORWARD_SPEC_H_
+#define GPUPOOL_INTERPOSE_FORWARD_SPEC_H_
+
+#include <string>
+
+#include "api.h"
+
+namespace gpupool::interpose {
+// With fake devices (no slice attached) forwarded calls answer CUDA_ERROR_NOT_SUPPORTED; named once on stderr
+// when GPUPOOL_LOG is set, like the unimplemented entry points.
+CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
+}  // namespace gpupool::interpose
+
+#define GP_DEFINE_FORWARD(symbol, params, call, route, waits)                                       \
+  extern "C" CUresult symbol params {                                                               \
+    return ::gpupool::interpose::CheckForwarded(                                                    \
+        #symbol, ::gpupool::interpose::ApiCall(                                                     \
+                     #symbol, [&]() -> CUresult { return ::gpupool::interpose::call; },             \
+                     [&](CUresult) { return std::string("[" route ", " waits "]"); }));             \
+  }
+
+// ---- memory.cc -----------------------------------------------------------------------------------------------
+#define GP_MEMORY_FORWARDS(X)                                                                                     \
+  X(cuMemAlloc_v2, (CUdeviceptr * p, size_t n), MemAlloc(p, n), "ctx", "out: size; back: address; waits")        \
+  X(cuMemAllocPitch_v2, (CUdeviceptr * p, size_t* pitch, size_t w, size_t h, unsigned int e),                     \
+    MemAllocPitch(p, pitch, w, h, e), "ctx", "rows padded to 256 bytes; waits")                                   \
+  X(cuMemFree_v2, (CUdeviceptr p), MemFree(p), "ptr", "out: address; async")                                      \
+  X(cuMemGetInfo_v2, (size_t * free_bytes, size_t* total), MemGetInfo(free_bytes, total), "ctx", "waits")         \
+  X(cuMemGetAddressRange_v2, (CUdeviceptr * base, size_t* size, CUdeviceptr p), MemGetAddressRange(base, size, p), \
+    "client", "allocation table; none")                                                                           \
+  X(cuPointerGetAttribute, (void* data, CUpointer_attribute a, CUdeviceptr p), PointerGetAttribute(data, a, p),   \
+    "client", "none")                                                                                             \
+  X(cuPointerGetAttributes, (unsigned int n, CUpointer_attribute* a, void** data, CUdeviceptr p),                 \
+    PointerGetAttributes(n, a, data, p), "client", "none")                                                        \
+  X(cuMemAllocHost, (void** p, unsigned int n), MemHostAlloc(p, n, 0), "client", "malloc; none")                  \
+  X(cuMemAllocHost_v2, (void** p, size_t n), MemHostAlloc(p, n, 0), "client", "malloc; none")                     \
+  X(cuMemHostAlloc, (void** p, size_t n, unsigned int f), MemHostAlloc(p, n, f), "client", "malloc; none")        \
+  X(cuMemFreeHost, (void* p), MemFreeHost(p), "client", "free; none")                                             \
+  X(cuMemHostRegister, (void* p, size_t n, unsigned int f), MemHostRegister(p, n, f), "client", "none")           \
+  X(cuMemHostRegister_v2, (void* p, size_t n, unsigned int f), MemHostRegister(p, n, f), "client", "none")        \
+  X(cuMemHostUnregister, (void* p), MemHostUnregister(p), "client", "none")                                       \
+  X(cuMemHostGetDevicePointer_v2, (CUdeviceptr * d, void* p, unsigned int f), MemHostGetDevicePointer(d, p, f),   \
+    "client", "not supported: host memory is not addressable from a remote slice")                                \
+  X(cuMemHostGetFlags, (unsigned int* f, void* p), MemHostGetFlags(f, p), "client", "none")                       \
+  /* Copies: each side routes by pointer (window -> that slice, else host); two slices: staged via the client. */ \
+  X(cuMemcpyHtoD_v2, (CUdeviceptr d, const void* s, size_t n), CopyHtoD(d, s, n, nullptr), "ptr",                 \
+    "out: bytes (captured before return); async")                                                                 \
+  X(cuMemcpyHtoD_v2_ptds, (CUdeviceptr d, const void* s, size_t n), CopyHtoD(d, s, n, nullptr), "ptr",            \
+    "out: bytes; async")                                                                                          \
+  X(cuMemcpyHtoDAsync_v2, (CUdeviceptr d, const void* s, size_t n, CUstream st), CopyHtoD(d, s, n, st),           \
+    "ptr+stream", "out: bytes; async")                                                                            \
+  X(cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr d, const void* s, size_t n, CUstream st), CopyHtoD(d, s, n, st),      \
+    "ptr+stream", "out: bytes; async")                                                                            \
+  X(cuMemcpyDtoH_v2, (void* d, CUdeviceptr s, size_t n), CopyDtoH(d, s, n, nullptr), "ptr", "back: bytes; waits") \
+  X(cuMemcpyDtoH_v2_ptds, (void* d, CUdeviceptr s, size_t n), CopyDtoH(d, s, n, nullptr), "ptr",                  \
+    "back: bytes; waits")                                                                                         \
+  X(cuMemcpyDtoHAsync_v2, (void* d, CUdeviceptr s, size_t n, CUstream st), CopyDtoH(d, s, n, st), "ptr+stream",   \
+    "back: bytes; waits (the host buffer is filled on return)")                                                   \
+  X(cuMemcpyDtoHAsync_v2_ptsz, (void* d, CUdeviceptr s, size_t n, CUstream st), CopyDtoH(d, s, n, st),            \
+    "ptr+stream", "back: bytes; waits")                                                                           \
+  X(cuMemcpyDtoD_v2, (CUdeviceptr d, CUdeviceptr s, size_t n), CopyDtoD(d, s, n, nullptr), "ptr",                 \
+    "async on one slice; across slices waits (staged)")                                                           \
+  X(cuMemcpyDtoD_v2_ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), CopyDtoD(d, s, n, nullptr), "ptr",            \
+    "async on one slice; staged across slices")                                                                   \
+  X(cuMemcpyDtoDAsync_v2, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), CopyDtoD(d, s, n, st),           \
+    "ptr+stream", "async on one slice; staged across slices")                                                     \
+  X(cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), CopyDtoD(d, s, n, st),      \
+    "ptr+stream", "async on one slice; staged across slices")                                                     \
+  X(cuMemcpy, (CUdeviceptr d, CUdeviceptr s, size_t n), CopyAny(d, s, n, nullptr), "ptr", "unified addressing")   \
+  X(cuMemcpy_ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), CopyAny(d, s, n, nullptr), "ptr", "unified")         \
+  X(cuMemcpyAsync, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), CopyAny(d, s, n, st), "ptr+stream",     \
+    "unified")                                                                                                    \
+  X(cuMemcpyAsync_ptsz, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), CopyAny(d, s, n, st),              \
+    "ptr+stream", "unified")                                                                                      \
+  X(cuMemcpyPeer, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n), CopyDtoD(d, s, n, nullptr), \
+    "ptr", "staged through the client across slices")                                                             \
+  X(cuMemcpyPeer_ptds, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n),                      \
+    CopyDtoD(d, s, n, nullptr), "ptr", "staged")                                                                  \
+  X(cuMemcpyPeerAsync, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st),         \
+    CopyDtoD(d, s, n, st), "ptr+stream", "staged")                                                                \
+  X(cuMemcpyPeerAsync_ptsz, (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st),    \
+    CopyDtoD(d, s, n, st), "ptr+stream", "staged")                                                                \
+  X(cuMemcpy2D_v2, (const CUDA_MEMCPY2D* c), Copy2D(c, nullptr), "ptr", "row copies (one when contiguous)")       \
+  X(cuMemcpy2D_v2_ptds, (const CUDA_MEMCPY2D* c), Copy2D(c, nullptr), "ptr", "row copies")                        \
+  X(cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D* c), Copy2D(c, nullptr), "ptr", "row copies")                    \
+  X(cuMemcpy2DUnaligned_v2_ptds, (const CUDA_MEMCPY2D* c), Copy2D(c, nullptr), "ptr", "row copies")               \
+  X(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D* c, CUstream st), Copy2D(c, st), "ptr+stream", "row copies")         \
+  X(cuMemcpy2DAsync_v2_ptsz, (const CUDA_MEMCPY2D* c, CUstream st), Copy2D(c, st), "ptr+stream", "row copies")    \
+  X(cuMemcpy3D_v2, (const CUDA_MEMCPY3D* c), Copy3D(c, nullptr), "ptr", "row copies (one when contiguous)")       \
+  X(cuMemcpy3D_v2_ptds, (const CUDA_MEMCPY3D* c), Copy3D(c, nullptr), "ptr", "row copies")                        \
+  X(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D* c, CUstream st), Copy3D(c, st), "ptr+stream", "row copies")         \
+  X(cuMemcpy3DAsync_v2_ptsz, (const CUDA_MEMCPY3D* c, CUstream st), Copy3D(c, st), "ptr+stream", "row copies")    \
+  X(cuMemsetD8_v2, (CUdeviceptr d, unsigned char v, size_t n), Memset2D(d, n, v, 1, n, 1, nullptr), "ptr", "async") \
+  X(cuMemsetD8_v2_ptds, (CUdeviceptr d, unsigned char v, size_t n), Memset2D(d, n, v, 1, n, 1, nullptr), "ptr",  \
+    "async")                                                                                                      \
+  X(cuMemsetD16_v2, (CUdeviceptr d, unsigned short v, size_t n), Memset2D(d, 2 * n, v, 2, n, 1, nullptr), "ptr",  \
+    "async")                                                                                                      \
+  X(cuMemsetD16_v2_ptds, (CUdeviceptr d, unsigned short v, size_t n), Memset2D(d, 2 * n, v, 2, n, 1, nullptr),    \
+    "ptr", "async")                                                                                               \
+  X(cuMemsetD32_v2, (CUdeviceptr d, unsigned int v, size_t n), Memset2D(d, 4 * n, v, 4, n, 1, nullptr), "ptr",    \
+    "async")                                                                                                      \
+  X(cuMemsetD32_v2_ptds, (CUdeviceptr d, unsigned int v, size_t n), Memset2D(d, 4 * n, v, 4, n, 1, nullptr),      \
+    "ptr", "async")                                                                                               \
+  X(cuMemsetD8Async, (CUdeviceptr d, unsigned char v, size_t n, CUstream st), Memset2D(d, n, v, 1, n, 1, st),     \
+    "ptr+stream", "async")                                                                                        \
+  X(cuMemsetD8Async_ptsz, (CUdeviceptr d, unsigned char v, size_t n, CUstream st), Memset2D(d, n, v, 1, n, 1, st),\
+    "ptr+stream", "async")                                                                                        \
+  X(cuMemsetD16Async, (CUdeviceptr d, unsigned short v, size_t n, CUstream st),                                   \
+    Memset2D(d, 2 * n, v, 2, n, 1, st), "ptr+stream", "async")                                                    \
+  X(cuMemsetD16Async_ptsz, (CUdeviceptr d, unsigned short v, size_t n, CUstream st),                              \
+    Memset2D(d, 2 * n, v, 2, n, 1, st), "ptr+stream", "async")                                                    \
+  X(cuMemsetD32Async, (CUdeviceptr d, unsigned int v, size_t n, CUstream st), Memset2D(d, 4 * n, v, 4, n, 1, st), \
+    "ptr+stream", "async")                                                                                        \
+  X(cuMemsetD32Async_ptsz, (CUdeviceptr d, unsigned int v, size_t n, CUstream st),                                \
+    Memset2D(d, 4 * n, v, 4, n, 1, st), "ptr+stream", "async")                                                    \
+  X(cuMemsetD2D8_v2, (CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h),                              \
+    Memset2D(d, p, v, 1, w, h, nullptr), "ptr", "one memset per row; async")                                      \
+  X(cuMemsetD2D8_v2_ptds, (CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h),                         \
+    Memset2D(d, p, v, 1, w, h, nullptr), "ptr", "per row; async")                                                 \
+  X(cuMemsetD2D16_v2, (CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h),                            \
+    Memset2D(d, p, v, 2, w, h, nullptr), "ptr", "per row; async")                                                 \
+  X(cuMemsetD2D16_v2_ptds, (CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h),                       \
+    Memset2D(d, p, v, 2, w, h, nullptr), "ptr", "per row; async")                                                 \
+  X(cuMemsetD2D32_v2, (CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h),                              \
+    Memset2D(d, p, v, 4, w, h, nullptr), "ptr", "per row; async")                                                 \
+  X(cuMemsetD2D32_v2_ptds, (CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h),                         \
+    Memset2D(d, p, v, 4, w, h, nullptr), "ptr", "per row; async")                                                 \
+  X(cuMemsetD2D8Async, (CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h, CUstream st),               \
+    Memset2D(d, p, v, 1, w, h, st), "ptr+stream", "per row; async")                                               \
+  X(cuMemsetD2D8Async_ptsz, (CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h, CUstream st),          \
+    Memset2D(d, p, v, 1, w, h, st), "ptr+stream", "per row; async")                                               \
+  X(cuMemsetD2D16Async, (CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h, CUstream st),             \
+    Memset2D(d, p, v, 2, w, h, st), "ptr+stream", "per row; async")                                               \
+  X(cuMemsetD2D16Async_ptsz, (CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h, CUstream st),        \
+    Memset2D(d, p, v, 2, w, h, st), "ptr+stream", "per row; async")                                               \
+  X(cuMemsetD2D32Async, (CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h, CUstream st),               \
+    Memset2D(d, p, v, 4, w, h, st), "ptr+stream", "per row; async")                                               \
+  X(cuMemsetD2D32Async_ptsz, (CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h, CUstream st),          \
+    Memset2D(d, p, v, 4, w, h, st), "ptr+stream", "per row; async")
+
+// ---- module.cc -----------------------------------------------------------------------------------------------
+#define GP_MODULE_FORWARDS(X)                                                                                     \
+  X(cuLibraryLoadData, (CUlibrary * l, const void* code, CUjit_option* jo, void** jv, unsigned int nj,            \
+                        CUlibraryOption* lo, void** lv, unsigned int nl),                                         \
+    LibraryLoadData(l, code), "client", "image copied now; loaded on a slice at first use")                       \
+  X(cuLibraryLoadFromFile, (CUlibrary * l, const char* path, CUjit_option* jo, void** jv, unsigned int nj,        \
+                            CUlibraryOption* lo, void** lv, unsigned int nl),                                     \
+    LibraryLoadFromFile(l, path), "client", "file read now; loaded at first use")                                 \
+  X(cuLibraryUnload, (CUlibrary l), ModuleUnload(reinterpret_cast<CUmodule>(l)), "client", "unload: async")       \
+  X(cuLibraryGetKernel, (CUkernel * k, CUlibrary l, const char* name),                                            \
+    GetFunction(reinterpret_cast<CUfunction*>(k), reinterpret_cast<CUmodule>(l), name, false), "client",          \
+    "lazy: resolved on the launching slice")                                                                      \
+  X(cuLibraryGetModule, (CUmodule * m, CUlibrary l), LibraryGetModule(m, l), "client", "none")                    \
+  X(cuLibraryGetGlobal, (CUdeviceptr * d, size_t* n, CUlibrary l, const char* name),                              \
+    GetGlobal(d, n, reinterpret_cast<CUmodule>(l), name), "ctx", "waits")                                         \
+  X(cuKernelGetFunction, (CUfunction * f, CUkernel k), KernelGetFunction(f, k), "client", "none")                 \
+  X(cuKernelGetAttribute, (int* v, CUfunction_attribute a, CUkernel k, CUdevice dev),                             \
+    FuncGetAttribute(v, a, reinterpret_cast<CUfunction>(k), dev), "device", "waits once per slice")               \
+  X(cuKernelSetAttribute, (CUfunction_attribute a, int v, CUkernel k, CUdevice dev),                              \
+    FuncAccept(reinterpret_cast<CUfunction>(k)), "client", "accepted")                                            \
+  X(cuKernelSetCacheConfig, (CUkernel k, CUfunc_cache c, CUdevice dev),                                           \
+    FuncAccept(reinterpret_cast<CUfunction>(k)), "client", "accepted")                                            \
+  X(cuKernelGetName, (const char** name, CUkernel k), FuncGetName(name, reinterpret_cast<CUfunction>(k)),         \
+    "client", "none")                                                                                             \
+  X(cuKernelGetParamInfo, (CUkernel k, size_t i, size_t* off, size_t* size),                                      \
+    FuncGetParamInfo(reinterpret_cast<CUfunction>(k), i, off, size), "ctx", "layout; waits once per slice")       \
+  X(cuModuleLoad, (CUmodule * m, const char* path), ModuleLoadFile(m, path), "ctx", "file read; waits")           \
+  X(cuModuleLoadData, (CUmodule * m, const void* image), ModuleLoadData(m, image), "ctx", "image; waits")         \
+  X(cuModuleLoadDataEx, (CUmodule * m, const void* image, unsigned int n, CUjit_option* o, void** v),             \
+    ModuleLoadData(m, image), "ctx", "image; JIT options ignored; waits")                                         \
+  X(cuModuleLoadFatBinary, (CUmodule * m, const void* image), ModuleLoadData(m, image), "ctx", "image; waits")    \
+  X(cuModuleUnload, (CUmodule m), ModuleUnload(m), "client", "async on every slice where loaded")                 \
+  X(cuModuleGetFunction, (CUfunction * f, CUmodule m, const char* name), GetFunction(f, m, name, true), "ctx",    \
+    "name; back: handle, layout; waits")                                                                          \
+  X(cuModuleGetGlobal_v2, (CUdeviceptr * d, size_t* n, CUmodule m, const char* name), GetGlobal(d, n, m, name),   \
+    "ctx", "waits")                                                                                               \
+  X(cuFuncGetAttribute, (int* v, CUfunction_attribute a, CUfunction f), FuncGetAttribute(v, a, f, -1), "ctx",     \
+    "from the remote function info")                                                                              \
+  X(cuFuncSetAttribute, (CUfunction f, CUfunction_attribute a, int v), FuncAccept(f), "client", "accepted")       \
+  X(cuFuncSetCacheConfig, (CUfunction f, CUfunc_cache c), FuncAccept(f), "client", "accepted")                    \
+  X(cuFuncGetName, (const char** name, CUfunction f), FuncGetName(name, f), "client", "none")                     \
+  X(cuFuncGetModule, (CUmodule * m, CUfunction f), FuncGetModule(m, f), "client", "none")                         \
+  X(cuFuncGetParamInfo, (CUfunction f, size_t i, size_t* off, size_t* size), FuncGetParamInfo(f, i, off, size),   \
+    "ctx", "layout")                                                                                              \
+  X(cuLinkCreate, (unsigned int n, CUjit_option* o, void** v, CUlinkState* s), LinkCreate(n, o, v, s), "client",  \
+    "none")                                                                                                       \
+  X(cuLinkCreate_v2, (unsigned int n, CUjit_option* o, void** v, CUlinkState* s), LinkCreate(n, o, v, s),         \
+    "client", "none")                                                                                             \
+  X(cuLinkAddData, (CUlinkState s, CUjitInputType t, void* d, size_t n, const char* name, unsigned int no,        \
+                    CUjit_option* o, void** v),                                                                   \
+    LinkAddData(s, t, d, n), "client", "copied")                                                                  \
+  X(cuLinkAddData_v2, (CUlinkState s, CUjitInputType t, void* d, size_t n, const char* name, unsigned int no,     \
+                       CUjit_option* o, void** v),                                                                \
+    LinkAddData(s, t, d, n), "client", "copied")                                                                  \
+  X(cuLinkAddFile, (CUlinkState s, CUjitInputType t, const char* path, unsigned int no, CUjit_option* o,          \
+                    void** v),                                                                                    \
+    LinkAddFile(s, t, path), "client", "file read")                                                               \
+  X(cuLinkAddFile_v2, (CUlinkState s, CUjitInputType t, const char* path, unsigned int no, CUjit_option* o,       \
+                       void** v),                                                                                 \
+    LinkAddFile(s, t, path), "client", "file read")                                                               \
+  X(cuLinkComplete, (CUlinkState s, void** out, size_t* n), LinkComplete(s, out, n), "client",                    \
+    "the single input is the image")                                                                              \
+  X(cuLinkDestroy, (CUlinkState s), LinkDestroy(s), "client", "none")
+
+// ---- launch.cc -----------------------------------------------------------------------------------------------
+#define GP_LAUNCH_FORWARDS(X)                                                                                     \
+  X(cuLaunchKernel, (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,            \
+                     unsigned int by, unsigned int bz, unsigned int shm, CUstream st, void** params, void** extra), \
+    LaunchKernel(f, gx, gy, gz, bx, by, bz, shm, st, params, extra), "stream",                                    \
+    "out: packed params by the function's layout; async")                                                         \
+  X(cuLaunchKernel_ptsz, (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,       \
+                          unsigned int by, unsigned int bz, unsigned int shm, CUstream st, void** params,         \
+                          void** extra),                                                                          \
+    LaunchKernel(f, gx, gy, gz, bx, by, bz, shm, st, params, extra), "stream", "async")                           \
+  X(cuLaunchKernelEx, (const CUlaunchConfig* c, CUfunction f, void** params, void** extra),                       \
+    LaunchKernelEx(c, f, params, extra), "stream", "attributes ignored except cooperative; async")                \
+  X(cuLaunchKernelEx_ptsz, (const CUlaunchConfig* c, CUfunction f, void** params, void** extra),                  \
+    LaunchKernelEx(c, f, params, extra), "stream", "async")                                                       \
+  X(cuLaunchHostFunc, (CUstream st, CUhostFn fn, void* data), LaunchHostFunc(st, fn, data), "stream",             \
+    "stream synchronised, then fn runs in the client")                                                            \
+  X(cuLaunchHostFunc_ptsz, (CUstream st, CUhostFn fn, void* data), LaunchHostFunc(st, fn, data), "stream",        \
+    "synchronised, then fn")                                                                                      \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor, (int* n, CUfunction f, int block, size_t dyn),                   \
+    OccupancyMaxActiveBlocks(n, f, block, dyn), "ctx", "computed from the function's attributes")                 \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, (int* n, CUfunction f, int block, size_t dyn,           \
+                                                          unsigned int flags),                                    \
+    OccupancyMaxActiveBlocks(n, f, block, dyn), "ctx", "computed")                                                \
+  X(cuOccupancyMaxPotentialBlockSize, (int* grid, int* block, CUfunction f, CUoccupancyB2DSize b2d, size_t dyn,   \
+                                       int limit),                                                                \
+    OccupancyMaxPotentialBlockSize(grid, block, f, b2d, dyn, limit), "ctx", "computed")                           \
+  X(cuOccupancyMaxPotentialBlockSizeWithFlags, (int* grid, int* block, CUfunction f, CUoccupancyB2DSize b2d,      \
+                                                size_t dyn, int limit, unsigned int flags),                       \
+    OccupancyMaxPotentialBlockSize(grid, block, f, b2d, dyn, limit), "ctx", "computed")
+
+// ---- stream.cc -----------------------------------------------------------------------------------------------
+#define GP_STREAM_FORWARDS(X)                                                                                     \
+  X(cuStreamCreate, (CUstream * s, unsigned int flags), StreamCreate(s, flags, 0), "ctx", "back: id; waits")      \
+  X(cuStreamCreateWithPriority, (CUstream * s, unsigned int flags, int prio), StreamCreate(s, flags, prio), "ctx", \
+    "priority recorded; waits")                                                                                   \
+  X(cuStreamDestroy, (CUstream s), StreamDestroy(s), "stream", "waits")                                           \
+  X(cuStreamDestroy_v2, (CUstream s), StreamDestroy(s), "stream", "waits")                                        \
+  X(cuStreamSynchronize, (CUstream s), StreamSynchronize(s), "stream", "waits; reports async errors")             \
+  X(cuStreamSynchronize_ptsz, (CUstream s), StreamSynchronize(s), "stream", "waits")                              \
+  X(cuStreamQuery, (CUstream s), StreamQuery(s), "stream", "waits")                                               \
+  X(cuStreamQuery_ptsz, (CUstream s), StreamQuery(s), "stream", "waits")                                          \
+  X(cuStreamWaitEvent, (CUstream s, CUevent e, unsigned int f), StreamWaitEvent(s, e), "stream",                  \
+    "async on one slice; across slices the client waits for the event")                                           \
+  X(cuStreamWaitEvent_ptsz, (CUstream s, CUevent e, unsigned int f), StreamWaitEvent(s, e), "stream", "async")    \
+  X(cuStreamGetFlags, (CUstream s, unsigned int* f), StreamGetFlags(s, f), "client", "none")                      \
+  X(cuStreamGetFlags_ptsz, (CUstream s, unsigned int* f), StreamGetFlags(s, f), "client", "none")                 \
+  X(cuStreamGetPriority, (CUstream s, int* p), StreamGetPriority(s, p), "client", "none")                         \
+  X(cuStreamGetPriority_ptsz, (CUstream s, int* p), StreamGetPriority(s, p), "client", "none")                    \
+  X(cuCtxGetStreamPriorityRange, (int* least, int* greatest), StreamPriorityRange(least, greatest), "client",     \
+    "none")
+
+// ---- event.cc ------------------------------------------------------------------------------------------------
+#define GP_EVENT_FORWARDS(X)                                                                                      \
+  X(cuEventCreate, (CUevent * e, unsigned int flags), EventCreate(e, flags), "ctx", "back: id; waits")            \
+  X(cuEventRecord, (CUevent e, CUstream s), EventRecord(e, s), "stream", "async")                                 \
+  X(cuEventRecord_ptsz, (CUevent e, CUstream s), EventRecord(e, s), "stream", "async")                            \
+  X(cuEventRecordWithFlags, (CUevent e, CUstream s, unsigned int f), EventRecord(e, s), "stream", "async")        \
+  X(cuEventRecordWithFlags_ptsz, (CUevent e, CUstream s, unsigned int f), EventRecord(e, s), "stream", "async")   \
+  X(cuEventSynchronize, (CUevent e), EventSynchronize(e), "event", "waits")                                       \
+  X(cuEventQuery, (CUevent e), EventQuery(e), "event", "waits")                                                   \
+  X(cuEventElapsedTime, (float* ms, CUevent a, CUevent b), EventElapsedTime(ms, a, b), "event", "waits")          \
+  X(cuEventElapsedTime_v2, (float* ms, CUevent a, CUevent b), EventElapsedTime(ms, a, b), "event", "waits")       \
+  X(cuEventDestroy, (CUevent e), EventDestroy(e), "event", "async")                                               \
+  X(cuEventDestroy_v2, (CUevent e), EventDestroy(e), "event", "async")
+
+#endif  // GPUPOOL_INTERPOSE_FORWARD_SPEC_H_

@@ -1,0 +1,138 @@
+#include "remote.h"
+
+#include <cstdlib>
+#include <set>
+#include <string>
+
+#include "core/log.h"
+#include "driver.h"
+
+namespace gpupool::interpose {
+
+Remote& Remote::Get() {
+  // Leaked like Driver: cudart calls into us from atexit handlers.
+  static Remote* remote = new Remote();
+  return *remote;
+}
+
+void Remote::Attach(std::vector<std::unique_ptr<RemoteSession>> sessions) { sessions_ = std::move(sessions); }
+
+int Remote::DeviceOf(uint64_t address) const {
+  for (size_t i = 0; i < sessions_.size(); ++i) {
+    if (sessions_[i]->Owns(address)) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+CUresult Remote::CurrentDevice(int* device) const {
+  if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
+  if (!attached()) return CUDA_ERROR_NOT_SUPPORTED;  // Fake devices: nothing to forward to.
+  Context* ctx = Driver::Current();
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = ctx->device;
+  return CUDA_SUCCESS;
+}
+
+CUresult Remote::ResolveStream(CUstream handle, int* device, uint64_t* remote) {
+  if (handle == nullptr || handle == CU_STREAM_LEGACY || handle == CU_STREAM_PER_THREAD) {
+    *remote = 0;
+    return CurrentDevice(device);
+  }
+  if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
+  auto* stream = reinterpret_cast<Stream*>(handle);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (streams.count(stream) == 0 || !stream->alive) return CUDA_ERROR_INVALID_HANDLE;
+  *device = stream->device;
+  *remote = stream->remote;
+  return CUDA_SUCCESS;
+}
+
+CUresult Remote::ResolveEvent(CUevent handle, Event** event) {
+  if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
+  auto* e = reinterpret_cast<Event*>(handle);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (e == nullptr || events.count(e) == 0 || !e->alive) return CUDA_ERROR_INVALID_HANDLE;
+  *event = e;
+  return CUDA_SUCCESS;
+}
+
+CUresult Remote::ResolveModule(CUmodule handle, Module** module) {
+  if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
+  auto* m = reinterpret_cast<Module*>(handle);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (m == nullptr || modules.count(m) == 0 || !m->alive) return CUDA_ERROR_INVALID_HANDLE;
+  *module = m;
+  return CUDA_SUCCESS;
+}
+
+CUresult Remote::ResolveKernel(CUfunction handle, Kernel** kernel) {
+  if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
+  auto* k = reinterpret_cast<Kernel*>(handle);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (k == nullptr || kernels.count(k) == 0 || !k->module->alive) return CUDA_ERROR_INVALID_HANDLE;
+  *kernel = k;
+  return CUDA_SUCCESS;
+}
+
+CUresult Remote::ModuleOn(Module* module, int device, uint64_t* remote) {
+  // Held across the round trip: two threads launching the same kernel first must not load it twice.
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = module->per_device.find(device); it != module->per_device.end()) {
+    *remote = it->second;
+    return CUDA_SUCCESS;
+  }
+  uint64_t id = 0;
+  int code = session(device)->ModuleLoad(module->image.data(), module->image.size(), &id);
+  if (code != 0) return Fail(device, code, "loading a module");
+  module->per_device[device] = id;
+  *remote = id;
+  return CUDA_SUCCESS;
+}
+
+CUresult Remote::FunctionOn(Kernel* kernel, int device, RemoteFunctionInfo* info) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = kernel->per_device.find(device); it != kernel->per_device.end()) {
+      *info = it->second;
+      return CUDA_SUCCESS;
+    }
+  }
+  uint64_t module = 0;
+  if (CUresult r = ModuleOn(kernel->module, device, &module); r != CUDA_SUCCESS) return r;
+  RemoteFunctionInfo fetched;
+  int code = session(device)->GetFunction(module, kernel->name, &fetched);
+  if (code != 0) return Fail(device, code, "looking up a kernel");
+  std::lock_guard<std::mutex> lock(mu_);
+  kernel->per_device[device] = fetched;
+  *info = fetched;
+  return CUDA_SUCCESS;
+}
+
+CUresult Remote::Fail(int device, int code, const char* what) {
+  static std::mutex logged_mu;
+  static std::set<std::string> logged;
+  std::string message = device >= 0 && device < static_cast<int>(sessions_.size())
+                            ? sessions_[device]->last_error()
+                            : std::string();
+  if (message.empty()) message = ResultName(ToResult(code));
+  std::lock_guard<std::mutex> lock(logged_mu);
+  if (logged.insert(message).second) GP_ERROR("interpose", "device {}: {} failed: {}", device, what, message);
+  return ToResult(code);
+}
+
+CUresult CheckForwarded(const char* symbol, CUresult result) noexcept {
+  if (result != CUDA_ERROR_NOT_SUPPORTED || Remote::Get().attached()) return result;
+  try {
+    static std::mutex mu;
+    static auto* reported = new std::set<std::string>();
+    std::lock_guard<std::mutex> lock(mu);
+    if (std::getenv("GPUPOOL_LOG") != nullptr && reported->insert(symbol).second) {
+      GP_WARN("interpose", "{} is not implemented for fake devices (GPUPOOL_FAKE_DEVICES): answering "
+                           "CUDA_ERROR_NOT_SUPPORTED", symbol);
+    }
+  } catch (...) {
+  }
+  return result;
+}
+
+}  // namespace gpupool::interpose

@@ -1,0 +1,115 @@
+// The client-side objects behind the handles the forwarded entry points give out, and the routing rules they
+// share (ARCHITECTURE.md section 4):
+//   - device pointers route by address: every slice owns a disjoint window (RemoteSession::Owns), so a pointer
+//     alone names the slice, whatever the current context is;
+//   - streams, events and explicit work route by the handle's device; the NULL stream, CU_STREAM_LEGACY and
+//     CU_STREAM_PER_THREAD are remote stream 0 of the current context's slice;
+//   - code (CUlibrary/CUmodule) keeps a copy of its image and is loaded on a slice the first time it is used
+//     there, so one cudart library serves every device of a multi-slice program.
+// Handles are pointers to the structures below, never freed while the process lives (a stale handle is
+// recognised as destroyed instead of being dereferenced after free).
+#ifndef GPUPOOL_INTERPOSE_REMOTE_H_
+#define GPUPOOL_INTERPOSE_REMOTE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "api.h"
+#include "client/session_client.h"
+
+namespace gpupool::interpose {
+
+using internal::RemoteFunctionInfo;
+using internal::RemoteSession;
+
+struct Stream {
+  int device = 0;
+  uint64_t remote = 0;  // Stream id on the slice; 0 = its default stream.
+  unsigned int flags = 0;
+  int priority = 0;
+  bool alive = true;
+};
+
+struct Event {
+  int device = 0;
+  uint64_t remote = 0;
+  unsigned int flags = 0;
+  bool alive = true;
+};
+
+struct Module;
+
+// A CUkernel and a CUfunction are the same object: cudart passes the CUkernel of cuLibraryGetKernel straight to
+// cuLaunchKernel, so both must resolve alike.
+struct Kernel {
+  Module* module = nullptr;
+  std::string name;
+  std::map<int, RemoteFunctionInfo> per_device;  // Filled on first use on a device. Guarded by Remote::mu_.
+};
+
+// A CUlibrary and a CUmodule (cuLibraryGetModule returns the same object).
+struct Module {
+  std::vector<uint8_t> image;                       // A fatbin container or PTX text (NUL-terminated).
+  std::map<int, uint64_t> per_device;               // Remote module id, per device where loaded.
+  std::map<std::string, std::unique_ptr<Kernel>> kernels;
+  bool alive = true;
+};
+
+struct Allocation {
+  uint64_t size = 0;
+  int device = 0;
+};
+
+class Remote {
+ public:
+  static Remote& Get();
+
+  // Called once by Driver::Init with the sessions of the attached slices (device i = sessions[i]); empty for
+  // fake devices, where every forwarded call answers CUDA_ERROR_NOT_SUPPORTED.
+  void Attach(std::vector<std::unique_ptr<RemoteSession>> sessions);
+  bool attached() const { return !sessions_.empty(); }
+  size_t device_count() const { return sessions_.size(); }
+  RemoteSession* session(int device) const { return sessions_[device].get(); }
+
+  // The device whose window holds `address`, or -1 (host memory, or no pointer of ours).
+  int DeviceOf(uint64_t address) const;
+  // Checks init and the current context; *device = its device.
+  CUresult CurrentDevice(int* device) const;
+  // Resolves a stream handle (default streams: the current context's device, remote 0).
+  CUresult ResolveStream(CUstream handle, int* device, uint64_t* remote);
+  CUresult ResolveEvent(CUevent handle, Event** event);
+  CUresult ResolveModule(CUmodule handle, Module** module);
+  CUresult ResolveKernel(CUfunction handle, Kernel** kernel);
+
+  // Module code on `device`: loads it there on first use. Logs the slice's reason when loading fails.
+  CUresult ModuleOn(Module* module, int device, uint64_t* remote);
+  // The remote function (handle and parameter layout) of `kernel` on `device`, loading as needed.
+  CUresult FunctionOn(Kernel* kernel, int device, RemoteFunctionInfo* info);
+
+  // The remote error of a failed call, as a CUresult; logs the session's message once per distinct message.
+  CUresult Fail(int device, int code, const char* what);
+
+  std::mutex& mu() { return mu_; }
+  std::map<uint64_t, Allocation> allocations;  // Device allocations by base. Guarded by mu().
+  std::map<uint64_t, uint64_t> host_allocations;  // cuMemAllocHost/HostAlloc/HostRegister: base -> size.
+  std::set<Stream*> streams;
+  std::set<Event*> events;
+  std::set<Module*> modules;
+  std::set<Kernel*> kernels;
+
+ private:
+  Remote() = default;
+  std::vector<std::unique_ptr<RemoteSession>> sessions_;  // Written once at init, then read-only.
+  std::mutex mu_;
+};
+
+inline CUresult ToResult(int code) { return static_cast<CUresult>(code); }
+
+}  // namespace gpupool::interpose
+
+#endif  // GPUPOOL_INTERPOSE_REMOTE_H_
