@@ -1,6 +1,8 @@
 #include "client/runtime.h"
 
 #include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -69,6 +71,7 @@ Status StatusFromOutcome(wire::Outcome::Reader outcome, const std::string& addre
 
 Runtime::Runtime(const PoolOptions& options)
     : connect_timeout_(options.connect_timeout), call_timeout_(options.call_timeout) {
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   thread_ = std::thread([this] {
     // Writes to a peer that vanished must fail with EPIPE, not kill the user's process.
     sigset_t set;
@@ -77,6 +80,10 @@ Runtime::Runtime(const PoolOptions& options)
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     auto io = kj::setupAsyncIo();
     deferred_ = kj::heap<kj::TaskSet>(static_cast<kj::TaskSet::ErrorHandler&>(*this));
+    kj::UnixEventPort::FdObserver wake(io.unixEventPort, wake_fd_, kj::UnixEventPort::FdObserver::OBSERVE_READ);
+    auto waking = WakeLoop(wake).eagerlyEvaluate([](kj::Exception&& e) {
+      GP_ERROR("client", "posted-call loop failed: {}", e.getDescription().cStr());
+    });
     auto paf = kj::newPromiseAndFulfiller<void>();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -97,8 +104,47 @@ Runtime::Runtime(const PoolOptions& options)
 }
 
 Runtime::~Runtime() {
-  executor_->executeSync([this] { stop_->fulfill(); });
+  executor_->executeSync([this] {
+    Drain();  // Unwaited calls still go out before the connections close.
+    stop_->fulfill();
+  });
   thread_.join();
+  close(wake_fd_);
+}
+
+void Runtime::Post(std::function<void()> fn) {
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(post_mu_);
+    posted_.push_back(std::move(fn));
+    wake = !wake_pending_;
+    wake_pending_ = true;
+  }
+  if (wake) {
+    uint64_t one = 1;
+    ssize_t n = write(wake_fd_, &one, sizeof(one));
+    (void)n;
+  }
+}
+
+void Runtime::Drain() {
+  std::vector<std::function<void()>> batch;
+  {
+    std::lock_guard<std::mutex> lock(post_mu_);
+    batch.swap(posted_);
+    wake_pending_ = false;
+  }
+  for (auto& fn : batch) fn();
+}
+
+kj::Promise<void> Runtime::WakeLoop(kj::UnixEventPort::FdObserver& observer) {
+  return observer.whenBecomesReadable().then([this, &observer]() {
+    uint64_t count;
+    while (read(wake_fd_, &count, sizeof(count)) > 0) {
+    }
+    Drain();
+    return WakeLoop(observer);
+  });
 }
 
 void Runtime::StartTask(const std::string& key, kj::Promise<void> task) {

@@ -15,6 +15,7 @@
 
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
+#include <kj/async-unix.h>
 
 #include "gpupool/pool.h"
 #include "gpupool/state.h"
@@ -39,8 +40,16 @@ class Runtime : public kj::TaskSet::ErrorHandler {
   // across; use the helpers below, which turn exceptions into Status.
   template <typename Func>
   auto Run(Func&& func) {
-    return executor_->executeSync(std::forward<Func>(func));
+    // Closures posted earlier run first, so a synchronous call never overtakes an unwaited one.
+    return executor_->executeSync([this, &func]() {
+      Drain();
+      return func();
+    });
   }
+
+  // Queues `fn` to run on the loop thread and returns at once (no thread hand-off wait): for calls whose reply
+  // nobody waits for. Posted closures run in posting order, before the function of any later Run().
+  void Post(std::function<void()> fn);
 
   // The pool state last used for placement. Placement may start from it (saving a describe round to every
   // agent); the agents still decide, and a busy answer or any doubt forces a fresh describe.
@@ -78,6 +87,8 @@ class Runtime : public kj::TaskSet::ErrorHandler {
   // called from inside the connection's own promises, which must not be destroyed while they run.
   void ForgetLater(Connection* connection);
   void taskFailed(kj::Exception&& exception) override;
+  void Drain();  // Loop thread: runs the posted closures.
+  kj::Promise<void> WakeLoop(kj::UnixEventPort::FdObserver& observer);
   kj::Promise<wire::Agent::Client> AgentUntagged(const std::string& address);
   kj::Promise<wire::Agent::Client> Connect(const std::string& address, Connection* connection);
   // `expected` if it is still the connection registered for `address`; otherwise throws DISCONNECTED.
@@ -94,6 +105,10 @@ class Runtime : public kj::TaskSet::ErrorHandler {
   std::map<std::string, kj::Own<Connection>> connections_;
   std::map<std::string, kj::Promise<void>> tasks_;
   kj::Own<kj::TaskSet> deferred_;
+  int wake_fd_ = -1;  // eventfd: a Post() to an idle loop writes it.
+  std::mutex post_mu_;
+  std::vector<std::function<void()>> posted_;
+  bool wake_pending_ = false;
 };
 
 }  // namespace gpupool::internal

@@ -163,7 +163,24 @@ int RemoteSession::TakeAsyncError() {
 }
 
 // Sends a request whose reply nobody waits for; its error is kept for the next synchronising call.
+// Posted: the caller does not even wait for the hand-off to the loop thread. Everything `fill` uses must be
+// captured by value.
 #define GP_SEND_ASYNC(method, fill)                                                      \
+  do {                                                                                   \
+    Impl* impl = impl_.get();                                                            \
+    runtime_->Post([=] {                                                                 \
+      if (!impl->tasks) return;                                                          \
+      auto req = impl->S().method##Request();                                            \
+      fill;                                                                              \
+      impl->tasks->add(req.send().then([impl](auto&& r) {                                \
+        impl->Record(CodeOf(r.getStatus()), r.getStatus().getMessage().cStr());          \
+      }));                                                                               \
+    });                                                                                  \
+  } while (0)
+
+// Like GP_SEND_ASYNC, but the caller waits for the hand-off: for requests that carry the caller's buffer, which is
+// copied into the message before this returns (no extra copy).
+#define GP_SEND_ASYNC_NOW(method, fill)                                                  \
   do {                                                                                   \
     Impl* impl = impl_.get();                                                            \
     runtime_->Run([&] {                                                                  \
@@ -225,7 +242,7 @@ int RemoteSession::CopyToDevice(uint64_t dst, const void* src, size_t bytes, uin
   const uint8_t* p = static_cast<const uint8_t*>(src);
   for (size_t off = 0; off < bytes; off += kChunk) {
     size_t n = std::min(kChunk, bytes - off);
-    GP_SEND_ASYNC(copyToDevice, {
+    GP_SEND_ASYNC_NOW(copyToDevice, {
       req.setDst(dst + off);
       req.setData(kj::arrayPtr(p + off, n));
       req.setStream(stream);
@@ -351,19 +368,23 @@ int RemoteSession::GetGlobal(uint64_t module, const std::string& name, uint64_t*
 
 int RemoteSession::Launch(uint64_t function, const uint32_t grid[3], const uint32_t block[3], uint32_t shared_bytes,
                           uint64_t stream, const void* params, size_t param_bytes) {
+  // Parameters are small: copy them and post the launch without waiting for the loop thread.
+  auto packed = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(params),
+                                                       static_cast<const uint8_t*>(params) + param_bytes);
+  const uint32_t g0 = grid[0], g1 = grid[1], g2 = grid[2], b0 = block[0], b1 = block[1], b2 = block[2];
   GP_SEND_ASYNC(launch, {
     req.setFunction(function);
     auto g = req.initGrid();
-    g.setX(grid[0]);
-    g.setY(grid[1]);
-    g.setZ(grid[2]);
+    g.setX(g0);
+    g.setY(g1);
+    g.setZ(g2);
     auto b = req.initBlock();
-    b.setX(block[0]);
-    b.setY(block[1]);
-    b.setZ(block[2]);
+    b.setX(b0);
+    b.setY(b1);
+    b.setZ(b2);
     req.setSharedBytes(shared_bytes);
     req.setStream(stream);
-    req.setParams(kj::arrayPtr(static_cast<const uint8_t*>(params), param_bytes));
+    req.setParams(kj::arrayPtr(packed->data(), packed->size()));
   });
   return 0;
 }

@@ -1164,6 +1164,7 @@ EmuResult<Program> ModuleCompiler::Run() {
   // Calls must land somewhere.
   for (const auto& f : prog_.functions) {
     for (const auto& in : f.code) {
+      if (in.op == Op::kCall) prog_.has_calls = true;
       if (in.op != Op::kCall || in.target < 0) continue;
       const Function& callee = prog_.functions[static_cast<size_t>(in.target)];
       if (!callee.defined && callee.native == Native::kNone) {

@@ -87,8 +87,9 @@ class CtaRunner {
     nthreads_ = launch.block.x * launch.block.y * launch.block.z;
     shared_size_ = prog_.static_shared_bytes + launch.dynamic_shared;
     shared_.assign(shared_size_ + 16, 0);
-    bool needs_local = false;
-    for (const auto& f : prog_.functions) needs_local = needs_local || f.uses_local || !f.call_operands.empty();
+    const bool has_calls = prog_.has_calls;
+    bool needs_local = has_calls;
+    for (const auto& f : prog_.functions) needs_local = needs_local || f.uses_local;
     local_size_ = needs_local ? kLocalStackBytes : 0;
     locals_.assign(static_cast<size_t>(local_size_) * nthreads_ + 16, 0);
     threads_.resize(nthreads_);
@@ -101,7 +102,9 @@ class CtaRunner {
       t.lane = i % 32;
       t.warp = i / 32;
       t.local = locals_.data() + static_cast<size_t>(i) * local_size_;
-      t.param_stack.assign(std::max<size_t>(entry.param_area, launch.params.size()) + kParamStackBytes, 0);
+      // Call frames need room beyond the kernel's own parameters; a module without calls does not.
+      t.param_stack.assign(std::max<size_t>(entry.param_area, launch.params.size()) + (has_calls ? kParamStackBytes : 16),
+                           0);
     }
     nwarps_ = (nthreads_ + 31) / 32;
   }

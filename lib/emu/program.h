@@ -131,6 +131,7 @@ struct Program {
   std::map<std::string, int> function_index;
   std::map<std::string, GlobalVar> globals;
   uint32_t static_shared_bytes = 0;  // All .shared variables of the module; dynamic shared starts after.
+  bool has_calls = false;            // Any call instruction: threads then need call-frame stacks.
   int version_major = 0, version_minor = 0;
 };
 
