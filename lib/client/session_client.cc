@@ -163,6 +163,11 @@ int RemoteSession::TakeAsyncError() {
 }
 
 // Sends a request whose reply nobody waits for; its error is kept for the next synchronising call.
+// The continuation of an unwaited call: keeps its error for the next synchronising call.
+auto RecordReply(RemoteSession::Impl* impl) {
+  return [impl](auto&& r) { impl->Record(CodeOf(r.getStatus()), r.getStatus().getMessage().cStr()); };
+}
+
 // Posted: the caller does not even wait for the hand-off to the loop thread. Everything `fill` uses must be
 // captured by value.
 #define GP_SEND_ASYNC(method, fill)                                                      \
@@ -172,9 +177,7 @@ int RemoteSession::TakeAsyncError() {
       if (!impl->tasks) return;                                                          \
       auto req = impl->S().method##Request();                                            \
       fill;                                                                              \
-      impl->tasks->add(req.send().then([impl](auto&& r) {                                \
-        impl->Record(CodeOf(r.getStatus()), r.getStatus().getMessage().cStr());          \
-      }));                                                                               \
+      impl->tasks->add(req.send().then(RecordReply(impl)));                              \
     });                                                                                  \
   } while (0)
 
@@ -186,9 +189,7 @@ int RemoteSession::TakeAsyncError() {
     runtime_->Run([&] {                                                                  \
       auto req = impl->S().method##Request();                                            \
       fill;                                                                              \
-      impl->tasks->add(req.send().then([impl](auto&& r) {                                \
-        impl->Record(CodeOf(r.getStatus()), r.getStatus().getMessage().cStr());          \
-      }));                                                                               \
+      impl->tasks->add(req.send().then(RecordReply(impl)));                              \
     });                                                                                  \
   } while (0)
 

@@ -374,6 +374,18 @@ class FunctionCompiler {
     return m;
   }
 
+  // The first modifier of `in` that names an entry of `modes` (".add", ".finite"...), or false.
+  static bool ModeFromFlags(const Mods& m, const std::unordered_map<std::string, uint8_t>& modes, uint8_t* mode) {
+    for (const auto& f : m.flags) {
+      auto it = modes.find(f);
+      if (it != modes.end()) {
+        *mode = it->second;
+        return true;
+      }
+    }
+    return false;
+  }
+
   static uint16_t CommonFlags(const Mods& m) {
     uint16_t f = 0;
     if (m.flags.count("ftz")) f |= kFtz;
@@ -713,10 +725,7 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
       inst.op = Op::kPrmt;
       static const std::unordered_map<std::string, uint8_t> kModes = {
           {"f4e", 1}, {"b4e", 2}, {"rc8", 3}, {"ecl", 4}, {"ecr", 5}, {"rc16", 6}};
-      for (const auto& f : m.flags) {
-        auto it = kModes.find(f);
-        if (it != kModes.end()) inst.mode = it->second;
-      }
+      ModeFromFlags(m, kModes, &inst.mode);  // Default mode (0) when none is named.
       return Simple(in, inst, 3, Type::kB32);
     }
     if (op == "shf") {
@@ -745,15 +754,7 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     inst.op = Op::kTestp;
     static const std::unordered_map<std::string, uint8_t> kKinds = {
         {"finite", 0}, {"infinite", 1}, {"number", 2}, {"notanumber", 3}, {"normal", 4}, {"subnormal", 5}};
-    bool found = false;
-    for (const auto& f : m.flags) {
-      auto it = kKinds.find(f);
-      if (it != kKinds.end()) {
-        inst.mode = it->second;
-        found = true;
-      }
-    }
-    if (!found) return Err(in.line, "testp needs a test (.finite, .number...)");
+    if (!ModeFromFlags(m, kKinds, &inst.mode)) return Err(in.line, "testp needs a test (.finite, .number...)");
     if (EmuStatus s = Operands(in, 2); !s.ok()) return s;
     if (EmuStatus s = Resolve(in.operands[0], Type::kPred, in.line, &inst.d[0]); !s.ok()) return s;
     return Resolve(in.operands[1], inst.type, in.line, &inst.s[0]);
@@ -811,15 +812,7 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     static const std::unordered_map<std::string, uint8_t> kAtomOps = {
         {"add", 0}, {"min", 1}, {"max", 2}, {"inc", 3}, {"dec", 4}, {"and", 5}, {"or", 6}, {"xor", 7},
         {"exch", 8}, {"cas", 9}};
-    bool found = false;
-    for (const auto& f : m.flags) {
-      auto it = kAtomOps.find(f);
-      if (it != kAtomOps.end()) {
-        inst.mode = it->second;
-        found = true;
-      }
-    }
-    if (!found) return Err(in.line, "'" + Joined(in) + "' has no operation");
+    if (!ModeFromFlags(m, kAtomOps, &inst.mode)) return Err(in.line, "'" + Joined(in) + "' has no operation");
     int size = ptx::TypeSize(inst.type);
     if (size == 2) {
       // 16-bit atomics exist for add.noftz.f16/bf16 and cas/exch.b16.
@@ -998,15 +991,7 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     if (EmuStatus s = need_type(); !s.ok()) return s;
     static const std::unordered_map<std::string, uint8_t> kOps = {
         {"add", 0}, {"min", 1}, {"max", 2}, {"and", 3}, {"or", 4}, {"xor", 5}};
-    bool found = false;
-    for (const auto& f : m.flags) {
-      auto it = kOps.find(f);
-      if (it != kOps.end()) {
-        inst.mode = it->second;
-        found = true;
-      }
-    }
-    if (!found) return Err(in.line, "redux needs an operation");
+    if (!ModeFromFlags(m, kOps, &inst.mode)) return Err(in.line, "redux needs an operation");
     if (IsFloat(inst.type)) return Unsupported(in, "floating-point redux");
     return Simple(in, inst, 2);
   }
