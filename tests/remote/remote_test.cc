@@ -44,6 +44,18 @@ TEST(Remote, ExamplesRunOnTwoAgentsOnLoopback) {
   ExpectAllFree(Connect(agents.Addresses()).State());
 }
 
+TEST(Remote, LessCommonRuntimeCallsAcrossTwoServers) {
+  // 2D/3D copies and memsets, peer copies staged through the client, pointer attributes, occupancy,
+  // cudaLaunchKernelEx and host functions, with the two slices on two agents.
+  AgentGroup agents(2, AgentOptions{.name = "apicov", .emulated = 1, .emulated_memory = "2GiB"});
+  RunResult r = RunCommand({ToolPath("gp-run"), "--servers", agents.Servers(), "-n", "2", "--spread", "--",
+                            Program("api_coverage")},
+                           {}, seconds(120));
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("api_coverage: 0 failure(s): PASSED"), std::string::npos) << r.out << r.err;
+  ExpectAllFree(Connect(agents.Addresses()).State());
+}
+
 TEST(Remote, DevicePrintfReachesTheProgramsStdout) {
   Agent agent(AgentOptions{.name = "printf", .emulated = 1, .emulated_memory = "2GiB"});
   RunResult r = RunCommand({ToolPath("gp-run"), "--servers", agent.address(), "--", Example("streams_events")}, {},
