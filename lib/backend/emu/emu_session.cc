@@ -108,12 +108,16 @@ class EmuSession final : public wire::Session::Server {
     emu::Stream* stream = nullptr;
     if (!Stream(params.getStream(), &stream)) return BadHandle(context.getResults().initStatus(), "stream");
     auto data = params.getData();
-    // The message is gone when this call returns: the copy reads from a buffer the stream keeps until it ran.
-    auto buffer = std::make_shared<std::vector<uint8_t>>(data.begin(), data.end());
-    EmuStatus s = device_->CopyToDevice(params.getDst(), buffer->data(), buffer->size(), stream, true);
-    if (s.ok()) device_->LaunchHostFunc(stream, [buffer] {});
-    SetStatus(context.getResults().initStatus(), s);
-    return kj::READY_NOW;
+    // The device reads straight from the request message, which lives until this call's promise resolves: the
+    // reply waits for the copy (the client does not wait for the reply, so nothing is delayed but the ack).
+    EmuStatus s = device_->CopyToDevice(params.getDst(), data.begin(), data.size(), stream, true);
+    if (!s.ok()) {
+      SetStatus(context.getResults().initStatus(), s);
+      return kj::READY_NOW;
+    }
+    return Reached(stream).then([this, context]() mutable {
+      SetStatus(context.getResults().initStatus(), device_->StickyError());
+    });
   }
 
   kj::Promise<void> copyFromDevice(CopyFromDeviceContext context) override {
@@ -122,16 +126,21 @@ class EmuSession final : public wire::Session::Server {
     emu::Stream* stream = nullptr;
     if (!Stream(params.getStream(), &stream)) return BadHandle(context.getResults().initStatus(), "stream");
     uint64_t bytes = params.getBytes();
-    auto buffer = std::make_shared<std::vector<uint8_t>>(bytes);
-    EmuStatus s = device_->CopyFromDevice(buffer->data(), params.getSrc(), bytes, stream, true);
-    if (!s.ok()) {
-      SetStatus(context.getResults().initStatus(), s);
+    if (bytes > (64ull << 20)) {
+      SetStatus(context.getResults().initStatus(), Code::kInvalidValue, "a copy message carries at most 64 MiB");
       return kj::READY_NOW;
     }
-    return Reached(stream).then([this, context, buffer]() mutable {
-      auto r = context.getResults();
-      SetStatus(r.initStatus(), device_->StickyError());
-      r.setData(kj::arrayPtr(buffer->data(), buffer->size()));
+    // The device writes straight into the reply message; nothing else touches it until the copy has run.
+    auto results = context.getResults();
+    auto data = results.initData(static_cast<unsigned>(bytes));
+    EmuStatus s = device_->CopyFromDevice(data.begin(), params.getSrc(), bytes, stream, true);
+    if (!s.ok()) {
+      SetStatus(results.initStatus(), s);
+      results.setData(nullptr);
+      return kj::READY_NOW;
+    }
+    return Reached(stream).then([this, context]() mutable {
+      SetStatus(context.getResults().initStatus(), device_->StickyError());
     });
   }
 
