@@ -14,6 +14,8 @@
 #include <kj/async-unix.h>
 
 #include "agent/lease_table.h"
+#include "backend/cuda/cuda_driver.h"
+#include "backend/cuda/cuda_session.h"
 #include "backend/emu/emu_session.h"
 #include "core/log.h"
 #include "core/util.h"
@@ -27,6 +29,9 @@ struct AgentState {
   AgentConfig config;
   std::vector<DeviceRecord> devices;
   LeaseTable table;
+  // The system CUDA driver, loaded when physical GPUs are present; why not, when it could not be.
+  std::shared_ptr<backend::CudaDriver> cuda;
+  std::string cuda_error = "no physical GPU";
   // Sessions by lease id, so that a lease's end also ends its sessions.
   std::map<std::string, std::vector<std::shared_ptr<backend::SessionControl>>> sessions;
 
@@ -217,16 +222,37 @@ class AgentImpl final : public wire::Agent::Server {
       return kj::READY_NOW;
     }
     const DeviceRecord& record = state_.devices[device];
-    if (!record.emulated) {
-      // TODO(feature): sessions on physical GPUs through the cuda backend.
-      SetOutcome(results.initOutcome(), Status(StatusCode::kInternal, "sessions on physical GPUs are not supported "
-                                                                      "by this agent yet (emulated devices only)"));
-      return kj::READY_NOW;
-    }
     uint64_t base = params.getWindowBase(), window = params.getWindowBytes();
     if (base == 0 || base % (1ull << 30) != 0 || window < slice->memory_bytes) {
       SetOutcome(results.initOutcome(), Status(StatusCode::kInvalidArgument,
                                                "the address window must be 1 GiB aligned and hold the slice"));
+      return kj::READY_NOW;
+    }
+    if (!record.emulated) {
+      // A physical GPU: the cuda backend, through the system driver.
+      if (!state_.cuda) {
+        SetOutcome(results.initOutcome(),
+                   Status(StatusCode::kInternal, "cannot run CUDA on this server's GPUs: " + state_.cuda_error));
+        return kj::READY_NOW;
+      }
+      backend::CudaSessionConfig cfg;
+      cfg.nvml_uuid = record.uuid;
+      cfg.memory_bytes = slice->memory_bytes;
+      cfg.window_base = base;
+      cfg.window_bytes = window;
+      cfg.control = std::make_shared<backend::SessionControl>();
+      auto session = backend::NewCudaSession(state_.cuda, cfg);
+      if (!session.ok()) {
+        SetOutcome(results.initOutcome(), Status(session.status().code() == StatusCode::kResourceExhausted
+                                                     ? StatusCode::kResourceExhausted
+                                                     : StatusCode::kInternal,
+                                                 session.status().message()));
+        return kj::READY_NOW;
+      }
+      state_.sessions[e->id].push_back(cfg.control);
+      GP_INFO("session", "lease {}: session on GPU {} ({}), window 0x{:x}", e->id, device, record.model, base);
+      SetOutcome(results.initOutcome(), Status::Ok());
+      results.setSession(wire::Session::Client(kj::mv(session).value()));
       return kj::READY_NOW;
     }
     backend::EmuSessionConfig config;
@@ -308,6 +334,18 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
 
   auto io = kj::setupAsyncIo();
   AgentState state(config, std::move(devices));
+  bool physical = false;
+  for (const auto& d : state.devices) physical = physical || !d.emulated;
+  if (physical) {
+    auto driver = backend::CudaDriver::Load();
+    if (driver.ok()) {
+      GP_INFO("agent", "CUDA driver {} with {} device(s)", (*driver)->version(), (*driver)->device_count());
+      state.cuda = std::shared_ptr<backend::CudaDriver>(std::move(driver).value());
+    } else {
+      state.cuda_error = driver.status().message();
+      GP_WARN("agent", "physical GPUs found, but {}: sessions on them will be refused", state.cuda_error);
+    }
+  }
   kj::Own<kj::ConnectionReceiver> receiver;
   std::string address;
   try {

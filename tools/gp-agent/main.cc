@@ -6,7 +6,6 @@
 #include "agent/agent_config.h"
 #include "agent/agent_service.h"
 #include "agent/inventory.h"
-#include "backend/cuda/cuda_driver.h"
 #include "core/log.h"
 #include "gpupool/units.h"
 
@@ -84,15 +83,6 @@ int main(int argc, char** argv) {
 
   std::vector<agent::DeviceRecord> devices;
   if (config.nvml) devices = agent::DiscoverNvmlDevices(config.device_class);
-  if (!devices.empty()) {
-    // Physical GPUs: say whether their driver can be used (sessions on them are not executed yet).
-    auto driver = backend::CudaDriver::Load();
-    if (driver.ok()) {
-      GP_INFO("agent", "CUDA driver {} with {} device(s)", (*driver)->version(), (*driver)->device_count());
-    } else {
-      GP_WARN("agent", "physical GPUs found, but {}", driver.status().message());
-    }
-  }
   if (devices.empty() && emu_fallback > 0 && config.emulated_count == 0) config.emulated_count = emu_fallback;
   auto emulated = agent::MakeEmulatedDevices(config.emulated_count, config.emulated_memory, config.name,
                                              config.device_class);

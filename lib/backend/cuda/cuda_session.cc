@@ -1,0 +1,650 @@
+#include "backend/cuda/cuda_session.h"
+
+#include <cuda.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <kj/async.h>
+
+#include "core/log.h"
+
+namespace gpupool::backend {
+namespace {
+
+// The driver entry points this backend uses, resolved through cuGetProcAddress at the CUDA 13.0 ABI, which is the
+// one cuda.h's names denote (so decltype of the header's declaration is the right pointer type).
+#define GP_CUDA_API(X)                                                                                   \
+  X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetUuid) X(cuDeviceGetName) X(cuDeviceGetAttribute)      \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuMemAddressReserve)     \
+  X(cuMemAddressFree) X(cuMemGetAllocationGranularity) X(cuMemCreate) X(cuMemRelease) X(cuMemMap)       \
+  X(cuMemUnmap) X(cuMemSetAccess) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemcpyHtoDAsync)               \
+  X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD16Async) X(cuMemsetD32Async)  \
+  X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal) X(cuFuncGetParamInfo) \
+  X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuLaunchHostFunc) X(cuStreamCreate) X(cuStreamDestroy)      \
+  X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)             \
+  X(cuEventQuery) X(cuEventElapsedTime) X(cuEventSynchronize) X(cuGetErrorString)
+
+struct Api {
+#define GP_FIELD(name) decltype(&::name) name = nullptr;
+  GP_CUDA_API(GP_FIELD)
+#undef GP_FIELD
+
+  // False (with the missing name) when the driver lacks one of them.
+  bool Load(const CudaDriver& driver, std::string* missing) {
+#define GP_LOAD(name)                                                                   \
+  name = reinterpret_cast<decltype(name)>(driver.Symbol(#name, 13000));                 \
+  if (!name) {                                                                          \
+    *missing = #name;                                                                   \
+    return false;                                                                       \
+  }
+    GP_CUDA_API(GP_LOAD)
+#undef GP_LOAD
+    return true;
+  }
+};
+
+std::string UuidString(const CUuuid& u) {
+  const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
+  return fmt::format("GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+                     b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+                     b[15]);
+}
+
+void SetStatus(wire::CallStatus::Builder out, CUresult r, const Api& api) {
+  out.setCode(static_cast<int32_t>(r));
+  if (r != CUDA_SUCCESS) {
+    const char* text = nullptr;
+    api.cuGetErrorString(r, &text);
+    out.setMessage(text ? text : "CUDA error");
+  }
+}
+
+class CudaSession final : public wire::Session::Server {
+ public:
+  CudaSession(std::shared_ptr<CudaDriver> driver, std::unique_ptr<Api> api, const CudaSessionConfig& config,
+              CUdevice device, CUcontext ctx, size_t granularity)
+      : driver_(std::move(driver)), api_(std::move(api)), config_(config), device_(device), ctx_(ctx),
+        granularity_(granularity) {
+    free_[0] = config_.window_bytes;
+    if (config_.control) {
+      std::lock_guard<std::mutex> lock(config_.control->mu);
+      config_.control->revoke = [this] {
+        revoked_ = true;
+        ReleaseAll();
+      };
+    }
+  }
+
+  ~CudaSession() noexcept(false) {
+    if (config_.control) {
+      std::lock_guard<std::mutex> lock(config_.control->mu);
+      config_.control->revoke = nullptr;
+    }
+    ReleaseAll();
+    api_->cuMemAddressFree(config_.window_base, config_.window_bytes);
+    api_->cuDevicePrimaryCtxRelease(device_);
+  }
+
+  kj::Promise<void> properties(PropertiesContext context) override {
+    Current();
+    auto props = context.getResults().initProps();
+    char name[256] = {0};
+    api_->cuDeviceGetName(name, sizeof(name), device_);
+    props.setName(name);
+    props.setTotalMemory(config_.memory_bytes);
+    int major = 0, minor = 0, bus = 0, dev = 0, domain = 0;
+    api_->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_);
+    api_->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_);
+    api_->cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, device_);
+    api_->cuDeviceGetAttribute(&dev, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, device_);
+    api_->cuDeviceGetAttribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, device_);
+    props.setCcMajor(major);
+    props.setCcMinor(minor);
+    props.setPciBus(bus);
+    props.setPciDevice(dev);
+    props.setPciDomain(domain);
+    CUuuid uuid;
+    api_->cuDeviceGetUuid(&uuid, device_);
+    props.setUuid(kj::arrayPtr(reinterpret_cast<const uint8_t*>(uuid.bytes), 16));
+    std::vector<std::pair<int, int>> attrs;
+    for (int id = 1; id < CU_DEVICE_ATTRIBUTE_MAX; ++id) {
+      int value = 0;
+      if (api_->cuDeviceGetAttribute(&value, static_cast<CUdevice_attribute>(id), device_) == CUDA_SUCCESS) {
+        attrs.push_back({id, value});
+      }
+    }
+    auto list = props.initAttributes(static_cast<unsigned>(attrs.size()));
+    for (size_t i = 0; i < attrs.size(); ++i) {
+      list[i].setId(attrs[i].first);
+      list[i].setValue(attrs[i].second);
+    }
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> memGetInfo(MemGetInfoContext context) override {
+    auto r = context.getResults();
+    SetStatus(r.initStatus(), revoked_ ? CUDA_ERROR_CONTEXT_IS_DESTROYED : CUDA_SUCCESS, *api_);
+    r.setTotal(config_.memory_bytes);
+    r.setFree(config_.memory_bytes - std::min(config_.memory_bytes, used_));
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> memAlloc(MemAllocContext context) override {
+    auto r = context.getResults();
+    uint64_t bytes = context.getParams().getBytes();
+    uint64_t size = (std::max<uint64_t>(bytes, 1) + granularity_ - 1) / granularity_ * granularity_;
+    if (revoked_) return Status(r.initStatus(), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    if (used_ + size > config_.memory_bytes) return Status(r.initStatus(), CUDA_ERROR_OUT_OF_MEMORY);
+    uint64_t offset = 0;
+    if (!Take(size, &offset)) return Status(r.initStatus(), CUDA_ERROR_OUT_OF_MEMORY);
+    Current();
+    CUmemAllocationProp prop = Prop();
+    CUmemGenericAllocationHandle handle;
+    CUdeviceptr address = config_.window_base + offset;
+    CUresult res = api_->cuMemCreate(&handle, size, &prop, 0);
+    if (res == CUDA_SUCCESS) {
+      res = api_->cuMemMap(address, size, 0, handle, 0);
+      if (res == CUDA_SUCCESS) {
+        CUmemAccessDesc access = {};
+        access.location = prop.location;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        res = api_->cuMemSetAccess(address, size, &access, 1);
+        if (res != CUDA_SUCCESS) api_->cuMemUnmap(address, size);
+      }
+      if (res != CUDA_SUCCESS) api_->cuMemRelease(handle);
+    }
+    if (res != CUDA_SUCCESS) {
+      Give(offset, size);
+      return Status(r.initStatus(), res);
+    }
+    allocations_[address] = {handle, size};
+    used_ += size;
+    r.setAddress(address);
+    return Status(r.initStatus(), CUDA_SUCCESS);
+  }
+
+  kj::Promise<void> memFree(MemFreeContext context) override {
+    auto it = allocations_.find(context.getParams().getAddress());
+    if (it == allocations_.end()) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_VALUE);
+    Current();
+    // cuMemUnmap waits for work using the range, as cudaFree does.
+    api_->cuMemUnmap(it->first, it->second.size);
+    api_->cuMemRelease(it->second.handle);
+    Give(it->first - config_.window_base, it->second.size);
+    used_ -= it->second.size;
+    allocations_.erase(it);
+    return Status(context.getResults().initStatus(), CUDA_SUCCESS);
+  }
+
+  kj::Promise<void> copyToDevice(CopyToDeviceContext context) override {
+    auto p = context.getParams();
+    CUstream stream;
+    if (!Stream(p.getStream(), &stream)) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    auto data = p.getData();
+    // Through pinned staging so the copy is truly asynchronous and the event loop never blocks on the GPU.
+    void* staging = nullptr;
+    Current();
+    CUresult res = api_->cuMemAllocHost(&staging, std::max<size_t>(data.size(), 1));
+    if (res != CUDA_SUCCESS) return Status(context.getResults().initStatus(), res);
+    std::memcpy(staging, data.begin(), data.size());
+    res = api_->cuMemcpyHtoDAsync(p.getDst(), staging, data.size(), stream);
+    if (res != CUDA_SUCCESS) {
+      api_->cuMemFreeHost(staging);
+      return Status(context.getResults().initStatus(), res);
+    }
+    return Reached(stream).then([this, context, staging]() mutable {
+      Current();
+      api_->cuMemFreeHost(staging);
+      SetStatus(context.getResults().initStatus(), CUDA_SUCCESS, *api_);
+    });
+  }
+
+  kj::Promise<void> copyFromDevice(CopyFromDeviceContext context) override {
+    auto p = context.getParams();
+    CUstream stream;
+    if (!Stream(p.getStream(), &stream)) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    uint64_t bytes = p.getBytes();
+    void* staging = nullptr;
+    Current();
+    CUresult res = api_->cuMemAllocHost(&staging, std::max<uint64_t>(bytes, 1));
+    if (res != CUDA_SUCCESS) return Status(context.getResults().initStatus(), res);
+    res = api_->cuMemcpyDtoHAsync(staging, p.getSrc(), bytes, stream);
+    if (res != CUDA_SUCCESS) {
+      api_->cuMemFreeHost(staging);
+      return Status(context.getResults().initStatus(), res);
+    }
+    return Reached(stream).then([this, context, staging, bytes]() mutable {
+      auto r = context.getResults();
+      r.setData(kj::arrayPtr(static_cast<const uint8_t*>(staging), bytes));
+      Current();
+      api_->cuMemFreeHost(staging);
+      SetStatus(r.initStatus(), CUDA_SUCCESS, *api_);
+    });
+  }
+
+  kj::Promise<void> copyOnDevice(CopyOnDeviceContext context) override {
+    auto p = context.getParams();
+    CUstream stream;
+    if (!Stream(p.getStream(), &stream)) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    Current();
+    return Status(context.getResults().initStatus(), api_->cuMemcpyDtoDAsync(p.getDst(), p.getSrc(), p.getBytes(), stream));
+  }
+
+  kj::Promise<void> memset(MemsetContext context) override {
+    auto p = context.getParams();
+    CUstream stream;
+    if (!Stream(p.getStream(), &stream)) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    Current();
+    CUresult res;
+    switch (p.getElementSize()) {
+      case 1: res = api_->cuMemsetD8Async(p.getDst(), static_cast<unsigned char>(p.getValue()), p.getCount(), stream); break;
+      case 2: res = api_->cuMemsetD16Async(p.getDst(), static_cast<unsigned short>(p.getValue()), p.getCount(), stream); break;
+      case 4: res = api_->cuMemsetD32Async(p.getDst(), p.getValue(), p.getCount(), stream); break;
+      default: res = CUDA_ERROR_INVALID_VALUE;
+    }
+    return Status(context.getResults().initStatus(), res);
+  }
+
+  kj::Promise<void> moduleLoad(ModuleLoadContext context) override {
+    auto image = context.getParams().getImage();
+    // The driver wants the image to outlive the call only for its duration; a copy keeps it aligned.
+    std::vector<uint8_t> copy(image.begin(), image.end());
+    copy.push_back(0);
+    Current();
+    CUmodule module;
+    CUresult res = api_->cuModuleLoadData(&module, copy.data());
+    auto r = context.getResults();
+    if (res == CUDA_SUCCESS) {
+      uint64_t id = next_handle_++;
+      modules_[id] = module;
+      r.setModule(id);
+    }
+    return Status(r.initStatus(), res);
+  }
+
+  kj::Promise<void> moduleUnload(ModuleUnloadContext context) override {
+    auto it = modules_.find(context.getParams().getModule());
+    if (it == modules_.end()) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    Current();
+    CUresult res = api_->cuModuleUnload(it->second);
+    modules_.erase(it);
+    return Status(context.getResults().initStatus(), res);
+  }
+
+  kj::Promise<void> moduleGetFunction(ModuleGetFunctionContext context) override {
+    auto p = context.getParams();
+    auto r = context.getResults();
+    auto it = modules_.find(p.getModule());
+    if (it == modules_.end()) return Status(r.initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    Current();
+    CUfunction fn;
+    CUresult res = api_->cuModuleGetFunction(&fn, it->second, p.getName().cStr());
+    if (res != CUDA_SUCCESS) return Status(r.initStatus(), res);
+    std::vector<std::pair<size_t, size_t>> params;
+    for (size_t i = 0;; ++i) {
+      size_t offset = 0, size = 0;
+      if (api_->cuFuncGetParamInfo(fn, i, &offset, &size) != CUDA_SUCCESS) break;
+      params.push_back({offset, size});
+    }
+    uint64_t id = next_handle_++;
+    functions_[id] = {fn, params};
+    r.setFunction(id);
+    auto list = r.initParams(static_cast<unsigned>(params.size()));
+    for (size_t i = 0; i < params.size(); ++i) {
+      list[i].setOffset(static_cast<uint32_t>(params[i].first));
+      list[i].setSize(static_cast<uint32_t>(params[i].second));
+    }
+    int shared = 0, local = 0, regs = 0;
+    api_->cuFuncGetAttribute(&shared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn);
+    api_->cuFuncGetAttribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn);
+    api_->cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
+    r.setSharedBytes(shared);
+    r.setLocalBytes(local);
+    r.setNumRegs(regs);
+    return Status(r.initStatus(), CUDA_SUCCESS);
+  }
+
+  kj::Promise<void> moduleGetGlobal(ModuleGetGlobalContext context) override {
+    auto p = context.getParams();
+    auto r = context.getResults();
+    auto it = modules_.find(p.getModule());
+    if (it == modules_.end()) return Status(r.initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    Current();
+    CUdeviceptr address = 0;
+    size_t bytes = 0;
+    CUresult res = api_->cuModuleGetGlobal(&address, &bytes, it->second, p.getName().cStr());
+    // TODO(feature): module globals live outside the session's window, so a pointer to one does not route by
+    // address on the client.
+    r.setAddress(address);
+    r.setBytes(bytes);
+    return Status(r.initStatus(), res);
+  }
+
+  kj::Promise<void> launch(LaunchContext context) override {
+    auto p = context.getParams();
+    auto it = functions_.find(p.getFunction());
+    if (it == functions_.end()) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    CUstream stream;
+    if (!Stream(p.getStream(), &stream)) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    auto buffer = p.getParams();
+    std::vector<void*> args;
+    for (const auto& [offset, size] : it->second.params) {
+      if (offset + size > buffer.size()) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_VALUE);
+      args.push_back(const_cast<uint8_t*>(buffer.begin()) + offset);
+    }
+    Current();
+    auto g = p.getGrid();
+    auto b = p.getBlock();
+    CUresult res = api_->cuLaunchKernel(it->second.fn, g.getX(), g.getY(), g.getZ(), b.getX(), b.getY(), b.getZ(),
+                                        p.getSharedBytes(), stream, args.empty() ? nullptr : args.data(), nullptr);
+    return Status(context.getResults().initStatus(), res);
+  }
+
+  kj::Promise<void> streamCreate(StreamCreateContext context) override {
+    Current();
+    CUstream s;
+    CUresult res = api_->cuStreamCreate(&s, 0);
+    auto r = context.getResults();
+    if (res == CUDA_SUCCESS) {
+      uint64_t id = next_handle_++;
+      streams_[id] = s;
+      r.setStream(id);
+    }
+    return Status(r.initStatus(), res);
+  }
+
+  kj::Promise<void> streamDestroy(StreamDestroyContext context) override {
+    auto it = streams_.find(context.getParams().getStream());
+    if (it == streams_.end()) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    Current();
+    CUresult res = api_->cuStreamDestroy(it->second);  // Returns at once; queued work still completes.
+    streams_.erase(it);
+    return Status(context.getResults().initStatus(), res);
+  }
+
+  kj::Promise<void> streamSynchronize(StreamSynchronizeContext context) override {
+    CUstream stream;
+    if (!Stream(context.getParams().getStream(), &stream)) {
+      return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    }
+    return Reached(stream).then([this, context, stream]() mutable {
+      Current();
+      SetStatus(context.getResults().initStatus(), api_->cuStreamQuery(stream), *api_);
+    });
+  }
+
+  kj::Promise<void> streamQuery(StreamQueryContext context) override {
+    CUstream stream;
+    if (!Stream(context.getParams().getStream(), &stream)) {
+      return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    }
+    Current();
+    return Status(context.getResults().initStatus(), api_->cuStreamQuery(stream));
+  }
+
+  kj::Promise<void> streamWaitEvent(StreamWaitEventContext context) override {
+    auto p = context.getParams();
+    CUstream stream;
+    auto e = events_.find(p.getEvent());
+    if (!Stream(p.getStream(), &stream) || e == events_.end()) {
+      return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    }
+    Current();
+    return Status(context.getResults().initStatus(), api_->cuStreamWaitEvent(stream, e->second, 0));
+  }
+
+  kj::Promise<void> eventCreate(EventCreateContext context) override {
+    Current();
+    CUevent e;
+    CUresult res = api_->cuEventCreate(&e, 0);
+    auto r = context.getResults();
+    if (res == CUDA_SUCCESS) {
+      uint64_t id = next_handle_++;
+      events_[id] = e;
+      r.setEvent(id);
+    }
+    return Status(r.initStatus(), res);
+  }
+
+  kj::Promise<void> eventDestroy(EventDestroyContext context) override {
+    auto it = events_.find(context.getParams().getEvent());
+    if (it == events_.end()) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    Current();
+    CUresult res = api_->cuEventDestroy(it->second);
+    events_.erase(it);
+    return Status(context.getResults().initStatus(), res);
+  }
+
+  kj::Promise<void> eventRecord(EventRecordContext context) override {
+    auto p = context.getParams();
+    CUstream stream;
+    auto e = events_.find(p.getEvent());
+    if (!Stream(p.getStream(), &stream) || e == events_.end()) {
+      return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    }
+    Current();
+    return Status(context.getResults().initStatus(), api_->cuEventRecord(e->second, stream));
+  }
+
+  kj::Promise<void> eventSynchronize(EventSynchronizeContext context) override {
+    auto e = events_.find(context.getParams().getEvent());
+    if (e == events_.end()) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    // cuEventSynchronize blocks: run it on a helper thread so the agent keeps serving.
+    auto paf = kj::newPromiseAndCrossThreadFulfiller<CUresult>();
+    auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<CUresult>>>(kj::mv(paf.fulfiller));
+    CUevent event = e->second;
+    Api* api = api_.get();
+    CUcontext ctx = ctx_;
+    std::thread([api, ctx, event, fulfiller] {
+      api->cuCtxSetCurrent(ctx);
+      (*fulfiller)->fulfill(api->cuEventSynchronize(event));
+    }).detach();
+    return paf.promise.then([this, context](CUresult res) mutable {
+      SetStatus(context.getResults().initStatus(), res, *api_);
+    });
+  }
+
+  kj::Promise<void> eventQuery(EventQueryContext context) override {
+    auto e = events_.find(context.getParams().getEvent());
+    if (e == events_.end()) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    Current();
+    return Status(context.getResults().initStatus(), api_->cuEventQuery(e->second));
+  }
+
+  kj::Promise<void> eventElapsed(EventElapsedContext context) override {
+    auto p = context.getParams();
+    auto a = events_.find(p.getStart()), b = events_.find(p.getEnd());
+    if (a == events_.end() || b == events_.end()) {
+      return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    }
+    Current();
+    float ms = 0;
+    CUresult res = api_->cuEventElapsedTime(&ms, a->second, b->second);
+    context.getResults().setMs(ms);
+    return Status(context.getResults().initStatus(), res);
+  }
+
+  kj::Promise<void> synchronize(SynchronizeContext context) override {
+    // Every stream of the session, the legacy default stream included.
+    kj::Vector<kj::Promise<void>> all;
+    all.add(Reached(nullptr));
+    for (auto& [id, s] : streams_) all.add(Reached(s));
+    return kj::joinPromises(all.releaseAsArray()).then([this, context]() mutable {
+      SetStatus(context.getResults().initStatus(), revoked_ ? CUDA_ERROR_CONTEXT_IS_DESTROYED : CUDA_SUCCESS, *api_);
+    });
+  }
+
+ private:
+  struct Allocation {
+    CUmemGenericAllocationHandle handle;
+    uint64_t size;
+  };
+  struct FunctionInfo {
+    CUfunction fn;
+    std::vector<std::pair<size_t, size_t>> params;
+  };
+
+  kj::Promise<void> Status(wire::CallStatus::Builder out, CUresult r) {
+    SetStatus(out, r, *api_);
+    return kj::READY_NOW;
+  }
+
+  void Current() { api_->cuCtxSetCurrent(ctx_); }
+
+  CUmemAllocationProp Prop() const {
+    CUmemAllocationProp prop = {};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device_;
+    return prop;
+  }
+
+  // Resolves once the GPU has run everything queued on `stream` so far, without blocking the event loop.
+  kj::Promise<void> Reached(CUstream stream) {
+    auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
+    auto* holder = new kj::Own<kj::CrossThreadPromiseFulfiller<void>>(kj::mv(paf.fulfiller));
+    Current();
+    CUresult res = api_->cuLaunchHostFunc(
+        stream,
+        [](void* data) {
+          auto* h = static_cast<kj::Own<kj::CrossThreadPromiseFulfiller<void>>*>(data);
+          (*h)->fulfill();
+          delete h;
+        },
+        holder);
+    if (res != CUDA_SUCCESS) {
+      delete holder;
+      return kj::READY_NOW;  // A broken context: the next call reports its error.
+    }
+    return kj::mv(paf.promise);
+  }
+
+  bool Stream(uint64_t id, CUstream* out) {
+    if (id == 0) {
+      *out = nullptr;
+      return true;
+    }
+    auto it = streams_.find(id);
+    if (it == streams_.end()) return false;
+    *out = it->second;
+    return true;
+  }
+
+  // First-fit placement of `size` bytes in the window.
+  bool Take(uint64_t size, uint64_t* offset) {
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second < size) continue;
+      *offset = it->first;
+      uint64_t rest = it->second - size, at = it->first + size;
+      free_.erase(it);
+      if (rest) free_[at] = rest;
+      return true;
+    }
+    return false;
+  }
+  void Give(uint64_t offset, uint64_t size) {
+    auto next = free_.lower_bound(offset);
+    if (next != free_.end() && offset + size == next->first) {
+      size += next->second;
+      next = free_.erase(next);
+    }
+    if (next != free_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == offset) {
+        prev->second += size;
+        return;
+      }
+    }
+    free_[offset] = size;
+  }
+
+  void ReleaseAll() {
+    Current();
+    for (auto& [id, m] : modules_) api_->cuModuleUnload(m);
+    modules_.clear();
+    for (auto& [id, s] : streams_) api_->cuStreamDestroy(s);
+    streams_.clear();
+    for (auto& [id, e] : events_) api_->cuEventDestroy(e);
+    events_.clear();
+    for (auto& [address, a] : allocations_) {
+      api_->cuMemUnmap(address, a.size);
+      api_->cuMemRelease(a.handle);
+    }
+    allocations_.clear();
+    free_.clear();
+    free_[0] = config_.window_bytes;
+    used_ = 0;
+  }
+
+  std::shared_ptr<CudaDriver> driver_;
+  std::unique_ptr<Api> api_;
+  CudaSessionConfig config_;
+  CUdevice device_;
+  CUcontext ctx_;
+  size_t granularity_;
+  uint64_t used_ = 0;
+  bool revoked_ = false;
+  uint64_t next_handle_ = 1;
+  std::map<uint64_t, uint64_t> free_;
+  std::map<CUdeviceptr, Allocation> allocations_;
+  std::map<uint64_t, CUmodule> modules_;
+  std::map<uint64_t, FunctionInfo> functions_;
+  std::map<uint64_t, CUstream> streams_;
+  std::map<uint64_t, CUevent> events_;
+};
+
+}  // namespace
+
+Result<kj::Own<wire::Session::Server>> NewCudaSession(std::shared_ptr<CudaDriver> driver,
+                                                      const CudaSessionConfig& config) {
+  if (!driver) return Status(StatusCode::kUnavailable, "no CUDA driver is loaded");
+  auto api = std::make_unique<Api>();
+  std::string missing;
+  if (!api->Load(*driver, &missing)) {
+    return Status(StatusCode::kUnavailable, fmt::format("the CUDA driver lacks {}", missing));
+  }
+  // The CUDA ordinal of the NVML device: by UUID, whatever CUDA_DEVICE_ORDER says.
+  int count = 0;
+  api->cuDeviceGetCount(&count);
+  CUdevice device = -1;
+  for (int i = 0; i < count; ++i) {
+    CUdevice d;
+    CUuuid uuid;
+    if (api->cuDeviceGet(&d, i) == CUDA_SUCCESS && api->cuDeviceGetUuid(&uuid, d) == CUDA_SUCCESS &&
+        UuidString(uuid) == config.nvml_uuid) {
+      device = d;
+    }
+  }
+  if (device < 0) return Status(StatusCode::kUnavailable, "the CUDA driver does not see GPU " + config.nvml_uuid);
+  CUcontext ctx;
+  if (CUresult r = api->cuDevicePrimaryCtxRetain(&ctx, device); r != CUDA_SUCCESS) {
+    return Status(StatusCode::kUnavailable, fmt::format("cuDevicePrimaryCtxRetain failed ({})", static_cast<int>(r)));
+  }
+  api->cuCtxSetCurrent(ctx);
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  size_t granularity = 0;
+  if (api->cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS ||
+      granularity == 0) {
+    api->cuDevicePrimaryCtxRelease(device);
+    return Status(StatusCode::kUnavailable, "this GPU does not support virtual memory management");
+  }
+  CUdeviceptr reserved = 0;
+  CUresult r = api->cuMemAddressReserve(&reserved, config.window_bytes, granularity, config.window_base, 0);
+  if (r != CUDA_SUCCESS || reserved != config.window_base) {
+    if (r == CUDA_SUCCESS) api->cuMemAddressFree(reserved, config.window_bytes);
+    api->cuDevicePrimaryCtxRelease(device);
+    return Status(StatusCode::kResourceExhausted, "the address window is taken on this GPU server");
+  }
+  return kj::Own<wire::Session::Server>(
+      kj::heap<CudaSession>(std::move(driver), std::move(api), config, device, ctx, granularity));
+}
+
+}  // namespace gpupool::backend
