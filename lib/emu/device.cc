@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "core/range_allocator.h"
 #include "emu/exec.h"
 #include "emu/fatbin.h"
 #include "emu/program.h"
@@ -71,7 +72,7 @@ struct Device::Impl : public internal::MemoryMap {
   uint64_t arena_size = 0;
   mutable std::mutex mem_mu;
   std::map<uint64_t, uint64_t> live;   // base -> size (as requested).
-  std::map<uint64_t, uint64_t> free_;  // offset -> size of free blocks.
+  RangeAllocator free_;  // Free ranges of the arena.
   uint64_t used = 0;
   uint64_t heap_used = 0;
   std::set<uint64_t> heap_blocks;
@@ -118,7 +119,7 @@ struct Device::Impl : public internal::MemoryMap {
       p = MAP_FAILED;
     }
     arena = p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
-    if (arena) free_[0] = arena_size;
+    if (arena) free_.Reset(arena_size);
     // A stable, distinct UUID per device object.
     uint64_t seed = reinterpret_cast<uint64_t>(this) ^ static_cast<uint64_t>(getpid()) * 0x9E3779B97F4A7C15ull;
     for (int i = 0; i < 16; ++i) {
@@ -145,19 +146,12 @@ struct Device::Impl : public internal::MemoryMap {
   // -- Allocation. --
   uint64_t AllocateLocked(uint64_t bytes, uint64_t align) {
     uint64_t need = AlignUp(std::max<uint64_t>(bytes, 1), kAlignment);
-    for (auto it = free_.begin(); it != free_.end(); ++it) {
-      uint64_t start = AlignUp(it->first, align);
-      if (start + need > it->first + it->second) continue;
-      uint64_t block_start = it->first, block_size = it->second;
-      free_.erase(it);
-      if (start > block_start) free_[block_start] = start - block_start;
-      if (start + need < block_start + block_size) free_[start + need] = block_start + block_size - start - need;
-      uint64_t address = reinterpret_cast<uint64_t>(arena) + start;
-      live[address] = bytes;
-      ranges_cache.reset();
-      return address;
-    }
-    return 0;
+    uint64_t offset = 0;
+    if (!free_.Take(need, align, &offset)) return 0;
+    uint64_t address = reinterpret_cast<uint64_t>(arena) + offset;
+    live[address] = bytes;
+    ranges_cache.reset();
+    return address;
   }
 
   void FreeLocked(uint64_t address) {
@@ -168,19 +162,7 @@ struct Device::Impl : public internal::MemoryMap {
     ranges_cache.reset();
     // Give the pages back so freed memory does not stay resident.
     if (size >= (1 << 20)) madvise(arena + offset, size, MADV_DONTNEED);
-    auto next = free_.lower_bound(offset);
-    if (next != free_.end() && offset + size == next->first) {
-      size += next->second;
-      next = free_.erase(next);
-    }
-    if (next != free_.begin()) {
-      auto prev = std::prev(next);
-      if (prev->first + prev->second == offset) {
-        prev->second += size;
-        return;
-      }
-    }
-    free_[offset] = size;
+    free_.Give(offset, size);
   }
 
   std::shared_ptr<const std::vector<std::pair<uint64_t, uint64_t>>> Ranges() const override {
@@ -736,8 +718,7 @@ void Device::ResetContext() {
   {
     std::lock_guard<std::mutex> lock(impl_->mem_mu);
     impl_->live.clear();
-    impl_->free_.clear();
-    impl_->free_[0] = impl_->arena_size;
+    impl_->free_.Reset(impl_->arena_size);
     impl_->used = 0;
     impl_->heap_used = 0;
     impl_->heap_blocks.clear();

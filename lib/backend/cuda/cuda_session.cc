@@ -12,6 +12,7 @@
 #include <kj/async.h>
 
 #include "core/log.h"
+#include "core/range_allocator.h"
 
 namespace gpupool::backend {
 namespace {
@@ -70,7 +71,7 @@ class CudaSession final : public wire::Session::Server {
               CUdevice device, CUcontext ctx, size_t granularity)
       : driver_(std::move(driver)), api_(std::move(api)), config_(config), device_(device), ctx_(ctx),
         granularity_(granularity) {
-    free_[0] = config_.window_bytes;
+    window_.Reset(config_.window_bytes);
     if (config_.control) {
       std::lock_guard<std::mutex> lock(config_.control->mu);
       config_.control->revoke = [this] {
@@ -141,7 +142,7 @@ class CudaSession final : public wire::Session::Server {
     if (revoked_) return Status(r.initStatus(), CUDA_ERROR_CONTEXT_IS_DESTROYED);
     if (used_ + size > config_.memory_bytes) return Status(r.initStatus(), CUDA_ERROR_OUT_OF_MEMORY);
     uint64_t offset = 0;
-    if (!Take(size, &offset)) return Status(r.initStatus(), CUDA_ERROR_OUT_OF_MEMORY);
+    if (!window_.Take(size, granularity_, &offset)) return Status(r.initStatus(), CUDA_ERROR_OUT_OF_MEMORY);
     Current();
     CUmemAllocationProp prop = Prop();
     CUmemGenericAllocationHandle handle;
@@ -159,7 +160,7 @@ class CudaSession final : public wire::Session::Server {
       if (res != CUDA_SUCCESS) api_->cuMemRelease(handle);
     }
     if (res != CUDA_SUCCESS) {
-      Give(offset, size);
+      window_.Give(offset, size);
       return Status(r.initStatus(), res);
     }
     allocations_[address] = {handle, size};
@@ -175,7 +176,7 @@ class CudaSession final : public wire::Session::Server {
     // cuMemUnmap waits for work using the range, as cudaFree does.
     api_->cuMemUnmap(it->first, it->second.size);
     api_->cuMemRelease(it->second.handle);
-    Give(it->first - config_.window_base, it->second.size);
+    window_.Give(it->first - config_.window_base, it->second.size);
     used_ -= it->second.size;
     allocations_.erase(it);
     return Status(context.getResults().initStatus(), CUDA_SUCCESS);
@@ -535,34 +536,6 @@ class CudaSession final : public wire::Session::Server {
     return true;
   }
 
-  // First-fit placement of `size` bytes in the window.
-  bool Take(uint64_t size, uint64_t* offset) {
-    for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->second < size) continue;
-      *offset = it->first;
-      uint64_t rest = it->second - size, at = it->first + size;
-      free_.erase(it);
-      if (rest) free_[at] = rest;
-      return true;
-    }
-    return false;
-  }
-  void Give(uint64_t offset, uint64_t size) {
-    auto next = free_.lower_bound(offset);
-    if (next != free_.end() && offset + size == next->first) {
-      size += next->second;
-      next = free_.erase(next);
-    }
-    if (next != free_.begin()) {
-      auto prev = std::prev(next);
-      if (prev->first + prev->second == offset) {
-        prev->second += size;
-        return;
-      }
-    }
-    free_[offset] = size;
-  }
-
   void ReleaseAll() {
     Current();
     for (auto& [id, m] : modules_) api_->cuModuleUnload(m);
@@ -576,8 +549,7 @@ class CudaSession final : public wire::Session::Server {
       api_->cuMemRelease(a.handle);
     }
     allocations_.clear();
-    free_.clear();
-    free_[0] = config_.window_bytes;
+    window_.Reset(config_.window_bytes);
     used_ = 0;
   }
 
@@ -590,7 +562,7 @@ class CudaSession final : public wire::Session::Server {
   uint64_t used_ = 0;
   bool revoked_ = false;
   uint64_t next_handle_ = 1;
-  std::map<uint64_t, uint64_t> free_;
+  RangeAllocator window_;
   std::map<CUdeviceptr, Allocation> allocations_;
   std::map<uint64_t, CUmodule> modules_;
   std::map<uint64_t, FunctionInfo> functions_;
