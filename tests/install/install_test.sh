@@ -30,9 +30,10 @@ step "installing $build into $prefix"
 cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" || { cat "$tmp/install.log" >&2; fail "cmake --install failed"; }
 
 step "checking the installed tree"
-for f in bin/gp-agent bin/gp-run bin/gp-ls; do
+for f in bin/gp-agent bin/gp-run bin/gp-ls bin/gp-bench; do
   [[ -x "$prefix/$f" ]] || fail "$f is missing or not executable"
 done
+[[ -e "$prefix/lib/gpupool/cuda/libcuda.so.1" ]] || fail "lib/gpupool/cuda/libcuda.so.1 (the interposer) is missing"
 for f in include/gpupool/pool.h include/gpupool/lease.h include/gpupool/request.h include/gpupool/status.h; do
   [[ -f "$prefix/$f" ]] || fail "$f is missing"
 done
@@ -78,5 +79,14 @@ done
 c++ -std=c++17 -o "$tmp/consumer-pc" "$consumer/main.cc" $flags || fail "examples/consumer does not build with pkg-config"
 LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/consumer-pc" ||
   fail "examples/consumer (pkg-config build) failed"
+
+# The installed gp-run finds the installed interposer and gp-agent on its own: a CUDA program runs on a private
+# agent's emulated GPU with nothing configured.
+if [[ -x "$build/examples/vector_add" ]]; then
+  step "running a CUDA program with the installed gp-run"
+  out="$(env -u GPUPOOL_SERVERS -u GPUPOOL_POOL HOME="$tmp" "$prefix/bin/gp-run" -- "$build/examples/vector_add" 4096)" ||
+    fail "installed gp-run -- vector_add failed: $out"
+  [[ "$out" == *"4096 elements, 0 wrong: PASSED"* ]] || fail "installed gp-run -- vector_add printed: $out"
+fi
 
 step "OK"
