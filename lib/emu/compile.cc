@@ -934,11 +934,8 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
   if (op == "shfl") {
     inst.op = Op::kShfl;
     if (!m.flags.count("sync")) return Unsupported(in, "shfl without .sync (removed on sm_70+)");
-    if (m.flags.count("up")) inst.mode = 0;
-    else if (m.flags.count("down")) inst.mode = 1;
-    else if (m.flags.count("bfly")) inst.mode = 2;
-    else if (m.flags.count("idx")) inst.mode = 3;
-    else return Err(in.line, "shfl needs .up, .down, .bfly or .idx");
+    static const std::unordered_map<std::string, uint8_t> kShflModes = {{"up", 0}, {"down", 1}, {"bfly", 2}, {"idx", 3}};
+    if (!ModeFromFlags(m, kShflModes, &inst.mode)) return Err(in.line, "shfl needs .up, .down, .bfly or .idx");
     inst.type = Type::kB32;
     if (EmuStatus s = Operands(in, 5); !s.ok()) return s;
     const auto& d = in.operands[0];
@@ -957,11 +954,8 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
   if (op == "vote") {
     inst.op = Op::kVote;
     if (!m.flags.count("sync")) return Unsupported(in, "vote without .sync (removed on sm_70+)");
-    if (m.flags.count("all")) inst.mode = 0;
-    else if (m.flags.count("any")) inst.mode = 1;
-    else if (m.flags.count("uni")) inst.mode = 2;
-    else if (m.flags.count("ballot")) inst.mode = 3;
-    else return Err(in.line, "vote needs .all, .any, .uni or .ballot");
+    static const std::unordered_map<std::string, uint8_t> kVoteModes = {{"all", 0}, {"any", 1}, {"uni", 2}, {"ballot", 3}};
+    if (!ModeFromFlags(m, kVoteModes, &inst.mode)) return Err(in.line, "vote needs .all, .any, .uni or .ballot");
     if (EmuStatus s = Operands(in, 3); !s.ok()) return s;
     Type dt = inst.mode == 3 ? Type::kB32 : Type::kPred;
     if (EmuStatus s = Resolve(in.operands[0], dt, in.line, &inst.d[0]); !s.ok()) return s;
