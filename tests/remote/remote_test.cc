@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "client/session_client.h"
 #include "integration/helpers.h"
 
 namespace gpupool::testing {
@@ -54,6 +55,42 @@ TEST(Remote, LessCommonRuntimeCallsAcrossTwoServers) {
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("api_coverage: 0 failure(s): PASSED"), std::string::npos) << r.out << r.err;
   ExpectAllFree(Connect(agents.Addresses()).State());
+}
+
+TEST(Remote, SessionsAreAuthenticatedByTheLeaseAndIsolatedFromEachOther) {
+  Agent agent(AgentOptions{.name = "tenants", .emulated = 1, .emulated_memory = "2GiB"});
+  Pool pool = Connect({agent.address()});
+  auto a = pool.Allocate(Slices(1, 0.5));
+  auto b = pool.Allocate(Slices(1, 0.5));
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->slices()[0].device, b->slices()[0].device) << "both tenants share the one GPU";
+  // A token with the wrong secret opens nothing.
+  std::string forged = a->Token();
+  size_t secret_at = forged.find(':', 5) + 1;
+  forged[secret_at] = forged[secret_at] == 'a' ? 'b' : 'a';
+  auto stolen = internal::RemoteSession::OpenLease(forged);
+  EXPECT_EQ(stolen.status().code(), StatusCode::kPermissionDenied) << stolen.status().ToString();
+  // Tenant B cannot read or write tenant A's memory, even knowing its address.
+  auto sa = internal::RemoteSession::OpenLease(a->Token());
+  auto sb = internal::RemoteSession::OpenLease(b->Token());
+  ASSERT_TRUE(sa.ok() && sb.ok());
+  internal::RemoteSession& ta = *sa->front();
+  internal::RemoteSession& tb = *sb->front();
+  uint64_t secret_page = 0;
+  ASSERT_EQ(ta.MemAlloc(4096, &secret_page), 0);
+  std::vector<uint8_t> secret(4096, 0x5a), seen(4096, 0);
+  ta.CopyToDevice(secret_page, secret.data(), secret.size(), 0);
+  ASSERT_EQ(ta.Synchronize(), 0);
+  EXPECT_NE(tb.CopyFromDevice(seen.data(), secret_page, seen.size(), 0), 0) << "read another tenant's memory";
+  EXPECT_EQ(seen, std::vector<uint8_t>(4096, 0));
+  tb.CopyToDevice(secret_page, seen.data(), seen.size(), 0);
+  EXPECT_NE(tb.Synchronize(), 0) << "wrote another tenant's memory";
+  ASSERT_EQ(ta.CopyFromDevice(seen.data(), secret_page, seen.size(), 0), 0);
+  EXPECT_EQ(seen, secret) << "tenant A's memory was changed";
+  // Each tenant sees its own slice as its device's total memory.
+  uint64_t free_bytes = 0, total = 0;
+  ASSERT_EQ(tb.MemGetInfo(&free_bytes, &total), 0);
+  EXPECT_EQ(total, 1ull << 30);
 }
 
 TEST(Remote, DevicePrintfReachesTheProgramsStdout) {
