@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job, end to end on one machine without GPUs: starts a gp-agent with two emulated GPUs on a Unix
-# socket, lists the pool, runs a command on two half-GPU slices with gp-run, lists the leases, stops the agent.
+# socket, lists the pool, runs a CUDA program on two half-GPU slices with gp-run, lists the leases, stops the
+# agent.
 #
 #   scripts/demo.sh            (after scripts/setup.sh)
 #
@@ -76,9 +77,8 @@ echo "==> gp-ls"
 "$TOOLS/gp-ls"
 
 echo
-echo "==> gp-run -n 2 -p 0.5 -- sh -c 'echo ...'"
-# shellcheck disable=SC2016  # $GPUPOOL_LEASE is for the command's shell, which gp-run starts with the lease.
-"$TOOLS/gp-run" -n 2 -p 0.5 -- sh -c 'echo "running with lease $GPUPOOL_LEASE"'
+echo "==> gp-run -n 2 -p 0.5 -- two_devices (a CUDA program using both half-GPU slices)"
+"$TOOLS/gp-run" -n 2 -p 0.5 -- "$BUILD_DIR/examples/two_devices"
 
 echo
 echo "==> gp-ls --leases (gp-run released its lease when the command ended)"
