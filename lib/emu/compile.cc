@@ -298,6 +298,13 @@ class FunctionCompiler {
     }
   }
 
+  // A destination that may be written "a|p" (a value and a predicate, as shfl, match and setp allow).
+  EmuStatus ResolveDestinations(const ptx::Operand& d, Type first, Type second, int line, Inst& inst) {
+    if (d.kind != ptx::Operand::Kind::kPipe) return Resolve(d, first, line, &inst.d[0]);
+    if (EmuStatus s = Resolve(d.elements[0], first, line, &inst.d[0]); !s.ok()) return s;
+    return Resolve(d.elements[1], second, line, &inst.d[1]);
+  }
+
   EmuStatus ResolveAddress(const ptx::Operand& o, int line, Inst& inst) {
     if (o.kind != ptx::Operand::Kind::kAddress) {
       // "ld.param.u32 %r1, sym" without brackets is not PTX; but allow a bare symbol as an address.
@@ -667,12 +674,9 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     }
     size_t expected = inst.mode2 ? 4 : 3;
     if (EmuStatus s = Operands(in, expected); !s.ok()) return s;
-    const auto& d = in.operands[0];
-    if (d.kind == ptx::Operand::Kind::kPipe) {
-      if (EmuStatus s = Resolve(d.elements[0], Type::kPred, in.line, &inst.d[0]); !s.ok()) return s;
-      if (EmuStatus s = Resolve(d.elements[1], Type::kPred, in.line, &inst.d[1]); !s.ok()) return s;
-    } else if (EmuStatus s = Resolve(d, inst.op == Op::kSetp ? Type::kPred : inst.type, in.line, &inst.d[0]);
-               !s.ok()) {
+    if (EmuStatus s = ResolveDestinations(in.operands[0], inst.op == Op::kSetp ? Type::kPred : inst.type, Type::kPred,
+                                          in.line, inst);
+        !s.ok()) {
       return s;
     }
     if (EmuStatus s = Resolve(in.operands[1], src, in.line, &inst.s[0]); !s.ok()) return s;
@@ -938,13 +942,7 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     if (!ModeFromFlags(m, kShflModes, &inst.mode)) return Err(in.line, "shfl needs .up, .down, .bfly or .idx");
     inst.type = Type::kB32;
     if (EmuStatus s = Operands(in, 5); !s.ok()) return s;
-    const auto& d = in.operands[0];
-    if (d.kind == ptx::Operand::Kind::kPipe) {
-      if (EmuStatus s = Resolve(d.elements[0], Type::kB32, in.line, &inst.d[0]); !s.ok()) return s;
-      if (EmuStatus s = Resolve(d.elements[1], Type::kPred, in.line, &inst.d[1]); !s.ok()) return s;
-    } else if (EmuStatus s = Resolve(d, Type::kB32, in.line, &inst.d[0]); !s.ok()) {
-      return s;
-    }
+    if (EmuStatus s = ResolveDestinations(in.operands[0], Type::kB32, Type::kPred, in.line, inst); !s.ok()) return s;
     for (int i = 0; i < 4; ++i) {
       if (EmuStatus s = Resolve(in.operands[i + 1], Type::kB32, in.line, &inst.s[i]); !s.ok()) return s;
     }
@@ -969,13 +967,7 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     inst.mode = m.flags.count("all") ? 1 : 0;
     if (!m.flags.count("all") && !m.flags.count("any")) return Err(in.line, "match needs .any or .all");
     if (EmuStatus s = Operands(in, 3); !s.ok()) return s;
-    const auto& d = in.operands[0];
-    if (d.kind == ptx::Operand::Kind::kPipe) {
-      if (EmuStatus s = Resolve(d.elements[0], Type::kB32, in.line, &inst.d[0]); !s.ok()) return s;
-      if (EmuStatus s = Resolve(d.elements[1], Type::kPred, in.line, &inst.d[1]); !s.ok()) return s;
-    } else if (EmuStatus s = Resolve(d, Type::kB32, in.line, &inst.d[0]); !s.ok()) {
-      return s;
-    }
+    if (EmuStatus s = ResolveDestinations(in.operands[0], Type::kB32, Type::kPred, in.line, inst); !s.ok()) return s;
     if (EmuStatus s = Resolve(in.operands[1], inst.type, in.line, &inst.s[0]); !s.ok()) return s;
     return Resolve(in.operands[2], Type::kB32, in.line, &inst.s[1]);
   }

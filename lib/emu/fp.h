@@ -60,29 +60,22 @@ class RoundingScope {
   bool changed_;
 };
 
-// Half precision (IEEE binary16) and bfloat16, rounding to nearest even unless told otherwise.
-inline uint16_t FloatToHalf(float f, Round r = Round::kRn) {
+// Half precision (IEEE binary16) and bfloat16, rounding to nearest even unless told otherwise. Converting from
+// double directly avoids a second rounding through float.
+template <typename F>
+inline uint16_t ToHalf(F value, Round r) {
   _Float16 h;
   {
     RoundingScope scope(r);
-    volatile float v = f;
+    volatile F v = value;
     h = static_cast<_Float16>(v);
   }
   uint16_t b;
   std::memcpy(&b, &h, 2);
   return b;
 }
-inline uint16_t DoubleToHalf(double d, Round r = Round::kRn) {
-  _Float16 h;
-  {
-    RoundingScope scope(r);
-    volatile double v = d;
-    h = static_cast<_Float16>(v);
-  }
-  uint16_t b;
-  std::memcpy(&b, &h, 2);
-  return b;
-}
+inline uint16_t FloatToHalf(float f, Round r = Round::kRn) { return ToHalf(f, r); }
+inline uint16_t DoubleToHalf(double d, Round r = Round::kRn) { return ToHalf(d, r); }
 inline float HalfToFloat(uint16_t b) {
   _Float16 h;
   std::memcpy(&h, &b, 2);
