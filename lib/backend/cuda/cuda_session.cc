@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <kj/async.h>
 
+#include "backend/handle_table.h"
 #include "core/log.h"
 #include "core/range_allocator.h"
 
@@ -261,9 +262,7 @@ class CudaSession final : public wire::Session::Server {
     CUresult res = api_->cuModuleLoadData(&module, copy.data());
     auto r = context.getResults();
     if (res == CUDA_SUCCESS) {
-      uint64_t id = next_handle_++;
-      modules_[id] = module;
-      r.setModule(id);
+      r.setModule(modules_.Add(module));
     }
     return Status(r.initStatus(), res);
   }
@@ -292,9 +291,7 @@ class CudaSession final : public wire::Session::Server {
       if (api_->cuFuncGetParamInfo(fn, i, &offset, &size) != CUDA_SUCCESS) break;
       params.push_back({offset, size});
     }
-    uint64_t id = next_handle_++;
-    functions_[id] = {fn, params};
-    r.setFunction(id);
+    r.setFunction(functions_.Add({fn, params}));
     auto list = r.initParams(static_cast<unsigned>(params.size()));
     for (size_t i = 0; i < params.size(); ++i) {
       list[i].setOffset(static_cast<uint32_t>(params[i].first));
@@ -352,9 +349,7 @@ class CudaSession final : public wire::Session::Server {
     CUresult res = api_->cuStreamCreate(&s, 0);
     auto r = context.getResults();
     if (res == CUDA_SUCCESS) {
-      uint64_t id = next_handle_++;
-      streams_[id] = s;
-      r.setStream(id);
+      r.setStream(streams_.Add(s));
     }
     return Status(r.initStatus(), res);
   }
@@ -405,9 +400,7 @@ class CudaSession final : public wire::Session::Server {
     CUresult res = api_->cuEventCreate(&e, 0);
     auto r = context.getResults();
     if (res == CUDA_SUCCESS) {
-      uint64_t id = next_handle_++;
-      events_[id] = e;
-      r.setEvent(id);
+      r.setEvent(events_.Add(e));
     }
     return Status(r.initStatus(), res);
   }
@@ -561,13 +554,12 @@ class CudaSession final : public wire::Session::Server {
   size_t granularity_;
   uint64_t used_ = 0;
   bool revoked_ = false;
-  uint64_t next_handle_ = 1;
   RangeAllocator window_;
   std::map<CUdeviceptr, Allocation> allocations_;
-  std::map<uint64_t, CUmodule> modules_;
-  std::map<uint64_t, FunctionInfo> functions_;
-  std::map<uint64_t, CUstream> streams_;
-  std::map<uint64_t, CUevent> events_;
+  HandleTable<CUmodule> modules_;
+  HandleTable<FunctionInfo> functions_;
+  HandleTable<CUstream> streams_;
+  HandleTable<CUevent> events_;
 };
 
 }  // namespace

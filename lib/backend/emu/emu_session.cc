@@ -9,6 +9,7 @@
 
 #include <kj/async.h>
 
+#include "backend/handle_table.h"
 #include "core/log.h"
 #include "emu/device.h"
 
@@ -169,9 +170,7 @@ class EmuSession final : public wire::Session::Server {
     auto r = context.getResults();
     SetStatus(r.initStatus(), s);
     if (s.ok()) {
-      uint64_t id = next_handle_++;
-      modules_[id] = module;
-      r.setModule(id);
+      r.setModule(modules_.Add(module));
     } else {
       GP_INFO("session", "module load refused: {}", s.message());
     }
@@ -196,9 +195,7 @@ class EmuSession final : public wire::Session::Server {
     EmuStatus s = device_->GetFunction(it->second, p.getName(), &fn);
     SetStatus(r.initStatus(), s);
     if (!s.ok()) return kj::READY_NOW;
-    uint64_t id = next_handle_++;
-    functions_[id] = fn;
-    r.setFunction(id);
+    r.setFunction(functions_.Add(fn));
     const auto& params = emu::Device::Params(fn);
     auto list = r.initParams(static_cast<unsigned>(params.size()));
     for (size_t i = 0; i < params.size(); ++i) {
@@ -249,9 +246,7 @@ class EmuSession final : public wire::Session::Server {
     auto r = context.getResults();
     SetStatus(r.initStatus(), st);
     if (st.ok()) {
-      uint64_t id = next_handle_++;
-      streams_[id] = s;
-      r.setStream(id);
+      r.setStream(streams_.Add(s));
     }
     return kj::READY_NOW;
   }
@@ -299,9 +294,7 @@ class EmuSession final : public wire::Session::Server {
     auto r = context.getResults();
     SetStatus(r.initStatus(), st);
     if (st.ok()) {
-      uint64_t id = next_handle_++;
-      events_[id] = e;
-      r.setEvent(id);
+      r.setEvent(events_.Add(e));
     }
     return kj::READY_NOW;
   }
@@ -466,11 +459,10 @@ class EmuSession final : public wire::Session::Server {
   int config_pci_bus_ = config_.pci_bus;
   std::unique_ptr<emu::Device> device_;
   std::shared_ptr<Output> output_ = std::make_shared<Output>();
-  std::map<uint64_t, emu::Module*> modules_;
-  std::map<uint64_t, emu::Function*> functions_;
-  std::map<uint64_t, emu::Stream*> streams_;
-  std::map<uint64_t, emu::Event*> events_;
-  uint64_t next_handle_ = 1;
+  HandleTable<emu::Module*> modules_;
+  HandleTable<emu::Function*> functions_;
+  HandleTable<emu::Stream*> streams_;
+  HandleTable<emu::Event*> events_;
   bool revoked_ = false;
 };
 

@@ -1,0 +1,39 @@
+// Session-local handles (modules, functions, streams, events): small numbers the client holds instead of
+// backend pointers, so a client can only name objects of its own session. 0 is never a handle (it means the
+// default stream).
+#ifndef GPUPOOL_BACKEND_HANDLE_TABLE_H_
+#define GPUPOOL_BACKEND_HANDLE_TABLE_H_
+
+#include <cstdint>
+#include <map>
+#include <utility>
+
+namespace gpupool::backend {
+
+template <typename T>
+class HandleTable {
+ public:
+  using Map = std::map<uint64_t, T>;
+
+  // Stores `value` under a new handle and returns the handle.
+  uint64_t Add(T value) {
+    uint64_t id = next_++;
+    items_.emplace(id, std::move(value));
+    return id;
+  }
+
+  typename Map::iterator find(uint64_t id) { return items_.find(id); }
+  typename Map::iterator begin() { return items_.begin(); }
+  typename Map::iterator end() { return items_.end(); }
+  void erase(typename Map::iterator it) { items_.erase(it); }
+  size_t erase(uint64_t id) { return items_.erase(id); }
+  void clear() { items_.clear(); }
+
+ private:
+  Map items_;
+  uint64_t next_ = 1;
+};
+
+}  // namespace gpupool::backend
+
+#endif  // GPUPOOL_BACKEND_HANDLE_TABLE_H_
