@@ -264,7 +264,24 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
   X(cuStreamGetPriority, (CUstream s, int* p), StreamGetPriority(s, p), "client", "none")                         \
   X(cuStreamGetPriority_ptsz, (CUstream s, int* p), StreamGetPriority(s, p), "client", "none")                    \
   X(cuCtxGetStreamPriorityRange, (int* least, int* greatest), StreamPriorityRange(least, greatest), "client",     \
-    "none")
+    "none")                                                                                                       \
+  /* Capture is not supported, so no stream is ever capturing: answered in the client. */                        \
+  X(cuStreamIsCapturing, (CUstream s, CUstreamCaptureStatus * c), StreamIsCapturing(s, c), "client", "none")       \
+  X(cuStreamIsCapturing_ptsz, (CUstream s, CUstreamCaptureStatus * c), StreamIsCapturing(s, c), "client", "none")  \
+  X(cuStreamGetCaptureInfo_v2,                                                                                    \
+    (CUstream s, CUstreamCaptureStatus * c, cuuint64_t * id, CUgraph * g, const CUgraphNode** d, size_t* n),       \
+    StreamGetCaptureInfo(s, c, id, g, d, nullptr, n), "client", "none")                                           \
+  X(cuStreamGetCaptureInfo_v2_ptsz,                                                                               \
+    (CUstream s, CUstreamCaptureStatus * c, cuuint64_t * id, CUgraph * g, const CUgraphNode** d, size_t* n),       \
+    StreamGetCaptureInfo(s, c, id, g, d, nullptr, n), "client", "none")                                           \
+  X(cuStreamGetCaptureInfo_v3,                                                                                    \
+    (CUstream s, CUstreamCaptureStatus * c, cuuint64_t * id, CUgraph * g, const CUgraphNode** d,                  \
+     const CUgraphEdgeData** e, size_t* n),                                                                       \
+    StreamGetCaptureInfo(s, c, id, g, d, e, n), "client", "none")                                                 \
+  X(cuStreamGetCaptureInfo_v3_ptsz,                                                                               \
+    (CUstream s, CUstreamCaptureStatus * c, cuuint64_t * id, CUgraph * g, const CUgraphNode** d,                  \
+     const CUgraphEdgeData** e, size_t* n),                                                                       \
+    StreamGetCaptureInfo(s, c, id, g, d, e, n), "client", "none")
 
 // ---- event.cc ------------------------------------------------------------------------------------------------
 #define GP_EVENT_FORWARDS(X)                                                                                      \

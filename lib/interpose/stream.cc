@@ -105,6 +105,34 @@ CUresult StreamGetPriority(CUstream handle, int* priority) {
   return CUDA_SUCCESS;
 }
 
+// Stream capture is not supported (cuStreamBeginCapture answers CUDA_ERROR_NOT_SUPPORTED), so no stream is ever
+// capturing: these report the truth. Allocators (PyTorch's caching allocator) ask before every allocation.
+CUresult StreamIsCapturing(CUstream handle, CUstreamCaptureStatus* status) {
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Remote& remote = Remote::Get();
+  if (!remote.attached()) {
+    if (CUresult r = FakeDefaultStream(handle); r != CUDA_SUCCESS) return r;
+  } else {
+    int dev;
+    uint64_t sid;
+    if (CUresult r = remote.ResolveStream(handle, &dev, &sid); r != CUDA_SUCCESS) return r;
+  }
+  *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamGetCaptureInfo(CUstream handle, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                              const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* count) {
+  if (CUresult r = StreamIsCapturing(handle, status); r != CUDA_SUCCESS) return r;
+  // Outside a capture the other outputs are undefined; clear them so callers never read garbage.
+  if (id != nullptr) *id = 0;
+  if (graph != nullptr) *graph = nullptr;
+  if (deps != nullptr) *deps = nullptr;
+  if (edges != nullptr) *edges = nullptr;
+  if (count != nullptr) *count = 0;
+  return CUDA_SUCCESS;
+}
+
 // Priorities are recorded, not enforced: the agent schedules by the slice's share.
 CUresult StreamPriorityRange(int* least, int* greatest) {
   if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;

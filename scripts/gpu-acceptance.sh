@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# The GPU acceptance kit: builds gpupool on a machine with an NVIDIA GPU and no package registry, starts gp-agent
+# on the GPU (the cuda backend), and runs real programs through it. Every step prints PASS or FAIL with its log;
+# the script goes on after a failure and exits 1 if any step failed. On a machine without a GPU it builds, starts
+# the agent and reports the GPU steps as "no GPU" (exit 0): that checks the kit itself, not the cuda backend.
+#
+#   scripts/gpu-deps.sh                  # on a Debian machine with apt: the .deb files into .gpu-deps/
+#   scripts/gpu-acceptance.sh            # on the GPU machine, from the repository root, .gpu-deps/ beside it
+#
+# Environment:
+#   OUT        where the logs go, as one archive gpu-acceptance-logs.tar.gz plus summary.txt (default: a temp dir)
+#   BUILD_DIR  build directory (default build-gpu)       DEPS_PREFIX  where the .debs are unpacked (/tmp/gpupool-deps)
+#   PYTHON     the Python that has torch, cupy, numba (default python3)       STEPS  run only these steps (space list)
+#   TRAIN_STEPS  training steps (default 200)            SKIP_BUILD=1  use an existing BUILD_DIR as it is
+#   MAX_STEP_S  cap on every step's time limit (for a first run on a machine lent by the minute)
+#   USE_DEPS=1 build from .gpu-deps/ even where the system has the packages (to check the kit on a dev machine)
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT_DIR=$PWD
+BUILD_DIR="${BUILD_DIR:-build-gpu}"
+DEPS_PREFIX="${DEPS_PREFIX:-/tmp/gpupool-deps}"
+PYTHON="${PYTHON:-python3}"
+TRAIN_STEPS="${TRAIN_STEPS:-200}"
+OUT="${OUT:-$(mktemp -d /tmp/gpupool-acceptance.XXXXXX)}"
+LOGS="$(mktemp -d /tmp/gpupool-acceptance-logs.XXXXXX)"
+SUMMARY="$LOGS/summary.txt"
+mkdir -p "$OUT"
+: >"$SUMMARY"
+failures=0
+
+say() { echo "gpu-acceptance: $*" | tee -a "$SUMMARY"; }
+
+# step NAME TIMEOUT_SECONDS COMMAND...: runs the command with its output in $LOGS/NAME.log; PASS on exit 0.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  if [[ -n "${STEPS:-}" && " $STEPS " != *" $name "* ]]; then return 0; fi
+  local start=$SECONDS rc
+  if [[ -n "${MAX_STEP_S:-}" ]] && ((limit > MAX_STEP_S)); then limit=$MAX_STEP_S; fi
+  # bash -c so that a step may be one of the functions below (exported with export -f).
+  timeout --kill-after=10 "$limit" bash -c '"$@"' step "$@" >"$LOGS/$name.log" 2>&1
+  rc=$?
+  if ((rc == 0)); then
+    say "PASS $name ($((SECONDS - start)) s)"
+  else
+    failures=$((failures + 1))
+    say "FAIL $name (exit $rc$( ((rc == 124)) && echo ", timed out after ${limit} s"), $((SECONDS - start)) s); log tail:"
+    tail -n 25 "$LOGS/$name.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+  fi
+  return $rc
+}
+
+finish() {
+  [[ -n "${AGENT_PID:-}" ]] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null
+  say "done: $failures failing step(s)"
+  tar -C "$LOGS" -czf "$OUT/gpu-acceptance-logs.tar.gz" . 2>/dev/null
+  cp "$SUMMARY" "$OUT/summary.txt"
+  echo "gpu-acceptance: logs in $OUT"
+}
+trap finish EXIT
+
+# ---- dependencies: the system's if it has them, else the .debs from scripts/gpu-deps.sh unpacked to a prefix ----
+cmake_args=()
+if [[ "${USE_DEPS:-0}" == 1 || ! -f /usr/include/capnp/capability.h ]]; then
+  if ! ls .gpu-deps/*.deb >/dev/null 2>&1; then
+    say "FAIL deps: Cap'n Proto is not installed and .gpu-deps/ holds no .deb files (run scripts/gpu-deps.sh)"
+    exit 1
+  fi
+  rm -rf "$DEPS_PREFIX"
+  mkdir -p "$DEPS_PREFIX"
+  for deb in .gpu-deps/*.deb; do
+    if command -v dpkg-deb >/dev/null; then
+      dpkg-deb -x "$deb" "$DEPS_PREFIX"
+    else  # A .deb is an ar archive holding data.tar.*.
+      (tmp=$(mktemp -d) && cd "$tmp" && ar x "$ROOT_DIR/$deb" && tar -xf data.tar.* -C "$DEPS_PREFIX" && rm -rf "$tmp")
+    fi
+  done
+  # The packages' CMake and pkg-config files name /usr: point them at the prefix.
+  find "$DEPS_PREFIX" \( -name '*.pc' -o -name '*.cmake' \) -print0 |
+    xargs -0 sed -i -E "s#(^|[ =\"(';:])/usr/(include|lib|bin|share)#\1$DEPS_PREFIX/usr/\2#g; s#^prefix=/usr\$#prefix=$DEPS_PREFIX/usr#"
+  libdir="$DEPS_PREFIX/usr/lib/x86_64-linux-gnu"
+  export PATH="$DEPS_PREFIX/usr/bin:$PATH"
+  export PKG_CONFIG_PATH="$libdir/pkgconfig:$DEPS_PREFIX/usr/share/pkgconfig"
+  # Only the libraries gpupool links at run time: the system keeps its own OpenSSL and zstd for everyone else.
+  mkdir -p "$DEPS_PREFIX/runtime"
+  for lib in libcapnp libkj libfmt libuv libtomlplusplus libpkgconf; do
+    cp -a "$libdir/$lib"*.so.* "$DEPS_PREFIX/runtime/" 2>/dev/null
+  done
+  export LD_LIBRARY_PATH="$DEPS_PREFIX/runtime${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  cmake_args+=(-DCMAKE_PREFIX_PATH="$DEPS_PREFIX/usr" -DOPENSSL_ROOT_DIR="$DEPS_PREFIX/usr"
+               -DPKG_CONFIG_EXECUTABLE="$DEPS_PREFIX/usr/bin/pkgconf"
+               -DCAPNP_EXECUTABLE="$DEPS_PREFIX/usr/bin/capnp" -DCAPNPC_CXX_EXECUTABLE="$DEPS_PREFIX/usr/bin/capnpc-c++")
+  say "deps: $(ls .gpu-deps/*.deb | wc -l) packages unpacked into $DEPS_PREFIX"
+fi
+
+# ---- build ----
+export PATH="/usr/local/cuda/bin:$PATH"
+if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
+  gen=()
+  [[ -f "$BUILD_DIR/CMakeCache.txt" ]] || gen=(-G Ninja)
+  step configure 300 cmake -S . -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DGPUPOOL_BUILD_BENCH=OFF \
+    "${cmake_args[@]}" || exit 1
+  step build 900 cmake --build "$BUILD_DIR" --target gp_agent gp_run gp_ls gpupool_cuda cuda_examples \
+    remote_programs || exit 1
+fi
+TOOLS="$ROOT_DIR/$BUILD_DIR/tools"
+EXAMPLES="$ROOT_DIR/$BUILD_DIR/examples"
+PROGRAMS="$ROOT_DIR/$BUILD_DIR/tests/remote/programs"
+GPU_TESTS="$ROOT_DIR/tests/gpu"
+
+# ---- the agent on this machine's GPUs ----
+PORT="${PORT:-7459}"
+SERVER="127.0.0.1:$PORT"
+GPUPOOL_LOG=info "$TOOLS/gp-agent" --listen "$SERVER" --name acceptance >"$LOGS/agent.out" 2>"$LOGS/agent.err" &
+AGENT_PID=$!
+for _ in $(seq 100); do grep -q listening "$LOGS/agent.out" 2>/dev/null && break; sleep 0.1; done
+if ! grep -q listening "$LOGS/agent.out"; then
+  say "FAIL agent: gp-agent did not start"; sed 's/^/    /' "$LOGS/agent.err" | tee -a "$SUMMARY"; exit 1
+fi
+say "agent: $(head -n1 "$LOGS/agent.out")"
+"$TOOLS/gp-ls" --servers "$SERVER" >"$LOGS/gp-ls.txt" 2>&1
+sed 's/^/    /' "$LOGS/gp-ls.txt" | tee -a "$SUMMARY"
+physical=$(sed -nE 's/.*with ([0-9]+) device\(s\) \(([0-9]+) emulated\).*/\1 \2/p' "$LOGS/agent.out" |
+           awk '{print $1 - $2}')
+if [[ -z "$physical" || "$physical" -eq 0 ]]; then
+  say "no GPU: the agent found no physical GPU; the GPU steps are not run (the kit built and started)"
+  exit $((failures > 0))
+fi
+command -v nvidia-smi >/dev/null && nvidia-smi -L >>"$SUMMARY" 2>&1
+"$PYTHON" -c "import importlib.metadata as m; print('python:', *[f'{p} {m.version(p)}' for p in
+  ('torch', 'cupy-cuda13x', 'numba-cuda', 'numba') if __import__('importlib.util').util.find_spec(p.split('-')[0])])" \
+  >>"$SUMMARY" 2>&1
+
+# GPUPOOL_LOG=warn: the interposer names every driver entry point the program asks for that gpupool lacks.
+run_on_pool() { GPUPOOL_LOG="${GPUPOOL_LOG:-warn}" "$TOOLS/gp-run" --servers "$SERVER" "$@"; }
+expect_out() {  # expect_out PATTERN COMMAND...: the command succeeds and prints PATTERN.
+  local pattern=$1 out
+  shift
+  out=$("$@" 2>&1)
+  local rc=$?
+  echo "$out"
+  ((rc == 0)) && grep -q -- "$pattern" <<<"$out"
+}
+
+export -f run_on_pool expect_out
+export TOOLS SERVER LOGS EXAMPLES PROGRAMS GPU_TESTS PYTHON TRAIN_STEPS AGENT_PID
+
+# ---- CUDA examples: natively (checks the programs and the machine), then on the pool (the cuda backend) ----
+for ex in vector_add matrix_multiply streams_events; do
+  step "native-$ex" 120 expect_out PASSED "$EXAMPLES/$ex"
+  step "pool-$ex" 180 expect_out PASSED run_on_pool -- "$EXAMPLES/$ex"
+done
+step pool-api_coverage 180 expect_out "0 failure(s): PASSED" run_on_pool -- "$PROGRAMS/api_coverage"
+step pool-two-half-slices 180 expect_out PASSED run_on_pool -n 2 -p 0.5 -- "$EXAMPLES/two_devices"
+
+two_tenants() {  # Two programs at once, each on its own half of the one GPU.
+  run_on_pool -p 0.5 -- "$EXAMPLES/matrix_multiply" >"$LOGS/tenant-a.log" 2>&1 &
+  local a=$!
+  run_on_pool -p 0.5 -- "$EXAMPLES/vector_add" >"$LOGS/tenant-b.log" 2>&1
+  local rb=$?
+  wait $a
+  local ra=$?
+  cat "$LOGS/tenant-a.log" "$LOGS/tenant-b.log"
+  ((ra == 0 && rb == 0)) && grep -q PASSED "$LOGS/tenant-a.log" && grep -q PASSED "$LOGS/tenant-b.log"
+}
+export -f two_tenants
+step pool-two-tenants 240 two_tenants
+
+killed_mid_kernel() {  # The program dies mid-kernel: the agent survives and the lease's capacity returns.
+  setsid "$TOOLS/gp-run" --servers "$SERVER" -- "$PROGRAMS/spin" >"$LOGS/spin.out" 2>&1 &
+  local pid=$!
+  for _ in $(seq 300); do grep -q "spin: running" "$LOGS/spin.out" && break; sleep 0.1; done
+  grep -q "spin: running" "$LOGS/spin.out" || { echo "spin did not start"; cat "$LOGS/spin.out"; return 1; }
+  sleep 1
+  kill -KILL -- -$pid
+  wait $pid 2>/dev/null
+  for _ in $(seq 60); do
+    "$TOOLS/gp-ls" --servers "$SERVER" --leases --json >"$LOGS/leases.json" 2>&1
+    if ! grep -q '"id"' "$LOGS/leases.json"; then break; fi
+    sleep 1
+  done
+  cat "$LOGS/leases.json"
+  kill -0 "$AGENT_PID" || { echo "the agent died"; return 1; }
+  ! grep -q '"id"' "$LOGS/leases.json" && expect_out PASSED run_on_pool -- "$EXAMPLES/vector_add"
+}
+export -f killed_mid_kernel
+step pool-killed-mid-kernel 180 killed_mid_kernel
+
+# ---- Python frameworks ----
+if "$PYTHON" -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
+  train() {
+    "$PYTHON" "$GPU_TESTS/torch_train.py" --steps "$TRAIN_STEPS" --out "$LOGS/native.json" || return 1
+    run_on_pool -- "$PYTHON" "$GPU_TESTS/torch_train.py" --steps "$TRAIN_STEPS" --out "$LOGS/pool.json" || return 1
+    "$PYTHON" - "$LOGS/native.json" "$LOGS/pool.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+worst = max(abs(x - y) for x, y in zip(a["losses"], b["losses"]))
+ratio = b["median_step_ms"] / a["median_step_ms"]
+print(f"losses: {len(a['losses'])} steps, largest difference {worst:.3g}; "
+      f"median step native {a['median_step_ms']:.3f} ms, pool {b['median_step_ms']:.3f} ms, ratio {ratio:.2f}")
+sys.exit(0 if len(a["losses"]) == len(b["losses"]) and worst == 0.0 else 1)
+PY
+  }
+  export -f train
+  step torch-train 420 train && grep "ratio" "$LOGS/torch-train.log" | tee -a "$SUMMARY"
+  for check in torch-blas torch-cudnn cupy numba; do
+    step "native-$check" 180 "$PYTHON" "$GPU_TESTS/framework_checks.py" "$check"
+    step "pool-$check" 240 run_on_pool -- "$PYTHON" "$GPU_TESTS/framework_checks.py" "$check"
+  done
+else
+  say "SKIP python: $PYTHON has no CUDA-enabled torch"
+fi
+kill -0 "$AGENT_PID" 2>/dev/null || { failures=$((failures + 1)); say "FAIL agent: gp-agent died during the run"; }
+exit $((failures > 0))
