@@ -9,7 +9,7 @@ namespace {
 
 Status Read(const TomlFile& file, AgentConfig* c) {
   const toml::table& root = file.root();
-  if (Status s = file.CheckKeys(root, {"name", "listen", "class", "nvml", "emulated", "leases", "drain"},
+  if (Status s = file.CheckKeys(root, {"name", "listen", "class", "nvml", "cuda_driver", "emulated", "leases", "drain"},
                                 "the agent config");
       !s.ok())
     return s;
@@ -17,6 +17,7 @@ Status Read(const TomlFile& file, AgentConfig* c) {
   if (!(s = file.GetString(root, "name", &c->name)).ok()) return s;
   if (!(s = file.GetString(root, "listen", &c->listen)).ok()) return s;
   if (!(s = file.GetString(root, "class", &c->device_class)).ok()) return s;
+  if (!(s = file.GetString(root, "cuda_driver", &c->cuda_driver)).ok()) return s;
   if (!(s = file.GetBool(root, "nvml", &c->nvml)).ok()) return s;
   auto section = [&](std::string_view key, const toml::table** out) -> Status {
     *out = nullptr;

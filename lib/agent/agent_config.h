@@ -31,6 +31,7 @@ struct AgentConfig {
   std::string listen = kDefaultListen;
   std::string device_class;
   bool nvml = true;
+  std::string cuda_driver;  // The CUDA driver library session workers load ("" = the system's libcuda.so.1).
   int emulated_count = 0;
   uint64_t emulated_memory = 16ull << 30;
   LeaseTiming timing;

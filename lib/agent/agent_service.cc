@@ -15,8 +15,7 @@
 
 #include "agent/lease_table.h"
 #include "backend/cuda/cuda_driver.h"
-#include "backend/cuda/cuda_session.h"
-#include "backend/emu/emu_session.h"
+#include "agent/session_worker.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "gpupool/units.h"
@@ -32,18 +31,10 @@ struct AgentState {
   // The system CUDA driver, loaded when physical GPUs are present; why not, when it could not be.
   std::shared_ptr<backend::CudaDriver> cuda;
   std::string cuda_error = "no physical GPU";
-  // Sessions by lease id, so that a lease's end also ends its sessions.
-  std::map<std::string, std::vector<std::shared_ptr<backend::SessionControl>>> sessions;
+  // Every session runs in a worker process of its own; a lease's end kills its workers.
+  kj::Own<SessionWorkers> workers;
 
-  void EndSessions(const std::string& lease_id) {
-    auto it = sessions.find(lease_id);
-    if (it == sessions.end()) return;
-    for (auto& control : it->second) {
-      std::lock_guard<std::mutex> lock(control->mu);
-      if (control->revoke) control->revoke();
-    }
-    sessions.erase(it);
-  }
+  void EndSessions(const std::string& lease_id) { workers->KillLease(lease_id); }
 
   AgentState(const AgentConfig& c, std::vector<DeviceRecord> d)
       : config(c), devices(std::move(d)), table(Capacities(devices), c.timing) {}
@@ -228,56 +219,50 @@ class AgentImpl final : public wire::Agent::Server {
                                                "the address window must be 1 GiB aligned and hold the slice"));
       return kj::READY_NOW;
     }
-    if (!record.emulated) {
-      // A physical GPU: the cuda backend, through the system driver.
-      if (!state_.cuda) {
-        SetOutcome(results.initOutcome(),
-                   Status(StatusCode::kInternal, "cannot run CUDA on this server's GPUs: " + state_.cuda_error));
-        return kj::READY_NOW;
+    if (!record.emulated && !state_.cuda) {
+      SetOutcome(results.initOutcome(),
+                 Status(StatusCode::kInternal, "cannot run CUDA on this server's GPUs: " + state_.cuda_error));
+      return kj::READY_NOW;
+    }
+    WorkerSpec spec;
+    spec.lease_id = e->id;
+    spec.emulated = record.emulated;
+    spec.device_name = record.model;
+    spec.nvml_uuid = record.uuid;
+    spec.memory_bytes = slice->memory_bytes;
+    spec.window_base = base;
+    spec.window_bytes = window;
+    spec.share_micros = slice->share;
+    spec.cuda_driver = state_.config.cuda_driver;
+    if (record.emulated) {
+      // A stable UUID per emulated device, derived from its pool-wide id.
+      uint64_t h = 1469598103934665603ull;
+      for (char c : record.uuid) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+      for (int i = 0; i < 16; ++i) {
+        h = h * 6364136223846793005ull + 1442695040888963407ull;
+        spec.uuid[i] = static_cast<uint8_t>(h >> 56);
       }
-      backend::CudaSessionConfig cfg;
-      cfg.nvml_uuid = record.uuid;
-      cfg.memory_bytes = slice->memory_bytes;
-      cfg.window_base = base;
-      cfg.window_bytes = window;
-      cfg.control = std::make_shared<backend::SessionControl>();
-      auto session = backend::NewCudaSession(state_.cuda, cfg);
-      if (!session.ok()) {
-        SetOutcome(results.initOutcome(), Status(session.status().code() == StatusCode::kResourceExhausted
-                                                     ? StatusCode::kResourceExhausted
-                                                     : StatusCode::kInternal,
-                                                 session.status().message()));
-        return kj::READY_NOW;
+      spec.pci_bus = static_cast<int>(device) + 1;
+    }
+    std::string lease_id = e->id;
+    std::string what = record.emulated ? fmt::format("device {} ({})", device, FormatMemorySize(slice->memory_bytes))
+                                       : fmt::format("GPU {} ({})", device, record.model);
+    return state_.workers->Open(spec).then([this, context, lease_id, what, base](OpenedSession&& opened) mutable {
+      auto results = context.getResults();
+      // The lease may have ended while the worker started: then the worker goes too.
+      if (opened.status.ok() && !state_.table.Find(lease_id)) {
+        state_.workers->KillLease(lease_id);
+        opened.status = Status(StatusCode::kNotFound, "the lease ended while its session was opening");
       }
-      state_.sessions[e->id].push_back(cfg.control);
-      GP_INFO("session", "lease {}: session on GPU {} ({}), window 0x{:x}", e->id, device, record.model, base);
+      if (!opened.status.ok()) {
+        // "Window taken" cannot happen in a worker of its own; report the backend's reason as it is.
+        SetOutcome(results.initOutcome(), opened.status);
+        return;
+      }
+      GP_INFO("session", "lease {}: session on {}, window 0x{:x}", lease_id, what, base);
       SetOutcome(results.initOutcome(), Status::Ok());
-      results.setSession(wire::Session::Client(kj::mv(session).value()));
-      return kj::READY_NOW;
-    }
-    backend::EmuSessionConfig config;
-    config.device_name = record.model;
-    config.memory_bytes = slice->memory_bytes;
-    config.window_base = base;
-    uint64_t h = 1469598103934665603ull;
-    for (char c : record.uuid) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-    for (int i = 0; i < 16; ++i) {
-      h = h * 6364136223846793005ull + 1442695040888963407ull;
-      config.uuid[i] = static_cast<uint8_t>(h >> 56);
-    }
-    config.pci_bus = static_cast<int>(device) + 1;
-    config.control = std::make_shared<backend::SessionControl>();
-    auto session = backend::NewEmuSession(config);
-    if (!session.ok()) {
-      SetOutcome(results.initOutcome(), Status(StatusCode::kResourceExhausted, session.status().message()));
-      return kj::READY_NOW;
-    }
-    state_.sessions[e->id].push_back(config.control);
-    GP_INFO("session", "lease {}: session on device {} ({}), window 0x{:x}", e->id, device,
-            FormatMemorySize(slice->memory_bytes), base);
-    SetOutcome(results.initOutcome(), Status::Ok());
-    results.setSession(wire::Session::Client(kj::mv(session).value()));
-    return kj::READY_NOW;
+      KJ_IF_MAYBE(session, opened.session) { results.setSession(kj::mv(*session)); }
+    });
   }
 
   kj::Promise<void> cancel(CancelContext context) override {
@@ -330,14 +315,16 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
   // Signals first, before KJ or anything else may start a thread.
   kj::UnixEventPort::captureSignal(SIGTERM);
   kj::UnixEventPort::captureSignal(SIGINT);
+  kj::UnixEventPort::captureChildExit();  // Session workers are reaped by the event loop.
   signal(SIGPIPE, SIG_IGN);
 
   auto io = kj::setupAsyncIo();
   AgentState state(config, std::move(devices));
+  state.workers = kj::heap<SessionWorkers>(io);
   bool physical = false;
   for (const auto& d : state.devices) physical = physical || !d.emulated;
   if (physical) {
-    auto driver = backend::CudaDriver::Load();
+    auto driver = config.cuda_driver.empty() ? backend::CudaDriver::Load() : backend::CudaDriver::Load(config.cuda_driver);
     if (driver.ok()) {
       GP_INFO("agent", "CUDA driver {} with {} device(s)", (*driver)->version(), (*driver)->device_count());
       state.cuda = std::shared_ptr<backend::CudaDriver>(std::move(driver).value());

@@ -2,7 +2,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 
 #include "client/session_client.h"
 #include "integration/helpers.h"
@@ -119,6 +121,68 @@ TEST(Remote, ProgramKilledMidKernelLeavesNoSessionMemoryOrLease) {
   ASSERT_TRUE(Eventually([&] { return LeaseCount(pool.State()) == 0; }, seconds(10)));
   ExpectAllFree(pool.State());
   EXPECT_TRUE(agent.process().running()) << "the agent must survive its client's death";
+}
+
+// The session workers (one process per session) that the agent `agent_pid` runs now.
+std::vector<pid_t> SessionWorkers(pid_t agent_pid) {
+  std::ifstream in("/proc/" + std::to_string(agent_pid) + "/task/" + std::to_string(agent_pid) + "/children");
+  std::vector<pid_t> out;
+  for (pid_t pid; in >> pid;) out.push_back(pid);
+  return out;
+}
+
+TEST(Remote, AKilledWorkerOrAFaultingKernelEndsOnlyItsOwnSession) {
+  Agent agent(AgentOptions{.name = "tenants", .emulated = 1, .emulated_memory = "4GiB"});
+  Pool pool = Connect({agent.address()});
+  // Tenant A: a kernel that never ends.
+  Process a({ToolPath("gp-run"), "--servers", agent.address(), "-p", "0.25", "--", Program("spin")});
+  ASSERT_EQ(a.ReadLine(seconds(60)), "spin: running") << a.Stderr();
+  std::vector<pid_t> workers = SessionWorkers(agent.process().pid());
+  ASSERT_EQ(workers.size(), 1u) << "one session, one worker process";
+  // Tenant C: kernels back to back on the same GPU for 3 s, running while its neighbours die and fault.
+  Process c({ToolPath("gp-run"), "--servers", agent.address(), "-p", "0.25", "--", Program("busy"), "3"});
+  ASSERT_TRUE(Eventually([&] { return SessionWorkers(agent.process().pid()).size() == 2; }, seconds(30)))
+      << c.Stderr();
+  kill(workers[0], SIGKILL);
+  // A's program learns it at its pending call, with an error, and does not hang.
+  EXPECT_EQ(a.Wait(seconds(30)), 1) << a.Stderr();
+  std::string a_out = a.ReadAll();
+  EXPECT_NE(a_out.find("spin: cuda"), std::string::npos) << a_out << a.Stderr();
+  // Tenant B: a kernel that writes through a wild pointer gets the GPU's error, not the agent's crash.
+  RunResult b = RunCommand({ToolPath("gp-run"), "--servers", agent.address(), "-p", "0.25", "--",
+                            Program("bad_kernel")},
+                           {}, seconds(120));
+  EXPECT_EQ(b.code, 3) << b.out << b.err;
+  EXPECT_NE(b.out.find("bad_kernel: cudaErrorIllegalAddress"), std::string::npos) << b.out << b.err;
+  EXPECT_EQ(c.Wait(seconds(120)), 0) << c.Stderr();
+  std::string c_out = c.ReadAll();
+  EXPECT_NE(c_out.find("busy: "), std::string::npos) << c_out << c.Stderr();
+  // And the GPU still computes correctly for the next tenant.
+  RunResult d = RunCommand({ToolPath("gp-run"), "--servers", agent.address(), "-p", "0.25", "--",
+                            Example("matrix_multiply")},
+                           {}, seconds(120));
+  EXPECT_EQ(d.code, 0) << d.out << d.err;
+  EXPECT_NE(d.out.find("PASSED"), std::string::npos) << d.out << d.err;
+  EXPECT_TRUE(agent.process().running()) << agent.process().Stderr();
+  ASSERT_TRUE(Eventually([&] { return LeaseCount(pool.State()) == 0; }, seconds(10)));
+  ExpectAllFree(pool.State());
+  EXPECT_TRUE(Eventually([&] { return SessionWorkers(agent.process().pid()).empty(); }, seconds(10)))
+      << "every session worker exits with its session";
+}
+
+// Compute shares under contention: two busy tenants with 0.75 and 0.25 of one emulated GPU. The achieved shares
+// are bench/share_bench.sh's business; this checks only that the bigger share gets more done.
+TEST(Remote, TheBiggerComputeShareGetsMoreWorkDone) {
+  Agent agent(AgentOptions{.name = "shares", .emulated = 1, .emulated_memory = "4GiB"});
+  Process big({ToolPath("gp-run"), "--servers", agent.address(), "-p", "0.75", "--", Program("busy"), "4"});
+  Process small({ToolPath("gp-run"), "--servers", agent.address(), "-p", "0.25", "--", Program("busy"), "4"});
+  ASSERT_EQ(big.Wait(seconds(60)), 0) << big.Stderr();
+  ASSERT_EQ(small.Wait(seconds(60)), 0) << small.Stderr();
+  std::string big_out = big.ReadAll(), small_out = small.ReadAll();
+  long big_kernels = 0, small_kernels = 0;
+  ASSERT_EQ(std::sscanf(big_out.c_str(), "busy: %ld kernels", &big_kernels), 1) << big_out;
+  ASSERT_EQ(std::sscanf(small_out.c_str(), "busy: %ld kernels", &small_kernels), 1) << small_out;
+  EXPECT_GT(big_kernels, small_kernels) << "0.75: " << big_out << "0.25: " << small_out;
 }
 
 // Two agents in two network namespaces joined to this one by veth pairs: a real network between client and

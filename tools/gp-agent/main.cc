@@ -6,6 +6,7 @@
 #include "agent/agent_config.h"
 #include "agent/agent_service.h"
 #include "agent/inventory.h"
+#include "agent/session_worker.h"
 #include "core/log.h"
 #include "gpupool/units.h"
 
@@ -24,9 +25,13 @@ int main(int argc, char** argv) {
   using namespace gpupool;
   log::SetProgramName("gp-agent");
   log::SetDefaultLevel(log::Level::kInfo);
+  // A session worker started by an agent (agent/session_worker.h), not a command a user types.
+  if (argc == 3 && std::string_view(argv[1]) == agent::kSessionWorkerFlag) {
+    return agent::RunSessionWorker(std::atoi(argv[2]));
+  }
 
   CLI::App app{"gp-agent: serves this host's GPUs (real or emulated) to a gpupool pool"};
-  std::string config_path, listen, name, device_class, emu_memory, lease_ttl, renew_interval;
+  std::string config_path, listen, name, device_class, emu_memory, lease_ttl, renew_interval, cuda_driver;
   int emu = -1, emu_fallback = -1;
   bool no_nvml = false;
   app.add_option("--config", config_path, "agent.toml; flags override its values");
@@ -36,6 +41,7 @@ int main(int argc, char** argv) {
   app.add_option("--emu-fallback", emu_fallback, "declare this many emulated devices only if no physical GPU is found")
       ->check(CLI::Range(0, 1024));
   app.add_option("--emu-memory", emu_memory, "memory of each emulated device, e.g. 16GiB");
+  app.add_option("--cuda-driver", cuda_driver, "CUDA driver library for sessions on physical GPUs (default libcuda.so.1)");
   app.add_option("--class", device_class, "class tag of this agent's devices (clients select with --class)");
   app.add_option("--lease-ttl", lease_ttl, "free leases not renewed for this long (default 20s)");
   app.add_option("--renew-interval", renew_interval, "renewal period advised to clients (default 5s)");
@@ -52,6 +58,7 @@ int main(int argc, char** argv) {
   if (!listen.empty()) config.listen = listen;
   if (!name.empty()) config.name = name;
   if (!device_class.empty()) config.device_class = device_class;
+  if (!cuda_driver.empty()) config.cuda_driver = cuda_driver;
   if (emu >= 0) config.emulated_count = emu;
   if (no_nvml) config.nvml = false;
   if (!emu_memory.empty()) {

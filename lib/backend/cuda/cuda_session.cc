@@ -364,6 +364,8 @@ class CudaSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> streamSynchronize(StreamSynchronizeContext context) override {
+    // A pure wait: a caller that goes away (its connection broke) must not keep the session alive.
+    context.allowCancellation();
     CUstream stream;
     if (!Stream(context.getParams().getStream(), &stream)) {
       return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
@@ -426,6 +428,8 @@ class CudaSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> eventSynchronize(EventSynchronizeContext context) override {
+    // A pure wait: a caller that goes away (its connection broke) must not keep the session alive.
+    context.allowCancellation();
     auto e = events_.find(context.getParams().getEvent());
     if (e == events_.end()) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
     // cuEventSynchronize blocks: run it on a helper thread so the agent keeps serving.
@@ -464,6 +468,8 @@ class CudaSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> synchronize(SynchronizeContext context) override {
+    // A pure wait: a caller that goes away (its connection broke) must not keep the session alive.
+    context.allowCancellation();
     // Every stream of the session, the legacy default stream included.
     kj::Vector<kj::Promise<void>> all;
     all.add(Reached(nullptr));

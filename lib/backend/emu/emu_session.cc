@@ -260,6 +260,8 @@ class EmuSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> streamSynchronize(StreamSynchronizeContext context) override {
+    // A pure wait: a caller that goes away (its connection broke) must not keep the session alive.
+    context.allowCancellation();
     emu::Stream* stream = nullptr;
     if (!Stream(context.getParams().getStream(), &stream)) return BadHandle(context.getResults().initStatus(), "stream");
     return Reached(stream).then([this, context]() mutable {
@@ -316,6 +318,8 @@ class EmuSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> eventSynchronize(EventSynchronizeContext context) override {
+    // A pure wait: a caller that goes away (its connection broke) must not keep the session alive.
+    context.allowCancellation();
     auto it = events_.find(context.getParams().getEvent());
     if (it == events_.end()) return BadHandle(context.getResults().initStatus(), "event");
     // All streams share one in-order queue: everything before the record is done when the queue gets here.
@@ -345,6 +349,8 @@ class EmuSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> synchronize(SynchronizeContext context) override {
+    // A pure wait: a caller that goes away (its connection broke) must not keep the session alive.
+    context.allowCancellation();
     if (revoked_) return Revoked(context.getResults().initStatus());
     return Reached(nullptr).then([this, context]() mutable {
       auto r = context.getResults();

@@ -13,6 +13,8 @@ int main() {
   std::printf("spin: running\n");
   std::fflush(stdout);
   Spin<<<64, 128>>>(out, 1ll << 40);
-  cudaDeviceSynchronize();
-  return 0;
+  // Only an error ends the wait: the session was ended under the program (its worker killed, its lease revoked).
+  cudaError_t e = cudaDeviceSynchronize();
+  std::printf("spin: %s: %s\n", cudaGetErrorName(e), cudaGetErrorString(e));
+  return e == cudaSuccess ? 0 : 1;
 }

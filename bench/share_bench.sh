@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# share_bench: does `-p` buy compute? Two tenants on one emulated GPU, each running back-to-back kernels of fixed
+# work for the same wall time (tests/remote/programs/busy.cu), with shares 0.75 and 0.25; prints the share of the
+# work each got, beside a baseline measured in the same run: the same program alone on the whole device and alone
+# on a 0.25 slice (work-conserving: a tenant alone should get the whole device).
+#
+#   bench/share_bench.sh [BUILD_DIR] [SECONDS]          (default: build, 6)
+# Targets (issue "Sessions, rebuilt"): contended shares within 5 points of 0.75/0.25; alone on 0.25 >= 90 % of
+# alone on the whole device.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+BUILD_DIR="${1:-build}"
+SECONDS_EACH="${2:-6}"
+AGENT="$BUILD_DIR/tools/gp-agent"
+RUN="$BUILD_DIR/tools/gp-run"
+BUSY="$BUILD_DIR/tests/remote/programs/busy"
+for f in "$AGENT" "$RUN" "$BUSY"; do
+  [[ -x "$f" ]] || { echo "share_bench: $f is missing: build the tree first (scripts/setup.sh)" >&2; exit 1; }
+done
+
+out=$(mktemp -d)
+trap 'kill $agent_pid 2>/dev/null; wait $agent_pid 2>/dev/null; rm -rf "$out"' EXIT
+"$AGENT" --no-nvml --emu 1 --emu-memory 4GiB --listen 127.0.0.1:0 --name share-bench >"$out/agent.out" 2>"$out/agent.err" &
+agent_pid=$!
+for _ in $(seq 100); do grep -q listening "$out/agent.out" 2>/dev/null && break; sleep 0.1; done
+server=$(sed -nE 's/.* listening on ([^ ]+) .*/\1/p' "$out/agent.out")
+[[ -n "$server" ]] || { echo "share_bench: gp-agent did not start:" >&2; cat "$out/agent.err" >&2; exit 1; }
+
+kernels() { sed -nE 's/^busy: ([0-9]+) kernels.*/\1/p' "$1"; }
+run_busy() { "$RUN" --servers "$server" -p "$1" -- "$BUSY" "$SECONDS_EACH" >"$2"; }
+
+echo "share_bench: $(nproc) CPU(s), ${SECONDS_EACH} s per run, one emulated GPU"
+run_busy 1 "$out/whole"
+run_busy 0.25 "$out/alone"
+run_busy 0.75 "$out/big" &
+big_pid=$!
+run_busy 0.25 "$out/small"
+wait $big_pid
+whole=$(kernels "$out/whole") alone=$(kernels "$out/alone") big=$(kernels "$out/big") small=$(kernels "$out/small")
+awk -v whole="$whole" -v alone="$alone" -v big="$big" -v small="$small" 'BEGIN {
+  printf "baseline  alone on the whole GPU (-p 1):   %6d kernels\n", whole
+  printf "alone     on a 0.25 slice:                 %6d kernels = %.1f %% of the baseline (target >= 90 %%: %s)\n",
+         alone, 100 * alone / whole, (alone >= 0.9 * whole ? "MET" : "MISSED")
+  total = big + small
+  printf "contended 0.75 slice:                      %6d kernels = %.1f %% of the work (target 70..80 %%: %s)\n",
+         big, 100 * big / total, (big / total >= 0.70 && big / total <= 0.80) ? "MET" : "MISSED"
+  printf "contended 0.25 slice:                      %6d kernels = %.1f %% of the work\n", small, 100 * small / total
+  printf "contended total: %.1f %% of the baseline; ratio 0.75/0.25 = %.2f (target 3)\n", 100 * total / whole, big / small
+}'

@@ -1,0 +1,280 @@
+#include "agent/session_worker.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-unix.h>
+
+#include "backend/cuda/cuda_driver.h"
+#include "backend/cuda/cuda_session.h"
+#include "backend/emu/emu_session.h"
+#include "core/log.h"
+#include "worker.capnp.h"
+
+extern char** environ;
+
+namespace gpupool::agent {
+namespace {
+
+// The fd number the worker finds its socket at.
+constexpr int kWorkerFd = 3;
+
+// Linux's CFS weights for nice 0..19 (kernel/sched/core.c, sched_prio_to_weight).
+constexpr int kNiceWeights[20] = {1024, 820, 655, 526, 423, 335, 272, 215, 172, 137,
+                                  110,  87,  70,  56,  45,  36,  29,  23,  18,  15};
+
+// An MPS control daemon serves this machine's GPUs when its pipe directory holds the control socket.
+bool MpsRunning() {
+  const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+  std::string control = std::string(dir && *dir ? dir : "/tmp/nvidia-mps") + "/control";
+  struct stat st;
+  return stat(control.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+class WorkerImpl final : public wire::SessionWorker::Server {
+ public:
+  explicit WorkerImpl(kj::Own<kj::PromiseFulfiller<void>> closed) : closed_(kj::mv(closed)) {}
+
+  kj::Promise<void> open(OpenContext context) override {
+    auto results = context.getResults();
+    if (opened_) {
+      results.setCode(static_cast<int32_t>(StatusCode::kInvalidArgument));
+      results.setMessage("this worker already runs a session");
+      return kj::READY_NOW;
+    }
+    opened_ = true;
+    auto c = context.getParams().getConfig();
+    // Before any thread exists: threads inherit the nice value.
+    int nice = NiceForShare(c.getShareMicros());
+    if (nice > 0 && setpriority(PRIO_PROCESS, 0, nice) != 0) {
+      GP_WARN("session", "cannot lower the worker's priority to nice {}: {}", nice, std::strerror(errno));
+    }
+    Result<kj::Own<wire::Session::Server>> session = Status(StatusCode::kInternal, "no backend");
+    if (c.getEmulated()) {
+      backend::EmuSessionConfig cfg;
+      cfg.device_name = c.getDeviceName();
+      cfg.memory_bytes = c.getMemoryBytes();
+      cfg.window_base = c.getWindowBase();
+      auto uuid = c.getUuid();
+      std::memcpy(cfg.uuid, uuid.begin(), std::min<size_t>(16, uuid.size()));
+      cfg.pci_bus = c.getPciBus();
+      cfg.pci_device = c.getPciDevice();
+      session = backend::NewEmuSession(cfg);
+    } else {
+      if (MpsRunning()) {
+        // MPS reads it when this process first creates a context; a whole device needs no limit.
+        uint32_t percent = std::max(1u, static_cast<uint32_t>(std::lround(c.getShareMicros() / 10000.0)));
+        if (percent < 100) setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(percent).c_str(), 1);
+      }
+      std::string library = c.getCudaDriver().size() ? std::string(c.getCudaDriver()) : "libcuda.so.1";
+      auto driver = backend::CudaDriver::Load(library);
+      if (!driver.ok()) {
+        session = driver.status();
+      } else {
+        backend::CudaSessionConfig cfg;
+        cfg.nvml_uuid = c.getNvmlUuid();
+        cfg.memory_bytes = c.getMemoryBytes();
+        cfg.window_base = c.getWindowBase();
+        cfg.window_bytes = c.getWindowBytes();
+        session = backend::NewCudaSession(std::shared_ptr<backend::CudaDriver>(std::move(driver).value()), cfg);
+      }
+    }
+    if (!session.ok()) {
+      results.setCode(static_cast<int32_t>(session.status().code()));
+      results.setMessage(session.status().message());
+      closed_->fulfill();  // Nothing to serve: the worker exits once this reply is out.
+      return kj::READY_NOW;
+    }
+    // The session server lives as long as some client holds it; when the last reference goes (the client closed
+    // it, or its connection broke), the worker's job is done.
+    auto* closed = closed_.get();
+    auto server = kj::mv(session).value().attach(kj::defer([closed] { closed->fulfill(); }));
+    results.setCode(0);
+    results.setSession(wire::Session::Client(kj::mv(server)));
+    return kj::READY_NOW;
+  }
+
+ private:
+  kj::Own<kj::PromiseFulfiller<void>> closed_;
+  bool opened_ = false;
+};
+
+struct ReaperErrors final : public kj::TaskSet::ErrorHandler {
+  void taskFailed(kj::Exception&& e) override {
+    GP_ERROR("session", "reaping a session worker failed: {}", e.getDescription().cStr());
+  }
+};
+
+std::string DescribeExit(int status) {
+  if (WIFSIGNALED(status)) return fmt::format("killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
+  return fmt::format("ended (wait status {})", status);
+}
+
+}  // namespace
+
+int NiceForShare(uint32_t share_micros) {
+  double target = 1024.0 * std::min(1000000u, std::max(1u, share_micros)) / 1e6;
+  int best = 0;
+  for (int n = 1; n < 20; ++n) {
+    // Compare in log space: shares are ratios.
+    if (std::fabs(std::log(kNiceWeights[n] / target)) < std::fabs(std::log(kNiceWeights[best] / target))) best = n;
+  }
+  return best;
+}
+
+int RunSessionWorker(int fd) {
+  log::SetProgramName("gp-agent[session]");
+  // The worker must not outlive its agent: the lease table that accounts for its memory lives there.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() == 1) return 1;  // The agent died before the line above.
+  try {
+    auto io = kj::setupAsyncIo();
+    auto stream = io.lowLevelProvider->wrapUnixSocketFd(fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+    capnp::TwoPartyVatNetwork network(*stream, capnp::rpc::twoparty::Side::SERVER);
+    auto closed = kj::newPromiseAndFulfiller<void>();
+    auto rpc = capnp::makeRpcServer(network, kj::heap<WorkerImpl>(kj::mv(closed.fulfiller)));
+    // Ends when the session is gone (its destructor freed memory and modules) or the agent hung up.
+    kj::mv(closed.promise).exclusiveJoin(network.onDisconnect()).wait(io.waitScope);
+    // Let the last reply (a failed open) reach the agent before the socket closes.
+    io.provider->getTimer().afterDelay(10 * kj::MILLISECONDS).wait(io.waitScope);
+  } catch (const kj::Exception& e) {
+    GP_ERROR("session", "session worker failed: {}", e.getDescription().cStr());
+    std::fflush(stderr);
+    _exit(1);
+  }
+  std::fflush(stderr);
+  // Skip the destructors: a session still referenced here means the agent is gone, and a kernel that never ends
+  // must not keep this process alive. The OS frees everything.
+  _exit(0);
+}
+
+struct SessionWorkers::Worker {
+  pid_t pid = 0;
+  std::string lease_id;
+  kj::Own<kj::AsyncIoStream> stream;
+  kj::Own<capnp::TwoPartyClient> rpc;
+  bool killed = false;  // By the agent, because its lease ended.
+};
+
+SessionWorkers::SessionWorkers(kj::AsyncIoContext& io)
+    : io_(io), reaper_errors_(kj::heap<ReaperErrors>()) {
+  reapers_ = kj::heap<kj::TaskSet>(*reaper_errors_);
+}
+
+SessionWorkers::~SessionWorkers() {
+  for (auto& [pid, worker] : workers_) kill(pid, SIGKILL);
+}
+
+kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
+  int fds[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+    return OpenedSession{Status(StatusCode::kInternal, fmt::format("socketpair: {}", std::strerror(errno))), nullptr};
+  }
+  int child_fd = fds[1];
+  if (child_fd == kWorkerFd) {  // dup2 onto itself would keep close-on-exec set.
+    child_fd = fcntl(fds[1], F_DUPFD_CLOEXEC, kWorkerFd + 1);
+    close(fds[1]);
+  }
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) {
+    close(fds[0]);
+    close(child_fd);
+    return OpenedSession{Status(StatusCode::kInternal, "cannot find gp-agent's own executable"), nullptr};
+  }
+  exe[n] = 0;
+  std::string fd_arg = std::to_string(kWorkerFd);
+  char* argv[] = {exe, const_cast<char*>(kSessionWorkerFlag), fd_arg.data(), nullptr};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, child_fd, kWorkerFd);
+  pid_t pid = 0;
+  int err = posix_spawn(&pid, exe, &actions, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(child_fd);
+  if (err != 0) {
+    close(fds[0]);
+    return OpenedSession{Status(StatusCode::kInternal, fmt::format("cannot start a session worker: {}",
+                                                                   std::strerror(err))),
+                         nullptr};
+  }
+  auto worker = kj::heap<Worker>();
+  worker->pid = pid;
+  worker->lease_id = spec.lease_id;
+  worker->stream = io_.lowLevelProvider->wrapUnixSocketFd(fds[0], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+  worker->rpc = kj::heap<capnp::TwoPartyClient>(*worker->stream);
+  auto maybe_pid = kj::heap<kj::Maybe<pid_t>>(pid);
+  auto& pid_ref = *maybe_pid;
+  reapers_->add(io_.unixEventPort.onChildExit(pid_ref).attach(kj::mv(maybe_pid)).then([this, pid](int status) {
+    Reap(pid, status);
+  }));
+  auto bootstrap = worker->rpc->bootstrap().castAs<wire::SessionWorker>();
+  workers_.emplace(pid, kj::mv(worker));
+  GP_DEBUG("session", "lease {}: session worker {} started", spec.lease_id, pid);
+
+  auto req = bootstrap.openRequest();
+  auto c = req.initConfig();
+  c.setEmulated(spec.emulated);
+  c.setDeviceName(spec.device_name);
+  c.setNvmlUuid(spec.nvml_uuid);
+  c.setMemoryBytes(spec.memory_bytes);
+  c.setWindowBase(spec.window_base);
+  c.setWindowBytes(spec.window_bytes);
+  c.setUuid(kj::arrayPtr(spec.uuid, 16));
+  c.setPciBus(spec.pci_bus);
+  c.setPciDevice(spec.pci_device);
+  c.setShareMicros(spec.share_micros);
+  c.setCudaDriver(spec.cuda_driver);
+  return req.send()
+      .then([this, pid](capnp::Response<wire::SessionWorker::OpenResults>&& r) -> OpenedSession {
+        if (r.getCode() != 0) {
+          kill(pid, SIGKILL);
+          return OpenedSession{Status(static_cast<StatusCode>(r.getCode()), r.getMessage()), nullptr};
+        }
+        return OpenedSession{Status::Ok(), r.getSession()};
+      })
+      .catch_([this, pid](kj::Exception&& e) -> OpenedSession {
+        kill(pid, SIGKILL);
+        return OpenedSession{Status(StatusCode::kInternal, fmt::format("the session worker failed to start: {}",
+                                                                       e.getDescription().cStr())),
+                             nullptr};
+      });
+}
+
+void SessionWorkers::KillLease(const std::string& lease_id) {
+  for (auto& [pid, worker] : workers_) {
+    if (worker->lease_id == lease_id) {
+      worker->killed = true;
+      kill(pid, SIGKILL);
+    }
+  }
+}
+
+void SessionWorkers::Reap(pid_t pid, int status) {
+  auto it = workers_.find(pid);
+  std::string lease = it == workers_.end() ? "?" : it->second->lease_id;
+  bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (clean || (it != workers_.end() && it->second->killed)) {
+    GP_DEBUG("session", "lease {}: session worker {} {}", lease, pid, clean ? "exited" : "stopped with its lease");
+  } else {
+    // Not the agent's doing: a crash, an abort, or someone else's signal. The other sessions go on.
+    GP_WARN("session", "lease {}: session worker {} {}: that session ended, its memory is freed", lease, pid,
+            DescribeExit(status));
+  }
+  if (it != workers_.end()) workers_.erase(it);
+}
+
+}  // namespace gpupool::agent

@@ -1,0 +1,80 @@
+// Session workers: each CUDA session of gp-agent runs in its own child process (gp-agent --session-worker FD), so
+// that a segfault, an abort, a kernel that never ends or a sticky error of one tenant ends that session alone.
+// The agent keeps leases and placement; it spawns a worker per session, hands the worker's Session capability to
+// the client (Cap'n Proto forwards the calls), kills the worker when the lease ends, and reaps it.
+//
+// Compute share: a worker runs at the CFS weight (nice value) closest to its share of the device, so that under
+// contention the sessions of one device get CPU in proportion to their shares while a session alone still gets
+// all of it (the scheduler is work-conserving). On a physical GPU served by an MPS daemon the worker also sets
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE to its share.
+#ifndef GPUPOOL_AGENT_SESSION_WORKER_H_
+#define GPUPOOL_AGENT_SESSION_WORKER_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+#include <kj/async-io.h>
+
+#include "gpupool/status.h"
+#include "session.capnp.h"
+
+namespace gpupool::agent {
+
+// The argument that makes gp-agent run as a session worker: `gp-agent --session-worker FD`.
+inline constexpr const char kSessionWorkerFlag[] = "--session-worker";
+
+// Runs the session worker on the connected socket `fd` until its session is closed or the agent goes away.
+// Returns the process exit code.
+int RunSessionWorker(int fd);
+
+// The nice value whose CFS weight is closest to `share_micros` millionths of nice 0's weight (0 for a whole
+// device, 19 at most).
+int NiceForShare(uint32_t share_micros);
+
+struct WorkerSpec {
+  std::string lease_id;
+  bool emulated = true;
+  std::string device_name;
+  std::string nvml_uuid;
+  uint64_t memory_bytes = 0, window_base = 0, window_bytes = 0;
+  uint8_t uuid[16] = {};
+  int pci_bus = 0, pci_device = 0;
+  uint32_t share_micros = 1000000;
+  std::string cuda_driver;
+};
+
+struct OpenedSession {
+  Status status;
+  kj::Maybe<wire::Session::Client> session;
+};
+
+// The agent's side: spawns, tracks, kills and reaps workers. Lives on the agent's event-loop thread.
+class SessionWorkers {
+ public:
+  // REQUIRES: kj::UnixEventPort::captureChildExit() was called before any thread started.
+  explicit SessionWorkers(kj::AsyncIoContext& io);
+  ~SessionWorkers();
+
+  // Spawns a worker and opens the session in it.
+  kj::Promise<OpenedSession> Open(const WorkerSpec& spec);
+  // Kills (SIGKILL) every worker of the lease: its sessions end, the OS frees their memory and contexts.
+  void KillLease(const std::string& lease_id);
+  size_t running() const { return workers_.size(); }
+
+ private:
+  struct Worker;
+  void Reap(pid_t pid, int status);
+
+  kj::AsyncIoContext& io_;
+  std::map<pid_t, kj::Own<Worker>> workers_;
+  kj::Own<kj::TaskSet> reapers_;
+  kj::Own<kj::TaskSet::ErrorHandler> reaper_errors_;
+};
+
+}  // namespace gpupool::agent
+
+#endif  // GPUPOOL_AGENT_SESSION_WORKER_H_

@@ -1,0 +1,28 @@
+# Between gp-agent and one of its session workers: a child process (gp-agent --session-worker FD) that runs one
+# CUDA session, so that a crash, a hung kernel or a sticky error of one tenant never reaches the agent or another
+# tenant. Spoken over a socketpair; never exposed on the network.
+@0xd7e3a1b2c4f50619;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("gpupool::wire");
+
+using import "session.capnp".Session;
+
+struct WorkerConfig {
+  emulated @0 :Bool;
+  deviceName @1 :Text;        # Emulated devices: the name reported to the client.
+  nvmlUuid @2 :Text;          # Physical GPUs: "GPU-..." from NVML, to find the CUDA ordinal.
+  memoryBytes @3 :UInt64;     # The slice's memory quota.
+  windowBase @4 :UInt64;      # Device addresses lie in [windowBase, windowBase + windowBytes).
+  windowBytes @5 :UInt64;
+  uuid @6 :Data;              # Emulated devices: 16 bytes.
+  pciBus @7 :Int32;
+  pciDevice @8 :Int32;
+  shareMicros @9 :UInt32;     # Compute share in millionths of the device.
+  cudaDriver @10 :Text;       # Physical GPUs: the driver library to load ("" = the system's libcuda.so.1).
+}
+
+interface SessionWorker {
+  open @0 (config :WorkerConfig) -> (code :Int32, message :Text, session :Session);
+  # code: 0 = opened; otherwise a gpupool StatusCode value and the reason (the worker then exits).
+}

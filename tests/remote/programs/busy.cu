@@ -1,0 +1,37 @@
+// busy: keeps its device busy for a fixed wall time with back-to-back kernels of fixed work, then prints how many
+// ran. Two of these on slices of one GPU show how the device's compute is shared.
+//   busy SECONDS  ->  "busy: N kernels in S s"
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+__global__ void Work(unsigned long long* out, int iterations) {
+  unsigned long long x = blockIdx.x * blockDim.x + threadIdx.x;
+  for (int i = 0; i < iterations; ++i) x = x * 6364136223846793005ull + 1442695040888963407ull;
+  out[blockIdx.x * blockDim.x + threadIdx.x] = x;
+}
+
+int main(int argc, char** argv) {
+  double seconds = argc > 1 ? std::atof(argv[1]) : 3.0;
+  unsigned long long* out = nullptr;
+  if (cudaMalloc(&out, 8 * 64 * sizeof(unsigned long long)) != cudaSuccess) return 2;
+  Work<<<8, 64>>>(out, 10);  // Loads the module before the clock starts.
+  if (cudaDeviceSynchronize() != cudaSuccess) return 2;
+  auto start = std::chrono::steady_clock::now();
+  double elapsed = 0;
+  long kernels = 0;
+  while (elapsed < seconds) {
+    // Batches keep the device's queue full, as real programs do: a tenant that waits after every kernel leaves
+    // the device idle between kernels, and its neighbour gets that time too.
+    for (int i = 0; i < 8; ++i) Work<<<8, 64>>>(out, 4000);
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+      std::printf("busy: %s\n", cudaGetErrorString(e));
+      return 1;
+    }
+    kernels += 8;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  std::printf("busy: %ld kernels in %.3f s\n", kernels, elapsed);
+  return 0;
+}
