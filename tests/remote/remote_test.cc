@@ -245,5 +245,30 @@ TEST_F(NetNamespaces, TwoSlicesOnTwoHostsInOneProgram) {
   EXPECT_NE(r.err.find("host1"), std::string::npos) << r.err;
 }
 
+// The network between client and agent dies (the veth link goes down) in the middle of copies: the program gets an
+// error within the lease TTL instead of hanging, and the agent frees the capacity within the TTL.
+TEST_F(NetNamespaces, ACutNetworkFailsTheProgramAndFreesTheSliceWithinTheLeaseTtl) {
+  const std::string address = "10.231.10.2:7450";
+  agents_.push_back(std::make_unique<Process>(std::vector<std::string>{
+      "/usr/sbin/ip", "netns", "exec", Ns(0), ToolPath("gp-agent"), "--no-nvml", "--emu", "1", "--emu-memory",
+      "2GiB", "--name", "cut", "--listen", address, "--lease-ttl", "20s"}));
+  ASSERT_NE(agents_.back()->ReadLine(seconds(20)).find("listening on"), std::string::npos) << agents_.back()->Stderr();
+  Process run({ToolPath("gp-run"), "--servers", address, "--", Program("copy_loop")});
+  ASSERT_EQ(run.ReadLine(seconds(60)), "copy_loop: running") << run.Stderr();
+  const std::string link = "gph0" + suffix_;
+  ASSERT_EQ(std::system(("ip link set " + link + " down").c_str()), 0);
+  auto cut = std::chrono::steady_clock::now();
+  std::string line = run.ReadLine(seconds(20));
+  auto noticed = std::chrono::steady_clock::now() - cut;
+  EXPECT_NE(line.find("copy_loop: cuda"), std::string::npos)
+      << "no error within the 20 s lease TTL: '" << line << "' " << run.Stderr();
+  EXPECT_LT(noticed, seconds(20));
+  ASSERT_EQ(std::system(("ip link set " + link + " up").c_str()), 0);
+  EXPECT_NE(run.Wait(seconds(40)), -1) << "gp-run hung after its program failed";
+  Pool pool = Connect({address});
+  EXPECT_TRUE(Eventually([&] { return LeaseCount(pool.State()) == 0; }, seconds(25))) << agents_.back()->Stderr();
+  ExpectAllFree(pool.State());
+}
+
 }  // namespace
 }  // namespace gpupool::testing
