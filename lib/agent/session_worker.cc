@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-unix.h>
@@ -30,6 +31,8 @@ namespace {
 
 // The fd number the worker finds its socket at.
 constexpr int kWorkerFd = 3;
+// Between a lease's end and the kill of its workers: their clients' next calls get "the lease ended".
+constexpr kj::Duration kRevokeGrace = 2 * kj::SECONDS;
 
 // Linux's CFS weights for nice 0..19 (kernel/sched/core.c, sched_prio_to_weight).
 constexpr int kNiceWeights[20] = {1024, 820, 655, 526, 423, 335, 272, 215, 172, 137,
@@ -71,6 +74,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
       std::memcpy(cfg.uuid, uuid.begin(), std::min<size_t>(16, uuid.size()));
       cfg.pci_bus = c.getPciBus();
       cfg.pci_device = c.getPciDevice();
+      cfg.control = control_;
       session = backend::NewEmuSession(cfg);
     } else {
       if (MpsRunning()) {
@@ -88,6 +92,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
         cfg.memory_bytes = c.getMemoryBytes();
         cfg.window_base = c.getWindowBase();
         cfg.window_bytes = c.getWindowBytes();
+        cfg.control = control_;
         session = backend::NewCudaSession(std::shared_ptr<backend::CudaDriver>(std::move(driver).value()), cfg);
       }
     }
@@ -106,8 +111,15 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> revoke(RevokeContext context) override {
+    std::lock_guard<std::mutex> lock(control_->mu);
+    if (control_->revoke) control_->revoke();
+    return kj::READY_NOW;
+  }
+
  private:
   kj::Own<kj::PromiseFulfiller<void>> closed_;
+  std::shared_ptr<backend::SessionControl> control_ = std::make_shared<backend::SessionControl>();
   bool opened_ = false;
 };
 
@@ -166,6 +178,7 @@ struct SessionWorkers::Worker {
   std::string lease_id;
   kj::Own<kj::AsyncIoStream> stream;
   kj::Own<capnp::TwoPartyClient> rpc;
+  kj::Maybe<wire::SessionWorker::Client> control;
   bool killed = false;  // By the agent, because its lease ended.
 };
 
@@ -222,6 +235,7 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
     Reap(pid, status);
   }));
   auto bootstrap = worker->rpc->bootstrap().castAs<wire::SessionWorker>();
+  worker->control = bootstrap;
   workers_.emplace(pid, kj::mv(worker));
   GP_DEBUG("session", "lease {}: session worker {} started", spec.lease_id, pid);
 
@@ -256,10 +270,13 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
 
 void SessionWorkers::KillLease(const std::string& lease_id) {
   for (auto& [pid, worker] : workers_) {
-    if (worker->lease_id == lease_id) {
-      worker->killed = true;
-      kill(pid, SIGKILL);
-    }
+    if (worker->lease_id != lease_id || worker->killed) continue;
+    worker->killed = true;
+    // Revoked at once (memory freed, kernels stopped; the client's next call says the lease ended), killed soon
+    // after whatever state it is in: a hung driver call cannot keep it alive.
+    KJ_IF_MAYBE(control, worker->control) { reapers_->add(control->revokeRequest().send().ignoreResult()); }
+    pid_t victim = pid;
+    reapers_->add(io_.provider->getTimer().afterDelay(kRevokeGrace).then([victim] { kill(victim, SIGKILL); }));
   }
 }
 

@@ -1,10 +1,12 @@
 // Session-local handles (modules, functions, streams, events): small numbers the client holds instead of
 // backend pointers, so a client can only name objects of its own session. 0 is never a handle (it means the
-// default stream).
+// default stream). Handles are never reused, so a stale handle names nothing; numbers of another session name
+// nothing of this one (or, by coincidence, this session's own object).
 #ifndef GPUPOOL_BACKEND_HANDLE_TABLE_H_
 #define GPUPOOL_BACKEND_HANDLE_TABLE_H_
 
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <utility>
 
@@ -28,6 +30,13 @@ class HandleTable {
   void erase(typename Map::iterator it) { items_.erase(it); }
   size_t erase(uint64_t id) { return items_.erase(id); }
   void clear() { items_.clear(); }
+  // Erases every item for which `pred(handle, value)` holds (the functions of an unloaded module).
+  template <typename Pred>
+  void EraseIf(Pred pred) {
+    for (auto it = items_.begin(); it != items_.end();) {
+      it = pred(it->first, it->second) ? items_.erase(it) : std::next(it);
+    }
+  }
 
  private:
   Map items_;

@@ -321,8 +321,9 @@ EmuStatus Device::Malloc(uint64_t bytes, uint64_t* device_ptr) {
   *device_ptr = 0;
   if (!impl_->arena) return EmuStatus(Code::kOutOfMemory, "the emulated device could not reserve its memory");
   std::lock_guard<std::mutex> lock(impl_->mem_mu);
-  uint64_t need = AlignUp(std::max<uint64_t>(bytes, 1), kAlignment);
   if (bytes == 0) return BadValue("cannot allocate 0 bytes");
+  // Compared before aligning: a size near 2^64 would wrap to 0 and "fit".
+  uint64_t need = bytes > impl_->options.memory_bytes ? bytes : AlignUp(bytes, kAlignment);
   if (need > impl_->options.memory_bytes - std::min(impl_->options.memory_bytes, impl_->used)) {
     return EmuStatus(Code::kOutOfMemory, "out of memory: " + std::to_string(bytes) + " bytes requested, " +
                                              std::to_string(impl_->options.memory_bytes - impl_->used) +
@@ -428,6 +429,7 @@ EmuStatus Device::Memset(uint64_t dst, uint32_t value, size_t element_size, size
   if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
   if (element_size != 1 && element_size != 2 && element_size != 4) return BadValue("memset element size must be 1, 2 or 4");
   if (count == 0) return EmuStatus::Ok();
+  if (count > UINT64_MAX / element_size) return BadValue("memset size overflows");
   if (!impl_->Contains(dst, element_size * count)) return BadValue("memset outside a device allocation");
   return Enqueue(*impl_, stream, async, [=] {
     uint8_t* p = reinterpret_cast<uint8_t*>(dst);
@@ -559,7 +561,7 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
     return BadValue("grid dimensions exceed the device's limits");
   }
   const internal::Program& prog = function->module->program;
-  if (prog.static_shared_bytes + config.shared_bytes > static_cast<uint32_t>(p.shared_memory_per_block_optin)) {
+  if (uint64_t{prog.static_shared_bytes} + config.shared_bytes > static_cast<uint64_t>(p.shared_memory_per_block_optin)) {
     return EmuStatus(Code::kLaunchOutOfResources, "shared memory of " +
                                                       std::to_string(prog.static_shared_bytes + config.shared_bytes) +
                                                       " bytes exceeds the per-block limit");

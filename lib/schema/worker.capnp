@@ -25,4 +25,8 @@ struct WorkerConfig {
 interface SessionWorker {
   open @0 (config :WorkerConfig) -> (code :Int32, message :Text, session :Session);
   # code: 0 = opened; otherwise a gpupool StatusCode value and the reason (the worker then exits).
+
+  revoke @1 () -> ();
+  # The lease ended: free the session's memory and stop its kernels now; later calls answer "the lease of this
+  # session ended". The agent kills the worker shortly after.
 }

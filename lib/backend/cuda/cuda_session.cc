@@ -5,13 +5,14 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <thread>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
 #include <kj/async.h>
 
 #include "backend/handle_table.h"
+#include "backend/session_checks.h"
 #include "core/log.h"
 #include "core/range_allocator.h"
 
@@ -129,8 +130,9 @@ class CudaSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> memGetInfo(MemGetInfoContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto r = context.getResults();
-    SetStatus(r.initStatus(), revoked_ ? CUDA_ERROR_CONTEXT_IS_DESTROYED : CUDA_SUCCESS, *api_);
+    SetStatus(r.initStatus(), CUDA_SUCCESS, *api_);
     r.setTotal(config_.memory_bytes);
     r.setFree(config_.memory_bytes - std::min(config_.memory_bytes, used_));
     return kj::READY_NOW;
@@ -138,10 +140,14 @@ class CudaSession final : public wire::Session::Server {
 
   kj::Promise<void> memAlloc(MemAllocContext context) override {
     auto r = context.getResults();
+    if (revoked_) return Revoked(r.initStatus());
     uint64_t bytes = context.getParams().getBytes();
-    uint64_t size = (std::max<uint64_t>(bytes, 1) + granularity_ - 1) / granularity_ * granularity_;
-    if (revoked_) return Status(r.initStatus(), CUDA_ERROR_CONTEXT_IS_DESTROYED);
-    if (used_ + size > config_.memory_bytes) return Status(r.initStatus(), CUDA_ERROR_OUT_OF_MEMORY);
+    // Checked before rounding: a size near 2^64 would round to a small one.
+    if (bytes == 0 || bytes > kMaxAllocBytes) return Invalid(r.initStatus(), fmt::format("cannot allocate {} bytes", bytes));
+    uint64_t size = (bytes + granularity_ - 1) / granularity_ * granularity_;
+    if (size > config_.memory_bytes - std::min(config_.memory_bytes, used_)) {
+      return Status(r.initStatus(), CUDA_ERROR_OUT_OF_MEMORY);
+    }
     uint64_t offset = 0;
     if (!window_.Take(size, granularity_, &offset)) return Status(r.initStatus(), CUDA_ERROR_OUT_OF_MEMORY);
     Current();
@@ -171,8 +177,14 @@ class CudaSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> memFree(MemFreeContext context) override {
-    auto it = allocations_.find(context.getParams().getAddress());
-    if (it == allocations_.end()) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_VALUE);
+    if (revoked_) return Revoked(context.getResults().initStatus());
+    uint64_t address = context.getParams().getAddress();
+    if (address == 0) return Status(context.getResults().initStatus(), CUDA_SUCCESS);  // As cudaFree(nullptr).
+    auto it = allocations_.find(address);
+    if (it == allocations_.end()) {
+      return Invalid(context.getResults().initStatus(),
+                     fmt::format("0x{:x} is not the start of an allocation of this session", address));
+    }
     Current();
     // cuMemUnmap waits for work using the range, as cudaFree does.
     api_->cuMemUnmap(it->first, it->second.size);
@@ -184,10 +196,14 @@ class CudaSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> copyToDevice(CopyToDeviceContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto p = context.getParams();
     CUstream stream;
     if (!Stream(p.getStream(), &stream)) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
     auto data = p.getData();
+    if (data.size() == 0) return Status(context.getResults().initStatus(), CUDA_SUCCESS);
+    std::string error;
+    if (!Owned(p.getDst(), data.size(), "copy destination", &error)) return Invalid(context.getResults().initStatus(), error);
     // Through pinned staging so the copy is truly asynchronous and the event loop never blocks on the GPU.
     void* staging = nullptr;
     Current();
@@ -207,10 +223,18 @@ class CudaSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> copyFromDevice(CopyFromDeviceContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto p = context.getParams();
     CUstream stream;
     if (!Stream(p.getStream(), &stream)) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
     uint64_t bytes = p.getBytes();
+    if (bytes > kMaxCopyBytes) {
+      return Invalid(context.getResults().initStatus(),
+                     fmt::format("a copy message carries at most {} bytes, not {}", kMaxCopyBytes, bytes));
+    }
+    if (bytes == 0) return Status(context.getResults().initStatus(), CUDA_SUCCESS);
+    std::string error;
+    if (!Owned(p.getSrc(), bytes, "copy source", &error)) return Invalid(context.getResults().initStatus(), error);
     void* staging = nullptr;
     Current();
     CUresult res = api_->cuMemAllocHost(&staging, std::max<uint64_t>(bytes, 1));
@@ -230,17 +254,30 @@ class CudaSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> copyOnDevice(CopyOnDeviceContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto p = context.getParams();
     CUstream stream;
     if (!Stream(p.getStream(), &stream)) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    uint64_t bytes = p.getBytes();
+    if (bytes == 0) return Status(context.getResults().initStatus(), CUDA_SUCCESS);
+    std::string error;
+    if (!Owned(p.getDst(), bytes, "copy destination", &error) || !Owned(p.getSrc(), bytes, "copy source", &error)) {
+      return Invalid(context.getResults().initStatus(), error);
+    }
     Current();
-    return Status(context.getResults().initStatus(), api_->cuMemcpyDtoDAsync(p.getDst(), p.getSrc(), p.getBytes(), stream));
+    return Status(context.getResults().initStatus(), api_->cuMemcpyDtoDAsync(p.getDst(), p.getSrc(), bytes, stream));
   }
 
   kj::Promise<void> memset(MemsetContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto p = context.getParams();
     CUstream stream;
     if (!Stream(p.getStream(), &stream)) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    uint64_t bytes = 0;
+    std::string error;
+    if (!MemsetBytes(p.getElementSize(), p.getCount(), &bytes, &error)) return Invalid(context.getResults().initStatus(), error);
+    if (bytes == 0) return Status(context.getResults().initStatus(), CUDA_SUCCESS);
+    if (!Owned(p.getDst(), bytes, "memset destination", &error)) return Invalid(context.getResults().initStatus(), error);
     Current();
     CUresult res;
     switch (p.getElementSize()) {
@@ -253,6 +290,7 @@ class CudaSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> moduleLoad(ModuleLoadContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto image = context.getParams().getImage();
     // The driver wants the image to outlive the call only for its duration; a copy keeps it aligned.
     std::vector<uint8_t> copy(image.begin(), image.end());
@@ -268,15 +306,21 @@ class CudaSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> moduleUnload(ModuleUnloadContext context) override {
-    auto it = modules_.find(context.getParams().getModule());
+    if (revoked_) return Revoked(context.getResults().initStatus());
+    uint64_t handle = context.getParams().getModule();
+    auto it = modules_.find(handle);
     if (it == modules_.end()) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
     Current();
     CUresult res = api_->cuModuleUnload(it->second);
     modules_.erase(it);
+    // Its functions and variables go with it: a stale CUfunction must never reach cuLaunchKernel.
+    functions_.EraseIf([handle](uint64_t, const FunctionInfo& f) { return f.module == handle; });
+    for (auto g = globals_.begin(); g != globals_.end();) g = g->second.module == handle ? globals_.erase(g) : std::next(g);
     return Status(context.getResults().initStatus(), res);
   }
 
   kj::Promise<void> moduleGetFunction(ModuleGetFunctionContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto p = context.getParams();
     auto r = context.getResults();
     auto it = modules_.find(p.getModule());
@@ -291,7 +335,7 @@ class CudaSession final : public wire::Session::Server {
       if (api_->cuFuncGetParamInfo(fn, i, &offset, &size) != CUDA_SUCCESS) break;
       params.push_back({offset, size});
     }
-    r.setFunction(functions_.Add({fn, params}));
+    r.setFunction(functions_.Add({it->first, fn, params}));
     auto list = r.initParams(static_cast<unsigned>(params.size()));
     for (size_t i = 0; i < params.size(); ++i) {
       list[i].setOffset(static_cast<uint32_t>(params[i].first));
@@ -308,6 +352,7 @@ class CudaSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> moduleGetGlobal(ModuleGetGlobalContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto p = context.getParams();
     auto r = context.getResults();
     auto it = modules_.find(p.getModule());
@@ -318,23 +363,30 @@ class CudaSession final : public wire::Session::Server {
     CUresult res = api_->cuModuleGetGlobal(&address, &bytes, it->second, p.getName().cStr());
     // TODO(feature): module globals live outside the session's window, so a pointer to one does not route by
     // address on the client.
+    // The variable is this session's memory until its module is unloaded: copies may reach it.
+    if (res == CUDA_SUCCESS && bytes > 0) globals_[address] = {bytes, it->first};
     r.setAddress(address);
     r.setBytes(bytes);
     return Status(r.initStatus(), res);
   }
 
   kj::Promise<void> launch(LaunchContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto p = context.getParams();
     auto it = functions_.find(p.getFunction());
     if (it == functions_.end()) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
     CUstream stream;
     if (!Stream(p.getStream(), &stream)) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
     auto buffer = p.getParams();
-    std::vector<void*> args;
-    for (const auto& [offset, size] : it->second.params) {
-      if (offset + size > buffer.size()) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_VALUE);
-      args.push_back(const_cast<uint8_t*>(buffer.begin()) + offset);
+    std::string error;
+    if (!ParamsFit(it->second.params, buffer.size(), [](const auto& q) { return q.first; },
+                   [](const auto& q) { return q.second; }, &error)) {
+      return Invalid(context.getResults().initStatus(), error);
     }
+    // TODO(security): pointer arguments are not checked: a kernel can address anything the context maps, other
+    // sessions' memory included, until each session has its own context in its own worker process.
+    std::vector<void*> args;
+    for (const auto& [offset, size] : it->second.params) args.push_back(const_cast<uint8_t*>(buffer.begin()) + offset);
     Current();
     auto g = p.getGrid();
     auto b = p.getBlock();
@@ -344,6 +396,7 @@ class CudaSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> streamCreate(StreamCreateContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     Current();
     CUstream s;
     CUresult res = api_->cuStreamCreate(&s, 0);
@@ -355,6 +408,7 @@ class CudaSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> streamDestroy(StreamDestroyContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto it = streams_.find(context.getParams().getStream());
     if (it == streams_.end()) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
     Current();
@@ -366,17 +420,25 @@ class CudaSession final : public wire::Session::Server {
   kj::Promise<void> streamSynchronize(StreamSynchronizeContext context) override {
     // A pure wait: a caller that goes away (its connection broke) must not keep the session alive.
     context.allowCancellation();
+    if (revoked_) return Revoked(context.getResults().initStatus());
+    uint64_t id = context.getParams().getStream();
     CUstream stream;
-    if (!Stream(context.getParams().getStream(), &stream)) {
-      return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
-    }
-    return Reached(stream).then([this, context, stream]() mutable {
-      Current();
-      SetStatus(context.getResults().initStatus(), api_->cuStreamQuery(stream), *api_);
+    if (!Stream(id, &stream)) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    return Reached(stream).then([this, context, id]() mutable {
+      // Looked up again: the session may have been revoked, or the stream destroyed, while we waited.
+      CUstream now;
+      CUresult res = CUDA_ERROR_CONTEXT_IS_DESTROYED;
+      if (!revoked_) {
+        Current();
+        res = Stream(id, &now) ? api_->cuStreamQuery(now) : CUDA_SUCCESS;
+        if (res == CUDA_ERROR_NOT_READY) res = CUDA_SUCCESS;  // Work queued after this call.
+      }
+      SetStatus(context.getResults().initStatus(), res, *api_);
     });
   }
 
   kj::Promise<void> streamQuery(StreamQueryContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     CUstream stream;
     if (!Stream(context.getParams().getStream(), &stream)) {
       return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
@@ -386,6 +448,7 @@ class CudaSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> streamWaitEvent(StreamWaitEventContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto p = context.getParams();
     CUstream stream;
     auto e = events_.find(p.getEvent());
@@ -397,6 +460,7 @@ class CudaSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> eventCreate(EventCreateContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     Current();
     CUevent e;
     CUresult res = api_->cuEventCreate(&e, 0);
@@ -408,6 +472,7 @@ class CudaSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> eventDestroy(EventDestroyContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto it = events_.find(context.getParams().getEvent());
     if (it == events_.end()) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
     Current();
@@ -417,6 +482,7 @@ class CudaSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> eventRecord(EventRecordContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto p = context.getParams();
     CUstream stream;
     auto e = events_.find(p.getEvent());
@@ -430,24 +496,32 @@ class CudaSession final : public wire::Session::Server {
   kj::Promise<void> eventSynchronize(EventSynchronizeContext context) override {
     // A pure wait: a caller that goes away (its connection broke) must not keep the session alive.
     context.allowCancellation();
-    auto e = events_.find(context.getParams().getEvent());
+    if (revoked_) return Revoked(context.getResults().initStatus());
+    uint64_t id = context.getParams().getEvent();
+    auto e = events_.find(id);
     if (e == events_.end()) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
-    // cuEventSynchronize blocks: run it on a helper thread so the agent keeps serving.
-    auto paf = kj::newPromiseAndCrossThreadFulfiller<CUresult>();
-    auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<CUresult>>>(kj::mv(paf.fulfiller));
-    CUevent event = e->second;
-    Api* api = api_.get();
-    CUcontext ctx = ctx_;
-    std::thread([api, ctx, event, fulfiller] {
-      api->cuCtxSetCurrent(ctx);
-      (*fulfiller)->fulfill(api->cuEventSynchronize(event));
-    }).detach();
-    return paf.promise.then([this, context](CUresult res) mutable {
+    // cuEventSynchronize blocks the calling thread. Instead a private stream waits for the event and then runs a
+    // host function that resolves the promise on the event loop (as Reached does): the callback owns only the
+    // fulfiller, never the session, so the session, its event or its lease may end while it waits.
+    Current();
+    CUresult res = SyncStream();
+    if (res == CUDA_SUCCESS) res = api_->cuStreamWaitEvent(sync_stream_, e->second, 0);
+    if (res != CUDA_SUCCESS) return Status(context.getResults().initStatus(), res);
+    return Reached(sync_stream_).then([this, context, id]() mutable {
+      // Looked up again: destroyed while we waited means it had completed (or was never waited on) as well.
+      CUresult res = CUDA_ERROR_CONTEXT_IS_DESTROYED;
+      if (!revoked_) {
+        auto e = events_.find(id);
+        Current();
+        res = e != events_.end() ? api_->cuEventQuery(e->second) : CUDA_SUCCESS;
+        if (res == CUDA_ERROR_NOT_READY) res = CUDA_SUCCESS;  // Recorded again after this call.
+      }
       SetStatus(context.getResults().initStatus(), res, *api_);
     });
   }
 
   kj::Promise<void> eventQuery(EventQueryContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto e = events_.find(context.getParams().getEvent());
     if (e == events_.end()) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
     Current();
@@ -455,6 +529,7 @@ class CudaSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> eventElapsed(EventElapsedContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto p = context.getParams();
     auto a = events_.find(p.getStart()), b = events_.find(p.getEnd());
     if (a == events_.end() || b == events_.end()) {
@@ -470,11 +545,13 @@ class CudaSession final : public wire::Session::Server {
   kj::Promise<void> synchronize(SynchronizeContext context) override {
     // A pure wait: a caller that goes away (its connection broke) must not keep the session alive.
     context.allowCancellation();
+    if (revoked_) return Revoked(context.getResults().initStatus());
     // Every stream of the session, the legacy default stream included.
     kj::Vector<kj::Promise<void>> all;
     all.add(Reached(nullptr));
     for (auto& [id, s] : streams_) all.add(Reached(s));
     return kj::joinPromises(all.releaseAsArray()).then([this, context]() mutable {
+      // Revoked while waiting: the streams were destroyed under the promise; report that.
       SetStatus(context.getResults().initStatus(), revoked_ ? CUDA_ERROR_CONTEXT_IS_DESTROYED : CUDA_SUCCESS, *api_);
     });
   }
@@ -485,6 +562,7 @@ class CudaSession final : public wire::Session::Server {
     uint64_t size;
   };
   struct FunctionInfo {
+    uint64_t module;  // The handle of its module: unloading the module erases it.
     CUfunction fn;
     std::vector<std::pair<size_t, size_t>> params;
   };
@@ -492,6 +570,42 @@ class CudaSession final : public wire::Session::Server {
   kj::Promise<void> Status(wire::CallStatus::Builder out, CUresult r) {
     SetStatus(out, r, *api_);
     return kj::READY_NOW;
+  }
+
+  kj::Promise<void> Invalid(wire::CallStatus::Builder out, const std::string& message) {
+    out.setCode(static_cast<int32_t>(CUDA_ERROR_INVALID_VALUE));
+    out.setMessage(message);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> Revoked(wire::CallStatus::Builder out) {
+    out.setCode(static_cast<int32_t>(CUDA_ERROR_CONTEXT_IS_DESTROYED));
+    out.setMessage("the lease of this session ended (released or expired); its memory is freed");
+    return kj::READY_NOW;
+  }
+
+  // Whether the session owns [address, address + bytes): inside its window and inside one of its allocations
+  // (the GPU's address space also maps other tenants' memory, so the window alone is not enough), or inside a
+  // variable of one of its modules (which the driver places outside the window). `*error` says which failed.
+  bool Owned(uint64_t address, uint64_t bytes, const char* what, std::string* error) const {
+    if (InsideOneOf(globals_, address, bytes, [](const Global& g) { return g.bytes; })) return true;
+    if (!RangeInside(address, bytes, config_.window_base, config_.window_bytes)) {
+      *error = fmt::format("{}: {} lies outside this session's window [0x{:x}, 0x{:x})", what,
+                           DescribeRange(address, bytes), config_.window_base,
+                           config_.window_base + config_.window_bytes);
+      return false;
+    }
+    if (!InsideOneOf(allocations_, address, bytes, [](const Allocation& a) { return a.size; })) {
+      *error = fmt::format("{}: {} is not inside one allocation of this session", what, DescribeRange(address, bytes));
+      return false;
+    }
+    return true;
+  }
+
+  // The private non-blocking stream eventSynchronize waits on, created on first use. REQUIRES: Current().
+  CUresult SyncStream() {
+    if (sync_stream_) return CUDA_SUCCESS;
+    return api_->cuStreamCreate(&sync_stream_, CU_STREAM_NON_BLOCKING);
   }
 
   void Current() { api_->cuCtxSetCurrent(ctx_); }
@@ -537,8 +651,13 @@ class CudaSession final : public wire::Session::Server {
 
   void ReleaseAll() {
     Current();
+    functions_.clear();  // Before their modules: no handle may outlive the code it names.
+    globals_.clear();
     for (auto& [id, m] : modules_) api_->cuModuleUnload(m);
     modules_.clear();
+    // Pending waits on it still complete; their callbacks own nothing of the session.
+    if (sync_stream_) api_->cuStreamDestroy(sync_stream_);
+    sync_stream_ = nullptr;
     for (auto& [id, s] : streams_) api_->cuStreamDestroy(s);
     streams_.clear();
     for (auto& [id, e] : events_) api_->cuEventDestroy(e);
@@ -562,6 +681,12 @@ class CudaSession final : public wire::Session::Server {
   bool revoked_ = false;
   RangeAllocator window_;
   std::map<CUdeviceptr, Allocation> allocations_;
+  struct Global {
+    uint64_t bytes;
+    uint64_t module;  // The handle of its module.
+  };
+  std::map<CUdeviceptr, Global> globals_;  // Module variables the client asked for (moduleGetGlobal).
+  CUstream sync_stream_ = nullptr;
   HandleTable<CUmodule> modules_;
   HandleTable<FunctionInfo> functions_;
   HandleTable<CUstream> streams_;

@@ -5,11 +5,15 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <kj/async.h>
 
 #include "backend/handle_table.h"
+#include "backend/session_checks.h"
 #include "core/log.h"
 #include "emu/device.h"
 
@@ -29,6 +33,8 @@ void SetStatus(wire::CallStatus::Builder out, Code code, const std::string& mess
   out.setMessage(message);
 }
 
+constexpr char kRevokedMessage[] = "the lease of this session ended (released or expired); its memory is freed";
+
 class EmuSession final : public wire::Session::Server {
  public:
   EmuSession(const EmuSessionConfig& config, std::unique_ptr<emu::Device> device)
@@ -38,6 +44,10 @@ class EmuSession final : public wire::Session::Server {
       config_.control->revoke = [this] {
         revoked_ = true;
         device_->ResetContext();  // Frees every allocation and module of the session now.
+        // Their handles go too: nothing may reach the freed modules (every call also checks revoked_ first).
+        functions_.clear();
+        modules_.clear();
+        allocations_.clear();
       };
     }
     auto output = output_;
@@ -90,16 +100,28 @@ class EmuSession final : public wire::Session::Server {
 
   kj::Promise<void> memAlloc(MemAllocContext context) override {
     if (revoked_) return Revoked(context.getResults().initStatus());
-    uint64_t address = 0;
-    EmuStatus s = device_->Malloc(context.getParams().getBytes(), &address);
+    uint64_t bytes = context.getParams().getBytes();
     auto r = context.getResults();
+    if (bytes == 0 || bytes > kMaxAllocBytes) {
+      return Invalid(r.initStatus(), fmt::format("cannot allocate {} bytes", bytes));
+    }
+    uint64_t address = 0;
+    EmuStatus s = device_->Malloc(bytes, &address);
     SetStatus(r.initStatus(), s);
+    if (s.ok()) allocations_.insert(address);
     r.setAddress(address);
     return kj::READY_NOW;
   }
 
   kj::Promise<void> memFree(MemFreeContext context) override {
-    SetStatus(context.getResults().initStatus(), device_->FreeAsync(context.getParams().getAddress()));
+    if (revoked_) return Revoked(context.getResults().initStatus());
+    uint64_t address = context.getParams().getAddress();
+    // Only what memAlloc returned: the device would also free module variables, whose module still uses them.
+    if (address != 0 && !allocations_.erase(address)) {
+      return Invalid(context.getResults().initStatus(),
+                     fmt::format("0x{:x} is not the start of an allocation of this session", address));
+    }
+    SetStatus(context.getResults().initStatus(), device_->FreeAsync(address));
     return kj::READY_NOW;
   }
 
@@ -117,7 +139,7 @@ class EmuSession final : public wire::Session::Server {
       return kj::READY_NOW;
     }
     return Reached(stream).then([this, context]() mutable {
-      SetStatus(context.getResults().initStatus(), device_->StickyError());
+      SetStatusAfterWait(context.getResults().initStatus());
     });
   }
 
@@ -141,11 +163,12 @@ class EmuSession final : public wire::Session::Server {
       return kj::READY_NOW;
     }
     return Reached(stream).then([this, context]() mutable {
-      SetStatus(context.getResults().initStatus(), device_->StickyError());
+      SetStatusAfterWait(context.getResults().initStatus());
     });
   }
 
   kj::Promise<void> copyOnDevice(CopyOnDeviceContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto p = context.getParams();
     emu::Stream* stream = nullptr;
     if (!Stream(p.getStream(), &stream)) return BadHandle(context.getResults().initStatus(), "stream");
@@ -154,9 +177,15 @@ class EmuSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> memset(MemsetContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto p = context.getParams();
     emu::Stream* stream = nullptr;
     if (!Stream(p.getStream(), &stream)) return BadHandle(context.getResults().initStatus(), "stream");
+    uint64_t bytes = 0;
+    std::string error;
+    if (!MemsetBytes(p.getElementSize(), p.getCount(), &bytes, &error)) {
+      return Invalid(context.getResults().initStatus(), error);
+    }
     SetStatus(context.getResults().initStatus(),
               device_->Memset(p.getDst(), p.getValue(), p.getElementSize(), p.getCount(), stream, true));
     return kj::READY_NOW;
@@ -178,15 +207,20 @@ class EmuSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> moduleUnload(ModuleUnloadContext context) override {
-    auto it = modules_.find(context.getParams().getModule());
+    if (revoked_) return Revoked(context.getResults().initStatus());
+    uint64_t handle = context.getParams().getModule();
+    auto it = modules_.find(handle);
     if (it == modules_.end()) return BadHandle(context.getResults().initStatus(), "module");
     EmuStatus s = device_->UnloadModule(it->second);
     modules_.erase(it);
+    // The module's functions die with it: their handles must not reach the freed code.
+    functions_.EraseIf([handle](uint64_t, const FunctionEntry& f) { return f.module == handle; });
     SetStatus(context.getResults().initStatus(), s);
     return kj::READY_NOW;
   }
 
   kj::Promise<void> moduleGetFunction(ModuleGetFunctionContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto p = context.getParams();
     auto it = modules_.find(p.getModule());
     auto r = context.getResults();
@@ -195,7 +229,7 @@ class EmuSession final : public wire::Session::Server {
     EmuStatus s = device_->GetFunction(it->second, p.getName(), &fn);
     SetStatus(r.initStatus(), s);
     if (!s.ok()) return kj::READY_NOW;
-    r.setFunction(functions_.Add(fn));
+    r.setFunction(functions_.Add({it->first, fn}));
     const auto& params = emu::Device::Params(fn);
     auto list = r.initParams(static_cast<unsigned>(params.size()));
     for (size_t i = 0; i < params.size(); ++i) {
@@ -211,6 +245,7 @@ class EmuSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> moduleGetGlobal(ModuleGetGlobalContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto p = context.getParams();
     auto it = modules_.find(p.getModule());
     auto r = context.getResults();
@@ -236,11 +271,18 @@ class EmuSession final : public wire::Session::Server {
     c.shared_bytes = p.getSharedBytes();
     c.stream = stream;
     auto params = p.getParams();
-    SetStatus(context.getResults().initStatus(), device_->LaunchPacked(it->second, c, params.begin(), params.size()));
+    // A short buffer would leave parameters (pointers among them) zero or, worse, read past the message.
+    std::string error;
+    if (!ParamsFit(emu::Device::Params(it->second.fn), params.size(), [](const emu::ParamInfo& i) { return i.offset; },
+                   [](const emu::ParamInfo& i) { return i.size; }, &error)) {
+      return Invalid(context.getResults().initStatus(), error);
+    }
+    SetStatus(context.getResults().initStatus(), device_->LaunchPacked(it->second.fn, c, params.begin(), params.size()));
     return kj::READY_NOW;
   }
 
   kj::Promise<void> streamCreate(StreamCreateContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     emu::Stream* s = nullptr;
     EmuStatus st = device_->CreateStream(&s);
     auto r = context.getResults();
@@ -252,6 +294,7 @@ class EmuSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> streamDestroy(StreamDestroyContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     // The handle goes now; the emulated stream lives on until the session ends, so queued work still completes
     // without this call waiting for it.
     if (!streams_.erase(context.getParams().getStream())) return BadHandle(context.getResults().initStatus(), "stream");
@@ -262,16 +305,18 @@ class EmuSession final : public wire::Session::Server {
   kj::Promise<void> streamSynchronize(StreamSynchronizeContext context) override {
     // A pure wait: a caller that goes away (its connection broke) must not keep the session alive.
     context.allowCancellation();
+    if (revoked_) return Revoked(context.getResults().initStatus());
     emu::Stream* stream = nullptr;
     if (!Stream(context.getParams().getStream(), &stream)) return BadHandle(context.getResults().initStatus(), "stream");
     return Reached(stream).then([this, context]() mutable {
       auto r = context.getResults();
-      SetStatus(r.initStatus(), device_->StickyError());
+      SetStatusAfterWait(r.initStatus());
       r.setOutput(TakeOutput());
     });
   }
 
   kj::Promise<void> streamQuery(StreamQueryContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     emu::Stream* stream = nullptr;
     if (!Stream(context.getParams().getStream(), &stream)) return BadHandle(context.getResults().initStatus(), "stream");
     auto r = context.getResults();
@@ -281,6 +326,7 @@ class EmuSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> streamWaitEvent(StreamWaitEventContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto p = context.getParams();
     emu::Stream* stream = nullptr;
     if (!Stream(p.getStream(), &stream)) return BadHandle(context.getResults().initStatus(), "stream");
@@ -291,6 +337,7 @@ class EmuSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> eventCreate(EventCreateContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     emu::Event* e = nullptr;
     EmuStatus st = device_->CreateEvent(&e);
     auto r = context.getResults();
@@ -302,12 +349,14 @@ class EmuSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> eventDestroy(EventDestroyContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     if (!events_.erase(context.getParams().getEvent())) return BadHandle(context.getResults().initStatus(), "event");
     SetStatus(context.getResults().initStatus(), EmuStatus::Ok());
     return kj::READY_NOW;
   }
 
   kj::Promise<void> eventRecord(EventRecordContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto p = context.getParams();
     auto it = events_.find(p.getEvent());
     if (it == events_.end()) return BadHandle(context.getResults().initStatus(), "event");
@@ -320,17 +369,19 @@ class EmuSession final : public wire::Session::Server {
   kj::Promise<void> eventSynchronize(EventSynchronizeContext context) override {
     // A pure wait: a caller that goes away (its connection broke) must not keep the session alive.
     context.allowCancellation();
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto it = events_.find(context.getParams().getEvent());
     if (it == events_.end()) return BadHandle(context.getResults().initStatus(), "event");
     // All streams share one in-order queue: everything before the record is done when the queue gets here.
     return Reached(nullptr).then([this, context]() mutable {
       auto r = context.getResults();
-      SetStatus(r.initStatus(), device_->StickyError());
+      SetStatusAfterWait(r.initStatus());
       r.setOutput(TakeOutput());
     });
   }
 
   kj::Promise<void> eventQuery(EventQueryContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto it = events_.find(context.getParams().getEvent());
     if (it == events_.end()) return BadHandle(context.getResults().initStatus(), "event");
     SetStatus(context.getResults().initStatus(), device_->EventQuery(it->second));
@@ -338,6 +389,7 @@ class EmuSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> eventElapsed(EventElapsedContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
     auto p = context.getParams();
     auto a = events_.find(p.getStart()), b = events_.find(p.getEnd());
     if (a == events_.end() || b == events_.end()) return BadHandle(context.getResults().initStatus(), "event");
@@ -354,7 +406,7 @@ class EmuSession final : public wire::Session::Server {
     if (revoked_) return Revoked(context.getResults().initStatus());
     return Reached(nullptr).then([this, context]() mutable {
       auto r = context.getResults();
-      SetStatus(r.initStatus(), device_->StickyError());
+      SetStatusAfterWait(r.initStatus());
       r.setOutput(TakeOutput());
     });
   }
@@ -395,7 +447,21 @@ class EmuSession final : public wire::Session::Server {
   }
 
   kj::Promise<void> Revoked(wire::CallStatus::Builder status) {
-    SetStatus(status, Code::kInvalidContext, "the lease of this session ended (released or expired); its memory is freed");
+    SetStatus(status, Code::kInvalidContext, kRevokedMessage);
+    return kj::READY_NOW;
+  }
+
+  // The status of a call that waited for the device: the lease may have ended meanwhile.
+  void SetStatusAfterWait(wire::CallStatus::Builder status) {
+    if (revoked_) {
+      SetStatus(status, Code::kInvalidContext, kRevokedMessage);
+    } else {
+      SetStatus(status, device_->StickyError());
+    }
+  }
+
+  kj::Promise<void> Invalid(wire::CallStatus::Builder status, const std::string& message) {
+    SetStatus(status, Code::kInvalidValue, message);
     return kj::READY_NOW;
   }
 
@@ -466,9 +532,14 @@ class EmuSession final : public wire::Session::Server {
   std::unique_ptr<emu::Device> device_;
   std::shared_ptr<Output> output_ = std::make_shared<Output>();
   HandleTable<emu::Module*> modules_;
-  HandleTable<emu::Function*> functions_;
+  struct FunctionEntry {
+    uint64_t module;  // The handle of the module it belongs to: unloading the module erases it.
+    emu::Function* fn;
+  };
+  HandleTable<FunctionEntry> functions_;
   HandleTable<emu::Stream*> streams_;
   HandleTable<emu::Event*> events_;
+  std::set<uint64_t> allocations_;  // What memAlloc returned and memFree did not take back yet.
   bool revoked_ = false;
 };
 

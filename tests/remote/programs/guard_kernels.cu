@@ -1,0 +1,15 @@
+// Kernels for session_guard_test: built into a fatbin (PTX only) that the test loads through raw sessions.
+extern "C" __global__ void add_one(int* data, unsigned n) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) data[i] += 1;
+}
+
+// Static shared memory: a launch's dynamic shared bytes add to it (the sum must not wrap).
+extern "C" __global__ void with_shared(int* out) {
+  __shared__ int tile[64];
+  tile[threadIdx.x % 64] = static_cast<int>(threadIdx.x);
+  __syncthreads();
+  if (threadIdx.x == 0) out[0] = tile[1];
+}
+
+__device__ int guard_counter;

@@ -1,0 +1,561 @@
+// The agent never trusts its clients: raw sessions (internal::RemoteSession passes handles and addresses to the
+// agent unchecked) send stale and foreign handles, pointers outside their window, absurd sizes and calls after
+// their lease ended. Each attack must get its specific CUDA error, and afterwards the agent must still run, a
+// second tenant on the same GPU (opened before the attack) must still compute correctly, and the attacker's own
+// session must still work where the error was not fatal for it.
+#include <cuda.h>
+
+#include <capnp/ez-rpc.h>
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "client/lease_core.h"
+#include "client/session_client.h"
+#include "integration/helpers.h"
+#include "pool.capnp.h"
+#include "session.capnp.h"
+
+namespace gpupool::testing {
+namespace {
+
+using internal::RemoteFunctionInfo;
+using internal::RemoteSession;
+
+constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+// The CUresult values as the int the client returns.
+constexpr int kOk = CUDA_SUCCESS;
+constexpr int kInvalidValue = CUDA_ERROR_INVALID_VALUE;
+constexpr int kInvalidHandle = CUDA_ERROR_INVALID_HANDLE;
+constexpr int kOutOfMemory = CUDA_ERROR_OUT_OF_MEMORY;
+constexpr int kOutOfResources = CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+constexpr int kRevoked = CUDA_ERROR_INVALID_CONTEXT;  // The emulated device's answer after revocation.
+
+std::vector<uint8_t> KernelImage() {
+  std::ifstream in(GPUPOOL_GUARD_FATBIN, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+// add_one(int* data, unsigned n)'s parameter buffer, packed at the offsets the agent reported.
+std::vector<uint8_t> AddOneParams(const RemoteFunctionInfo& f, uint64_t data, uint32_t n) {
+  size_t total = 0;
+  for (const auto& p : f.params) total = std::max<size_t>(total, p.offset + p.size);
+  std::vector<uint8_t> buffer(total, 0);
+  std::memcpy(buffer.data() + f.params.at(0).offset, &data, sizeof(data));
+  std::memcpy(buffer.data() + f.params.at(1).offset, &n, sizeof(n));
+  return buffer;
+}
+
+// One tenant: a lease of half the GPU and a raw session on it, with the test kernels loaded.
+struct Tenant {
+  Lease lease;
+  std::unique_ptr<RemoteSession> session;
+  uint64_t module = 0;
+  RemoteFunctionInfo add_one, with_shared;
+
+  RemoteSession& s() { return *session; }
+};
+
+std::unique_ptr<Tenant> OpenTenant(Pool& pool) {
+  auto lease = pool.Allocate(Slices(1, 0.5));
+  EXPECT_TRUE(lease.ok()) << lease.status().ToString();
+  if (!lease.ok()) return nullptr;
+  auto sessions = RemoteSession::OpenLease(lease->Token());
+  EXPECT_TRUE(sessions.ok()) << sessions.status().ToString();
+  if (!sessions.ok()) return nullptr;
+  auto t = std::unique_ptr<Tenant>(new Tenant{std::move(lease).value(), std::move(sessions->front())});
+  std::vector<uint8_t> image = KernelImage();
+  EXPECT_FALSE(image.empty()) << "cannot read " << GPUPOOL_GUARD_FATBIN;
+  EXPECT_EQ(t->s().ModuleLoad(image.data(), image.size(), &t->module), kOk) << t->s().last_error();
+  EXPECT_EQ(t->s().GetFunction(t->module, "add_one", &t->add_one), kOk) << t->s().last_error();
+  EXPECT_EQ(t->s().GetFunction(t->module, "with_shared", &t->with_shared), kOk) << t->s().last_error();
+  return t;
+}
+
+// The first error of the calls sent without waiting before this one (0 if none). A waited call's reply comes
+// after the replies to every call sent before it on the session, so its round trip is the deterministic wait.
+int AsyncError(RemoteSession& s) {
+  uint64_t free_bytes = 0, total = 0;
+  s.MemGetInfo(&free_bytes, &total);
+  return s.TakeAsyncError();
+}
+
+// Allocates, copies in, runs add_one on `function`, reads back: true when every element came back plus one.
+::testing::AssertionResult Computes(RemoteSession& s, const RemoteFunctionInfo& function, uint64_t stream = 0) {
+  constexpr uint32_t n = 4096;
+  uint64_t buffer = 0;
+  if (int c = s.MemAlloc(n * sizeof(int), &buffer); c != kOk) {
+    return ::testing::AssertionFailure() << "memAlloc: " << c << " " << s.last_error();
+  }
+  std::vector<int> host(n), back(n, 0);
+  for (uint32_t i = 0; i < n; ++i) host[i] = static_cast<int>(i * 3);
+  s.CopyToDevice(buffer, host.data(), n * sizeof(int), stream);
+  std::vector<uint8_t> params = AddOneParams(function, buffer, n);
+  const uint32_t grid[3] = {n / 256, 1, 1}, block[3] = {256, 1, 1};
+  s.Launch(function.handle, grid, block, 0, stream, params.data(), params.size());
+  if (int c = s.CopyFromDevice(back.data(), buffer, n * sizeof(int), stream); c != kOk) {
+    return ::testing::AssertionFailure() << "copy, launch or copy back: " << c << " " << s.last_error();
+  }
+  s.MemFree(buffer);
+  if (int c = s.Synchronize(); c != kOk) {
+    return ::testing::AssertionFailure() << "memFree or synchronize: " << c << " " << s.last_error();
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    if (back[i] != host[i] + 1) {
+      return ::testing::AssertionFailure() << "element " << i << " is " << back[i] << ", not " << host[i] + 1;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class SessionGuard : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    agent_ = new Agent(AgentOptions{.name = "guard", .emulated = 1, .emulated_memory = "2GiB"});
+  }
+  static void TearDownTestSuite() {
+    delete agent_;
+    agent_ = nullptr;
+  }
+
+  void SetUp() override {
+    pool_.emplace(Connect({agent_->address()}));
+    victim_ = OpenTenant(*pool_);
+    attacker_ = OpenTenant(*pool_);
+    ASSERT_TRUE(victim_ && attacker_);
+    ASSERT_EQ(victim_->lease.slices()[0].device, attacker_->lease.slices()[0].device) << "one GPU, two tenants";
+    ASSERT_TRUE(Computes(victim_->s(), victim_->add_one));
+    ASSERT_TRUE(Computes(attacker_->s(), attacker_->add_one));
+  }
+
+  void TearDown() override {
+    attacker_.reset();
+    victim_.reset();
+    pool_.reset();
+  }
+
+  // After an attack: the agent runs and the other tenant computes correctly.
+  void ExpectOthersUnharmed() {
+    EXPECT_TRUE(agent_->process().running()) << agent_->process().Stderr();
+    EXPECT_TRUE(Computes(victim_->s(), victim_->add_one)) << "the other tenant";
+  }
+
+  // ... and the attacker's own session still does good work.
+  void ExpectAllUnharmed() {
+    ExpectOthersUnharmed();
+    EXPECT_TRUE(Computes(attacker_->s(), attacker_->add_one)) << "the attacker's own session";
+  }
+
+  RemoteSession& a() { return attacker_->s(); }
+
+  static Agent* agent_;
+  std::optional<Pool> pool_;
+  std::unique_ptr<Tenant> victim_, attacker_;
+};
+
+Agent* SessionGuard::agent_ = nullptr;
+
+TEST_F(SessionGuard, LaunchAfterModuleUnloadAnswersInvalidHandle) {
+  uint64_t module = 0;
+  std::vector<uint8_t> image = KernelImage();
+  ASSERT_EQ(a().ModuleLoad(image.data(), image.size(), &module), kOk);
+  RemoteFunctionInfo f;
+  ASSERT_EQ(a().GetFunction(module, "add_one", &f), kOk);
+  ASSERT_TRUE(Computes(a(), f));
+  a().ModuleUnload(module);
+  ASSERT_EQ(a().Synchronize(), kOk);
+
+  // The function died with its module: launching it must not reach the freed code.
+  uint64_t buffer = 0;
+  ASSERT_EQ(a().MemAlloc(4096, &buffer), kOk);
+  std::vector<uint8_t> params = AddOneParams(f, buffer, 1024);
+  const uint32_t grid[3] = {4, 1, 1}, block[3] = {256, 1, 1};
+  a().Launch(f.handle, grid, block, 0, 0, params.data(), params.size());
+  EXPECT_EQ(a().Synchronize(), kInvalidHandle) << a().last_error();
+  // The module handle is stale for every module call.
+  RemoteFunctionInfo again;
+  EXPECT_EQ(a().GetFunction(module, "add_one", &again), kInvalidHandle);
+  uint64_t address = 0, bytes = 0;
+  EXPECT_EQ(a().GetGlobal(module, "guard_counter", &address, &bytes), kInvalidHandle);
+  a().ModuleUnload(module);
+  EXPECT_EQ(a().Synchronize(), kInvalidHandle);
+  a().MemFree(buffer);
+  ASSERT_EQ(a().Synchronize(), kOk);
+  // The attacker's other module (loaded before) still works, and so does everyone else.
+  ExpectAllUnharmed();
+}
+
+TEST_F(SessionGuard, DestroyedZeroAndHugeHandlesAnswerInvalidHandle) {
+  uint64_t stream = 0, event = 0, buffer = 0;
+  ASSERT_EQ(a().StreamCreate(&stream), kOk);
+  ASSERT_EQ(a().EventCreate(&event), kOk);
+  ASSERT_EQ(a().MemAlloc(4096, &buffer), kOk);
+  a().StreamDestroy(stream);
+  a().EventDestroy(event);
+  ASSERT_EQ(a().Synchronize(), kOk);
+  std::vector<uint8_t> data(4096, 1);
+  std::vector<uint8_t> params = AddOneParams(attacker_->add_one, buffer, 1024);
+  const uint32_t grid[3] = {4, 1, 1}, block[3] = {256, 1, 1};
+  uint64_t live_event = 0;
+  ASSERT_EQ(a().EventCreate(&live_event), kOk);
+
+  for (uint64_t bad_stream : {stream, uint64_t{1} << 63, kMax, stream + 1000}) {
+    SCOPED_TRACE(bad_stream);
+    a().CopyToDevice(buffer, data.data(), data.size(), bad_stream);
+    EXPECT_EQ(a().Synchronize(), kInvalidHandle);
+    EXPECT_EQ(a().CopyFromDevice(data.data(), buffer, data.size(), bad_stream), kInvalidHandle);
+    a().CopyOnDevice(buffer, buffer + 2048, 1024, bad_stream);
+    EXPECT_EQ(a().Synchronize(), kInvalidHandle);
+    a().Memset(buffer, 0, 1, 4096, bad_stream);
+    EXPECT_EQ(a().Synchronize(), kInvalidHandle);
+    a().Launch(attacker_->add_one.handle, grid, block, 0, bad_stream, params.data(), params.size());
+    EXPECT_EQ(a().Synchronize(), kInvalidHandle);
+    EXPECT_EQ(a().StreamSynchronize(bad_stream), kInvalidHandle);
+    EXPECT_EQ(a().StreamQuery(bad_stream), kInvalidHandle);
+    a().StreamWaitEvent(bad_stream, live_event);
+    EXPECT_EQ(a().Synchronize(), kInvalidHandle);
+    a().EventRecord(live_event, bad_stream);
+    EXPECT_EQ(a().Synchronize(), kInvalidHandle);
+    a().StreamDestroy(bad_stream);
+    EXPECT_EQ(a().Synchronize(), kInvalidHandle);
+  }
+  // 0 is the default stream, never an event, module or function.
+  for (uint64_t bad : {event, uint64_t{0}, uint64_t{1} << 63, kMax}) {
+    SCOPED_TRACE(bad);
+    a().EventRecord(bad, 0);
+    EXPECT_EQ(a().Synchronize(), kInvalidHandle);
+    EXPECT_EQ(a().EventQuery(bad), kInvalidHandle);
+    EXPECT_EQ(a().EventSynchronize(bad), kInvalidHandle);
+    float ms = 0;
+    EXPECT_EQ(a().EventElapsed(bad, live_event, &ms), kInvalidHandle);
+    EXPECT_EQ(a().EventElapsed(live_event, bad, &ms), kInvalidHandle);
+    a().StreamWaitEvent(0, bad);
+    EXPECT_EQ(a().Synchronize(), kInvalidHandle);
+    a().EventDestroy(bad);
+    EXPECT_EQ(a().Synchronize(), kInvalidHandle);
+  }
+  for (uint64_t bad : {uint64_t{0}, uint64_t{1} << 63, kMax}) {
+    SCOPED_TRACE(bad);
+    RemoteFunctionInfo f;
+    EXPECT_EQ(a().GetFunction(bad, "add_one", &f), kInvalidHandle);
+    uint64_t address = 0, bytes = 0;
+    EXPECT_EQ(a().GetGlobal(bad, "guard_counter", &address, &bytes), kInvalidHandle);
+    a().ModuleUnload(bad);
+    EXPECT_EQ(a().Synchronize(), kInvalidHandle);
+    a().Launch(bad, grid, block, 0, 0, params.data(), params.size());
+    EXPECT_EQ(a().Synchronize(), kInvalidHandle);
+  }
+  a().MemFree(buffer);
+  ASSERT_EQ(a().Synchronize(), kOk);
+  ExpectAllUnharmed();
+}
+
+TEST_F(SessionGuard, AnotherSessionsHandlesNameNothingHere) {
+  // Handles are per session: give the victim handles the attacker's session never issued.
+  std::vector<uint64_t> streams, events, modules;
+  std::vector<uint8_t> image = KernelImage();
+  for (int i = 0; i < 8; ++i) {
+    uint64_t h = 0;
+    ASSERT_EQ(victim_->s().StreamCreate(&h), kOk);
+    streams.push_back(h);
+    ASSERT_EQ(victim_->s().EventCreate(&h), kOk);
+    events.push_back(h);
+    ASSERT_EQ(victim_->s().ModuleLoad(image.data(), image.size(), &h), kOk);
+    modules.push_back(h);
+  }
+  RemoteFunctionInfo victim_fn;
+  ASSERT_EQ(victim_->s().GetFunction(modules.back(), "add_one", &victim_fn), kOk);
+  uint64_t buffer = 0;
+  ASSERT_EQ(a().MemAlloc(4096, &buffer), kOk);
+  std::vector<uint8_t> params = AddOneParams(attacker_->add_one, buffer, 1024);
+  const uint32_t grid[3] = {4, 1, 1}, block[3] = {256, 1, 1};
+
+  EXPECT_EQ(a().StreamSynchronize(streams.back()), kInvalidHandle);
+  a().StreamDestroy(streams.back());
+  EXPECT_EQ(a().Synchronize(), kInvalidHandle);
+  EXPECT_EQ(a().EventSynchronize(events.back()), kInvalidHandle);
+  a().EventDestroy(events.back());
+  EXPECT_EQ(a().Synchronize(), kInvalidHandle);
+  RemoteFunctionInfo f;
+  EXPECT_EQ(a().GetFunction(modules.back(), "add_one", &f), kInvalidHandle);
+  a().ModuleUnload(modules.back());
+  EXPECT_EQ(a().Synchronize(), kInvalidHandle);
+  a().Launch(victim_fn.handle, grid, block, 0, 0, params.data(), params.size());
+  EXPECT_EQ(a().Synchronize(), kInvalidHandle);
+  a().MemFree(buffer);
+  ASSERT_EQ(a().Synchronize(), kOk);
+
+  // The victim's objects are all still there and usable.
+  EXPECT_TRUE(Computes(victim_->s(), victim_fn, streams.back()));
+  victim_->s().EventRecord(events.back(), streams.back());
+  EXPECT_EQ(victim_->s().EventSynchronize(events.back()), kOk) << victim_->s().last_error();
+  for (uint64_t m : modules) victim_->s().ModuleUnload(m);
+  for (uint64_t s : streams) victim_->s().StreamDestroy(s);
+  for (uint64_t e : events) victim_->s().EventDestroy(e);
+  EXPECT_EQ(victim_->s().Synchronize(), kOk) << victim_->s().last_error();
+  ExpectAllUnharmed();
+}
+
+TEST_F(SessionGuard, PointersOutsideTheSessionAnswerInvalidValue) {
+  uint64_t mine = 0, theirs = 0;
+  ASSERT_EQ(a().MemAlloc(4096, &mine), kOk);
+  ASSERT_EQ(victim_->s().MemAlloc(4096, &theirs), kOk);
+  std::vector<uint8_t> secret(4096, 0x5a);
+  victim_->s().CopyToDevice(theirs, secret.data(), secret.size(), 0);
+  ASSERT_EQ(victim_->s().Synchronize(), kOk);
+
+  const uint64_t base = a().window_base(), end = base + a().window_bytes();
+  struct Bad {
+    const char* what;
+    uint64_t address, bytes;
+  };
+  const Bad bad[] = {
+      {"below the window", base - 4096, 4096},
+      {"at the window's end", end, 16},
+      {"straddling the window's end", end - 8, 16},
+      {"straddling the end of the allocation", mine + 4096 - 8, 16},
+      {"the other tenant's allocation", theirs, 4096},
+      {"address + bytes overflowing", kMax - 15, 4096},
+      {"address + bytes overflowing from inside", mine + 16, kMax - 15},
+      {"address 0", 0, 16},
+  };
+  std::vector<uint8_t> buffer(4096, 0x11);
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(b.what);
+    size_t n = static_cast<size_t>(std::min<uint64_t>(b.bytes, buffer.size()));
+    // Through the client a copy carries at most what the message holds; memset and device copies take any size.
+    EXPECT_EQ(a().CopyFromDevice(buffer.data(), b.address, n, 0), kInvalidValue) << a().last_error();
+    EXPECT_EQ(buffer, std::vector<uint8_t>(4096, 0x11)) << "bytes came back";
+    a().CopyToDevice(b.address, buffer.data(), n, 0);
+    EXPECT_EQ(a().Synchronize(), kInvalidValue);
+    a().Memset(b.address, 0, 1, b.bytes, 0);
+    EXPECT_EQ(a().Synchronize(), kInvalidValue);
+    a().CopyOnDevice(b.address, mine, std::min<uint64_t>(b.bytes, 4096), 0);
+    EXPECT_EQ(a().Synchronize(), kInvalidValue);
+    a().CopyOnDevice(mine, b.address, std::min<uint64_t>(b.bytes, 4096), 0);
+    EXPECT_EQ(a().Synchronize(), kInvalidValue);
+    a().CopyOnDevice(mine, mine, b.bytes, 0);
+    if (b.bytes > 4096) {
+      EXPECT_EQ(a().Synchronize(), kInvalidValue);
+    }
+    EXPECT_EQ(a().Synchronize(), kOk);
+  }
+  // Frees of anything but an allocation's start.
+  for (uint64_t address : {mine + 256, theirs, base - 4096, end, kMax}) {
+    SCOPED_TRACE(address);
+    a().MemFree(address);
+    EXPECT_EQ(a().Synchronize(), kInvalidValue);
+  }
+  // A module variable is not the client's to free (the emulated device would free it under its module).
+  uint64_t global = 0, global_bytes = 0;
+  ASSERT_EQ(a().GetGlobal(attacker_->module, "guard_counter", &global, &global_bytes), kOk);
+  a().MemFree(global);
+  EXPECT_EQ(a().Synchronize(), kInvalidValue);
+
+  // Nothing of the victim's changed; the attacker's own allocation is intact and freeable.
+  std::vector<uint8_t> seen(4096, 0);
+  ASSERT_EQ(victim_->s().CopyFromDevice(seen.data(), theirs, seen.size(), 0), kOk);
+  EXPECT_EQ(seen, secret);
+  a().MemFree(mine);
+  EXPECT_EQ(a().Synchronize(), kOk);
+  victim_->s().MemFree(theirs);
+  EXPECT_EQ(victim_->s().Synchronize(), kOk);
+  ExpectAllUnharmed();
+}
+
+TEST_F(SessionGuard, AbsurdSizesAnswerInvalidValue) {
+  uint64_t address = 0;
+  for (uint64_t bytes : {uint64_t{0}, uint64_t{1} << 63, kMax, kMax - 255}) {
+    SCOPED_TRACE(bytes);
+    EXPECT_EQ(a().MemAlloc(bytes, &address), kInvalidValue) << a().last_error();
+  }
+  // More than the slice but not absurd: out of memory, as on a GPU.
+  EXPECT_EQ(a().MemAlloc(uint64_t{4} << 30, &address), kOutOfMemory);
+
+  uint64_t buffer = 0;
+  ASSERT_EQ(a().MemAlloc(4096, &buffer), kOk);
+  struct Set {
+    uint8_t element_size;
+    uint64_t count;
+  };
+  // count * elementSize wrapping to 0 (or to a small number) must not pass as an in-range memset.
+  for (Set m : {Set{4, uint64_t{1} << 62}, Set{2, (uint64_t{1} << 63) + 8}, Set{4, kMax}, Set{3, 16}, Set{0, 16},
+                Set{8, 16}, Set{255, 1}}) {
+    SCOPED_TRACE(::testing::Message() << int{m.element_size} << " x " << m.count);
+    a().Memset(buffer, 0x7f, m.element_size, m.count, 0);
+    EXPECT_EQ(a().Synchronize(), kInvalidValue) << a().last_error();
+  }
+  a().MemFree(buffer);
+  EXPECT_EQ(a().Synchronize(), kOk);
+  ExpectAllUnharmed();
+}
+
+TEST_F(SessionGuard, CopyFromDeviceOfMoreThanAMessageCarriesAnswersInvalidValue) {
+  // RemoteSession cuts copies into chunks, so this request goes out on a connection of its own.
+  uint64_t buffer = 0;
+  ASSERT_EQ(a().MemAlloc(4096, &buffer), kOk);
+  auto fields = internal::DecodeToken(attacker_->lease.Token());
+  ASSERT_TRUE(fields.ok());
+  capnp::EzRpcClient client(agent_->address());
+  auto agent = client.getMain<wire::Agent>();
+  auto& wait = client.getWaitScope();
+  std::optional<wire::Session::Client> session;
+  for (uint64_t base = uint64_t{40} << 40; !session && base < (uint64_t{44} << 40); base += uint64_t{64} << 30) {
+    auto req = agent.openSessionRequest();
+    req.initLease().setId(fields->id);
+    req.getLease().setSecret(fields->secret);
+    req.setDevice(attacker_->lease.slices()[0].device);
+    req.setWindowBase(base);
+    req.setWindowBytes(uint64_t{2} << 30);
+    auto reply = req.send().wait(wait);
+    if (reply.getOutcome().getCode() == wire::Outcome::Code::OK) session = reply.getSession();
+  }
+  ASSERT_TRUE(session) << "no window could be opened";
+  uint64_t own = 0;
+  {
+    auto req = session->memAllocRequest();
+    req.setBytes(4096);
+    auto reply = req.send().wait(wait);
+    ASSERT_EQ(reply.getStatus().getCode(), kOk);
+    own = reply.getAddress();
+  }
+  for (uint64_t bytes : {(uint64_t{64} << 20) + 1, uint64_t{1} << 40, uint64_t{1} << 63, kMax}) {
+    SCOPED_TRACE(bytes);
+    auto req = session->copyFromDeviceRequest();
+    req.setSrc(own);
+    req.setBytes(bytes);
+    auto reply = req.send().wait(wait);
+    EXPECT_EQ(reply.getStatus().getCode(), kInvalidValue) << reply.getStatus().getMessage().cStr();
+    EXPECT_EQ(reply.getData().size(), 0u);
+  }
+  {
+    auto req = session->copyFromDeviceRequest();
+    req.setSrc(own);
+    req.setBytes(4096);
+    auto reply = req.send().wait(wait);
+    EXPECT_EQ(reply.getStatus().getCode(), kOk);
+    EXPECT_EQ(reply.getData().size(), 4096u);
+  }
+  session.reset();
+  a().MemFree(buffer);
+  EXPECT_EQ(a().Synchronize(), kOk);
+  ExpectAllUnharmed();
+}
+
+TEST_F(SessionGuard, BadLaunchConfigurationsAnswerAnErrorNotACrash) {
+  uint64_t buffer = 0;
+  ASSERT_EQ(a().MemAlloc(4096, &buffer), kOk);
+  const RemoteFunctionInfo& f = attacker_->add_one;
+  std::vector<uint8_t> params = AddOneParams(f, buffer, 1024);
+  const uint32_t grid[3] = {4, 1, 1}, block[3] = {256, 1, 1};
+  // A parameter buffer shorter than the kernel's parameters: the missing pointer must not become 0 or garbage.
+  for (size_t short_by : {size_t{1}, size_t{4}, params.size()}) {
+    SCOPED_TRACE(short_by);
+    a().Launch(f.handle, grid, block, 0, 0, params.data(), params.size() - short_by);
+    EXPECT_EQ(a().Synchronize(), kInvalidValue) << a().last_error();
+  }
+  struct Shape {
+    uint32_t grid[3], block[3];
+  };
+  for (const Shape& s : {Shape{{0, 1, 1}, {256, 1, 1}}, Shape{{4, 0, 1}, {256, 1, 1}}, Shape{{4, 1, 1}, {0, 1, 1}},
+                         Shape{{4, 1, 1}, {256, 1, 0}}, Shape{{4, 1, 1}, {2048, 1, 1}}, Shape{{4, 1, 1}, {64, 64, 1}},
+                         Shape{{4, 65536, 1}, {256, 1, 1}}, Shape{{4, 1, 1}, {1, 1, 65}},
+                         Shape{{1, 1, 1}, {0xffffffffu, 0xffffffffu, 0xffffffffu}}}) {
+    SCOPED_TRACE(::testing::Message() << s.grid[0] << "x" << s.grid[1] << "x" << s.grid[2] << " blocks of "
+                                    << s.block[0] << "x" << s.block[1] << "x" << s.block[2]);
+    a().Launch(f.handle, s.grid, s.block, 0, 0, params.data(), params.size());
+    EXPECT_EQ(a().Synchronize(), kInvalidValue) << a().last_error();
+  }
+  // Dynamic shared memory beyond the limit, also where static + dynamic wraps around 2^32.
+  std::vector<uint8_t> shared_params(attacker_->with_shared.params.at(0).offset + 8, 0);
+  std::memcpy(shared_params.data() + attacker_->with_shared.params.at(0).offset, &buffer, 8);
+  ASSERT_GT(attacker_->with_shared.shared_bytes, 0);
+  const uint32_t one[3] = {1, 1, 1}, threads[3] = {64, 1, 1};
+  for (uint32_t dynamic : {uint32_t{1} << 20, 0xffffffffu,
+                           0u - static_cast<uint32_t>(attacker_->with_shared.shared_bytes)}) {
+    SCOPED_TRACE(dynamic);
+    a().Launch(attacker_->with_shared.handle, one, threads, dynamic, 0, shared_params.data(), shared_params.size());
+    EXPECT_EQ(a().Synchronize(), kOutOfResources) << a().last_error();
+  }
+  // The same kernel with sane numbers runs.
+  a().Launch(attacker_->with_shared.handle, one, threads, 0, 0, shared_params.data(), shared_params.size());
+  int out = 0;
+  ASSERT_EQ(a().CopyFromDevice(&out, buffer, sizeof(out), 0), kOk) << a().last_error();
+  EXPECT_EQ(out, 1);
+  a().MemFree(buffer);
+  EXPECT_EQ(a().Synchronize(), kOk);
+  ExpectAllUnharmed();
+}
+
+TEST_F(SessionGuard, EveryCallAfterTheLeaseIsReleasedAnswersInvalidContext) {
+  // Objects of every kind, so that no call fails merely for want of a valid handle.
+  uint64_t buffer = 0, stream = 0, event = 0, global = 0, global_bytes = 0;
+  ASSERT_EQ(a().MemAlloc(4096, &buffer), kOk);
+  ASSERT_EQ(a().StreamCreate(&stream), kOk);
+  ASSERT_EQ(a().EventCreate(&event), kOk);
+  ASSERT_EQ(a().GetGlobal(attacker_->module, "guard_counter", &global, &global_bytes), kOk);
+  a().EventRecord(event, stream);
+  ASSERT_EQ(a().Synchronize(), kOk);
+  std::vector<uint8_t> params = AddOneParams(attacker_->add_one, buffer, 1024);
+  const uint32_t grid[3] = {4, 1, 1}, block[3] = {256, 1, 1};
+
+  // The lease ends through the pool while its session is still open.
+  ASSERT_TRUE(attacker_->lease.Release().ok());
+
+  std::vector<uint8_t> data(4096, 7);
+  uint64_t out = 0, free_bytes = 0, total = 0;
+  float ms = 0;
+  RemoteFunctionInfo f;
+  std::vector<uint8_t> image = KernelImage();
+  EXPECT_EQ(a().MemGetInfo(&free_bytes, &total), kRevoked);
+  EXPECT_EQ(a().MemAlloc(4096, &out), kRevoked);
+  EXPECT_EQ(a().CopyFromDevice(data.data(), buffer, data.size(), 0), kRevoked);
+  EXPECT_EQ(data, std::vector<uint8_t>(4096, 7));
+  EXPECT_EQ(a().ModuleLoad(image.data(), image.size(), &out), kRevoked);
+  EXPECT_EQ(a().GetFunction(attacker_->module, "add_one", &f), kRevoked);
+  EXPECT_EQ(a().GetGlobal(attacker_->module, "guard_counter", &global, &global_bytes), kRevoked);
+  EXPECT_EQ(a().StreamCreate(&out), kRevoked);
+  EXPECT_EQ(a().StreamSynchronize(stream), kRevoked);
+  EXPECT_EQ(a().StreamQuery(stream), kRevoked);
+  EXPECT_EQ(a().EventCreate(&out), kRevoked);
+  EXPECT_EQ(a().EventSynchronize(event), kRevoked);
+  EXPECT_EQ(a().EventQuery(event), kRevoked);
+  EXPECT_EQ(a().EventElapsed(event, event, &ms), kRevoked);
+  EXPECT_EQ(a().Synchronize(), kRevoked);
+  // The calls sent without waiting, one at a time, each with its own error.
+  a().CopyToDevice(buffer, data.data(), data.size(), 0);
+  EXPECT_EQ(AsyncError(a()), kRevoked) << "copyToDevice";
+  a().CopyOnDevice(buffer, buffer + 2048, 1024, 0);
+  EXPECT_EQ(AsyncError(a()), kRevoked) << "copyOnDevice";
+  a().Memset(buffer, 0, 4, 1024, 0);
+  EXPECT_EQ(AsyncError(a()), kRevoked) << "memset";
+  a().Launch(attacker_->add_one.handle, grid, block, 0, stream, params.data(), params.size());
+  EXPECT_EQ(AsyncError(a()), kRevoked) << "launch";
+  a().StreamWaitEvent(stream, event);
+  EXPECT_EQ(AsyncError(a()), kRevoked) << "streamWaitEvent";
+  a().EventRecord(event, stream);
+  EXPECT_EQ(AsyncError(a()), kRevoked) << "eventRecord";
+  a().ModuleUnload(attacker_->module);
+  EXPECT_EQ(AsyncError(a()), kRevoked) << "moduleUnload";
+  a().StreamDestroy(stream);
+  EXPECT_EQ(AsyncError(a()), kRevoked) << "streamDestroy";
+  a().EventDestroy(event);
+  EXPECT_EQ(AsyncError(a()), kRevoked) << "eventDestroy";
+  a().MemFree(buffer);
+  EXPECT_EQ(AsyncError(a()), kRevoked) << "memFree";
+  EXPECT_EQ(AsyncError(a()), 0) << "every error was taken";
+  // The device (the attacker's session is the only one that failed) still serves its other tenant.
+  ExpectOthersUnharmed();
+  // The attacker's slice is free again: a new tenant gets it and computes.
+  auto next = OpenTenant(*pool_);
+  ASSERT_TRUE(next);
+  EXPECT_TRUE(Computes(next->s(), next->add_one));
+}
+
+}  // namespace
+}  // namespace gpupool::testing
