@@ -368,11 +368,13 @@ int RemoteSession::GetGlobal(uint64_t module, const std::string& name, uint64_t*
 }
 
 int RemoteSession::Launch(uint64_t function, const uint32_t grid[3], const uint32_t block[3], uint32_t shared_bytes,
-                          uint64_t stream, const void* params, size_t param_bytes) {
+                          uint64_t stream, const void* params, size_t param_bytes, const uint32_t* cluster) {
   // Parameters are small: copy them and post the launch without waiting for the loop thread.
   auto packed = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(params),
                                                        static_cast<const uint8_t*>(params) + param_bytes);
   const uint32_t g0 = grid[0], g1 = grid[1], g2 = grid[2], b0 = block[0], b1 = block[1], b2 = block[2];
+  const bool clustered = cluster != nullptr;
+  const uint32_t c0 = clustered ? cluster[0] : 1, c1 = clustered ? cluster[1] : 1, c2 = clustered ? cluster[2] : 1;
   GP_SEND_ASYNC(launch, {
     req.setFunction(function);
     auto g = req.initGrid();
@@ -386,8 +388,52 @@ int RemoteSession::Launch(uint64_t function, const uint32_t grid[3], const uint3
     req.setSharedBytes(shared_bytes);
     req.setStream(stream);
     req.setParams(kj::arrayPtr(packed->data(), packed->size()));
+    if (clustered) {
+      auto c = req.initCluster();
+      c.setX(c0);
+      c.setY(c1);
+      c.setZ(c2);
+    }
   });
   return 0;
+}
+
+int RemoteSession::OccupancyMaxActiveClusters(uint64_t function, const uint32_t grid[3], const uint32_t block[3],
+                                              uint32_t shared_bytes, const uint32_t cluster[3], int* clusters) {
+  return Call(
+      *runtime_, impl_.get(),
+      [&](auto& s) {
+        auto req = s.occupancyMaxActiveClustersRequest();
+        req.setFunction(function);
+        auto g = req.initGrid();
+        g.setX(grid[0]);
+        g.setY(grid[1]);
+        g.setZ(grid[2]);
+        auto b = req.initBlock();
+        b.setX(block[0]);
+        b.setY(block[1]);
+        b.setZ(block[2]);
+        req.setSharedBytes(shared_bytes);
+        auto c = req.initCluster();
+        c.setX(cluster[0]);
+        c.setY(cluster[1]);
+        c.setZ(cluster[2]);
+        return req.send();
+      },
+      [&](auto& r) { *clusters = r.getClusters(); }, &last_error_);
+}
+
+int RemoteSession::FunctionSetAttribute(uint64_t function, int attribute, int value) {
+  return Call(
+      *runtime_, impl_.get(),
+      [&](auto& s) {
+        auto req = s.functionSetAttributeRequest();
+        req.setFunction(function);
+        req.setAttribute(attribute);
+        req.setValue(value);
+        return req.send();
+      },
+      [](auto&) {}, &last_error_);
 }
 
 int RemoteSession::StreamCreate(uint64_t* stream) {

@@ -310,7 +310,8 @@ std::map<int, size_t> limits = {{CU_LIMIT_STACK_SIZE, 1024},
                                 {CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH, 2},
                                 {CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT, 2048},
                                 {CU_LIMIT_MAX_L2_FETCH_GRANULARITY, 32},
-                                {CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0}};
+                                {CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0},
+                                {CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED, 1}};
 CUfunc_cache cache_config = CU_FUNC_CACHE_PREFER_NONE;
 
 CUresult NeedContext() {
@@ -339,6 +340,20 @@ CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
     using namespace gpupool::interpose;
     if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult r = NeedContext(); r != CUDA_SUCCESS) return r;
+    // Query-only limits of CIG (graphics-interop) contexts, which a slice's context never is: not CIG, and the
+    // whole of an SM's shared memory available to kernels.
+    if (limit == CU_LIMIT_CIG_ENABLED) {
+      *value = 0;
+      return CUDA_SUCCESS;
+    }
+    if (limit == CU_LIMIT_SHMEM_SIZE) {
+      int dev;
+      if (CUresult r = Remote::Get().CurrentDevice(&dev); r != CUDA_SUCCESS) return r;
+      const auto& attrs = Driver::Get().devices()[dev].attributes;
+      auto it = attrs.find(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
+      *value = it != attrs.end() ? static_cast<size_t>(it->second) : 0;
+      return CUDA_SUCCESS;
+    }
     std::lock_guard<std::mutex> lock(limits_mu);
     auto it = limits.find(limit);
     if (it == limits.end()) return CUDA_ERROR_UNSUPPORTED_LIMIT;

@@ -178,18 +178,28 @@ constexpr CallbackHooksTable kCallbackHooksTable = {
     &GetCallbackBuffer2,
 };
 
-// --- Tools TLS (42d85a81): cudart only checks that it exists. ----------------------------------------------------
+// --- Tools TLS (42d85a81): the calling thread's current context in slot 2. -------------------------------------
+// cuBLAS 13 (its static cudart) reads the thread's context here before each GEMM; the slot is publicly described
+// as "get thread context" and answers what cuCtxGetCurrent answers.
+
+CUresult ToolsThreadContext(CUcontext* ctx) {
+  return ApiCall(
+      "tools_tls.thread_context", [&] { return ctx == nullptr ? CUDA_ERROR_INVALID_VALUE : cuCtxGetCurrent(ctx); },
+      [&](CUresult r) { return r == CUDA_SUCCESS ? fmt::format("-> {}", static_cast<void*>(*ctx)) : std::string(); });
+}
 
 struct ToolsTlsTable {
   size_t size;
-  UnknownFn slot1, slot2, slot3;
+  UnknownFn slot1;
+  decltype(&ToolsThreadContext) thread_context;
+  UnknownFn slot3;
 };
 static_assert(HasSlots<ToolsTlsTable, 4>());
 
 constexpr ToolsTlsTable kToolsTlsTable = {
     sizeof(ToolsTlsTable),
     &UnknownSlot<kToolsTls, 1>,
-    &UnknownSlot<kToolsTls, 2>,
+    &ToolsThreadContext,
     &UnknownSlot<kToolsTls, 3>,
 };
 

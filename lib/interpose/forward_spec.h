@@ -170,7 +170,7 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
   X(cuKernelGetAttribute, (int* v, CUfunction_attribute a, CUkernel k, CUdevice dev),                             \
     FuncGetAttribute(v, a, reinterpret_cast<CUfunction>(k), dev), "device", "waits once per slice")               \
   X(cuKernelSetAttribute, (CUfunction_attribute a, int v, CUkernel k, CUdevice dev),                              \
-    FuncAccept(reinterpret_cast<CUfunction>(k)), "client", "accepted")                                            \
+    FuncSetAttribute(reinterpret_cast<CUfunction>(k), a, v, dev), "device", "kept; checked at launch")            \
   X(cuKernelSetCacheConfig, (CUkernel k, CUfunc_cache c, CUdevice dev),                                           \
     FuncAccept(reinterpret_cast<CUfunction>(k)), "client", "accepted")                                            \
   X(cuKernelGetName, (const char** name, CUkernel k), FuncGetName(name, reinterpret_cast<CUfunction>(k)),         \
@@ -189,7 +189,8 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
     "ctx", "waits")                                                                                               \
   X(cuFuncGetAttribute, (int* v, CUfunction_attribute a, CUfunction f), FuncGetAttribute(v, a, f, -1), "ctx",     \
     "from the remote function info")                                                                              \
-  X(cuFuncSetAttribute, (CUfunction f, CUfunction_attribute a, int v), FuncAccept(f), "client", "accepted")       \
+  X(cuFuncSetAttribute, (CUfunction f, CUfunction_attribute a, int v), FuncSetAttribute(f, a, v, -1), "ctx",     \
+    "kept; checked at launch")                                                                                    \
   X(cuFuncSetCacheConfig, (CUfunction f, CUfunc_cache c), FuncAccept(f), "client", "accepted")                    \
   X(cuFuncGetName, (const char** name, CUfunction f), FuncGetName(name, f), "client", "none")                     \
   X(cuFuncGetModule, (CUmodule * m, CUfunction f), FuncGetModule(m, f), "client", "none")                         \
@@ -243,7 +244,11 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
     OccupancyMaxPotentialBlockSize(grid, block, f, b2d, dyn, limit), "ctx", "computed")                           \
   X(cuOccupancyMaxPotentialBlockSizeWithFlags, (int* grid, int* block, CUfunction f, CUoccupancyB2DSize b2d,      \
                                                 size_t dyn, int limit, unsigned int flags),                       \
-    OccupancyMaxPotentialBlockSize(grid, block, f, b2d, dyn, limit), "ctx", "computed")
+    OccupancyMaxPotentialBlockSize(grid, block, f, b2d, dyn, limit), "ctx", "computed")                           \
+  X(cuOccupancyAvailableDynamicSMemPerBlock, (size_t * bytes, CUfunction f, int blocks, int block),               \
+    OccupancyAvailableDynamicSMem(bytes, f, blocks, block), "ctx", "computed")                                    \
+  X(cuOccupancyMaxActiveClusters, (int* n, CUfunction f, const CUlaunchConfig* config),                           \
+    OccupancyMaxActiveClusters(n, f, config), "ctx", "asked of the slice; waits")
 
 // ---- stream.cc -----------------------------------------------------------------------------------------------
 #define GP_STREAM_FORWARDS(X)                                                                                     \

@@ -2,9 +2,12 @@
 // out by the function's parameter table (offset and size of each parameter, from the slice, cached per function
 // and slice). The entry points are generated from forward_spec.h.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <mutex>
 #include <vector>
+
+#include <cuda_occupancy.h>
 
 #include "core/log.h"
 #include "driver.h"
@@ -47,7 +50,7 @@ CUresult PackParams(const RemoteFunctionInfo& info, void** params, void** extra,
 }
 
 CUresult Launch(CUfunction f, const uint32_t grid[3], const uint32_t block[3], unsigned int shared, CUstream stream,
-                void** params, void** extra) {
+                void** params, void** extra, const uint32_t* cluster = nullptr) {
   Remote& remote = Remote::Get();
   Kernel* kernel;
   if (CUresult r = remote.ResolveKernel(f, &kernel); r != CUDA_SUCCESS) return r;
@@ -60,9 +63,17 @@ CUresult Launch(CUfunction f, const uint32_t grid[3], const uint32_t block[3], u
   }
   RemoteFunctionInfo info;
   if (CUresult r = remote.FunctionOn(kernel, dev, &info); r != CUDA_SUCCESS) return r;
+  // The driver refuses more dynamic shared memory than the function opted into (cuFuncSetAttribute).
+  if (shared > static_cast<unsigned int>(MaxDynamicShared(*kernel, dev, info))) return CUDA_ERROR_INVALID_VALUE;
   std::vector<uint8_t> packed;
   if (CUresult r = PackParams(info, params, extra, &packed); r != CUDA_SUCCESS) return r;
-  int code = remote.session(dev)->Launch(info.handle, grid, block, shared, sid, packed.data(), packed.size());
+  if (cluster != nullptr) {
+    for (int i = 0; i < 3; ++i) {
+      if (cluster[i] == 0 || grid[i] % cluster[i] != 0) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+    }
+  }
+  int code =
+      remote.session(dev)->Launch(info.handle, grid, block, shared, sid, packed.data(), packed.size(), cluster);
   if (code != 0) return remote.Fail(dev, code, "a kernel launch");
   return CUDA_SUCCESS;
 }
@@ -73,36 +84,52 @@ int Attribute(int dev, int attribute, int fallback) {
   return it != attrs.end() && it->second > 0 ? it->second : fallback;
 }
 
-// Blocks of `block_size` threads that fit on one multiprocessor, from the function's registers and shared memory
-// and the device's per-SM limits (register allocation granularity ignored).
-int ActiveBlocks(int dev, const RemoteFunctionInfo& info, int block_size, size_t dynamic_shared) {
-  if (block_size <= 0 || block_size > Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024)) return 0;
-  int warp = Attribute(dev, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 32);
-  int threads = (block_size + warp - 1) / warp * warp;
-  int blocks = Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, 16);
-  blocks = std::min(blocks, Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, 1024) / threads);
-  if (info.num_regs > 0) {
-    blocks = std::min(blocks, Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, 65536) /
-                                  (info.num_regs * threads));
-  }
-  size_t shared = info.shared_bytes + dynamic_shared;
-  if (shared > 0) {
-    if (shared > static_cast<size_t>(Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 49152))) {
-      return 0;
-    }
-    blocks = std::min<int>(
-        blocks, static_cast<int>(Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 65536) /
-                                 shared));
-  }
-  return std::max(blocks, 0);
+// The slice's limits as NVIDIA's occupancy calculator (cuda_occupancy.h, shipped with the toolkit) takes them: the
+// answers are then the driver's own arithmetic (register and shared memory granularity, reserved shared memory).
+cudaOccDeviceProp OccupancyDevice(int dev) {
+  const DeviceInfo& d = Driver::Get().devices()[dev];
+  cudaOccDeviceProp p;
+  p.computeMajor = d.cc_major;
+  p.computeMinor = d.cc_minor;
+  p.maxThreadsPerBlock = Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024);
+  p.maxThreadsPerMultiprocessor = Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, 2048);
+  p.regsPerBlock = Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, 65536);
+  p.regsPerMultiprocessor = Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, 65536);
+  p.warpSize = Attribute(dev, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 32);
+  p.sharedMemPerBlock = Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024);
+  p.sharedMemPerMultiprocessor = Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 64 * 1024);
+  p.numSms = Attribute(dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 1);
+  p.sharedMemPerBlockOptin = Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                                       static_cast<int>(p.sharedMemPerBlock));
+  p.reservedSharedMemPerBlock = Attribute(dev, CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, 0);
+  return p;
 }
 
-CUresult FunctionForOccupancy(CUfunction f, int* dev, RemoteFunctionInfo* info) {
+cudaOccFuncAttributes OccupancyFunction(const Kernel& kernel, int dev, const RemoteFunctionInfo& info,
+                                        int block_limit) {
+  cudaOccFuncAttributes a;
+  a.maxThreadsPerBlock = Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024);
+  if (block_limit > 0) a.maxThreadsPerBlock = std::min(a.maxThreadsPerBlock, block_limit);
+  a.numRegs = info.num_regs;
+  a.sharedSizeBytes = static_cast<size_t>(info.shared_bytes);
+  a.maxDynamicSharedSizeBytes = static_cast<size_t>(MaxDynamicShared(kernel, dev, info));
+  a.shmemLimitConfig = static_cast<int>(a.sharedSizeBytes + a.maxDynamicSharedSizeBytes) >
+                               Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024)
+                           ? FUNC_SHMEM_LIMIT_OPTIN
+                           : FUNC_SHMEM_LIMIT_DEFAULT;
+  return a;
+}
+
+// The calculator's "this cannot run" answers are the driver's CUDA_ERROR_INVALID_VALUE.
+CUresult OccupancyResult(cudaOccError e) {
+  return e == CUDA_OCC_SUCCESS ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult FunctionForOccupancy(CUfunction f, int* dev, Kernel** kernel, RemoteFunctionInfo* info) {
   Remote& remote = Remote::Get();
-  Kernel* kernel;
-  if (CUresult r = remote.ResolveKernel(f, &kernel); r != CUDA_SUCCESS) return r;
+  if (CUresult r = remote.ResolveKernel(f, kernel); r != CUDA_SUCCESS) return r;
   if (CUresult r = remote.CurrentDevice(dev); r != CUDA_SUCCESS) return r;
-  return remote.FunctionOn(kernel, *dev, info);
+  return remote.FunctionOn(*kernel, *dev, info);
 }
 
 }  // namespace
@@ -116,6 +143,8 @@ CUresult LaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned i
 
 CUresult LaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
   if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::array<uint32_t, 3> cluster = {1, 1, 1};
+  bool clustered = false;
   for (unsigned int i = 0; i < config->numAttrs; ++i) {
     const CUlaunchAttribute& a = config->attrs[i];
     if (a.id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && a.value.cooperative != 0) {
@@ -123,11 +152,17 @@ CUresult LaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** param
       std::call_once(once, [] { GP_WARN("interpose", "cooperative launches are not supported on gpupool slices"); });
       return CUDA_ERROR_NOT_SUPPORTED;
     }
-    // Everything else (priority, access policy, cluster hints...) is a hint a slice may ignore.
+    if (a.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      cluster = {a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z};
+      clustered = true;
+    }
+    // Everything else (priority, access policy, programmatic serialization, scheduling preference...) is a hint a
+    // slice may ignore: without it the work is ordered as a plain launch orders it.
   }
   const uint32_t grid[3] = {config->gridDimX, config->gridDimY, config->gridDimZ};
   const uint32_t block[3] = {config->blockDimX, config->blockDimY, config->blockDimZ};
-  return Launch(f, grid, block, config->sharedMemBytes, config->hStream, params, extra);
+  return Launch(f, grid, block, config->sharedMemBytes, config->hStream, params, extra,
+                clustered ? cluster.data() : nullptr);
 }
 
 // The simplest honest form: the work before the callback is finished when it runs (CUDA's guarantee); the host
@@ -145,12 +180,28 @@ CUresult LaunchHostFunc(CUstream stream, CUhostFn fn, void* data) {
   return CUDA_SUCCESS;
 }
 
+int MaxDynamicShared(const Kernel& kernel, int dev, const RemoteFunctionInfo& info) {
+  int set = kernel.max_dynamic_shared.load();
+  if (set >= 0) return set;
+  return std::max(0, Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024) - info.shared_bytes);
+}
+
 CUresult OccupancyMaxActiveBlocks(int* blocks, CUfunction f, int block_size, size_t dynamic_shared) {
   if (blocks == nullptr) return CUDA_ERROR_INVALID_VALUE;
   int dev;
+  Kernel* kernel;
   RemoteFunctionInfo info;
-  if (CUresult r = FunctionForOccupancy(f, &dev, &info); r != CUDA_SUCCESS) return r;
-  *blocks = ActiveBlocks(dev, info, block_size, dynamic_shared);
+  if (CUresult r = FunctionForOccupancy(f, &dev, &kernel, &info); r != CUDA_SUCCESS) return r;
+  cudaOccDeviceProp device = OccupancyDevice(dev);
+  cudaOccFuncAttributes function = OccupancyFunction(*kernel, dev, info, 0);
+  cudaOccDeviceState state;
+  cudaOccResult result;
+  if (CUresult r = OccupancyResult(cudaOccMaxActiveBlocksPerMultiprocessor(&result, &device, &function, &state,
+                                                                           block_size, dynamic_shared));
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  *blocks = result.activeBlocksPerMultiprocessor;
   return CUDA_SUCCESS;
 }
 
@@ -158,24 +209,52 @@ CUresult OccupancyMaxPotentialBlockSize(int* min_grid, int* block_size, CUfuncti
                                         size_t dynamic_shared, int limit) {
   if (min_grid == nullptr || block_size == nullptr) return CUDA_ERROR_INVALID_VALUE;
   int dev;
+  Kernel* kernel;
   RemoteFunctionInfo info;
-  if (CUresult r = FunctionForOccupancy(f, &dev, &info); r != CUDA_SUCCESS) return r;
-  int max_block = Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024);
-  if (limit > 0) max_block = std::min(max_block, limit);
-  int warp = Attribute(dev, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 32);
-  int best_threads = 0, best_block = 0, best_blocks = 0;
-  for (int size = max_block / warp * warp; size > 0; size -= warp) {
-    size_t dyn = b2d != nullptr ? b2d(size) : dynamic_shared;
-    int blocks = ActiveBlocks(dev, info, size, dyn);
-    if (blocks * size > best_threads) {
-      best_threads = blocks * size;
-      best_block = size;
-      best_blocks = blocks;
+  if (CUresult r = FunctionForOccupancy(f, &dev, &kernel, &info); r != CUDA_SUCCESS) return r;
+  cudaOccDeviceProp device = OccupancyDevice(dev);
+  cudaOccFuncAttributes function = OccupancyFunction(*kernel, dev, info, limit);
+  cudaOccDeviceState state;
+  auto shared_for = [&](int size) { return b2d != nullptr ? b2d(size) : dynamic_shared; };
+  return OccupancyResult(cudaOccMaxPotentialOccupancyBlockSizeVariableSMem(min_grid, block_size, &device, &function,
+                                                                          &state, shared_for));
+}
+
+// Asked of the slice: only the device knows how its SMs group into GPCs, which a cluster may not span.
+CUresult OccupancyMaxActiveClusters(int* clusters, CUfunction f, const CUlaunchConfig* config) {
+  if (clusters == nullptr || config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int dev;
+  Kernel* kernel;
+  RemoteFunctionInfo info;
+  if (CUresult r = FunctionForOccupancy(f, &dev, &kernel, &info); r != CUDA_SUCCESS) return r;
+  uint32_t cluster[3] = {0, 0, 0};  // None given: the function's own (compile-time) cluster dimensions.
+  for (unsigned int i = 0; i < config->numAttrs; ++i) {
+    const CUlaunchAttribute& a = config->attrs[i];
+    if (a.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      cluster[0] = a.value.clusterDim.x;
+      cluster[1] = a.value.clusterDim.y;
+      cluster[2] = a.value.clusterDim.z;
     }
   }
-  *block_size = best_block;
-  *min_grid = best_blocks * Attribute(dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 1);
-  return CUDA_SUCCESS;
+  const uint32_t grid[3] = {config->gridDimX, config->gridDimY, config->gridDimZ};
+  const uint32_t block[3] = {config->blockDimX, config->blockDimY, config->blockDimZ};
+  // The device's refusal (a cluster size it cannot hold, say) is an answer, not a failure worth a log line:
+  // libraries probe with configurations they expect to be refused.
+  return ToResult(Remote::Get().session(dev)->OccupancyMaxActiveClusters(info.handle, grid, block,
+                                                                         config->sharedMemBytes, cluster, clusters));
+}
+
+CUresult OccupancyAvailableDynamicSMem(size_t* bytes, CUfunction f, int num_blocks, int block_size) {
+  if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int dev;
+  Kernel* kernel;
+  RemoteFunctionInfo info;
+  if (CUresult r = FunctionForOccupancy(f, &dev, &kernel, &info); r != CUDA_SUCCESS) return r;
+  cudaOccDeviceProp device = OccupancyDevice(dev);
+  cudaOccFuncAttributes function = OccupancyFunction(*kernel, dev, info, 0);
+  cudaOccDeviceState state;
+  return OccupancyResult(
+      cudaOccAvailableDynamicSMemPerBlock(bytes, &device, &function, &state, num_blocks, block_size));
 }
 
 }  // namespace gpupool::interpose

@@ -266,7 +266,7 @@ CUresult FuncGetAttribute(int* value, CUfunction_attribute attribute, CUfunction
       *value = device.cc_major * 10 + device.cc_minor;
       break;
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
-      *value = std::max(0, attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024) - info.shared_bytes);
+      *value = MaxDynamicShared(*kernel, dev, info);
       break;
     case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
       *value = -1;
@@ -277,10 +277,43 @@ CUresult FuncGetAttribute(int* value, CUfunction_attribute attribute, CUfunction
   return CUDA_SUCCESS;
 }
 
-// cuFuncSetAttribute / cuFuncSetCacheConfig / cuKernelSet*: hints a slice need not follow; accepted.
+// cuFuncSetCacheConfig / cuKernelSetCacheConfig: hints a slice need not follow; accepted.
 CUresult FuncAccept(CUfunction handle) {
   Kernel* kernel;
   return Remote::Get().ResolveKernel(handle, &kernel);
+}
+
+// cuFuncSetAttribute / cuKernelSetAttribute: set on every slice where the function lives (and replayed where it
+// is resolved later). The dynamic shared memory opt-in is also kept here: launches are checked against it.
+CUresult FuncSetAttribute(CUfunction handle, CUfunction_attribute attribute, int value, int dev) {
+  Remote& remote = Remote::Get();
+  Kernel* kernel;
+  if (CUresult r = remote.ResolveKernel(handle, &kernel); r != CUDA_SUCCESS) return r;
+  switch (attribute) {
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: {
+      if (CUresult r = CurrentOr(dev, &dev); r != CUDA_SUCCESS) return r;
+      RemoteFunctionInfo info;
+      if (CUresult r = remote.FunctionOn(kernel, dev, &info); r != CUDA_SUCCESS) return r;
+      const auto& attrs = Driver::Get().devices()[dev].attributes;
+      auto it = attrs.find(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+      int optin = it != attrs.end() && it->second > 0 ? it->second : 48 * 1024;
+      if (value < 0 || value > optin - info.shared_bytes) return CUDA_ERROR_INVALID_VALUE;
+      if (CUresult r = remote.SetFunctionAttribute(kernel, attribute, value); r != CUDA_SUCCESS) return r;
+      kernel->max_dynamic_shared = value;
+      return CUDA_SUCCESS;
+    }
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+      if (value < -1 || value > 100) return CUDA_ERROR_INVALID_VALUE;
+      return remote.SetFunctionAttribute(kernel, attribute, value);
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
+    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+      return remote.SetFunctionAttribute(kernel, attribute, value);
+    default:
+      return CUDA_ERROR_INVALID_VALUE;  // The rest are read-only (cuFuncSetAttribute documents only these).
+  }
 }
 
 CUresult FuncGetName(const char** name, CUfunction handle) {

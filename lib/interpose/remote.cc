@@ -102,9 +102,32 @@ CUresult Remote::FunctionOn(Kernel* kernel, int device, RemoteFunctionInfo* info
   RemoteFunctionInfo fetched;
   int code = session(device)->GetFunction(module, kernel->name, &fetched);
   if (code != 0) return Fail(device, code, "looking up a kernel");
+  std::map<int, int> attributes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    attributes = kernel->attributes;
+  }
+  for (const auto& [attribute, value] : attributes) {
+    if (int c = session(device)->FunctionSetAttribute(fetched.handle, attribute, value); c != 0) {
+      return Fail(device, c, "setting a function attribute");
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   kernel->per_device[device] = fetched;
   *info = fetched;
+  return CUDA_SUCCESS;
+}
+
+CUresult Remote::SetFunctionAttribute(Kernel* kernel, int attribute, int value) {
+  std::vector<std::pair<int, uint64_t>> resolved;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    kernel->attributes[attribute] = value;
+    for (const auto& [device, info] : kernel->per_device) resolved.push_back({device, info.handle});
+  }
+  for (const auto& [device, handle] : resolved) {
+    if (int code = session(device)->FunctionSetAttribute(handle, attribute, value); code != 0) return ToResult(code);
+  }
   return CUDA_SUCCESS;
 }
 

@@ -12,6 +12,7 @@
 #define GPUPOOL_INTERPOSE_REMOTE_H_
 
 #include <cstdint>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -49,10 +50,20 @@ struct Module;
 struct Kernel {
   Module* module = nullptr;
   std::string name;
+  // cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES); -1 until set (the driver's default then:
+  // 48 KiB less the static shared memory). Launches are checked against it, as the driver does.
+  std::atomic<int> max_dynamic_shared{-1};
+  // Every cuFuncSetAttribute the program made, replayed on each slice where the function is resolved.
+  // Guarded by Remote::mu_.
+  std::map<int, int> attributes;
   std::map<int, RemoteFunctionInfo> per_device;  // Filled on first use on a device. Guarded by Remote::mu_.
 };
 
 // A CUlibrary and a CUmodule (cuLibraryGetModule returns the same object).
+// The dynamic shared memory a launch of `kernel` on `dev` may ask for: its cuFuncSetAttribute opt-in, else the
+// driver's default (48 KiB less the function's static shared memory). Defined in launch.cc.
+int MaxDynamicShared(const Kernel& kernel, int dev, const RemoteFunctionInfo& info);
+
 struct Module {
   std::vector<uint8_t> image;                       // A fatbin container or PTX text (NUL-terminated).
   std::map<int, uint64_t> per_device;               // Remote module id, per device where loaded.
@@ -90,6 +101,8 @@ class Remote {
   CUresult ModuleOn(Module* module, int device, uint64_t* remote);
   // The remote function (handle and parameter layout) of `kernel` on `device`, loading as needed.
   CUresult FunctionOn(Kernel* kernel, int device, RemoteFunctionInfo* info);
+  // Records a function attribute and sets it on every slice where the function is already resolved.
+  CUresult SetFunctionAttribute(Kernel* kernel, int attribute, int value);
 
   // The remote error of a failed call, as a CUresult; logs the session's message once per distinct message.
   CUresult Fail(int device, int code, const char* what);

@@ -59,8 +59,9 @@ interface Session {
       -> (status :CallStatus, function :UInt64, params :List(ParamInfo), sharedBytes :Int32, localBytes :Int32,
           numRegs :Int32);
   moduleGetGlobal @11 (module :UInt64, name :Text) -> (status :CallStatus, address :UInt64, bytes :UInt64);
-  launch @12 (function :UInt64, grid :Dim3, block :Dim3, sharedBytes :UInt32, stream :UInt64, params :Data)
-      -> (status :CallStatus);
+  launch @12 (function :UInt64, grid :Dim3, block :Dim3, sharedBytes :UInt32, stream :UInt64, params :Data,
+              cluster :Dim3) -> (status :CallStatus);
+  # cluster: thread block cluster dimensions (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION); unset means none.
   streamCreate @13 () -> (status :CallStatus, stream :UInt64);
   streamDestroy @14 (stream :UInt64) -> (status :CallStatus);
   streamSynchronize @15 (stream :UInt64) -> (status :CallStatus, output :Text);
@@ -73,5 +74,11 @@ interface Session {
   eventQuery @22 (event :UInt64) -> (status :CallStatus);
   eventElapsed @23 (start :UInt64, end :UInt64) -> (status :CallStatus, ms :Float32);
   synchronize @24 () -> (status :CallStatus, output :Text);
+  # The device's own answer to cuOccupancyMaxActiveClusters: it knows how its SMs group (GPCs).
+  # cluster all zero: the function's own (compile-time) cluster dimensions.
+  occupancyMaxActiveClusters @25 (function :UInt64, grid :Dim3, block :Dim3, sharedBytes :UInt32, cluster :Dim3)
+      -> (status :CallStatus, clusters :Int32);
+  # cuFuncSetAttribute on the session's function (dynamic shared memory opt-in, cluster requirements...).
+  functionSetAttribute @26 (function :UInt64, attribute :Int32, value :Int32) -> (status :CallStatus);
   # `output`: device printf text produced since the last synchronising call, for the client's stdout.
 }

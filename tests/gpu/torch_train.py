@@ -34,9 +34,11 @@ def main():
     x_all = torch.randn(64 * 8, 3, 32, 32, generator=gen)
     y_all = torch.randint(0, 10, (64 * 8,), generator=gen)
     model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(4),
-        torch.nn.Flatten(), torch.nn.Linear(32 * 16, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10),
+        # Strided convolutions, not pooling: the pooling layers' CUDA backward passes have no deterministic
+        # implementation, and the kit compares losses bit for bit.
+        torch.nn.Conv2d(3, 16, 3, padding=1, stride=2), torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 32, 3, padding=1, stride=2), torch.nn.ReLU(),
+        torch.nn.Flatten(), torch.nn.Linear(32 * 8 * 8, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10),
     ).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()

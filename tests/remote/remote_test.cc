@@ -59,6 +59,14 @@ TEST(Remote, LessCommonRuntimeCallsAcrossTwoServers) {
   ExpectAllFree(Connect(agents.Addresses()).State());
 }
 
+TEST(Remote, DynamicSharedMemoryAboveTheDefaultNeedsTheOptInAndOccupancyFollowsIt) {
+  Agent agent(AgentOptions{.name = "optin", .emulated = 1, .emulated_memory = "1GiB"});
+  RunResult r = RunCommand({ToolPath("gp-run"), "--servers", agent.address(), "--", Program("shared_optin")}, {},
+                           seconds(120));
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("0 failure(s): PASSED"), std::string::npos) << r.out << r.err;
+}
+
 TEST(Remote, SessionsAreAuthenticatedByTheLeaseAndIsolatedFromEachOther) {
   Agent agent(AgentOptions{.name = "tenants", .emulated = 1, .emulated_memory = "2GiB"});
   Pool pool = Connect({agent.address()});

@@ -28,7 +28,7 @@ namespace {
   X(cuMemUnmap) X(cuMemSetAccess) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemcpyHtoDAsync)               \
   X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD16Async) X(cuMemsetD32Async)  \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal) X(cuFuncGetParamInfo) \
-  X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuLaunchHostFunc) X(cuStreamCreate) X(cuStreamDestroy)      \
+  X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuLaunchKernelEx) X(cuOccupancyMaxActiveClusters) X(cuLaunchHostFunc) X(cuStreamCreate) X(cuStreamDestroy)      \
   X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)             \
   X(cuEventQuery) X(cuEventElapsedTime) X(cuEventSynchronize) X(cuGetErrorString)
 
@@ -390,8 +390,70 @@ class CudaSession final : public wire::Session::Server {
     Current();
     auto g = p.getGrid();
     auto b = p.getBlock();
+    void** kernel_params = args.empty() ? nullptr : args.data();
+    if (p.hasCluster()) {  // Thread block clusters: only cuLaunchKernelEx takes their dimensions.
+      auto k = p.getCluster();
+      CUlaunchAttribute attribute = {};
+      attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attribute.value.clusterDim.x = k.getX();
+      attribute.value.clusterDim.y = k.getY();
+      attribute.value.clusterDim.z = k.getZ();
+      CUlaunchConfig config = {};
+      config.gridDimX = g.getX();
+      config.gridDimY = g.getY();
+      config.gridDimZ = g.getZ();
+      config.blockDimX = b.getX();
+      config.blockDimY = b.getY();
+      config.blockDimZ = b.getZ();
+      config.sharedMemBytes = p.getSharedBytes();
+      config.hStream = stream;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      return Status(context.getResults().initStatus(), api_->cuLaunchKernelEx(&config, it->second.fn, kernel_params, nullptr));
+    }
     CUresult res = api_->cuLaunchKernel(it->second.fn, g.getX(), g.getY(), g.getZ(), b.getX(), b.getY(), b.getZ(),
-                                        p.getSharedBytes(), stream, args.empty() ? nullptr : args.data(), nullptr);
+                                        p.getSharedBytes(), stream, kernel_params, nullptr);
+    return Status(context.getResults().initStatus(), res);
+  }
+
+  kj::Promise<void> occupancyMaxActiveClusters(OccupancyMaxActiveClustersContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
+    auto p = context.getParams();
+    auto it = functions_.find(p.getFunction());
+    if (it == functions_.end()) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    Current();
+    CUlaunchAttribute attribute = {};
+    CUlaunchConfig config = {};
+    config.gridDimX = p.getGrid().getX();
+    config.gridDimY = p.getGrid().getY();
+    config.gridDimZ = p.getGrid().getZ();
+    config.blockDimX = p.getBlock().getX();
+    config.blockDimY = p.getBlock().getY();
+    config.blockDimZ = p.getBlock().getZ();
+    config.sharedMemBytes = p.getSharedBytes();
+    auto k = p.getCluster();
+    if (k.getX() != 0 || k.getY() != 0 || k.getZ() != 0) {  // All zero: the function's own cluster dimensions.
+      attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attribute.value.clusterDim.x = k.getX();
+      attribute.value.clusterDim.y = k.getY();
+      attribute.value.clusterDim.z = k.getZ();
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+    }
+    int clusters = 0;
+    CUresult res = api_->cuOccupancyMaxActiveClusters(&clusters, it->second.fn, &config);
+    context.getResults().setClusters(clusters);
+    return Status(context.getResults().initStatus(), res);
+  }
+
+  kj::Promise<void> functionSetAttribute(FunctionSetAttributeContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
+    auto p = context.getParams();
+    auto it = functions_.find(p.getFunction());
+    if (it == functions_.end()) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
+    Current();
+    CUresult res = api_->cuFuncSetAttribute(it->second.fn, static_cast<CUfunction_attribute>(p.getAttribute()),
+                                            p.getValue());
     return Status(context.getResults().initStatus(), res);
   }
 

@@ -265,6 +265,13 @@ class EmuSession final : public wire::Session::Server {
     if (it == functions_.end()) return BadHandle(context.getResults().initStatus(), "function");
     emu::Stream* stream = nullptr;
     if (!Stream(p.getStream(), &stream)) return BadHandle(context.getResults().initStatus(), "stream");
+    if (p.hasCluster()) {
+      auto k = p.getCluster();
+      if (uint64_t{k.getX()} * k.getY() * k.getZ() > 1) {
+        SetStatus(context.getResults().initStatus(), Code::kNotSupported, "thread block clusters are not emulated");
+        return kj::READY_NOW;
+      }
+    }
     emu::LaunchConfig c;
     c.grid = {p.getGrid().getX(), p.getGrid().getY(), p.getGrid().getZ()};
     c.block = {p.getBlock().getX(), p.getBlock().getY(), p.getBlock().getZ()};
@@ -278,6 +285,58 @@ class EmuSession final : public wire::Session::Server {
       return Invalid(context.getResults().initStatus(), error);
     }
     SetStatus(context.getResults().initStatus(), device_->LaunchPacked(it->second.fn, c, params.begin(), params.size()));
+    return kj::READY_NOW;
+  }
+
+  // The emulated device follows no carve-out or scheduling preference, and checks dynamic shared memory against
+  // its opt-in limit at launch; it has no thread block clusters.
+  kj::Promise<void> functionSetAttribute(FunctionSetAttributeContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
+    auto p = context.getParams();
+    if (functions_.find(p.getFunction()) == functions_.end()) {
+      return BadHandle(context.getResults().initStatus(), "function");
+    }
+    switch (p.getAttribute()) {
+      case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
+      case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
+      case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
+        if (p.getValue() > 1) {
+          SetStatus(context.getResults().initStatus(), Code::kNotSupported, "thread block clusters are not emulated");
+          return kj::READY_NOW;
+        }
+        break;
+      case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+        if (p.getValue() < 0 || p.getValue() > device_->properties().shared_memory_per_block_optin) {
+          return Invalid(context.getResults().initStatus(), "dynamic shared memory above the device's opt-in limit");
+        }
+        break;
+      default:
+        break;
+    }
+    SetStatus(context.getResults().initStatus(), EmuStatus());
+    return kj::READY_NOW;
+  }
+
+  // The emulated device has no thread block clusters: clusters of one block are its resident blocks.
+  kj::Promise<void> occupancyMaxActiveClusters(OccupancyMaxActiveClustersContext context) override {
+    if (revoked_) return Revoked(context.getResults().initStatus());
+    auto p = context.getParams();
+    if (functions_.find(p.getFunction()) == functions_.end()) {
+      return BadHandle(context.getResults().initStatus(), "function");
+    }
+    auto k = p.getCluster();
+    if (uint64_t{k.getX()} * k.getY() * k.getZ() > 1) {
+      SetStatus(context.getResults().initStatus(), Code::kNotSupported, "thread block clusters are not emulated");
+      return kj::READY_NOW;
+    }
+    const emu::DeviceProperties& props = device_->properties();
+    uint64_t threads = uint64_t{p.getBlock().getX()} * p.getBlock().getY() * p.getBlock().getZ();
+    if (threads == 0 || threads > static_cast<uint64_t>(props.max_threads_per_block)) {
+      return Invalid(context.getResults().initStatus(), "block size out of range");
+    }
+    int per_sm = static_cast<int>(props.max_threads_per_multiprocessor / threads);
+    context.getResults().setClusters(per_sm * props.multiprocessor_count);
+    SetStatus(context.getResults().initStatus(), EmuStatus());
     return kj::READY_NOW;
   }
 
