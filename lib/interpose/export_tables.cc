@@ -39,10 +39,22 @@ constexpr Uuid kContextChecksId = {0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x4
 constexpr Uuid kIntegrityCheckId = {0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b,
                                     0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2};
 
+constexpr Uuid kContextIdentityId = {0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48,
+                                     0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2};
+
 // Table names for logs, indexed like kTables below.
-enum TableIndex { kCudartInterface, kCallbackHooks, kToolsTls, kContextStorage, kContextChecks, kIntegrity };
-constexpr const char* kTableNames[] = {"cudart_interface",      "runtime_callback_hooks", "tools_tls",
-                                       "context_local_storage", "context_checks",         "integrity_check"};
+enum TableIndex {
+  kCudartInterface,
+  kCallbackHooks,
+  kToolsTls,
+  kContextStorage,
+  kContextChecks,
+  kIntegrity,
+  kContextIdentity
+};
+constexpr const char* kTableNames[] = {"cudart_interface", "runtime_callback_hooks", "tools_tls",
+                                       "context_local_storage", "context_checks", "integrity_check",
+                                       "context_identity"};
 
 // --- Unknown slots. ---------------------------------------------------------------------------------------------
 
@@ -328,6 +340,71 @@ CUresult IntegrityCheck(uint32_t version, uint64_t unix_seconds, uint64_t (*out)
       });
 }
 
+// --- Context identity (21318c60): asked for by cuBLAS 13 before its first GEMM. ---------------------------------
+// Public descriptions name slot 3 "get device" and slot 4 "get context number" (a context in, a value out). The
+// other slots are unknown: they refuse with CUDA_ERROR_NOT_SUPPORTED and name themselves once in the log.
+
+template <int kSlot>
+CUresult RefusedIdentitySlot() {
+  static std::atomic<bool> reported{false};
+  try {
+    if (!reported.exchange(true)) {
+      GP_WARN("interpose", "cudart called private export table context_identity slot {}, which gpupool does not "
+                           "implement: answering CUDA_ERROR_NOT_SUPPORTED", kSlot);
+    }
+  } catch (...) {
+  }
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult IdentityContext(CUcontext handle, Context** out) {
+  if (handle == nullptr && cuCtxGetCurrent(&handle) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
+  *out = handle != nullptr ? Driver::Get().FromHandle(handle) : nullptr;
+  return *out != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+CUresult IdentityDevice(CUcontext handle, CUdevice* dev) {
+  return ApiCall("context_identity.device", [&] {
+    Context* ctx;
+    if (dev == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = IdentityContext(handle, &ctx); r != CUDA_SUCCESS) return r;
+    *dev = ctx->device;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult IdentityNumber(CUcontext handle, unsigned long long* number) {
+  return ApiCall("context_identity.number", [&] {
+    Context* ctx;
+    if (number == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = IdentityContext(handle, &ctx); r != CUDA_SUCCESS) return r;
+    *number = ctx->id;
+    return CUDA_SUCCESS;
+  });
+}
+
+using RefusedFn = CUresult (*)();
+
+template <size_t... kSlots>
+constexpr std::array<RefusedFn, sizeof...(kSlots)> RefusedSlots(std::index_sequence<kSlots...>) {
+  return {&RefusedIdentitySlot<static_cast<int>(kSlots) + 5>...};
+}
+
+// The size a CUDA 13 driver serves: a size word and 94 slots.
+struct ContextIdentityTable {
+  size_t size;
+  RefusedFn slot1, slot2;
+  decltype(&IdentityDevice) device;
+  decltype(&IdentityNumber) number;
+  std::array<RefusedFn, 90> rest;  // Slots 5 to 94.
+};
+static_assert(sizeof(ContextIdentityTable) == 95 * sizeof(void*));
+
+const ContextIdentityTable kContextIdentityTable = {
+    sizeof(ContextIdentityTable), &RefusedIdentitySlot<1>, &RefusedIdentitySlot<2>, &IdentityDevice,
+    &IdentityNumber, RefusedSlots(std::make_index_sequence<90>()),
+};
+
 struct ExportTable {
   const Uuid* id;
   const void* table;
@@ -340,6 +417,7 @@ constexpr ExportTable kTables[] = {
     {&kContextStorageId, &kContextStorageTable},
     {&kContextChecksId, &kContextChecksTable},
     {&kIntegrityCheckId, &kIntegrityTable},
+    {&kContextIdentityId, &kContextIdentityTable},
 };
 
 std::string FormatUuid(const CUuuid* id) {
