@@ -200,7 +200,8 @@ export -f killed_mid_kernel
 step pool-killed-mid-kernel 180 killed_mid_kernel
 
 # ---- the data path's figures on this GPU (gp-bench measures its own baselines in the same run) ----
-step pool-bench 240 "$TOOLS/gp-bench" --servers "$SERVER" all && sed 's/^/    /' "$LOGS/pool-bench.log" >>"$SUMMARY"
+step pool-bench 240 "$TOOLS/gp-bench" --servers "$SERVER" all && [[ -f "$LOGS/pool-bench.log" ]] &&
+  sed 's/^/    /' "$LOGS/pool-bench.log" >>"$SUMMARY"
 
 # ---- Python frameworks ----
 if "$PYTHON" -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then

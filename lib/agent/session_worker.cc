@@ -274,7 +274,10 @@ void SessionWorkers::KillLease(const std::string& lease_id) {
     worker->killed = true;
     // Revoked at once (memory freed, kernels stopped; the client's next call says the lease ended), killed soon
     // after whatever state it is in: a hung driver call cannot keep it alive.
-    KJ_IF_MAYBE(control, worker->control) { reapers_->add(control->revokeRequest().send().ignoreResult()); }
+    // A worker that already ended (its client went away first) has nothing left to revoke: not an error.
+    KJ_IF_MAYBE(control, worker->control) {
+      reapers_->add(control->revokeRequest().send().ignoreResult().catch_([](kj::Exception&&) {}));
+    }
     pid_t victim = pid;
     reapers_->add(io_.provider->getTimer().afterDelay(kRevokeGrace).then([victim] { kill(victim, SIGKILL); }));
   }
