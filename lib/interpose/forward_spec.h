@@ -255,8 +255,8 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
   X(cuStreamCreate, (CUstream * s, unsigned int flags), StreamCreate(s, flags, 0), "ctx", "back: id; waits")      \
   X(cuStreamCreateWithPriority, (CUstream * s, unsigned int flags, int prio), StreamCreate(s, flags, prio), "ctx", \
     "priority recorded; waits")                                                                                   \
-  X(cuStreamDestroy, (CUstream s), StreamDestroy(s), "stream", "waits")                                           \
-  X(cuStreamDestroy_v2, (CUstream s), StreamDestroy(s), "stream", "waits")                                        \
+  X(cuStreamDestroy, (CUstream s), StreamDestroy(s), "stream", "sent; not waited for")                           \
+  X(cuStreamDestroy_v2, (CUstream s), StreamDestroy(s), "stream", "sent; not waited for")                        \
   X(cuStreamSynchronize, (CUstream s), StreamSynchronize(s), "stream", "waits; reports async errors")             \
   X(cuStreamSynchronize_ptsz, (CUstream s), StreamSynchronize(s), "stream", "waits")                              \
   X(cuStreamQuery, (CUstream s), StreamQuery(s), "stream", "waits")                                               \
