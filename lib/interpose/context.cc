@@ -349,9 +349,7 @@ CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
     if (limit == CU_LIMIT_SHMEM_SIZE) {
       int dev;
       if (CUresult r = Remote::Get().CurrentDevice(&dev); r != CUDA_SUCCESS) return r;
-      const auto& attrs = Driver::Get().devices()[dev].attributes;
-      auto it = attrs.find(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
-      *value = it != attrs.end() ? static_cast<size_t>(it->second) : 0;
+      *value = static_cast<size_t>(DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 0));
       return CUDA_SUCCESS;
     }
     std::lock_guard<std::mutex> lock(limits_mu);

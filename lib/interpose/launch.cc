@@ -2,7 +2,6 @@
 // out by the function's parameter table (offset and size of each parameter, from the slice, cached per function
 // and slice). The entry points are generated from forward_spec.h.
 #include <algorithm>
-#include <array>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -78,11 +77,6 @@ CUresult Launch(CUfunction f, const uint32_t grid[3], const uint32_t block[3], u
   return CUDA_SUCCESS;
 }
 
-int Attribute(int dev, int attribute, int fallback) {
-  const auto& attrs = Driver::Get().devices()[dev].attributes;
-  auto it = attrs.find(attribute);
-  return it != attrs.end() && it->second > 0 ? it->second : fallback;
-}
 
 // The slice's limits as NVIDIA's occupancy calculator (cuda_occupancy.h, shipped with the toolkit) takes them: the
 // answers are then the driver's own arithmetic (register and shared memory granularity, reserved shared memory).
@@ -91,30 +85,30 @@ cudaOccDeviceProp OccupancyDevice(int dev) {
   cudaOccDeviceProp p;
   p.computeMajor = d.cc_major;
   p.computeMinor = d.cc_minor;
-  p.maxThreadsPerBlock = Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024);
-  p.maxThreadsPerMultiprocessor = Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, 2048);
-  p.regsPerBlock = Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, 65536);
-  p.regsPerMultiprocessor = Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, 65536);
-  p.warpSize = Attribute(dev, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 32);
-  p.sharedMemPerBlock = Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024);
-  p.sharedMemPerMultiprocessor = Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 64 * 1024);
-  p.numSms = Attribute(dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 1);
-  p.sharedMemPerBlockOptin = Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+  p.maxThreadsPerBlock = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024);
+  p.maxThreadsPerMultiprocessor = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, 2048);
+  p.regsPerBlock = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, 65536);
+  p.regsPerMultiprocessor = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, 65536);
+  p.warpSize = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 32);
+  p.sharedMemPerBlock = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024);
+  p.sharedMemPerMultiprocessor = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 64 * 1024);
+  p.numSms = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 1);
+  p.sharedMemPerBlockOptin = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                                        static_cast<int>(p.sharedMemPerBlock));
-  p.reservedSharedMemPerBlock = Attribute(dev, CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, 0);
+  p.reservedSharedMemPerBlock = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, 0);
   return p;
 }
 
 cudaOccFuncAttributes OccupancyFunction(const Kernel& kernel, int dev, const RemoteFunctionInfo& info,
                                         int block_limit) {
   cudaOccFuncAttributes a;
-  a.maxThreadsPerBlock = Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024);
+  a.maxThreadsPerBlock = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024);
   if (block_limit > 0) a.maxThreadsPerBlock = std::min(a.maxThreadsPerBlock, block_limit);
   a.numRegs = info.num_regs;
   a.sharedSizeBytes = static_cast<size_t>(info.shared_bytes);
   a.maxDynamicSharedSizeBytes = static_cast<size_t>(MaxDynamicShared(kernel, dev, info));
   a.shmemLimitConfig = static_cast<int>(a.sharedSizeBytes + a.maxDynamicSharedSizeBytes) >
-                               Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024)
+                               DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024)
                            ? FUNC_SHMEM_LIMIT_OPTIN
                            : FUNC_SHMEM_LIMIT_DEFAULT;
   return a;
@@ -132,6 +126,37 @@ CUresult FunctionForOccupancy(CUfunction f, int* dev, Kernel** kernel, RemoteFun
   return remote.FunctionOn(*kernel, *dev, info);
 }
 
+// What the occupancy calculator takes for function `f` on the current slice.
+struct OccupancyInputs {
+  cudaOccDeviceProp device;
+  cudaOccFuncAttributes function;
+  cudaOccDeviceState state;
+};
+
+CUresult OccupancyInputsFor(CUfunction f, int block_limit, OccupancyInputs* in) {
+  int dev;
+  Kernel* kernel;
+  RemoteFunctionInfo info;
+  if (CUresult r = FunctionForOccupancy(f, &dev, &kernel, &info); r != CUDA_SUCCESS) return r;
+  in->device = OccupancyDevice(dev);
+  in->function = OccupancyFunction(*kernel, dev, info, block_limit);
+  return CUDA_SUCCESS;
+}
+
+// The cluster dimension among a launch configuration's attributes; false when it has none.
+bool ClusterDimension(const CUlaunchConfig& config, uint32_t out[3]) {
+  for (unsigned int i = 0; i < config.numAttrs; ++i) {
+    const CUlaunchAttribute& a = config.attrs[i];
+    if (a.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      out[0] = a.value.clusterDim.x;
+      out[1] = a.value.clusterDim.y;
+      out[2] = a.value.clusterDim.z;
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 CUresult LaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
@@ -143,8 +168,6 @@ CUresult LaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned i
 
 CUresult LaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
   if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::array<uint32_t, 3> cluster = {1, 1, 1};
-  bool clustered = false;
   for (unsigned int i = 0; i < config->numAttrs; ++i) {
     const CUlaunchAttribute& a = config->attrs[i];
     if (a.id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && a.value.cooperative != 0) {
@@ -152,17 +175,15 @@ CUresult LaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** param
       std::call_once(once, [] { GP_WARN("interpose", "cooperative launches are not supported on gpupool slices"); });
       return CUDA_ERROR_NOT_SUPPORTED;
     }
-    if (a.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
-      cluster = {a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z};
-      clustered = true;
-    }
-    // Everything else (priority, access policy, programmatic serialization, scheduling preference...) is a hint a
-    // slice may ignore: without it the work is ordered as a plain launch orders it.
+    // The cluster dimension travels with the launch; everything else (priority, access policy, programmatic
+    // serialization, scheduling preference...) is a hint a slice may ignore: without it the work is ordered as a
+    // plain launch orders it.
   }
+  uint32_t cluster[3];
+  const bool clustered = ClusterDimension(*config, cluster);
   const uint32_t grid[3] = {config->gridDimX, config->gridDimY, config->gridDimZ};
   const uint32_t block[3] = {config->blockDimX, config->blockDimY, config->blockDimZ};
-  return Launch(f, grid, block, config->sharedMemBytes, config->hStream, params, extra,
-                clustered ? cluster.data() : nullptr);
+  return Launch(f, grid, block, config->sharedMemBytes, config->hStream, params, extra, clustered ? cluster : nullptr);
 }
 
 // The simplest honest form: the work before the callback is finished when it runs (CUDA's guarantee); the host
@@ -183,21 +204,16 @@ CUresult LaunchHostFunc(CUstream stream, CUhostFn fn, void* data) {
 int MaxDynamicShared(const Kernel& kernel, int dev, const RemoteFunctionInfo& info) {
   int set = kernel.max_dynamic_shared.load();
   if (set >= 0) return set;
-  return std::max(0, Attribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024) - info.shared_bytes);
+  return std::max(0, DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024) - info.shared_bytes);
 }
 
 CUresult OccupancyMaxActiveBlocks(int* blocks, CUfunction f, int block_size, size_t dynamic_shared) {
   if (blocks == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  int dev;
-  Kernel* kernel;
-  RemoteFunctionInfo info;
-  if (CUresult r = FunctionForOccupancy(f, &dev, &kernel, &info); r != CUDA_SUCCESS) return r;
-  cudaOccDeviceProp device = OccupancyDevice(dev);
-  cudaOccFuncAttributes function = OccupancyFunction(*kernel, dev, info, 0);
-  cudaOccDeviceState state;
+  OccupancyInputs in;
+  if (CUresult r = OccupancyInputsFor(f, 0, &in); r != CUDA_SUCCESS) return r;
   cudaOccResult result;
-  if (CUresult r = OccupancyResult(cudaOccMaxActiveBlocksPerMultiprocessor(&result, &device, &function, &state,
-                                                                           block_size, dynamic_shared));
+  if (CUresult r = OccupancyResult(cudaOccMaxActiveBlocksPerMultiprocessor(&result, &in.device, &in.function,
+                                                                           &in.state, block_size, dynamic_shared));
       r != CUDA_SUCCESS) {
     return r;
   }
@@ -208,16 +224,11 @@ CUresult OccupancyMaxActiveBlocks(int* blocks, CUfunction f, int block_size, siz
 CUresult OccupancyMaxPotentialBlockSize(int* min_grid, int* block_size, CUfunction f, CUoccupancyB2DSize b2d,
                                         size_t dynamic_shared, int limit) {
   if (min_grid == nullptr || block_size == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  int dev;
-  Kernel* kernel;
-  RemoteFunctionInfo info;
-  if (CUresult r = FunctionForOccupancy(f, &dev, &kernel, &info); r != CUDA_SUCCESS) return r;
-  cudaOccDeviceProp device = OccupancyDevice(dev);
-  cudaOccFuncAttributes function = OccupancyFunction(*kernel, dev, info, limit);
-  cudaOccDeviceState state;
+  OccupancyInputs in;
+  if (CUresult r = OccupancyInputsFor(f, limit, &in); r != CUDA_SUCCESS) return r;
   auto shared_for = [&](int size) { return b2d != nullptr ? b2d(size) : dynamic_shared; };
-  return OccupancyResult(cudaOccMaxPotentialOccupancyBlockSizeVariableSMem(min_grid, block_size, &device, &function,
-                                                                          &state, shared_for));
+  return OccupancyResult(cudaOccMaxPotentialOccupancyBlockSizeVariableSMem(min_grid, block_size, &in.device,
+                                                                          &in.function, &in.state, shared_for));
 }
 
 // Asked of the slice: only the device knows how its SMs group into GPCs, which a cluster may not span.
@@ -228,14 +239,7 @@ CUresult OccupancyMaxActiveClusters(int* clusters, CUfunction f, const CUlaunchC
   RemoteFunctionInfo info;
   if (CUresult r = FunctionForOccupancy(f, &dev, &kernel, &info); r != CUDA_SUCCESS) return r;
   uint32_t cluster[3] = {0, 0, 0};  // None given: the function's own (compile-time) cluster dimensions.
-  for (unsigned int i = 0; i < config->numAttrs; ++i) {
-    const CUlaunchAttribute& a = config->attrs[i];
-    if (a.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
-      cluster[0] = a.value.clusterDim.x;
-      cluster[1] = a.value.clusterDim.y;
-      cluster[2] = a.value.clusterDim.z;
-    }
-  }
+  ClusterDimension(*config, cluster);
   const uint32_t grid[3] = {config->gridDimX, config->gridDimY, config->gridDimZ};
   const uint32_t block[3] = {config->blockDimX, config->blockDimY, config->blockDimZ};
   // The device's refusal (a cluster size it cannot hold, say) is an answer, not a failure worth a log line:
@@ -246,15 +250,16 @@ CUresult OccupancyMaxActiveClusters(int* clusters, CUfunction f, const CUlaunchC
 
 CUresult OccupancyAvailableDynamicSMem(size_t* bytes, CUfunction f, int num_blocks, int block_size) {
   if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  int dev;
-  Kernel* kernel;
-  RemoteFunctionInfo info;
-  if (CUresult r = FunctionForOccupancy(f, &dev, &kernel, &info); r != CUDA_SUCCESS) return r;
-  cudaOccDeviceProp device = OccupancyDevice(dev);
-  cudaOccFuncAttributes function = OccupancyFunction(*kernel, dev, info, 0);
-  cudaOccDeviceState state;
+  OccupancyInputs in;
+  if (CUresult r = OccupancyInputsFor(f, 0, &in); r != CUDA_SUCCESS) return r;
   return OccupancyResult(
-      cudaOccAvailableDynamicSMemPerBlock(bytes, &device, &function, &state, num_blocks, block_size));
+      cudaOccAvailableDynamicSMemPerBlock(bytes, &in.device, &in.function, &in.state, num_blocks, block_size));
+}
+
+int DeviceAttribute(int dev, int attribute, int fallback) {
+  const auto& attrs = Driver::Get().devices()[dev].attributes;
+  auto it = attrs.find(attribute);
+  return it != attrs.end() && it->second > 0 ? it->second : fallback;
 }
 
 }  // namespace gpupool::interpose

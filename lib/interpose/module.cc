@@ -244,13 +244,9 @@ CUresult FuncGetAttribute(int* value, CUfunction_attribute attribute, CUfunction
   RemoteFunctionInfo info;
   if (CUresult r = remote.FunctionOn(kernel, dev, &info); r != CUDA_SUCCESS) return r;
   const DeviceInfo& device = Driver::Get().devices()[dev];
-  auto attr = [&](int a, int fallback) {
-    auto it = device.attributes.find(a);
-    return it != device.attributes.end() && it->second != 0 ? it->second : fallback;
-  };
   switch (attribute) {
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
-      *value = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024);
+      *value = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024);
       break;
     case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
       *value = info.shared_bytes;
@@ -294,9 +290,7 @@ CUresult FuncSetAttribute(CUfunction handle, CUfunction_attribute attribute, int
       if (CUresult r = CurrentOr(dev, &dev); r != CUDA_SUCCESS) return r;
       RemoteFunctionInfo info;
       if (CUresult r = remote.FunctionOn(kernel, dev, &info); r != CUDA_SUCCESS) return r;
-      const auto& attrs = Driver::Get().devices()[dev].attributes;
-      auto it = attrs.find(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
-      int optin = it != attrs.end() && it->second > 0 ? it->second : 48 * 1024;
+      int optin = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 48 * 1024);
       if (value < 0 || value > optin - info.shared_bytes) return CUDA_ERROR_INVALID_VALUE;
       if (CUresult r = remote.SetFunctionAttribute(kernel, attribute, value); r != CUDA_SUCCESS) return r;
       kernel->max_dynamic_shared = value;

@@ -63,6 +63,8 @@ struct Kernel {
 // The dynamic shared memory a launch of `kernel` on `dev` may ask for: its cuFuncSetAttribute opt-in, else the
 // driver's default (48 KiB less the function's static shared memory). Defined in launch.cc.
 int MaxDynamicShared(const Kernel& kernel, int dev, const RemoteFunctionInfo& info);
+// Device attribute `attribute` of slice `dev`, or `fallback` where the slice reports none (or zero). In launch.cc.
+int DeviceAttribute(int dev, int attribute, int fallback);
 
 struct Module {
   std::vector<uint8_t> image;                       // A fatbin container or PTX text (NUL-terminated).

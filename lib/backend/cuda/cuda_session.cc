@@ -58,6 +58,35 @@ std::string UuidString(const CUuuid& u) {
                      b[15]);
 }
 
+// A launch's shape as cuLaunchKernelEx and cuOccupancyMaxActiveClusters take it. Not copyable: `config.attrs`
+// points at `cluster` once a cluster dimension is set.
+struct LaunchShape {
+  CUlaunchConfig config = {};
+  CUlaunchAttribute cluster = {};
+
+  LaunchShape(wire::Dim3::Reader grid, wire::Dim3::Reader block, uint32_t shared_bytes, CUstream stream) {
+    config.gridDimX = grid.getX();
+    config.gridDimY = grid.getY();
+    config.gridDimZ = grid.getZ();
+    config.blockDimX = block.getX();
+    config.blockDimY = block.getY();
+    config.blockDimZ = block.getZ();
+    config.sharedMemBytes = shared_bytes;
+    config.hStream = stream;
+  }
+  LaunchShape(const LaunchShape&) = delete;
+  LaunchShape& operator=(const LaunchShape&) = delete;
+
+  void SetCluster(wire::Dim3::Reader k) {
+    cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    cluster.value.clusterDim.x = k.getX();
+    cluster.value.clusterDim.y = k.getY();
+    cluster.value.clusterDim.z = k.getZ();
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+  }
+};
+
 void SetStatus(wire::CallStatus::Builder out, CUresult r, const Api& api) {
   out.setCode(static_cast<int32_t>(r));
   if (r != CUDA_SUCCESS) {
@@ -392,24 +421,10 @@ class CudaSession final : public wire::Session::Server {
     auto b = p.getBlock();
     void** kernel_params = args.empty() ? nullptr : args.data();
     if (p.hasCluster()) {  // Thread block clusters: only cuLaunchKernelEx takes their dimensions.
-      auto k = p.getCluster();
-      CUlaunchAttribute attribute = {};
-      attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-      attribute.value.clusterDim.x = k.getX();
-      attribute.value.clusterDim.y = k.getY();
-      attribute.value.clusterDim.z = k.getZ();
-      CUlaunchConfig config = {};
-      config.gridDimX = g.getX();
-      config.gridDimY = g.getY();
-      config.gridDimZ = g.getZ();
-      config.blockDimX = b.getX();
-      config.blockDimY = b.getY();
-      config.blockDimZ = b.getZ();
-      config.sharedMemBytes = p.getSharedBytes();
-      config.hStream = stream;
-      config.attrs = &attribute;
-      config.numAttrs = 1;
-      return Status(context.getResults().initStatus(), api_->cuLaunchKernelEx(&config, it->second.fn, kernel_params, nullptr));
+      LaunchShape shape(g, b, p.getSharedBytes(), stream);
+      shape.SetCluster(p.getCluster());
+      return Status(context.getResults().initStatus(),
+                    api_->cuLaunchKernelEx(&shape.config, it->second.fn, kernel_params, nullptr));
     }
     CUresult res = api_->cuLaunchKernel(it->second.fn, g.getX(), g.getY(), g.getZ(), b.getX(), b.getY(), b.getZ(),
                                         p.getSharedBytes(), stream, kernel_params, nullptr);
@@ -422,26 +437,11 @@ class CudaSession final : public wire::Session::Server {
     auto it = functions_.find(p.getFunction());
     if (it == functions_.end()) return Status(context.getResults().initStatus(), CUDA_ERROR_INVALID_HANDLE);
     Current();
-    CUlaunchAttribute attribute = {};
-    CUlaunchConfig config = {};
-    config.gridDimX = p.getGrid().getX();
-    config.gridDimY = p.getGrid().getY();
-    config.gridDimZ = p.getGrid().getZ();
-    config.blockDimX = p.getBlock().getX();
-    config.blockDimY = p.getBlock().getY();
-    config.blockDimZ = p.getBlock().getZ();
-    config.sharedMemBytes = p.getSharedBytes();
+    LaunchShape shape(p.getGrid(), p.getBlock(), p.getSharedBytes(), nullptr);
     auto k = p.getCluster();
-    if (k.getX() != 0 || k.getY() != 0 || k.getZ() != 0) {  // All zero: the function's own cluster dimensions.
-      attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-      attribute.value.clusterDim.x = k.getX();
-      attribute.value.clusterDim.y = k.getY();
-      attribute.value.clusterDim.z = k.getZ();
-      config.attrs = &attribute;
-      config.numAttrs = 1;
-    }
+    if (k.getX() != 0 || k.getY() != 0 || k.getZ() != 0) shape.SetCluster(k);  // Zero: the function's own.
     int clusters = 0;
-    CUresult res = api_->cuOccupancyMaxActiveClusters(&clusters, it->second.fn, &config);
+    CUresult res = api_->cuOccupancyMaxActiveClusters(&clusters, it->second.fn, &shape.config);
     context.getResults().setClusters(clusters);
     return Status(context.getResults().initStatus(), res);
   }

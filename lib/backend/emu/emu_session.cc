@@ -265,13 +265,7 @@ class EmuSession final : public wire::Session::Server {
     if (it == functions_.end()) return BadHandle(context.getResults().initStatus(), "function");
     emu::Stream* stream = nullptr;
     if (!Stream(p.getStream(), &stream)) return BadHandle(context.getResults().initStatus(), "stream");
-    if (p.hasCluster()) {
-      auto k = p.getCluster();
-      if (uint64_t{k.getX()} * k.getY() * k.getZ() > 1) {
-        SetStatus(context.getResults().initStatus(), Code::kNotSupported, "thread block clusters are not emulated");
-        return kj::READY_NOW;
-      }
-    }
+    if (p.hasCluster() && Clustered(p.getCluster())) return NoClusters(context.getResults().initStatus());
     emu::LaunchConfig c;
     c.grid = {p.getGrid().getX(), p.getGrid().getY(), p.getGrid().getZ()};
     c.block = {p.getBlock().getX(), p.getBlock().getY(), p.getBlock().getZ()};
@@ -300,10 +294,7 @@ class EmuSession final : public wire::Session::Server {
       case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
       case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
       case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
-        if (p.getValue() > 1) {
-          SetStatus(context.getResults().initStatus(), Code::kNotSupported, "thread block clusters are not emulated");
-          return kj::READY_NOW;
-        }
+        if (p.getValue() > 1) return NoClusters(context.getResults().initStatus());
         break;
       case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
         if (p.getValue() < 0 || p.getValue() > device_->properties().shared_memory_per_block_optin) {
@@ -324,11 +315,7 @@ class EmuSession final : public wire::Session::Server {
     if (functions_.find(p.getFunction()) == functions_.end()) {
       return BadHandle(context.getResults().initStatus(), "function");
     }
-    auto k = p.getCluster();
-    if (uint64_t{k.getX()} * k.getY() * k.getZ() > 1) {
-      SetStatus(context.getResults().initStatus(), Code::kNotSupported, "thread block clusters are not emulated");
-      return kj::READY_NOW;
-    }
+    if (Clustered(p.getCluster())) return NoClusters(context.getResults().initStatus());
     const emu::DeviceProperties& props = device_->properties();
     uint64_t threads = uint64_t{p.getBlock().getX()} * p.getBlock().getY() * p.getBlock().getZ();
     if (threads == 0 || threads > static_cast<uint64_t>(props.max_threads_per_block)) {
@@ -521,6 +508,14 @@ class EmuSession final : public wire::Session::Server {
 
   kj::Promise<void> Invalid(wire::CallStatus::Builder status, const std::string& message) {
     SetStatus(status, Code::kInvalidValue, message);
+    return kj::READY_NOW;
+  }
+
+  // More than one block per cluster: the emulated device has no thread block clusters.
+  static bool Clustered(wire::Dim3::Reader k) { return uint64_t{k.getX()} * k.getY() * k.getZ() > 1; }
+
+  kj::Promise<void> NoClusters(wire::CallStatus::Builder status) {
+    SetStatus(status, Code::kNotSupported, "thread block clusters are not emulated");
     return kj::READY_NOW;
   }
 

@@ -5,22 +5,8 @@
 #include <cstring>
 #include <vector>
 
-static int failures = 0;
-#define CHECK(call)                                                                             \
-  do {                                                                                          \
-    cudaError_t err_ = (call);                                                                  \
-    if (err_ != cudaSuccess) {                                                                  \
-      std::printf("api_coverage: %s failed: %s\n", #call, cudaGetErrorString(err_));            \
-      ++failures;                                                                               \
-    }                                                                                           \
-  } while (0)
-#define EXPECT(cond, what)                                        \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      std::printf("api_coverage: %s: expected %s\n", what, #cond); \
-      ++failures;                                                 \
-    }                                                             \
-  } while (0)
+#define PROGRAM_NAME "api_coverage"
+#include "program_checks.h"
 
 __global__ void AddOne(int* p, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -4,22 +4,8 @@
 #include <cstdio>
 #include <vector>
 
-static int failures = 0;
-#define CHECK(call)                                                                  \
-  do {                                                                               \
-    cudaError_t err_ = (call);                                                       \
-    if (err_ != cudaSuccess) {                                                       \
-      std::printf("shared_optin: %s failed: %s\n", #call, cudaGetErrorString(err_)); \
-      ++failures;                                                                    \
-    }                                                                                \
-  } while (0)
-#define EXPECT(cond, what)                                         \
-  do {                                                             \
-    if (!(cond)) {                                                 \
-      std::printf("shared_optin: %s: expected %s\n", what, #cond); \
-      ++failures;                                                  \
-    }                                                              \
-  } while (0)
+#define PROGRAM_NAME "shared_optin"
+#include "program_checks.h"
 
 extern __shared__ float staged[];
 
