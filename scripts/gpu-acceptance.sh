@@ -106,11 +106,12 @@ if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
   step configure 300 cmake -S . -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DGPUPOOL_BUILD_BENCH=OFF \
     "${cmake_args[@]}" || exit 1
   step build 900 cmake --build "$BUILD_DIR" --target gp_agent gp_run gp_ls gp_bench gpupool_cuda cuda_examples \
-    remote_programs -- -k 0 || exit 1
+    remote_programs interpose_remote_programs -- -k 0 || exit 1
 fi
 TOOLS="$ROOT_DIR/$BUILD_DIR/tools"
 EXAMPLES="$ROOT_DIR/$BUILD_DIR/examples"
 PROGRAMS="$ROOT_DIR/$BUILD_DIR/tests/remote/programs"
+VARIANTS="$ROOT_DIR/$BUILD_DIR/tests/interpose/remote"  # The remote suite's program builds (shared cudart, ...).
 GPU_TESTS="$ROOT_DIR/tests/gpu"
 
 # ---- the agent on this machine's GPUs ----
@@ -148,7 +149,7 @@ expect_out() {  # expect_out PATTERN COMMAND...: the command succeeds and prints
 }
 
 export -f run_on_pool expect_out
-export TOOLS SERVER LOGS EXAMPLES PROGRAMS GPU_TESTS PYTHON TRAIN_STEPS AGENT_PID
+export TOOLS SERVER LOGS EXAMPLES PROGRAMS VARIANTS GPU_TESTS PYTHON TRAIN_STEPS AGENT_PID
 
 # ---- CUDA examples: natively (checks the programs and the machine), then on the pool (the cuda backend) ----
 for ex in vector_add matrix_multiply streams_events; do
@@ -165,6 +166,48 @@ if ((physical >= 2)); then  # One program's slices lie on distinct GPUs: these n
 else
   say "SKIP pool-api_coverage pool-two-half-slices: they need two GPUs, this machine has $physical"
 fi
+
+# ---- the remote suite's programs: shared cudart, per-thread default stream, the driver API alone, a quota ----
+for v in vector_add_shared vector_add_ptds streams_events_shared streams_events_ptds driver_api; do
+  step "pool-$v" 180 expect_out PASSED run_on_pool -- "$VARIANTS/$v"
+done
+step native-driver_api 120 expect_out PASSED "$VARIANTS/driver_api"
+# A quarter of the GPU: the program sees a quarter of its memory, and allocating past it fails.
+step pool-quota 180 run_on_pool -p 0.25 -- "$VARIANTS/quota"
+
+faulting_neighbour() {  # A kernel through a wild pointer fails its own program only; the neighbour computes on.
+  run_on_pool -p 0.5 -- "$PROGRAMS/busy" 4 >"$LOGS/neighbour.log" 2>&1 &
+  local n=$!
+  sleep 1
+  local out rc
+  out=$(run_on_pool -p 0.5 -- "$PROGRAMS/bad_kernel" 2>&1)
+  rc=$?
+  echo "$out"
+  wait $n
+  local rn=$?
+  cat "$LOGS/neighbour.log"
+  ((rc == 3 && rn == 0)) && grep -q cudaErrorIllegalAddress <<<"$out" && grep -q "busy: " "$LOGS/neighbour.log" &&
+    expect_out PASSED run_on_pool -- "$EXAMPLES/matrix_multiply"
+}
+export -f faulting_neighbour
+step pool-faulting-neighbour 240 faulting_neighbour
+
+compute_shares() {  # Two busy tenants with 0.75 and 0.25 of the GPU: what each achieves, side by side.
+  run_on_pool -p 0.75 -- "$PROGRAMS/busy" 5 >"$LOGS/share-big.log" 2>&1 &
+  local b=$!
+  run_on_pool -p 0.25 -- "$PROGRAMS/busy" 5 >"$LOGS/share-small.log" 2>&1
+  local rs=$?
+  wait $b
+  local rb=$?
+  cat "$LOGS/share-big.log" "$LOGS/share-small.log"
+  ((rb == 0 && rs == 0)) || return 1
+  local big small
+  big=$(sed -nE 's/busy: ([0-9]+) kernels.*/\1/p' "$LOGS/share-big.log")
+  small=$(sed -nE 's/busy: ([0-9]+) kernels.*/\1/p' "$LOGS/share-small.log")
+  awk -v b="$big" -v s="$small" 'BEGIN { f = b / (b + s); printf "compute shares: 0.75 tenant %d kernels, 0.25 tenant %d: achieved %.2f : %.2f\n", b, s, f, 1 - f; exit !(f >= 0.65 && f <= 0.85) }'
+}
+export -f compute_shares
+step pool-compute-shares 120 compute_shares; grep "compute shares" "$LOGS/pool-compute-shares.log" | tee -a "$SUMMARY"
 
 two_tenants() {  # Two programs at once, each on its own half of the one GPU.
   run_on_pool -p 0.5 -- "$EXAMPLES/matrix_multiply" >"$LOGS/tenant-a.log" 2>&1 &
