@@ -14,8 +14,9 @@
 #include <kj/async-unix.h>
 
 #include "agent/lease_table.h"
-#include "backend/cuda/cuda_driver.h"
 #include "agent/session_worker.h"
+#include "backend/cuda/cuda_driver.h"
+#include "backend/device_turns.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "gpupool/units.h"
@@ -34,10 +35,31 @@ struct AgentState {
   // Every session runs in a worker process of its own; a lease's end kills its workers.
   kj::Own<SessionWorkers> workers;
 
+  // Per emulated device: the table through which its sessions take turns (backend/device_turns.h); -1 until
+  // the device's first session.
+  std::vector<int> turns_fds;
+
   void EndSessions(const std::string& lease_id) { workers->KillLease(lease_id); }
 
   AgentState(const AgentConfig& c, std::vector<DeviceRecord> d)
-      : config(c), devices(std::move(d)), table(Capacities(devices), c.timing) {}
+      : config(c), devices(std::move(d)), table(Capacities(devices), c.timing), turns_fds(devices.size(), -1) {}
+  ~AgentState() {
+    for (int fd : turns_fds) {
+      if (fd >= 0) close(fd);
+    }
+  }
+  AgentState(const AgentState&) = delete;
+  AgentState& operator=(const AgentState&) = delete;
+
+  // The device's turns table, created on first use.
+  Result<int> TurnsFd(size_t device) {
+    if (turns_fds[device] < 0) {
+      auto fd = backend::DeviceTurns::CreateSegment();
+      if (!fd.ok()) return fd.status();
+      turns_fds[device] = *fd;
+    }
+    return turns_fds[device];
+  }
 
   static std::vector<DeviceCapacity> Capacities(const std::vector<DeviceRecord>& devices) {
     std::vector<DeviceCapacity> out;
@@ -235,6 +257,12 @@ class AgentImpl final : public wire::Agent::Server {
     spec.share_micros = slice->share;
     spec.cuda_driver = state_.config.cuda_driver;
     if (record.emulated) {
+      auto turns = state_.TurnsFd(device);
+      if (!turns.ok()) {
+        SetOutcome(results.initOutcome(), turns.status());
+        return kj::READY_NOW;
+      }
+      spec.turns_fd = *turns;
       // A stable UUID per emulated device, derived from its pool-wide id.
       uint64_t h = 1469598103934665603ull;
       for (char c : record.uuid) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;

@@ -20,6 +20,7 @@
 
 #include "backend/cuda/cuda_driver.h"
 #include "backend/cuda/cuda_session.h"
+#include "backend/device_turns.h"
 #include "backend/emu/emu_session.h"
 #include "core/log.h"
 #include "worker.capnp.h"
@@ -29,8 +30,9 @@ extern char** environ;
 namespace gpupool::agent {
 namespace {
 
-// The fd number the worker finds its socket at.
+// The fd numbers the worker finds its socket and its device's turns table at.
 constexpr int kWorkerFd = 3;
+constexpr int kTurnsFd = 4;
 // Between a lease's end and the kill of its workers: their clients' next calls get "the lease ended".
 constexpr kj::Duration kRevokeGrace = 2 * kj::SECONDS;
 
@@ -59,13 +61,28 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     }
     opened_ = true;
     auto c = context.getParams().getConfig();
-    // Before any thread exists: threads inherit the nice value.
-    int nice = NiceForShare(c.getShareMicros());
-    if (nice > 0 && setpriority(PRIO_PROCESS, 0, nice) != 0) {
-      GP_WARN("session", "cannot lower the worker's priority to nice {}: {}", nice, std::strerror(errno));
-    }
     Result<kj::Own<wire::Session::Server>> session = Status(StatusCode::kInternal, "no backend");
-    if (c.getEmulated()) {
+    std::shared_ptr<backend::DeviceTurns> turns;
+    if (c.getDeviceTurns()) {
+      // Joined on this thread, which lives as long as the worker: membership is held by it.
+      auto joined = backend::DeviceTurns::Join(kTurnsFd, c.getShareMicros());
+      if (joined.ok()) {
+        turns = std::move(joined).value();
+      } else {
+        session = joined.status();
+      }
+      close(kTurnsFd);
+    } else {
+      // No turns table (a physical GPU): the nearest the CPU side can do is a CFS weight. Before any thread exists:
+      // threads inherit the nice value.
+      int nice = NiceForShare(c.getShareMicros());
+      if (nice > 0 && setpriority(PRIO_PROCESS, 0, nice) != 0) {
+        GP_WARN("session", "cannot lower the worker's priority to nice {}: {}", nice, std::strerror(errno));
+      }
+    }
+    if (c.getDeviceTurns() && !turns) {
+      // session holds the reason.
+    } else if (c.getEmulated()) {
       backend::EmuSessionConfig cfg;
       cfg.device_name = c.getDeviceName();
       cfg.memory_bytes = c.getMemoryBytes();
@@ -75,6 +92,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
       cfg.pci_bus = c.getPciBus();
       cfg.pci_device = c.getPciDevice();
       cfg.control = control_;
+      cfg.gate = turns;
       session = backend::NewEmuSession(cfg);
     } else {
       if (MpsRunning()) {
@@ -196,16 +214,16 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
     return OpenedSession{Status(StatusCode::kInternal, fmt::format("socketpair: {}", std::strerror(errno))), nullptr};
   }
-  int child_fd = fds[1];
-  if (child_fd == kWorkerFd) {  // dup2 onto itself would keep close-on-exec set.
-    child_fd = fcntl(fds[1], F_DUPFD_CLOEXEC, kWorkerFd + 1);
-    close(fds[1]);
-  }
+  // Above the fds the child gets: dup2 onto itself would keep close-on-exec set, and one must not clobber the other.
+  int child_fd = fcntl(fds[1], F_DUPFD_CLOEXEC, kTurnsFd + 1);
+  close(fds[1]);
+  int turns_fd = spec.turns_fd >= 0 ? fcntl(spec.turns_fd, F_DUPFD_CLOEXEC, kTurnsFd + 1) : -1;
   char exe[4096];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) {
+  if (n <= 0 || child_fd < 0 || (spec.turns_fd >= 0 && turns_fd < 0)) {
     close(fds[0]);
-    close(child_fd);
+    if (child_fd >= 0) close(child_fd);
+    if (turns_fd >= 0) close(turns_fd);
     return OpenedSession{Status(StatusCode::kInternal, "cannot find gp-agent's own executable"), nullptr};
   }
   exe[n] = 0;
@@ -214,10 +232,12 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, child_fd, kWorkerFd);
+  if (turns_fd >= 0) posix_spawn_file_actions_adddup2(&actions, turns_fd, kTurnsFd);
   pid_t pid = 0;
   int err = posix_spawn(&pid, exe, &actions, nullptr, argv, environ);
   posix_spawn_file_actions_destroy(&actions);
   close(child_fd);
+  if (turns_fd >= 0) close(turns_fd);
   if (err != 0) {
     close(fds[0]);
     return OpenedSession{Status(StatusCode::kInternal, fmt::format("cannot start a session worker: {}",
@@ -252,6 +272,7 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   c.setPciDevice(spec.pci_device);
   c.setShareMicros(spec.share_micros);
   c.setCudaDriver(spec.cuda_driver);
+  c.setDeviceTurns(turns_fd >= 0);
   return req.send()
       .then([this, pid](capnp::Response<wire::SessionWorker::OpenResults>&& r) -> OpenedSession {
         if (r.getCode() != 0) {

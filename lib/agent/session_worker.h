@@ -3,10 +3,12 @@
 // The agent keeps leases and placement; it spawns a worker per session, hands the worker's Session capability to
 // the client (Cap'n Proto forwards the calls), kills the worker when the lease ends, and reaps it.
 //
-// Compute share: a worker runs at the CFS weight (nice value) closest to its share of the device, so that under
-// contention the sessions of one device get CPU in proportion to their shares while a session alone still gets
-// all of it (the scheduler is work-conserving). On a physical GPU served by an MPS daemon the worker also sets
-// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE to its share.
+// Compute share: the workers of one emulated device take turns on it through a table the agent shares with them
+// (backend/device_turns.h): under contention each gets device time in proportion to its share, a session alone
+// gets all of it, and a kernel that never ends is paused at its time slice's end. On a physical GPU served by an
+// MPS daemon the worker sets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE to its share; without MPS the GPU's own
+// time-slicing decides (equal turns per context) and the worker only runs at the CFS weight (nice value) nearest
+// its share, which orders its CPU side alone.
 #ifndef GPUPOOL_AGENT_SESSION_WORKER_H_
 #define GPUPOOL_AGENT_SESSION_WORKER_H_
 
@@ -45,6 +47,7 @@ struct WorkerSpec {
   int pci_bus = 0, pci_device = 0;
   uint32_t share_micros = 1000000;
   std::string cuda_driver;
+  int turns_fd = -1;  // The device's turns table (DeviceTurns::CreateSegment), or -1: none.
 };
 
 struct OpenedSession {

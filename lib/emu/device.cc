@@ -580,8 +580,18 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
   return Enqueue(*impl_, config.stream, true, [impl, launch] {
     if (!impl->Sticky().ok()) return;  // A faulted context runs nothing more.
     if (impl->cancel.load()) return;
+    ExecutionGate* gate = impl->options.gate.get();
+    if (gate) gate->Enter(impl->cancel);
     internal::LaunchOutcome out =
-        internal::Execute(*launch, *impl, impl->workers, impl->props.multiprocessor_count, &impl->cancel);
+        internal::Execute(*launch, *impl, impl->workers, impl->props.multiprocessor_count, &impl->cancel, gate);
+    if (gate) {
+      bool more_queued;
+      {
+        std::lock_guard<std::mutex> lock(impl->q_mu);
+        more_queued = !impl->queue.empty();
+      }
+      gate->Leave(more_queued);
+    }
     impl->instructions += out.instructions;
     impl->Emit(out.printf_output);
     if (!out.status.ok()) impl->SetSticky(out.status);

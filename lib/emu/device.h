@@ -6,6 +6,7 @@
 #ifndef GPUPOOL_EMU_DEVICE_H_
 #define GPUPOOL_EMU_DEVICE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -22,6 +23,23 @@ struct Dim3 {
   uint32_t x = 1, y = 1, z = 1;
 };
 
+// Shares the device's execution with other users of the same hardware (the sessions of one emulated GPU, each in
+// a process of its own). The device enters the gate before each kernel and leaves it after; the kernel's threads
+// pass checkpoints now and then, where the gate may hold them while another user has its turn: a time slice, as a
+// GPU gives its contexts, so that a kernel that never ends cannot keep the device from its neighbours.
+class ExecutionGate {
+ public:
+  virtual ~ExecutionGate() = default;
+  // Blocks until this user may run kernels; returns early once `cancel` is set.
+  virtual void Enter(const std::atomic<bool>& cancel) = 0;
+  // The kernel ended: the device's time goes to whoever waits. `more_queued`: this user has more work queued and
+  // will enter again at once (the gate may keep the next turn for it an instant).
+  virtual void Leave(bool more_queued) = 0;
+  // Called by every thread of a running kernel, concurrently, every few thousand instructions. Blocks while
+  // another user has the turn; returns early once `cancel` is set.
+  virtual void Checkpoint(const std::atomic<bool>& cancel) = 0;
+};
+
 struct DeviceOptions {
   uint64_t memory_bytes = 1ull << 30;  // Capacity; allocations beyond it fail with kOutOfMemory. Default 1 GiB.
   int cc_major = 7, cc_minor = 5;      // Compute capability reported and used to pick PTX. Default 7.5.
@@ -30,6 +48,8 @@ struct DeviceOptions {
   // Where device memory starts in this process's address space (device pointers equal host addresses). Default
   // 0: anywhere. A fixed base lets a remote client pick addresses that never collide with its other devices.
   uint64_t base_address = 0;
+  // Shares execution with other devices' users on the same hardware; null: this device runs alone.
+  std::shared_ptr<ExecutionGate> gate;
 };
 
 // What cuDeviceGetAttribute reports; values look like a real GPU of the chosen compute capability.

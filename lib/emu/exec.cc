@@ -80,8 +80,9 @@ struct Fault {
 class CtaRunner {
  public:
   CtaRunner(const Launch& launch, MemoryMap& memory, int sm, std::atomic<bool>& abort,
-            const std::atomic<bool>* cancel)
-      : launch_(launch), prog_(*launch.program), memory_(memory), sm_(sm), abort_(abort), cancel_(cancel) {
+            const std::atomic<bool>* cancel, ExecutionGate* gate)
+      : launch_(launch), prog_(*launch.program), memory_(memory), sm_(sm), abort_(abort), cancel_(cancel),
+        gate_(gate) {
     ranges_ = memory.Ranges();
     const Function& entry = prog_.functions[static_cast<size_t>(launch.function)];
     nthreads_ = launch.block.x * launch.block.y * launch.block.z;
@@ -151,7 +152,9 @@ class CtaRunner {
   const EmuStatus& fault() const { return fault_; }
 
   // Polled now and then by running threads: a cancelled launch (device reset or destroyed) stops mid-kernel.
+  // Also the gate's checkpoint: a kernel of this device may be held here while a neighbour has its turn.
   bool Cancelled() {
+    if (gate_ && cancel_) gate_->Checkpoint(*cancel_);
     if (cancel_ && cancel_->load(std::memory_order_relaxed)) {
       Fail(Code::kLaunchFailed, "launch cancelled: the context was reset or destroyed");
       return true;
@@ -342,6 +345,7 @@ class CtaRunner {
   int sm_;
   std::atomic<bool>& abort_;
   const std::atomic<bool>* cancel_;
+  ExecutionGate* gate_;
   std::shared_ptr<const std::vector<std::pair<uint64_t, uint64_t>>> ranges_;
   uint64_t cache_base_ = 1, cache_end_ = 0;
   uint32_t nthreads_ = 0, nwarps_ = 0, exited_ = 0;
@@ -364,7 +368,7 @@ class CtaRunner {
 }  // namespace
 
 LaunchOutcome Execute(const Launch& launch, MemoryMap& memory, int workers, int sm_count,
-                      const std::atomic<bool>* cancel) {
+                      const std::atomic<bool>* cancel, ExecutionGate* gate) {
   LaunchOutcome out;
   for (int t = 0; t <= static_cast<int>(Type::kPred); ++t) {
     if (kTypeBytes[t] != ptx::TypeSize(static_cast<Type>(t))) {
@@ -387,7 +391,7 @@ LaunchOutcome Execute(const Launch& launch, MemoryMap& memory, int workers, int 
   };
   std::vector<WorkerResult> results(static_cast<size_t>(workers));
   auto work = [&](int w) {
-    CtaRunner runner(launch, memory, w % std::max(sm_count, 1), abort, cancel);
+    CtaRunner runner(launch, memory, w % std::max(sm_count, 1), abort, cancel, gate);
     WorkerResult& r = results[static_cast<size_t>(w)];
     while (!abort.load(std::memory_order_relaxed)) {
       uint64_t i = next.fetch_add(1);

@@ -44,8 +44,9 @@ struct LaunchOutcome {
 
 // Runs `launch` to completion on `workers` host threads (the caller's thread is one of them). Setting `*cancel`
 // stops it soon after (the outcome is then kLaunchFailed "cancelled"), even inside an endless loop.
+// `gate`, when set, is passed at checkpoints (see ExecutionGate); the caller has entered it.
 LaunchOutcome Execute(const Launch& launch, MemoryMap& memory, int workers, int sm_count,
-                      const std::atomic<bool>* cancel = nullptr);
+                      const std::atomic<bool>* cancel = nullptr, ExecutionGate* gate = nullptr);
 
 }  // namespace gpupool::emu::internal
 

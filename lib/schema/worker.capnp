@@ -20,6 +20,7 @@ struct WorkerConfig {
   pciDevice @8 :Int32;
   shareMicros @9 :UInt32;     # Compute share in millionths of the device.
   cudaDriver @10 :Text;       # Physical GPUs: the driver library to load ("" = the system's libcuda.so.1).
+  deviceTurns @11 :Bool;      # The device's turns table (backend/device_turns.h) is the worker's fd 4.
 }
 
 interface SessionWorker {

@@ -605,6 +605,7 @@ Result<kj::Own<wire::Session::Server>> NewEmuSession(const EmuSessionConfig& con
   o.base_address = config.window_base;
   o.name = config.device_name;
   o.worker_threads = config.worker_threads;
+  o.gate = config.gate;
   auto device = std::make_unique<emu::Device>(o);
   if (EmuStatus s = device->StartupStatus(); !s.ok()) {
     return Status(StatusCode::kResourceExhausted, s.message());

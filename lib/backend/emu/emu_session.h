@@ -10,6 +10,7 @@
 
 #include <kj/memory.h>
 
+#include "emu/device.h"
 #include "gpupool/status.h"
 #include "session.capnp.h"
 
@@ -28,6 +29,8 @@ struct EmuSessionConfig {
   uint8_t uuid[16] = {};         // The device's UUID, as the agent reports it.
   int pci_bus = 0, pci_device = 0;
   int worker_threads = 0;        // Host threads for CTAs; 0 = one per core.
+  // Shares the device's compute with the other sessions of the same device (DeviceTurns); null: alone.
+  std::shared_ptr<emu::ExecutionGate> gate;
   std::shared_ptr<SessionControl> control;
 };
 

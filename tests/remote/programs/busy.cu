@@ -1,9 +1,12 @@
 // busy: keeps its device busy for a fixed wall time with back-to-back kernels of fixed work, then prints how many
 // ran. Two of these on slices of one GPU show how the device's compute is shared.
 //   busy SECONDS  ->  "busy: N kernels in S s"
+//   busy SECONDS trace  ->  also "busy: at MS N" after each batch (MS: CLOCK_REALTIME milliseconds, N: kernels so
+//   far), so that a benchmark can count the work two tenants did while both were running.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 __global__ void Work(unsigned long long* out, int iterations) {
   unsigned long long x = blockIdx.x * blockDim.x + threadIdx.x;
@@ -13,6 +16,10 @@ __global__ void Work(unsigned long long* out, int iterations) {
 
 int main(int argc, char** argv) {
   double seconds = argc > 1 ? std::atof(argv[1]) : 3.0;
+  bool trace = argc > 2 && std::strcmp(argv[2], "trace") == 0;
+  auto now_ms = [] {
+    return std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count();
+  };
   unsigned long long* out = nullptr;
   if (cudaMalloc(&out, 8 * 64 * sizeof(unsigned long long)) != cudaSuccess) return 2;
   Work<<<8, 64>>>(out, 10);  // Loads the module before the clock starts.
@@ -20,6 +27,7 @@ int main(int argc, char** argv) {
   auto start = std::chrono::steady_clock::now();
   double elapsed = 0;
   long kernels = 0;
+  if (trace) std::printf("busy: at %.1f 0\n", now_ms());
   while (elapsed < seconds) {
     // Batches keep the device's queue full, as real programs do: a tenant that waits after every kernel leaves
     // the device idle between kernels, and its neighbour gets that time too.
@@ -30,6 +38,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     kernels += 8;
+    if (trace) std::printf("busy: at %.1f %ld\n", now_ms(), kernels);
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   std::printf("busy: %ld kernels in %.3f s\n", kernels, elapsed);

@@ -1,0 +1,315 @@
+#include "backend/device_turns.h"
+
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace gpupool::backend {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x67707475726e7331ull;  // "gpturns1"
+constexpr int kSlots = 128;
+// A session that used the device less than this long ago is busy (a round trip to its client between batches
+// is no pause): it keeps all its credit. One back from a longer pause keeps at most kIdleCreditNanos of device
+// time over the neighbour that has used least, so that an absence does not buy it a monopoly.
+constexpr int64_t kIdleNanos = 100'000'000;
+constexpr double kIdleCreditNanos = 50e6;
+// How often a waiting session looks for members that died (their turns and slots are taken back).
+constexpr int64_t kWaitPollNanos = 20'000'000;
+// A member that ends its turn with more work queued while it is still the one with least use keeps the next turn
+// this long: between two kernels (or when the OS preempts it right after) it is not waiting for an instant, and a
+// neighbour would otherwise take every such turn, whatever the shares.
+constexpr int64_t kReserveNanos = 2'000'000;
+
+int64_t NowNanos() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+}  // namespace
+
+// Process-shared, in a memfd mapped by the agent and every worker of one device. Condition variables are not used:
+// glibc's can block a signaller forever when a waiter dies inside them; a futex on `sequence` cannot.
+struct TurnsTable {
+  struct Slot {
+    pthread_mutex_t life;  // Robust; locked by the member for its whole life: EOWNERDEAD means it died.
+    int32_t pid;           // 0: free.
+    uint32_t weight;       // Share in millionths.
+    int32_t waiting;
+    double vtime;          // Device time used / share.
+    uint64_t used_nanos;
+    int64_t last_used;     // CLOCK_MONOTONIC of its last turn's end.
+  };
+  uint64_t magic;
+  pthread_mutex_t mu;      // Robust; guards everything below.
+  uint32_t sequence;       // Bumped (and woken) whenever the turn is free to take.
+  int32_t waiters;
+  int32_t holder;          // Slot index, -1: nobody.
+  int64_t turn_start;      // CLOCK_MONOTONIC of the holder's turn (or of its last charge).
+  int32_t reserved_for;    // While holder is -1: the slot the next turn is kept for until reserved_until; -1: none.
+  int64_t reserved_until;
+  Slot slots[kSlots];
+};
+
+namespace {
+
+void InitRobust(pthread_mutex_t* m) {
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+  pthread_mutex_init(m, &a);
+  pthread_mutexattr_destroy(&a);
+}
+
+// Locks a robust mutex; a member that died holding it left fields that are each consistent on their own (plain
+// stores), so taking it over is safe.
+void LockRobust(pthread_mutex_t* m) {
+  if (pthread_mutex_lock(m) == EOWNERDEAD) pthread_mutex_consistent(m);
+}
+
+class TableLock {
+ public:
+  explicit TableLock(TurnsTable* t) : t_(t) { LockRobust(&t_->mu); }
+  ~TableLock() { pthread_mutex_unlock(&t_->mu); }
+  TableLock(const TableLock&) = delete;
+  TableLock& operator=(const TableLock&) = delete;
+
+ private:
+  TurnsTable* t_;
+};
+
+void WakeAll(TurnsTable* t) {
+  __atomic_add_fetch(&t->sequence, 1, __ATOMIC_SEQ_CST);
+  if (t->waiters > 0) syscall(SYS_futex, &t->sequence, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// With the table locked: whether slot `i`'s member lives; a dead one's slot is freed (and its turn, if held).
+bool Alive(TurnsTable* t, int i) {
+  TurnsTable::Slot& s = t->slots[i];
+  if (s.pid == 0) return false;
+  int rc = pthread_mutex_trylock(&s.life);
+  if (rc == EBUSY) return true;
+  if (rc == EOWNERDEAD) pthread_mutex_consistent(&s.life);
+  if (rc == 0 || rc == EOWNERDEAD) pthread_mutex_unlock(&s.life);
+  s.pid = 0;
+  s.waiting = 0;
+  if (t->holder == i) {
+    t->holder = -1;
+    WakeAll(t);
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<int> DeviceTurns::CreateSegment() {
+  int fd = memfd_create("gpupool-device-turns", MFD_CLOEXEC);
+  if (fd < 0) return Status(StatusCode::kInternal, fmt::format("memfd_create: {}", std::strerror(errno)));
+  if (ftruncate(fd, sizeof(TurnsTable)) != 0) {
+    close(fd);
+    return Status(StatusCode::kInternal, fmt::format("sizing the device turns table: {}", std::strerror(errno)));
+  }
+  void* p = mmap(nullptr, sizeof(TurnsTable), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    close(fd);
+    return Status(StatusCode::kInternal, fmt::format("mapping the device turns table: {}", std::strerror(errno)));
+  }
+  auto* t = static_cast<TurnsTable*>(p);
+  InitRobust(&t->mu);
+  t->holder = -1;
+  t->reserved_for = -1;
+  for (auto& s : t->slots) InitRobust(&s.life);
+  t->magic = kMagic;
+  munmap(p, sizeof(TurnsTable));
+  return fd;
+}
+
+Result<std::unique_ptr<DeviceTurns>> DeviceTurns::Join(int fd, uint32_t share_micros) {
+  struct stat st;
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < sizeof(TurnsTable)) {
+    return Status(StatusCode::kInvalidArgument, "the device turns descriptor is not a turns table");
+  }
+  void* p = mmap(nullptr, sizeof(TurnsTable), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    return Status(StatusCode::kInternal, fmt::format("mapping the device turns table: {}", std::strerror(errno)));
+  }
+  auto* t = static_cast<TurnsTable*>(p);
+  if (t->magic != kMagic) {
+    munmap(p, sizeof(TurnsTable));
+    return Status(StatusCode::kInvalidArgument, "the device turns descriptor is not a turns table");
+  }
+  TableLock lock(t);
+  for (int i = 0; i < kSlots; ++i) {
+    if (Alive(t, i)) continue;
+    TurnsTable::Slot& s = t->slots[i];
+    LockRobust(&s.life);
+    s.pid = getpid();
+    s.weight = std::max(1u, std::min(1000000u, share_micros));
+    s.waiting = 0;
+    s.used_nanos = 0;
+    s.last_used = 0;
+    // A newcomer starts level with the member that has used least: no credit, no debt.
+    double least = -1;
+    for (int j = 0; j < kSlots; ++j) {
+      if (j != i && t->slots[j].pid != 0 && (least < 0 || t->slots[j].vtime < least)) least = t->slots[j].vtime;
+    }
+    s.vtime = least < 0 ? 0 : least;
+    return std::unique_ptr<DeviceTurns>(new DeviceTurns(t, i));
+  }
+  munmap(p, sizeof(TurnsTable));
+  return Status(StatusCode::kResourceExhausted, fmt::format("more than {} sessions on one device", kSlots));
+}
+
+DeviceTurns::~DeviceTurns() {
+  {
+    TableLock lock(table_);
+    TurnsTable::Slot& s = table_->slots[slot_];
+    if (table_->holder == slot_) {
+      table_->holder = -1;
+      WakeAll(table_);
+    }
+    s.waiting = 0;
+    s.pid = 0;
+    pthread_mutex_unlock(&s.life);
+  }
+  munmap(table_, sizeof(TurnsTable));
+}
+
+void DeviceTurns::ChargeLocked(int64_t now) {
+  TurnsTable::Slot& s = table_->slots[slot_];
+  int64_t used = std::max<int64_t>(0, now - table_->turn_start);
+  s.used_nanos += static_cast<uint64_t>(used);
+  s.vtime += static_cast<double>(used) / s.weight;
+  s.last_used = now;
+  table_->turn_start = now;
+}
+
+void DeviceTurns::AcquireLocked(const std::atomic<bool>& cancel) {
+  TurnsTable* t = table_;
+  TurnsTable::Slot& me = t->slots[slot_];
+  if (NowNanos() - me.last_used > kIdleNanos) {
+    // Back from idle: level with the neighbours that want the device, less a little credit.
+    double least = -1;
+    for (int j = 0; j < kSlots; ++j) {
+      const TurnsTable::Slot& o = t->slots[j];
+      if (j == slot_ || o.pid == 0 || !(o.waiting || t->holder == j)) continue;
+      if (least < 0 || o.vtime < least) least = o.vtime;
+    }
+    if (least >= 0) me.vtime = std::max(me.vtime, least - kIdleCreditNanos / me.weight);
+  }
+  me.waiting = 1;
+  ++t->waiters;
+  for (;;) {
+    if (cancel.load(std::memory_order_relaxed)) break;
+    if (t->holder >= 0 && t->holder != slot_) Alive(t, t->holder);
+    int64_t wait = kWaitPollNanos;
+    if (t->holder == -1 && t->reserved_for >= 0) {
+      int64_t left = t->reserved_until - NowNanos();
+      if (t->reserved_for == slot_ || left <= 0 || !Alive(t, t->reserved_for)) {
+        t->reserved_for = -1;
+      } else {
+        wait = left;  // Kept for a neighbour a moment longer.
+      }
+    }
+    if (t->holder == -1 && (t->reserved_for == -1 || t->reserved_for == slot_)) {
+      bool first = true;
+      for (int j = 0; j < kSlots && first; ++j) {
+        const TurnsTable::Slot& o = t->slots[j];
+        if (j == slot_ || o.pid == 0 || !o.waiting) continue;
+        first = o.vtime > me.vtime || (o.vtime == me.vtime && j > slot_);
+      }
+      if (first) {
+        t->holder = slot_;
+        t->turn_start = NowNanos();
+        break;
+      }
+    }
+    uint32_t seen = __atomic_load_n(&t->sequence, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&t->mu);
+    timespec timeout{0, wait};
+    long rc = syscall(SYS_futex, &t->sequence, FUTEX_WAIT, seen, &timeout, nullptr, 0);
+    bool timed_out = rc != 0 && errno == ETIMEDOUT;
+    LockRobust(&t->mu);
+    if (timed_out) {
+      for (int j = 0; j < kSlots; ++j) {
+        if (j != slot_ && t->slots[j].pid != 0) Alive(t, j);
+      }
+    }
+  }
+  me.waiting = 0;
+  --t->waiters;
+}
+
+void DeviceTurns::Enter(const std::atomic<bool>& cancel) {
+  std::lock_guard<std::mutex> local(local_mu_);
+  TableLock lock(table_);
+  AcquireLocked(cancel);
+  holding_ = table_->holder == slot_;
+  slice_end_.store(holding_ ? table_->turn_start + kSliceNanos : 0, std::memory_order_relaxed);
+}
+
+void DeviceTurns::Leave(bool more_queued) {
+  std::lock_guard<std::mutex> local(local_mu_);
+  if (!holding_) return;
+  holding_ = false;
+  slice_end_.store(0, std::memory_order_relaxed);
+  TableLock lock(table_);
+  if (table_->holder != slot_) return;  // Taken back: this process was thought dead (cannot happen while alive).
+  int64_t now = NowNanos();
+  ChargeLocked(now);
+  table_->holder = -1;
+  const TurnsTable::Slot& me = table_->slots[slot_];
+  bool least = more_queued;
+  for (int j = 0; j < kSlots && least; ++j) {
+    const TurnsTable::Slot& o = table_->slots[j];
+    least = j == slot_ || o.pid == 0 || !o.waiting || o.vtime >= me.vtime;
+  }
+  if (least) {
+    table_->reserved_for = slot_;
+    table_->reserved_until = now + kReserveNanos;
+  }
+  WakeAll(table_);
+}
+
+void DeviceTurns::Checkpoint(const std::atomic<bool>& cancel) {
+  if (NowNanos() < slice_end_.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> local(local_mu_);
+  int64_t now = NowNanos();
+  if (!holding_ || now < slice_end_.load(std::memory_order_relaxed)) return;
+  TableLock lock(table_);
+  ChargeLocked(now);
+  const TurnsTable::Slot& me = table_->slots[slot_];
+  bool yield = false;
+  for (int j = 0; j < kSlots && !yield; ++j) {
+    const TurnsTable::Slot& o = table_->slots[j];
+    yield = j != slot_ && o.pid != 0 && o.waiting && o.vtime < me.vtime;
+  }
+  if (yield) {
+    // The other threads of this kernel wait on local_mu_ meanwhile: the whole kernel pauses.
+    table_->holder = -1;
+    WakeAll(table_);
+    AcquireLocked(cancel);
+    holding_ = table_->holder == slot_;
+  }
+  slice_end_.store(holding_ ? table_->turn_start + kSliceNanos : 0, std::memory_order_relaxed);
+}
+
+uint64_t DeviceTurns::used_nanos() const {
+  TableLock lock(table_);
+  return table_->slots[slot_].used_nanos;
+}
+
+}  // namespace gpupool::backend

@@ -1,0 +1,67 @@
+// Device turns: how the sessions of one device share its compute, across their worker processes, in proportion to
+// their compute shares (`gp-run -p`).
+//
+// The agent creates one shared table per device (CreateSegment) and hands its descriptor to every session worker
+// of that device; each worker joins the table with its share (Join) and asks for a turn before each kernel. One
+// session runs at a time (a kernel of the emulated device already uses every core); the next turn goes to the
+// waiting session that has used the least device time for its share (stride scheduling: time used / share), and a
+// running kernel yields at its next checkpoint once its time slice is over and a neighbour waits. So two busy
+// tenants with 0.75 and 0.25 get 3:1 of the device's time, and a tenant alone gets all of it (work-conserving).
+//
+// A worker may die at any moment (SIGKILL mid-kernel): the table notices through a robust mutex each member holds
+// for its life, and the dead member's turn and slot are taken back. Nothing of this is trusted for isolation: a
+// session can only slow its own neighbours down as far as its share lets it, never read or crash them.
+#ifndef GPUPOOL_BACKEND_DEVICE_TURNS_H_
+#define GPUPOOL_BACKEND_DEVICE_TURNS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "emu/device.h"
+#include "gpupool/status.h"
+
+namespace gpupool::backend {
+
+struct TurnsTable;  // The shared memory layout, internal to device_turns.cc.
+
+class DeviceTurns final : public emu::ExecutionGate {
+ public:
+  // Longest a running kernel keeps the device while another session waits for it.
+  static constexpr int64_t kSliceNanos = 10'000'000;
+
+  // A new, empty table in anonymous shared memory: returns its descriptor (close-on-exec; the caller passes it to
+  // each worker of the device and closes it when the device goes).
+  static Result<int> CreateSegment();
+  // Joins the table behind `fd` (the worker's end) with a share of `share_micros` millionths of the device. Called
+  // on the thread that lives as long as the process (membership is held by that thread).
+  static Result<std::unique_ptr<DeviceTurns>> Join(int fd, uint32_t share_micros);
+  ~DeviceTurns() override;
+
+  void Enter(const std::atomic<bool>& cancel) override;
+  void Leave(bool more_queued) override;
+  void Checkpoint(const std::atomic<bool>& cancel) override;
+
+  // Device time this member has used, in nanoseconds (for tests and telemetry).
+  uint64_t used_nanos() const;
+
+ private:
+  DeviceTurns(TurnsTable* table, int slot) : table_(table), slot_(slot) {}
+  // With the table locked: waits until this member holds the turn (or `cancel` is set).
+  void AcquireLocked(const std::atomic<bool>& cancel);
+  // With the table locked: charges the time since the turn began.
+  void ChargeLocked(int64_t now);
+
+  TurnsTable* table_;
+  int slot_;
+  // Threads of this process inside a kernel: the first to find the slice over yields and takes the turn back for
+  // all of them; the others wait here meanwhile.
+  std::mutex local_mu_;
+  std::atomic<int64_t> slice_end_{0};
+  bool holding_ = false;  // Guarded by local_mu_.
+};
+
+}  // namespace gpupool::backend
+
+#endif  // GPUPOOL_BACKEND_DEVICE_TURNS_H_
