@@ -68,6 +68,15 @@ struct AgentState {
   }
 };
 
+// Where session workers listen for their clients' direct connections: the agent's own host (any port), or beside
+// its Unix socket.
+std::string DirectListen(const std::string& configured) {
+  if (configured.rfind("unix:", 0) == 0) return configured + ".session";
+  std::string host = configured.substr(0, configured.rfind(':'));
+  if (host.empty()) host = "*";
+  return host + ":0";
+}
+
 wire::Outcome::Code ToWire(StatusCode code) {
   switch (code) {
     case StatusCode::kOk: return wire::Outcome::Code::OK;
@@ -256,6 +265,7 @@ class AgentImpl final : public wire::Agent::Server {
     spec.window_bytes = window;
     spec.share_micros = slice->share;
     spec.cuda_driver = state_.config.cuda_driver;
+    spec.direct_listen = DirectListen(state_.config.listen);
     if (record.emulated) {
       auto turns = state_.TurnsFd(device);
       if (!turns.ok()) {
@@ -290,6 +300,12 @@ class AgentImpl final : public wire::Agent::Server {
       GP_INFO("session", "lease {}: session on {}, window 0x{:x}", lease_id, what, base);
       SetOutcome(results.initOutcome(), Status::Ok());
       KJ_IF_MAYBE(session, opened.session) { results.setSession(kj::mv(*session)); }
+      KJ_IF_MAYBE(door, opened.direct) {
+        auto d = results.initDirect();
+        d.setPort(door->port);
+        d.setPath(door->path);
+        d.setTicket(kj::arrayPtr(reinterpret_cast<const kj::byte*>(door->ticket.data()), door->ticket.size()));
+      }
     });
   }
 

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <random>
 
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-unix.h>
@@ -48,9 +49,115 @@ bool MpsRunning() {
   return stat(control.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
+// How long a worker waits for its client's direct connection before it serves through the agent alone.
+constexpr kj::Duration kDoorOpenFor = 10 * kj::SECONDS;
+
+// The worker's direct listener (wire::SessionDoor): one client, holding the ticket from openSession, enters and gets
+// the session; then the listener closes. Connections that entered carry the session's calls until they break.
+class Door {
+ public:
+  Door(kj::AsyncIoContext& io, wire::Session::Client session) : io_(io), session_(kj::mv(session)), tasks_(errors_) {
+    for (auto& b : ticket_) b = static_cast<kj::byte>(RandomByte());
+  }
+  ~Door() { Close(); }
+
+  // Listens at `where` ("host:0" or "unix:PATH"); fills `direct` with the port or path and the ticket.
+  kj::Promise<void> Open(const std::string& where, wire::DirectSession::Builder direct) {
+    bool is_unix = where.rfind("unix:", 0) == 0;
+    std::string address = is_unix ? fmt::format("{}.{}", where, getpid()) : where;
+    if (is_unix) unix_path_ = address.substr(5);
+    return io_.provider->getNetwork().parseAddress(address).then(
+        [this, direct, is_unix](kj::Own<kj::NetworkAddress> a) mutable {
+          listener_ = a->listen();
+          if (is_unix) {
+            chmod(unix_path_.c_str(), 0600);  // Only the agent's user (and so its clients' proxies) may knock.
+            direct.setPath(unix_path_);
+          } else {
+            direct.setPort(static_cast<uint16_t>(listener_->getPort()));
+          }
+          direct.setTicket(kj::arrayPtr(ticket_, sizeof(ticket_)));
+          accepting_ = Accept().eagerlyEvaluate([](kj::Exception&& e) {
+            GP_DEBUG("session", "direct listener stopped: {}", e.getDescription().cStr());
+          });
+          expiry_ = io_.provider->getTimer().afterDelay(kDoorOpenFor).then([this] { Close(); }).eagerlyEvaluate(nullptr);
+        });
+  }
+
+ private:
+  struct Entrance;
+  class DoorServer final : public wire::SessionDoor::Server {
+   public:
+    explicit DoorServer(Door& door) : door_(door) {}
+    kj::Promise<void> enter(EnterContext context) override {
+      auto ticket = context.getParams().getTicket();
+      KJ_IF_MAYBE(session, door_.session_) {
+        // Constant time: a wrong guess learns nothing of the right bytes.
+        kj::byte diff = ticket.size() == sizeof(door_.ticket_) ? 0 : 1;
+        for (size_t i = 0; i < ticket.size() && i < sizeof(door_.ticket_); ++i) diff |= ticket[i] ^ door_.ticket_[i];
+        if (diff == 0) {
+          context.getResults().setSession(*session);
+          door_.Close();  // One client: the door's own reference goes, the listener closes.
+          return kj::READY_NOW;
+        }
+      }
+      return KJ_EXCEPTION(FAILED, "gpupool: wrong or used session ticket");
+    }
+
+   private:
+    Door& door_;
+  };
+  struct Entrance {
+    kj::Own<kj::AsyncIoStream> stream;
+    kj::Own<capnp::TwoPartyVatNetwork> network;
+    kj::Own<capnp::RpcSystem<capnp::rpc::twoparty::VatId>> rpc;
+  };
+  struct Errors final : public kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&& e) override {
+      GP_DEBUG("session", "direct connection ended: {}", e.getDescription().cStr());
+    }
+  };
+
+  static int RandomByte() {
+    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    return static_cast<int>(rng() & 0xff);
+  }
+
+  kj::Promise<void> Accept() {
+    return listener_->accept().then([this](kj::Own<kj::AsyncIoStream> stream) {
+      auto e = kj::heap<Entrance>();
+      e->stream = kj::mv(stream);
+      e->network = kj::heap<capnp::TwoPartyVatNetwork>(*e->stream, capnp::rpc::twoparty::Side::SERVER);
+      e->rpc = kj::heap<capnp::RpcSystem<capnp::rpc::twoparty::VatId>>(
+          capnp::makeRpcServer(*e->network, kj::heap<DoorServer>(*this)));
+      auto* network = e->network.get();
+      // The entrance lives until its client hangs up: it carries the session's calls.
+      tasks_.add(network->onDisconnect().attach(kj::mv(e)));
+      return Accept();
+    });
+  }
+
+  void Close() {
+    session_ = nullptr;
+    accepting_ = nullptr;
+    listener_ = nullptr;
+    if (!unix_path_.empty()) unlink(unix_path_.c_str());
+    unix_path_.clear();
+  }
+
+  kj::AsyncIoContext& io_;
+  kj::Maybe<wire::Session::Client> session_;
+  kj::byte ticket_[16];
+  std::string unix_path_;
+  kj::Own<kj::ConnectionReceiver> listener_;
+  kj::Promise<void> accepting_ = nullptr;
+  kj::Promise<void> expiry_ = nullptr;
+  Errors errors_;
+  kj::TaskSet tasks_;
+};
+
 class WorkerImpl final : public wire::SessionWorker::Server {
  public:
-  explicit WorkerImpl(kj::Own<kj::PromiseFulfiller<void>> closed) : closed_(kj::mv(closed)) {}
+  WorkerImpl(kj::AsyncIoContext& io, kj::Own<kj::PromiseFulfiller<void>> closed) : io_(io), closed_(kj::mv(closed)) {}
 
   kj::Promise<void> open(OpenContext context) override {
     auto results = context.getResults();
@@ -124,9 +231,18 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     // it, or its connection broke), the worker's job is done.
     auto* closed = closed_.get();
     auto server = kj::mv(session).value().attach(kj::defer([closed] { closed->fulfill(); }));
+    wire::Session::Client client(kj::mv(server));
     results.setCode(0);
-    results.setSession(wire::Session::Client(kj::mv(server)));
-    return kj::READY_NOW;
+    results.setSession(client);
+    std::string where = c.getDirectListen();
+    if (where.empty()) return kj::READY_NOW;
+    door_ = kj::heap<Door>(io_, kj::mv(client));
+    return door_->Open(where, results.initDirect()).catch_([this, results](kj::Exception&& e) mutable {
+      // The client still has the session through the agent.
+      GP_WARN("session", "cannot listen for a direct connection: {}", e.getDescription().cStr());
+      results.disownDirect();
+      door_ = nullptr;
+    });
   }
 
   kj::Promise<void> revoke(RevokeContext context) override {
@@ -136,7 +252,9 @@ class WorkerImpl final : public wire::SessionWorker::Server {
   }
 
  private:
+  kj::AsyncIoContext& io_;
   kj::Own<kj::PromiseFulfiller<void>> closed_;
+  kj::Own<Door> door_;
   std::shared_ptr<backend::SessionControl> control_ = std::make_shared<backend::SessionControl>();
   bool opened_ = false;
 };
@@ -175,7 +293,7 @@ int RunSessionWorker(int fd) {
     auto stream = io.lowLevelProvider->wrapUnixSocketFd(fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
     capnp::TwoPartyVatNetwork network(*stream, capnp::rpc::twoparty::Side::SERVER);
     auto closed = kj::newPromiseAndFulfiller<void>();
-    auto rpc = capnp::makeRpcServer(network, kj::heap<WorkerImpl>(kj::mv(closed.fulfiller)));
+    auto rpc = capnp::makeRpcServer(network, kj::heap<WorkerImpl>(io, kj::mv(closed.fulfiller)));
     // Ends when the session is gone (its destructor freed memory and modules) or the agent hung up.
     kj::mv(closed.promise).exclusiveJoin(network.onDisconnect()).wait(io.waitScope);
     // Let the last reply (a failed open) reach the agent before the socket closes.
@@ -194,6 +312,7 @@ int RunSessionWorker(int fd) {
 struct SessionWorkers::Worker {
   pid_t pid = 0;
   std::string lease_id;
+  std::string direct_path;  // A Unix-socket door the worker may have left behind if it was killed.
   kj::Own<kj::AsyncIoStream> stream;
   kj::Own<capnp::TwoPartyClient> rpc;
   kj::Maybe<wire::SessionWorker::Client> control;
@@ -212,7 +331,8 @@ SessionWorkers::~SessionWorkers() {
 kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   int fds[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
-    return OpenedSession{Status(StatusCode::kInternal, fmt::format("socketpair: {}", std::strerror(errno))), nullptr};
+    return OpenedSession{Status(StatusCode::kInternal, fmt::format("socketpair: {}", std::strerror(errno))), nullptr,
+                         nullptr};
   }
   // Above the fds the child gets: dup2 onto itself would keep close-on-exec set, and one must not clobber the other.
   int child_fd = fcntl(fds[1], F_DUPFD_CLOEXEC, kTurnsFd + 1);
@@ -224,7 +344,7 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
     close(fds[0]);
     if (child_fd >= 0) close(child_fd);
     if (turns_fd >= 0) close(turns_fd);
-    return OpenedSession{Status(StatusCode::kInternal, "cannot find gp-agent's own executable"), nullptr};
+    return OpenedSession{Status(StatusCode::kInternal, "cannot find gp-agent's own executable"), nullptr, nullptr};
   }
   exe[n] = 0;
   std::string fd_arg = std::to_string(kWorkerFd);
@@ -242,11 +362,12 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
     close(fds[0]);
     return OpenedSession{Status(StatusCode::kInternal, fmt::format("cannot start a session worker: {}",
                                                                    std::strerror(err))),
-                         nullptr};
+                         nullptr, nullptr};
   }
   auto worker = kj::heap<Worker>();
   worker->pid = pid;
   worker->lease_id = spec.lease_id;
+  if (spec.direct_listen.rfind("unix:", 0) == 0) worker->direct_path = fmt::format("{}.{}", spec.direct_listen.substr(5), pid);
   worker->stream = io_.lowLevelProvider->wrapUnixSocketFd(fds[0], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
   worker->rpc = kj::heap<capnp::TwoPartyClient>(*worker->stream);
   auto maybe_pid = kj::heap<kj::Maybe<pid_t>>(pid);
@@ -273,19 +394,27 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   c.setShareMicros(spec.share_micros);
   c.setCudaDriver(spec.cuda_driver);
   c.setDeviceTurns(turns_fd >= 0);
+  c.setDirectListen(spec.direct_listen);
   return req.send()
       .then([this, pid](capnp::Response<wire::SessionWorker::OpenResults>&& r) -> OpenedSession {
         if (r.getCode() != 0) {
           kill(pid, SIGKILL);
-          return OpenedSession{Status(static_cast<StatusCode>(r.getCode()), r.getMessage()), nullptr};
+          return OpenedSession{Status(static_cast<StatusCode>(r.getCode()), r.getMessage()), nullptr, nullptr};
         }
-        return OpenedSession{Status::Ok(), r.getSession()};
+        OpenedSession opened{Status::Ok(), r.getSession(), nullptr};
+        if (r.hasDirect()) {
+          auto d = r.getDirect();
+          auto ticket = d.getTicket();
+          opened.direct = DirectDoor{d.getPort(), d.getPath(),
+                                     std::string(reinterpret_cast<const char*>(ticket.begin()), ticket.size())};
+        }
+        return opened;
       })
       .catch_([this, pid](kj::Exception&& e) -> OpenedSession {
         kill(pid, SIGKILL);
         return OpenedSession{Status(StatusCode::kInternal, fmt::format("the session worker failed to start: {}",
                                                                        e.getDescription().cStr())),
-                             nullptr};
+                             nullptr, nullptr};
       });
 }
 
@@ -315,7 +444,10 @@ void SessionWorkers::Reap(pid_t pid, int status) {
     GP_WARN("session", "lease {}: session worker {} {}: that session ended, its memory is freed", lease, pid,
             DescribeExit(status));
   }
-  if (it != workers_.end()) workers_.erase(it);
+  if (it != workers_.end()) {
+    if (!it->second->direct_path.empty()) unlink(it->second->direct_path.c_str());
+    workers_.erase(it);
+  }
 }
 
 }  // namespace gpupool::agent

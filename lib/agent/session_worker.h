@@ -48,11 +48,21 @@ struct WorkerSpec {
   uint32_t share_micros = 1000000;
   std::string cuda_driver;
   int turns_fd = -1;  // The device's turns table (DeviceTurns::CreateSegment), or -1: none.
+  // Where the worker listens for its client's direct connection ("host:0", "unix:PATH"); empty: nowhere.
+  std::string direct_listen;
+};
+
+// Where the client reaches the worker itself (wire::DirectSession).
+struct DirectDoor {
+  uint16_t port = 0;
+  std::string path;
+  std::string ticket;
 };
 
 struct OpenedSession {
   Status status;
   kj::Maybe<wire::Session::Client> session;
+  kj::Maybe<DirectDoor> direct;
 };
 
 // The agent's side: spawns, tracks, kills and reaps workers. Lives on the agent's event-loop thread.

@@ -229,6 +229,20 @@ void DetectDeadPeers(kj::AsyncIoStream& stream) {
   }
 }
 
+kj::Promise<kj::Own<kj::AsyncIoStream>> Runtime::ConnectStream(const std::string& address,
+                                                             std::chrono::milliseconds timeout) {
+  auto connected =
+      io_->provider->getNetwork()
+          .parseAddress(address, 7450)
+          .then([](kj::Own<kj::NetworkAddress> a) { return a->connect().attach(kj::mv(a)); });
+  return io_->provider->getTimer()
+      .timeoutAfter(timeout.count() * kj::MILLISECONDS, kj::mv(connected))
+      .then([](kj::Own<kj::AsyncIoStream> stream) {
+        DetectDeadPeers(*stream);
+        return stream;
+      });
+}
+
 kj::Promise<wire::Agent::Client> Runtime::Connect(const std::string& address, Connection* raw) {
   auto& timer = io_->provider->getTimer();
   std::string addr = address;

@@ -80,6 +80,8 @@ class Runtime : public kj::TaskSet::ErrorHandler {
   void StopTask(const std::string& key);
   // Drops the connection to `address` (after an error) so the next call reconnects.
   void Forget(const std::string& address);
+  // A plain connected stream to `address` (dead peers detected as for agents), failing after `timeout`.
+  kj::Promise<kj::Own<kj::AsyncIoStream>> ConnectStream(const std::string& address, std::chrono::milliseconds timeout);
 
  private:
   struct Connection;

@@ -35,11 +35,36 @@ void EmitOutput(capnp::Text::Reader text) {
   std::fflush(stdout);
 }
 
+// The worker's address for a client that reached its agent at `server` ("host", "host:port", "[v6]:port").
+std::string WorkerAddress(const std::string& server, uint16_t port) {
+  std::string host = server;
+  if (host.rfind('[', 0) == 0) {
+    host = host.substr(0, host.find(']') + 1);
+  } else if (std::count(host.begin(), host.end(), ':') == 1) {
+    host = host.substr(0, host.find(':'));
+  } else if (host.find(':') != std::string::npos) {
+    host = "[" + host + "]";  // A bare IPv6 address.
+  }
+  return fmt::format("{}:{}", host, port);
+}
+
+// GPUPOOL_DIRECT_SESSIONS=0: every call goes through the agent (to measure the extra hop, or where only the
+// agent's port is reachable and connecting elsewhere would wait for a firewall's silence).
+bool DirectSessionsWanted() {
+  const char* v = std::getenv("GPUPOOL_DIRECT_SESSIONS");
+  return v == nullptr || std::string_view(v) != "0";
+}
+
+constexpr std::chrono::milliseconds kDirectConnectTimeout{2000};
+
 }  // namespace
 
 struct RemoteSession::Impl : public kj::TaskSet::ErrorHandler {
   kj::Maybe<wire::Session::Client> session;  // Loop thread only.
   kj::Own<kj::TaskSet> tasks;                // Loop thread only.
+  // The connection straight to the session's worker, when the agent offered one: it carries every call.
+  kj::Own<kj::AsyncIoStream> direct_stream;   // Loop thread only.
+  kj::Own<capnp::TwoPartyClient> direct_rpc;  // Loop thread only.
   std::mutex mu;
   int async_error = 0;
   std::string async_message;
@@ -57,6 +82,29 @@ struct RemoteSession::Impl : public kj::TaskSet::ErrorHandler {
   wire::Session::Client& S() {
     KJ_IF_MAYBE(s, session) { return *s; }
     KJ_FAIL_REQUIRE("session closed");
+  }
+  // Enters the worker's door; on any failure the session stays reached through the agent.
+  kj::Promise<void> GoDirect(Runtime& rt, const std::string& server, wire::DirectSession::Reader door) {
+    std::string address = door.hasPath() && door.getPath().size() > 0 ? "unix:" + std::string(door.getPath())
+                                                                       : WorkerAddress(server, door.getPort());
+    auto ticket = kj::heapArray<kj::byte>(door.getTicket());
+    return rt.ConnectStream(address, kDirectConnectTimeout)
+        .then([this, &rt, address, ticket = kj::mv(ticket)](kj::Own<kj::AsyncIoStream> stream) mutable {
+          direct_stream = kj::mv(stream);
+          direct_rpc = kj::heap<capnp::TwoPartyClient>(*direct_stream);
+          auto req = direct_rpc->bootstrap().castAs<wire::SessionDoor>().enterRequest();
+          req.setTicket(ticket);
+          return rt.Deadline(req.send()).then([this, address](capnp::Response<wire::SessionDoor::EnterResults>&& r) {
+            session = r.getSession();  // The agent's forwarding reference goes.
+            GP_DEBUG("session", "reached the session's worker directly at {}", address);
+          });
+        })
+        .catch_([this, address](kj::Exception&& e) {
+          GP_DEBUG("session", "no direct connection to the session's worker at {} ({}): calls go through the agent",
+                   address, e.getDescription().cStr());
+          direct_rpc = nullptr;
+          direct_stream = nullptr;
+        });
   }
 };
 
@@ -109,7 +157,13 @@ Result<std::vector<std::unique_ptr<RemoteSession>>> RemoteSession::OpenLease(con
                                  if (!s.ok()) return s;
                                  impl->session = r.getSession();
                                  impl->tasks = kj::heap<kj::TaskSet>(*impl);
-                                 return rt.Deadline(impl->S().propertiesRequest().send())
+                                 kj::Promise<void> direct = kj::READY_NOW;
+                                 if (r.hasDirect() && DirectSessionsWanted()) {
+                                   direct = impl->GoDirect(rt, server, r.getDirect());
+                                 }
+                                 return direct.then([&rt, impl]() {
+                                   return rt.Deadline(impl->S().propertiesRequest().send());
+                                 })
                                      .then([props](capnp::Response<wire::Session::PropertiesResults>&& p) {
                                        auto d = p.getProps();
                                        props->name = d.getName();
@@ -151,6 +205,8 @@ RemoteSession::~RemoteSession() {
   runtime_->Run([this] {
     impl_->tasks = nullptr;
     impl_->session = nullptr;
+    impl_->direct_rpc = nullptr;
+    impl_->direct_stream = nullptr;
   });
 }
 

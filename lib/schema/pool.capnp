@@ -5,6 +5,7 @@
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("gpupool::wire");
 using Session = import "session.capnp".Session;
+using DirectSession = import "session.capnp".DirectSession;
 
 const protocolVersion :UInt32 = 1;
 # Bumped on any incompatible change. hello() is ordinal 0 forever so that every version can tell.
@@ -97,8 +98,10 @@ interface Agent {
   # Drops an uncommitted reservation (placement rollback). Committed leases are left alone.
 
   openSession @7 (lease :LeaseKey, device :UInt32, windowBase :UInt64, windowBytes :UInt64)
-      -> (outcome :Outcome, session :Session);
+      -> (outcome :Outcome, session :Session, direct :DirectSession);
   # Opens the CUDA session of a committed lease's slice on `device`. Device addresses of the session lie in
   # [windowBase, windowBase + windowBytes), chosen by the client so that the pointers of all its slices, on any
   # servers, never collide. Outcome busy: that window is taken on this agent; pick another.
+  # `session` reaches the session through the agent; `direct`, when set, says where the client may reach the
+  # session's worker itself (then it drops `session`, and the agent forwards nothing).
 }

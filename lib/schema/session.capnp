@@ -39,6 +39,20 @@ struct ParamInfo {
   size @1 :UInt32;
 }
 
+# Where a client reaches its session's worker process directly, without the agent in the middle (one hop less on
+# every call). The worker listens until the client enters or a few seconds pass; the ticket opens it once.
+struct DirectSession {
+  port @0 :UInt16;   # TCP: the worker's port on the host the client reached the agent at.
+  path @1 :Text;     # An agent on a Unix socket: the worker's socket.
+  ticket @2 :Data;   # 16 random bytes.
+}
+
+# The bootstrap interface of a worker's direct listener.
+interface SessionDoor {
+  enter @0 (ticket :Data) -> (session :Session);
+  # A wrong or used ticket fails the call.
+}
+
 interface Session {
   # Calls that return values wait for their reply; the others (launch, copies to the device, sets, frees, event
   # records) are sent without waiting: their errors surface at the next synchronising call, in its status.

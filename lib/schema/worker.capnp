@@ -7,6 +7,7 @@ using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("gpupool::wire");
 
 using import "session.capnp".Session;
+using import "session.capnp".DirectSession;
 
 struct WorkerConfig {
   emulated @0 :Bool;
@@ -21,10 +22,12 @@ struct WorkerConfig {
   shareMicros @9 :UInt32;     # Compute share in millionths of the device.
   cudaDriver @10 :Text;       # Physical GPUs: the driver library to load ("" = the system's libcuda.so.1).
   deviceTurns @11 :Bool;      # The device's turns table (backend/device_turns.h) is the worker's fd 4.
+  directListen @12 :Text;     # Where to listen for the client's direct connection: "host:0", or "unix:PATH" (the
+                              # worker appends ".PID"); "" = nowhere (calls go through the agent only).
 }
 
 interface SessionWorker {
-  open @0 (config :WorkerConfig) -> (code :Int32, message :Text, session :Session);
+  open @0 (config :WorkerConfig) -> (code :Int32, message :Text, session :Session, direct :DirectSession);
   # code: 0 = opened; otherwise a gpupool StatusCode value and the reason (the worker then exits).
 
   revoke @1 () -> ();

@@ -178,6 +178,32 @@ TEST(Remote, AKilledWorkerOrAFaultingKernelEndsOnlyItsOwnSession) {
       << "every session worker exits with its session";
 }
 
+// Clients reach their session's worker directly: once the session is open, its calls no longer pass through the
+// agent, so a program keeps computing while the agent process is stopped (SIGSTOP), and gets its results.
+// GPUPOOL_DIRECT_SESSIONS=0 keeps every call on the agent's connection: then the stopped agent holds it up.
+TEST(Remote, SessionCallsGoStraightToTheWorkerNotThroughTheAgent) {
+  Agent agent(AgentOptions{.name = "direct", .emulated = 1, .emulated_memory = "2GiB"});
+  for (bool direct : {true, false}) {
+    SCOPED_TRACE(direct ? "direct" : "through the agent");
+    Process run({ToolPath("gp-run"), "--servers", agent.address(), "--", Program("busy"), "1", "trace"},
+                {direct ? "GPUPOOL_DIRECT_SESSIONS=1" : "GPUPOOL_DIRECT_SESSIONS=0"});
+    ASSERT_EQ(run.ReadLine(seconds(60)).rfind("busy: at ", 0), 0u) << run.Stderr();  // Session open, module loaded.
+    kill(agent.process().pid(), SIGSTOP);
+    std::string line;
+    auto deadline = std::chrono::steady_clock::now() + seconds(direct ? 30 : 4);
+    while (line.find("kernels in") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      line = run.ReadLine(seconds(1));
+    }
+    kill(agent.process().pid(), SIGCONT);
+    if (direct) {
+      EXPECT_NE(line.find("busy: "), std::string::npos) << "the program stalled with its agent: " << run.Stderr();
+    } else {
+      EXPECT_EQ(line.find("kernels in"), std::string::npos) << "calls through a stopped agent completed: " << line;
+    }
+    EXPECT_EQ(run.Wait(seconds(60)), 0) << run.Stderr();
+  }
+}
+
 // Compute shares under contention: two busy tenants with 0.75 and 0.25 of one emulated GPU. The achieved shares
 // are bench/share_bench.sh's business; this checks only that the bigger share gets more done.
 TEST(Remote, TheBiggerComputeShareGetsMoreWorkDone) {

@@ -557,5 +557,51 @@ TEST_F(SessionGuard, EveryCallAfterTheLeaseIsReleasedAnswersInvalidContext) {
   EXPECT_TRUE(Computes(next->s(), next->add_one));
 }
 
+// The worker's direct door (openSession's `direct`) opens for the ticket the agent handed out, and only once: a
+// guessed ticket fails, the right one gives a working session, and then the door is shut.
+TEST_F(SessionGuard, TheWorkersDoorOpensOnceAndOnlyForItsTicket) {
+  auto fields = internal::DecodeToken(attacker_->lease.Token());
+  ASSERT_TRUE(fields.ok());
+  capnp::EzRpcClient client(agent_->address());
+  auto agent = client.getMain<wire::Agent>();
+  auto& wait = client.getWaitScope();
+  std::optional<capnp::Response<wire::Agent::OpenSessionResults>> opened;
+  for (uint64_t base = uint64_t{40} << 40; !opened && base < (uint64_t{44} << 40); base += uint64_t{64} << 30) {
+    auto req = agent.openSessionRequest();
+    req.initLease().setId(fields->id);
+    req.getLease().setSecret(fields->secret);
+    req.setDevice(attacker_->lease.slices()[0].device);
+    req.setWindowBase(base);
+    req.setWindowBytes(uint64_t{2} << 30);
+    auto reply = req.send().wait(wait);
+    if (reply.getOutcome().getCode() == wire::Outcome::Code::OK) opened.emplace(kj::mv(reply));
+  }
+  ASSERT_TRUE(opened) << "no window could be opened";
+  ASSERT_TRUE(opened->hasDirect()) << "the agent offered no direct connection";
+  auto direct = opened->getDirect();
+  ASSERT_NE(direct.getPort(), 0u);
+  std::vector<kj::byte> ticket(direct.getTicket().begin(), direct.getTicket().end());
+  ASSERT_EQ(ticket.size(), 16u);
+  std::string door_address = "127.0.0.1:" + std::to_string(direct.getPort());
+  capnp::EzRpcClient door_client(door_address);
+  auto door = door_client.getMain<wire::SessionDoor>();
+  auto enter = [&](std::vector<kj::byte> t) {
+    auto req = door.enterRequest();
+    req.setTicket(kj::arrayPtr(t.data(), t.size()));
+    return req.send();
+  };
+  std::vector<kj::byte> guess = ticket;
+  guess[7] ^= 1;
+  EXPECT_ANY_THROW(enter(guess).wait(wait)) << "a wrong ticket opened the door";
+  EXPECT_ANY_THROW(enter({}).wait(wait)) << "an empty ticket opened the door";
+  auto entered = enter(ticket).wait(wait);
+  auto session = entered.getSession();
+  auto info = session.memGetInfoRequest().send().wait(wait);
+  EXPECT_EQ(info.getStatus().getCode(), kOk);
+  EXPECT_GT(info.getTotal(), 0u);
+  EXPECT_ANY_THROW(enter(ticket).wait(wait)) << "the ticket opened the door twice";
+  ExpectAllUnharmed();
+}
+
 }  // namespace
 }  // namespace gpupool::testing

@@ -27,7 +27,10 @@ int main(int argc, char** argv) {
   auto start = std::chrono::steady_clock::now();
   double elapsed = 0;
   long kernels = 0;
-  if (trace) std::printf("busy: at %.1f 0\n", now_ms());
+  if (trace) {
+    std::printf("busy: at %.1f 0\n", now_ms());
+    std::fflush(stdout);
+  }
   while (elapsed < seconds) {
     // Batches keep the device's queue full, as real programs do: a tenant that waits after every kernel leaves
     // the device idle between kernels, and its neighbour gets that time too.
@@ -38,7 +41,10 @@ int main(int argc, char** argv) {
       return 1;
     }
     kernels += 8;
-    if (trace) std::printf("busy: at %.1f %ld\n", now_ms(), kernels);
+    if (trace) {
+      std::printf("busy: at %.1f %ld\n", now_ms(), kernels);
+      std::fflush(stdout);
+    }
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   std::printf("busy: %ld kernels in %.3f s\n", kernels, elapsed);
