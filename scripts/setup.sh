@@ -20,6 +20,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   capnproto libcapnp-dev libuv1-dev libcli11-dev libfmt-dev libtomlplusplus-dev
   googletest libgtest-dev libzstd-dev iproute2
+  python3 python3-venv  # the Python framework tests make a venv and pip-install pinned packages into it
   clang libclang-rt-14-dev  # libFuzzer for the fatbin and PTX fuzz targets
 )
 
