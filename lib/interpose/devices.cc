@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <optional>
@@ -380,6 +381,45 @@ std::map<int, int> FakeDeviceAttributes() {
       {CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, -1},
       // Everything else (IPC, RDMA, handle types, multicast, MPS, interop, decompression...) reads as 0.
   };
+}
+
+std::string UuidString(const DeviceInfo& device) {
+  const auto& u = device.uuid;
+  return fmt::format("GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+                     u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+                     u[15]);
+}
+
+std::vector<size_t> VisibleDevices(const char* value, const std::vector<DeviceInfo>& devices) {
+  std::vector<size_t> visible;
+  if (value == nullptr) {
+    for (size_t i = 0; i < devices.size(); ++i) visible.push_back(i);
+    return visible;
+  }
+  std::string_view rest = value;
+  while (!rest.empty()) {
+    size_t comma = rest.find(',');
+    std::string_view entry = Trim(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    std::optional<size_t> found;
+    if (!entry.empty() && entry.front() >= '0' && entry.front() <= '9') {
+      size_t index = 0;
+      auto [end, ec] = std::from_chars(entry.data(), entry.data() + entry.size(), index);
+      if (ec == std::errc() && end == entry.data() + entry.size() && index < devices.size()) found = index;
+    } else if (entry.size() > 4 && entry.substr(0, 4) == "GPU-") {
+      int matches = 0;
+      for (size_t i = 0; i < devices.size(); ++i) {
+        if (UuidString(devices[i]).compare(0, entry.size(), entry) == 0) {
+          found = i;
+          ++matches;
+        }
+      }
+      if (matches != 1) found.reset();  // Ambiguous prefixes name no device, as with the driver.
+    }
+    if (!found || std::find(visible.begin(), visible.end(), *found) != visible.end()) break;
+    visible.push_back(*found);
+  }
+  return visible;
 }
 
 }  // namespace gpupool::interpose

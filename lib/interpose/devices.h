@@ -70,6 +70,16 @@ std::unique_ptr<DeviceProvider> MakeDeviceProviderFromEnvironment();
 // FakeDeviceAttributes(); device i gets a distinct UUID and PCI bus i+1.
 Result<std::vector<DeviceInfo>> ParseFakeDevices(std::string_view spec);
 
+// The devices CUDA_VISIBLE_DEVICES lets the process see, as the real driver reads it: indices into `devices` in
+// the order listed, from a comma-separated list of ordinals ("1,0") or UUIDs ("GPU-8f3a...", any unique prefix of
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"). The list ends at the first entry that names no device, names one
+// already listed, or is malformed: the devices before it stay visible. An empty value hides every device; a null
+// `value` (unset) shows them all.
+std::vector<size_t> VisibleDevices(const char* value, const std::vector<DeviceInfo>& devices);
+
+// The driver's UUID string of a device: "GPU-" and the 16 bytes as 8-4-4-4-12 hex digits.
+std::string UuidString(const DeviceInfo& device);
+
 // Attributes of a 40-SM compute-capability-7.5 device (a Tesla T4's limits), minus what gpupool cannot offer
 // across a network: managed memory, host-mapped memory, IPC, virtual memory management.
 std::map<int, int> FakeDeviceAttributes();

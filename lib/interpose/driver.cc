@@ -1,5 +1,6 @@
 #include "driver.h"
 
+#include <cstdlib>
 #include <utility>
 
 #include "core/log.h"
@@ -40,8 +41,22 @@ CUresult Driver::Init(unsigned int flags) {
     return CUDA_ERROR_NO_DEVICE;
   }
 
-  devices_ = std::move(*listed);
-  Remote::Get().Attach(provider->TakeSessions());
+  // CUDA_VISIBLE_DEVICES picks and orders the slices, as it does a machine's GPUs; a hidden slice's session closes.
+  std::vector<std::unique_ptr<internal::RemoteSession>> sessions = provider->TakeSessions();
+  const char* visible_env = std::getenv("CUDA_VISIBLE_DEVICES");
+  std::vector<size_t> visible = VisibleDevices(visible_env, *listed);
+  if (visible.empty()) {
+    GP_WARN("interpose", "CUDA_VISIBLE_DEVICES='{}' shows none of the {} device(s) of this process", visible_env,
+            listed->size());
+    init_result_.store(CUDA_ERROR_NO_DEVICE, std::memory_order_release);
+    return CUDA_ERROR_NO_DEVICE;
+  }
+  std::vector<std::unique_ptr<internal::RemoteSession>> visible_sessions;
+  for (size_t i : visible) {
+    devices_.push_back(std::move((*listed)[i]));
+    if (i < sessions.size()) visible_sessions.push_back(std::move(sessions[i]));
+  }
+  Remote::Get().Attach(std::move(visible_sessions));
   provider_ = std::move(provider);
   unsigned long long next_id = 1;
   for (size_t i = 0; i < devices_.size(); ++i) {

@@ -83,5 +83,46 @@ TEST(FakeDevices, RealisticAttributes) {
   }
 }
 
+std::vector<DeviceInfo> ThreeDevices() {
+  auto devices = ParseFakeDevices("3:1GiB");
+  EXPECT_TRUE(devices.ok());
+  return std::move(devices).value();
+}
+
+TEST(VisibleDevices, UnsetShowsAllEmptyShowsNone) {
+  auto d = ThreeDevices();
+  EXPECT_EQ(VisibleDevices(nullptr, d), (std::vector<size_t>{0, 1, 2}));
+  EXPECT_TRUE(VisibleDevices("", d).empty());
+}
+
+TEST(VisibleDevices, OrdinalsPickAndOrder) {
+  auto d = ThreeDevices();
+  EXPECT_EQ(VisibleDevices("2,0", d), (std::vector<size_t>{2, 0}));
+  EXPECT_EQ(VisibleDevices(" 1 , 2 ", d), (std::vector<size_t>{1, 2}));
+}
+
+TEST(VisibleDevices, TheListEndsAtTheFirstEntryThatNamesNoDevice) {
+  auto d = ThreeDevices();
+  EXPECT_EQ(VisibleDevices("1,5,0", d), (std::vector<size_t>{1}));    // Out of range.
+  EXPECT_EQ(VisibleDevices("0,x,2", d), (std::vector<size_t>{0}));    // Malformed.
+  EXPECT_EQ(VisibleDevices("2,2,0", d), (std::vector<size_t>{2}));    // Repeated.
+  EXPECT_EQ(VisibleDevices("-1,0", d), (std::vector<size_t>{}));      // Negative.
+  EXPECT_EQ(VisibleDevices("1x", d), (std::vector<size_t>{}));
+}
+
+TEST(VisibleDevices, UuidsAndUniquePrefixes) {
+  auto d = ThreeDevices();
+  std::string u1 = UuidString(d[1]), u2 = UuidString(d[2]);
+  ASSERT_EQ(u1.size(), 40u);
+  ASSERT_EQ(u1.rfind("GPU-", 0), 0u);
+  EXPECT_EQ(VisibleDevices((u2 + "," + u1).c_str(), d), (std::vector<size_t>{2, 1}));
+  // The shortest prefix that tells device 1 from the others.
+  size_t n = 5;
+  while (n < u1.size() && (UuidString(d[0]).compare(0, n, u1, 0, n) == 0 || u2.compare(0, n, u1, 0, n) == 0)) ++n;
+  EXPECT_EQ(VisibleDevices(u1.substr(0, n).c_str(), d), (std::vector<size_t>{1}));
+  EXPECT_TRUE(VisibleDevices("GPU-", d).empty()) << "a prefix that fits every device names none";
+  EXPECT_TRUE(VisibleDevices("GPU-zzzz", d).empty());
+}
+
 }  // namespace
 }  // namespace gpupool::interpose
