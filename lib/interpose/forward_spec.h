@@ -234,6 +234,10 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
     "stream synchronised, then fn runs in the client")                                                            \
   X(cuLaunchHostFunc_ptsz, (CUstream st, CUhostFn fn, void* data), LaunchHostFunc(st, fn, data), "stream",        \
     "synchronised, then fn")                                                                                      \
+  X(cuStreamAddCallback, (CUstream st, CUstreamCallback cb, void* data, unsigned int flags),                      \
+    StreamAddCallback(st, cb, data, flags), "stream", "stream synchronised, then cb(status) runs in the client")   \
+  X(cuStreamAddCallback_ptsz, (CUstream st, CUstreamCallback cb, void* data, unsigned int flags),                 \
+    StreamAddCallback(st, cb, data, flags), "stream", "synchronised, then cb(status)")                            \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor, (int* n, CUfunction f, int block, size_t dyn),                   \
     OccupancyMaxActiveBlocks(n, f, block, dyn), "ctx", "computed from the function's attributes")                 \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, (int* n, CUfunction f, int block, size_t dyn,           \

@@ -201,6 +201,22 @@ CUresult LaunchHostFunc(CUstream stream, CUhostFn fn, void* data) {
   return CUDA_SUCCESS;
 }
 
+// cuStreamAddCallback: as LaunchHostFunc, and the callback learns the stream's status (an error of the work before
+// it reaches the callback, as on a GPU, rather than the call).
+CUresult StreamAddCallback(CUstream stream, CUstreamCallback callback, void* data, unsigned int flags) {
+  if (callback == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  Remote& remote = Remote::Get();
+  int dev;
+  uint64_t sid;
+  if (CUresult r = remote.ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
+  CUresult status = CUDA_SUCCESS;
+  if (int code = remote.session(dev)->StreamSynchronize(sid); code != 0) {
+    status = remote.Fail(dev, code, "the work before a stream callback");
+  }
+  callback(stream, status, data);
+  return CUDA_SUCCESS;
+}
+
 int MaxDynamicShared(const Kernel& kernel, int dev, const RemoteFunctionInfo& info) {
   int set = kernel.max_dynamic_shared.load();
   if (set >= 0) return set;

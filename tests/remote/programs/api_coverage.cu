@@ -14,6 +14,10 @@ __global__ void AddOne(int* p, int n) {
 }
 
 static void CUDART_CB HostCallback(void* data) { *static_cast<int*>(data) = 42; }
+// cudaStreamAddCallback's kind: it also learns the stream's status.
+static void CUDART_CB StreamCallback(cudaStream_t, cudaError_t status, void* data) {
+  *static_cast<int*>(data) = status == cudaSuccess ? 7 : -1;
+}
 
 int main() {
   int devices = 0;
@@ -105,6 +109,12 @@ int main() {
   CHECK(cudaLaunchHostFunc(s, HostCallback, &flag));
   CHECK(cudaStreamSynchronize(s));
   EXPECT(flag == 42, "host function ran after the stream's work");
+  int callback_flag = 0;
+  CHECK(cudaStreamAddCallback(s, StreamCallback, &callback_flag, 0));
+  CHECK(cudaStreamSynchronize(s));
+  EXPECT(callback_flag == 7, "stream callback ran with cudaSuccess after the stream's work");
+  EXPECT(cudaStreamAddCallback(s, StreamCallback, &callback_flag, 1) == cudaErrorInvalidValue,
+         "stream callback flags other than 0 are refused");
   CHECK(cudaMemcpy(ints_back.data(), on1, n * sizeof(int), cudaMemcpyDeviceToHost));
   peer_ok = true;
   for (int i = 0; i < n; ++i) peer_ok = peer_ok && ints_back[i] == i * 3 + 2;
