@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <random>
 
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-unix.h>
@@ -24,6 +23,7 @@
 #include "backend/device_turns.h"
 #include "backend/emu/emu_session.h"
 #include "core/log.h"
+#include "core/util.h"
 #include "worker.capnp.h"
 
 extern char** environ;
@@ -49,6 +49,13 @@ bool MpsRunning() {
   return stat(control.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
+// The Unix socket a worker's door listens on, when the agent listens on one ("unix:PATH" -> PATH.PID); "" for
+// TCP. The agent computes it too, to remove the socket of a worker that was killed before it could.
+std::string DoorSocketPath(const std::string& direct_listen, pid_t pid) {
+  if (direct_listen.rfind("unix:", 0) != 0) return "";
+  return fmt::format("{}.{}", direct_listen.substr(5), pid);
+}
+
 // How long a worker waits for its client's direct connection before it serves through the agent alone.
 constexpr kj::Duration kDoorOpenFor = 10 * kj::SECONDS;
 
@@ -56,17 +63,15 @@ constexpr kj::Duration kDoorOpenFor = 10 * kj::SECONDS;
 // the session; then the listener closes. Connections that entered carry the session's calls until they break.
 class Door {
  public:
-  Door(kj::AsyncIoContext& io, wire::Session::Client session) : io_(io), session_(kj::mv(session)), tasks_(errors_) {
-    for (auto& b : ticket_) b = static_cast<kj::byte>(RandomByte());
-  }
+  Door(kj::AsyncIoContext& io, wire::Session::Client session)
+      : io_(io), session_(kj::mv(session)), ticket_(RandomBytes(kTicketBytes)), tasks_(errors_) {}
   ~Door() { Close(); }
 
   // Listens at `where` ("host:0" or "unix:PATH"); fills `direct` with the port or path and the ticket.
   kj::Promise<void> Open(const std::string& where, wire::DirectSession::Builder direct) {
-    bool is_unix = where.rfind("unix:", 0) == 0;
-    std::string address = is_unix ? fmt::format("{}.{}", where, getpid()) : where;
-    if (is_unix) unix_path_ = address.substr(5);
-    return io_.provider->getNetwork().parseAddress(address).then(
+    unix_path_ = DoorSocketPath(where, getpid());
+    bool is_unix = !unix_path_.empty();
+    return io_.provider->getNetwork().parseAddress(is_unix ? "unix:" + unix_path_ : where).then(
         [this, direct, is_unix](kj::Own<kj::NetworkAddress> a) mutable {
           listener_ = a->listen();
           if (is_unix) {
@@ -75,7 +80,7 @@ class Door {
           } else {
             direct.setPort(static_cast<uint16_t>(listener_->getPort()));
           }
-          direct.setTicket(kj::arrayPtr(ticket_, sizeof(ticket_)));
+          direct.setTicket(kj::arrayPtr(reinterpret_cast<const kj::byte*>(ticket_.data()), ticket_.size()));
           accepting_ = Accept().eagerlyEvaluate([](kj::Exception&& e) {
             GP_DEBUG("session", "direct listener stopped: {}", e.getDescription().cStr());
           });
@@ -92,8 +97,11 @@ class Door {
       auto ticket = context.getParams().getTicket();
       KJ_IF_MAYBE(session, door_.session_) {
         // Constant time: a wrong guess learns nothing of the right bytes.
-        kj::byte diff = ticket.size() == sizeof(door_.ticket_) ? 0 : 1;
-        for (size_t i = 0; i < ticket.size() && i < sizeof(door_.ticket_); ++i) diff |= ticket[i] ^ door_.ticket_[i];
+        const std::string& want = door_.ticket_;
+        kj::byte diff = ticket.size() == want.size() ? 0 : 1;
+        for (size_t i = 0; i < ticket.size() && i < want.size(); ++i) {
+          diff |= ticket[i] ^ static_cast<kj::byte>(want[i]);
+        }
         if (diff == 0) {
           context.getResults().setSession(*session);
           door_.Close();  // One client: the door's own reference goes, the listener closes.
@@ -116,11 +124,6 @@ class Door {
       GP_DEBUG("session", "direct connection ended: {}", e.getDescription().cStr());
     }
   };
-
-  static int RandomByte() {
-    static thread_local std::mt19937_64 rng{std::random_device{}()};
-    return static_cast<int>(rng() & 0xff);
-  }
 
   kj::Promise<void> Accept() {
     return listener_->accept().then([this](kj::Own<kj::AsyncIoStream> stream) {
@@ -146,7 +149,8 @@ class Door {
 
   kj::AsyncIoContext& io_;
   kj::Maybe<wire::Session::Client> session_;
-  kj::byte ticket_[16];
+  static constexpr size_t kTicketBytes = 16;
+  std::string ticket_;  // From the kernel's random source: whoever holds it gets the session.
   std::string unix_path_;
   kj::Own<kj::ConnectionReceiver> listener_;
   kj::Promise<void> accepting_ = nullptr;
@@ -170,13 +174,14 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     auto c = context.getParams().getConfig();
     Result<kj::Own<wire::Session::Server>> session = Status(StatusCode::kInternal, "no backend");
     std::shared_ptr<backend::DeviceTurns> turns;
+    Status joined_turns = Status::Ok();
     if (c.getDeviceTurns()) {
       // Joined on this thread, which lives as long as the worker: membership is held by it.
       auto joined = backend::DeviceTurns::Join(kTurnsFd, c.getShareMicros());
       if (joined.ok()) {
         turns = std::move(joined).value();
       } else {
-        session = joined.status();
+        joined_turns = joined.status();
       }
       close(kTurnsFd);
     } else {
@@ -187,8 +192,8 @@ class WorkerImpl final : public wire::SessionWorker::Server {
         GP_WARN("session", "cannot lower the worker's priority to nice {}: {}", nice, std::strerror(errno));
       }
     }
-    if (c.getDeviceTurns() && !turns) {
-      // session holds the reason.
+    if (!joined_turns.ok()) {
+      session = joined_turns;
     } else if (c.getEmulated()) {
       backend::EmuSessionConfig cfg;
       cfg.device_name = c.getDeviceName();
@@ -341,10 +346,12 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   char exe[4096];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (n <= 0 || child_fd < 0 || (spec.turns_fd >= 0 && turns_fd < 0)) {
+    std::string why = n <= 0 ? "cannot find gp-agent's own executable"
+                             : fmt::format("cannot pass descriptors to a session worker: {}", std::strerror(errno));
     close(fds[0]);
     if (child_fd >= 0) close(child_fd);
     if (turns_fd >= 0) close(turns_fd);
-    return OpenedSession{Status(StatusCode::kInternal, "cannot find gp-agent's own executable"), nullptr, nullptr};
+    return OpenedSession{Status(StatusCode::kInternal, why), nullptr, nullptr};
   }
   exe[n] = 0;
   std::string fd_arg = std::to_string(kWorkerFd);
@@ -367,7 +374,7 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   auto worker = kj::heap<Worker>();
   worker->pid = pid;
   worker->lease_id = spec.lease_id;
-  if (spec.direct_listen.rfind("unix:", 0) == 0) worker->direct_path = fmt::format("{}.{}", spec.direct_listen.substr(5), pid);
+  worker->direct_path = DoorSocketPath(spec.direct_listen, pid);
   worker->stream = io_.lowLevelProvider->wrapUnixSocketFd(fds[0], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
   worker->rpc = kj::heap<capnp::TwoPartyClient>(*worker->stream);
   auto maybe_pid = kj::heap<kj::Maybe<pid_t>>(pid);

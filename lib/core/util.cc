@@ -13,7 +13,7 @@
 
 namespace gpupool {
 
-std::string RandomHex(size_t bytes) {
+std::string RandomBytes(size_t bytes) {
   std::string raw(bytes, '\0');
   size_t got = 0;
   while (got < bytes) {
@@ -25,6 +25,11 @@ std::string RandomHex(size_t bytes) {
     std::random_device rd;
     for (size_t i = got; i < bytes; ++i) raw[i] = static_cast<char>(rd());
   }
+  return raw;
+}
+
+std::string RandomHex(size_t bytes) {
+  std::string raw = RandomBytes(bytes);
   std::string out;
   out.reserve(bytes * 2);
   for (unsigned char c : raw) out += fmt::format("{:02x}", c);

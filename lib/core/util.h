@@ -9,7 +9,9 @@
 
 namespace gpupool {
 
-// `bytes` random bytes from the kernel, as lowercase hex (2 * bytes characters).
+// `bytes` random bytes from the kernel (getrandom): good for secrets.
+std::string RandomBytes(size_t bytes);
+// RandomBytes as lowercase hex (2 * bytes characters).
 std::string RandomHex(size_t bytes);
 // A uniformly random double in [0, 1), for jitter.
 double RandomUnit();
