@@ -96,6 +96,24 @@ void WakeAll(TurnsTable* t) {
   if (t->waiters > 0) syscall(SYS_futex, &t->sequence, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
+// With the table locked: the member other than `exclude` for which `counts(index, slot)` holds that has used least
+// (least vtime, then lowest index), or -1 if none.
+template <typename Counts>
+int Least(const TurnsTable* t, int exclude, Counts counts) {
+  int best = -1;
+  for (int j = 0; j < kSlots; ++j) {
+    const TurnsTable::Slot& o = t->slots[j];
+    if (j == exclude || o.pid == 0 || !counts(j, o)) continue;
+    if (best < 0 || o.vtime < t->slots[best].vtime) best = j;
+  }
+  return best;
+}
+
+// With the table locked: the waiting member other than `exclude` that has used least, or -1.
+int LeastWaiting(const TurnsTable* t, int exclude) {
+  return Least(t, exclude, [](int, const TurnsTable::Slot& o) { return o.waiting != 0; });
+}
+
 // With the table locked: whether slot `i`'s member lives; a dead one's slot is freed (and its turn, if held).
 bool Alive(TurnsTable* t, int i) {
   TurnsTable::Slot& s = t->slots[i];
@@ -162,11 +180,8 @@ Result<std::unique_ptr<DeviceTurns>> DeviceTurns::Join(int fd, uint32_t share_mi
     s.used_nanos = 0;
     s.last_used = 0;
     // A newcomer starts level with the member that has used least: no credit, no debt.
-    double least = -1;
-    for (int j = 0; j < kSlots; ++j) {
-      if (j != i && t->slots[j].pid != 0 && (least < 0 || t->slots[j].vtime < least)) least = t->slots[j].vtime;
-    }
-    s.vtime = least < 0 ? 0 : least;
+    int least = Least(t, i, [](int, const TurnsTable::Slot&) { return true; });
+    s.vtime = least < 0 ? 0 : t->slots[least].vtime;
     return std::unique_ptr<DeviceTurns>(new DeviceTurns(t, i));
   }
   munmap(p, sizeof(TurnsTable));
@@ -202,13 +217,8 @@ void DeviceTurns::AcquireLocked(const std::atomic<bool>& cancel) {
   TurnsTable::Slot& me = t->slots[slot_];
   if (NowNanos() - me.last_used > kIdleNanos) {
     // Back from idle: level with the neighbours that want the device, less a little credit.
-    double least = -1;
-    for (int j = 0; j < kSlots; ++j) {
-      const TurnsTable::Slot& o = t->slots[j];
-      if (j == slot_ || o.pid == 0 || !(o.waiting || t->holder == j)) continue;
-      if (least < 0 || o.vtime < least) least = o.vtime;
-    }
-    if (least >= 0) me.vtime = std::max(me.vtime, least - kIdleCreditNanos / me.weight);
+    int least = Least(t, slot_, [t](int j, const TurnsTable::Slot& o) { return o.waiting || t->holder == j; });
+    if (least >= 0) me.vtime = std::max(me.vtime, t->slots[least].vtime - kIdleCreditNanos / me.weight);
   }
   me.waiting = 1;
   ++t->waiters;
@@ -225,13 +235,10 @@ void DeviceTurns::AcquireLocked(const std::atomic<bool>& cancel) {
       }
     }
     if (t->holder == -1 && (t->reserved_for == -1 || t->reserved_for == slot_)) {
-      bool first = true;
-      for (int j = 0; j < kSlots && first; ++j) {
-        const TurnsTable::Slot& o = t->slots[j];
-        if (j == slot_ || o.pid == 0 || !o.waiting) continue;
-        first = o.vtime > me.vtime || (o.vtime == me.vtime && j > slot_);
-      }
-      if (first) {
+      // First in line: no waiting neighbour has used less (on a tie, the lower slot goes first).
+      int other = LeastWaiting(t, slot_);
+      const TurnsTable::Slot* o = other < 0 ? nullptr : &t->slots[other];
+      if (!o || o->vtime > me.vtime || (o->vtime == me.vtime && other > slot_)) {
         t->holder = slot_;
         t->turn_start = NowNanos();
         break;
@@ -271,13 +278,8 @@ void DeviceTurns::Leave(bool more_queued) {
   int64_t now = NowNanos();
   ChargeLocked(now);
   table_->holder = -1;
-  const TurnsTable::Slot& me = table_->slots[slot_];
-  bool least = more_queued;
-  for (int j = 0; j < kSlots && least; ++j) {
-    const TurnsTable::Slot& o = table_->slots[j];
-    least = j == slot_ || o.pid == 0 || !o.waiting || o.vtime >= me.vtime;
-  }
-  if (least) {
+  int other = LeastWaiting(table_, slot_);
+  if (more_queued && (other < 0 || table_->slots[other].vtime >= table_->slots[slot_].vtime)) {
     table_->reserved_for = slot_;
     table_->reserved_until = now + kReserveNanos;
   }
@@ -291,13 +293,8 @@ void DeviceTurns::Checkpoint(const std::atomic<bool>& cancel) {
   if (!holding_ || now < slice_end_.load(std::memory_order_relaxed)) return;
   TableLock lock(table_);
   ChargeLocked(now);
-  const TurnsTable::Slot& me = table_->slots[slot_];
-  bool yield = false;
-  for (int j = 0; j < kSlots && !yield; ++j) {
-    const TurnsTable::Slot& o = table_->slots[j];
-    yield = j != slot_ && o.pid != 0 && o.waiting && o.vtime < me.vtime;
-  }
-  if (yield) {
+  int other = LeastWaiting(table_, slot_);
+  if (other >= 0 && table_->slots[other].vtime < table_->slots[slot_].vtime) {
     // The other threads of this kernel wait on local_mu_ meanwhile: the whole kernel pauses.
     table_->holder = -1;
     WakeAll(table_);

@@ -244,15 +244,9 @@ kj::Promise<kj::Own<kj::AsyncIoStream>> Runtime::ConnectStream(const std::string
 }
 
 kj::Promise<wire::Agent::Client> Runtime::Connect(const std::string& address, Connection* raw) {
-  auto& timer = io_->provider->getTimer();
   std::string addr = address;
-  auto connected =
-      io_->provider->getNetwork()
-          .parseAddress(address, 7450)
-          .then([](kj::Own<kj::NetworkAddress> a) { return a->connect().attach(kj::mv(a)); });
-  return timer.timeoutAfter(connect_timeout_.count() * kj::MILLISECONDS, kj::mv(connected))
+  return ConnectStream(address, connect_timeout_)
       .then([this, addr, raw](kj::Own<kj::AsyncIoStream> stream) {
-        DetectDeadPeers(*stream);
         Connection& c = *Registered(addr, raw);
         c.stream = kj::mv(stream);
         c.rpc = kj::heap<capnp::TwoPartyClient>(*c.stream);

@@ -186,34 +186,35 @@ CUresult LaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** param
   return Launch(f, grid, block, config->sharedMemBytes, config->hStream, params, extra, clustered ? cluster : nullptr);
 }
 
-// The simplest honest form: the work before the callback is finished when it runs (CUDA's guarantee); the host
-// thread waits for that instead of a driver thread.
-CUresult LaunchHostFunc(CUstream stream, CUhostFn fn, void* data) {
-  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+// Host functions and stream callbacks in their simplest honest form: the work before them is finished when they
+// run (CUDA's guarantee); the host thread waits for that instead of a driver thread. Returns the stream lookup's
+// error; `*work_status` is the outcome of the work waited for.
+CUresult WaitForStreamWork(CUstream stream, const char* what, CUresult* work_status) {
   Remote& remote = Remote::Get();
   int dev;
   uint64_t sid;
   if (CUresult r = remote.ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
-  if (int code = remote.session(dev)->StreamSynchronize(sid); code != 0) {
-    return remote.Fail(dev, code, "the work before a host function");
-  }
+  int code = remote.session(dev)->StreamSynchronize(sid);
+  *work_status = code == 0 ? CUDA_SUCCESS : remote.Fail(dev, code, what);
+  return CUDA_SUCCESS;
+}
+
+CUresult LaunchHostFunc(CUstream stream, CUhostFn fn, void* data) {
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUresult work = CUDA_SUCCESS;
+  if (CUresult r = WaitForStreamWork(stream, "the work before a host function", &work); r != CUDA_SUCCESS) return r;
+  if (work != CUDA_SUCCESS) return work;
   fn(data);
   return CUDA_SUCCESS;
 }
 
-// cuStreamAddCallback: as LaunchHostFunc, and the callback learns the stream's status (an error of the work before
-// it reaches the callback, as on a GPU, rather than the call).
+// cuStreamAddCallback: the callback learns the stream's status (an error of the work before it reaches the
+// callback, as on a GPU, rather than the call).
 CUresult StreamAddCallback(CUstream stream, CUstreamCallback callback, void* data, unsigned int flags) {
   if (callback == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  Remote& remote = Remote::Get();
-  int dev;
-  uint64_t sid;
-  if (CUresult r = remote.ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
-  CUresult status = CUDA_SUCCESS;
-  if (int code = remote.session(dev)->StreamSynchronize(sid); code != 0) {
-    status = remote.Fail(dev, code, "the work before a stream callback");
-  }
-  callback(stream, status, data);
+  CUresult work = CUDA_SUCCESS;
+  if (CUresult r = WaitForStreamWork(stream, "the work before a stream callback", &work); r != CUDA_SUCCESS) return r;
+  callback(stream, work, data);
   return CUDA_SUCCESS;
 }
 

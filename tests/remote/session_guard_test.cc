@@ -153,6 +153,26 @@ class SessionGuard : public ::testing::Test {
 
   RemoteSession& a() { return attacker_->s(); }
 
+  // A second session on the attacker's lease, opened by hand over `client` (a connection of its own): the first
+  // free window from 40 TiB. Empty if none could be opened.
+  std::optional<capnp::Response<wire::Agent::OpenSessionResults>> OpenRawSession(capnp::EzRpcClient& client) {
+    auto fields = internal::DecodeToken(attacker_->lease.Token());
+    EXPECT_TRUE(fields.ok());
+    if (!fields.ok()) return std::nullopt;
+    auto agent = client.getMain<wire::Agent>();
+    for (uint64_t base = uint64_t{40} << 40; base < (uint64_t{44} << 40); base += uint64_t{64} << 30) {
+      auto req = agent.openSessionRequest();
+      req.initLease().setId(fields->id);
+      req.getLease().setSecret(fields->secret);
+      req.setDevice(attacker_->lease.slices()[0].device);
+      req.setWindowBase(base);
+      req.setWindowBytes(uint64_t{2} << 30);
+      auto reply = req.send().wait(client.getWaitScope());
+      if (reply.getOutcome().getCode() == wire::Outcome::Code::OK) return kj::mv(reply);
+    }
+    return std::nullopt;
+  }
+
   static Agent* agent_;
   std::optional<Pool> pool_;
   std::unique_ptr<Tenant> victim_, attacker_;
@@ -399,23 +419,11 @@ TEST_F(SessionGuard, CopyFromDeviceOfMoreThanAMessageCarriesAnswersInvalidValue)
   // RemoteSession cuts copies into chunks, so this request goes out on a connection of its own.
   uint64_t buffer = 0;
   ASSERT_EQ(a().MemAlloc(4096, &buffer), kOk);
-  auto fields = internal::DecodeToken(attacker_->lease.Token());
-  ASSERT_TRUE(fields.ok());
   capnp::EzRpcClient client(agent_->address());
-  auto agent = client.getMain<wire::Agent>();
   auto& wait = client.getWaitScope();
-  std::optional<wire::Session::Client> session;
-  for (uint64_t base = uint64_t{40} << 40; !session && base < (uint64_t{44} << 40); base += uint64_t{64} << 30) {
-    auto req = agent.openSessionRequest();
-    req.initLease().setId(fields->id);
-    req.getLease().setSecret(fields->secret);
-    req.setDevice(attacker_->lease.slices()[0].device);
-    req.setWindowBase(base);
-    req.setWindowBytes(uint64_t{2} << 30);
-    auto reply = req.send().wait(wait);
-    if (reply.getOutcome().getCode() == wire::Outcome::Code::OK) session = reply.getSession();
-  }
-  ASSERT_TRUE(session) << "no window could be opened";
+  auto opened = OpenRawSession(client);
+  ASSERT_TRUE(opened) << "no window could be opened";
+  std::optional<wire::Session::Client> session = opened->getSession();
   uint64_t own = 0;
   {
     auto req = session->memAllocRequest();
@@ -442,6 +450,7 @@ TEST_F(SessionGuard, CopyFromDeviceOfMoreThanAMessageCarriesAnswersInvalidValue)
     EXPECT_EQ(reply.getData().size(), 4096u);
   }
   session.reset();
+  opened.reset();  // Its reply holds the session too.
   a().MemFree(buffer);
   EXPECT_EQ(a().Synchronize(), kOk);
   ExpectAllUnharmed();
@@ -560,22 +569,9 @@ TEST_F(SessionGuard, EveryCallAfterTheLeaseIsReleasedAnswersInvalidContext) {
 // The worker's direct door (openSession's `direct`) opens for the ticket the agent handed out, and only once: a
 // guessed ticket fails, the right one gives a working session, and then the door is shut.
 TEST_F(SessionGuard, TheWorkersDoorOpensOnceAndOnlyForItsTicket) {
-  auto fields = internal::DecodeToken(attacker_->lease.Token());
-  ASSERT_TRUE(fields.ok());
   capnp::EzRpcClient client(agent_->address());
-  auto agent = client.getMain<wire::Agent>();
   auto& wait = client.getWaitScope();
-  std::optional<capnp::Response<wire::Agent::OpenSessionResults>> opened;
-  for (uint64_t base = uint64_t{40} << 40; !opened && base < (uint64_t{44} << 40); base += uint64_t{64} << 30) {
-    auto req = agent.openSessionRequest();
-    req.initLease().setId(fields->id);
-    req.getLease().setSecret(fields->secret);
-    req.setDevice(attacker_->lease.slices()[0].device);
-    req.setWindowBase(base);
-    req.setWindowBytes(uint64_t{2} << 30);
-    auto reply = req.send().wait(wait);
-    if (reply.getOutcome().getCode() == wire::Outcome::Code::OK) opened.emplace(kj::mv(reply));
-  }
+  auto opened = OpenRawSession(client);
   ASSERT_TRUE(opened) << "no window could be opened";
   ASSERT_TRUE(opened->hasDirect()) << "the agent offered no direct connection";
   auto direct = opened->getDirect();
