@@ -16,12 +16,14 @@
 #include <mutex>
 
 #include <capnp/rpc-twoparty.h>
+#include <fmt/format.h>
 #include <kj/async-unix.h>
 
 #include "backend/cuda/cuda_driver.h"
-#include "backend/cuda/cuda_session.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/device_turns.h"
-#include "backend/emu/emu_session.h"
+#include "backend/emu/emu_backend.h"
+#include "backend/session_server.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "worker.capnp.h"
@@ -172,7 +174,11 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     }
     opened_ = true;
     auto c = context.getParams().getConfig();
-    Result<kj::Own<wire::Session::Server>> session = Status(StatusCode::kInternal, "no backend");
+    Result<std::unique_ptr<backend::DeviceBackend>> device = Status(StatusCode::kInternal, "no backend");
+    backend::SessionLimits limits;
+    limits.memory_bytes = c.getMemoryBytes();
+    limits.window_base = c.getWindowBase();
+    limits.window_bytes = c.getWindowBytes();
     std::shared_ptr<backend::DeviceTurns> turns;
     Status joined_turns = Status::Ok();
     if (c.getDeviceTurns()) {
@@ -193,9 +199,9 @@ class WorkerImpl final : public wire::SessionWorker::Server {
       }
     }
     if (!joined_turns.ok()) {
-      session = joined_turns;
+      device = joined_turns;
     } else if (c.getEmulated()) {
-      backend::EmuSessionConfig cfg;
+      backend::EmuBackendConfig cfg;
       cfg.device_name = c.getDeviceName();
       cfg.memory_bytes = c.getMemoryBytes();
       cfg.window_base = c.getWindowBase();
@@ -203,9 +209,9 @@ class WorkerImpl final : public wire::SessionWorker::Server {
       std::memcpy(cfg.uuid, uuid.begin(), std::min<size_t>(16, uuid.size()));
       cfg.pci_bus = c.getPciBus();
       cfg.pci_device = c.getPciDevice();
-      cfg.control = control_;
       cfg.gate = turns;
-      session = backend::NewEmuSession(cfg);
+      limits.description = fmt::format("emulated {}, window 0x{:x}", cfg.device_name, cfg.window_base);
+      device = backend::NewEmuBackend(cfg);
     } else {
       if (MpsRunning()) {
         // MPS reads it when this process first creates a context; a whole device needs no limit.
@@ -215,27 +221,28 @@ class WorkerImpl final : public wire::SessionWorker::Server {
       std::string library = c.getCudaDriver().size() ? std::string(c.getCudaDriver()) : "libcuda.so.1";
       auto driver = backend::CudaDriver::Load(library);
       if (!driver.ok()) {
-        session = driver.status();
+        device = driver.status();
       } else {
-        backend::CudaSessionConfig cfg;
+        backend::CudaBackendConfig cfg;
         cfg.nvml_uuid = c.getNvmlUuid();
         cfg.memory_bytes = c.getMemoryBytes();
         cfg.window_base = c.getWindowBase();
         cfg.window_bytes = c.getWindowBytes();
-        cfg.control = control_;
-        session = backend::NewCudaSession(std::shared_ptr<backend::CudaDriver>(std::move(driver).value()), cfg);
+        limits.description = fmt::format("GPU {}, window 0x{:x}", cfg.nvml_uuid, cfg.window_base);
+        device = backend::NewCudaBackend(std::shared_ptr<backend::CudaDriver>(std::move(driver).value()), cfg);
       }
     }
-    if (!session.ok()) {
-      results.setCode(static_cast<int32_t>(session.status().code()));
-      results.setMessage(session.status().message());
+    if (!device.ok()) {
+      results.setCode(static_cast<int32_t>(device.status().code()));
+      results.setMessage(device.status().message());
       closed_->fulfill();  // Nothing to serve: the worker exits once this reply is out.
       return kj::READY_NOW;
     }
     // The session server lives as long as some client holds it; when the last reference goes (the client closed
     // it, or its connection broke), the worker's job is done.
     auto* closed = closed_.get();
-    auto server = kj::mv(session).value().attach(kj::defer([closed] { closed->fulfill(); }));
+    auto server = backend::NewSessionServer(std::move(device).value(), limits, control_)
+                      .attach(kj::defer([closed] { closed->fulfill(); }));
     wire::Session::Client client(kj::mv(server));
     results.setCode(0);
     results.setSession(client);

@@ -13,10 +13,12 @@
 #include "client/runtime.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "session.capnp.h"
+#include "schema/session_wire.h"
 
 namespace gpupool::internal {
 namespace {
+
+namespace calls = session::calls;
 
 constexpr uint64_t kGiB = 1ull << 30;
 constexpr size_t kChunk = 4u << 20;  // Copies travel in 4 MiB messages, pipelined.
@@ -165,18 +167,9 @@ Result<std::vector<std::unique_ptr<RemoteSession>>> RemoteSession::OpenLease(con
                                    return rt.Deadline(impl->S().propertiesRequest().send());
                                  })
                                      .then([props](capnp::Response<wire::Session::PropertiesResults>&& p) {
-                                       auto d = p.getProps();
-                                       props->name = d.getName();
-                                       props->total_memory = d.getTotalMemory();
-                                       props->cc_major = d.getCcMajor();
-                                       props->cc_minor = d.getCcMinor();
-                                       auto uuid = d.getUuid();
-                                       std::memcpy(props->uuid, uuid.begin(), std::min<size_t>(16, uuid.size()));
-                                       props->pci_domain = d.getPciDomain();
-                                       props->pci_bus = d.getPciBus();
-                                       props->pci_device = d.getPciDevice();
-                                       props->emulated = d.getEmulated();
-                                       for (auto a : d.getAttributes()) props->attributes[a.getId()] = a.getValue();
+                                       calls::Properties::Results results;
+                                       session::Wire<calls::Properties>::ReadResults(p, results);
+                                       *props = std::move(results.props);
                                        return Status::Ok();
                                      });
                                });
@@ -218,36 +211,20 @@ int RemoteSession::TakeAsyncError() {
   return code;
 }
 
-// Sends a request whose reply nobody waits for; its error is kept for the next synchronising call.
+namespace {
+
 // The continuation of an unwaited call: keeps its error for the next synchronising call.
 auto RecordReply(RemoteSession::Impl* impl) {
   return [impl](auto&& r) { impl->Record(CodeOf(r.getStatus()), r.getStatus().getMessage().cStr()); };
 }
 
-// Posted: the caller does not even wait for the hand-off to the loop thread. Everything `fill` uses must be
-// captured by value.
-#define GP_SEND_ASYNC(method, fill)                                                      \
-  do {                                                                                   \
-    Impl* impl = impl_.get();                                                            \
-    runtime_->Post([=] {                                                                 \
-      if (!impl->tasks) return;                                                          \
-      auto req = impl->S().method##Request();                                            \
-      fill;                                                                              \
-      impl->tasks->add(req.send().then(RecordReply(impl)));                              \
-    });                                                                                  \
-  } while (0)
-
-// Like GP_SEND_ASYNC, but the caller waits for the hand-off: for requests that carry the caller's buffer, which is
-// copied into the message before this returns (no extra copy).
-#define GP_SEND_ASYNC_NOW(method, fill)                                                  \
-  do {                                                                                   \
-    Impl* impl = impl_.get();                                                            \
-    runtime_->Run([&] {                                                                  \
-      auto req = impl->S().method##Request();                                            \
-      fill;                                                                              \
-      impl->tasks->add(req.send().then(RecordReply(impl)));                              \
-    });                                                                                  \
-  } while (0)
+template <typename Call>
+void SendPosted(RemoteSession::Impl* impl, const typename Call::Args& args) {
+  if (!impl->tasks) return;
+  auto req = session::Wire<Call>::Request(impl->S());
+  session::Wire<Call>::WriteArgs(args, req);
+  impl->tasks->add(req.send().then(RecordReply(impl)));
+}
 
 // Sends a request and waits for its reply; `use(r)` reads the reply on the loop thread.
 template <typename Build, typename Use>
@@ -267,31 +244,68 @@ int Call(Runtime& rt, RemoteSession::Impl* impl, Build build, Use use, std::stri
   }
 }
 
+}  // namespace
+
+template <typename C>
+int RemoteSession::Invoke(const typename C::Args& args, typename C::Results* results,
+                          std::shared_ptr<const void> owner) {
+  using W = session::Wire<C>;
+  Impl* impl = impl_.get();
+  if constexpr (C::kMode == session::Mode::kPosted) {
+    if (C::kArgsView && !owner) {
+      // The caller's bytes go into the message on the loop thread before this returns (no extra copy).
+      runtime_->Run([&] { SendPosted<C>(impl, args); });
+    } else {
+      // Posted: the caller does not even wait for the hand-off to the loop thread.
+      runtime_->Post([impl, args, owner] { SendPosted<C>(impl, args); });
+    }
+    return 0;
+  } else {
+    int code = Call(
+        *runtime_, impl,
+        [&](wire::Session::Client& s) {
+          auto req = W::Request(s);
+          W::WriteArgs(args, req);
+          return req.send();
+        },
+        [&](auto& r) {
+          typename C::Results local;
+          typename C::Results* out = results ? results : &local;
+          W::ReadResults(r, *out);
+          if constexpr (C::kMode == session::Mode::kSync) EmitOutput(r.getOutput());
+        },
+        &last_error_);
+    if constexpr (C::kMode == session::Mode::kSync) {
+      int pending = TakeAsyncError();  // An earlier posted call's error comes first, as on a GPU.
+      if (pending) return pending;
+    }
+    return code;
+  }
+}
+
+// Every declared call can be sent, by the interposer or any other user of RemoteSession, without code here.
+#define GP_INSTANTIATE(Name, method, ordinal, mode, doc)                                               \
+  template int RemoteSession::Invoke<calls::Name>(const calls::Name::Args&, calls::Name::Results*, \
+                                                  std::shared_ptr<const void>);
+GP_SESSION_CALLS(GP_INSTANTIATE)
+#undef GP_INSTANTIATE
+
 int RemoteSession::MemGetInfo(uint64_t* free_bytes, uint64_t* total) {
-  return Call(
-      *runtime_, impl_.get(), [](auto& s) { return s.memGetInfoRequest().send(); },
-      [&](auto& r) {
-        *free_bytes = r.getFree();
-        *total = r.getTotal();
-      },
-      &last_error_);
+  calls::MemGetInfo::Results r;
+  int code = Invoke<calls::MemGetInfo>({}, &r);
+  *free_bytes = r.free;
+  *total = r.total;
+  return code;
 }
 
 int RemoteSession::MemAlloc(uint64_t bytes, uint64_t* address) {
-  return Call(
-      *runtime_, impl_.get(),
-      [&](auto& s) {
-        auto req = s.memAllocRequest();
-        req.setBytes(bytes);
-        return req.send();
-      },
-      [&](auto& r) { *address = r.getAddress(); }, &last_error_);
+  calls::MemAlloc::Results r;
+  int code = Invoke<calls::MemAlloc>({bytes}, &r);
+  *address = r.address;
+  return code;
 }
 
-int RemoteSession::MemFree(uint64_t address) {
-  GP_SEND_ASYNC(memFree, req.setAddress(address));
-  return 0;
-}
+int RemoteSession::MemFree(uint64_t address) { return Invoke<calls::MemFree>({address}); }
 
 int RemoteSession::CopyToDevice(uint64_t dst, const void* src, size_t bytes, uint64_t stream) {
   // The bytes are copied into the messages before this returns: the caller's buffer is free again at once,
@@ -299,16 +313,13 @@ int RemoteSession::CopyToDevice(uint64_t dst, const void* src, size_t bytes, uin
   const uint8_t* p = static_cast<const uint8_t*>(src);
   for (size_t off = 0; off < bytes; off += kChunk) {
     size_t n = std::min(kChunk, bytes - off);
-    GP_SEND_ASYNC_NOW(copyToDevice, {
-      req.setDst(dst + off);
-      req.setData(kj::arrayPtr(p + off, n));
-      req.setStream(stream);
-    });
+    Invoke<calls::CopyToDevice>({dst + off, {p + off, n}, {stream}});
   }
   return 0;
 }
 
 int RemoteSession::CopyFromDevice(void* dst, uint64_t src, size_t bytes, uint64_t stream) {
+  using W = session::Wire<calls::CopyFromDevice>;
   uint8_t* p = static_cast<uint8_t*>(dst);
   Impl* impl = impl_.get();
   std::string error;
@@ -319,18 +330,17 @@ int RemoteSession::CopyFromDevice(void* dst, uint64_t src, size_t bytes, uint64_
       kj::Vector<kj::Promise<int>> parts;
       for (size_t off = 0; off < bytes; off += kChunk) {
         size_t n = std::min(kChunk, bytes - off);
-        auto req = impl->S().copyFromDeviceRequest();
-        req.setSrc(src + off);
-        req.setBytes(n);
-        req.setStream(stream);
+        auto req = W::Request(impl->S());
+        W::WriteArgs({src + off, n, {stream}}, req);
         parts.add(req.send().then([p, off, n, &error](auto&& r) {
           int c = CodeOf(r.getStatus());
           if (c) {
             error = r.getStatus().getMessage();
             return c;
           }
-          auto data = r.getData();
-          std::memcpy(p + off, data.begin(), std::min(n, data.size()));
+          calls::CopyFromDevice::Results results;
+          W::ReadResults(r, results);
+          std::memcpy(p + off, results.data.data, std::min(n, results.data.size));
           return 0;
         }));
       }
@@ -351,76 +361,39 @@ int RemoteSession::CopyFromDevice(void* dst, uint64_t src, size_t bytes, uint64_
 }
 
 int RemoteSession::CopyOnDevice(uint64_t dst, uint64_t src, size_t bytes, uint64_t stream) {
-  GP_SEND_ASYNC(copyOnDevice, {
-    req.setDst(dst);
-    req.setSrc(src);
-    req.setBytes(bytes);
-    req.setStream(stream);
-  });
-  return 0;
+  return Invoke<calls::CopyOnDevice>({dst, src, bytes, {stream}});
 }
 
 int RemoteSession::Memset(uint64_t dst, uint32_t value, uint8_t element_size, size_t count, uint64_t stream) {
-  GP_SEND_ASYNC(memset, {
-    req.setDst(dst);
-    req.setValue(value);
-    req.setElementSize(element_size);
-    req.setCount(count);
-    req.setStream(stream);
-  });
-  return 0;
+  return Invoke<calls::Memset>({dst, value, element_size, count, {stream}});
 }
 
 int RemoteSession::ModuleLoad(const void* image, size_t bytes, uint64_t* module) {
-  return Call(
-      *runtime_, impl_.get(),
-      [&](auto& s) {
-        auto req = s.moduleLoadRequest();
-        req.setImage(kj::arrayPtr(static_cast<const uint8_t*>(image), bytes));
-        return req.send();
-      },
-      [&](auto& r) { *module = r.getModule(); }, &last_error_);
+  calls::ModuleLoad::Results r;
+  int code = Invoke<calls::ModuleLoad>({{static_cast<const uint8_t*>(image), bytes}}, &r);
+  *module = r.module.value;
+  return code;
 }
 
-int RemoteSession::ModuleUnload(uint64_t module) {
-  GP_SEND_ASYNC(moduleUnload, req.setModule(module));
-  return 0;
-}
+int RemoteSession::ModuleUnload(uint64_t module) { return Invoke<calls::ModuleUnload>({{module}}); }
 
 int RemoteSession::GetFunction(uint64_t module, const std::string& name, RemoteFunctionInfo* info) {
-  return Call(
-      *runtime_, impl_.get(),
-      [&](auto& s) {
-        auto req = s.moduleGetFunctionRequest();
-        req.setModule(module);
-        req.setName(name);
-        return req.send();
-      },
-      [&](auto& r) {
-        info->handle = r.getFunction();
-        info->params.clear();
-        for (auto p : r.getParams()) info->params.push_back({p.getOffset(), p.getSize()});
-        info->shared_bytes = r.getSharedBytes();
-        info->local_bytes = r.getLocalBytes();
-        info->num_regs = r.getNumRegs();
-      },
-      &last_error_);
+  calls::ModuleGetFunction::Results r;
+  int code = Invoke<calls::ModuleGetFunction>({{module}, name}, &r);
+  info->handle = r.function.value;
+  info->params = std::move(r.params);
+  info->shared_bytes = r.shared_bytes;
+  info->local_bytes = r.local_bytes;
+  info->num_regs = r.num_regs;
+  return code;
 }
 
 int RemoteSession::GetGlobal(uint64_t module, const std::string& name, uint64_t* address, uint64_t* bytes) {
-  return Call(
-      *runtime_, impl_.get(),
-      [&](auto& s) {
-        auto req = s.moduleGetGlobalRequest();
-        req.setModule(module);
-        req.setName(name);
-        return req.send();
-      },
-      [&](auto& r) {
-        if (address) *address = r.getAddress();
-        if (bytes) *bytes = r.getBytes();
-      },
-      &last_error_);
+  calls::ModuleGetGlobal::Results r;
+  int code = Invoke<calls::ModuleGetGlobal>({{module}, name}, &r);
+  if (address) *address = r.address;
+  if (bytes) *bytes = r.bytes;
+  return code;
 }
 
 int RemoteSession::Launch(uint64_t function, const uint32_t grid[3], const uint32_t block[3], uint32_t shared_bytes,
@@ -428,146 +401,67 @@ int RemoteSession::Launch(uint64_t function, const uint32_t grid[3], const uint3
   // Parameters are small: copy them and post the launch without waiting for the loop thread.
   auto packed = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(params),
                                                        static_cast<const uint8_t*>(params) + param_bytes);
-  const uint32_t g0 = grid[0], g1 = grid[1], g2 = grid[2], b0 = block[0], b1 = block[1], b2 = block[2];
-  const bool clustered = cluster != nullptr;
-  const uint32_t c0 = clustered ? cluster[0] : 1, c1 = clustered ? cluster[1] : 1, c2 = clustered ? cluster[2] : 1;
-  GP_SEND_ASYNC(launch, {
-    req.setFunction(function);
-    auto g = req.initGrid();
-    g.setX(g0);
-    g.setY(g1);
-    g.setZ(g2);
-    auto b = req.initBlock();
-    b.setX(b0);
-    b.setY(b1);
-    b.setZ(b2);
-    req.setSharedBytes(shared_bytes);
-    req.setStream(stream);
-    req.setParams(kj::arrayPtr(packed->data(), packed->size()));
-    if (clustered) {
-      auto c = req.initCluster();
-      c.setX(c0);
-      c.setY(c1);
-      c.setZ(c2);
-    }
-  });
-  return 0;
+  calls::Launch::Args a;
+  a.function.value = function;
+  a.grid = {grid[0], grid[1], grid[2]};
+  a.block = {block[0], block[1], block[2]};
+  a.shared_bytes = shared_bytes;
+  a.stream.value = stream;
+  a.params = {packed->data(), packed->size()};
+  if (cluster) a.cluster = session::Dim3{cluster[0], cluster[1], cluster[2]};
+  return Invoke<calls::Launch>(a, nullptr, packed);
 }
 
 int RemoteSession::OccupancyMaxActiveClusters(uint64_t function, const uint32_t grid[3], const uint32_t block[3],
                                               uint32_t shared_bytes, const uint32_t cluster[3], int* clusters) {
-  return Call(
-      *runtime_, impl_.get(),
-      [&](auto& s) {
-        auto req = s.occupancyMaxActiveClustersRequest();
-        req.setFunction(function);
-        auto g = req.initGrid();
-        g.setX(grid[0]);
-        g.setY(grid[1]);
-        g.setZ(grid[2]);
-        auto b = req.initBlock();
-        b.setX(block[0]);
-        b.setY(block[1]);
-        b.setZ(block[2]);
-        req.setSharedBytes(shared_bytes);
-        auto c = req.initCluster();
-        c.setX(cluster[0]);
-        c.setY(cluster[1]);
-        c.setZ(cluster[2]);
-        return req.send();
-      },
-      [&](auto& r) { *clusters = r.getClusters(); }, &last_error_);
+  calls::OccupancyMaxActiveClusters::Results r;
+  int code = Invoke<calls::OccupancyMaxActiveClusters>({{function},
+                                                        {grid[0], grid[1], grid[2]},
+                                                        {block[0], block[1], block[2]},
+                                                        shared_bytes,
+                                                        {cluster[0], cluster[1], cluster[2]}},
+                                                       &r);
+  *clusters = r.clusters;
+  return code;
 }
 
 int RemoteSession::FunctionSetAttribute(uint64_t function, int attribute, int value) {
-  return Call(
-      *runtime_, impl_.get(),
-      [&](auto& s) {
-        auto req = s.functionSetAttributeRequest();
-        req.setFunction(function);
-        req.setAttribute(attribute);
-        req.setValue(value);
-        return req.send();
-      },
-      [](auto&) {}, &last_error_);
+  return Invoke<calls::FunctionSetAttribute>({{function}, attribute, value});
 }
 
 int RemoteSession::StreamCreate(uint64_t* stream) {
-  return Call(
-      *runtime_, impl_.get(), [](auto& s) { return s.streamCreateRequest().send(); },
-      [&](auto& r) { *stream = r.getStream(); }, &last_error_);
+  calls::StreamCreate::Results r;
+  int code = Invoke<calls::StreamCreate>({}, &r);
+  *stream = r.stream.value;
+  return code;
 }
 
-int RemoteSession::StreamDestroy(uint64_t stream) {
-  GP_SEND_ASYNC(streamDestroy, req.setStream(stream));
-  return 0;
-}
-
-#define GP_SYNC_CALL(method, fill)                                                        \
-  int code = Call(                                                                        \
-      *runtime_, impl_.get(),                                                             \
-      [&](auto& s) {                                                                      \
-        auto req = s.method##Request();                                                   \
-        fill;                                                                             \
-        return req.send();                                                                \
-      },                                                                                  \
-      [&](auto& r) { EmitOutput(r.getOutput()); }, &last_error_);                         \
-  int pending = TakeAsyncError();                                                         \
-  return pending ? pending : code
-
-int RemoteSession::StreamSynchronize(uint64_t stream) { GP_SYNC_CALL(streamSynchronize, req.setStream(stream)); }
-int RemoteSession::StreamQuery(uint64_t stream) { GP_SYNC_CALL(streamQuery, req.setStream(stream)); }
-int RemoteSession::EventSynchronize(uint64_t event) { GP_SYNC_CALL(eventSynchronize, req.setEvent(event)); }
-int RemoteSession::Synchronize() { GP_SYNC_CALL(synchronize, (void)req); }
+int RemoteSession::StreamDestroy(uint64_t stream) { return Invoke<calls::StreamDestroy>({{stream}}); }
+int RemoteSession::StreamSynchronize(uint64_t stream) { return Invoke<calls::StreamSynchronize>({{stream}}); }
+int RemoteSession::StreamQuery(uint64_t stream) { return Invoke<calls::StreamQuery>({{stream}}); }
+int RemoteSession::EventSynchronize(uint64_t event) { return Invoke<calls::EventSynchronize>({{event}}); }
+int RemoteSession::Synchronize() { return Invoke<calls::Synchronize>({}); }
 
 int RemoteSession::StreamWaitEvent(uint64_t stream, uint64_t event) {
-  GP_SEND_ASYNC(streamWaitEvent, {
-    req.setStream(stream);
-    req.setEvent(event);
-  });
-  return 0;
+  return Invoke<calls::StreamWaitEvent>({{stream}, {event}});
 }
 
 int RemoteSession::EventCreate(uint64_t* event) {
-  return Call(
-      *runtime_, impl_.get(), [](auto& s) { return s.eventCreateRequest().send(); },
-      [&](auto& r) { *event = r.getEvent(); }, &last_error_);
+  calls::EventCreate::Results r;
+  int code = Invoke<calls::EventCreate>({}, &r);
+  *event = r.event.value;
+  return code;
 }
 
-int RemoteSession::EventDestroy(uint64_t event) {
-  GP_SEND_ASYNC(eventDestroy, req.setEvent(event));
-  return 0;
-}
-
-int RemoteSession::EventRecord(uint64_t event, uint64_t stream) {
-  GP_SEND_ASYNC(eventRecord, {
-    req.setEvent(event);
-    req.setStream(stream);
-  });
-  return 0;
-}
-
-int RemoteSession::EventQuery(uint64_t event) {
-  return Call(
-      *runtime_, impl_.get(),
-      [&](auto& s) {
-        auto req = s.eventQueryRequest();
-        req.setEvent(event);
-        return req.send();
-      },
-      [](auto&) {}, &last_error_);
-}
+int RemoteSession::EventDestroy(uint64_t event) { return Invoke<calls::EventDestroy>({{event}}); }
+int RemoteSession::EventRecord(uint64_t event, uint64_t stream) { return Invoke<calls::EventRecord>({{event}, {stream}}); }
+int RemoteSession::EventQuery(uint64_t event) { return Invoke<calls::EventQuery>({{event}}); }
 
 int RemoteSession::EventElapsed(uint64_t start, uint64_t end, float* ms) {
-  return Call(
-      *runtime_, impl_.get(),
-      [&](auto& s) {
-        auto req = s.eventElapsedRequest();
-        req.setStart(start);
-        req.setEnd(end);
-        return req.send();
-      },
-      [&](auto& r) { *ms = r.getMs(); }, &last_error_);
+  calls::EventElapsed::Results r;
+  int code = Invoke<calls::EventElapsed>({{start}, {end}}, &r);
+  *ms = r.ms;
+  return code;
 }
 
 }  // namespace gpupool::internal

@@ -14,25 +14,15 @@
 
 #include "gpupool/lease.h"
 #include "gpupool/status.h"
+#include "schema/session_calls.h"
 
 namespace gpupool::internal {
 
 class Runtime;
 struct TokenFields;
 
-struct RemoteProps {
-  std::string name;
-  uint64_t total_memory = 0;
-  int cc_major = 0, cc_minor = 0;
-  uint8_t uuid[16] = {};
-  int pci_domain = 0, pci_bus = 0, pci_device = 0;
-  std::map<int, int> attributes;  // CUdevice_attribute -> value.
-  bool emulated = false;
-};
-
-struct RemoteParam {
-  uint32_t offset = 0, size = 0;
-};
+using RemoteProps = session::DeviceInfo;
+using RemoteParam = session::KernelParam;
 
 struct RemoteFunctionInfo {
   uint64_t handle = 0;
@@ -51,6 +41,15 @@ class RemoteSession {
   uint64_t window_base() const { return window_base_; }
   uint64_t window_bytes() const { return window_bytes_; }
   bool Owns(uint64_t address) const { return address >= window_base_ && address - window_base_ < window_bytes_; }
+
+  // Sends any call of lib/schema/session_calls.h as its mode says: kReply and kSync wait and fill `*results`
+  // (which may be null when the caller needs none); kPosted returns 0 at once and its error surfaces at the next
+  // kSync call. Posted calls whose arguments view bytes (DATA fields) copy them into the message before returning,
+  // unless `owner` keeps those bytes alive until sent, which spares the caller the wait for the hand-off.
+  // Returns a CUresult value; last_error() says more.
+  template <typename Call>
+  int Invoke(const typename Call::Args& args, typename Call::Results* results = nullptr,
+             std::shared_ptr<const void> owner = nullptr);
 
   int MemGetInfo(uint64_t* free_bytes, uint64_t* total);
   int MemAlloc(uint64_t bytes, uint64_t* address);

@@ -1,5 +1,5 @@
 #include "backend/cuda/cuda_driver.h"
-#include "backend/cuda/cuda_session.h"
+#include "backend/cuda/cuda_backend.h"
 
 #include <gtest/gtest.h>
 
@@ -29,13 +29,13 @@ TEST(CudaDriver, MissingLibraryIsAClearError) {
 namespace gpupool::backend {
 namespace {
 
-TEST(CudaSession, WithoutADriverItIsRefusedClearly) {
-  CudaSessionConfig config;
+TEST(CudaBackend, WithoutADriverItIsRefusedClearly) {
+  CudaBackendConfig config;
   config.nvml_uuid = "GPU-00000000-0000-0000-0000-000000000000";
   config.memory_bytes = 1ull << 30;
   config.window_base = 32ull << 40;
   config.window_bytes = 2ull << 30;
-  auto session = NewCudaSession(nullptr, config);
+  auto session = NewCudaBackend(nullptr, config);
   ASSERT_FALSE(session.ok());
   EXPECT_EQ(session.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(session.status().message().find("no CUDA driver"), std::string::npos) << session.status().message();

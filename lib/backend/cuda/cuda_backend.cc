@@ -1,0 +1,557 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda.h>
+
+#include <cstring>
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/log.h"
+#include "core/range_allocator.h"
+
+namespace gpupool::backend {
+namespace {
+
+// The driver entry points this backend uses, resolved through cuGetProcAddress at the CUDA 13.0 ABI, which is the
+// one cuda.h's names denote (so decltype of the header's declaration is the right pointer type).
+#define GP_CUDA_API(X)                                                                                   \
+  X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetUuid) X(cuDeviceGetName) X(cuDeviceGetAttribute)      \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuMemAddressReserve)     \
+  X(cuMemAddressFree) X(cuMemGetAllocationGranularity) X(cuMemCreate) X(cuMemRelease) X(cuMemMap)       \
+  X(cuMemUnmap) X(cuMemSetAccess) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemcpyHtoDAsync)               \
+  X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD16Async) X(cuMemsetD32Async)  \
+  X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal) X(cuFuncGetParamInfo) \
+  X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuLaunchKernelEx) X(cuOccupancyMaxActiveClusters) X(cuLaunchHostFunc) X(cuStreamCreate) X(cuStreamDestroy)      \
+  X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)             \
+  X(cuEventQuery) X(cuEventElapsedTime) X(cuEventSynchronize) X(cuGetErrorString)
+
+struct Api {
+#define GP_FIELD(name) decltype(&::name) name = nullptr;
+  GP_CUDA_API(GP_FIELD)
+#undef GP_FIELD
+
+  // False (with the missing name) when the driver lacks one of them.
+  bool Load(const CudaDriver& driver, std::string* missing) {
+#define GP_LOAD(name)                                                                   \
+  name = reinterpret_cast<decltype(name)>(driver.Symbol(#name, 13000));                 \
+  if (!name) {                                                                          \
+    *missing = #name;                                                                   \
+    return false;                                                                       \
+  }
+    GP_CUDA_API(GP_LOAD)
+#undef GP_LOAD
+    return true;
+  }
+};
+
+std::string UuidString(const CUuuid& u) {
+  const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
+  return fmt::format("GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+                     b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+                     b[15]);
+}
+
+// A launch's shape as cuLaunchKernelEx and cuOccupancyMaxActiveClusters take it. Not copyable: `config.attrs`
+// points at `cluster` once a cluster dimension is set.
+struct DriverLaunch {
+  CUlaunchConfig config = {};
+  CUlaunchAttribute cluster = {};
+
+  DriverLaunch(const LaunchShape& shape, CUstream stream) {
+    config.gridDimX = shape.grid.x;
+    config.gridDimY = shape.grid.y;
+    config.gridDimZ = shape.grid.z;
+    config.blockDimX = shape.block.x;
+    config.blockDimY = shape.block.y;
+    config.blockDimZ = shape.block.z;
+    config.sharedMemBytes = shape.shared_bytes;
+    config.hStream = stream;
+  }
+  DriverLaunch(const DriverLaunch&) = delete;
+  DriverLaunch& operator=(const DriverLaunch&) = delete;
+
+  void SetCluster(const Dim3& k) {
+    cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    cluster.value.clusterDim.x = k.x;
+    cluster.value.clusterDim.y = k.y;
+    cluster.value.clusterDim.z = k.z;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+  }
+};
+
+CUstream S(StreamRef s) { return static_cast<CUstream>(s.p); }
+CUevent E(EventRef e) { return static_cast<CUevent>(e.p); }
+CUmodule M(ModuleRef m) { return static_cast<CUmodule>(m.p); }
+CUfunction F(FunctionRef f) { return static_cast<CUfunction>(f.p); }
+
+// Runs a std::function from the driver's callback thread (cuLaunchHostFunc), once.
+void CUDA_CB RunOnce(void* data) {
+  auto* fn = static_cast<std::function<void()>*>(data);
+  (*fn)();
+  delete fn;
+}
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  CudaBackend(std::shared_ptr<CudaDriver> driver, std::unique_ptr<Api> api, const CudaBackendConfig& config,
+              CUdevice device, CUcontext ctx, size_t granularity)
+      : driver_(std::move(driver)), api_(std::move(api)), config_(config), device_(device), ctx_(ctx),
+        granularity_(granularity) {
+    window_.Reset(config_.window_bytes);
+  }
+
+  ~CudaBackend() override {
+    ReleaseAll();
+    api_->cuMemAddressFree(config_.window_base, config_.window_bytes);
+    api_->cuDevicePrimaryCtxRelease(device_);
+  }
+
+  DeviceInfo Info() override {
+    Current();
+    DeviceInfo info;
+    char name[256] = {0};
+    api_->cuDeviceGetName(name, sizeof(name), device_);
+    info.name = name;
+    info.total_memory = config_.memory_bytes;
+    api_->cuDeviceGetAttribute(&info.cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_);
+    api_->cuDeviceGetAttribute(&info.cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_);
+    api_->cuDeviceGetAttribute(&info.pci_bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, device_);
+    api_->cuDeviceGetAttribute(&info.pci_device, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, device_);
+    api_->cuDeviceGetAttribute(&info.pci_domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, device_);
+    CUuuid uuid;
+    api_->cuDeviceGetUuid(&uuid, device_);
+    std::memcpy(info.uuid, uuid.bytes, 16);
+    for (int id = 1; id < CU_DEVICE_ATTRIBUTE_MAX; ++id) {
+      int value = 0;
+      if (api_->cuDeviceGetAttribute(&value, static_cast<CUdevice_attribute>(id), device_) == CUDA_SUCCESS) {
+        info.attributes[id] = value;
+      }
+    }
+    return info;
+  }
+
+  // The slice's quota is the session server's; the GPU's own free memory is not the slice's business.
+  CallStatus MemInfo(uint64_t* free_bytes, uint64_t* total_bytes) override {
+    *free_bytes = *total_bytes = config_.memory_bytes;
+    return CallStatus::Ok();
+  }
+
+  CallStatus Alloc(uint64_t bytes, uint64_t* address, uint64_t* reserved) override {
+    Reclaim();
+    uint64_t size = (bytes + granularity_ - 1) / granularity_ * granularity_;
+    uint64_t offset = 0;
+    if (!window_.Take(size, granularity_, &offset)) {
+      return {CUDA_ERROR_OUT_OF_MEMORY, "the session's address window is full"};
+    }
+    Current();
+    CUmemAllocationProp prop = Prop();
+    CUmemGenericAllocationHandle handle;
+    CUdeviceptr at = config_.window_base + offset;
+    CUresult res = api_->cuMemCreate(&handle, size, &prop, 0);
+    if (res == CUDA_SUCCESS) {
+      res = api_->cuMemMap(at, size, 0, handle, 0);
+      if (res == CUDA_SUCCESS) {
+        CUmemAccessDesc access = {};
+        access.location = prop.location;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        res = api_->cuMemSetAccess(at, size, &access, 1);
+        if (res != CUDA_SUCCESS) api_->cuMemUnmap(at, size);
+      }
+      if (res != CUDA_SUCCESS) api_->cuMemRelease(handle);
+    }
+    if (res != CUDA_SUCCESS) {
+      window_.Give(offset, size);
+      return From(res);
+    }
+    allocations_[at] = {handle, size};
+    *address = at;
+    *reserved = size;
+    return CallStatus::Ok();
+  }
+
+  CallStatus Free(uint64_t address, uint64_t) override {
+    auto it = allocations_.find(address);
+    if (it == allocations_.end()) return {CUDA_ERROR_INVALID_VALUE, "not an allocation of this session"};
+    Current();
+    // cuMemUnmap waits for work using the range, as cudaFree does.
+    api_->cuMemUnmap(it->first, it->second.size);
+    api_->cuMemRelease(it->second.handle);
+    window_.Give(it->first - config_.window_base, it->second.size);
+    allocations_.erase(it);
+    return CallStatus::Ok();
+  }
+
+  // Through pinned staging so the copy is truly asynchronous and the event loop never blocks on the GPU.
+  CallStatus CopyToDevice(uint64_t dst, const uint8_t* src, uint64_t bytes, StreamRef stream) override {
+    Reclaim();
+    Current();
+    void* staging = nullptr;
+    CUresult res = api_->cuMemAllocHost(&staging, bytes);
+    if (res != CUDA_SUCCESS) return From(res);
+    std::memcpy(staging, src, bytes);
+    res = api_->cuMemcpyHtoDAsync(dst, staging, bytes, S(stream));
+    if (res != CUDA_SUCCESS) {
+      api_->cuMemFreeHost(staging);
+      return From(res);
+    }
+    return ReleaseAfter(stream, staging, nullptr);
+  }
+
+  CallStatus CopyFromDevice(uint8_t* dst, uint64_t src, uint64_t bytes, StreamRef stream) override {
+    Reclaim();
+    Current();
+    void* staging = nullptr;
+    CUresult res = api_->cuMemAllocHost(&staging, bytes);
+    if (res != CUDA_SUCCESS) return From(res);
+    res = api_->cuMemcpyDtoHAsync(staging, src, bytes, S(stream));
+    if (res != CUDA_SUCCESS) {
+      api_->cuMemFreeHost(staging);
+      return From(res);
+    }
+    // The reply's buffer is filled on the stream, before the server's own wait on it resolves.
+    return ReleaseAfter(stream, staging, [dst, staging, bytes] { std::memcpy(dst, staging, bytes); });
+  }
+
+  CallStatus CopyOnDevice(uint64_t dst, uint64_t src, uint64_t bytes, StreamRef stream) override {
+    Current();
+    return From(api_->cuMemcpyDtoDAsync(dst, src, bytes, S(stream)));
+  }
+
+  CallStatus Memset(uint64_t dst, uint32_t value, uint8_t element_size, uint64_t count, StreamRef stream) override {
+    Current();
+    switch (element_size) {
+      case 1: return From(api_->cuMemsetD8Async(dst, static_cast<unsigned char>(value), count, S(stream)));
+      case 2: return From(api_->cuMemsetD16Async(dst, static_cast<unsigned short>(value), count, S(stream)));
+      case 4: return From(api_->cuMemsetD32Async(dst, value, count, S(stream)));
+      default: return {CUDA_ERROR_INVALID_VALUE, "memset element size must be 1, 2 or 4 bytes"};
+    }
+  }
+
+  CallStatus LoadModule(const uint8_t* image, size_t bytes, ModuleRef* module) override {
+    // The driver reads the image during the call only; a copy keeps it aligned and NUL-terminated (PTX).
+    std::vector<uint8_t> copy(image, image + bytes);
+    copy.push_back(0);
+    Current();
+    CUmodule m;
+    CUresult res = api_->cuModuleLoadData(&m, copy.data());
+    if (res == CUDA_SUCCESS) {
+      module->p = m;
+      modules_.push_back(m);
+    }
+    return From(res);
+  }
+
+  CallStatus UnloadModule(ModuleRef module) override {
+    Current();
+    modules_.erase(std::remove(modules_.begin(), modules_.end(), M(module)), modules_.end());
+    return From(api_->cuModuleUnload(M(module)));
+  }
+
+  CallStatus GetFunction(ModuleRef module, const std::string& name, FunctionRef* function, KernelInfo* info) override {
+    Current();
+    CUfunction fn;
+    CUresult res = api_->cuModuleGetFunction(&fn, M(module), name.c_str());
+    if (res != CUDA_SUCCESS) return From(res);
+    for (size_t i = 0;; ++i) {
+      size_t offset = 0, size = 0;
+      if (api_->cuFuncGetParamInfo(fn, i, &offset, &size) != CUDA_SUCCESS) break;
+      info->params.push_back({static_cast<uint32_t>(offset), static_cast<uint32_t>(size)});
+    }
+    api_->cuFuncGetAttribute(&info->shared_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn);
+    api_->cuFuncGetAttribute(&info->local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn);
+    api_->cuFuncGetAttribute(&info->num_regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
+    function->p = fn;
+    return CallStatus::Ok();
+  }
+
+  // TODO(feature): module variables live outside the session's window, so a pointer to one does not route by
+  // address on the client.
+  CallStatus GetGlobal(ModuleRef module, const std::string& name, uint64_t* address, uint64_t* bytes) override {
+    Current();
+    CUdeviceptr at = 0;
+    size_t size = 0;
+    CUresult res = api_->cuModuleGetGlobal(&at, &size, M(module), name.c_str());
+    *address = at;
+    *bytes = size;
+    return From(res);
+  }
+
+  // Kernel pointer arguments are not checked (a kernel can address anything its context maps): each session has
+  // its own worker process and context, which maps only this session's memory.
+  CallStatus Launch(FunctionRef function, const KernelInfo& info, const LaunchShape& shape, StreamRef stream,
+                    const uint8_t* params, size_t) override {
+    std::vector<void*> args;
+    for (const KernelParam& p : info.params) args.push_back(const_cast<uint8_t*>(params) + p.offset);
+    void** kernel_params = args.empty() ? nullptr : args.data();
+    Current();
+    if (shape.cluster) {  // Thread block clusters: only cuLaunchKernelEx takes their dimensions.
+      DriverLaunch launch(shape, S(stream));
+      launch.SetCluster(*shape.cluster);
+      return From(api_->cuLaunchKernelEx(&launch.config, F(function), kernel_params, nullptr));
+    }
+    return From(api_->cuLaunchKernel(F(function), shape.grid.x, shape.grid.y, shape.grid.z, shape.block.x,
+                                     shape.block.y, shape.block.z, shape.shared_bytes, S(stream), kernel_params,
+                                     nullptr));
+  }
+
+  CallStatus SetFunctionAttribute(FunctionRef function, int attribute, int value) override {
+    Current();
+    return From(api_->cuFuncSetAttribute(F(function), static_cast<CUfunction_attribute>(attribute), value));
+  }
+
+  CallStatus MaxActiveClusters(FunctionRef function, const LaunchShape& shape, int* clusters) override {
+    Current();
+    DriverLaunch launch(shape, nullptr);
+    const Dim3& k = shape.cluster.value_or(Dim3{0, 0, 0});
+    if (k.x != 0 || k.y != 0 || k.z != 0) launch.SetCluster(k);  // Zero: the function's own.
+    return From(api_->cuOccupancyMaxActiveClusters(clusters, F(function), &launch.config));
+  }
+
+  CallStatus CreateStream(StreamRef* stream) override {
+    Current();
+    CUstream s;
+    CUresult res = api_->cuStreamCreate(&s, 0);
+    if (res == CUDA_SUCCESS) {
+      stream->p = s;
+      streams_.push_back(s);
+    }
+    return From(res);
+  }
+
+  CallStatus DestroyStream(StreamRef stream) override {
+    Current();
+    streams_.erase(std::remove(streams_.begin(), streams_.end(), S(stream)), streams_.end());
+    return From(api_->cuStreamDestroy(S(stream)));  // Returns at once; queued work still completes.
+  }
+
+  CallStatus QueryStream(StreamRef stream) override {
+    Current();
+    return From(api_->cuStreamQuery(S(stream)));
+  }
+
+  CallStatus StreamWaitEvent(StreamRef stream, EventRef event) override {
+    Current();
+    return From(api_->cuStreamWaitEvent(S(stream), E(event), 0));
+  }
+
+  CallStatus CreateEvent(EventRef* event) override {
+    Current();
+    CUevent e;
+    CUresult res = api_->cuEventCreate(&e, 0);
+    if (res == CUDA_SUCCESS) {
+      event->p = e;
+      events_.push_back(e);
+    }
+    return From(res);
+  }
+
+  CallStatus DestroyEvent(EventRef event) override {
+    Current();
+    events_.erase(std::remove(events_.begin(), events_.end(), E(event)), events_.end());
+    return From(api_->cuEventDestroy(E(event)));
+  }
+
+  CallStatus RecordEvent(EventRef event, StreamRef stream) override {
+    Current();
+    return From(api_->cuEventRecord(E(event), S(stream)));
+  }
+
+  CallStatus QueryEvent(EventRef event) override {
+    Current();
+    return From(api_->cuEventQuery(E(event)));
+  }
+
+  CallStatus ElapsedMs(EventRef start, EventRef end, float* ms) override {
+    Current();
+    return From(api_->cuEventElapsedTime(ms, E(start), E(end)));
+  }
+
+  CallStatus WhenReached(StreamRef stream, std::function<void()> done) override {
+    Current();
+    auto* fn = new std::function<void()>(std::move(done));
+    CUresult res = api_->cuLaunchHostFunc(S(stream), RunOnce, fn);
+    if (res != CUDA_SUCCESS) delete fn;
+    return From(res);
+  }
+
+  // cuEventSynchronize would block the event loop: a private non-blocking stream waits for the event instead.
+  CallStatus WhenRecorded(EventRef event, std::function<void()> done) override {
+    Current();
+    if (!sync_stream_) {
+      CUresult res = api_->cuStreamCreate(&sync_stream_, CU_STREAM_NON_BLOCKING);
+      if (res != CUDA_SUCCESS) return From(res);
+    }
+    CUresult res = api_->cuStreamWaitEvent(sync_stream_, E(event), 0);
+    if (res != CUDA_SUCCESS) return From(res);
+    return WhenReached(StreamRef{sync_stream_}, std::move(done));
+  }
+
+  CallStatus Settled(StreamRef stream) override {
+    Reclaim();
+    Current();
+    CUresult res = api_->cuStreamQuery(S(stream));
+    return From(res == CUDA_ERROR_NOT_READY ? CUDA_SUCCESS : res);  // Work queued after the wait began.
+  }
+
+  CallStatus SettledEvent(EventRef event) override {
+    Current();
+    CUresult res = api_->cuEventQuery(E(event));
+    return From(res == CUDA_ERROR_NOT_READY ? CUDA_SUCCESS : res);  // Recorded again after the wait began.
+  }
+
+  // TODO(feature): device printf on a GPU prints to the worker's stdout at the driver's sync points; it does not
+  // reach the client yet.
+  std::string TakeOutput() override { return {}; }
+
+  void Reset() override { ReleaseAll(); }
+
+ private:
+  struct Allocation {
+    CUmemGenericAllocationHandle handle;
+    uint64_t size;
+  };
+
+  CallStatus From(CUresult r) const {
+    if (r == CUDA_SUCCESS) return CallStatus::Ok();
+    const char* text = nullptr;
+    api_->cuGetErrorString(r, &text);
+    return {static_cast<int>(r), text ? text : "CUDA error"};
+  }
+
+  void Current() { api_->cuCtxSetCurrent(ctx_); }
+
+  CUmemAllocationProp Prop() const {
+    CUmemAllocationProp prop = {};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device_;
+    return prop;
+  }
+
+  // Queues on `stream`: `then` (if any), then handing `staging` back for Reclaim to free on this thread (a host
+  // function must not call the driver).
+  CallStatus ReleaseAfter(StreamRef stream, void* staging, std::function<void()> then) {
+    auto done = done_staging_;
+    auto* fn = new std::function<void()>([done, staging, then = std::move(then)] {
+      if (then) then();
+      std::lock_guard<std::mutex> lock(done->mu);
+      done->buffers.push_back(staging);
+    });
+    CUresult res = api_->cuLaunchHostFunc(S(stream), RunOnce, fn);
+    if (res != CUDA_SUCCESS) {
+      delete fn;
+      api_->cuMemFreeHost(staging);
+    }
+    return From(res);
+  }
+
+  // Frees the staging buffers of copies that have run.
+  void Reclaim() {
+    std::vector<void*> buffers;
+    {
+      std::lock_guard<std::mutex> lock(done_staging_->mu);
+      buffers.swap(done_staging_->buffers);
+    }
+    if (buffers.empty()) return;
+    Current();
+    for (void* b : buffers) api_->cuMemFreeHost(b);
+  }
+
+  void ReleaseAll() {
+    Current();
+    for (CUmodule m : modules_) api_->cuModuleUnload(m);
+    modules_.clear();
+    // Pending waits on it still complete; their callbacks own nothing of the session.
+    if (sync_stream_) api_->cuStreamDestroy(sync_stream_);
+    sync_stream_ = nullptr;
+    for (CUstream s : streams_) api_->cuStreamDestroy(s);
+    streams_.clear();
+    for (CUevent e : events_) api_->cuEventDestroy(e);
+    events_.clear();
+    for (auto& [address, a] : allocations_) {
+      api_->cuMemUnmap(address, a.size);
+      api_->cuMemRelease(a.handle);
+    }
+    allocations_.clear();
+    window_.Reset(config_.window_bytes);
+    Reclaim();
+  }
+
+  struct Staging {
+    std::mutex mu;
+    std::vector<void*> buffers;
+  };
+
+  std::shared_ptr<CudaDriver> driver_;
+  std::unique_ptr<Api> api_;
+  CudaBackendConfig config_;
+  CUdevice device_;
+  CUcontext ctx_;
+  size_t granularity_;
+  RangeAllocator window_;
+  std::map<CUdeviceptr, Allocation> allocations_;
+  // What the session created and has not destroyed: Reset and the destructor free them.
+  std::vector<CUmodule> modules_;
+  std::vector<CUstream> streams_;
+  std::vector<CUevent> events_;
+  CUstream sync_stream_ = nullptr;
+  std::shared_ptr<Staging> done_staging_ = std::make_shared<Staging>();
+};
+
+}  // namespace
+
+Result<std::unique_ptr<DeviceBackend>> NewCudaBackend(std::shared_ptr<CudaDriver> driver,
+                                                      const CudaBackendConfig& config) {
+  if (!driver) return Status(StatusCode::kUnavailable, "no CUDA driver is loaded");
+  auto api = std::make_unique<Api>();
+  std::string missing;
+  if (!api->Load(*driver, &missing)) {
+    return Status(StatusCode::kUnavailable, fmt::format("the CUDA driver lacks {}", missing));
+  }
+  // The CUDA ordinal of the NVML device: by UUID, whatever CUDA_DEVICE_ORDER says.
+  int count = 0;
+  api->cuDeviceGetCount(&count);
+  CUdevice device = -1;
+  for (int i = 0; i < count; ++i) {
+    CUdevice d;
+    CUuuid uuid;
+    if (api->cuDeviceGet(&d, i) == CUDA_SUCCESS && api->cuDeviceGetUuid(&uuid, d) == CUDA_SUCCESS &&
+        UuidString(uuid) == config.nvml_uuid) {
+      device = d;
+    }
+  }
+  if (device < 0) return Status(StatusCode::kUnavailable, "the CUDA driver does not see GPU " + config.nvml_uuid);
+  CUcontext ctx;
+  if (CUresult r = api->cuDevicePrimaryCtxRetain(&ctx, device); r != CUDA_SUCCESS) {
+    return Status(StatusCode::kUnavailable, fmt::format("cuDevicePrimaryCtxRetain failed ({})", static_cast<int>(r)));
+  }
+  api->cuCtxSetCurrent(ctx);
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  size_t granularity = 0;
+  if (api->cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS ||
+      granularity == 0) {
+    api->cuDevicePrimaryCtxRelease(device);
+    return Status(StatusCode::kUnavailable, "this GPU does not support virtual memory management");
+  }
+  CUdeviceptr reserved = 0;
+  CUresult r = api->cuMemAddressReserve(&reserved, config.window_bytes, granularity, config.window_base, 0);
+  if (r != CUDA_SUCCESS || reserved != config.window_base) {
+    if (r == CUDA_SUCCESS) api->cuMemAddressFree(reserved, config.window_bytes);
+    api->cuDevicePrimaryCtxRelease(device);
+    return Status(StatusCode::kResourceExhausted, "the address window is taken on this GPU server");
+  }
+  return std::unique_ptr<DeviceBackend>(
+      std::make_unique<CudaBackend>(std::move(driver), std::move(api), config, device, ctx, granularity));
+}
+
+}  // namespace gpupool::backend

@@ -1,0 +1,123 @@
+// The device interface below the session server: what a backend (the emulated device, a physical GPU through its
+// driver) does for one session, in plain C++. No Cap'n Proto or KJ type appears here. The session server
+// (session_server.h) has already checked everything a client sent before a backend sees it: handles name objects
+// this backend created for this session, device ranges lie inside the session's own allocations or module
+// variables, sizes are sane, the session is not revoked. A backend checks only what the device itself decides
+// (a fatbin without code for it, an unknown kernel name, a launch configuration it cannot run).
+//
+// Threading: every method is called on the session's event-loop thread, one at a time. Only the callbacks given to
+// WhenReached/WhenRecorded run elsewhere (a device thread).
+#ifndef GPUPOOL_BACKEND_DEVICE_BACKEND_H_
+#define GPUPOOL_BACKEND_DEVICE_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/session_types.h"
+
+namespace gpupool::backend {
+
+using session::CallStatus;
+using session::DeviceInfo;
+using session::Dim3;
+using session::KernelParam;
+
+// A backend's own objects, opaque to the server. A null StreamRef is the default stream.
+template <typename Tag>
+struct Ref {
+  void* p = nullptr;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+using StreamRef = Ref<struct StreamRefTag>;
+using EventRef = Ref<struct EventRefTag>;
+using ModuleRef = Ref<struct ModuleRefTag>;
+using FunctionRef = Ref<struct FunctionRefTag>;
+
+// What the server keeps about a kernel: its parameter layout (launch buffers are checked against it) and the
+// attributes the client's occupancy calculator needs.
+struct KernelInfo {
+  std::vector<KernelParam> params;
+  int shared_bytes = 0, local_bytes = 0, num_regs = 0;
+};
+
+struct LaunchShape {
+  Dim3 grid, block;
+  uint32_t shared_bytes = 0;
+  std::optional<Dim3> cluster;  // Thread block cluster dimensions, if the launch sets them.
+};
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+
+  // The device as the client sees it (total memory: the server puts the slice's quota there).
+  virtual DeviceInfo Info() = 0;
+  // The device's free memory as the backend counts it; the server caps it by the slice's quota.
+  virtual CallStatus MemInfo(uint64_t* free_bytes, uint64_t* total_bytes) = 0;
+
+  // `*reserved`: the bytes the allocation really takes (after the device's rounding), counted against the quota.
+  virtual CallStatus Alloc(uint64_t bytes, uint64_t* address, uint64_t* reserved) = 0;
+  // `address` came from Alloc and was not freed; work using it may still be queued (the backend keeps the memory
+  // until that work has run, as cudaFree does).
+  virtual CallStatus Free(uint64_t address, uint64_t reserved) = 0;
+
+  // `src` (`dst`) stays valid until the work this call queues on `stream` has run: the server holds the message
+  // until WhenReached(stream) has called back.
+  virtual CallStatus CopyToDevice(uint64_t dst, const uint8_t* src, uint64_t bytes, StreamRef stream) = 0;
+  virtual CallStatus CopyFromDevice(uint8_t* dst, uint64_t src, uint64_t bytes, StreamRef stream) = 0;
+  virtual CallStatus CopyOnDevice(uint64_t dst, uint64_t src, uint64_t bytes, StreamRef stream) = 0;
+  // element_size is 1, 2 or 4.
+  virtual CallStatus Memset(uint64_t dst, uint32_t value, uint8_t element_size, uint64_t count, StreamRef stream) = 0;
+
+  virtual CallStatus LoadModule(const uint8_t* image, size_t bytes, ModuleRef* module) = 0;
+  // The server forgets the module's functions and variables first.
+  virtual CallStatus UnloadModule(ModuleRef module) = 0;
+  virtual CallStatus GetFunction(ModuleRef module, const std::string& name, FunctionRef* function,
+                                 KernelInfo* info) = 0;
+  virtual CallStatus GetGlobal(ModuleRef module, const std::string& name, uint64_t* address, uint64_t* bytes) = 0;
+
+  // `params` holds every parameter of `info.params` (the server checked).
+  virtual CallStatus Launch(FunctionRef function, const KernelInfo& info, const LaunchShape& shape, StreamRef stream,
+                            const uint8_t* params, size_t param_bytes) = 0;
+  virtual CallStatus SetFunctionAttribute(FunctionRef function, int attribute, int value) = 0;
+  // `shape.cluster` all zero: the function's own cluster dimensions.
+  virtual CallStatus MaxActiveClusters(FunctionRef function, const LaunchShape& shape, int* clusters) = 0;
+
+  virtual CallStatus CreateStream(StreamRef* stream) = 0;
+  // The server forgets the handle first; work queued on the stream still completes.
+  virtual CallStatus DestroyStream(StreamRef stream) = 0;
+  // Success when the stream is idle, CUDA_ERROR_NOT_READY while it has work.
+  virtual CallStatus QueryStream(StreamRef stream) = 0;
+  virtual CallStatus StreamWaitEvent(StreamRef stream, EventRef event) = 0;
+  virtual CallStatus CreateEvent(EventRef* event) = 0;
+  virtual CallStatus DestroyEvent(EventRef event) = 0;
+  virtual CallStatus RecordEvent(EventRef event, StreamRef stream) = 0;
+  virtual CallStatus QueryEvent(EventRef event) = 0;
+  virtual CallStatus ElapsedMs(EventRef start, EventRef end, float* ms) = 0;
+
+  // Calls `done` (on any thread) once the work queued on `stream` so far has run; never blocks. A non-ok status:
+  // nothing was queued and `done` will not be called (a faulted device: Settled reports why).
+  virtual CallStatus WhenReached(StreamRef stream, std::function<void()> done) = 0;
+  // The same for the work before the event's last record.
+  virtual CallStatus WhenRecorded(EventRef event, std::function<void()> done) = 0;
+  // The status of the stream's work once reached (null: the whole device): a fault of an earlier kernel or copy.
+  virtual CallStatus Settled(StreamRef stream) = 0;
+  virtual CallStatus SettledEvent(EventRef event) = 0;
+
+  // Device printf output produced since the last call, for the client's stdout.
+  virtual std::string TakeOutput() = 0;
+
+  // The lease ended: free every allocation, module, stream and event now. Later calls never reach the backend.
+  virtual void Reset() = 0;
+};
+
+}  // namespace gpupool::backend
+
+#endif  // GPUPOOL_BACKEND_DEVICE_BACKEND_H_

@@ -1,0 +1,299 @@
+#include "backend/emu/emu_backend.h"
+
+#include <cuda.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "emu/device.h"
+
+namespace gpupool::backend {
+namespace {
+
+using emu::Code;
+using emu::EmuStatus;
+
+CallStatus From(const EmuStatus& s) { return {static_cast<int>(s.code()), s.ok() ? std::string() : s.message()}; }
+
+CallStatus NoClusters() { return {CUDA_ERROR_NOT_SUPPORTED, "thread block clusters are not emulated"}; }
+
+// More than one block per cluster: the emulated device has no thread block clusters.
+bool Clustered(const Dim3& k) { return k.Volume() > 1; }
+
+std::map<int, int> Attributes(const emu::DeviceProperties& p, int pci_bus) {
+  return {
+      {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, p.max_threads_per_block},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, static_cast<int>(p.max_block_dim.x)},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, static_cast<int>(p.max_block_dim.y)},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, static_cast<int>(p.max_block_dim.z)},
+      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, static_cast<int>(p.max_grid_dim.x)},
+      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, static_cast<int>(p.max_grid_dim.y)},
+      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, static_cast<int>(p.max_grid_dim.z)},
+      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, p.shared_memory_per_block},
+      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, p.shared_memory_per_block_optin},
+      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, p.shared_memory_per_multiprocessor},
+      {CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY, p.total_constant_memory},
+      {CU_DEVICE_ATTRIBUTE_WARP_SIZE, p.warp_size},
+      {CU_DEVICE_ATTRIBUTE_MAX_PITCH, 2147483647},
+      {CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, p.registers_per_block},
+      {CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, p.registers_per_multiprocessor},
+      {CU_DEVICE_ATTRIBUTE_CLOCK_RATE, p.clock_rate_khz},
+      {CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, p.texture_alignment},
+      {CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, p.multiprocessor_count},
+      {CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT, 0},
+      {CU_DEVICE_ATTRIBUTE_INTEGRATED, 0},
+      {CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 0},
+      {CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, CU_COMPUTEMODE_DEFAULT},
+      {CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, 1},
+      {CU_DEVICE_ATTRIBUTE_ECC_ENABLED, 0},
+      {CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, pci_bus},
+      {CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, 0},
+      {CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, 0},
+      {CU_DEVICE_ATTRIBUTE_TCC_DRIVER, 0},
+      {CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, p.memory_clock_rate_khz},
+      {CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, p.memory_bus_width},
+      {CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, p.l2_cache_size},
+      {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, p.max_threads_per_multiprocessor},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, p.max_blocks_per_multiprocessor},
+      {CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 1},
+      {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, p.cc_major},
+      {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, p.cc_minor},
+      {CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED, 1},
+      {CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED, 1},
+      {CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED, 1},
+      {CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 0},
+      {CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD, 0},
+      {CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, 1},
+      {CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 0},
+      {CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 0},
+      {CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, 0},
+      {CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 0},
+      {CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0},
+      {CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED, 0},
+      {CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO, 32},
+      {CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, 0},
+      {CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, 0},
+      {CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED, 0},
+  };
+}
+
+class EmuBackend final : public DeviceBackend {
+ public:
+  EmuBackend(const EmuBackendConfig& config, std::unique_ptr<emu::Device> device)
+      : config_(config), device_(std::move(device)) {
+    auto output = output_;
+    device_->SetPrintfSink([output](std::string_view text) {
+      std::lock_guard<std::mutex> lock(output->mu);
+      output->text.append(text);
+    });
+  }
+
+  DeviceInfo Info() override {
+    const emu::DeviceProperties& p = device_->properties();
+    DeviceInfo info;
+    info.name = config_.device_name;
+    info.total_memory = config_.memory_bytes;
+    info.cc_major = p.cc_major;
+    info.cc_minor = p.cc_minor;
+    std::copy(config_.uuid, config_.uuid + 16, info.uuid);
+    info.pci_bus = config_.pci_bus;
+    info.pci_device = config_.pci_device;
+    info.emulated = true;
+    info.attributes = Attributes(p, config_.pci_bus);
+    return info;
+  }
+
+  CallStatus MemInfo(uint64_t* free_bytes, uint64_t* total_bytes) override {
+    device_->MemInfo(free_bytes, total_bytes);
+    return From(device_->StickyError());
+  }
+
+  CallStatus Alloc(uint64_t bytes, uint64_t* address, uint64_t* reserved) override {
+    EmuStatus s = device_->Malloc(bytes, address);
+    if (!s.ok()) return From(s);
+    uint64_t base = 0, size = bytes;
+    device_->AddressRange(*address, &base, &size);
+    *reserved = size;
+    return CallStatus::Ok();
+  }
+
+  CallStatus Free(uint64_t address, uint64_t) override { return From(device_->FreeAsync(address)); }
+
+  CallStatus CopyToDevice(uint64_t dst, const uint8_t* src, uint64_t bytes, StreamRef stream) override {
+    return From(device_->CopyToDevice(dst, src, bytes, stream.as<emu::Stream>(), true));
+  }
+
+  CallStatus CopyFromDevice(uint8_t* dst, uint64_t src, uint64_t bytes, StreamRef stream) override {
+    return From(device_->CopyFromDevice(dst, src, bytes, stream.as<emu::Stream>(), true));
+  }
+
+  CallStatus CopyOnDevice(uint64_t dst, uint64_t src, uint64_t bytes, StreamRef stream) override {
+    return From(device_->CopyOnDevice(dst, src, bytes, stream.as<emu::Stream>(), true));
+  }
+
+  CallStatus Memset(uint64_t dst, uint32_t value, uint8_t element_size, uint64_t count, StreamRef stream) override {
+    return From(device_->Memset(dst, value, element_size, count, stream.as<emu::Stream>(), true));
+  }
+
+  CallStatus LoadModule(const uint8_t* image, size_t bytes, ModuleRef* module) override {
+    emu::Module* m = nullptr;
+    EmuStatus s = device_->LoadModule(image, bytes, &m);
+    module->p = m;
+    return From(s);
+  }
+
+  CallStatus UnloadModule(ModuleRef module) override { return From(device_->UnloadModule(module.as<emu::Module>())); }
+
+  CallStatus GetFunction(ModuleRef module, const std::string& name, FunctionRef* function, KernelInfo* info) override {
+    emu::Function* fn = nullptr;
+    EmuStatus s = device_->GetFunction(module.as<emu::Module>(), name, &fn);
+    if (!s.ok()) return From(s);
+    function->p = fn;
+    for (const emu::ParamInfo& p : emu::Device::Params(fn)) {
+      info->params.push_back({static_cast<uint32_t>(p.offset), static_cast<uint32_t>(p.size)});
+    }
+    emu::Device::Attributes(fn, &info->shared_bytes, &info->local_bytes, &info->num_regs);
+    return CallStatus::Ok();
+  }
+
+  CallStatus GetGlobal(ModuleRef module, const std::string& name, uint64_t* address, uint64_t* bytes) override {
+    size_t size = 0;
+    EmuStatus s = device_->GetGlobal(module.as<emu::Module>(), name, address, &size);
+    *bytes = size;
+    return From(s);
+  }
+
+  CallStatus Launch(FunctionRef function, const KernelInfo&, const LaunchShape& shape, StreamRef stream,
+                    const uint8_t* params, size_t param_bytes) override {
+    if (shape.cluster && Clustered(*shape.cluster)) return NoClusters();
+    emu::LaunchConfig c;
+    c.grid = {shape.grid.x, shape.grid.y, shape.grid.z};
+    c.block = {shape.block.x, shape.block.y, shape.block.z};
+    c.shared_bytes = shape.shared_bytes;
+    c.stream = stream.as<emu::Stream>();
+    return From(device_->LaunchPacked(function.as<emu::Function>(), c, params, param_bytes));
+  }
+
+  // The emulated device follows no carve-out or scheduling preference, and checks dynamic shared memory against
+  // its opt-in limit at launch; it has no thread block clusters.
+  CallStatus SetFunctionAttribute(FunctionRef, int attribute, int value) override {
+    switch (attribute) {
+      case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
+      case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
+      case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
+        if (value > 1) return NoClusters();
+        break;
+      case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+        if (value < 0 || value > device_->properties().shared_memory_per_block_optin) {
+          return {CUDA_ERROR_INVALID_VALUE, "dynamic shared memory above the device's opt-in limit"};
+        }
+        break;
+      default:
+        break;
+    }
+    return CallStatus::Ok();
+  }
+
+  // Clusters of one block are the device's resident blocks.
+  CallStatus MaxActiveClusters(FunctionRef, const LaunchShape& shape, int* clusters) override {
+    if (shape.cluster && Clustered(*shape.cluster)) return NoClusters();
+    const emu::DeviceProperties& props = device_->properties();
+    uint64_t threads = shape.block.Volume();
+    if (threads == 0 || threads > static_cast<uint64_t>(props.max_threads_per_block)) {
+      return {CUDA_ERROR_INVALID_VALUE, "block size out of range"};
+    }
+    *clusters = static_cast<int>(props.max_threads_per_multiprocessor / threads) * props.multiprocessor_count;
+    return CallStatus::Ok();
+  }
+
+  CallStatus CreateStream(StreamRef* stream) override {
+    emu::Stream* s = nullptr;
+    EmuStatus st = device_->CreateStream(&s);
+    stream->p = s;
+    return From(st);
+  }
+
+  // The emulated stream lives on until the session ends, so queued work still completes without waiting here.
+  CallStatus DestroyStream(StreamRef) override { return From(device_->StickyError()); }
+
+  CallStatus QueryStream(StreamRef stream) override { return From(device_->StreamQuery(stream.as<emu::Stream>())); }
+
+  CallStatus StreamWaitEvent(StreamRef stream, EventRef event) override {
+    return From(device_->StreamWaitEvent(stream.as<emu::Stream>(), event.as<emu::Event>()));
+  }
+
+  CallStatus CreateEvent(EventRef* event) override {
+    emu::Event* e = nullptr;
+    EmuStatus st = device_->CreateEvent(&e);
+    event->p = e;
+    return From(st);
+  }
+
+  // Like streams, events live until the session ends: queued records and waits still name them.
+  CallStatus DestroyEvent(EventRef) override { return CallStatus::Ok(); }
+
+  CallStatus RecordEvent(EventRef event, StreamRef stream) override {
+    return From(device_->RecordEvent(event.as<emu::Event>(), stream.as<emu::Stream>()));
+  }
+
+  CallStatus QueryEvent(EventRef event) override { return From(device_->EventQuery(event.as<emu::Event>())); }
+
+  CallStatus ElapsedMs(EventRef start, EventRef end, float* ms) override {
+    return From(device_->ElapsedMs(start.as<emu::Event>(), end.as<emu::Event>(), ms));
+  }
+
+  CallStatus WhenReached(StreamRef stream, std::function<void()> done) override {
+    return From(device_->LaunchHostFunc(stream.as<emu::Stream>(), std::move(done)));
+  }
+
+  // All streams share one in-order queue: everything before the record is done when the queue gets here.
+  CallStatus WhenRecorded(EventRef, std::function<void()> done) override {
+    return From(device_->LaunchHostFunc(nullptr, std::move(done)));
+  }
+
+  // A fault is the device's (the context's), not a stream's: it is sticky, as on a GPU.
+  CallStatus Settled(StreamRef) override { return From(device_->StickyError()); }
+  CallStatus SettledEvent(EventRef) override { return From(device_->StickyError()); }
+
+  std::string TakeOutput() override {
+    std::lock_guard<std::mutex> lock(output_->mu);
+    std::string text;
+    text.swap(output_->text);
+    return text;
+  }
+
+  void Reset() override { device_->ResetContext(); }
+
+ private:
+  struct Output {
+    std::mutex mu;
+    std::string text;
+  };
+
+  EmuBackendConfig config_;
+  std::unique_ptr<emu::Device> device_;
+  std::shared_ptr<Output> output_ = std::make_shared<Output>();
+};
+
+}  // namespace
+
+Result<std::unique_ptr<DeviceBackend>> NewEmuBackend(const EmuBackendConfig& config) {
+  emu::DeviceOptions o;
+  o.memory_bytes = config.memory_bytes;
+  o.base_address = config.window_base;
+  o.name = config.device_name;
+  o.worker_threads = config.worker_threads;
+  o.gate = config.gate;
+  auto device = std::make_unique<emu::Device>(o);
+  if (EmuStatus s = device->StartupStatus(); !s.ok()) {
+    return Status(StatusCode::kResourceExhausted, s.message());
+  }
+  return std::unique_ptr<DeviceBackend>(std::make_unique<EmuBackend>(config, std::move(device)));
+}
+
+}  // namespace gpupool::backend

@@ -1,0 +1,471 @@
+#include "backend/session_server.h"
+
+#include <cuda.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <kj/async.h>
+
+#include "backend/handle_table.h"
+#include "backend/session_checks.h"
+#include "core/log.h"
+#include "schema/session_wire.h"
+
+namespace gpupool::backend {
+namespace {
+
+namespace calls = session::calls;
+using Reply = kj::Promise<CallStatus>;
+
+constexpr char kRevokedMessage[] = "the lease of this session ended (released or expired); its memory is freed";
+
+Reply Done(CallStatus s) { return Reply(std::move(s)); }
+Reply Ok() { return Done(CallStatus::Ok()); }
+Reply Invalid(std::string message) { return Done({CUDA_ERROR_INVALID_VALUE, std::move(message)}); }
+Reply Unknown(const char* what) { return Done({CUDA_ERROR_INVALID_HANDLE, fmt::format("unknown {} handle", what)}); }
+CallStatus Revoked() { return {CUDA_ERROR_INVALID_CONTEXT, kRevokedMessage}; }
+
+class SessionServer final : public wire::Session::Server {
+ public:
+  SessionServer(std::unique_ptr<DeviceBackend> backend, const SessionLimits& limits,
+                std::shared_ptr<SessionControl> control)
+      : backend_(std::move(backend)), limits_(limits), control_(std::move(control)) {
+    if (control_) {
+      std::lock_guard<std::mutex> lock(control_->mu);
+      control_->revoke = [this] { Revoke(); };
+    }
+  }
+
+  ~SessionServer() noexcept(false) {
+    if (control_) {
+      std::lock_guard<std::mutex> lock(control_->mu);
+      control_->revoke = nullptr;
+    }
+    backend_.reset();  // Frees everything the session still holds.
+    GP_INFO("session", "session on {} closed: its memory and modules are freed", limits_.description);
+  }
+
+  // One override per call of session_calls.h, all alike: the wire plumbing is Serve's; the call's meaning is its
+  // Handle overload's.
+#define GP_SERVE(Name, method, ordinal, mode, doc) \
+  kj::Promise<void> method(Name##Context context) override { return Serve<calls::Name>(kj::mv(context)); }
+  GP_SESSION_CALLS(GP_SERVE)
+#undef GP_SERVE
+
+ private:
+  template <typename Call>
+  struct Pending {
+    typename Call::Args args;
+    typename Call::Results results;
+  };
+
+  template <typename Call>
+  kj::Promise<void> Serve(typename session::Wire<Call>::Context context) {
+    using W = session::Wire<Call>;
+    // A call that waits for the device: a caller that goes away (its connection broke) must not keep it running.
+    if (Call::kMode == session::Mode::kSync) context.allowCancellation();
+    auto call = kj::heap<Pending<Call>>();
+    W::ReadArgs(context.getParams(), call->args);
+    W::PrepareResults(context.getResults(), call->results);
+    Reply reply = revoked_ ? Done(Revoked()) : Handle(call->args, call->results);
+    return reply.then([this, context, call = kj::mv(call)](CallStatus status) mutable {
+      if (revoked_ && status.ok()) status = Revoked();  // The lease ended while the call waited for the device.
+      auto results = context.getResults();
+      W::WriteResults(call->results, results);
+      session::WriteStatus(status, results.initStatus());
+    });
+  }
+
+  // ---- Device and memory.
+
+  Reply Handle(const calls::Properties::Args&, calls::Properties::Results& r) {
+    r.props = backend_->Info();
+    r.props.total_memory = limits_.memory_bytes;
+    return Ok();
+  }
+
+  Reply Handle(const calls::MemGetInfo::Args&, calls::MemGetInfo::Results& r) {
+    uint64_t free_bytes = 0, total = 0;
+    CallStatus s = backend_->MemInfo(&free_bytes, &total);
+    // The slice, not the device: what is left of the quota, or less if the device itself is short.
+    r.total = limits_.memory_bytes;
+    r.free = std::min(free_bytes, limits_.memory_bytes - std::min(limits_.memory_bytes, used_));
+    return Done(s);
+  }
+
+  Reply Handle(const calls::MemAlloc::Args& a, calls::MemAlloc::Results& r) {
+    if (a.bytes == 0 || a.bytes > kMaxAllocBytes) return Invalid(fmt::format("cannot allocate {} bytes", a.bytes));
+    if (a.bytes > QuotaLeft()) return Done({CUDA_ERROR_OUT_OF_MEMORY, QuotaMessage(a.bytes)});
+    uint64_t address = 0, reserved = 0;
+    CallStatus s = backend_->Alloc(a.bytes, &address, &reserved);
+    if (!s.ok()) return Done(s);
+    if (reserved > QuotaLeft()) {  // The device's rounding took it over the quota.
+      backend_->Free(address, reserved);
+      return Done({CUDA_ERROR_OUT_OF_MEMORY, QuotaMessage(reserved)});
+    }
+    allocations_[address] = reserved;
+    used_ += reserved;
+    r.address = address;
+    return Ok();
+  }
+
+  Reply Handle(const calls::MemFree::Args& a, calls::MemFree::Results&) {
+    if (a.address == 0) return Ok();  // As cudaFree(nullptr).
+    // Only what memAlloc returned: module variables belong to their module.
+    auto it = allocations_.find(a.address);
+    if (it == allocations_.end()) {
+      return Invalid(fmt::format("0x{:x} is not the start of an allocation of this session", a.address));
+    }
+    uint64_t reserved = it->second;
+    allocations_.erase(it);
+    used_ -= reserved;
+    return Done(backend_->Free(a.address, reserved));
+  }
+
+  Reply Handle(const calls::CopyToDevice::Args& a, calls::CopyToDevice::Results&) {
+    StreamRef stream;
+    if (!FindStream(a.stream, &stream)) return Unknown("stream");
+    if (a.data.size == 0) return Ok();
+    if (CallStatus s = Owned(a.dst, a.data.size, "copy destination"); !s.ok()) return Done(s);
+    // The device reads straight from the request, which lives until this call's reply: the reply waits for the
+    // copy (the client does not wait for the reply, so nothing is delayed but the acknowledgement).
+    CallStatus s = backend_->CopyToDevice(a.dst, a.data.data, a.data.size, stream);
+    if (!s.ok()) return Done(s);
+    return AfterReached(stream, a.stream);
+  }
+
+  Reply Handle(const calls::CopyFromDevice::Args& a, calls::CopyFromDevice::Results& r) {
+    StreamRef stream;
+    if (!FindStream(a.stream, &stream)) return Unknown("stream");
+    if (a.bytes > kMaxCopyBytes) {
+      return Invalid(fmt::format("a copy message carries at most {} bytes, not {}", kMaxCopyBytes, a.bytes));
+    }
+    if (a.bytes == 0) return Ok();
+    if (CallStatus s = Owned(a.src, a.bytes, "copy source"); !s.ok()) return Done(s);
+    // The device writes straight into the reply; nothing else touches it until the copy has run.
+    uint8_t* dst = r.data.reserve(a.bytes);
+    CallStatus s = backend_->CopyFromDevice(dst, a.src, a.bytes, stream);
+    if (!s.ok()) {
+      r.data.reserve(0);
+      return Done(s);
+    }
+    return AfterReached(stream, a.stream);
+  }
+
+  Reply Handle(const calls::CopyOnDevice::Args& a, calls::CopyOnDevice::Results&) {
+    StreamRef stream;
+    if (!FindStream(a.stream, &stream)) return Unknown("stream");
+    if (a.bytes == 0) return Ok();
+    if (CallStatus s = Owned(a.dst, a.bytes, "copy destination"); !s.ok()) return Done(s);
+    if (CallStatus s = Owned(a.src, a.bytes, "copy source"); !s.ok()) return Done(s);
+    return Done(backend_->CopyOnDevice(a.dst, a.src, a.bytes, stream));
+  }
+
+  Reply Handle(const calls::Memset::Args& a, calls::Memset::Results&) {
+    StreamRef stream;
+    if (!FindStream(a.stream, &stream)) return Unknown("stream");
+    uint64_t bytes = 0;
+    std::string error;
+    if (!MemsetBytes(a.element_size, a.count, &bytes, &error)) return Invalid(error);
+    if (bytes == 0) return Ok();
+    if (CallStatus s = Owned(a.dst, bytes, "memset destination"); !s.ok()) return Done(s);
+    return Done(backend_->Memset(a.dst, a.value, a.element_size, a.count, stream));
+  }
+
+  // ---- Modules and kernels.
+
+  Reply Handle(const calls::ModuleLoad::Args& a, calls::ModuleLoad::Results& r) {
+    ModuleRef module;
+    CallStatus s = backend_->LoadModule(a.image.data, a.image.size, &module);
+    if (!s.ok()) {
+      GP_INFO("session", "module load refused: {}", s.message);
+      return Done(s);
+    }
+    r.module.value = modules_.Add(module);
+    return Ok();
+  }
+
+  Reply Handle(const calls::ModuleUnload::Args& a, calls::ModuleUnload::Results&) {
+    auto it = modules_.find(a.module.value);
+    if (it == modules_.end()) return Unknown("module");
+    ModuleRef module = it->second;
+    uint64_t handle = it->first;
+    modules_.erase(it);
+    // Its functions and variables go first: no handle may outlive the code or memory it names.
+    functions_.EraseIf([handle](uint64_t, const Function& f) { return f.module == handle; });
+    for (auto g = globals_.begin(); g != globals_.end();) {
+      g = g->second.module == handle ? globals_.erase(g) : std::next(g);
+    }
+    return Done(backend_->UnloadModule(module));
+  }
+
+  Reply Handle(const calls::ModuleGetFunction::Args& a, calls::ModuleGetFunction::Results& r) {
+    auto it = modules_.find(a.module.value);
+    if (it == modules_.end()) return Unknown("module");
+    FunctionRef fn;
+    KernelInfo info;
+    CallStatus s = backend_->GetFunction(it->second, a.name, &fn, &info);
+    if (!s.ok()) return Done(s);
+    r.params = info.params;
+    r.shared_bytes = info.shared_bytes;
+    r.local_bytes = info.local_bytes;
+    r.num_regs = info.num_regs;
+    r.function.value = functions_.Add({it->first, fn, std::move(info)});
+    return Ok();
+  }
+
+  Reply Handle(const calls::ModuleGetGlobal::Args& a, calls::ModuleGetGlobal::Results& r) {
+    auto it = modules_.find(a.module.value);
+    if (it == modules_.end()) return Unknown("module");
+    CallStatus s = backend_->GetGlobal(it->second, a.name, &r.address, &r.bytes);
+    // The variable is this session's memory until its module is unloaded: copies may reach it.
+    if (s.ok() && r.bytes > 0) globals_[r.address] = {r.bytes, it->first};
+    return Done(s);
+  }
+
+  Reply Handle(const calls::Launch::Args& a, calls::Launch::Results&) {
+    auto it = functions_.find(a.function.value);
+    if (it == functions_.end()) return Unknown("function");
+    StreamRef stream;
+    if (!FindStream(a.stream, &stream)) return Unknown("stream");
+    // A short buffer would leave parameters (pointers among them) unset or, worse, read past the message.
+    std::string error;
+    if (!ParamsFit(it->second.info.params, a.params.size, [](const KernelParam& p) { return p.offset; },
+                   [](const KernelParam& p) { return p.size; }, &error)) {
+      return Invalid(error);
+    }
+    LaunchShape shape{a.grid, a.block, a.shared_bytes, a.cluster};
+    return Done(backend_->Launch(it->second.fn, it->second.info, shape, stream, a.params.data, a.params.size));
+  }
+
+  Reply Handle(const calls::OccupancyMaxActiveClusters::Args& a, calls::OccupancyMaxActiveClusters::Results& r) {
+    auto it = functions_.find(a.function.value);
+    if (it == functions_.end()) return Unknown("function");
+    LaunchShape shape{a.grid, a.block, a.shared_bytes, a.cluster};
+    return Done(backend_->MaxActiveClusters(it->second.fn, shape, &r.clusters));
+  }
+
+  Reply Handle(const calls::FunctionSetAttribute::Args& a, calls::FunctionSetAttribute::Results&) {
+    auto it = functions_.find(a.function.value);
+    if (it == functions_.end()) return Unknown("function");
+    return Done(backend_->SetFunctionAttribute(it->second.fn, a.attribute, a.value));
+  }
+
+  // ---- Streams and events.
+
+  Reply Handle(const calls::StreamCreate::Args&, calls::StreamCreate::Results& r) {
+    StreamRef stream;
+    CallStatus s = backend_->CreateStream(&stream);
+    if (s.ok()) r.stream.value = streams_.Add(stream);
+    return Done(s);
+  }
+
+  Reply Handle(const calls::StreamDestroy::Args& a, calls::StreamDestroy::Results&) {
+    auto it = streams_.find(a.stream.value);
+    if (it == streams_.end()) return Unknown("stream");
+    StreamRef stream = it->second;
+    streams_.erase(it);
+    return Done(backend_->DestroyStream(stream));  // Returns at once; queued work still completes.
+  }
+
+  Reply Handle(const calls::StreamSynchronize::Args& a, calls::StreamSynchronize::Results& r) {
+    StreamRef stream;
+    if (!FindStream(a.stream, &stream)) return Unknown("stream");
+    return AfterReached(stream, a.stream).then([this, &r](CallStatus s) {
+      r.output = backend_->TakeOutput();
+      return s;
+    });
+  }
+
+  Reply Handle(const calls::StreamQuery::Args& a, calls::StreamQuery::Results& r) {
+    StreamRef stream;
+    if (!FindStream(a.stream, &stream)) return Unknown("stream");
+    r.output = backend_->TakeOutput();
+    return Done(backend_->QueryStream(stream));
+  }
+
+  Reply Handle(const calls::StreamWaitEvent::Args& a, calls::StreamWaitEvent::Results&) {
+    StreamRef stream;
+    if (!FindStream(a.stream, &stream)) return Unknown("stream");
+    auto e = events_.find(a.event.value);
+    if (e == events_.end()) return Unknown("event");
+    return Done(backend_->StreamWaitEvent(stream, e->second));
+  }
+
+  Reply Handle(const calls::EventCreate::Args&, calls::EventCreate::Results& r) {
+    EventRef event;
+    CallStatus s = backend_->CreateEvent(&event);
+    if (s.ok()) r.event.value = events_.Add(event);
+    return Done(s);
+  }
+
+  Reply Handle(const calls::EventDestroy::Args& a, calls::EventDestroy::Results&) {
+    auto it = events_.find(a.event.value);
+    if (it == events_.end()) return Unknown("event");
+    EventRef event = it->second;
+    events_.erase(it);
+    return Done(backend_->DestroyEvent(event));
+  }
+
+  Reply Handle(const calls::EventRecord::Args& a, calls::EventRecord::Results&) {
+    auto e = events_.find(a.event.value);
+    if (e == events_.end()) return Unknown("event");
+    StreamRef stream;
+    if (!FindStream(a.stream, &stream)) return Unknown("stream");
+    return Done(backend_->RecordEvent(e->second, stream));
+  }
+
+  Reply Handle(const calls::EventSynchronize::Args& a, calls::EventSynchronize::Results& r) {
+    auto e = events_.find(a.event.value);
+    if (e == events_.end()) return Unknown("event");
+    uint64_t id = a.event.value;
+    // The callback owns only a fulfiller, never the session: the session, its event or its lease may end while
+    // it waits.
+    auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
+    auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
+    kj::Promise<void> recorded = kj::READY_NOW;
+    if (backend_->WhenRecorded(e->second, [fulfiller] { (*fulfiller)->fulfill(); }).ok()) {
+      recorded = kj::mv(paf.promise);
+    }
+    return Settle(kj::mv(recorded)).then([this, &r, id]() {
+      r.output = backend_->TakeOutput();
+      if (revoked_) return Revoked();
+      // Looked up again: destroyed while we waited means it had completed (or was never waited on) as well.
+      auto e = events_.find(id);
+      return e != events_.end() ? backend_->SettledEvent(e->second) : backend_->Settled(StreamRef());
+    });
+  }
+
+  Reply Handle(const calls::EventQuery::Args& a, calls::EventQuery::Results&) {
+    auto e = events_.find(a.event.value);
+    if (e == events_.end()) return Unknown("event");
+    return Done(backend_->QueryEvent(e->second));
+  }
+
+  Reply Handle(const calls::EventElapsed::Args& a, calls::EventElapsed::Results& r) {
+    auto start = events_.find(a.start.value), end = events_.find(a.end.value);
+    if (start == events_.end() || end == events_.end()) return Unknown("event");
+    return Done(backend_->ElapsedMs(start->second, end->second, &r.ms));
+  }
+
+  Reply Handle(const calls::Synchronize::Args&, calls::Synchronize::Results& r) {
+    // Every stream of the session, the default stream included.
+    kj::Vector<kj::Promise<void>> all;
+    all.add(Reached(StreamRef()));
+    for (auto& [id, stream] : streams_) all.add(Reached(stream));
+    return kj::joinPromises(all.releaseAsArray()).then([this, &r]() {
+      r.output = backend_->TakeOutput();
+      return revoked_ ? Revoked() : backend_->Settled(StreamRef());
+    });
+  }
+
+  // ---- Helpers.
+
+  struct Function {
+    uint64_t module;  // The handle of its module: unloading the module erases it.
+    FunctionRef fn;
+    KernelInfo info;
+  };
+  struct Global {
+    uint64_t bytes;
+    uint64_t module;  // The handle of its module.
+  };
+
+  bool FindStream(session::StreamId id, StreamRef* out) {
+    if (id.value == 0) {
+      *out = StreamRef();
+      return true;
+    }
+    auto it = streams_.find(id.value);
+    if (it == streams_.end()) return false;
+    *out = it->second;
+    return true;
+  }
+
+  // Resolves once the device has run everything queued on `stream` so far, without blocking the event loop.
+  kj::Promise<void> Reached(StreamRef stream) {
+    auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
+    // The fulfiller travels to the device's thread, which fulfils it there (that is what it is for).
+    auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
+    if (!backend_->WhenReached(stream, [fulfiller] { (*fulfiller)->fulfill(); }).ok()) {
+      return kj::READY_NOW;  // A faulted device: nothing will run; Settled reports why.
+    }
+    return Settle(kj::mv(paf.promise));
+  }
+
+  // A wait whose callback the device dropped (the session was reset under it) ends the wait, not the call.
+  static kj::Promise<void> Settle(kj::Promise<void> wait) {
+    return wait.catch_([](kj::Exception&&) {});
+  }
+
+  // The status of a call that waited for `stream` (handle `id`): the lease may have ended, or the stream been
+  // destroyed, meanwhile.
+  Reply AfterReached(StreamRef stream, session::StreamId id) {
+    return Reached(stream).then([this, id]() {
+      if (revoked_) return Revoked();
+      StreamRef now;
+      return FindStream(id, &now) ? backend_->Settled(now) : backend_->Settled(StreamRef());
+    });
+  }
+
+  // Whether the session owns [address, address + bytes): inside one of its allocations or module variables. The
+  // device's address space also holds other tenants' memory (on a GPU) or the session's free space (emulated):
+  // neither may be reached.
+  CallStatus Owned(uint64_t address, uint64_t bytes, const char* what) const {
+    if (InsideOneOf(allocations_, address, bytes, [](uint64_t size) { return size; })) return CallStatus::Ok();
+    if (InsideOneOf(globals_, address, bytes, [](const Global& g) { return g.bytes; })) return CallStatus::Ok();
+    if (!RangeInside(address, bytes, limits_.window_base, limits_.window_bytes)) {
+      return {CUDA_ERROR_INVALID_VALUE,
+              fmt::format("{}: {} lies outside this session's window [0x{:x}, 0x{:x})", what,
+                          DescribeRange(address, bytes), limits_.window_base,
+                          limits_.window_base + limits_.window_bytes)};
+    }
+    return {CUDA_ERROR_INVALID_VALUE,
+            fmt::format("{}: {} is not inside one allocation of this session", what, DescribeRange(address, bytes))};
+  }
+
+  uint64_t QuotaLeft() const { return limits_.memory_bytes - std::min(limits_.memory_bytes, used_); }
+  std::string QuotaMessage(uint64_t bytes) const {
+    return fmt::format("{} bytes do not fit in the slice's memory ({} of {} bytes in use)", bytes, used_,
+                       limits_.memory_bytes);
+  }
+
+  // The lease ended: every object goes now, and every later call fails (Serve checks revoked_ first).
+  void Revoke() {
+    revoked_ = true;
+    functions_.clear();
+    globals_.clear();
+    modules_.clear();
+    streams_.clear();
+    events_.clear();
+    allocations_.clear();
+    used_ = 0;
+    backend_->Reset();
+  }
+
+  std::unique_ptr<DeviceBackend> backend_;
+  SessionLimits limits_;
+  std::shared_ptr<SessionControl> control_;
+  bool revoked_ = false;
+  uint64_t used_ = 0;                           // Bytes of the quota the session's allocations take.
+  std::map<uint64_t, uint64_t> allocations_;    // Start -> reserved bytes: what memAlloc returned, not yet freed.
+  std::map<uint64_t, Global> globals_;          // Module variables the client asked for (moduleGetGlobal).
+  HandleTable<ModuleRef> modules_;
+  HandleTable<Function> functions_;
+  HandleTable<StreamRef> streams_;
+  HandleTable<EventRef> events_;
+};
+
+}  // namespace
+
+kj::Own<wire::Session::Server> NewSessionServer(std::unique_ptr<DeviceBackend> backend, const SessionLimits& limits,
+                                                std::shared_ptr<SessionControl> control) {
+  return kj::heap<SessionServer>(std::move(backend), limits, std::move(control));
+}
+
+}  // namespace gpupool::backend

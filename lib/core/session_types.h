@@ -1,0 +1,73 @@
+// Plain C++ values of the session protocol, shared by the client (lib/client), the session server and the device
+// backends (lib/backend): no Cap'n Proto type appears here, so a backend never sees the wire. The calls themselves
+// are declared once in lib/schema/session_calls.h.
+#ifndef GPUPOOL_CORE_SESSION_TYPES_H_
+#define GPUPOOL_CORE_SESSION_TYPES_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+namespace gpupool::session {
+
+// A call's outcome: a CUresult value (0 = success) and, for errors, what went wrong in words.
+struct CallStatus {
+  int code = 0;
+  std::string message;
+
+  bool ok() const { return code == 0; }
+  static CallStatus Ok() { return {}; }
+  static CallStatus Error(int code, std::string message) { return {code, std::move(message)}; }
+};
+
+struct Dim3 {
+  uint32_t x = 1, y = 1, z = 1;
+  uint64_t Volume() const { return uint64_t{x} * y * z; }
+};
+
+// Where a kernel parameter lies in the packed parameter buffer.
+struct KernelParam {
+  uint32_t offset = 0, size = 0;
+};
+
+// Bytes that belong to someone else (a message, the caller): valid only as long as the owner says.
+struct ByteView {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+};
+
+// Bytes a call writes into its own reply. The server sets `reserve`, which sizes the reply's buffer and returns
+// where to write (reserve(0) empties it again); the client reads `data`/`size`, a view into the reply.
+struct ReplyBytes {
+  std::function<uint8_t*(size_t)> reserve;
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+};
+
+// A slice as its client sees it: the GPU's identity and attributes, with the slice's memory as total memory.
+struct DeviceInfo {
+  std::string name;
+  uint64_t total_memory = 0;
+  int cc_major = 0, cc_minor = 0;
+  uint8_t uuid[16] = {};
+  int pci_domain = 0, pci_bus = 0, pci_device = 0;
+  std::map<int, int> attributes;  // CUdevice_attribute -> value, every attribute the backend knows.
+  bool emulated = false;
+};
+
+// Session-local handle numbers as the client holds them. Distinct types, so that a stream number can never be
+// passed where an event number is expected. 0 is never a handle; as a stream it is the default stream.
+template <typename Tag>
+struct Id {
+  uint64_t value = 0;
+};
+using StreamId = Id<struct StreamTag>;
+using EventId = Id<struct EventTag>;
+using ModuleId = Id<struct ModuleTag>;
+using FunctionId = Id<struct FunctionTag>;
+
+}  // namespace gpupool::session
+
+#endif  // GPUPOOL_CORE_SESSION_TYPES_H_
