@@ -4,13 +4,22 @@
 # work each got, beside a baseline measured in the same run: the same program alone on the whole device and alone
 # on a 0.25 slice (work-conserving: a tenant alone should get the whole device).
 #
-#   bench/share_bench.sh [BUILD_DIR] [SECONDS]          (default: build, 6)
+#   bench/share_bench.sh [BUILD_DIR] [SECONDS] [kernel|submission]     (default: build, 6, kernel)
+# kernel: the emulated device takes turns per kernel, pausing running kernels at its checkpoints (how emulated
+# devices are shared). submission: the session server takes turns per submitted kernel or copy, as it does for a
+# physical GPU without MPS (GPUPOOL_EMU_SUBMISSION_TURNS=1 in the agent's environment).
 # Targets (issue "Sessions, rebuilt"): contended shares within 5 points of 0.75/0.25; alone on 0.25 >= 90 % of
 # alone on the whole device.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUILD_DIR="${1:-build}"
 SECONDS_EACH="${2:-6}"
+TURNS="${3:-kernel}"
+case "$TURNS" in
+  kernel) ;;
+  submission) export GPUPOOL_EMU_SUBMISSION_TURNS=1 ;;
+  *) echo "share_bench: turns must be 'kernel' or 'submission', not '$TURNS'" >&2; exit 2 ;;
+esac
 AGENT="$BUILD_DIR/tools/gp-agent"
 RUN="$BUILD_DIR/tools/gp-run"
 BUSY="$BUILD_DIR/tests/remote/programs/busy"
@@ -29,7 +38,7 @@ server=$(sed -nE 's/.* listening on ([^ ]+) .*/\1/p' "$out/agent.out")
 kernels() { sed -nE 's/^busy: ([0-9]+) kernels.*/\1/p' "$1"; }
 run_busy() { "$RUN" --servers "$server" -p "$1" -- "$BUSY" "$SECONDS_EACH" trace >"$2"; }
 
-echo "share_bench: $(nproc) CPU(s), ${SECONDS_EACH} s per run, one emulated GPU"
+echo "share_bench: $(nproc) CPU(s), ${SECONDS_EACH} s per run, one emulated GPU, turns per $TURNS"
 run_busy 1 "$out/whole"
 run_busy 0.25 "$out/alone"
 run_busy 0.75 "$out/big" &

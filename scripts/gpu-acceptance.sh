@@ -192,7 +192,10 @@ faulting_neighbour() {  # A kernel through a wild pointer fails its own program 
 export -f faulting_neighbour
 step pool-faulting-neighbour 240 faulting_neighbour
 
-compute_shares() {  # Two busy tenants with 0.75 and 0.25 of the GPU: what each achieves, side by side.
+# Two busy tenants with 0.75 and 0.25 of the GPU: what each achieves, side by side. Without an MPS daemon the
+# session servers take turns per submission (lib/backend/session_server.cc); the busy kernels are short, so the
+# turns should hold the ratio near 3 (target 0.65..0.85 for the big tenant; the GPU's own time-slicing gives ~0.5).
+compute_shares() {
   run_on_pool -p 0.75 -- "$PROGRAMS/busy" 5 >"$LOGS/share-big.log" 2>&1 &
   local b=$!
   run_on_pool -p 0.25 -- "$PROGRAMS/busy" 5 >"$LOGS/share-small.log" 2>&1

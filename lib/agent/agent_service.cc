@@ -35,7 +35,7 @@ struct AgentState {
   // Every session runs in a worker process of its own; a lease's end kills its workers.
   kj::Own<SessionWorkers> workers;
 
-  // Per emulated device: the table through which its sessions take turns (backend/device_turns.h); -1 until
+  // Per device: the table through which its sessions take turns (backend/device_turns.h); -1 until
   // the device's first session.
   std::vector<int> turns_fds;
 
@@ -266,13 +266,14 @@ class AgentImpl final : public wire::Agent::Server {
     spec.share_micros = slice->share;
     spec.cuda_driver = state_.config.cuda_driver;
     spec.direct_listen = DirectListen(state_.config.listen);
+    // Every device's sessions take turns by their compute shares (a worker on a GPU under MPS leaves the table).
+    auto turns = state_.TurnsFd(device);
+    if (!turns.ok()) {
+      SetOutcome(results.initOutcome(), turns.status());
+      return kj::READY_NOW;
+    }
+    spec.turns_fd = *turns;
     if (record.emulated) {
-      auto turns = state_.TurnsFd(device);
-      if (!turns.ok()) {
-        SetOutcome(results.initOutcome(), turns.status());
-        return kj::READY_NOW;
-      }
-      spec.turns_fd = *turns;
       // A stable UUID per emulated device, derived from its pool-wide id.
       uint64_t h = 1469598103934665603ull;
       for (char c : record.uuid) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;

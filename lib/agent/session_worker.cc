@@ -51,6 +51,12 @@ bool MpsRunning() {
   return stat(control.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
+// Whether the environment variable `name` is set to "1".
+bool EnvFlag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string_view(v) == "1";
+}
+
 // The Unix socket a worker's door listens on, when the agent listens on one ("unix:PATH" -> PATH.PID); "" for
 // TCP. The agent computes it too, to remove the socket of a worker that was killed before it could.
 std::string DoorSocketPath(const std::string& direct_listen, pid_t pid) {
@@ -181,23 +187,32 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     limits.window_bytes = c.getWindowBytes();
     std::shared_ptr<backend::DeviceTurns> turns;
     Status joined_turns = Status::Ok();
+    // A physical GPU under MPS shares itself by the active-thread percentage (below); every other device takes turns.
+    const bool mps = !c.getEmulated() && MpsRunning();
     if (c.getDeviceTurns()) {
-      // Joined on this thread, which lives as long as the worker: membership is held by it.
-      auto joined = backend::DeviceTurns::Join(kTurnsFd, c.getShareMicros());
-      if (joined.ok()) {
-        turns = std::move(joined).value();
-      } else {
-        joined_turns = joined.status();
+      if (!mps) {
+        // Joined on this thread, which lives as long as the worker: membership is held by it.
+        auto joined = backend::DeviceTurns::Join(kTurnsFd, c.getShareMicros());
+        if (joined.ok()) {
+          turns = std::move(joined).value();
+        } else {
+          joined_turns = joined.status();
+        }
       }
       close(kTurnsFd);
-    } else {
-      // No turns table (a physical GPU): the nearest the CPU side can do is a CFS weight. Before any thread exists:
-      // threads inherit the nice value.
+    } else if (!mps) {
+      // No turns table (an agent that made none): the nearest the CPU side can do is a CFS weight. Before any thread
+      // exists: threads inherit the nice value.
       int nice = NiceForShare(c.getShareMicros());
       if (nice > 0 && setpriority(PRIO_PROCESS, 0, nice) != 0) {
         GP_WARN("session", "cannot lower the worker's priority to nice {}: {}", nice, std::strerror(errno));
       }
     }
+    // Who takes the turns: the emulated device itself, per kernel, preempting at its checkpoints; for a physical
+    // GPU the session server, per submission (a GPU's kernels cannot be paused from outside).
+    // GPUPOOL_EMU_SUBMISSION_TURNS=1 shares an emulated device the GPU's way, so that path runs without a GPU.
+    std::shared_ptr<emu::ExecutionGate> submission_turns;
+    if (!c.getEmulated() || EnvFlag("GPUPOOL_EMU_SUBMISSION_TURNS")) submission_turns = turns;
     if (!joined_turns.ok()) {
       device = joined_turns;
     } else if (c.getEmulated()) {
@@ -209,11 +224,11 @@ class WorkerImpl final : public wire::SessionWorker::Server {
       std::memcpy(cfg.uuid, uuid.begin(), std::min<size_t>(16, uuid.size()));
       cfg.pci_bus = c.getPciBus();
       cfg.pci_device = c.getPciDevice();
-      cfg.gate = turns;
+      if (!submission_turns) cfg.gate = turns;
       limits.description = fmt::format("emulated {}, window 0x{:x}", cfg.device_name, cfg.window_base);
       device = backend::NewEmuBackend(cfg);
     } else {
-      if (MpsRunning()) {
+      if (mps) {
         // MPS reads it when this process first creates a context; a whole device needs no limit.
         uint32_t percent = std::max(1u, static_cast<uint32_t>(std::lround(c.getShareMicros() / 10000.0)));
         if (percent < 100) setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(percent).c_str(), 1);
@@ -241,7 +256,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     // The session server lives as long as some client holds it; when the last reference goes (the client closed
     // it, or its connection broke), the worker's job is done.
     auto* closed = closed_.get();
-    auto server = backend::NewSessionServer(std::move(device).value(), limits, control_)
+    auto server = backend::NewSessionServer(std::move(device).value(), limits, control_, submission_turns)
                       .attach(kj::defer([closed] { closed->fulfill(); }));
     wire::Session::Client client(kj::mv(server));
     results.setCode(0);

@@ -2,8 +2,10 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,11 +32,57 @@ Reply Invalid(std::string message) { return Done({CUDA_ERROR_INVALID_VALUE, std:
 Reply Unknown(const char* what) { return Done({CUDA_ERROR_INVALID_HANDLE, fmt::format("unknown {} handle", what)}); }
 CallStatus Revoked() { return {CUDA_ERROR_INVALID_CONTEXT, kRevokedMessage}; }
 
+// Takes turns on a device for work submitted to it (see NewSessionServer): holds the turn from the first submission
+// until no submitted work is left running, and gives it up early at a submission once its slice is over and a
+// neighbour with less use waits. Thread-safe: submissions come from the session's thread, completions from the
+// device's.
+class SubmissionTurns {
+ public:
+  explicit SubmissionTurns(std::shared_ptr<emu::ExecutionGate> gate) : gate_(std::move(gate)) {}
+
+  ~SubmissionTurns() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (holding_) gate_->Leave(false);
+  }
+
+  // Before work reaches the device: waits for the turn (or yields it, if the slice is over and someone waits).
+  void BeforeSubmit() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (holding_) {
+      gate_->Checkpoint(cancel_);  // Holds the turn, or yields and waits for it back.
+    } else {
+      lock.unlock();  // Completions (which only ever give the turn up) must not wait behind the wait.
+      gate_->Enter(cancel_);
+      lock.lock();
+      holding_ = true;
+    }
+    ++in_flight_;
+  }
+
+  // The submitted work has run: the last one out hands the turn on (keeping the next an instant, since a client
+  // that just waited for its work usually submits more at once).
+  void Completed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (in_flight_ > 0 && --in_flight_ == 0 && holding_) {
+      holding_ = false;
+      gate_->Leave(true);
+    }
+  }
+
+ private:
+  std::shared_ptr<emu::ExecutionGate> gate_;
+  std::atomic<bool> cancel_{false};
+  std::mutex mu_;
+  bool holding_ = false;  // Guarded by mu_.
+  int in_flight_ = 0;     // Guarded by mu_.
+};
+
 class SessionServer final : public wire::Session::Server {
  public:
   SessionServer(std::unique_ptr<DeviceBackend> backend, const SessionLimits& limits,
-                std::shared_ptr<SessionControl> control)
+                std::shared_ptr<SessionControl> control, std::shared_ptr<emu::ExecutionGate> submission_turns)
       : backend_(std::move(backend)), limits_(limits), control_(std::move(control)) {
+    if (submission_turns) turns_ = std::make_shared<SubmissionTurns>(std::move(submission_turns));
     if (control_) {
       std::lock_guard<std::mutex> lock(control_->mu);
       control_->revoke = [this] { Revoke(); };
@@ -134,7 +182,7 @@ class SessionServer final : public wire::Session::Server {
     if (CallStatus s = Owned(a.dst, a.data.size, "copy destination"); !s.ok()) return Done(s);
     // The device reads straight from the request, which lives until this call's reply: the reply waits for the
     // copy (the client does not wait for the reply, so nothing is delayed but the acknowledgement).
-    CallStatus s = backend_->CopyToDevice(a.dst, a.data.data, a.data.size, stream);
+    CallStatus s = Submit(stream, [&] { return backend_->CopyToDevice(a.dst, a.data.data, a.data.size, stream); });
     if (!s.ok()) return Done(s);
     return AfterReached(stream, a.stream);
   }
@@ -149,7 +197,7 @@ class SessionServer final : public wire::Session::Server {
     if (CallStatus s = Owned(a.src, a.bytes, "copy source"); !s.ok()) return Done(s);
     // The device writes straight into the reply; nothing else touches it until the copy has run.
     uint8_t* dst = r.data.reserve(a.bytes);
-    CallStatus s = backend_->CopyFromDevice(dst, a.src, a.bytes, stream);
+    CallStatus s = Submit(stream, [&] { return backend_->CopyFromDevice(dst, a.src, a.bytes, stream); });
     if (!s.ok()) {
       r.data.reserve(0);
       return Done(s);
@@ -163,7 +211,7 @@ class SessionServer final : public wire::Session::Server {
     if (a.bytes == 0) return Ok();
     if (CallStatus s = Owned(a.dst, a.bytes, "copy destination"); !s.ok()) return Done(s);
     if (CallStatus s = Owned(a.src, a.bytes, "copy source"); !s.ok()) return Done(s);
-    return Done(backend_->CopyOnDevice(a.dst, a.src, a.bytes, stream));
+    return Done(Submit(stream, [&] { return backend_->CopyOnDevice(a.dst, a.src, a.bytes, stream); }));
   }
 
   Reply Handle(const calls::Memset::Args& a, calls::Memset::Results&) {
@@ -174,7 +222,7 @@ class SessionServer final : public wire::Session::Server {
     if (!MemsetBytes(a.element_size, a.count, &bytes, &error)) return Invalid(error);
     if (bytes == 0) return Ok();
     if (CallStatus s = Owned(a.dst, bytes, "memset destination"); !s.ok()) return Done(s);
-    return Done(backend_->Memset(a.dst, a.value, a.element_size, a.count, stream));
+    return Done(Submit(stream, [&] { return backend_->Memset(a.dst, a.value, a.element_size, a.count, stream); }));
   }
 
   // ---- Modules and kernels.
@@ -240,7 +288,8 @@ class SessionServer final : public wire::Session::Server {
       return Invalid(error);
     }
     LaunchShape shape{a.grid, a.block, a.shared_bytes, a.cluster};
-    return Done(backend_->Launch(it->second.fn, it->second.info, shape, stream, a.params.data, a.params.size));
+    const Function& f = it->second;
+    return Done(Submit(stream, [&] { return backend_->Launch(f.fn, f.info, shape, stream, a.params.data, a.params.size); }));
   }
 
   Reply Handle(const calls::OccupancyMaxActiveClusters::Args& a, calls::OccupancyMaxActiveClusters::Results& r) {
@@ -376,6 +425,18 @@ class SessionServer final : public wire::Session::Server {
     uint64_t module;  // The handle of its module.
   };
 
+  // Submits work with `submit` on `stream`, within the device's turn when the server takes turns for it.
+  template <typename Submission>
+  CallStatus Submit(StreamRef stream, Submission submit) {
+    if (!turns_) return submit();
+    turns_->BeforeSubmit();
+    CallStatus s = submit();
+    // The turn is held until the work has run: the device's time is charged to whoever keeps it busy.
+    std::shared_ptr<SubmissionTurns> turns = turns_;
+    if (!s.ok() || !backend_->WhenReached(stream, [turns] { turns->Completed(); }).ok()) turns_->Completed();
+    return s;
+  }
+
   bool FindStream(session::StreamId id, StreamRef* out) {
     if (id.value == 0) {
       *out = StreamRef();
@@ -451,6 +512,7 @@ class SessionServer final : public wire::Session::Server {
   std::unique_ptr<DeviceBackend> backend_;
   SessionLimits limits_;
   std::shared_ptr<SessionControl> control_;
+  std::shared_ptr<SubmissionTurns> turns_;  // Null: the device shares itself (or the session is alone).
   bool revoked_ = false;
   uint64_t used_ = 0;                           // Bytes of the quota the session's allocations take.
   std::map<uint64_t, uint64_t> allocations_;    // Start -> reserved bytes: what memAlloc returned, not yet freed.
@@ -464,8 +526,9 @@ class SessionServer final : public wire::Session::Server {
 }  // namespace
 
 kj::Own<wire::Session::Server> NewSessionServer(std::unique_ptr<DeviceBackend> backend, const SessionLimits& limits,
-                                                std::shared_ptr<SessionControl> control) {
-  return kj::heap<SessionServer>(std::move(backend), limits, std::move(control));
+                                                std::shared_ptr<SessionControl> control,
+                                                std::shared_ptr<emu::ExecutionGate> submission_turns) {
+  return kj::heap<SessionServer>(std::move(backend), limits, std::move(control), std::move(submission_turns));
 }
 
 }  // namespace gpupool::backend

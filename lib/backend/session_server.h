@@ -15,6 +15,7 @@
 #include <kj/memory.h>
 
 #include "backend/device_backend.h"
+#include "emu/device.h"
 #include "session.capnp.h"
 
 namespace gpupool::backend {
@@ -33,8 +34,13 @@ struct SessionLimits {
 };
 
 // The server for one session over `backend`. `control` (may be null) receives the session's revoke function.
+// `submission_turns` (may be null) shares a device that does not share itself by its compute shares (a physical GPU
+// without MPS): the session submits work (kernels, copies, memsets) only while it holds the device's turn, keeps it
+// while that work runs and for one time slice at most while a neighbour waits, then hands it on. The wait happens
+// before a submission reaches the device, on the session's own thread: a session waits, its neighbours do not.
 kj::Own<wire::Session::Server> NewSessionServer(std::unique_ptr<DeviceBackend> backend, const SessionLimits& limits,
-                                                std::shared_ptr<SessionControl> control);
+                                                std::shared_ptr<SessionControl> control,
+                                                std::shared_ptr<emu::ExecutionGate> submission_turns = nullptr);
 
 }  // namespace gpupool::backend
 

@@ -181,7 +181,7 @@ void Agent::Start(const std::string& listen) {
     argv.push_back(options_.lease_ttl);
   }
   for (auto& a : options_.extra_args) argv.push_back(a);
-  process_ = std::make_unique<Process>(argv);
+  process_ = std::make_unique<Process>(argv, options_.env);
   std::string line = process_->ReadLine(std::chrono::seconds(20));
   auto pos = line.find(" listening on ");
   if (pos == std::string::npos) {

@@ -62,6 +62,7 @@ struct AgentOptions {
   std::string lease_ttl;  // Empty: the agent's default.
   std::string listen;     // Empty: 127.0.0.1:0.
   std::vector<std::string> extra_args;
+  std::vector<std::string> env;  // "K=V" added to the agent's environment.
 };
 
 class Agent {
