@@ -289,7 +289,9 @@ class SessionServer final : public wire::Session::Server {
     }
     LaunchShape shape{a.grid, a.block, a.shared_bytes, a.cluster};
     const Function& f = it->second;
-    return Done(Submit(stream, [&] { return backend_->Launch(f.fn, f.info, shape, stream, a.params.data, a.params.size); }));
+    return Done(Submit(stream, [&] {
+      return backend_->Launch(f.fn, f.info, shape, stream, a.params.data, a.params.size);
+    }));
   }
 
   Reply Handle(const calls::OccupancyMaxActiveClusters::Args& a, calls::OccupancyMaxActiveClusters::Results& r) {

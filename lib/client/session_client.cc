@@ -454,7 +454,9 @@ int RemoteSession::EventCreate(uint64_t* event) {
 }
 
 int RemoteSession::EventDestroy(uint64_t event) { return Invoke<calls::EventDestroy>({{event}}); }
-int RemoteSession::EventRecord(uint64_t event, uint64_t stream) { return Invoke<calls::EventRecord>({{event}, {stream}}); }
+int RemoteSession::EventRecord(uint64_t event, uint64_t stream) {
+  return Invoke<calls::EventRecord>({{event}, {stream}});
+}
 int RemoteSession::EventQuery(uint64_t event) { return Invoke<calls::EventQuery>({{event}}); }
 
 int RemoteSession::EventElapsed(uint64_t start, uint64_t end, float* ms) {

@@ -89,9 +89,9 @@ int main(int argc, char** argv) {
   out << "# GENERATED from lib/schema/session.capnp.in and lib/schema/session_calls.h: edit those, not this.\n";
   out << base.rdbuf();
   out << "interface Session {\n"
-         "  # Every reply carries `status` (a CUresult and a message). Handles (streams, events, modules, functions) are\n"
-         "  # session-local numbers; stream 0 is the default stream. `output`: device printf text produced since the\n"
-         "  # last synchronising call, for the client's stdout.\n";
+         "  # Every reply carries `status` (a CUresult and a message). Handles (streams, events, modules,\n"
+         "  # functions) are session-local numbers; stream 0 is the default stream. `output`: device printf text\n"
+         "  # produced since the last synchronising call, for the client's stdout.\n";
   std::vector<Call> calls = Calls();
   for (size_t i = 0; i < calls.size(); ++i) {
     const Call& c = calls[i];
