@@ -27,8 +27,14 @@ class HandleTable {
   typename Map::iterator find(uint64_t id) { return items_.find(id); }
   typename Map::iterator begin() { return items_.begin(); }
   typename Map::iterator end() { return items_.end(); }
-  void erase(typename Map::iterator it) { items_.erase(it); }
-  size_t erase(uint64_t id) { return items_.erase(id); }
+  // Moves the item named `id` out of the table into `*out`; false when `id` names nothing.
+  bool Take(uint64_t id, T* out) {
+    auto it = items_.find(id);
+    if (it == items_.end()) return false;
+    *out = std::move(it->second);
+    items_.erase(it);
+    return true;
+  }
   void clear() { items_.clear(); }
   // Erases every item for which `pred(handle, value)` holds (the functions of an unloaded module).
   template <typename Pred>

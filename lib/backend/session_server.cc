@@ -239,11 +239,9 @@ class SessionServer final : public wire::Session::Server {
   }
 
   Reply Handle(const calls::ModuleUnload::Args& a, calls::ModuleUnload::Results&) {
-    auto it = modules_.find(a.module.value);
-    if (it == modules_.end()) return Unknown("module");
-    ModuleRef module = it->second;
-    uint64_t handle = it->first;
-    modules_.erase(it);
+    uint64_t handle = a.module.value;
+    ModuleRef module;
+    if (!modules_.Take(handle, &module)) return Unknown("module");
     // Its functions and variables go first: no handle may outlive the code or memory it names.
     functions_.EraseIf([handle](uint64_t, const Function& f) { return f.module == handle; });
     for (auto g = globals_.begin(); g != globals_.end();) {
@@ -317,10 +315,8 @@ class SessionServer final : public wire::Session::Server {
   }
 
   Reply Handle(const calls::StreamDestroy::Args& a, calls::StreamDestroy::Results&) {
-    auto it = streams_.find(a.stream.value);
-    if (it == streams_.end()) return Unknown("stream");
-    StreamRef stream = it->second;
-    streams_.erase(it);
+    StreamRef stream;
+    if (!streams_.Take(a.stream.value, &stream)) return Unknown("stream");
     return Done(backend_->DestroyStream(stream));  // Returns at once; queued work still completes.
   }
 
@@ -356,10 +352,8 @@ class SessionServer final : public wire::Session::Server {
   }
 
   Reply Handle(const calls::EventDestroy::Args& a, calls::EventDestroy::Results&) {
-    auto it = events_.find(a.event.value);
-    if (it == events_.end()) return Unknown("event");
-    EventRef event = it->second;
-    events_.erase(it);
+    EventRef event;
+    if (!events_.Take(a.event.value, &event)) return Unknown("event");
     return Done(backend_->DestroyEvent(event));
   }
 
@@ -375,15 +369,9 @@ class SessionServer final : public wire::Session::Server {
     auto e = events_.find(a.event.value);
     if (e == events_.end()) return Unknown("event");
     uint64_t id = a.event.value;
-    // The callback owns only a fulfiller, never the session: the session, its event or its lease may end while
-    // it waits.
-    auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
-    auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
-    kj::Promise<void> recorded = kj::READY_NOW;
-    if (backend_->WhenRecorded(e->second, [fulfiller] { (*fulfiller)->fulfill(); }).ok()) {
-      recorded = kj::mv(paf.promise);
-    }
-    return Settle(kj::mv(recorded)).then([this, &r, id]() {
+    EventRef event = e->second;
+    auto recorded = [&](std::function<void()> done) { return backend_->WhenRecorded(event, std::move(done)); };
+    return CalledBack(recorded).then([this, &r, id]() {
       r.output = backend_->TakeOutput();
       if (revoked_) return Revoked();
       // Looked up again: destroyed while we waited means it had completed (or was never waited on) as well.
@@ -452,18 +440,19 @@ class SessionServer final : public wire::Session::Server {
 
   // Resolves once the device has run everything queued on `stream` so far, without blocking the event loop.
   kj::Promise<void> Reached(StreamRef stream) {
-    auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
-    // The fulfiller travels to the device's thread, which fulfils it there (that is what it is for).
-    auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
-    if (!backend_->WhenReached(stream, [fulfiller] { (*fulfiller)->fulfill(); }).ok()) {
-      return kj::READY_NOW;  // A faulted device: nothing will run; Settled reports why.
-    }
-    return Settle(kj::mv(paf.promise));
+    return CalledBack([&](std::function<void()> done) { return backend_->WhenReached(stream, std::move(done)); });
   }
 
-  // A wait whose callback the device dropped (the session was reset under it) ends the wait, not the call.
-  static kj::Promise<void> Settle(kj::Promise<void> wait) {
-    return wait.catch_([](kj::Exception&&) {});
+  // Resolves once the callback that `start` hands to the device has run. The callback owns only a fulfiller, never
+  // the session, and travels to the device's thread, which fulfils it there: the session, its objects or its lease
+  // may end meanwhile. If `start` fails nothing will run (a faulted device: Settled reports why); a callback the
+  // device dropped (the session was reset under it) ends the wait, not the call.
+  template <typename Start>
+  static kj::Promise<void> CalledBack(Start start) {
+    auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
+    auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
+    if (!start([fulfiller] { (*fulfiller)->fulfill(); }).ok()) return kj::READY_NOW;
+    return paf.promise.catch_([](kj::Exception&&) {});
   }
 
   // The status of a call that waited for `stream` (handle `id`): the lease may have ended, or the stream been

@@ -24,7 +24,6 @@ constexpr uint64_t kGiB = 1ull << 30;
 constexpr size_t kChunk = 4u << 20;  // Copies travel in 4 MiB messages, pipelined.
 // Address windows live in [32 TiB, 96 TiB): far from where Linux places ordinary mappings.
 constexpr uint64_t kWindowLow = 32ull << 40, kWindowHigh = 96ull << 40;
-constexpr int kCudaErrorInvalidValue = 1;
 constexpr int kCudaErrorDeviceUnavailable = 46;
 constexpr int kCudaErrorLaunchFailure = 719;
 

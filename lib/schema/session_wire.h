@@ -96,7 +96,6 @@ inline void WriteStatus(const CallStatus& s, wire::CallStatus::Builder b) {
   b.setCode(s.code);
   if (!s.ok()) b.setMessage(s.message);
 }
-inline CallStatus ReadStatus(wire::CallStatus::Reader r) { return {r.getCode(), r.getMessage()}; }
 
 // How each kind is written to (W) and read from (R) a message; P prepares a server's reply before the handler.
 #define GP_SESSION_W_SET(b, Name, v) b.set##Name(::gpupool::session::ToWire(v));

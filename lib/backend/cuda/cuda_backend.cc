@@ -92,6 +92,12 @@ CUevent E(EventRef e) { return static_cast<CUevent>(e.p); }
 CUmodule M(ModuleRef m) { return static_cast<CUmodule>(m.p); }
 CUfunction F(FunctionRef f) { return static_cast<CUfunction>(f.p); }
 
+// Drops `item` from `list` (the objects a session created and has not destroyed yet).
+template <typename T>
+void Forget(std::vector<T>& list, T item) {
+  list.erase(std::remove(list.begin(), list.end(), item), list.end());
+}
+
 // Runs a std::function from the driver's callback thread (cuLaunchHostFunc), once.
 void CUDA_CB RunOnce(void* data) {
   auto* fn = static_cast<std::function<void()>*>(data);
@@ -251,7 +257,7 @@ class CudaBackend final : public DeviceBackend {
 
   CallStatus UnloadModule(ModuleRef module) override {
     Current();
-    modules_.erase(std::remove(modules_.begin(), modules_.end(), M(module)), modules_.end());
+    Forget(modules_, M(module));
     return From(api_->cuModuleUnload(M(module)));
   }
 
@@ -328,7 +334,7 @@ class CudaBackend final : public DeviceBackend {
 
   CallStatus DestroyStream(StreamRef stream) override {
     Current();
-    streams_.erase(std::remove(streams_.begin(), streams_.end(), S(stream)), streams_.end());
+    Forget(streams_, S(stream));
     return From(api_->cuStreamDestroy(S(stream)));  // Returns at once; queued work still completes.
   }
 
@@ -355,7 +361,7 @@ class CudaBackend final : public DeviceBackend {
 
   CallStatus DestroyEvent(EventRef event) override {
     Current();
-    events_.erase(std::remove(events_.begin(), events_.end(), E(event)), events_.end());
+    Forget(events_, E(event));
     return From(api_->cuEventDestroy(E(event)));
   }
 
