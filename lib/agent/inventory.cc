@@ -26,6 +26,11 @@ std::vector<DeviceRecord> DiscoverNvmlDevices(const std::string& device_class) {
     GP_INFO("agent", "NVML not found (libnvidia-ml.so.1: {}); no physical GPUs on this host", dlerror());
     return out;
   }
+  if (dlsym(lib, "nvmlGpupoolSlices") != nullptr) {  // Started under gp-run: not a GPU driver.
+    GP_WARN("agent", "libnvidia-ml.so.1 on the library path is gpupool's own (slices of a lease); no physical GPUs");
+    dlclose(lib);
+    return out;
+  }
   auto init = reinterpret_cast<nvmlReturn_t (*)()>(dlsym(lib, "nvmlInit_v2"));
   auto shutdown = reinterpret_cast<nvmlReturn_t (*)()>(dlsym(lib, "nvmlShutdown"));
   auto count_fn = reinterpret_cast<nvmlReturn_t (*)(unsigned*)>(dlsym(lib, "nvmlDeviceGetCount_v2"));

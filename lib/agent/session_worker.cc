@@ -220,6 +220,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
       cfg.device_name = c.getDeviceName();
       cfg.memory_bytes = c.getMemoryBytes();
       cfg.window_base = c.getWindowBase();
+      cfg.window_bytes = c.getWindowBytes();
       auto uuid = c.getUuid();
       std::memcpy(cfg.uuid, uuid.begin(), std::min<size_t>(16, uuid.size()));
       cfg.pci_bus = c.getPciBus();

@@ -39,6 +39,11 @@ using StreamRef = Ref<struct StreamRefTag>;
 using EventRef = Ref<struct EventRefTag>;
 using ModuleRef = Ref<struct ModuleRefTag>;
 using FunctionRef = Ref<struct FunctionRefTag>;
+using PhysicalRef = Ref<struct PhysicalRefTag>;
+
+// Virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap) works in units of this many bytes: sizes,
+// offsets and addresses are multiples of it.
+constexpr uint64_t kMappingGranularity = 2ull << 20;
 
 // What the server keeps about a kernel: its parameter layout (launch buffers are checked against it) and the
 // attributes the client's occupancy calculator needs.
@@ -67,6 +72,19 @@ class DeviceBackend {
   // `address` came from Alloc and was not freed; work using it may still be queued (the backend keeps the memory
   // until that work has run, as cudaFree does).
   virtual CallStatus Free(uint64_t address, uint64_t reserved) = 0;
+
+  // Virtual memory management. A reservation is address space inside the session's window and holds no memory;
+  // physical memory is mapped into it. The server keeps the books: it frees a reservation only when nothing is
+  // mapped in it, releases physical memory only when its last mapping is gone, and unmaps whole mappings only.
+  // `hint`: an address the caller would like (0: any); the backend may choose another.
+  virtual CallStatus ReserveAddress(uint64_t bytes, uint64_t alignment, uint64_t hint, uint64_t* address) = 0;
+  virtual CallStatus FreeAddress(uint64_t address, uint64_t bytes) = 0;
+  virtual CallStatus CreatePhysical(uint64_t bytes, PhysicalRef* memory) = 0;
+  virtual CallStatus ReleasePhysical(PhysicalRef memory) = 0;
+  // Readable and writable by the device once mapped.
+  virtual CallStatus Map(uint64_t address, uint64_t bytes, PhysicalRef memory, uint64_t offset) = 0;
+  // Waits for work queued before (as cuMemUnmap does) so no running kernel loses its memory.
+  virtual CallStatus Unmap(uint64_t address, uint64_t bytes) = 0;
 
   // `src` (`dst`) stays valid until the work this call queues on `stream` has run: the server holds the message
   // until WhenReached(stream) has called back.

@@ -225,6 +225,109 @@ class SessionServer final : public wire::Session::Server {
     return Done(Submit(stream, [&] { return backend_->Memset(a.dst, a.value, a.element_size, a.count, stream); }));
   }
 
+  // ---- Virtual memory: reservations, physical memory, mappings (cuMemAddressReserve, cuMemCreate, cuMemMap).
+
+  Reply Handle(const calls::AddressReserve::Args& a, calls::AddressReserve::Results& r) {
+    if (a.bytes == 0 || a.bytes % kMappingGranularity != 0 || a.bytes > limits_.window_bytes) {
+      return Invalid(fmt::format("cannot reserve {} bytes: a multiple of {} bytes up to the window's {}", a.bytes,
+                                 kMappingGranularity, limits_.window_bytes));
+    }
+    if (a.alignment & (a.alignment - 1)) return Invalid(fmt::format("alignment {} is not a power of 2", a.alignment));
+    CallStatus s = backend_->ReserveAddress(a.bytes, a.alignment, a.hint, &r.address);
+    if (!s.ok()) return Done(s);
+    if (!RangeInside(r.address, a.bytes, limits_.window_base, limits_.window_bytes)) {  // Never trusted blindly.
+      backend_->FreeAddress(r.address, a.bytes);
+      return Done({CUDA_ERROR_UNKNOWN, "the device reserved address space outside the session's window"});
+    }
+    reservations_[r.address] = a.bytes;
+    return Ok();
+  }
+
+  Reply Handle(const calls::AddressFree::Args& a, calls::AddressFree::Results&) {
+    auto it = reservations_.find(a.address);
+    if (it == reservations_.end() || it->second != a.bytes) {
+      return Invalid(fmt::format("{} is not a reservation of this session", DescribeRange(a.address, a.bytes)));
+    }
+    auto m = mappings_.lower_bound(a.address);
+    if (m != mappings_.end() && m->first < a.address + a.bytes) {
+      return Invalid(fmt::format("{} still has memory mapped at 0x{:x}", DescribeRange(a.address, a.bytes),
+                                 m->first));
+    }
+    reservations_.erase(it);
+    return Done(backend_->FreeAddress(a.address, a.bytes));
+  }
+
+  Reply Handle(const calls::MemCreate::Args& a, calls::MemCreate::Results& r) {
+    if (a.bytes == 0 || a.bytes % kMappingGranularity != 0 || a.bytes > kMaxAllocBytes) {
+      return Invalid(fmt::format("physical memory comes in multiples of {} bytes, not {}", kMappingGranularity,
+                                 a.bytes));
+    }
+    if (a.bytes > QuotaLeft()) return Done({CUDA_ERROR_OUT_OF_MEMORY, QuotaMessage(a.bytes)});
+    PhysicalRef memory;
+    CallStatus s = backend_->CreatePhysical(a.bytes, &memory);
+    if (!s.ok()) return Done(s);
+    used_ += a.bytes;
+    r.memory.value = physical_.Add({memory, a.bytes});
+    return Ok();
+  }
+
+  Reply Handle(const calls::MemRelease::Args& a, calls::MemRelease::Results&) {
+    auto it = physical_.find(a.memory.value);
+    if (it == physical_.end() || it->second.released) return Unknown("physical memory");
+    it->second.released = true;
+    return Done(DropPhysicalIfUnused(a.memory.value));
+  }
+
+  Reply Handle(const calls::MemMap::Args& a, calls::MemMap::Results&) {
+    auto it = physical_.find(a.memory.value);
+    if (it == physical_.end() || it->second.released) return Unknown("physical memory");
+    Physical& memory = it->second;
+    if (a.bytes == 0 || a.address % kMappingGranularity != 0 || a.bytes % kMappingGranularity != 0 ||
+        a.offset % kMappingGranularity != 0) {
+      return Invalid(fmt::format("{} at offset {}: mappings start and end on {}-byte boundaries",
+                                 DescribeRange(a.address, a.bytes), a.offset, kMappingGranularity));
+    }
+    if (!RangeInside(a.offset, a.bytes, 0, memory.bytes)) {
+      return Invalid(fmt::format("bytes {}..{} lie beyond the {}-byte physical allocation", a.offset,
+                                 a.offset + a.bytes, memory.bytes));
+    }
+    if (!InsideOneOf(reservations_, a.address, a.bytes, [](uint64_t size) { return size; })) {
+      return Invalid(fmt::format("{} is not inside one reservation of this session", DescribeRange(a.address, a.bytes)));
+    }
+    auto next = mappings_.lower_bound(a.address);
+    bool overlaps = (next != mappings_.end() && next->first < a.address + a.bytes) ||
+                    (next != mappings_.begin() && std::prev(next)->first + std::prev(next)->second.bytes > a.address);
+    if (overlaps) return Invalid(fmt::format("{} is already mapped (in part)", DescribeRange(a.address, a.bytes)));
+    CallStatus s = backend_->Map(a.address, a.bytes, memory.ref, a.offset);
+    if (!s.ok()) return Done(s);
+    mappings_[a.address] = {a.bytes, a.memory.value};
+    ++memory.mappings;
+    return Ok();
+  }
+
+  Reply Handle(const calls::MemUnmap::Args& a, calls::MemUnmap::Results&) {
+    // Whole mappings only, back to back from `address` to its end.
+    auto first = mappings_.find(a.address);
+    auto last = first;
+    uint64_t end = a.address;
+    while (last != mappings_.end() && last->first == end && end - a.address < a.bytes) {
+      end += last->second.bytes;
+      ++last;
+    }
+    if (first == mappings_.end() || end - a.address != a.bytes) {
+      return Invalid(fmt::format("{} is not exactly a run of whole mappings", DescribeRange(a.address, a.bytes)));
+    }
+    CallStatus s = backend_->Unmap(a.address, a.bytes);
+    std::vector<uint64_t> memories;
+    for (auto it = first; it != last; ++it) memories.push_back(it->second.memory);
+    mappings_.erase(first, last);
+    for (uint64_t id : memories) {
+      --physical_.find(id)->second.mappings;
+      if (CallStatus dropped = DropPhysicalIfUnused(id); s.ok()) s = dropped;
+    }
+    return Done(s);
+  }
+
   // ---- Modules and kernels.
 
   Reply Handle(const calls::ModuleLoad::Args& a, calls::ModuleLoad::Results& r) {
@@ -414,6 +517,41 @@ class SessionServer final : public wire::Session::Server {
     uint64_t bytes;
     uint64_t module;  // The handle of its module.
   };
+  struct Physical {
+    PhysicalRef ref;
+    uint64_t bytes = 0;
+    int mappings = 0;       // Mappings still using it.
+    bool released = false;  // The client gave it up: it goes with its last mapping.
+  };
+  struct Mapping {
+    uint64_t bytes;
+    uint64_t memory;  // The handle of its physical memory.
+  };
+
+  // Frees physical memory the client released once nothing maps it any more; its bytes return to the quota.
+  CallStatus DropPhysicalIfUnused(uint64_t id) {
+    auto it = physical_.find(id);
+    if (it == physical_.end() || !it->second.released || it->second.mappings > 0) return CallStatus::Ok();
+    Physical memory;
+    physical_.Take(id, &memory);
+    used_ -= memory.bytes;
+    return backend_->ReleasePhysical(memory.ref);
+  }
+
+  // Whether [address, address + bytes) lies inside mappings that follow each other without a gap.
+  bool InsideMappings(uint64_t address, uint64_t bytes) const {
+    auto it = mappings_.upper_bound(address);
+    if (it == mappings_.begin()) return false;
+    --it;
+    uint64_t end = it->first + it->second.bytes;
+    if (address >= end || address + bytes < address) return false;
+    while (end < address + bytes) {
+      auto next = mappings_.find(end);
+      if (next == mappings_.end()) return false;
+      end += next->second.bytes;
+    }
+    return true;
+  }
 
   // Submits work with `submit` on `stream`, within the device's turn when the server takes turns for it.
   template <typename Submission>
@@ -471,6 +609,7 @@ class SessionServer final : public wire::Session::Server {
   CallStatus Owned(uint64_t address, uint64_t bytes, const char* what) const {
     if (InsideOneOf(allocations_, address, bytes, [](uint64_t size) { return size; })) return CallStatus::Ok();
     if (InsideOneOf(globals_, address, bytes, [](const Global& g) { return g.bytes; })) return CallStatus::Ok();
+    if (InsideMappings(address, bytes)) return CallStatus::Ok();
     if (!RangeInside(address, bytes, limits_.window_base, limits_.window_bytes)) {
       return {CUDA_ERROR_INVALID_VALUE,
               fmt::format("{}: {} lies outside this session's window [0x{:x}, 0x{:x})", what,
@@ -496,6 +635,9 @@ class SessionServer final : public wire::Session::Server {
     streams_.clear();
     events_.clear();
     allocations_.clear();
+    reservations_.clear();
+    mappings_.clear();
+    physical_.clear();
     used_ = 0;
     backend_->Reset();
   }
@@ -505,9 +647,12 @@ class SessionServer final : public wire::Session::Server {
   std::shared_ptr<SessionControl> control_;
   std::shared_ptr<SubmissionTurns> turns_;  // Null: the device shares itself (or the session is alone).
   bool revoked_ = false;
-  uint64_t used_ = 0;                           // Bytes of the quota the session's allocations take.
+  uint64_t used_ = 0;  // Bytes of the quota the session's allocations and physical memory take.
   std::map<uint64_t, uint64_t> allocations_;    // Start -> reserved bytes: what memAlloc returned, not yet freed.
   std::map<uint64_t, Global> globals_;          // Module variables the client asked for (moduleGetGlobal).
+  std::map<uint64_t, uint64_t> reservations_;   // Start -> bytes: address space of addressReserve.
+  std::map<uint64_t, Mapping> mappings_;        // Start -> mapping of physical memory (memMap).
+  HandleTable<Physical> physical_;              // memCreate's physical memory, counted in used_.
   HandleTable<ModuleRef> modules_;
   HandleTable<Function> functions_;
   HandleTable<StreamRef> streams_;

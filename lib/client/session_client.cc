@@ -126,7 +126,10 @@ Result<std::vector<std::unique_ptr<RemoteSession>>> RemoteSession::OpenLease(con
     rs->impl_ = std::make_unique<Impl>();
     rs->impl_->lease = shared_lease;
     rs->slice_ = slice;
-    rs->window_bytes_ = (slice.memory_bytes + (64ull << 20) + kGiB - 1) / kGiB * kGiB;
+    // The slice's memory (and the device's heap), then address space for virtual memory reservations: PyTorch's
+    // expandable segments reserve a little more than the whole device per pool and stream.
+    uint64_t memory_part = (slice.memory_bytes + (64ull << 20) + kGiB - 1) / kGiB * kGiB;
+    rs->window_bytes_ = memory_part + std::max<uint64_t>(16 * kGiB, 16 * memory_part);
     Status last(StatusCode::kInternal, "no window tried");
     for (int attempt = 0; attempt < 16; ++attempt) {
       // A random window that does not overlap this client's others; the agent checks its own side.

@@ -34,6 +34,19 @@ class RangeAllocator {
     return false;
   }
 
+  // Takes exactly [offset, offset + size); false when any of it is taken already.
+  bool TakeAt(uint64_t offset, uint64_t size) {
+    auto it = free_.upper_bound(offset);
+    if (it == free_.begin()) return false;
+    --it;
+    uint64_t block_start = it->first, block_end = it->first + it->second;
+    if (size == 0 || offset + size < offset || offset + size > block_end) return false;
+    free_.erase(it);
+    if (offset > block_start) free_[block_start] = offset - block_start;
+    if (offset + size < block_end) free_[offset + size] = block_end - offset - size;
+    return true;
+  }
+
   // Returns a range taken before, merging it with its free neighbours.
   void Give(uint64_t offset, uint64_t size) {
     auto next = free_.lower_bound(offset);

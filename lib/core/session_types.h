@@ -67,6 +67,7 @@ using StreamId = Id<struct StreamTag>;
 using EventId = Id<struct EventTag>;
 using ModuleId = Id<struct ModuleTag>;
 using FunctionId = Id<struct FunctionTag>;
+using PhysicalId = Id<struct PhysicalTag>;
 
 }  // namespace gpupool::session
 

@@ -1,5 +1,6 @@
 #include "emu/device.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -78,6 +79,17 @@ struct Device::Impl : public internal::MemoryMap {
   std::set<uint64_t> heap_blocks;
   mutable std::shared_ptr<const std::vector<std::pair<uint64_t, uint64_t>>> ranges_cache;
 
+  // ---- Virtual memory: reservations in [vmm_base, vmm_base + vmm_size), kept PROT_NONE until mapped; physical
+  // memory is one memfd (created at first use) whose ranges are the physical allocations. ----
+  uint8_t* vmm_base = nullptr;
+  uint64_t vmm_size = 0;
+  RangeAllocator vmm_free_;
+  int physical_fd = -1;
+  RangeAllocator physical_free_;
+  uint64_t next_physical = 1;
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> physical;  // handle -> (offset in the memfd, bytes)
+  std::map<uint64_t, uint64_t> mapped;                         // address -> bytes
+
   // ---- Work queue: one in-order executor for every stream (see the note in StreamWaitEvent). ----
   std::mutex q_mu;
   std::condition_variable q_cv, done_cv;
@@ -120,6 +132,7 @@ struct Device::Impl : public internal::MemoryMap {
     }
     arena = p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
     if (arena) free_.Reset(arena_size);
+    ReserveVirtualRegion();
     // A stable, distinct UUID per device object.
     uint64_t seed = reinterpret_cast<uint64_t>(this) ^ static_cast<uint64_t>(getpid()) * 0x9E3779B97F4A7C15ull;
     for (int i = 0; i < 16; ++i) {
@@ -141,6 +154,38 @@ struct Device::Impl : public internal::MemoryMap {
     q_cv.notify_all();
     executor.join();
     if (arena) munmap(arena, arena_size);
+    if (vmm_base) munmap(vmm_base, vmm_size);
+    if (physical_fd >= 0) close(physical_fd);
+  }
+
+  // The address space beyond the arena, for reservations: PROT_NONE, so a stray access faults.
+  void ReserveVirtualRegion() {
+    if (!arena) return;
+    uint64_t start = AlignUp(arena_size, Device::kMappingGranularity);
+    if (options.address_space_bytes <= start + Device::kMappingGranularity) return;
+    uint64_t size = (options.address_space_bytes - start) / Device::kMappingGranularity * Device::kMappingGranularity;
+    void* want = arena + start;
+    void* p = mmap(want, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == MAP_FAILED) return;
+    if (p != want) {
+      munmap(p, size);
+      return;
+    }
+    vmm_base = static_cast<uint8_t*>(p);
+    vmm_size = size;
+    vmm_free_.Reset(size);
+  }
+
+  // Puts the reservation back over [address, address + bytes) (unmapping whatever was mapped there).
+  bool Unreserve(uint64_t address, uint64_t bytes) {
+    void* p = mmap(reinterpret_cast<void*>(address), bytes, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    return p != MAP_FAILED;
+  }
+
+  bool InVirtualRegion(uint64_t address, uint64_t bytes) const {
+    uint64_t base = reinterpret_cast<uint64_t>(vmm_base);
+    return vmm_base && address >= base && bytes <= vmm_size && address - base <= vmm_size - bytes;
   }
 
   // -- Allocation. --
@@ -170,6 +215,15 @@ struct Device::Impl : public internal::MemoryMap {
     if (!ranges_cache) {
       auto v = std::make_shared<std::vector<std::pair<uint64_t, uint64_t>>>();
       for (const auto& [base, size] : live) v->push_back({base, base + std::max<uint64_t>(size, 1)});
+      // Adjacent mappings are one range: an access may span two of them, as on a GPU.
+      for (const auto& [base, size] : mapped) {
+        if (!v->empty() && v->back().second == base && base > reinterpret_cast<uint64_t>(arena) + arena_size) {
+          v->back().second = base + size;
+        } else {
+          v->push_back({base, base + size});
+        }
+      }
+      std::sort(v->begin(), v->end());
       ranges_cache = v;
     }
     return ranges_cache;
@@ -193,13 +247,26 @@ struct Device::Impl : public internal::MemoryMap {
     FreeLocked(address);
   }
 
-  // Whether [addr, addr+bytes) lies inside one live allocation.
+  // Whether [addr, addr+bytes) lies inside one live allocation, or inside adjacent mappings.
   bool Contains(uint64_t addr, uint64_t bytes) const {
     std::lock_guard<std::mutex> lock(mem_mu);
+    if (addr + bytes < addr) return false;
     auto it = live.upper_bound(addr);
-    if (it == live.begin()) return false;
-    --it;
-    return addr >= it->first && addr + bytes <= it->first + std::max<uint64_t>(it->second, 1) && addr + bytes >= addr;
+    if (it != live.begin()) {
+      --it;
+      if (addr >= it->first && addr + bytes <= it->first + std::max<uint64_t>(it->second, 1)) return true;
+    }
+    auto m = mapped.upper_bound(addr);
+    if (m == mapped.begin()) return false;
+    --m;
+    uint64_t end = m->first + m->second;
+    if (addr >= end) return false;
+    while (end < addr + bytes) {
+      auto next = mapped.find(end);
+      if (next == mapped.end()) return false;
+      end += next->second;
+    }
+    return true;
   }
 
   // -- Queue. --
@@ -374,6 +441,115 @@ void Device::MemInfo(uint64_t* free_bytes, uint64_t* total_bytes) const {
   std::lock_guard<std::mutex> lock(impl_->mem_mu);
   if (total_bytes) *total_bytes = impl_->options.memory_bytes;
   if (free_bytes) *free_bytes = impl_->options.memory_bytes - std::min(impl_->options.memory_bytes, impl_->used);
+}
+
+EmuStatus Device::ReserveAddress(uint64_t bytes, uint64_t alignment, uint64_t hint, uint64_t* address) {
+  Impl& d = *impl_;
+  std::lock_guard<std::mutex> lock(d.mem_mu);
+  if (!d.vmm_base) return EmuStatus(Code::kOutOfMemory, "this emulated device has no address space for reservations");
+  if (bytes == 0 || bytes % kMappingGranularity != 0) return BadValue("a reservation's size must be a multiple of 2 MiB");
+  uint64_t base = reinterpret_cast<uint64_t>(d.vmm_base), offset = 0;
+  if (hint != 0 && hint % kMappingGranularity == 0 && d.InVirtualRegion(hint, bytes) &&
+      (alignment <= 1 || hint % alignment == 0) && d.vmm_free_.TakeAt(hint - base, bytes)) {
+    *address = hint;
+    return EmuStatus::Ok();
+  }
+  if (!d.vmm_free_.Take(bytes, std::max(alignment, kMappingGranularity), &offset)) {
+    return EmuStatus(Code::kOutOfMemory, "no free address range of " + std::to_string(bytes) +
+                                             " bytes left for reservations (" + std::to_string(d.vmm_size) +
+                                             " bytes in all)");
+  }
+  *address = base + offset;
+  return EmuStatus::Ok();
+}
+
+EmuStatus Device::FreeAddress(uint64_t address, uint64_t bytes) {
+  Impl& d = *impl_;
+  std::lock_guard<std::mutex> lock(d.mem_mu);
+  if (!d.InVirtualRegion(address, bytes)) return BadValue("not a reservation of this device");
+  d.vmm_free_.Give(address - reinterpret_cast<uint64_t>(d.vmm_base), bytes);
+  return EmuStatus::Ok();
+}
+
+EmuStatus Device::CreatePhysical(uint64_t bytes, uint64_t* handle) {
+  Impl& d = *impl_;
+  if (EmuStatus s = d.Sticky(); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(d.mem_mu);
+  if (bytes == 0 || bytes % kMappingGranularity != 0) {
+    return BadValue("physical memory comes in multiples of 2 MiB, not " + std::to_string(bytes) + " bytes");
+  }
+  uint64_t capacity = d.options.memory_bytes;
+  if (bytes > capacity - std::min(capacity, d.used)) {
+    return EmuStatus(Code::kOutOfMemory, "out of memory: " + std::to_string(bytes) + " bytes of physical memory "
+                                         "requested, " + std::to_string(capacity - std::min(capacity, d.used)) +
+                                         " bytes free");
+  }
+  if (d.physical_fd < 0) {
+    d.physical_fd = memfd_create("gpupool-emu-physical", MFD_CLOEXEC);
+    if (d.physical_fd < 0 || ftruncate(d.physical_fd, static_cast<off_t>(AlignUp(capacity, kMappingGranularity))) != 0) {
+      if (d.physical_fd >= 0) close(d.physical_fd);
+      d.physical_fd = -1;
+      return EmuStatus(Code::kOutOfMemory, "the emulated device could not create its physical memory (memfd)");
+    }
+    d.physical_free_.Reset(AlignUp(capacity, kMappingGranularity));
+  }
+  uint64_t offset = 0;
+  if (!d.physical_free_.Take(bytes, kMappingGranularity, &offset)) {
+    return EmuStatus(Code::kOutOfMemory, "out of memory (physical memory fragmented)");
+  }
+  d.used += bytes;
+  *handle = d.next_physical++;
+  d.physical[*handle] = {offset, bytes};
+  return EmuStatus::Ok();
+}
+
+EmuStatus Device::ReleasePhysical(uint64_t handle) {
+  Impl& d = *impl_;
+  std::lock_guard<std::mutex> lock(d.mem_mu);
+  auto it = d.physical.find(handle);
+  if (it == d.physical.end()) return BadValue("unknown physical memory handle");
+  auto [offset, bytes] = it->second;
+  // The pages go back to the host at once (a mapping, if the caller kept one, would read zeros).
+  fallocate(d.physical_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
+            static_cast<off_t>(bytes));
+  d.physical_free_.Give(offset, bytes);
+  d.used -= bytes;
+  d.physical.erase(it);
+  return EmuStatus::Ok();
+}
+
+EmuStatus Device::Map(uint64_t address, uint64_t bytes, uint64_t handle, uint64_t offset) {
+  Impl& d = *impl_;
+  std::lock_guard<std::mutex> lock(d.mem_mu);
+  auto it = d.physical.find(handle);
+  if (it == d.physical.end()) return BadValue("unknown physical memory handle");
+  if (bytes == 0 || bytes % kMappingGranularity != 0 || offset % kMappingGranularity != 0 ||
+      address % kMappingGranularity != 0) {
+    return BadValue("mappings start and end on 2 MiB boundaries");
+  }
+  if (offset > it->second.second || bytes > it->second.second - offset) {
+    return BadValue("the mapping runs past the end of its physical memory");
+  }
+  if (!d.InVirtualRegion(address, bytes)) return BadValue("the mapping lies outside the reserved address space");
+  void* p = mmap(reinterpret_cast<void*>(address), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                 d.physical_fd, static_cast<off_t>(it->second.first + offset));
+  if (p == MAP_FAILED) return EmuStatus(Code::kOutOfMemory, "the emulated device could not map the memory");
+  d.mapped[address] = bytes;
+  d.ranges_cache.reset();
+  return EmuStatus::Ok();
+}
+
+EmuStatus Device::Unmap(uint64_t address, uint64_t bytes) {
+  Impl& d = *impl_;
+  d.WaitAll();  // No running kernel or copy may lose its memory.
+  std::lock_guard<std::mutex> lock(d.mem_mu);
+  if (!d.InVirtualRegion(address, bytes)) return BadValue("the range lies outside the reserved address space");
+  for (auto it = d.mapped.lower_bound(address); it != d.mapped.end() && it->first < address + bytes;) {
+    it = d.mapped.erase(it);
+  }
+  d.ranges_cache.reset();
+  if (!d.Unreserve(address, bytes)) return EmuStatus(Code::kOutOfMemory, "the emulated device could not unmap");
+  return EmuStatus::Ok();
 }
 
 EmuStatus Device::AddressRange(uint64_t device_ptr, uint64_t* base, uint64_t* size) const {
@@ -736,6 +912,16 @@ void Device::ResetContext() {
     impl_->heap_blocks.clear();
     impl_->ranges_cache.reset();
     madvise(impl_->arena, impl_->arena_size, MADV_DONTNEED);
+    // Virtual memory: every mapping, reservation and physical allocation goes.
+    for (const auto& [address, bytes] : impl_->mapped) impl_->Unreserve(address, bytes);
+    impl_->mapped.clear();
+    impl_->vmm_free_.Reset(impl_->vmm_size);
+    for (const auto& [handle, range] : impl_->physical) {
+      fallocate(impl_->physical_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(range.first),
+                static_cast<off_t>(range.second));
+      impl_->physical_free_.Give(range.first, range.second);
+    }
+    impl_->physical.clear();
   }
   std::lock_guard<std::mutex> lock(impl_->sticky_mu);
   impl_->sticky = EmuStatus::Ok();

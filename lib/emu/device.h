@@ -48,6 +48,9 @@ struct DeviceOptions {
   // Where device memory starts in this process's address space (device pointers equal host addresses). Default
   // 0: anywhere. A fixed base lets a remote client pick addresses that never collide with its other devices.
   uint64_t base_address = 0;
+  // Address space the device may use from its memory's start: what lies beyond its memory (from the next 2 MiB)
+  // holds virtual memory reservations (ReserveAddress). Default 0: none, and ReserveAddress fails.
+  uint64_t address_space_bytes = 0;
   // Shares execution with other devices' users on the same hardware; null: this device runs alone.
   std::shared_ptr<ExecutionGate> gate;
 };
@@ -114,6 +117,20 @@ class Device {
   // Frees in stream order without blocking the caller (the memory stays valid for work queued before).
   EmuStatus FreeAsync(uint64_t device_ptr, Stream* stream = nullptr);
   void MemInfo(uint64_t* free_bytes, uint64_t* total_bytes) const;
+
+  // ---- Virtual memory, as cuMemAddressReserve/cuMemCreate/cuMemMap: physical memory (counted like allocations)
+  // mapped into reserved address space; one physical allocation may be mapped at several addresses. Sizes, offsets
+  // and addresses are multiples of kMappingGranularity. The caller keeps the books (a reservation is freed empty, a
+  // physical allocation released unmapped, mappings unmapped whole); the device checks the bounds. ----
+  static constexpr uint64_t kMappingGranularity = 2ull << 20;
+  // `hint`: a wanted address (0: any); another is chosen when it is not free.
+  EmuStatus ReserveAddress(uint64_t bytes, uint64_t alignment, uint64_t hint, uint64_t* address);
+  EmuStatus FreeAddress(uint64_t address, uint64_t bytes);
+  EmuStatus CreatePhysical(uint64_t bytes, uint64_t* handle);
+  EmuStatus ReleasePhysical(uint64_t handle);
+  EmuStatus Map(uint64_t address, uint64_t bytes, uint64_t handle, uint64_t offset);
+  // Waits for all queued work first, as cuMemUnmap does.
+  EmuStatus Unmap(uint64_t address, uint64_t bytes);
   // The allocation containing `device_ptr`: its base and size; kInvalidValue if none.
   EmuStatus AddressRange(uint64_t device_ptr, uint64_t* base, uint64_t* size) const;
   // Synchronous copies and sets wait for earlier work on the default stream, like cuMemcpy.

@@ -151,6 +151,35 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
   X(cuMemsetD2D32Async_ptsz, (CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h, CUstream st),          \
     Memset2D(d, p, v, 4, w, h, st), "ptr+stream", "per row; async")
 
+// ---- vmm.cc --------------------------------------------------------------------------------------------------
+#define GP_VMM_FORWARDS(X)                                                                                        \
+  X(cuMemAddressReserve, (CUdeviceptr * p, size_t n, size_t align, CUdeviceptr hint, unsigned long long f),       \
+    MemAddressReserve(p, n, align, hint, f), "ctx", "in the current slice's window; waits")                       \
+  X(cuMemAddressFree, (CUdeviceptr p, size_t n), MemAddressFree(p, n), "ptr", "async")                            \
+  X(cuMemCreate, (CUmemGenericAllocationHandle * h, size_t n, const CUmemAllocationProp* prop,                    \
+                  unsigned long long f),                                                                          \
+    MemCreate(h, n, prop, f), "prop's device", "counted against the slice; waits")                                \
+  X(cuMemRelease, (CUmemGenericAllocationHandle h), MemRelease(h), "handle", "async; freed when unmapped")        \
+  X(cuMemMap, (CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h, unsigned long long f),        \
+    MemMap(p, n, off, h, f), "handle", "same slice as the reservation; waits")                                    \
+  X(cuMemUnmap, (CUdeviceptr p, size_t n), MemUnmap(p, n), "ptr", "whole mappings; async")                        \
+  X(cuMemSetAccess, (CUdeviceptr p, size_t n, const CUmemAccessDesc* d, size_t count), MemSetAccess(p, n, d, count), \
+    "client", "read-write for the owning slice; none")                                                            \
+  X(cuMemGetAccess, (unsigned long long* f, const CUmemLocation* l, CUdeviceptr p), MemGetAccess(f, l, p),        \
+    "client", "none")                                                                                             \
+  X(cuMemGetAllocationGranularity, (size_t * g, const CUmemAllocationProp* prop,                                  \
+                                    CUmemAllocationGranularity_flags o),                                          \
+    MemGetAllocationGranularity(g, prop, o), "client", "2 MiB; none")                                             \
+  X(cuMemGetAllocationPropertiesFromHandle, (CUmemAllocationProp * prop, CUmemGenericAllocationHandle h),         \
+    MemGetAllocationPropertiesFromHandle(prop, h), "client", "none")                                              \
+  X(cuMemRetainAllocationHandle, (CUmemGenericAllocationHandle * h, void* p), MemRetainAllocationHandle(h, p),    \
+    "client", "none")                                                                                             \
+  X(cuMemExportToShareableHandle, (void* s, CUmemGenericAllocationHandle h, CUmemAllocationHandleType t,          \
+                                   unsigned long long f),                                                         \
+    MemExportToShareableHandle(s, h, t, f), "client", "refused: not supported")                                   \
+  X(cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle * h, void* s, CUmemAllocationHandleType t),     \
+    MemImportFromShareableHandle(h, s, t), "client", "refused: not supported")
+
 // ---- module.cc -----------------------------------------------------------------------------------------------
 #define GP_MODULE_FORWARDS(X)                                                                                     \
   X(cuLibraryLoadData, (CUlibrary * l, const void* code, CUjit_option* jo, void** jv, unsigned int nj,            \

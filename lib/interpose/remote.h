@@ -78,6 +78,28 @@ struct Allocation {
   int device = 0;
 };
 
+// Virtual memory management (vmm.cc). A CUmemGenericAllocationHandle points at a PhysicalMemory; reservations
+// lie in one slice's window (the slice current when they were made), and only that slice's memory maps there.
+struct PhysicalMemory {
+  int device = 0;
+  uint64_t remote = 0;  // The session's handle.
+  uint64_t bytes = 0;
+  CUmemAllocationProp prop{};
+  int references = 1;  // cuMemCreate and each cuMemRetainAllocationHandle; cuMemRelease drops one.
+  bool alive = true;
+};
+
+struct Reservation {
+  uint64_t bytes = 0;
+  int device = 0;
+};
+
+struct Mapping {
+  uint64_t bytes = 0;
+  PhysicalMemory* memory = nullptr;
+  uint64_t offset = 0;
+};
+
 class Remote {
  public:
   static Remote& Get();
@@ -112,6 +134,9 @@ class Remote {
   std::mutex& mu() { return mu_; }
   std::map<uint64_t, Allocation> allocations;  // Device allocations by base. Guarded by mu().
   std::map<uint64_t, uint64_t> host_allocations;  // cuMemAllocHost/HostAlloc/HostRegister: base -> size.
+  std::map<uint64_t, Reservation> reservations;    // Virtual memory, by start. Guarded by mu().
+  std::map<uint64_t, Mapping> mappings;            // By start. Guarded by mu().
+  std::set<PhysicalMemory*> physical;              // Every handle ever given out. Guarded by mu().
   std::set<Stream*> streams;
   std::set<Event*> events;
   std::set<Module*> modules;

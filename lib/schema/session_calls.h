@@ -57,13 +57,24 @@
        "The device's answer to cuOccupancyMaxActiveClusters (it knows how its SMs group); cluster all zero: the "   \
        "function's own (compile-time) cluster dimensions.")                                                          \
   CALL(FunctionSetAttribute, functionSetAttribute, 26, kReply,                                                      \
-       "cuFuncSetAttribute (dynamic shared memory opt-in, cluster requirements...).")
+       "cuFuncSetAttribute (dynamic shared memory opt-in, cluster requirements...).")                               \
+  CALL(AddressReserve, addressReserve, 27, kReply,                                                                  \
+       "Reserves device address space (no memory) in the session's window; hint: a wanted address, or 0.")         \
+  CALL(AddressFree, addressFree, 28, kPosted, "Returns a whole reservation; nothing may be mapped in it.")          \
+  CALL(MemCreate, memCreate, 29, kReply, "Physical device memory to map (cuMemCreate), counted against the slice.") \
+  CALL(MemRelease, memRelease, 30, kPosted,                                                                         \
+       "Gives up a physical allocation; its memory goes when its last mapping is unmapped.")                       \
+  CALL(MemMap, memMap, 31, kReply,                                                                                  \
+       "Maps bytes [offset, offset + bytes) of a physical allocation at `address`, inside one reservation, "        \
+       "readable and writable by the slice.")                                                                       \
+  CALL(MemUnmap, memUnmap, 32, kPosted, "Unmaps whole mappings covering [address, address + bytes) exactly.")
 
 // The fields of each call: ARG(kind, name, Name) for what the client sends, RESULT(kind, name, Name) for what the
 // reply carries besides its status. Kinds:
 //   U8 U32 U64 I32 F32: numbers.  TEXT: std::string.  DATA: ByteView (a view into the message).
 //   DIM3: Dim3.  OPT_DIM3: std::optional<Dim3> (absent on the wire: nullopt).
-//   STREAM EVENT MODULE FUNCTION: session-local handles (StreamId...; stream 0 is the default stream).
+//   STREAM EVENT MODULE FUNCTION PHYSICAL: session-local handles (StreamId...; stream 0 is the default stream;
+//   PHYSICAL: physical memory of memCreate).
 //   PARAMS: std::vector<KernelParam>.  PROPS: DeviceInfo.  REPLY_DATA: ReplyBytes (written in place by the server).
 #define GP_SESSION_FIELDS_Properties(ARG, RESULT) RESULT(PROPS, props, Props)
 #define GP_SESSION_FIELDS_MemGetInfo(ARG, RESULT) RESULT(U64, free, Free) RESULT(U64, total, Total)
@@ -108,6 +119,14 @@
   ARG(U32, shared_bytes, SharedBytes) ARG(DIM3, cluster, Cluster) RESULT(I32, clusters, Clusters)
 #define GP_SESSION_FIELDS_FunctionSetAttribute(ARG, RESULT) \
   ARG(FUNCTION, function, Function) ARG(I32, attribute, Attribute) ARG(I32, value, Value)
+#define GP_SESSION_FIELDS_AddressReserve(ARG, RESULT) \
+  ARG(U64, bytes, Bytes) ARG(U64, alignment, Alignment) ARG(U64, hint, Hint) RESULT(U64, address, Address)
+#define GP_SESSION_FIELDS_AddressFree(ARG, RESULT) ARG(U64, address, Address) ARG(U64, bytes, Bytes)
+#define GP_SESSION_FIELDS_MemCreate(ARG, RESULT) ARG(U64, bytes, Bytes) RESULT(PHYSICAL, memory, Memory)
+#define GP_SESSION_FIELDS_MemRelease(ARG, RESULT) ARG(PHYSICAL, memory, Memory)
+#define GP_SESSION_FIELDS_MemMap(ARG, RESULT) \
+  ARG(U64, address, Address) ARG(U64, bytes, Bytes) ARG(U64, offset, Offset) ARG(PHYSICAL, memory, Memory)
+#define GP_SESSION_FIELDS_MemUnmap(ARG, RESULT) ARG(U64, address, Address) ARG(U64, bytes, Bytes)
 
 // The C++ type of each kind.
 #define GP_SESSION_TYPE_U8 uint8_t
@@ -123,6 +142,7 @@
 #define GP_SESSION_TYPE_EVENT ::gpupool::session::EventId
 #define GP_SESSION_TYPE_MODULE ::gpupool::session::ModuleId
 #define GP_SESSION_TYPE_FUNCTION ::gpupool::session::FunctionId
+#define GP_SESSION_TYPE_PHYSICAL ::gpupool::session::PhysicalId
 #define GP_SESSION_TYPE_PARAMS std::vector<::gpupool::session::KernelParam>
 #define GP_SESSION_TYPE_PROPS ::gpupool::session::DeviceInfo
 #define GP_SESSION_TYPE_REPLY_DATA ::gpupool::session::ReplyBytes
@@ -141,6 +161,7 @@
 #define GP_SESSION_VIEW_EVENT false
 #define GP_SESSION_VIEW_MODULE false
 #define GP_SESSION_VIEW_FUNCTION false
+#define GP_SESSION_VIEW_PHYSICAL false
 #define GP_SESSION_VIEW_PARAMS false
 #define GP_SESSION_VIEW_PROPS false
 #define GP_SESSION_VIEW_REPLY_DATA true

@@ -25,6 +25,7 @@ namespace {
 #define GP_CAPNP_EVENT "UInt64"
 #define GP_CAPNP_MODULE "UInt64"
 #define GP_CAPNP_FUNCTION "UInt64"
+#define GP_CAPNP_PHYSICAL "UInt64"
 #define GP_CAPNP_PARAMS "List(ParamInfo)"
 #define GP_CAPNP_PROPS "DeviceProps"
 #define GP_CAPNP_REPLY_DATA "Data"

@@ -110,6 +110,7 @@ inline void WriteStatus(const CallStatus& s, wire::CallStatus::Builder b) {
 #define GP_SESSION_W_EVENT GP_SESSION_W_SET
 #define GP_SESSION_W_MODULE GP_SESSION_W_SET
 #define GP_SESSION_W_FUNCTION GP_SESSION_W_SET
+#define GP_SESSION_W_PHYSICAL GP_SESSION_W_SET
 #define GP_SESSION_W_DIM3(b, Name, v) ::gpupool::session::Fill(b.init##Name(), v);
 #define GP_SESSION_W_OPT_DIM3(b, Name, v) \
   if (v) ::gpupool::session::Fill(b.init##Name(), *v);
@@ -129,6 +130,7 @@ inline void WriteStatus(const CallStatus& s, wire::CallStatus::Builder b) {
 #define GP_SESSION_R_EVENT GP_SESSION_R_GET
 #define GP_SESSION_R_MODULE GP_SESSION_R_GET
 #define GP_SESSION_R_FUNCTION GP_SESSION_R_GET
+#define GP_SESSION_R_PHYSICAL GP_SESSION_R_GET
 #define GP_SESSION_R_DIM3 GP_SESSION_R_GET
 #define GP_SESSION_R_PARAMS GP_SESSION_R_GET
 #define GP_SESSION_R_PROPS GP_SESSION_R_GET
@@ -162,6 +164,7 @@ struct Wire;
 #define GP_SESSION_P_EVENT(b, Name, v)
 #define GP_SESSION_P_MODULE(b, Name, v)
 #define GP_SESSION_P_FUNCTION(b, Name, v)
+#define GP_SESSION_P_PHYSICAL(b, Name, v)
 #define GP_SESSION_P_DIM3(b, Name, v)
 #define GP_SESSION_P_OPT_DIM3(b, Name, v)
 #define GP_SESSION_P_PARAMS(b, Name, v)

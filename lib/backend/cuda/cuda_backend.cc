@@ -195,6 +195,67 @@ class CudaBackend final : public DeviceBackend {
     return CallStatus::Ok();
   }
 
+  // Virtual memory: reservations share the session's window with its allocations (all of it is reserved on the
+  // GPU already); physical memory and mappings are the driver's own.
+  CallStatus ReserveAddress(uint64_t bytes, uint64_t alignment, uint64_t hint, uint64_t* address) override {
+    uint64_t offset = 0, align = std::max<uint64_t>(alignment, granularity_);
+    bool at_hint = hint >= config_.window_base && hint % align == 0 &&
+                   window_.TakeAt(hint - config_.window_base, bytes);
+    if (at_hint) {
+      offset = hint - config_.window_base;
+    } else if (!window_.Take(bytes, align, &offset)) {
+      return {CUDA_ERROR_OUT_OF_MEMORY, "the session's address window has no free range that large"};
+    }
+    *address = config_.window_base + offset;
+    reservations_[*address] = bytes;
+    return CallStatus::Ok();
+  }
+
+  CallStatus FreeAddress(uint64_t address, uint64_t bytes) override {
+    if (reservations_.erase(address) == 0) return {CUDA_ERROR_INVALID_VALUE, "not a reservation of this session"};
+    window_.Give(address - config_.window_base, bytes);
+    return CallStatus::Ok();
+  }
+
+  CallStatus CreatePhysical(uint64_t bytes, PhysicalRef* memory) override {
+    Current();
+    CUmemAllocationProp prop = Prop();
+    CUmemGenericAllocationHandle handle;
+    if (CUresult r = api_->cuMemCreate(&handle, bytes, &prop, 0); r != CUDA_SUCCESS) return From(r);
+    physical_.push_back(handle);
+    memory->p = reinterpret_cast<void*>(handle);
+    return CallStatus::Ok();
+  }
+
+  CallStatus ReleasePhysical(PhysicalRef memory) override {
+    auto handle = reinterpret_cast<CUmemGenericAllocationHandle>(memory.p);
+    Forget(physical_, handle);
+    return From(api_->cuMemRelease(handle));
+  }
+
+  CallStatus Map(uint64_t address, uint64_t bytes, PhysicalRef memory, uint64_t offset) override {
+    Current();
+    auto handle = reinterpret_cast<CUmemGenericAllocationHandle>(memory.p);
+    if (CUresult r = api_->cuMemMap(address, bytes, offset, handle, 0); r != CUDA_SUCCESS) return From(r);
+    CUmemAccessDesc access = {};
+    access.location = Prop().location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (CUresult r = api_->cuMemSetAccess(address, bytes, &access, 1); r != CUDA_SUCCESS) {
+      api_->cuMemUnmap(address, bytes);
+      return From(r);
+    }
+    mappings_[address] = bytes;
+    return CallStatus::Ok();
+  }
+
+  CallStatus Unmap(uint64_t address, uint64_t bytes) override {
+    Current();
+    for (auto it = mappings_.lower_bound(address); it != mappings_.end() && it->first < address + bytes;) {
+      it = mappings_.erase(it);
+    }
+    return From(api_->cuMemUnmap(address, bytes));
+  }
+
   // Through pinned staging so the copy is truly asynchronous and the event loop never blocks on the GPU.
   CallStatus CopyToDevice(uint64_t dst, const uint8_t* src, uint64_t bytes, StreamRef stream) override {
     Reclaim();
@@ -487,6 +548,11 @@ class CudaBackend final : public DeviceBackend {
       api_->cuMemRelease(a.handle);
     }
     allocations_.clear();
+    for (auto& [address, bytes] : mappings_) api_->cuMemUnmap(address, bytes);
+    mappings_.clear();
+    for (CUmemGenericAllocationHandle handle : physical_) api_->cuMemRelease(handle);
+    physical_.clear();
+    reservations_.clear();
     window_.Reset(config_.window_bytes);
     Reclaim();
   }
@@ -504,6 +570,9 @@ class CudaBackend final : public DeviceBackend {
   size_t granularity_;
   RangeAllocator window_;
   std::map<CUdeviceptr, Allocation> allocations_;
+  std::map<uint64_t, uint64_t> reservations_;          // Virtual memory: address -> bytes.
+  std::map<uint64_t, uint64_t> mappings_;              // address -> bytes.
+  std::vector<CUmemGenericAllocationHandle> physical_;  // Created, not released.
   // What the session created and has not destroyed: Reset and the destructor free them.
   std::vector<CUmodule> modules_;
   std::vector<CUstream> streams_;

@@ -73,7 +73,7 @@ std::map<int, int> Attributes(const emu::DeviceProperties& p, int pci_bus) {
       {CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 0},
       {CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, 0},
       {CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 0},
-      {CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0},
+      {CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 1},
       {CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED, 0},
       {CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO, 32},
       {CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, 0},
@@ -112,6 +112,26 @@ class EmuBackend final : public DeviceBackend {
     device_->MemInfo(free_bytes, total_bytes);
     return From(device_->StickyError());
   }
+
+  CallStatus ReserveAddress(uint64_t bytes, uint64_t alignment, uint64_t hint, uint64_t* address) override {
+    return From(device_->ReserveAddress(bytes, alignment, hint, address));
+  }
+  CallStatus FreeAddress(uint64_t address, uint64_t bytes) override {
+    return From(device_->FreeAddress(address, bytes));
+  }
+  CallStatus CreatePhysical(uint64_t bytes, PhysicalRef* memory) override {
+    uint64_t handle = 0;
+    EmuStatus s = device_->CreatePhysical(bytes, &handle);
+    memory->p = reinterpret_cast<void*>(handle);
+    return From(s);
+  }
+  CallStatus ReleasePhysical(PhysicalRef memory) override {
+    return From(device_->ReleasePhysical(reinterpret_cast<uint64_t>(memory.p)));
+  }
+  CallStatus Map(uint64_t address, uint64_t bytes, PhysicalRef memory, uint64_t offset) override {
+    return From(device_->Map(address, bytes, reinterpret_cast<uint64_t>(memory.p), offset));
+  }
+  CallStatus Unmap(uint64_t address, uint64_t bytes) override { return From(device_->Unmap(address, bytes)); }
 
   CallStatus Alloc(uint64_t bytes, uint64_t* address, uint64_t* reserved) override {
     EmuStatus s = device_->Malloc(bytes, address);
@@ -286,6 +306,7 @@ Result<std::unique_ptr<DeviceBackend>> NewEmuBackend(const EmuBackendConfig& con
   emu::DeviceOptions o;
   o.memory_bytes = config.memory_bytes;
   o.base_address = config.window_base;
+  o.address_space_bytes = config.window_bytes;
   o.name = config.device_name;
   o.worker_threads = config.worker_threads;
   o.gate = config.gate;

@@ -16,6 +16,8 @@ struct EmuBackendConfig {
   std::string device_name;       // Reported as the device's name.
   uint64_t memory_bytes = 0;     // The emulated device's memory (the slice's).
   uint64_t window_base = 0;      // Device addresses start here (the client's window for this slice).
+  // The window's size: what lies beyond the slice's memory holds virtual memory reservations. 0: none.
+  uint64_t window_bytes = 0;
   uint8_t uuid[16] = {};         // The device's UUID, as the agent reports it.
   int pci_bus = 0, pci_device = 0;
   int worker_threads = 0;        // Host threads for CTAs; 0 = one per core.
