@@ -501,6 +501,65 @@ TEST_F(SessionGuard, BadLaunchConfigurationsAnswerAnErrorNotACrash) {
   ExpectAllUnharmed();
 }
 
+// Virtual memory calls with foreign handles, ranges outside reservations, partial unmaps and sizes beyond the slice:
+// each refused; memory of another tenant never mapped; the attacker's session still works.
+TEST_F(SessionGuard, HostileVirtualMemoryCallsAreRefused) {
+  namespace calls = session::calls;
+  constexpr uint64_t kGran = 2ull << 20;
+  RemoteSession& s = a();
+  uint64_t free_before = 0, total = 0;
+  ASSERT_EQ(s.MemGetInfo(&free_before, &total), kOk);
+  calls::AddressReserve::Results reserved;
+  EXPECT_EQ(s.Invoke<calls::AddressReserve>({0, 0, 0}, &reserved), kInvalidValue);
+  EXPECT_EQ(s.Invoke<calls::AddressReserve>({kGran + 1, 0, 0}, &reserved), kInvalidValue);
+  EXPECT_EQ(s.Invoke<calls::AddressReserve>({kMax - kGran + 1, 0, 0}, &reserved), kInvalidValue);
+  EXPECT_EQ(s.Invoke<calls::AddressReserve>({4 * kGran, 3 * kGran, 0}, &reserved), kInvalidValue);  // Alignment.
+  ASSERT_EQ(s.Invoke<calls::AddressReserve>({4 * kGran, 0, 0}, &reserved), kOk) << s.last_error();
+  uint64_t va = reserved.address;
+  EXPECT_TRUE(s.Owns(va)) << "reservations lie in the session's window";
+
+  calls::MemCreate::Results created;
+  EXPECT_EQ(s.Invoke<calls::MemCreate>({kGran / 2}, &created), kInvalidValue);
+  EXPECT_EQ(s.Invoke<calls::MemCreate>({uint64_t{64} << 30}, &created), kOutOfMemory) << "beyond the slice";
+  ASSERT_EQ(s.Invoke<calls::MemCreate>({2 * kGran}, &created), kOk) << s.last_error();
+  session::PhysicalId memory = created.memory;
+
+  // Foreign and stale handles, ranges that are not the session's reservations or not aligned.
+  EXPECT_EQ(s.Invoke<calls::MemMap>({va, 2 * kGran, 0, session::PhysicalId{memory.value + 77}}), kInvalidHandle);
+  EXPECT_EQ(s.Invoke<calls::MemMap>({va + 4 * kGran, 2 * kGran, 0, memory}), kInvalidValue);  // Past the end.
+  EXPECT_EQ(s.Invoke<calls::MemMap>({va + 4096, 2 * kGran, 0, memory}), kInvalidValue);
+  EXPECT_EQ(s.Invoke<calls::MemMap>({va, 2 * kGran, kGran, memory}), kInvalidValue);  // Beyond the memory.
+  uint64_t victim_buffer = 0;
+  ASSERT_EQ(victim_->s().MemAlloc(kGran, &victim_buffer), kOk);
+  EXPECT_EQ(s.Invoke<calls::MemMap>({victim_buffer & ~(kGran - 1), 2 * kGran, 0, memory}), kInvalidValue);
+  victim_->s().MemFree(victim_buffer);
+
+  ASSERT_EQ(s.Invoke<calls::MemMap>({va, 2 * kGran, 0, memory}), kOk) << s.last_error();
+  EXPECT_EQ(s.Invoke<calls::MemMap>({va + kGran * 0, 2 * kGran, 0, memory}), kInvalidValue) << "mapped already";
+  // The mapping is the session's memory: a copy in and out works; one past it does not.
+  std::vector<uint8_t> bytes(2 * kGran, 0x5a), back(2 * kGran, 0);
+  s.CopyToDevice(va, bytes.data(), bytes.size(), 0);
+  EXPECT_EQ(s.CopyFromDevice(back.data(), va, back.size(), 0), kOk) << s.last_error();
+  EXPECT_EQ(back, bytes);
+  EXPECT_EQ(s.CopyFromDevice(back.data(), va + kGran, 2 * kGran, 0), kInvalidValue) << "past the mapping";
+  s.TakeAsyncError();
+
+  s.Invoke<calls::MemUnmap>({va, kGran});  // Half a mapping.
+  EXPECT_EQ(AsyncError(s), kInvalidValue);
+  s.Invoke<calls::AddressFree>({va, 4 * kGran});  // Still mapped.
+  EXPECT_EQ(AsyncError(s), kInvalidValue);
+  s.Invoke<calls::MemRelease>({memory});  // Released while mapped: kept until unmapped.
+  EXPECT_EQ(AsyncError(s), kOk) << s.last_error();
+  EXPECT_EQ(s.Invoke<calls::MemMap>({va + 2 * kGran, 2 * kGran, 0, memory}), kInvalidHandle) << "released";
+  s.Invoke<calls::MemUnmap>({va, 2 * kGran});
+  s.Invoke<calls::AddressFree>({va, 4 * kGran});
+  EXPECT_EQ(AsyncError(s), kOk) << s.last_error();
+  uint64_t free_after = 0;
+  s.MemGetInfo(&free_after, &total);
+  EXPECT_EQ(free_after, free_before) << "the physical memory went back to the slice";
+  ExpectAllUnharmed();
+}
+
 TEST_F(SessionGuard, EveryCallAfterTheLeaseIsReleasedAnswersInvalidContext) {
   // Objects of every kind, so that no call fails merely for want of a valid handle.
   uint64_t buffer = 0, stream = 0, event = 0, global = 0, global_bytes = 0;
