@@ -34,6 +34,7 @@ for f in bin/gp-agent bin/gp-run bin/gp-ls bin/gp-bench; do
   [[ -x "$prefix/$f" ]] || fail "$f is missing or not executable"
 done
 [[ -e "$prefix/lib/gpupool/cuda/libcuda.so.1" ]] || fail "lib/gpupool/cuda/libcuda.so.1 (the interposer) is missing"
+[[ -e "$prefix/lib/gpupool/cuda/libnvidia-ml.so.1" ]] || fail "lib/gpupool/cuda/libnvidia-ml.so.1 (gpupool's NVML) is missing"
 for f in include/gpupool/pool.h include/gpupool/lease.h include/gpupool/request.h include/gpupool/status.h; do
   [[ -f "$prefix/$f" ]] || fail "$f is missing"
 done
