@@ -25,6 +25,7 @@ using session::CallStatus;
 using session::DeviceInfo;
 using session::Dim3;
 using session::KernelParam;
+using session::kMappingGranularity;
 
 // A backend's own objects, opaque to the server. A null StreamRef is the default stream.
 template <typename Tag>
@@ -40,10 +41,6 @@ using EventRef = Ref<struct EventRefTag>;
 using ModuleRef = Ref<struct ModuleRefTag>;
 using FunctionRef = Ref<struct FunctionRefTag>;
 using PhysicalRef = Ref<struct PhysicalRefTag>;
-
-// Virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap) works in units of this many bytes: sizes,
-// offsets and addresses are multiples of it.
-constexpr uint64_t kMappingGranularity = 2ull << 20;
 
 // What the server keeps about a kernel: its parameter layout (launch buffers are checked against it) and the
 // attributes the client's occupancy calculator needs.

@@ -16,6 +16,7 @@
 #include "backend/handle_table.h"
 #include "backend/session_checks.h"
 #include "core/log.h"
+#include "core/range_map.h"
 #include "schema/session_wire.h"
 
 namespace gpupool::backend {
@@ -294,10 +295,7 @@ class SessionServer final : public wire::Session::Server {
     if (!InsideOneOf(reservations_, a.address, a.bytes, [](uint64_t size) { return size; })) {
       return Invalid(fmt::format("{} is not inside one reservation of this session", DescribeRange(a.address, a.bytes)));
     }
-    auto next = mappings_.lower_bound(a.address);
-    bool overlaps = (next != mappings_.end() && next->first < a.address + a.bytes) ||
-                    (next != mappings_.begin() && std::prev(next)->first + std::prev(next)->second.bytes > a.address);
-    if (overlaps) return Invalid(fmt::format("{} is already mapped (in part)", DescribeRange(a.address, a.bytes)));
+    if (OverlapsAnyRange(mappings_, a.address, a.bytes, MappingBytes)) return Invalid(fmt::format("{} is already mapped (in part)", DescribeRange(a.address, a.bytes)));
     CallStatus s = backend_->Map(a.address, a.bytes, memory.ref, a.offset);
     if (!s.ok()) return Done(s);
     mappings_[a.address] = {a.bytes, a.memory.value};
@@ -307,14 +305,8 @@ class SessionServer final : public wire::Session::Server {
 
   Reply Handle(const calls::MemUnmap::Args& a, calls::MemUnmap::Results&) {
     // Whole mappings only, back to back from `address` to its end.
-    auto first = mappings_.find(a.address);
-    auto last = first;
-    uint64_t end = a.address;
-    while (last != mappings_.end() && last->first == end && end - a.address < a.bytes) {
-      end += last->second.bytes;
-      ++last;
-    }
-    if (first == mappings_.end() || end - a.address != a.bytes) {
+    std::map<uint64_t, Mapping>::iterator first, last;
+    if (!WholeRangesRun(mappings_, a.address, a.bytes, MappingBytes, &first, &last)) {
       return Invalid(fmt::format("{} is not exactly a run of whole mappings", DescribeRange(a.address, a.bytes)));
     }
     CallStatus s = backend_->Unmap(a.address, a.bytes);
@@ -538,20 +530,7 @@ class SessionServer final : public wire::Session::Server {
     return backend_->ReleasePhysical(memory.ref);
   }
 
-  // Whether [address, address + bytes) lies inside mappings that follow each other without a gap.
-  bool InsideMappings(uint64_t address, uint64_t bytes) const {
-    auto it = mappings_.upper_bound(address);
-    if (it == mappings_.begin()) return false;
-    --it;
-    uint64_t end = it->first + it->second.bytes;
-    if (address >= end || address + bytes < address) return false;
-    while (end < address + bytes) {
-      auto next = mappings_.find(end);
-      if (next == mappings_.end()) return false;
-      end += next->second.bytes;
-    }
-    return true;
-  }
+  static uint64_t MappingBytes(const Mapping& m) { return m.bytes; }
 
   // Submits work with `submit` on `stream`, within the device's turn when the server takes turns for it.
   template <typename Submission>
@@ -609,7 +588,7 @@ class SessionServer final : public wire::Session::Server {
   CallStatus Owned(uint64_t address, uint64_t bytes, const char* what) const {
     if (InsideOneOf(allocations_, address, bytes, [](uint64_t size) { return size; })) return CallStatus::Ok();
     if (InsideOneOf(globals_, address, bytes, [](const Global& g) { return g.bytes; })) return CallStatus::Ok();
-    if (InsideMappings(address, bytes)) return CallStatus::Ok();
+    if (InsideAdjacentRanges(mappings_, address, bytes, MappingBytes)) return CallStatus::Ok();
     if (!RangeInside(address, bytes, limits_.window_base, limits_.window_bytes)) {
       return {CUDA_ERROR_INVALID_VALUE,
               fmt::format("{}: {} lies outside this session's window [0x{:x}, 0x{:x})", what,

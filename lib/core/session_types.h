@@ -69,6 +69,10 @@ using ModuleId = Id<struct ModuleTag>;
 using FunctionId = Id<struct FunctionTag>;
 using PhysicalId = Id<struct PhysicalTag>;
 
+// Virtual memory management (addressReserve, memCreate, memMap) works in units of this many bytes: sizes, offsets
+// and addresses are multiples of it. What cuMemGetAllocationGranularity reports to programs.
+constexpr uint64_t kMappingGranularity = 2ull << 20;
+
 }  // namespace gpupool::session
 
 #endif  // GPUPOOL_CORE_SESSION_TYPES_H_

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/range_allocator.h"
+#include "core/range_map.h"
 #include "emu/exec.h"
 #include "emu/fatbin.h"
 #include "emu/program.h"
@@ -256,17 +257,7 @@ struct Device::Impl : public internal::MemoryMap {
       --it;
       if (addr >= it->first && addr + bytes <= it->first + std::max<uint64_t>(it->second, 1)) return true;
     }
-    auto m = mapped.upper_bound(addr);
-    if (m == mapped.begin()) return false;
-    --m;
-    uint64_t end = m->first + m->second;
-    if (addr >= end) return false;
-    while (end < addr + bytes) {
-      auto next = mapped.find(end);
-      if (next == mapped.end()) return false;
-      end += next->second;
-    }
-    return true;
+    return InsideAdjacentRanges(mapped, addr, bytes, [](uint64_t size) { return size; });
   }
 
   // -- Queue. --

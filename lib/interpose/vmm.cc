@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "core/log.h"
+#include "core/range_map.h"
 #include "driver.h"
 #include "forward_spec.h"
 #include "remote.h"
@@ -17,10 +18,7 @@ namespace gpupool::interpose {
 namespace calls = session::calls;
 namespace {
 
-// What every slice maps in: the session server's unit (backend::kMappingGranularity).
-constexpr uint64_t kGranularity = 2ull << 20;
-
-bool Aligned(uint64_t v) { return v % kGranularity == 0; }
+bool Aligned(uint64_t v) { return v % session::kMappingGranularity == 0; }
 
 CUresult Refuse(const char* what) {
   GP_WARN("interpose", "{}", what);
@@ -47,27 +45,14 @@ CUresult ResolvePhysical(CUmemGenericAllocationHandle handle, PhysicalMemory** m
   return CUDA_SUCCESS;
 }
 
-// The mappings that cover [address, address + bytes) exactly, back to back: [first, last). False otherwise.
-bool WholeMappings(std::map<uint64_t, Mapping>& mappings, uint64_t address, uint64_t bytes,
-                   std::map<uint64_t, Mapping>::iterator* first, std::map<uint64_t, Mapping>::iterator* last) {
-  auto it = mappings.find(address);
-  *first = it;
-  uint64_t end = address;
-  while (it != mappings.end() && it->first == end && end - address < bytes) {
-    end += it->second.bytes;
-    ++it;
-  }
-  *last = it;
-  return *first != mappings.end() && end - address == bytes;
-}
+uint64_t MappingBytes(const Mapping& m) { return m.bytes; }
 
 // The mapping holding `address`, or null.
-const Mapping* MappingAt(const std::map<uint64_t, Mapping>& mappings, uint64_t address, uint64_t* start) {
+const Mapping* MappingAt(const std::map<uint64_t, Mapping>& mappings, uint64_t address) {
   auto it = mappings.upper_bound(address);
   if (it == mappings.begin()) return nullptr;
   --it;
   if (address - it->first >= it->second.bytes) return nullptr;
-  if (start != nullptr) *start = it->first;
   return &it->second;
 }
 
@@ -171,10 +156,8 @@ CUresult MemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocat
                                 memory->device, it->second.device)
                         .c_str());
     }
-    auto next = remote.mappings.lower_bound(ptr);
-    bool overlaps = (next != remote.mappings.end() && next->first < ptr + size) ||
-                    (next != remote.mappings.begin() && std::prev(next)->first + std::prev(next)->second.bytes > ptr);
-    if (overlaps) return CUDA_ERROR_INVALID_VALUE;  // Part of the range is mapped already.
+    // Part of the range is mapped already.
+    if (OverlapsAnyRange(remote.mappings, ptr, size, MappingBytes)) return CUDA_ERROR_INVALID_VALUE;
   }
   if (int code = remote.session(memory->device)->Invoke<calls::MemMap>(
           {ptr, size, offset, session::PhysicalId{memory->remote}});
@@ -193,7 +176,7 @@ CUresult MemUnmap(CUdeviceptr ptr, size_t size) {
   {
     std::lock_guard<std::mutex> lock(remote.mu());
     std::map<uint64_t, Mapping>::iterator first, last;
-    if (!WholeMappings(remote.mappings, ptr, size, &first, &last)) return CUDA_ERROR_INVALID_VALUE;
+    if (!WholeRangesRun(remote.mappings, ptr, size, MappingBytes, &first, &last)) return CUDA_ERROR_INVALID_VALUE;
     dev = first->second.memory->device;
     remote.mappings.erase(first, last);
   }
@@ -209,17 +192,9 @@ CUresult MemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
   int dev;
   {
     std::lock_guard<std::mutex> lock(remote.mu());
-    uint64_t start;
-    const Mapping* m = MappingAt(remote.mappings, ptr, &start);
-    if (m == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    dev = m->memory->device;
     // Every byte of the range must be mapped.
-    uint64_t end = start + m->bytes;
-    while (end < ptr + size) {
-      auto next = remote.mappings.find(end);
-      if (next == remote.mappings.end()) return CUDA_ERROR_INVALID_VALUE;
-      end += next->second.bytes;
-    }
+    if (!InsideAdjacentRanges(remote.mappings, ptr, size, MappingBytes)) return CUDA_ERROR_INVALID_VALUE;
+    dev = MappingAt(remote.mappings, ptr)->memory->device;
   }
   for (size_t i = 0; i < count; ++i) {
     if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
@@ -243,7 +218,7 @@ CUresult MemGetAccess(unsigned long long* flags, const CUmemLocation* location, 
   if (flags == nullptr || location == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Remote& remote = Remote::Get();
   std::lock_guard<std::mutex> lock(remote.mu());
-  const Mapping* m = MappingAt(remote.mappings, ptr, nullptr);
+  const Mapping* m = MappingAt(remote.mappings, ptr);
   if (m == nullptr) return CUDA_ERROR_INVALID_VALUE;
   bool owner = location->type == CU_MEM_LOCATION_TYPE_DEVICE && location->id == m->memory->device;
   *flags = owner ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
@@ -260,7 +235,7 @@ CUresult MemGetAllocationGranularity(size_t* granularity, const CUmemAllocationP
   if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  *granularity = kGranularity;
+  *granularity = session::kMappingGranularity;
   return CUDA_SUCCESS;
 }
 
@@ -277,7 +252,7 @@ CUresult MemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* a
   if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Remote& remote = Remote::Get();
   std::lock_guard<std::mutex> lock(remote.mu());
-  const Mapping* m = MappingAt(remote.mappings, reinterpret_cast<uint64_t>(address), nullptr);
+  const Mapping* m = MappingAt(remote.mappings, reinterpret_cast<uint64_t>(address));
   if (m == nullptr || !m->memory->alive) return CUDA_ERROR_INVALID_VALUE;
   ++m->memory->references;
   *handle = reinterpret_cast<CUmemGenericAllocationHandle>(m->memory);

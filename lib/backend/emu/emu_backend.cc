@@ -18,6 +18,9 @@ namespace {
 using emu::Code;
 using emu::EmuStatus;
 
+static_assert(emu::Device::kMappingGranularity == kMappingGranularity,
+              "the emulated device maps in the session protocol's unit");
+
 CallStatus From(const EmuStatus& s) { return {static_cast<int>(s.code()), s.ok() ? std::string() : s.message()}; }
 
 CallStatus NoClusters() { return {CUDA_ERROR_NOT_SUPPORTED, "thread block clusters are not emulated"}; }
