@@ -1,6 +1,7 @@
 // Events: client objects naming (slice, remote event id). Generated from forward_spec.h.
 #include "driver.h"
 #include "forward_spec.h"
+#include "graph.h"
 #include "remote.h"
 
 namespace gpupool::interpose {
@@ -26,6 +27,7 @@ CUresult EventRecord(CUevent handle, CUstream stream) {
   int dev;
   uint64_t sid;
   if (CUresult r = remote.ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
+  if (CUresult captured; CaptureEventRecord(handle, stream, &captured)) return captured;
   // An event lives on its slice: recorded from another device's stream, it marks its own slice's default stream.
   if (dev != event->device) sid = 0;
   if (int code = remote.session(event->device)->EventRecord(event->remote, sid); code != 0) {

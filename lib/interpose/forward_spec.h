@@ -302,24 +302,7 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
   X(cuStreamGetPriority, (CUstream s, int* p), StreamGetPriority(s, p), "client", "none")                         \
   X(cuStreamGetPriority_ptsz, (CUstream s, int* p), StreamGetPriority(s, p), "client", "none")                    \
   X(cuCtxGetStreamPriorityRange, (int* least, int* greatest), StreamPriorityRange(least, greatest), "client",     \
-    "none")                                                                                                       \
-  /* Capture is not supported, so no stream is ever capturing: answered in the client. */                        \
-  X(cuStreamIsCapturing, (CUstream s, CUstreamCaptureStatus * c), StreamIsCapturing(s, c), "client", "none")       \
-  X(cuStreamIsCapturing_ptsz, (CUstream s, CUstreamCaptureStatus * c), StreamIsCapturing(s, c), "client", "none")  \
-  X(cuStreamGetCaptureInfo_v2,                                                                                    \
-    (CUstream s, CUstreamCaptureStatus * c, cuuint64_t * id, CUgraph * g, const CUgraphNode** d, size_t* n),       \
-    StreamGetCaptureInfo(s, c, id, g, d, nullptr, n), "client", "none")                                           \
-  X(cuStreamGetCaptureInfo_v2_ptsz,                                                                               \
-    (CUstream s, CUstreamCaptureStatus * c, cuuint64_t * id, CUgraph * g, const CUgraphNode** d, size_t* n),       \
-    StreamGetCaptureInfo(s, c, id, g, d, nullptr, n), "client", "none")                                           \
-  X(cuStreamGetCaptureInfo_v3,                                                                                    \
-    (CUstream s, CUstreamCaptureStatus * c, cuuint64_t * id, CUgraph * g, const CUgraphNode** d,                  \
-     const CUgraphEdgeData** e, size_t* n),                                                                       \
-    StreamGetCaptureInfo(s, c, id, g, d, e, n), "client", "none")                                                 \
-  X(cuStreamGetCaptureInfo_v3_ptsz,                                                                               \
-    (CUstream s, CUstreamCaptureStatus * c, cuuint64_t * id, CUgraph * g, const CUgraphNode** d,                  \
-     const CUgraphEdgeData** e, size_t* n),                                                                       \
-    StreamGetCaptureInfo(s, c, id, g, d, e, n), "client", "none")
+    "none")
 
 // ---- event.cc ------------------------------------------------------------------------------------------------
 #define GP_EVENT_FORWARDS(X)                                                                                      \
@@ -334,5 +317,197 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
   X(cuEventElapsedTime_v2, (float* ms, CUevent a, CUevent b), EventElapsedTime(ms, a, b), "event", "waits")       \
   X(cuEventDestroy, (CUevent e), EventDestroy(e), "event", "async")                                               \
   X(cuEventDestroy_v2, (CUevent e), EventDestroy(e), "event", "async")
+
+// ---- graph.cc ------------------------------------------------------------------------------------------------
+// Graphs live in the client; a launch replays the executable graph's nodes on the stream (graph.h).
+#define GP_CAPTURE_FORWARDS(X)                                                                                    \
+  X(cuStreamBeginCapture, (CUstream s), StreamBeginCapture(s, nullptr, nullptr, 0, CU_STREAM_CAPTURE_MODE_GLOBAL),\
+    "client", "none")                                                                                             \
+  X(cuStreamBeginCapture_ptsz, (CUstream s),                                                                      \
+    StreamBeginCapture(s, nullptr, nullptr, 0, CU_STREAM_CAPTURE_MODE_GLOBAL), "client", "none")                  \
+  X(cuStreamBeginCapture_v2, (CUstream s, CUstreamCaptureMode m), StreamBeginCapture(s, nullptr, nullptr, 0, m),  \
+    "client", "none")                                                                                             \
+  X(cuStreamBeginCapture_v2_ptsz, (CUstream s, CUstreamCaptureMode m),                                            \
+    StreamBeginCapture(s, nullptr, nullptr, 0, m), "client", "none")                                              \
+  X(cuStreamBeginCaptureToGraph, (CUstream s, CUgraph g, const CUgraphNode* d, const CUgraphEdgeData* e,          \
+                                  size_t n, CUstreamCaptureMode m),                                               \
+    StreamBeginCapture(s, g, d, n, m), "client", "none")                                                          \
+  X(cuStreamBeginCaptureToGraph_ptsz, (CUstream s, CUgraph g, const CUgraphNode* d, const CUgraphEdgeData* e,     \
+                                       size_t n, CUstreamCaptureMode m),                                          \
+    StreamBeginCapture(s, g, d, n, m), "client", "none")                                                          \
+  X(cuStreamEndCapture, (CUstream s, CUgraph * g), StreamEndCapture(s, g), "client", "none")                      \
+  X(cuStreamEndCapture_ptsz, (CUstream s, CUgraph * g), StreamEndCapture(s, g), "client", "none")                 \
+  X(cuStreamIsCapturing, (CUstream s, CUstreamCaptureStatus * c), StreamIsCapturing(s, c), "client", "none")       \
+  X(cuStreamIsCapturing_ptsz, (CUstream s, CUstreamCaptureStatus * c), StreamIsCapturing(s, c), "client", "none")  \
+  X(cuStreamGetCaptureInfo, (CUstream s, CUstreamCaptureStatus * c, cuuint64_t * id),                             \
+    StreamGetCaptureInfo(s, c, id, nullptr, nullptr, nullptr, nullptr), "client", "none")                         \
+  X(cuStreamGetCaptureInfo_ptsz, (CUstream s, CUstreamCaptureStatus * c, cuuint64_t * id),                        \
+    StreamGetCaptureInfo(s, c, id, nullptr, nullptr, nullptr, nullptr), "client", "none")                         \
+  X(cuStreamGetCaptureInfo_v2,                                                                                    \
+    (CUstream s, CUstreamCaptureStatus * c, cuuint64_t * id, CUgraph * g, const CUgraphNode** d, size_t* n),       \
+    StreamGetCaptureInfo(s, c, id, g, d, nullptr, n), "client", "none")                                           \
+  X(cuStreamGetCaptureInfo_v2_ptsz,                                                                               \
+    (CUstream s, CUstreamCaptureStatus * c, cuuint64_t * id, CUgraph * g, const CUgraphNode** d, size_t* n),       \
+    StreamGetCaptureInfo(s, c, id, g, d, nullptr, n), "client", "none")                                           \
+  X(cuStreamGetCaptureInfo_v3,                                                                                    \
+    (CUstream s, CUstreamCaptureStatus * c, cuuint64_t * id, CUgraph * g, const CUgraphNode** d,                  \
+     const CUgraphEdgeData** e, size_t* n),                                                                       \
+    StreamGetCaptureInfo(s, c, id, g, d, e, n), "client", "none")                                                 \
+  X(cuStreamGetCaptureInfo_v3_ptsz,                                                                               \
+    (CUstream s, CUstreamCaptureStatus * c, cuuint64_t * id, CUgraph * g, const CUgraphNode** d,                  \
+     const CUgraphEdgeData** e, size_t* n),                                                                       \
+    StreamGetCaptureInfo(s, c, id, g, d, e, n), "client", "none")                                                 \
+  X(cuStreamUpdateCaptureDependencies, (CUstream s, CUgraphNode * d, size_t n, unsigned int f),                   \
+    StreamUpdateCaptureDependencies(s, d, nullptr, n, f), "client", "none")                                       \
+  X(cuStreamUpdateCaptureDependencies_ptsz, (CUstream s, CUgraphNode * d, size_t n, unsigned int f),              \
+    StreamUpdateCaptureDependencies(s, d, nullptr, n, f), "client", "none")                                       \
+  X(cuStreamUpdateCaptureDependencies_v2,                                                                         \
+    (CUstream s, CUgraphNode * d, const CUgraphEdgeData* e, size_t n, unsigned int f),                            \
+    StreamUpdateCaptureDependencies(s, d, e, n, f), "client", "none")                                             \
+  X(cuStreamUpdateCaptureDependencies_v2_ptsz,                                                                    \
+    (CUstream s, CUgraphNode * d, const CUgraphEdgeData* e, size_t n, unsigned int f),                            \
+    StreamUpdateCaptureDependencies(s, d, e, n, f), "client", "none")                                             \
+  X(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode * m), ThreadExchangeStreamCaptureMode(m), "client",   \
+    "none")
+
+#define GP_GRAPH_FORWARDS(X)                                                                                      \
+  X(cuGraphCreate, (CUgraph * g, unsigned int f), GraphCreate(g, f), "client", "none")                            \
+  X(cuGraphDestroy, (CUgraph g), GraphDestroy(g), "client", "none")                                               \
+  X(cuGraphClone, (CUgraph * c, CUgraph g), GraphClone(c, g), "client", "none")                                   \
+  X(cuGraphNodeFindInClone, (CUgraphNode * n, CUgraphNode o, CUgraph c), GraphNodeFindInClone(n, o, c), "client", \
+    "none")                                                                                                       \
+  X(cuGraphAddKernelNode, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t c,                            \
+                           const CUDA_KERNEL_NODE_PARAMS_v1* p),                                                  \
+    GraphAddKernelNodeV1(n, g, d, c, p), "ctx", "arguments packed now; the function resolved on the slice")       \
+  X(cuGraphAddKernelNode_v2, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t c,                         \
+                              const CUDA_KERNEL_NODE_PARAMS* p),                                                  \
+    GraphAddKernelNode(n, g, d, c, p), "ctx", "arguments packed now")                                             \
+  X(cuGraphAddMemcpyNode, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t c, const CUDA_MEMCPY3D* p,    \
+                           CUcontext ctx),                                                                        \
+    GraphAddMemcpyNode(n, g, d, c, p), "client", "host memory read when the graph runs")                          \
+  X(cuGraphAddMemsetNode, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t c,                            \
+                           const CUDA_MEMSET_NODE_PARAMS* p, CUcontext ctx),                                      \
+    GraphAddMemsetNode(n, g, d, c, p), "client", "none")                                                          \
+  X(cuGraphAddHostNode, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t c,                              \
+                         const CUDA_HOST_NODE_PARAMS* p),                                                         \
+    GraphAddHostNode(n, g, d, c, p), "client", "runs in the client when the work before it is done")              \
+  X(cuGraphAddChildGraphNode, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t c, CUgraph child),        \
+    GraphAddChildGraphNode(n, g, d, c, child), "client", "a copy of the child")                                   \
+  X(cuGraphAddEmptyNode, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t c),                            \
+    GraphAddEmptyNode(n, g, d, c), "client", "none")                                                              \
+  X(cuGraphAddEventRecordNode, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t c, CUevent e),           \
+    GraphAddEventNode(n, g, d, c, e, CU_GRAPH_NODE_TYPE_EVENT_RECORD), "client", "none")                          \
+  X(cuGraphAddEventWaitNode, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t c, CUevent e),             \
+    GraphAddEventNode(n, g, d, c, e, CU_GRAPH_NODE_TYPE_WAIT_EVENT), "client", "none")                            \
+  X(cuGraphAddMemAllocNode, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t c,                          \
+                             CUDA_MEM_ALLOC_NODE_PARAMS* p),                                                      \
+    GraphAddMemAllocNode(n, g, d, c, p), "ctx", "allocated now, counted against the slice; waits")                \
+  X(cuGraphAddMemFreeNode, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t c, CUdeviceptr p),           \
+    GraphAddMemFreeNode(n, g, d, c, p), "client", "returned with the graph")                                      \
+  X(cuGraphAddNode, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t c, CUgraphNodeParams* p),           \
+    GraphAddNode(n, g, d, nullptr, c, p), "client", "by type")                                                    \
+  X(cuGraphAddNode_v2, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, const CUgraphEdgeData* e, size_t c,     \
+                        CUgraphNodeParams* p),                                                                    \
+    GraphAddNode(n, g, d, e, c, p), "client", "by type")                                                          \
+  X(cuGraphNodeSetParams, (CUgraphNode n, CUgraphNodeParams* p), GraphNodeSetParams(n, p), "client", "none")      \
+  X(cuGraphExecNodeSetParams, (CUgraphExec x, CUgraphNode n, CUgraphNodeParams* p), GraphExecNodeSetParams(x, n, p), \
+    "client", "none")                                                                                             \
+  X(cuGraphKernelNodeGetParams, (CUgraphNode n, CUDA_KERNEL_NODE_PARAMS_v1* p), KernelNodeGetParamsV1(n, p),      \
+    "client", "none")                                                                                             \
+  X(cuGraphKernelNodeGetParams_v2, (CUgraphNode n, CUDA_KERNEL_NODE_PARAMS* p), KernelNodeGetParams(n, p),        \
+    "client", "none")                                                                                             \
+  X(cuGraphKernelNodeSetParams, (CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v1* p),                             \
+    KernelNodeSetParamsV1(nullptr, n, p), "client", "none")                                                       \
+  X(cuGraphKernelNodeSetParams_v2, (CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS* p),                             \
+    KernelNodeSetParams(nullptr, n, p), "client", "none")                                                         \
+  X(cuGraphExecKernelNodeSetParams, (CUgraphExec x, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v1* p),          \
+    KernelNodeSetParamsV1(x, n, p), "client", "none")                                                             \
+  X(cuGraphExecKernelNodeSetParams_v2, (CUgraphExec x, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS* p),          \
+    KernelNodeSetParams(x, n, p), "client", "none")                                                               \
+  X(cuGraphMemcpyNodeGetParams, (CUgraphNode n, CUDA_MEMCPY3D* p), MemcpyNodeGetParams(n, p), "client", "none")   \
+  X(cuGraphMemcpyNodeSetParams, (CUgraphNode n, const CUDA_MEMCPY3D* p), MemcpyNodeSetParams(nullptr, n, p),      \
+    "client", "none")                                                                                             \
+  X(cuGraphExecMemcpyNodeSetParams, (CUgraphExec x, CUgraphNode n, const CUDA_MEMCPY3D* p, CUcontext c),          \
+    MemcpyNodeSetParams(x, n, p), "client", "none")                                                               \
+  X(cuGraphMemsetNodeGetParams, (CUgraphNode n, CUDA_MEMSET_NODE_PARAMS* p), MemsetNodeGetParams(n, p), "client", \
+    "none")                                                                                                       \
+  X(cuGraphMemsetNodeSetParams, (CUgraphNode n, const CUDA_MEMSET_NODE_PARAMS* p),                                \
+    MemsetNodeSetParams(nullptr, n, p), "client", "none")                                                         \
+  X(cuGraphExecMemsetNodeSetParams, (CUgraphExec x, CUgraphNode n, const CUDA_MEMSET_NODE_PARAMS* p, CUcontext c),\
+    MemsetNodeSetParams(x, n, p), "client", "none")                                                               \
+  X(cuGraphHostNodeGetParams, (CUgraphNode n, CUDA_HOST_NODE_PARAMS* p), HostNodeGetParams(n, p), "client",       \
+    "none")                                                                                                       \
+  X(cuGraphHostNodeSetParams, (CUgraphNode n, const CUDA_HOST_NODE_PARAMS* p), HostNodeSetParams(nullptr, n, p),  \
+    "client", "none")                                                                                             \
+  X(cuGraphExecHostNodeSetParams, (CUgraphExec x, CUgraphNode n, const CUDA_HOST_NODE_PARAMS* p),                 \
+    HostNodeSetParams(x, n, p), "client", "none")                                                                 \
+  X(cuGraphChildGraphNodeGetGraph, (CUgraphNode n, CUgraph * g), ChildGraphNodeGetGraph(n, g), "client", "none")  \
+  X(cuGraphExecChildGraphNodeSetParams, (CUgraphExec x, CUgraphNode n, CUgraph g),                                \
+    ExecChildGraphNodeSetParams(x, n, g), "client", "none")                                                       \
+  X(cuGraphEventRecordNodeGetEvent, (CUgraphNode n, CUevent * e),                                                 \
+    EventNodeGetEvent(n, e, CU_GRAPH_NODE_TYPE_EVENT_RECORD), "client", "none")                                   \
+  X(cuGraphEventRecordNodeSetEvent, (CUgraphNode n, CUevent e),                                                   \
+    EventNodeSetEvent(nullptr, n, e, CU_GRAPH_NODE_TYPE_EVENT_RECORD), "client", "none")                          \
+  X(cuGraphExecEventRecordNodeSetEvent, (CUgraphExec x, CUgraphNode n, CUevent e),                                \
+    EventNodeSetEvent(x, n, e, CU_GRAPH_NODE_TYPE_EVENT_RECORD), "client", "none")                                \
+  X(cuGraphEventWaitNodeGetEvent, (CUgraphNode n, CUevent * e),                                                   \
+    EventNodeGetEvent(n, e, CU_GRAPH_NODE_TYPE_WAIT_EVENT), "client", "none")                                     \
+  X(cuGraphEventWaitNodeSetEvent, (CUgraphNode n, CUevent e),                                                     \
+    EventNodeSetEvent(nullptr, n, e, CU_GRAPH_NODE_TYPE_WAIT_EVENT), "client", "none")                            \
+  X(cuGraphExecEventWaitNodeSetEvent, (CUgraphExec x, CUgraphNode n, CUevent e),                                  \
+    EventNodeSetEvent(x, n, e, CU_GRAPH_NODE_TYPE_WAIT_EVENT), "client", "none")                                  \
+  X(cuGraphMemAllocNodeGetParams, (CUgraphNode n, CUDA_MEM_ALLOC_NODE_PARAMS* p), MemAllocNodeGetParams(n, p),    \
+    "client", "none")                                                                                             \
+  X(cuGraphMemFreeNodeGetParams, (CUgraphNode n, CUdeviceptr* p), MemFreeNodeGetParams(n, p), "client", "none")   \
+  X(cuGraphNodeGetType, (CUgraphNode n, CUgraphNodeType* t), GraphNodeGetType(n, t), "client", "none")            \
+  X(cuGraphGetNodes, (CUgraph g, CUgraphNode* n, size_t* c), GraphGetNodes(g, n, c, false), "client", "none")     \
+  X(cuGraphGetRootNodes, (CUgraph g, CUgraphNode* n, size_t* c), GraphGetNodes(g, n, c, true), "client", "none")  \
+  X(cuGraphGetEdges, (CUgraph g, CUgraphNode* f, CUgraphNode* t, size_t* c), GraphGetEdges(g, f, t, nullptr, c),  \
+    "client", "none")                                                                                             \
+  X(cuGraphGetEdges_v2, (CUgraph g, CUgraphNode* f, CUgraphNode* t, CUgraphEdgeData* e, size_t* c),               \
+    GraphGetEdges(g, f, t, e, c), "client", "none")                                                               \
+  X(cuGraphNodeGetDependencies, (CUgraphNode n, CUgraphNode* d, size_t* c),                                       \
+    GraphNodeGetDependencies(n, d, nullptr, c), "client", "none")                                                 \
+  X(cuGraphNodeGetDependencies_v2, (CUgraphNode n, CUgraphNode* d, CUgraphEdgeData* e, size_t* c),                \
+    GraphNodeGetDependencies(n, d, e, c), "client", "none")                                                       \
+  X(cuGraphNodeGetDependentNodes, (CUgraphNode n, CUgraphNode* d, size_t* c),                                     \
+    GraphNodeGetDependents(n, d, nullptr, c), "client", "none")                                                   \
+  X(cuGraphNodeGetDependentNodes_v2, (CUgraphNode n, CUgraphNode* d, CUgraphEdgeData* e, size_t* c),              \
+    GraphNodeGetDependents(n, d, e, c), "client", "none")                                                         \
+  X(cuGraphAddDependencies, (CUgraph g, const CUgraphNode* f, const CUgraphNode* t, size_t c),                    \
+    GraphChangeDependencies(g, f, t, nullptr, c, true), "client", "none")                                         \
+  X(cuGraphAddDependencies_v2, (CUgraph g, const CUgraphNode* f, const CUgraphNode* t, const CUgraphEdgeData* e,  \
+                                size_t c),                                                                        \
+    GraphChangeDependencies(g, f, t, e, c, true), "client", "none")                                               \
+  X(cuGraphRemoveDependencies, (CUgraph g, const CUgraphNode* f, const CUgraphNode* t, size_t c),                 \
+    GraphChangeDependencies(g, f, t, nullptr, c, false), "client", "none")                                        \
+  X(cuGraphRemoveDependencies_v2, (CUgraph g, const CUgraphNode* f, const CUgraphNode* t,                         \
+                                   const CUgraphEdgeData* e, size_t c),                                           \
+    GraphChangeDependencies(g, f, t, e, c, false), "client", "none")                                              \
+  X(cuGraphDestroyNode, (CUgraphNode n), GraphDestroyNode(n), "client", "none")                                   \
+  X(cuGraphInstantiate, (CUgraphExec * x, CUgraph g, CUgraphNode* e, char* log, size_t n),                        \
+    GraphInstantiateLegacy(x, g, e, log, n), "client", "a copy in topological order")                             \
+  X(cuGraphInstantiate_v2, (CUgraphExec * x, CUgraph g, CUgraphNode* e, char* log, size_t n),                     \
+    GraphInstantiateLegacy(x, g, e, log, n), "client", "a copy in topological order")                             \
+  X(cuGraphInstantiateWithFlags, (CUgraphExec * x, CUgraph g, unsigned long long f),                              \
+    GraphInstantiate(x, g, f, nullptr, nullptr), "client", "a copy in topological order")                         \
+  X(cuGraphInstantiateWithParams, (CUgraphExec * x, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* p),                 \
+    GraphInstantiateWithParams(x, g, p), "client", "none")                                                        \
+  X(cuGraphInstantiateWithParams_ptsz, (CUgraphExec * x, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* p),            \
+    GraphInstantiateWithParams(x, g, p), "client", "none")                                                        \
+  X(cuGraphExecGetFlags, (CUgraphExec x, cuuint64_t* f), GraphExecGetFlags(x, f), "client", "none")               \
+  X(cuGraphExecDestroy, (CUgraphExec x), GraphExecDestroy(x), "client", "none")                                   \
+  X(cuGraphLaunch, (CUgraphExec x, CUstream s), GraphLaunch(x, s), "stream", "the nodes' work, in order; async")  \
+  X(cuGraphLaunch_ptsz, (CUgraphExec x, CUstream s), GraphLaunch(x, s), "stream", "async")                        \
+  X(cuGraphUpload, (CUgraphExec x, CUstream s), GraphUpload(x, s), "stream", "nothing to prepare; none")          \
+  X(cuGraphUpload_ptsz, (CUgraphExec x, CUstream s), GraphUpload(x, s), "stream", "none")                         \
+  X(cuGraphExecUpdate, (CUgraphExec x, CUgraph g, CUgraphNode* e, CUgraphExecUpdateResult* r),                    \
+    GraphExecUpdateV1(x, g, e, r), "client", "same topology: the new parameters")                                 \
+  X(cuGraphExecUpdate_v2, (CUgraphExec x, CUgraph g, CUgraphExecUpdateResultInfo* i), GraphExecUpdate(x, g, i),   \
+    "client", "same topology: the new parameters")                                                                \
+  X(cuGraphNodeSetEnabled, (CUgraphExec x, CUgraphNode n, unsigned int e), GraphNodeSetEnabled(x, n, e), "client",\
+    "none")                                                                                                       \
+  X(cuGraphNodeGetEnabled, (CUgraphExec x, CUgraphNode n, unsigned int* e), GraphNodeGetEnabled(x, n, e),         \
+    "client", "none")
 
 #endif  // GPUPOOL_INTERPOSE_FORWARD_SPEC_H_

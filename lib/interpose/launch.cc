@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "driver.h"
 #include "forward_spec.h"
+#include "graph.h"
 #include "remote.h"
 
 namespace gpupool::interpose {
@@ -48,35 +49,61 @@ CUresult PackParams(const RemoteFunctionInfo& info, void** params, void** extra,
   return info.params.empty() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-CUresult Launch(CUfunction f, const uint32_t grid[3], const uint32_t block[3], unsigned int shared, CUstream stream,
-                void** params, void** extra, const uint32_t* cluster = nullptr) {
+// Checks a launch of `f` on slice `dev` the way the driver does and packs its arguments by the function's parameter
+// table into a kernel node's work (what a launch sends, a capture records and a graph replays).
+CUresult PrepareLaunch(CUfunction f, const uint32_t grid[3], const uint32_t block[3], unsigned int shared, int dev,
+                       void** params, void** extra, const uint32_t* cluster, NodeWork* work,
+                       RemoteFunctionInfo* info) {
   Remote& remote = Remote::Get();
   Kernel* kernel;
   if (CUresult r = remote.ResolveKernel(f, &kernel); r != CUDA_SUCCESS) return r;
-  int dev;
-  uint64_t sid;
-  if (CUresult r = remote.ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
   if (params != nullptr && extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
   for (int i = 0; i < 3; ++i) {
     if (grid[i] == 0 || block[i] == 0) return CUDA_ERROR_INVALID_VALUE;
   }
-  RemoteFunctionInfo info;
-  if (CUresult r = remote.FunctionOn(kernel, dev, &info); r != CUDA_SUCCESS) return r;
+  if (CUresult r = remote.FunctionOn(kernel, dev, info); r != CUDA_SUCCESS) return r;
   // The driver refuses more dynamic shared memory than the function opted into (cuFuncSetAttribute).
-  if (shared > static_cast<unsigned int>(MaxDynamicShared(*kernel, dev, info))) return CUDA_ERROR_INVALID_VALUE;
-  std::vector<uint8_t> packed;
-  if (CUresult r = PackParams(info, params, extra, &packed); r != CUDA_SUCCESS) return r;
+  if (shared > static_cast<unsigned int>(MaxDynamicShared(*kernel, dev, *info))) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = PackParams(*info, params, extra, &work->params); r != CUDA_SUCCESS) return r;
   if (cluster != nullptr) {
     for (int i = 0; i < 3; ++i) {
       if (cluster[i] == 0 || grid[i] % cluster[i] != 0) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
     }
   }
-  int code =
-      remote.session(dev)->Launch(info.handle, grid, block, shared, sid, packed.data(), packed.size(), cluster);
+  work->type = CU_GRAPH_NODE_TYPE_KERNEL;
+  work->kernel = kernel;
+  std::copy(grid, grid + 3, work->grid);
+  std::copy(block, block + 3, work->block);
+  work->shared_bytes = shared;
+  work->clustered = cluster != nullptr;
+  if (cluster != nullptr) std::copy(cluster, cluster + 3, work->cluster);
+  work->param_offsets.clear();
+  for (const auto& p : info->params) work->param_offsets.push_back(p.offset);
+  return CUDA_SUCCESS;
+}
+
+CUresult SendLaunch(const NodeWork& w, int dev, uint64_t sid, const RemoteFunctionInfo& info) {
+  Remote& remote = Remote::Get();
+  int code = remote.session(dev)->Launch(info.handle, w.grid, w.block, w.shared_bytes, sid, w.params.data(),
+                                         w.params.size(), w.clustered ? w.cluster : nullptr);
   if (code != 0) return remote.Fail(dev, code, "a kernel launch");
   return CUDA_SUCCESS;
 }
 
+CUresult Launch(CUfunction f, const uint32_t grid[3], const uint32_t block[3], unsigned int shared, CUstream stream,
+                void** params, void** extra, const uint32_t* cluster = nullptr) {
+  int dev;
+  uint64_t sid;
+  if (CUresult r = Remote::Get().ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
+  NodeWork work;
+  RemoteFunctionInfo info;
+  if (CUresult r = PrepareLaunch(f, grid, block, shared, dev, params, extra, cluster, &work, &info);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  if (Capturing(stream)) return CaptureWork(stream, std::move(work));
+  return SendLaunch(work, dev, sid, info);
+}
 
 // The slice's limits as NVIDIA's occupancy calculator (cuda_occupancy.h, shipped with the toolkit) takes them: the
 // answers are then the driver's own arithmetic (register and shared memory granularity, reserved shared memory).
@@ -201,6 +228,13 @@ CUresult WaitForStreamWork(CUstream stream, const char* what, CUresult* work_sta
 
 CUresult LaunchHostFunc(CUstream stream, CUhostFn fn, void* data) {
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (Capturing(stream)) {
+    NodeWork work;
+    work.type = CU_GRAPH_NODE_TYPE_HOST;
+    work.host_fn = fn;
+    work.host_data = data;
+    return CaptureWork(stream, std::move(work));
+  }
   CUresult work = CUDA_SUCCESS;
   if (CUresult r = WaitForStreamWork(stream, "the work before a host function", &work); r != CUDA_SUCCESS) return r;
   if (work != CUDA_SUCCESS) return work;
@@ -212,10 +246,36 @@ CUresult LaunchHostFunc(CUstream stream, CUhostFn fn, void* data) {
 // callback, as on a GPU, rather than the call).
 CUresult StreamAddCallback(CUstream stream, CUstreamCallback callback, void* data, unsigned int flags) {
   if (callback == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (Capturing(stream)) return RefuseWhileCapturing(stream);  // Callbacks cannot be captured (host nodes can).
   CUresult work = CUDA_SUCCESS;
   if (CUresult r = WaitForStreamWork(stream, "the work before a stream callback", &work); r != CUDA_SUCCESS) return r;
   callback(stream, work, data);
   return CUDA_SUCCESS;
+}
+
+CUresult PrepareKernelWork(const CUDA_KERNEL_NODE_PARAMS& p, NodeWork* work) {
+  int dev;
+  if (CUresult r = Remote::Get().CurrentDevice(&dev); r != CUDA_SUCCESS) return r;
+  CUfunction f = p.func != nullptr ? p.func : reinterpret_cast<CUfunction>(p.kern);
+  const uint32_t grid[3] = {p.gridDimX, p.gridDimY, p.gridDimZ};
+  const uint32_t block[3] = {p.blockDimX, p.blockDimY, p.blockDimZ};
+  RemoteFunctionInfo info;
+  return PrepareLaunch(f, grid, block, p.sharedMemBytes, dev, p.kernelParams, p.extra, nullptr, work, &info);
+}
+
+// A kernel node's work on `stream`: its function is resolved on the stream's slice (loading the module there if
+// needed) and checked again there; the packed arguments travel as they are.
+CUresult LaunchPacked(const NodeWork& work, CUstream stream) {
+  Remote& remote = Remote::Get();
+  int dev;
+  uint64_t sid;
+  if (CUresult r = remote.ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
+  RemoteFunctionInfo info;
+  if (CUresult r = remote.FunctionOn(work.kernel, dev, &info); r != CUDA_SUCCESS) return r;
+  if (work.shared_bytes > static_cast<unsigned int>(MaxDynamicShared(*work.kernel, dev, info))) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return SendLaunch(work, dev, sid, info);
 }
 
 int MaxDynamicShared(const Kernel& kernel, int dev, const RemoteFunctionInfo& info) {

@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "driver.h"
 #include "forward_spec.h"
+#include "graph.h"
 #include "remote.h"
 
 namespace gpupool::interpose {
@@ -81,6 +82,13 @@ CUresult Transfer(uint64_t dst, uint64_t src, size_t n, const Route& route) {
   return CUDA_SUCCESS;
 }
 
+CUresult CaptureCopy(const CUDA_MEMCPY3D& copy, CUstream stream) {
+  NodeWork work;
+  work.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+  work.copy = copy;
+  return CaptureWork(stream, std::move(work));
+}
+
 enum Side { kHost = 1, kDevice = 2, kEither = 3 };
 
 // A 1D copy whose sides must be of the given kinds (cuMemcpyHtoD demands a device destination...).
@@ -92,6 +100,16 @@ CUresult Copy(uint64_t dst, uint64_t src, size_t n, CUstream stream, int dst_sid
     return CUDA_ERROR_INVALID_VALUE;
   }
   if ((dst == 0 || src == 0) && n != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (Capturing(stream)) {
+    // Recorded with unified addressing (each side routes by its address when the graph runs, as here).
+    CUDA_MEMCPY3D copy{};
+    copy.srcMemoryType = copy.dstMemoryType = CU_MEMORYTYPE_UNIFIED;
+    copy.srcDevice = src;
+    copy.dstDevice = dst;
+    copy.WidthInBytes = n;
+    copy.Height = copy.Depth = 1;
+    return CaptureCopy(copy, stream);
+  }
   return Transfer(dst, src, n, route);
 }
 
@@ -188,6 +206,7 @@ CUresult MemFree(CUdeviceptr p) {
     std::lock_guard<std::mutex> lock(remote.mu());
     if (remote.allocations.erase(p) == 0) return CUDA_ERROR_INVALID_VALUE;
   }
+  MemoryFreedOutsideGraphs(p);
   remote.session(dev)->MemFree(p);
   return CUDA_SUCCESS;
 }
@@ -378,6 +397,27 @@ CUresult CopyAny(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return C
 CUresult Copy2D(const CUDA_MEMCPY2D* c, CUstream stream) {
   if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
   if (c == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (Capturing(stream)) {
+    CUDA_MEMCPY3D copy{};
+    copy.srcXInBytes = c->srcXInBytes;
+    copy.srcY = c->srcY;
+    copy.srcMemoryType = c->srcMemoryType;
+    copy.srcHost = c->srcHost;
+    copy.srcDevice = c->srcDevice;
+    copy.srcArray = c->srcArray;
+    copy.srcPitch = c->srcPitch;
+    copy.dstXInBytes = c->dstXInBytes;
+    copy.dstY = c->dstY;
+    copy.dstMemoryType = c->dstMemoryType;
+    copy.dstHost = c->dstHost;
+    copy.dstDevice = c->dstDevice;
+    copy.dstArray = c->dstArray;
+    copy.dstPitch = c->dstPitch;
+    copy.WidthInBytes = c->WidthInBytes;
+    copy.Height = c->Height;
+    copy.Depth = 1;
+    return Copy3D(&copy, stream);
+  }
   Plane src, dst;
   if (CUresult r = PlaneOf(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, c->srcXInBytes, c->srcY, 0,
                            c->srcPitch, 0, &src);
@@ -397,6 +437,7 @@ CUresult Copy3D(const CUDA_MEMCPY3D* c, CUstream stream) {
   if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
   if (c == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (c->srcLOD != 0 || c->dstLOD != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (Capturing(stream)) return CaptureCopy(*c, stream);
   size_t src_height = c->srcHeight != 0 ? c->srcHeight : c->Height;
   size_t dst_height = c->dstHeight != 0 ? c->dstHeight : c->Height;
   Plane src, dst;
@@ -423,6 +464,12 @@ CUresult Memset2D(CUdeviceptr d, size_t pitch, unsigned int value, int element, 
   if (dev < 0 || d % element != 0) return CUDA_ERROR_INVALID_VALUE;
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (height > 1 && pitch < width * element) return CUDA_ERROR_INVALID_VALUE;
+  if (Capturing(stream)) {
+    NodeWork work;
+    work.type = CU_GRAPH_NODE_TYPE_MEMSET;
+    work.memset = CUDA_MEMSET_NODE_PARAMS{d, pitch, value, static_cast<unsigned int>(element), width, height};
+    return CaptureWork(stream, std::move(work));
+  }
   bool contiguous = height == 1 || pitch == width * element;
   size_t rows = contiguous ? 1 : height, count = contiguous ? width * height : width;
   for (size_t y = 0; y < rows; ++y) {

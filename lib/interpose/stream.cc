@@ -3,6 +3,7 @@
 // with --default-stream per-thread) map onto the same implementations. Generated from forward_spec.h.
 #include "driver.h"
 #include "forward_spec.h"
+#include "graph.h"
 #include "remote.h"
 
 namespace gpupool::interpose {
@@ -47,6 +48,7 @@ CUresult FakeDefaultStream(CUstream handle) {
 CUresult StreamSynchronize(CUstream handle) {
   Remote& remote = Remote::Get();
   if (!remote.attached()) return FakeDefaultStream(handle);
+  if (Capturing(handle)) return RefuseWhileCapturing(handle);
   int dev;
   uint64_t sid;
   if (CUresult r = remote.ResolveStream(handle, &dev, &sid); r != CUDA_SUCCESS) return r;
@@ -59,6 +61,7 @@ CUresult StreamSynchronize(CUstream handle) {
 CUresult StreamQuery(CUstream handle) {
   Remote& remote = Remote::Get();
   if (!remote.attached()) return FakeDefaultStream(handle);
+  if (Capturing(handle)) return RefuseWhileCapturing(handle);
   int dev;
   uint64_t sid;
   if (CUresult r = remote.ResolveStream(handle, &dev, &sid); r != CUDA_SUCCESS) return r;
@@ -74,6 +77,7 @@ CUresult StreamWaitEvent(CUstream handle, CUevent event_handle) {
   if (CUresult r = remote.ResolveStream(handle, &dev, &sid); r != CUDA_SUCCESS) return r;
   Event* event;
   if (CUresult r = remote.ResolveEvent(event_handle, &event); r != CUDA_SUCCESS) return r;
+  if (CUresult captured; CaptureEventWait(handle, event_handle, &captured)) return captured;
   if (event->device == dev) {
     if (int code = remote.session(dev)->StreamWaitEvent(sid, event->remote); code != 0) {
       return remote.Fail(dev, code, "cuStreamWaitEvent");
@@ -102,34 +106,6 @@ CUresult StreamGetPriority(CUstream handle, int* priority) {
   uint64_t sid;
   if (CUresult r = Remote::Get().ResolveStream(handle, &dev, &sid); r != CUDA_SUCCESS) return r;
   *priority = sid == 0 ? 0 : reinterpret_cast<Stream*>(handle)->priority;
-  return CUDA_SUCCESS;
-}
-
-// Stream capture is not supported (cuStreamBeginCapture answers CUDA_ERROR_NOT_SUPPORTED), so no stream is ever
-// capturing: these report the truth. Allocators (PyTorch's caching allocator) ask before every allocation.
-CUresult StreamIsCapturing(CUstream handle, CUstreamCaptureStatus* status) {
-  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  Remote& remote = Remote::Get();
-  if (!remote.attached()) {
-    if (CUresult r = FakeDefaultStream(handle); r != CUDA_SUCCESS) return r;
-  } else {
-    int dev;
-    uint64_t sid;
-    if (CUresult r = remote.ResolveStream(handle, &dev, &sid); r != CUDA_SUCCESS) return r;
-  }
-  *status = CU_STREAM_CAPTURE_STATUS_NONE;
-  return CUDA_SUCCESS;
-}
-
-CUresult StreamGetCaptureInfo(CUstream handle, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
-                              const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* count) {
-  if (CUresult r = StreamIsCapturing(handle, status); r != CUDA_SUCCESS) return r;
-  // Outside a capture the other outputs are undefined; clear them so callers never read garbage.
-  if (id != nullptr) *id = 0;
-  if (graph != nullptr) *graph = nullptr;
-  if (deps != nullptr) *deps = nullptr;
-  if (edges != nullptr) *edges = nullptr;
-  if (count != nullptr) *count = 0;
   return CUDA_SUCCESS;
 }
 

@@ -1,0 +1,1343 @@
+// CUDA graphs and stream capture in the client (see graph.h). The entry points are generated from forward_spec.h.
+#include "graph.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "core/log.h"
+#include "driver.h"
+#include "forward_spec.h"
+#include "remote.h"
+
+namespace gpupool::interpose {
+
+// Packs a kernel node's work for the current slice (launch.cc).
+CUresult PrepareKernelWork(const CUDA_KERNEL_NODE_PARAMS& p, NodeWork* work);
+
+struct GraphNode {
+  Graph* graph = nullptr;
+  size_t index = 0;  // In graph->nodes; a clone's node has its original's index.
+  NodeWork work;
+  std::vector<GraphNode*> deps;
+  bool alive = true;
+  bool enabled = true;  // cuGraphNodeSetEnabled, on executable graphs.
+};
+
+struct Graph {
+  std::vector<std::unique_ptr<GraphNode>> nodes;  // Destroyed nodes stay (alive = false): indexes are stable.
+};
+
+struct GraphExec {
+  std::shared_ptr<Graph> graph;        // A copy of the instantiated graph.
+  std::vector<GraphNode*> order;       // Its live nodes, dependencies first.
+  unsigned long long flags = 0;
+};
+
+namespace {
+
+// Memory of a graph's allocation node: made with the node (so its address is known then, as the driver promises)
+// and kept across launches. When a graph frees it (a free node), it goes back to the slice with the last graph or
+// executable graph holding the allocation node; otherwise it outlives them, as graph memory not freed in a graph
+// does, until the program frees it (cuMemFree: MemoryFreedOutsideGraphs).
+struct GraphMemory {
+  CUdeviceptr address = 0;
+  bool freed_in_graph = false;
+  bool freed = false;
+  ~GraphMemory() {
+    if (freed_in_graph && !freed) MemFree(address);
+  }
+};
+
+// Guards everything below and every Graph, GraphNode and GraphExec. Recursive: dropping a node's work may return
+// graph memory (cuMemFree), which tells this file about it.
+std::recursive_mutex mu;
+using Lock = std::lock_guard<std::recursive_mutex>;
+// Never destroyed: graphs still alive at exit must not return memory to sessions that are gone.
+std::set<Graph*>& graphs = *new std::set<Graph*>;  // Live graphs, the program's and the child graphs inside them.
+// The program's graphs (cuGraphCreate, captures, clones), which it destroys with cuGraphDestroy.
+std::map<Graph*, std::shared_ptr<Graph>>& owned = *new std::map<Graph*, std::shared_ptr<Graph>>;
+std::set<GraphExec*>& execs = *new std::set<GraphExec*>;
+std::map<CUdeviceptr, std::weak_ptr<GraphMemory>>& graph_memory = *new std::map<CUdeviceptr, std::weak_ptr<GraphMemory>>;
+
+struct Capture {
+  uint64_t id = 0;
+  std::shared_ptr<Graph> graph;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  bool invalidated = false;
+  CUstream origin = nullptr;
+};
+struct StreamCapture {
+  std::shared_ptr<Capture> capture;
+  std::vector<CUgraphNode> deps;  // Where the stream's next captured node goes (cuStreamGetCaptureInfo).
+  std::vector<CUgraphEdgeData> edges;
+};
+std::map<CUstream, StreamCapture>& capturing = *new std::map<CUstream, StreamCapture>;
+struct EventCapture {
+  std::shared_ptr<Capture> capture;
+  std::vector<CUgraphNode> nodes;
+};
+std::map<CUevent, EventCapture>& captured_events = *new std::map<CUevent, EventCapture>;
+std::atomic<int> capturing_streams{0};
+std::atomic<uint64_t> next_capture_id{1};
+thread_local CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+GraphNode* N(CUgraphNode h) { return reinterpret_cast<GraphNode*>(h); }
+CUgraphNode H(GraphNode* n) { return reinterpret_cast<CUgraphNode>(n); }
+
+// Whether `g` is a live graph: one of the program's, or a child graph inside one of them.
+bool LiveGraph(Graph* g) { return g != nullptr && graphs.count(g) != 0; }
+bool LiveNode(GraphNode* n) { return n != nullptr && LiveGraph(n->graph) && n->index < n->graph->nodes.size() &&
+                                     n->graph->nodes[n->index].get() == n && n->alive; }
+
+void Register(Graph* g) {
+  graphs.insert(g);
+  for (auto& n : g->nodes) {
+    if (n->work.child) Register(n->work.child.get());
+  }
+}
+void Unregister(Graph* g) {
+  graphs.erase(g);
+  for (auto& n : g->nodes) {
+    if (n->work.child) Unregister(n->work.child.get());
+  }
+}
+
+std::shared_ptr<Graph> CloneGraph(const Graph& g);
+
+std::unique_ptr<GraphNode> CloneNode(const GraphNode& n, Graph* into) {
+  auto c = std::make_unique<GraphNode>();
+  c->graph = into;
+  c->index = n.index;
+  c->work = n.work;
+  if (n.work.child) c->work.child = CloneGraph(*n.work.child);
+  c->alive = n.alive;
+  c->enabled = n.enabled;
+  return c;
+}
+
+std::shared_ptr<Graph> CloneGraph(const Graph& g) {
+  auto c = std::make_shared<Graph>();
+  for (const auto& n : g.nodes) c->nodes.push_back(CloneNode(*n, c.get()));
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (GraphNode* d : g.nodes[i]->deps) c->nodes[i]->deps.push_back(c->nodes[d->index].get());
+  }
+  return c;
+}
+
+// Live nodes, each after its dependencies (creation order among independent ones); false on a cycle.
+bool TopologicalOrder(const Graph& g, std::vector<GraphNode*>* order) {
+  std::vector<int> waiting(g.nodes.size(), 0);
+  std::vector<std::vector<size_t>> dependents(g.nodes.size());
+  for (const auto& n : g.nodes) {
+    if (!n->alive) continue;
+    for (GraphNode* d : n->deps) {
+      ++waiting[n->index];
+      dependents[d->index].push_back(n->index);
+    }
+  }
+  std::set<size_t> ready;
+  for (const auto& n : g.nodes) {
+    if (n->alive && waiting[n->index] == 0) ready.insert(n->index);
+  }
+  order->clear();
+  while (!ready.empty()) {
+    size_t i = *ready.begin();
+    ready.erase(ready.begin());
+    order->push_back(g.nodes[i].get());
+    for (size_t j : dependents[i]) {
+      if (--waiting[j] == 0) ready.insert(j);
+    }
+  }
+  size_t live = std::count_if(g.nodes.begin(), g.nodes.end(), [](const auto& n) { return n->alive; });
+  return order->size() == live;
+}
+
+CUresult CheckDeps(Graph* g, const CUgraphNode* deps, size_t count) {
+  if (count != 0 && deps == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < count; ++i) {
+    GraphNode* d = N(deps[i]);
+    if (!LiveNode(d) || d->graph != g) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t j = 0; j < i; ++j) {
+      if (deps[j] == deps[i]) return CUDA_ERROR_INVALID_VALUE;  // The driver refuses duplicate dependencies.
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+// Adds a node to `g` (mu held).
+GraphNode* AddNode(Graph* g, NodeWork work, const CUgraphNode* deps, size_t count) {
+  auto n = std::make_unique<GraphNode>();
+  n->graph = g;
+  n->index = g->nodes.size();
+  n->work = std::move(work);
+  for (size_t i = 0; i < count; ++i) n->deps.push_back(N(deps[i]));
+  if (n->work.child) Register(n->work.child.get());
+  g->nodes.push_back(std::move(n));
+  return g->nodes.back().get();
+}
+
+CUresult Checked(Graph* g, const CUgraphNode* deps, size_t count) {
+  if (!LiveGraph(g)) return CUDA_ERROR_INVALID_VALUE;
+  return CheckDeps(g, deps, count);
+}
+
+// Builds the work of a node from the generic parameters of cuGraphAddNode / cuGraphNodeSetParams.
+CUresult WorkFromParams(const CUgraphNodeParams& p, NodeWork* work);
+
+CUresult AddWork(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count, NodeWork work) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Lock lock(mu);
+  Graph* g = reinterpret_cast<Graph*>(graph);
+  if (CUresult r = Checked(g, deps, count); r != CUDA_SUCCESS) return r;
+  *out = H(AddNode(g, std::move(work), deps, count));
+  return CUDA_SUCCESS;
+}
+
+CUresult ValidateCopy(const CUDA_MEMCPY3D* copy) {
+  if (copy == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (copy->srcMemoryType == CU_MEMORYTYPE_ARRAY || copy->dstMemoryType == CU_MEMORYTYPE_ARRAY) {
+    return CUDA_ERROR_NOT_SUPPORTED;  // Arrays are not supported on slices (memory.cc says so when used).
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult ValidateMemset(const CUDA_MEMSET_NODE_PARAMS* p) {
+  if (p == nullptr || (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (Remote::Get().DeviceOf(p->dst) < 0 || p->width == 0 || p->height == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (p->height > 1 && p->pitch < p->width * p->elementSize) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+NodeWork CopyWork(const CUDA_MEMCPY3D& copy) {
+  NodeWork w;
+  w.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+  w.copy = copy;
+  return w;
+}
+
+NodeWork MemsetWork(const CUDA_MEMSET_NODE_PARAMS& p) {
+  NodeWork w;
+  w.type = CU_GRAPH_NODE_TYPE_MEMSET;
+  w.memset = p;
+  return w;
+}
+
+NodeWork HostWork(CUhostFn fn, void* data) {
+  NodeWork w;
+  w.type = CU_GRAPH_NODE_TYPE_HOST;
+  w.host_fn = fn;
+  w.host_data = data;
+  return w;
+}
+
+NodeWork EventWork(CUgraphNodeType type, CUevent event) {
+  NodeWork w;
+  w.type = type;
+  w.event = event;
+  return w;
+}
+
+CUresult ChildWork(CUgraph child, NodeWork* w) {
+  Graph* g = reinterpret_cast<Graph*>(child);
+  if (!LiveGraph(g)) return CUDA_ERROR_INVALID_VALUE;
+  w->type = CU_GRAPH_NODE_TYPE_GRAPH;
+  w->child = CloneGraph(*g);  // The node holds a copy, as the driver's does.
+  return CUDA_SUCCESS;
+}
+
+// Graph memory: allocated now (counted against the slice), so the address is known when the node is made.
+CUresult AllocWork(CUDA_MEM_ALLOC_NODE_PARAMS* p, NodeWork* w) {
+  if (p == nullptr || p->bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (p->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  int dev;
+  if (CUresult r = Remote::Get().CurrentDevice(&dev); r != CUDA_SUCCESS) return r;
+  if (p->poolProps.location.id != dev) {
+    GP_WARN("interpose", "graph memory for device {} from a context of device {} is not supported",
+            p->poolProps.location.id, dev);
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  CUdeviceptr address;
+  if (CUresult r = MemAlloc(&address, p->bytesize); r != CUDA_SUCCESS) return r;
+  p->dptr = address;
+  w->type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+  w->address = address;
+  w->bytes = p->bytesize;
+  w->pool = p->poolProps;
+  auto memory = std::make_shared<GraphMemory>();
+  memory->address = address;
+  graph_memory[address] = memory;
+  w->memory = memory;  // Shared by the node's copies (clones, executable graphs).
+  return CUDA_SUCCESS;
+}
+
+CUresult KernelWork(const CUDA_KERNEL_NODE_PARAMS& p, NodeWork* w) {
+  if (p.extra != nullptr && p.kernelParams != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return PrepareKernelWork(p, w);
+}
+
+CUDA_KERNEL_NODE_PARAMS FromV1(const CUDA_KERNEL_NODE_PARAMS_v1& p) {
+  CUDA_KERNEL_NODE_PARAMS q{};
+  q.func = p.func;
+  q.gridDimX = p.gridDimX;
+  q.gridDimY = p.gridDimY;
+  q.gridDimZ = p.gridDimZ;
+  q.blockDimX = p.blockDimX;
+  q.blockDimY = p.blockDimY;
+  q.blockDimZ = p.blockDimZ;
+  q.sharedMemBytes = p.sharedMemBytes;
+  q.kernelParams = p.kernelParams;
+  q.extra = p.extra;
+  return q;
+}
+
+void KernelParamsOf(GraphNode* n, CUDA_KERNEL_NODE_PARAMS* p) {
+  NodeWork& w = n->work;
+  *p = CUDA_KERNEL_NODE_PARAMS{};
+  p->func = reinterpret_cast<CUfunction>(w.kernel);
+  p->kern = reinterpret_cast<CUkernel>(w.kernel);
+  p->gridDimX = w.grid[0];
+  p->gridDimY = w.grid[1];
+  p->gridDimZ = w.grid[2];
+  p->blockDimX = w.block[0];
+  p->blockDimY = w.block[1];
+  p->blockDimZ = w.block[2];
+  p->sharedMemBytes = w.shared_bytes;
+  // Pointers into the node's own argument buffer, as the driver returns its copy.
+  w.param_pointers.clear();
+  for (size_t off : w.param_offsets) w.param_pointers.push_back(w.params.data() + off);
+  p->kernelParams = w.param_pointers.data();
+}
+
+// The node of `exec` that stands for node `node` of the graph it was made from.
+GraphNode* InExec(GraphExec* exec, GraphNode* node) {
+  if (node == nullptr || node->index >= exec->graph->nodes.size()) return nullptr;
+  GraphNode* n = exec->graph->nodes[node->index].get();
+  return n->alive && n->work.type == node->work.type ? n : nullptr;
+}
+
+CUresult ResolveExec(CUgraphExec handle, GraphExec** exec) {
+  auto* e = reinterpret_cast<GraphExec*>(handle);
+  if (e == nullptr || execs.count(e) == 0) return CUDA_ERROR_INVALID_VALUE;
+  *exec = e;
+  return CUDA_SUCCESS;
+}
+
+// Runs node work on `stream`, through the same paths as the stream calls it stands for.
+CUresult Run(const std::vector<GraphNode*>& order, CUstream stream);
+
+CUresult RunNode(const GraphNode& n, CUstream stream) {
+  const NodeWork& w = n.work;
+  switch (w.type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+      return LaunchPacked(w, stream);
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      return Copy3D(&w.copy, stream);
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+      return Memset2D(w.memset.dst, w.memset.pitch, w.memset.value, static_cast<int>(w.memset.elementSize),
+                      w.memset.width, w.memset.height, stream);
+    case CU_GRAPH_NODE_TYPE_HOST:
+      return LaunchHostFunc(stream, w.host_fn, w.host_data);
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      return EventRecord(w.event, stream);
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+      return StreamWaitEvent(stream, w.event);
+    case CU_GRAPH_NODE_TYPE_GRAPH: {
+      std::vector<GraphNode*> order;
+      if (!TopologicalOrder(*w.child, &order)) return CUDA_ERROR_INVALID_VALUE;
+      return Run(order, stream);
+    }
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:  // The memory exists from the node's creation on.
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:   // Kept for the graph's next launch; returned with the graph.
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+CUresult Run(const std::vector<GraphNode*>& order, CUstream stream) {
+  for (const GraphNode* n : order) {
+    if (!n->enabled) continue;
+    if (CUresult r = RunNode(*n, stream); r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+// ---- Capture helpers (mu held).
+
+StreamCapture* CaptureEntry(CUstream stream) {
+  auto it = capturing.find(stream);
+  return it == capturing.end() ? nullptr : &it->second;
+}
+
+
+void Join(CUstream stream, const std::shared_ptr<Capture>& capture, std::vector<CUgraphNode> deps) {
+  auto [it, added] = capturing.try_emplace(stream);
+  if (added) capturing_streams.fetch_add(1);
+  it->second.capture = capture;
+  it->second.deps = std::move(deps);
+  it->second.edges.assign(it->second.deps.size(), CUgraphEdgeData{});
+}
+
+void SetDeps(StreamCapture* s, std::vector<CUgraphNode> deps) {
+  s->deps = std::move(deps);
+  s->edges.assign(s->deps.size(), CUgraphEdgeData{});
+}
+
+// Ends every stream's and event's part in `capture`.
+void EndCapture(const std::shared_ptr<Capture>& capture) {
+  for (auto it = capturing.begin(); it != capturing.end();) {
+    if (it->second.capture == capture) {
+      it = capturing.erase(it);
+      capturing_streams.fetch_sub(1);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = captured_events.begin(); it != captured_events.end();) {
+    it = it->second.capture == capture ? captured_events.erase(it) : std::next(it);
+  }
+}
+
+// Whether every node of `nodes` is among `tips` or their ancestors.
+bool AllReach(const std::vector<CUgraphNode>& nodes, const std::vector<CUgraphNode>& tips) {
+  std::set<GraphNode*> seen;
+  std::vector<GraphNode*> todo;
+  for (CUgraphNode t : tips) todo.push_back(N(t));
+  while (!todo.empty()) {
+    GraphNode* n = todo.back();
+    todo.pop_back();
+    if (!seen.insert(n).second) continue;
+    for (GraphNode* d : n->deps) todo.push_back(d);
+  }
+  return std::all_of(nodes.begin(), nodes.end(), [&](CUgraphNode n) { return seen.count(N(n)) != 0; });
+}
+
+CUresult ResolveCapturable(CUstream stream) {
+  int dev;
+  uint64_t sid;
+  if (CUresult r = Remote::Get().ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
+  // The default streams cannot be captured here (the driver allows the per-thread one; not supported yet).
+  if (sid == 0) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+// ---- Capture, as the stream and event calls see it.
+
+bool Capturing(CUstream stream) {
+  if (capturing_streams.load(std::memory_order_relaxed) == 0) return false;
+  Lock lock(mu);
+  return CaptureEntry(stream) != nullptr;
+}
+
+CUresult CaptureWork(CUstream stream, NodeWork work) {
+  Lock lock(mu);
+  StreamCapture* s = CaptureEntry(stream);
+  if (s == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+  if (s->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  GraphNode* n = AddNode(s->capture->graph.get(), std::move(work), s->deps.data(), s->deps.size());
+  SetDeps(s, {H(n)});
+  return CUDA_SUCCESS;
+}
+
+bool CaptureEventRecord(CUevent event, CUstream stream, CUresult* result) {
+  if (capturing_streams.load(std::memory_order_relaxed) == 0 && captured_events.empty()) return false;
+  Lock lock(mu);
+  StreamCapture* s = CaptureEntry(stream);
+  if (s == nullptr) {
+    captured_events.erase(event);  // Recorded again outside any capture: no longer a capture's event.
+    return false;
+  }
+  captured_events[event] = EventCapture{s->capture, s->deps};
+  *result = s->capture->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
+  return true;
+}
+
+bool CaptureEventWait(CUstream stream, CUevent event, CUresult* result) {
+  if (capturing_streams.load(std::memory_order_relaxed) == 0) return false;
+  Lock lock(mu);
+  StreamCapture* s = CaptureEntry(stream);
+  auto e = captured_events.find(event);
+  if (e == captured_events.end()) {
+    if (s == nullptr) return false;
+    // An event of work outside the capture: the graph waits for it when it runs.
+    GraphNode* n = AddNode(s->capture->graph.get(), EventWork(CU_GRAPH_NODE_TYPE_WAIT_EVENT, event), s->deps.data(),
+                           s->deps.size());
+    SetDeps(s, {H(n)});
+    *result = CUDA_SUCCESS;
+    return true;
+  }
+  const EventCapture& ec = e->second;
+  if (s == nullptr) {
+    Join(stream, ec.capture, ec.nodes);  // The fork: this stream now captures into the same graph.
+  } else if (s->capture != ec.capture) {
+    s->capture->invalidated = true;
+    *result = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+    return true;
+  } else {
+    std::vector<CUgraphNode> deps = s->deps;
+    for (CUgraphNode n : ec.nodes) {
+      if (std::find(deps.begin(), deps.end(), n) == deps.end()) deps.push_back(n);
+    }
+    SetDeps(s, std::move(deps));
+  }
+  *result = CUDA_SUCCESS;
+  return true;
+}
+
+CUresult RefuseWhileCapturing(CUstream stream) {
+  Lock lock(mu);
+  if (StreamCapture* s = CaptureEntry(stream)) s->capture->invalidated = true;
+  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+void MemoryFreedOutsideGraphs(CUdeviceptr address) {
+  Lock lock(mu);
+  auto it = graph_memory.find(address);
+  if (it == graph_memory.end()) return;
+  if (auto memory = it->second.lock()) memory->freed = true;
+  graph_memory.erase(it);
+}
+
+// ---- Stream capture entry points.
+
+CUresult StreamBeginCapture(CUstream stream, CUgraph graph, const CUgraphNode* deps, size_t count,
+                            CUstreamCaptureMode mode) {
+  if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+      mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (CUresult r = ResolveCapturable(stream); r != CUDA_SUCCESS) return r;
+  Lock lock(mu);
+  if (CaptureEntry(stream) != nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+  auto capture = std::make_shared<Capture>();
+  capture->id = next_capture_id.fetch_add(1);
+  capture->mode = mode;
+  capture->origin = stream;
+  if (graph != nullptr) {  // cuStreamBeginCaptureToGraph: into the program's graph, after `deps`.
+    auto it = owned.find(reinterpret_cast<Graph*>(graph));
+    if (it == owned.end()) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = CheckDeps(it->first, deps, count); r != CUDA_SUCCESS) return r;
+    capture->graph = it->second;
+  } else {
+    capture->graph = std::make_shared<Graph>();
+    Register(capture->graph.get());
+  }
+  Join(stream, capture, std::vector<CUgraphNode>(deps, deps + count));
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamEndCapture(CUstream stream, CUgraph* out) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = ResolveCapturable(stream); r != CUDA_SUCCESS) return r;
+  Lock lock(mu);
+  StreamCapture* s = CaptureEntry(stream);
+  if (s == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+  std::shared_ptr<Capture> capture = s->capture;
+  if (capture->origin != stream) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+  // Every stream that forked from the capture must have been joined back into the origin stream.
+  bool joined = true;
+  for (const auto& [other, entry] : capturing) {
+    if (other != stream && entry.capture == capture && !AllReach(entry.deps, s->deps)) joined = false;
+  }
+  EndCapture(capture);
+  *out = nullptr;
+  const bool into_program_graph = owned.count(capture->graph.get()) != 0;
+  if (capture->invalidated || !joined) {
+    if (!into_program_graph) Unregister(capture->graph.get());
+    return capture->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+  }
+  if (!into_program_graph) owned[capture->graph.get()] = capture->graph;
+  *out = reinterpret_cast<CUgraph>(capture->graph.get());
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Remote& remote = Remote::Get();
+  if (remote.attached()) {
+    int dev;
+    uint64_t sid;
+    if (CUresult r = remote.ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
+  } else if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) {
+    return r;
+  }
+  *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (capturing_streams.load(std::memory_order_relaxed) == 0) return CUDA_SUCCESS;
+  Lock lock(mu);
+  if (StreamCapture* s = CaptureEntry(stream)) {
+    *status = s->capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                              const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* count) {
+  if (CUresult r = StreamIsCapturing(stream, status); r != CUDA_SUCCESS) return r;
+  if (id != nullptr) *id = 0;
+  if (graph != nullptr) *graph = nullptr;
+  if (deps != nullptr) *deps = nullptr;
+  if (edges != nullptr) *edges = nullptr;
+  if (count != nullptr) *count = 0;
+  if (*status == CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_SUCCESS;
+  Lock lock(mu);
+  StreamCapture* s = CaptureEntry(stream);
+  if (s == nullptr) return CUDA_SUCCESS;  // Ended meanwhile by another thread.
+  if (id != nullptr) *id = s->capture->id;
+  if (graph != nullptr) *graph = reinterpret_cast<CUgraph>(s->capture->graph.get());
+  // The arrays stay valid until the stream's next captured call, as the driver promises.
+  if (deps != nullptr) *deps = s->deps.data();
+  if (edges != nullptr) *edges = s->edges.data();
+  if (count != nullptr) *count = s->deps.size();
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamUpdateCaptureDependencies(CUstream stream, CUgraphNode* deps, const CUgraphEdgeData* edges,
+                                         size_t count, unsigned int flags) {
+  if (flags != CU_STREAM_ADD_CAPTURE_DEPENDENCIES && flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (edges != nullptr) {
+    for (size_t i = 0; i < count; ++i) {
+      if (edges[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT) return CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
+  if (CUresult r = ResolveCapturable(stream); r != CUDA_SUCCESS) return r;
+  Lock lock(mu);
+  StreamCapture* s = CaptureEntry(stream);
+  if (s == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+  if (CUresult r = CheckDeps(s->capture->graph.get(), deps, count); r != CUDA_SUCCESS) return r;
+  std::vector<CUgraphNode> now = flags == CU_STREAM_SET_CAPTURE_DEPENDENCIES ? std::vector<CUgraphNode>{} : s->deps;
+  for (size_t i = 0; i < count; ++i) {
+    if (std::find(now.begin(), now.end(), deps[i]) == now.end()) now.push_back(deps[i]);
+  }
+  SetDeps(s, std::move(now));
+  return CUDA_SUCCESS;
+}
+
+CUresult ThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+      *mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::swap(*mode, thread_mode);
+  return CUDA_SUCCESS;
+}
+
+// ---- Graphs.
+
+CUresult GraphCreate(CUgraph* out, unsigned int flags) {
+  if (out == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
+  auto g = std::make_shared<Graph>();
+  Lock lock(mu);
+  Register(g.get());
+  owned[g.get()] = g;
+  *out = reinterpret_cast<CUgraph>(g.get());
+  return CUDA_SUCCESS;
+}
+
+CUresult GraphDestroy(CUgraph graph) {
+  std::shared_ptr<Graph> g;  // Freed (graph memory with it) after the lock is released.
+  Lock lock(mu);
+  auto it = owned.find(reinterpret_cast<Graph*>(graph));
+  if (it == owned.end()) return CUDA_ERROR_INVALID_VALUE;
+  for (const auto& [stream, entry] : capturing) {
+    if (entry.capture->graph == it->second) return CUDA_ERROR_ILLEGAL_STATE;  // Still being captured into.
+  }
+  g = it->second;
+  Unregister(g.get());
+  owned.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult GraphClone(CUgraph* out, CUgraph graph) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Lock lock(mu);
+  Graph* g = reinterpret_cast<Graph*>(graph);
+  if (!LiveGraph(g)) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Graph> c = CloneGraph(*g);
+  Register(c.get());
+  owned[c.get()] = c;
+  *out = reinterpret_cast<CUgraph>(c.get());
+  return CUDA_SUCCESS;
+}
+
+CUresult GraphNodeFindInClone(CUgraphNode* out, CUgraphNode original, CUgraph clone) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Lock lock(mu);
+  GraphNode* n = N(original);
+  Graph* c = reinterpret_cast<Graph*>(clone);
+  if (!LiveNode(n) || !LiveGraph(c) || n->index >= c->nodes.size() || !c->nodes[n->index]->alive ||
+      c->nodes[n->index]->work.type != n->work.type) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *out = H(c->nodes[n->index].get());
+  return CUDA_SUCCESS;
+}
+
+CUresult GraphAddKernelNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
+                            const CUDA_KERNEL_NODE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  NodeWork w;
+  if (CUresult r = KernelWork(*p, &w); r != CUDA_SUCCESS) return r;
+  return AddWork(out, graph, deps, count, std::move(w));
+}
+
+CUresult GraphAddKernelNodeV1(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
+                              const CUDA_KERNEL_NODE_PARAMS_v1* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUDA_KERNEL_NODE_PARAMS q = FromV1(*p);
+  return GraphAddKernelNode(out, graph, deps, count, &q);
+}
+
+CUresult GraphAddMemcpyNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
+                            const CUDA_MEMCPY3D* copy) {
+  if (CUresult r = ValidateCopy(copy); r != CUDA_SUCCESS) return r;
+  return AddWork(out, graph, deps, count, CopyWork(*copy));
+}
+
+CUresult GraphAddMemsetNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
+                            const CUDA_MEMSET_NODE_PARAMS* p) {
+  if (CUresult r = ValidateMemset(p); r != CUDA_SUCCESS) return r;
+  return AddWork(out, graph, deps, count, MemsetWork(*p));
+}
+
+CUresult GraphAddHostNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
+                          const CUDA_HOST_NODE_PARAMS* p) {
+  if (p == nullptr || p->fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return AddWork(out, graph, deps, count, HostWork(p->fn, p->userData));
+}
+
+CUresult GraphAddChildGraphNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
+                                CUgraph child) {
+  NodeWork w;
+  {
+    Lock lock(mu);
+    if (child == graph) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult r = ChildWork(child, &w); r != CUDA_SUCCESS) return r;
+  }
+  return AddWork(out, graph, deps, count, std::move(w));
+}
+
+CUresult GraphAddEmptyNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count) {
+  return AddWork(out, graph, deps, count, NodeWork{});
+}
+
+CUresult GraphAddEventNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count, CUevent event,
+                           CUgraphNodeType type) {
+  Event* e;
+  if (CUresult r = Remote::Get().ResolveEvent(event, &e); r != CUDA_SUCCESS) return r;
+  return AddWork(out, graph, deps, count, EventWork(type, event));
+}
+
+CUresult GraphAddMemAllocNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
+                              CUDA_MEM_ALLOC_NODE_PARAMS* p) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  {
+    Lock lock(mu);
+    if (CUresult r = Checked(reinterpret_cast<Graph*>(graph), deps, count); r != CUDA_SUCCESS) return r;
+  }
+  NodeWork w;
+  {
+    Lock lock(mu);
+    if (CUresult r = AllocWork(p, &w); r != CUDA_SUCCESS) return r;
+  }
+  return AddWork(out, graph, deps, count, std::move(w));
+}
+
+CUresult GraphAddMemFreeNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
+                             CUdeviceptr address) {
+  {
+    Lock lock(mu);
+    auto it = graph_memory.find(address);
+    auto memory = it == graph_memory.end() ? nullptr : it->second.lock();
+    if (memory == nullptr) return CUDA_ERROR_INVALID_VALUE;  // Only graph memory is freed so.
+    memory->freed_in_graph = true;
+  }
+  NodeWork w;
+  w.type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+  w.address = address;
+  return AddWork(out, graph, deps, count, std::move(w));
+}
+
+// ---- Generic node parameters (cuGraphAddNode, cuGraphNodeSetParams, cuGraphExecNodeSetParams).
+
+namespace {
+
+CUresult WorkFromParams(const CUgraphNodeParams& p, NodeWork* w) {
+  switch (p.type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      CUDA_KERNEL_NODE_PARAMS k{};
+      std::memcpy(&k, &p.kernel, sizeof(k));  // v3 and v2 share their layout.
+      return KernelWork(k, w);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      if (CUresult r = ValidateCopy(&p.memcpy.copyParams); r != CUDA_SUCCESS) return r;
+      *w = CopyWork(p.memcpy.copyParams);
+      return CUDA_SUCCESS;
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      CUDA_MEMSET_NODE_PARAMS m{};
+      m.dst = p.memset.dst;
+      m.pitch = p.memset.pitch;
+      m.value = p.memset.value;
+      m.elementSize = p.memset.elementSize;
+      m.width = p.memset.width;
+      m.height = p.memset.height;
+      if (CUresult r = ValidateMemset(&m); r != CUDA_SUCCESS) return r;
+      *w = MemsetWork(m);
+      return CUDA_SUCCESS;
+    }
+    case CU_GRAPH_NODE_TYPE_HOST:
+      if (p.host.fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+      *w = HostWork(p.host.fn, p.host.userData);
+      return CUDA_SUCCESS;
+    case CU_GRAPH_NODE_TYPE_GRAPH: {
+      Lock lock(mu);
+      return ChildWork(p.graph.graph, w);
+    }
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: {
+      CUevent event = p.type == CU_GRAPH_NODE_TYPE_EVENT_RECORD ? p.eventRecord.event : p.eventWait.event;
+      Event* e;
+      if (CUresult r = Remote::Get().ResolveEvent(event, &e); r != CUDA_SUCCESS) return r;
+      *w = EventWork(p.type, event);
+      return CUDA_SUCCESS;
+    }
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+      *w = NodeWork{};
+      return CUDA_SUCCESS;
+    default:
+      GP_WARN("interpose", "graph nodes of type {} are not supported", static_cast<int>(p.type));
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+// Replaces the work of `n` by `w` of the same type (node parameter updates keep the node's kind).
+CUresult Replace(GraphNode* n, NodeWork w) {
+  if (n == nullptr || n->work.type != w.type) return CUDA_ERROR_INVALID_VALUE;
+  if (n->work.child) Unregister(n->work.child.get());
+  n->work = std::move(w);
+  if (n->work.child && LiveGraph(n->graph)) Register(n->work.child.get());
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult GraphAddNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, const CUgraphEdgeData* edges,
+                      size_t count, CUgraphNodeParams* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (edges != nullptr) {
+    for (size_t i = 0; i < count; ++i) {
+      if (edges[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT) return CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
+  if (p->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+    CUDA_MEM_ALLOC_NODE_PARAMS a{};
+    a.poolProps = p->alloc.poolProps;
+    a.accessDescs = p->alloc.accessDescs;
+    a.accessDescCount = p->alloc.accessDescCount;
+    a.bytesize = p->alloc.bytesize;
+    CUresult r = GraphAddMemAllocNode(out, graph, deps, count, &a);
+    p->alloc.dptr = a.dptr;
+    return r;
+  }
+  if (p->type == CU_GRAPH_NODE_TYPE_MEM_FREE) return GraphAddMemFreeNode(out, graph, deps, count, p->free.dptr);
+  NodeWork w;
+  if (CUresult r = WorkFromParams(*p, &w); r != CUDA_SUCCESS) return r;
+  return AddWork(out, graph, deps, count, std::move(w));
+}
+
+CUresult GraphNodeSetParams(CUgraphNode node, CUgraphNodeParams* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  NodeWork w;
+  if (CUresult r = WorkFromParams(*p, &w); r != CUDA_SUCCESS) return r;
+  Lock lock(mu);
+  if (!LiveNode(N(node))) return CUDA_ERROR_INVALID_VALUE;
+  return Replace(N(node), std::move(w));
+}
+
+CUresult GraphExecNodeSetParams(CUgraphExec exec_handle, CUgraphNode node, CUgraphNodeParams* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  NodeWork w;
+  if (CUresult r = WorkFromParams(*p, &w); r != CUDA_SUCCESS) return r;
+  Lock lock(mu);
+  GraphExec* exec;
+  if (CUresult r = ResolveExec(exec_handle, &exec); r != CUDA_SUCCESS) return r;
+  return Replace(InExec(exec, N(node)), std::move(w));
+}
+
+// ---- Per-type node parameters.
+
+namespace {
+
+// The live node `node` of type `type` (mu held), or null.
+GraphNode* NodeOfType(CUgraphNode node, CUgraphNodeType type) {
+  GraphNode* n = N(node);
+  return LiveNode(n) && n->work.type == type ? n : nullptr;
+}
+
+// Sets the work of a node of a graph (exec null) or of an executable graph.
+CUresult SetWork(CUgraphExec exec_handle, CUgraphNode node, NodeWork w) {
+  Lock lock(mu);
+  if (exec_handle == nullptr) return Replace(NodeOfType(node, w.type), std::move(w));
+  GraphExec* exec;
+  if (CUresult r = ResolveExec(exec_handle, &exec); r != CUDA_SUCCESS) return r;
+  if (!LiveNode(N(node))) return CUDA_ERROR_INVALID_VALUE;
+  return Replace(InExec(exec, N(node)), std::move(w));
+}
+
+}  // namespace
+
+CUresult KernelNodeGetParams(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Lock lock(mu);
+  GraphNode* n = NodeOfType(node, CU_GRAPH_NODE_TYPE_KERNEL);
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  KernelParamsOf(n, p);
+  return CUDA_SUCCESS;
+}
+
+CUresult KernelNodeGetParamsV1(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS_v1* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUDA_KERNEL_NODE_PARAMS q;
+  if (CUresult r = KernelNodeGetParams(node, &q); r != CUDA_SUCCESS) return r;
+  std::memcpy(p, &q, sizeof(*p));  // v1 is v2's prefix.
+  return CUDA_SUCCESS;
+}
+
+CUresult KernelNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  NodeWork w;
+  if (CUresult r = KernelWork(*p, &w); r != CUDA_SUCCESS) return r;
+  return SetWork(exec, node, std::move(w));
+}
+
+CUresult KernelNodeSetParamsV1(CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUDA_KERNEL_NODE_PARAMS q = FromV1(*p);
+  return KernelNodeSetParams(exec, node, &q);
+}
+
+CUresult MemcpyNodeGetParams(CUgraphNode node, CUDA_MEMCPY3D* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Lock lock(mu);
+  GraphNode* n = NodeOfType(node, CU_GRAPH_NODE_TYPE_MEMCPY);
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *p = n->work.copy;
+  return CUDA_SUCCESS;
+}
+
+CUresult MemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D* p) {
+  if (CUresult r = ValidateCopy(p); r != CUDA_SUCCESS) return r;
+  return SetWork(exec, node, CopyWork(*p));
+}
+
+CUresult MemsetNodeGetParams(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Lock lock(mu);
+  GraphNode* n = NodeOfType(node, CU_GRAPH_NODE_TYPE_MEMSET);
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *p = n->work.memset;
+  return CUDA_SUCCESS;
+}
+
+CUresult MemsetNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS* p) {
+  if (CUresult r = ValidateMemset(p); r != CUDA_SUCCESS) return r;
+  return SetWork(exec, node, MemsetWork(*p));
+}
+
+CUresult HostNodeGetParams(CUgraphNode node, CUDA_HOST_NODE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Lock lock(mu);
+  GraphNode* n = NodeOfType(node, CU_GRAPH_NODE_TYPE_HOST);
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  p->fn = n->work.host_fn;
+  p->userData = n->work.host_data;
+  return CUDA_SUCCESS;
+}
+
+CUresult HostNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_HOST_NODE_PARAMS* p) {
+  if (p == nullptr || p->fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return SetWork(exec, node, HostWork(p->fn, p->userData));
+}
+
+CUresult ChildGraphNodeGetGraph(CUgraphNode node, CUgraph* out) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Lock lock(mu);
+  GraphNode* n = NodeOfType(node, CU_GRAPH_NODE_TYPE_GRAPH);
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *out = reinterpret_cast<CUgraph>(n->work.child.get());
+  return CUDA_SUCCESS;
+}
+
+CUresult ExecChildGraphNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraph child) {
+  NodeWork w;
+  {
+    Lock lock(mu);
+    if (CUresult r = ChildWork(child, &w); r != CUDA_SUCCESS) return r;
+  }
+  return SetWork(exec, node, std::move(w));
+}
+
+CUresult EventNodeGetEvent(CUgraphNode node, CUevent* out, CUgraphNodeType type) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Lock lock(mu);
+  GraphNode* n = NodeOfType(node, type);
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *out = n->work.event;
+  return CUDA_SUCCESS;
+}
+
+CUresult EventNodeSetEvent(CUgraphExec exec, CUgraphNode node, CUevent event, CUgraphNodeType type) {
+  Event* e;
+  if (CUresult r = Remote::Get().ResolveEvent(event, &e); r != CUDA_SUCCESS) return r;
+  return SetWork(exec, node, EventWork(type, event));
+}
+
+CUresult MemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Lock lock(mu);
+  GraphNode* n = NodeOfType(node, CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *p = CUDA_MEM_ALLOC_NODE_PARAMS{};
+  p->poolProps = n->work.pool;
+  p->bytesize = n->work.bytes;
+  p->dptr = n->work.address;
+  return CUDA_SUCCESS;
+}
+
+CUresult MemFreeNodeGetParams(CUgraphNode node, CUdeviceptr* out) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Lock lock(mu);
+  GraphNode* n = NodeOfType(node, CU_GRAPH_NODE_TYPE_MEM_FREE);
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *out = n->work.address;
+  return CUDA_SUCCESS;
+}
+
+// ---- Structure.
+
+CUresult GraphNodeGetType(CUgraphNode node, CUgraphNodeType* type) {
+  if (type == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Lock lock(mu);
+  if (!LiveNode(N(node))) return CUDA_ERROR_INVALID_VALUE;
+  *type = N(node)->work.type;
+  return CUDA_SUCCESS;
+}
+
+namespace {
+
+// The cuGraphGet* convention: with a null array, *count = how many; else up to *count written, *count = written
+// (the driver sets *count to the total, and fills min(total, given)).
+template <typename Fill>
+CUresult ListOut(size_t total, size_t* count, bool want, Fill fill) {
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (want) fill(std::min(total, *count));
+  *count = total;
+  return CUDA_SUCCESS;
+}
+
+std::vector<GraphNode*> Dependents(GraphNode* n) {
+  std::vector<GraphNode*> out;
+  for (auto& m : n->graph->nodes) {
+    if (m->alive && std::find(m->deps.begin(), m->deps.end(), n) != m->deps.end()) out.push_back(m.get());
+  }
+  return out;
+}
+
+CUresult NodeList(const std::vector<GraphNode*>& nodes, CUgraphNode* out, CUgraphEdgeData* edges, size_t* count) {
+  return ListOut(nodes.size(), count, out != nullptr, [&](size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = H(nodes[i]);
+      if (edges != nullptr) edges[i] = CUgraphEdgeData{};
+    }
+  });
+}
+
+}  // namespace
+
+CUresult GraphGetNodes(CUgraph graph, CUgraphNode* out, size_t* count, bool roots_only) {
+  Lock lock(mu);
+  Graph* g = reinterpret_cast<Graph*>(graph);
+  if (!LiveGraph(g)) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<GraphNode*> nodes;
+  for (auto& n : g->nodes) {
+    if (n->alive && (!roots_only || n->deps.empty())) nodes.push_back(n.get());
+  }
+  return NodeList(nodes, out, nullptr, count);
+}
+
+CUresult GraphGetEdges(CUgraph graph, CUgraphNode* from, CUgraphNode* to, CUgraphEdgeData* edges, size_t* count) {
+  if ((from == nullptr) != (to == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  Lock lock(mu);
+  Graph* g = reinterpret_cast<Graph*>(graph);
+  if (!LiveGraph(g)) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<std::pair<GraphNode*, GraphNode*>> all;
+  for (auto& n : g->nodes) {
+    if (!n->alive) continue;
+    for (GraphNode* d : n->deps) all.emplace_back(d, n.get());
+  }
+  return ListOut(all.size(), count, from != nullptr, [&](size_t k) {
+    for (size_t i = 0; i < k; ++i) {
+      from[i] = H(all[i].first);
+      to[i] = H(all[i].second);
+      if (edges != nullptr) edges[i] = CUgraphEdgeData{};
+    }
+  });
+}
+
+CUresult GraphNodeGetDependencies(CUgraphNode node, CUgraphNode* out, CUgraphEdgeData* edges, size_t* count) {
+  Lock lock(mu);
+  if (!LiveNode(N(node))) return CUDA_ERROR_INVALID_VALUE;
+  return NodeList(N(node)->deps, out, edges, count);
+}
+
+CUresult GraphNodeGetDependents(CUgraphNode node, CUgraphNode* out, CUgraphEdgeData* edges, size_t* count) {
+  Lock lock(mu);
+  if (!LiveNode(N(node))) return CUDA_ERROR_INVALID_VALUE;
+  return NodeList(Dependents(N(node)), out, edges, count);
+}
+
+CUresult GraphChangeDependencies(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to,
+                                 const CUgraphEdgeData* edges, size_t count, bool add) {
+  if (count != 0 && (from == nullptr || to == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  if (edges != nullptr) {
+    for (size_t i = 0; i < count; ++i) {
+      if (edges[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT) return CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
+  Lock lock(mu);
+  Graph* g = reinterpret_cast<Graph*>(graph);
+  if (!LiveGraph(g)) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < count; ++i) {
+    GraphNode *f = N(from[i]), *t = N(to[i]);
+    if (!LiveNode(f) || !LiveNode(t) || f->graph != g || t->graph != g || f == t) return CUDA_ERROR_INVALID_VALUE;
+    bool present = std::find(t->deps.begin(), t->deps.end(), f) != t->deps.end();
+    if (add == present) return CUDA_ERROR_INVALID_VALUE;  // Adding an existing edge, removing a missing one.
+  }
+  for (size_t i = 0; i < count; ++i) {
+    auto& deps = N(to[i])->deps;
+    if (add) {
+      deps.push_back(N(from[i]));
+    } else {
+      deps.erase(std::find(deps.begin(), deps.end(), N(from[i])));
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult GraphDestroyNode(CUgraphNode node) {
+  Lock lock(mu);
+  GraphNode* n = N(node);
+  if (!LiveNode(n)) return CUDA_ERROR_INVALID_VALUE;
+  for (auto& m : n->graph->nodes) {
+    m->deps.erase(std::remove(m->deps.begin(), m->deps.end(), n), m->deps.end());
+  }
+  n->deps.clear();
+  n->alive = false;
+  if (n->work.child) Unregister(n->work.child.get());
+  n->work = NodeWork{};  // Its graph memory, argument copies and child graph go now.
+  return CUDA_SUCCESS;
+}
+
+// ---- Executable graphs.
+
+CUresult GraphInstantiate(CUgraphExec* out, CUgraph graph, unsigned long long flags, CUgraphNode* error_node,
+                          CUgraphInstantiateResult* result) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (result != nullptr) *result = CUDA_GRAPH_INSTANTIATE_ERROR;
+  if (error_node != nullptr) *error_node = nullptr;
+  const unsigned long long known = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
+                                   CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+  if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) {
+    GP_WARN("interpose", "graphs launched from the device are not supported on gpupool slices");
+    if (result != nullptr) *result = CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED;
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (flags & ~known) return CUDA_ERROR_INVALID_VALUE;
+  auto exec = std::make_unique<GraphExec>();
+  exec->flags = flags;
+  Lock lock(mu);
+  Graph* g = reinterpret_cast<Graph*>(graph);
+  if (!LiveGraph(g)) return CUDA_ERROR_INVALID_VALUE;
+  exec->graph = CloneGraph(*g);
+  if (!TopologicalOrder(*exec->graph, &exec->order)) return CUDA_ERROR_INVALID_VALUE;  // A cycle.
+  if (result != nullptr) *result = CUDA_GRAPH_INSTANTIATE_SUCCESS;
+  execs.insert(exec.get());
+  *out = reinterpret_cast<CUgraphExec>(exec.release());
+  return CUDA_SUCCESS;
+}
+
+CUresult GraphInstantiateLegacy(CUgraphExec* out, CUgraph graph, CUgraphNode* error_node, char* log, size_t log_size) {
+  if (log != nullptr && log_size > 0) log[0] = '\0';
+  return GraphInstantiate(out, graph, 0, error_node, nullptr);
+}
+
+CUresult GraphInstantiateWithParams(CUgraphExec* out, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = GraphInstantiate(out, graph, p->flags, &p->hErrNode_out, &p->result_out);
+  if (r == CUDA_SUCCESS && (p->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) != 0 && p->hUploadStream != nullptr) {
+    int dev;
+    uint64_t sid;
+    r = Remote::Get().ResolveStream(p->hUploadStream, &dev, &sid);
+  }
+  return r;
+}
+
+CUresult GraphExecGetFlags(CUgraphExec exec_handle, cuuint64_t* flags) {
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Lock lock(mu);
+  GraphExec* exec;
+  if (CUresult r = ResolveExec(exec_handle, &exec); r != CUDA_SUCCESS) return r;
+  *flags = exec->flags;
+  return CUDA_SUCCESS;
+}
+
+CUresult GraphExecDestroy(CUgraphExec exec_handle) {
+  std::unique_ptr<GraphExec> exec;  // Freed after the lock is released (graph memory goes with the last holder).
+  Lock lock(mu);
+  GraphExec* e;
+  if (CUresult r = ResolveExec(exec_handle, &e); r != CUDA_SUCCESS) return r;
+  execs.erase(e);
+  exec.reset(e);
+  return CUDA_SUCCESS;
+}
+
+// An executable graph's work in one go on `stream`. Launched into a capturing stream, it becomes a child graph
+// node of that capture, as on a GPU.
+CUresult GraphLaunch(CUgraphExec exec_handle, CUstream stream) {
+  int dev;
+  uint64_t sid;
+  if (CUresult r = Remote::Get().ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
+  std::shared_ptr<Graph> graph;
+  std::vector<GraphNode*> order;
+  {
+    Lock lock(mu);
+    GraphExec* exec;
+    if (CUresult r = ResolveExec(exec_handle, &exec); r != CUDA_SUCCESS) return r;
+    graph = exec->graph;  // Kept alive while it runs, even if the program updates or destroys the exec meanwhile.
+    order = exec->order;
+  }
+  if (Capturing(stream)) {
+    NodeWork w;
+    w.type = CU_GRAPH_NODE_TYPE_GRAPH;
+    {
+      Lock lock(mu);
+      w.child = CloneGraph(*graph);
+    }
+    return CaptureWork(stream, std::move(w));
+  }
+  return Run(order, stream);
+}
+
+CUresult GraphUpload(CUgraphExec exec_handle, CUstream stream) {
+  int dev;
+  uint64_t sid;
+  if (CUresult r = Remote::Get().ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
+  Lock lock(mu);
+  GraphExec* exec;
+  return ResolveExec(exec_handle, &exec);  // Nothing to prepare ahead: a launch sends the graph's work.
+}
+
+namespace {
+
+// Whether `g` has the topology of `exec`'s graph: the same nodes (type and index) and the same edges.
+bool SameTopology(const Graph& a, const Graph& b, GraphNode** mismatch, CUgraphExecUpdateResult* why) {
+  if (a.nodes.size() != b.nodes.size()) {
+    *why = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    return false;
+  }
+  for (size_t i = 0; i < a.nodes.size(); ++i) {
+    const GraphNode &x = *a.nodes[i], &y = *b.nodes[i];
+    if (x.alive != y.alive) {
+      *why = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    } else if (x.alive && x.work.type != y.work.type) {
+      *why = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+    } else if (x.deps.size() != y.deps.size() ||
+               !std::equal(x.deps.begin(), x.deps.end(), y.deps.begin(),
+                           [](GraphNode* p, GraphNode* q) { return p->index == q->index; })) {
+      *why = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    } else {
+      continue;
+    }
+    *mismatch = b.nodes[i].get();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+CUresult GraphExecUpdate(CUgraphExec exec_handle, CUgraph graph, CUgraphExecUpdateResultInfo* info) {
+  if (info != nullptr) *info = CUgraphExecUpdateResultInfo{};
+  Lock lock(mu);
+  GraphExec* exec;
+  if (CUresult r = ResolveExec(exec_handle, &exec); r != CUDA_SUCCESS) return r;
+  Graph* g = reinterpret_cast<Graph*>(graph);
+  if (!LiveGraph(g)) return CUDA_ERROR_INVALID_VALUE;
+  GraphNode* mismatch = nullptr;
+  CUgraphExecUpdateResult why = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+  if (!SameTopology(*exec->graph, *g, &mismatch, &why)) {
+    if (info != nullptr) {
+      info->result = why;
+      info->errorNode = H(mismatch);
+    }
+    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  }
+  auto copy = CloneGraph(*g);
+  for (size_t i = 0; i < copy->nodes.size(); ++i) copy->nodes[i]->enabled = exec->graph->nodes[i]->enabled;
+  std::vector<GraphNode*> order;
+  if (!TopologicalOrder(*copy, &order)) return CUDA_ERROR_INVALID_VALUE;
+  exec->graph = std::move(copy);
+  exec->order = std::move(order);
+  if (info != nullptr) info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+  return CUDA_SUCCESS;
+}
+
+CUresult GraphExecUpdateV1(CUgraphExec exec, CUgraph graph, CUgraphNode* error_node, CUgraphExecUpdateResult* result) {
+  CUgraphExecUpdateResultInfo info{};
+  CUresult r = GraphExecUpdate(exec, graph, &info);
+  if (error_node != nullptr) *error_node = info.errorNode;
+  if (result != nullptr) *result = info.result;
+  return r;
+}
+
+CUresult GraphNodeSetEnabled(CUgraphExec exec_handle, CUgraphNode node, unsigned int enabled) {
+  Lock lock(mu);
+  GraphExec* exec;
+  if (CUresult r = ResolveExec(exec_handle, &exec); r != CUDA_SUCCESS) return r;
+  GraphNode* n = LiveNode(N(node)) ? InExec(exec, N(node)) : nullptr;
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  n->enabled = enabled != 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult GraphNodeGetEnabled(CUgraphExec exec_handle, CUgraphNode node, unsigned int* enabled) {
+  if (enabled == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Lock lock(mu);
+  GraphExec* exec;
+  if (CUresult r = ResolveExec(exec_handle, &exec); r != CUDA_SUCCESS) return r;
+  GraphNode* n = LiveNode(N(node)) ? InExec(exec, N(node)) : nullptr;
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *enabled = n->enabled ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace gpupool::interpose
+
+GP_CAPTURE_FORWARDS(GP_DEFINE_FORWARD)
+GP_GRAPH_FORWARDS(GP_DEFINE_FORWARD)

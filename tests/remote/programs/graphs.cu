@@ -1,0 +1,377 @@
+// CUDA graphs and stream capture on a slice, through the CUDA runtime as programs use them:
+//   - an explicit graph (memset, host-to-device copy, kernels in a diamond, a host node, a child graph, an event
+//     record node, a device-to-host copy) launched several times, with host memory read and written when it runs;
+//   - node parameter changes on the executable graph (kernel arguments, a disabled node) and cudaGraphExecUpdate
+//     from an edited graph of the same shape (and its refusal after the shape changed);
+//   - stream capture across two streams (fork and join through events), capture status and info, the captured
+//     graph's structure, replays with new input;
+//   - an executable graph launched into a capture (a child graph node), graph memory (allocation and free nodes);
+//   - the refusals: synchronising a capturing stream invalidates the capture, an unjoined fork fails the capture.
+// Prints "N failure(s): PASSED/FAILED".
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#define PROGRAM_NAME "graphs"
+#include "program_checks.h"
+
+#define EXPECT_ERR(call, expected)                                                                         \
+  do {                                                                                                     \
+    cudaError_t e_ = (call);                                                                               \
+    if (e_ != (expected)) {                                                                                \
+      std::printf(PROGRAM_NAME ": %s returned %s, expected %s\n", #call, cudaGetErrorName(e_), #expected); \
+      ++failures;                                                                                          \
+    }                                                                                                      \
+  } while (0)
+
+constexpr int kN = 4096;
+
+__global__ void Scale(int* p, int factor, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] *= factor;
+}
+
+__global__ void AddInto(int* dst, const int* a, const int* b, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = a[i] + b[i];
+}
+
+__global__ void AddConst(int* p, int c, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] += c;
+}
+
+struct HostLog {
+  int calls = 0;
+  int seen = -1;  // What the host node read from the output buffer of the previous launch.
+  const int* out = nullptr;
+};
+
+void CUDART_CB OnHost(void* data) {
+  auto* log = static_cast<HostLog*>(data);
+  ++log->calls;
+  log->seen = log->out[1];
+}
+
+cudaKernelNodeParams KernelParams(void* fn, void** args) {
+  cudaKernelNodeParams p{};
+  p.func = fn;
+  p.gridDim = dim3((kN + 255) / 256);
+  p.blockDim = dim3(256);
+  p.kernelParams = args;
+  return p;
+}
+
+void ExplicitGraph() {
+  int *a, *b, *sum;
+  CHECK(cudaMalloc(&a, kN * sizeof(int)));
+  CHECK(cudaMalloc(&b, kN * sizeof(int)));
+  CHECK(cudaMalloc(&sum, kN * sizeof(int)));
+  std::vector<int> in(kN), out(kN, -1);
+  HostLog log;
+  log.out = out.data();
+
+  cudaGraph_t g;
+  CHECK(cudaGraphCreate(&g, 0));
+  // b = 0 (memset), a = in (copy); a *= 3 and b += 5 in parallel; sum = a + b; host node; sum -> out.
+  cudaGraphNode_t set_b, copy_a, scale_a, add_b, add, host, back, child, record;
+  cudaMemsetParams ms{};
+  ms.dst = b;
+  ms.value = 0;
+  ms.elementSize = 4;
+  ms.width = kN;
+  ms.height = 1;
+  CHECK(cudaGraphAddMemsetNode(&set_b, g, nullptr, 0, &ms));
+  CHECK(cudaGraphAddMemcpyNode1D(&copy_a, g, nullptr, 0, a, in.data(), kN * sizeof(int), cudaMemcpyHostToDevice));
+  int factor = 3, five = 5, n = kN;
+  void* scale_args[] = {&a, &factor, &n};
+  cudaKernelNodeParams sp = KernelParams(reinterpret_cast<void*>(Scale), scale_args);
+  CHECK(cudaGraphAddKernelNode(&scale_a, g, &copy_a, 1, &sp));
+  void* add_b_args[] = {&b, &five, &n};
+  cudaKernelNodeParams bp = KernelParams(reinterpret_cast<void*>(AddConst), add_b_args);
+  CHECK(cudaGraphAddKernelNode(&add_b, g, &set_b, 1, &bp));
+  void* add_args[] = {&sum, &a, &b, &n};
+  cudaKernelNodeParams ap = KernelParams(reinterpret_cast<void*>(AddInto), add_args);
+  cudaGraphNode_t both[] = {scale_a, add_b};
+  CHECK(cudaGraphAddKernelNode(&add, g, both, 2, &ap));
+  // A child graph: sum += 100.
+  cudaGraph_t sub;
+  CHECK(cudaGraphCreate(&sub, 0));
+  int hundred = 100;
+  void* sub_args[] = {&sum, &hundred, &n};
+  cudaKernelNodeParams cp = KernelParams(reinterpret_cast<void*>(AddConst), sub_args);
+  cudaGraphNode_t sub_node;
+  CHECK(cudaGraphAddKernelNode(&sub_node, sub, nullptr, 0, &cp));
+  CHECK(cudaGraphAddChildGraphNode(&child, g, &add, 1, sub));
+  CHECK(cudaGraphDestroy(sub));  // The node holds its own copy.
+  CHECK(cudaGraphAddMemcpyNode1D(&back, g, &child, 1, out.data(), sum, kN * sizeof(int), cudaMemcpyDeviceToHost));
+  cudaHostNodeParams hp{OnHost, &log};
+  CHECK(cudaGraphAddHostNode(&host, g, &back, 1, &hp));
+  cudaEvent_t done;
+  CHECK(cudaEventCreate(&done));
+  CHECK(cudaGraphAddEventRecordNode(&record, g, &host, 1, done));
+
+  size_t count = 0;
+  CHECK(cudaGraphGetNodes(g, nullptr, &count));
+  EXPECT(count == 9, "nine nodes");
+  CHECK(cudaGraphGetRootNodes(g, nullptr, &count));
+  EXPECT(count == 2, "two roots (the memset and the copy)");
+  CHECK(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &count));
+  EXPECT(count == 8, "eight edges");
+  cudaGraphNodeType type;
+  CHECK(cudaGraphNodeGetType(child, &type));
+  EXPECT(type == cudaGraphNodeTypeGraph, "a child graph node");
+
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, g, 0));
+  cudaStream_t s;
+  CHECK(cudaStreamCreate(&s));
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < kN; ++i) in[i] = i + round;  // Read when the graph runs, not when it was built.
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaEventSynchronize(done));
+    bool ok = true;
+    for (int i = 0; i < kN; ++i) ok = ok && out[i] == 3 * (i + round) + 5 + 100;
+    EXPECT(ok, "explicit graph result");
+    EXPECT(log.calls == round + 1 && log.seen == 3 * (1 + round) + 105, "host node ran after the copy back");
+  }
+
+  // New kernel arguments on the executable graph only: a *= 4 instead of 3.
+  int four = 4;
+  void* scale4_args[] = {&a, &four, &n};
+  cudaKernelNodeParams sp4 = KernelParams(reinterpret_cast<void*>(Scale), scale4_args);
+  CHECK(cudaGraphExecKernelNodeSetParams(exec, scale_a, &sp4));
+  // The child graph's += 100 is skipped.
+  CHECK(cudaGraphNodeSetEnabled(exec, child, 0));
+  unsigned enabled = 1;
+  CHECK(cudaGraphNodeGetEnabled(exec, child, &enabled));
+  EXPECT(enabled == 0, "child node disabled");
+  for (int i = 0; i < kN; ++i) in[i] = i;
+  CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+  bool ok = true;
+  for (int i = 0; i < kN; ++i) ok = ok && out[i] == 4 * i + 5;
+  EXPECT(ok, "updated kernel arguments, disabled child");
+  // The graph itself kept its parameters.
+  cudaKernelNodeParams got{};
+  CHECK(cudaGraphKernelNodeGetParams(scale_a, &got));
+  EXPECT(got.kernelParams != nullptr && *static_cast<int*>(got.kernelParams[1]) == 3, "graph keeps factor 3");
+
+  // cudaGraphExecUpdate from the graph edited in place: factor 7, child enabled state kept disabled.
+  int seven = 7;
+  void* scale7_args[] = {&a, &seven, &n};
+  cudaKernelNodeParams sp7 = KernelParams(reinterpret_cast<void*>(Scale), scale7_args);
+  CHECK(cudaGraphKernelNodeSetParams(scale_a, &sp7));
+  cudaGraphExecUpdateResultInfo info{};
+  CHECK(cudaGraphExecUpdate(exec, g, &info));
+  EXPECT(info.result == cudaGraphExecUpdateSuccess, "update succeeded");
+  CHECK(cudaGraphNodeSetEnabled(exec, child, 1));
+  CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+  ok = true;
+  for (int i = 0; i < kN; ++i) ok = ok && out[i] == 7 * i + 105;
+  EXPECT(ok, "exec updated from the edited graph");
+  // A changed shape cannot update an executable graph.
+  cudaGraphNode_t extra;
+  CHECK(cudaGraphAddEmptyNode(&extra, g, &record, 1));
+  EXPECT_ERR(cudaGraphExecUpdate(exec, g, &info), cudaErrorGraphExecUpdateFailure);
+  EXPECT(info.result == cudaGraphExecUpdateErrorTopologyChanged, "topology change reported");
+  cudaGetLastError();  // The runtime keeps the refusal as the last error.
+
+  // A clone runs like its original.
+  cudaGraph_t copy;
+  CHECK(cudaGraphClone(&copy, g));
+  cudaGraphNode_t extra_in_clone = nullptr;
+  CHECK(cudaGraphNodeFindInClone(&extra_in_clone, extra, copy));
+  CHECK(cudaGraphDestroyNode(extra_in_clone));  // The clone goes back to the shape of the executable graph.
+  cudaGraphExec_t exec2;
+  CHECK(cudaGraphInstantiate(&exec2, copy, 0));
+  CHECK(cudaGraphDestroy(copy));
+  CHECK(cudaGraphLaunch(exec2, s));
+  CHECK(cudaStreamSynchronize(s));
+  ok = true;
+  for (int i = 0; i < kN; ++i) ok = ok && out[i] == 7 * i + 105;
+  EXPECT(ok, "cloned graph result");
+
+  CHECK(cudaGraphExecDestroy(exec2));
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaEventDestroy(done));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFree(a));
+  CHECK(cudaFree(b));
+  CHECK(cudaFree(sum));
+}
+
+void Capture() {
+  int *a, *b, *sum;
+  CHECK(cudaMalloc(&a, kN * sizeof(int)));
+  CHECK(cudaMalloc(&b, kN * sizeof(int)));
+  CHECK(cudaMalloc(&sum, kN * sizeof(int)));
+  int* in;
+  int* out;
+  CHECK(cudaMallocHost(&in, kN * sizeof(int)));
+  CHECK(cudaMallocHost(&out, kN * sizeof(int)));
+  HostLog log;
+  log.out = out;
+  cudaStream_t s1, s2;
+  CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  cudaEvent_t fork, join;
+  CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  const int blocks = (kN + 255) / 256;
+
+  CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeGlobal));
+  cudaStreamCaptureStatus status;
+  CHECK(cudaStreamIsCapturing(s1, &status));
+  EXPECT(status == cudaStreamCaptureStatusActive, "s1 captures");
+  CHECK(cudaStreamIsCapturing(s2, &status));
+  EXPECT(status == cudaStreamCaptureStatusNone, "s2 does not capture yet");
+  CHECK(cudaMemcpyAsync(a, in, kN * sizeof(int), cudaMemcpyHostToDevice, s1));
+  CHECK(cudaEventRecord(fork, s1));
+  CHECK(cudaStreamWaitEvent(s2, fork, 0));  // s2 joins the capture.
+  CHECK(cudaStreamIsCapturing(s2, &status));
+  EXPECT(status == cudaStreamCaptureStatusActive, "s2 joined the capture");
+  CHECK(cudaMemsetAsync(b, 0, kN * sizeof(int), s2));
+  AddConst<<<blocks, 256, 0, s2>>>(b, 11, kN);
+  CHECK(cudaGetLastError());
+  Scale<<<blocks, 256, 0, s1>>>(a, 2, kN);
+  CHECK(cudaEventRecord(join, s2));
+  CHECK(cudaStreamWaitEvent(s1, join, 0));
+  AddInto<<<blocks, 256, 0, s1>>>(sum, a, b, kN);
+  CHECK(cudaMemcpyAsync(out, sum, kN * sizeof(int), cudaMemcpyDeviceToHost, s1));
+  CHECK(cudaLaunchHostFunc(s1, OnHost, &log));
+  unsigned long long id = 0;
+  cudaGraph_t capturing = nullptr;
+  const cudaGraphNode_t* deps = nullptr;
+  size_t ndeps = 0;
+  CHECK(cudaStreamGetCaptureInfo(s1, &status, &id, &capturing, &deps, nullptr, &ndeps));
+  EXPECT(id != 0 && capturing != nullptr && ndeps == 1, "capture info: id, graph, one dependency");
+  cudaGraph_t g = nullptr;
+  CHECK(cudaStreamEndCapture(s1, &g));
+  EXPECT(g == capturing, "the captured graph");
+  CHECK(cudaStreamIsCapturing(s2, &status));
+  EXPECT(status == cudaStreamCaptureStatusNone, "s2 left the capture with s1");
+  EXPECT(log.calls == 0, "nothing ran during capture");
+
+  size_t count = 0;
+  CHECK(cudaGraphGetNodes(g, nullptr, &count));
+  EXPECT(count == 7, "seven captured nodes");
+  CHECK(cudaGraphGetRootNodes(g, nullptr, &count));
+  EXPECT(count == 1, "one root (the copy in)");
+
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, g, 0));
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < kN; ++i) in[i] = i * (round + 1);
+    CHECK(cudaGraphLaunch(exec, s1));
+    CHECK(cudaStreamSynchronize(s1));
+    bool ok = true;
+    for (int i = 0; i < kN; ++i) ok = ok && out[i] == 2 * i * (round + 1) + 11;
+    EXPECT(ok, "captured graph result");
+    EXPECT(log.calls == round + 1, "captured host function ran once per launch");
+  }
+
+  // The executable graph launched into another capture becomes a child graph node there.
+  cudaGraph_t outer;
+  CHECK(cudaStreamBeginCapture(s2, cudaStreamCaptureModeThreadLocal));
+  CHECK(cudaGraphLaunch(exec, s2));
+  AddConst<<<blocks, 256, 0, s2>>>(sum, 1000, kN);
+  CHECK(cudaMemcpyAsync(out, sum, kN * sizeof(int), cudaMemcpyDeviceToHost, s2));
+  CHECK(cudaStreamEndCapture(s2, &outer));
+  CHECK(cudaGraphGetNodes(outer, nullptr, &count));
+  EXPECT(count == 3, "outer capture: child graph, kernel, copy");
+  cudaGraphExec_t outer_exec;
+  CHECK(cudaGraphInstantiate(&outer_exec, outer, 0));
+  for (int i = 0; i < kN; ++i) in[i] = 1;
+  CHECK(cudaGraphLaunch(outer_exec, s2));
+  CHECK(cudaStreamSynchronize(s2));
+  EXPECT(out[5] == 2 + 11 + 1000, "graph inside a graph");
+
+  // Synchronising a capturing stream is refused and invalidates the capture.
+  cudaGraph_t bad = nullptr;
+  CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeRelaxed));
+  AddConst<<<blocks, 256, 0, s1>>>(a, 1, kN);
+  EXPECT_ERR(cudaStreamSynchronize(s1), cudaErrorStreamCaptureUnsupported);
+  CHECK(cudaStreamIsCapturing(s1, &status));
+  EXPECT(status == cudaStreamCaptureStatusInvalidated, "capture invalidated");
+  EXPECT_ERR(cudaStreamEndCapture(s1, &bad), cudaErrorStreamCaptureInvalidated);
+  EXPECT(bad == nullptr, "no graph from an invalidated capture");
+  cudaGetLastError();
+  // A fork never joined back fails the capture.
+  CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeGlobal));
+  CHECK(cudaEventRecord(fork, s1));
+  CHECK(cudaStreamWaitEvent(s2, fork, 0));
+  AddConst<<<blocks, 256, 0, s2>>>(b, 1, kN);
+  EXPECT_ERR(cudaStreamEndCapture(s1, &bad), cudaErrorStreamCaptureUnjoined);
+  cudaGetLastError();
+  CHECK(cudaStreamIsCapturing(s2, &status));
+  EXPECT(status == cudaStreamCaptureStatusNone, "the unjoined stream left the failed capture");
+  // The streams work normally afterwards.
+  CHECK(cudaMemsetAsync(b, 0, kN * sizeof(int), s2));
+  CHECK(cudaStreamSynchronize(s2));
+
+  CHECK(cudaGraphExecDestroy(outer_exec));
+  CHECK(cudaGraphDestroy(outer));
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaEventDestroy(fork));
+  CHECK(cudaEventDestroy(join));
+  CHECK(cudaStreamDestroy(s1));
+  CHECK(cudaStreamDestroy(s2));
+  CHECK(cudaFreeHost(in));
+  CHECK(cudaFreeHost(out));
+  CHECK(cudaFree(a));
+  CHECK(cudaFree(b));
+  CHECK(cudaFree(sum));
+}
+
+void GraphMemory() {
+  size_t free0 = 0, total = 0;
+  CHECK(cudaMemGetInfo(&free0, &total));
+  cudaGraph_t g;
+  CHECK(cudaGraphCreate(&g, 0));
+  cudaMemAllocNodeParams ap{};
+  ap.poolProps.allocType = cudaMemAllocationTypePinned;
+  ap.poolProps.location.type = cudaMemLocationTypeDevice;
+  ap.poolProps.location.id = 0;
+  ap.bytesize = kN * sizeof(int);
+  cudaGraphNode_t alloc, set, back, release;
+  CHECK(cudaGraphAddMemAllocNode(&alloc, g, nullptr, 0, &ap));
+  EXPECT(ap.dptr != nullptr, "graph memory has its address when the node is made");
+  size_t free1 = 0;
+  CHECK(cudaMemGetInfo(&free1, &total));
+  EXPECT(free1 + kN * sizeof(int) <= free0, "graph memory counted against the slice");
+  cudaMemsetParams ms{};
+  ms.dst = ap.dptr;
+  ms.value = 0x01020304;
+  ms.elementSize = 4;
+  ms.width = kN;
+  ms.height = 1;
+  CHECK(cudaGraphAddMemsetNode(&set, g, &alloc, 1, &ms));
+  std::vector<int> out(kN, 0);
+  CHECK(cudaGraphAddMemcpyNode1D(&back, g, &set, 1, out.data(), ap.dptr, kN * sizeof(int), cudaMemcpyDeviceToHost));
+  CHECK(cudaGraphAddMemFreeNode(&release, g, &back, 1, ap.dptr));
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, g, 0));
+  CHECK(cudaGraphLaunch(exec, nullptr));
+  CHECK(cudaGraphLaunch(exec, nullptr));
+  CHECK(cudaDeviceSynchronize());
+  EXPECT(out[kN - 1] == 0x01020304, "graph memory written and read back");
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaDeviceSynchronize());
+  size_t free2 = 0;
+  CHECK(cudaMemGetInfo(&free2, &total));
+  EXPECT(free2 == free0, "graph memory returned with the graph");
+}
+
+int main() {
+  ExplicitGraph();
+  Capture();
+  GraphMemory();
+  std::printf("graphs: %d failure(s): %s\n", failures, failures ? "FAILED" : "PASSED");
+  return failures ? 1 : 0;
+}
