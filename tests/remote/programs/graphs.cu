@@ -329,6 +329,7 @@ void Capture() {
 }
 
 void GraphMemory() {
+  CHECK(cudaDeviceSynchronize());  // Earlier frees have reached the device (they follow the work queued before).
   size_t free0 = 0, total = 0;
   CHECK(cudaMemGetInfo(&free0, &total));
   cudaGraph_t g;
