@@ -3,6 +3,7 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -10,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include <capnp/serialize.h>
 #include <fmt/format.h>
 #include <kj/async.h>
 
@@ -128,6 +130,76 @@ class SessionServer final : public wire::Session::Server {
       W::WriteResults(call->results, results);
       session::WriteStatus(status, results.initStatus());
     });
+  }
+
+  // ---- Batches (a graph launch): posted calls, each handled in order as if it had come alone. Every call submits
+  // its work while it is handled (so the order of the batch is the order on the device); some replies wait for the
+  // device (a copy reads straight from the message), so the batch's reply waits for all of them and reports the
+  // first failure, which surfaces at the client as a posted call's does.
+
+  Reply Handle(const calls::Batch::Args& a, calls::Batch::Results&) {
+    kj::Vector<Reply> replies;
+    for (size_t offset = 0; offset < a.calls.size && !revoked_;) {
+      uint32_t header[2];
+      if (a.calls.size - offset < sizeof(header)) {
+        replies.add(Invalid("batch: truncated entry header"));
+        break;
+      }
+      std::memcpy(header, a.calls.data + offset, sizeof(header));
+      const size_t start = offset + sizeof(header), bytes = header[1];
+      if (bytes > a.calls.size - start || bytes % sizeof(capnp::word) != 0) {
+        replies.add(Invalid("batch: malformed entry"));
+        break;
+      }
+      replies.add(HandleBatched(header[0], a.calls.data + start, bytes));
+      offset = start + bytes;
+    }
+    return kj::joinPromises(replies.releaseAsArray()).then([](kj::Array<CallStatus> all) {
+      for (CallStatus& s : all) {
+        if (!s.ok()) return std::move(s);
+      }
+      return CallStatus::Ok();
+    });
+  }
+
+  Reply HandleBatched(uint32_t ordinal, const uint8_t* data, size_t bytes) {
+    switch (ordinal) {
+#define GP_BATCHED(Name, method, number, mode, doc) \
+  case number:                                      \
+    return Batched<calls::Name>(data, bytes);
+      GP_SESSION_CALLS(GP_BATCHED)
+#undef GP_BATCHED
+      default:
+        return Invalid(fmt::format("batch: unknown call {}", ordinal));
+    }
+  }
+
+  // One call of a batch: only posted calls (what the client would have sent without waiting), never a batch.
+  template <typename Call>
+  Reply Batched(const uint8_t* data, size_t bytes) {
+    if constexpr (Call::kMode != session::Mode::kPosted || std::is_same_v<Call, calls::Batch>) {
+      return Invalid(fmt::format("batch: {} cannot be batched", Call::kMethod));
+    } else {
+      using W = session::Wire<Call>;
+      // Lives until the call's reply: its DATA arguments are views into `words`.
+      struct Decoded {
+        kj::Array<capnp::word> words;
+        kj::Own<capnp::FlatArrayMessageReader> reader;
+        typename Call::Args args;
+        typename Call::Results results;
+      };
+      auto d = kj::heap<Decoded>();
+      d->words = kj::heapArray<capnp::word>(bytes / sizeof(capnp::word));  // Aligned, as the reader needs.
+      std::memcpy(d->words.begin(), data, bytes);
+      KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] {
+        d->reader = kj::heap<capnp::FlatArrayMessageReader>(d->words.asPtr());
+        W::ReadArgs(d->reader->template getRoot<typename W::Params>(), d->args);
+      })) {
+        return Invalid(fmt::format("batch: corrupt {} entry: {}", Call::kMethod, e->getDescription().cStr()));
+      }
+      Reply reply = Handle(d->args, d->results);
+      return reply.attach(kj::mv(d));
+    }
   }
 
   // ---- Device and memory.

@@ -6,6 +6,9 @@
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <thread>
+
+#include <capnp/serialize.h>
 
 #include <fmt/format.h>
 
@@ -22,6 +25,7 @@ namespace calls = session::calls;
 
 constexpr uint64_t kGiB = 1ull << 30;
 constexpr size_t kChunk = 4u << 20;  // Copies travel in 4 MiB messages, pipelined.
+constexpr size_t kBatchBytes = 16u << 20;  // A batch this large is sent, and gathering goes on in a new one.
 // Address windows live in [32 TiB, 96 TiB): far from where Linux places ordinary mappings.
 constexpr uint64_t kWindowLow = 32ull << 40, kWindowHigh = 96ull << 40;
 constexpr int kCudaErrorDeviceUnavailable = 46;
@@ -70,6 +74,9 @@ struct RemoteSession::Impl : public kj::TaskSet::ErrorHandler {
   int async_error = 0;
   std::string async_message;
   std::shared_ptr<Lease> lease;  // Keeps the lease attached (renewed) while sessions live.
+  // The thread gathering posted calls into `batch` (BeginBatch), or none. Only that thread touches `batch`.
+  std::atomic<std::thread::id> batch_thread{};
+  std::vector<uint8_t> batch;
 
   void taskFailed(kj::Exception&& e) override { Record(kCudaErrorLaunchFailure, e.getDescription().cStr()); }
   void Record(int code, const std::string& message) {
@@ -246,7 +253,41 @@ int Call(Runtime& rt, RemoteSession::Impl* impl, Build build, Use use, std::stri
   }
 }
 
+// Appends a posted call to a batch: its ordinal, the byte length of its arguments, and the arguments as a flat
+// message (whose length is a whole number of 8-byte words, so every entry stays word-aligned).
+template <typename Call>
+void AppendToBatch(const typename Call::Args& args, std::vector<uint8_t>* batch) {
+  using W = session::Wire<Call>;
+  capnp::MallocMessageBuilder message;
+  W::WriteArgs(args, message.initRoot<typename W::Params>());
+  kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
+  kj::ArrayPtr<const kj::byte> bytes = words.asBytes();
+  const uint32_t header[2] = {static_cast<uint32_t>(Call::kOrdinal), static_cast<uint32_t>(bytes.size())};
+  const auto* h = reinterpret_cast<const uint8_t*>(header);
+  batch->insert(batch->end(), h, h + sizeof(header));
+  batch->insert(batch->end(), bytes.begin(), bytes.end());
+}
+
 }  // namespace
+
+bool RemoteSession::Batching() const { return impl_->batch_thread.load() == std::this_thread::get_id(); }
+
+void RemoteSession::BeginBatch() { impl_->batch_thread.store(std::this_thread::get_id()); }
+
+void RemoteSession::EndBatch() {
+  if (!Batching()) return;
+  FlushBatch();
+  impl_->batch_thread.store(std::thread::id());
+}
+
+void RemoteSession::FlushBatch() {
+  if (!Batching() || impl_->batch.empty()) return;
+  auto bytes = std::make_shared<std::vector<uint8_t>>(std::move(impl_->batch));
+  impl_->batch.clear();
+  calls::Batch::Args args{{bytes->data(), bytes->size()}};
+  Impl* impl = impl_.get();
+  runtime_->Post([impl, args, bytes] { SendPosted<calls::Batch>(impl, args); });
+}
 
 template <typename C>
 int RemoteSession::Invoke(const typename C::Args& args, typename C::Results* results,
@@ -254,6 +295,11 @@ int RemoteSession::Invoke(const typename C::Args& args, typename C::Results* res
   using W = session::Wire<C>;
   Impl* impl = impl_.get();
   if constexpr (C::kMode == session::Mode::kPosted) {
+    if (!std::is_same_v<C, calls::Batch> && Batching()) {
+      AppendToBatch<C>(args, &impl->batch);
+      if (impl->batch.size() >= kBatchBytes) FlushBatch();
+      return 0;
+    }
     if (C::kArgsView && !owner) {
       // The caller's bytes go into the message on the loop thread before this returns (no extra copy).
       runtime_->Run([&] { SendPosted<C>(impl, args); });
@@ -263,6 +309,7 @@ int RemoteSession::Invoke(const typename C::Args& args, typename C::Results* res
     }
     return 0;
   } else {
+    FlushBatch();  // What this thread gathered goes first.
     int code = Call(
         *runtime_, impl,
         [&](wire::Session::Client& s) {
@@ -322,6 +369,7 @@ int RemoteSession::CopyToDevice(uint64_t dst, const void* src, size_t bytes, uin
 
 int RemoteSession::CopyFromDevice(void* dst, uint64_t src, size_t bytes, uint64_t stream) {
   using W = session::Wire<calls::CopyFromDevice>;
+  FlushBatch();
   uint8_t* p = static_cast<uint8_t*>(dst);
   Impl* impl = impl_.get();
   std::string error;

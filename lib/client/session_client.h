@@ -51,6 +51,12 @@ class RemoteSession {
   int Invoke(const typename Call::Args& args, typename Call::Results* results = nullptr,
              std::shared_ptr<const void> owner = nullptr);
 
+  // Gathers the posted calls the calling thread makes on this session into one message (session call `batch`)
+  // until EndBatch sends it: a graph launch travels as one message. Any call of this thread that waits sends the
+  // gathered calls first, so their order is kept; other threads' calls are not gathered. Not nested.
+  void BeginBatch();
+  void EndBatch();
+
   int MemGetInfo(uint64_t* free_bytes, uint64_t* total);
   int MemAlloc(uint64_t bytes, uint64_t* address);
   int MemFree(uint64_t address);                                                    // Not waited for.
@@ -89,6 +95,8 @@ class RemoteSession {
 
  private:
   RemoteSession() = default;
+  bool Batching() const;
+  void FlushBatch();  // Sends what this thread gathered so far, if anything.
   std::shared_ptr<Runtime> runtime_;
   std::unique_ptr<Impl> impl_;
   RemoteProps props_;

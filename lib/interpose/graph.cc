@@ -1241,7 +1241,13 @@ CUresult GraphLaunch(CUgraphExec exec_handle, CUstream stream) {
     }
     return CaptureWork(stream, std::move(w));
   }
-  return Run(order, stream);
+  // The nodes' work for the launch stream's slice travels as one message (work on other slices, and anything
+  // that waits, such as a copy back to the host or a host node, is sent as it comes, after what was gathered).
+  RemoteSession* session = Remote::Get().session(dev);
+  session->BeginBatch();
+  CUresult r = Run(order, stream);
+  session->EndBatch();
+  return r;
 }
 
 CUresult GraphUpload(CUgraphExec exec_handle, CUstream stream) {

@@ -67,7 +67,11 @@
   CALL(MemMap, memMap, 31, kReply,                                                                                  \
        "Maps bytes [offset, offset + bytes) of a physical allocation at `address`, inside one reservation, "        \
        "readable and writable by the slice.")                                                                       \
-  CALL(MemUnmap, memUnmap, 32, kPosted, "Unmaps whole mappings covering [address, address + bytes) exactly.")
+  CALL(MemUnmap, memUnmap, 32, kPosted, "Unmaps whole mappings covering [address, address + bytes) exactly.")   \
+  CALL(Batch, batch, 33, kPosted,                                                                                   \
+       "Posted calls gathered into one message (a graph launch), handled in order as if sent one by one. `calls`: " \
+       "for each, its ordinal (u32), the byte length of its arguments (u32) and its arguments as a flat Cap'n "     \
+       "Proto message of its Params struct. The first failure surfaces as a posted call's.")
 
 // The fields of each call: ARG(kind, name, Name) for what the client sends, RESULT(kind, name, Name) for what the
 // reply carries besides its status. Kinds:
@@ -127,6 +131,7 @@
 #define GP_SESSION_FIELDS_MemMap(ARG, RESULT) \
   ARG(U64, address, Address) ARG(U64, bytes, Bytes) ARG(U64, offset, Offset) ARG(PHYSICAL, memory, Memory)
 #define GP_SESSION_FIELDS_MemUnmap(ARG, RESULT) ARG(U64, address, Address) ARG(U64, bytes, Bytes)
+#define GP_SESSION_FIELDS_Batch(ARG, RESULT) ARG(DATA, calls, Calls)
 
 // The C++ type of each kind.
 #define GP_SESSION_TYPE_U8 uint8_t

@@ -6,6 +6,7 @@
 #include <cuda.h>
 
 #include <capnp/ez-rpc.h>
+#include <capnp/serialize.h>
 
 #include <cstdint>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include "integration/helpers.h"
 #include "pool.capnp.h"
 #include "session.capnp.h"
+#include "schema/session_wire.h"
 
 namespace gpupool::testing {
 namespace {
@@ -557,6 +559,85 @@ TEST_F(SessionGuard, HostileVirtualMemoryCallsAreRefused) {
   uint64_t free_after = 0;
   s.MemGetInfo(&free_after, &total);
   EXPECT_EQ(free_after, free_before) << "the physical memory went back to the slice";
+  ExpectAllUnharmed();
+}
+
+// A batch (a graph launch) is as hostile as any message: malformed framing, unknown calls, calls that wait, nested
+// batches and corrupt entries are refused with a clear error; a good batch runs its calls in order, and a bad entry
+// among good ones fails alone, as the same calls sent one by one would.
+TEST_F(SessionGuard, HostileBatchesAreRefused) {
+  namespace calls = session::calls;
+  RemoteSession& s = a();
+  auto entry = [](uint32_t ordinal, std::vector<uint8_t> message) {
+    std::vector<uint8_t> out(8);
+    const uint32_t header[2] = {ordinal, static_cast<uint32_t>(message.size())};
+    std::memcpy(out.data(), header, sizeof(header));
+    out.insert(out.end(), message.begin(), message.end());
+    return out;
+  };
+  auto flat = [](auto fill) {
+    capnp::MallocMessageBuilder message;
+    fill(message);
+    kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
+    return std::vector<uint8_t>(words.asBytes().begin(), words.asBytes().end());
+  };
+  auto send = [&](const std::vector<uint8_t>& batch) {
+    s.Invoke<calls::Batch>({{batch.data(), batch.size()}});
+    return AsyncError(s);
+  };
+  auto mem_alloc = flat([](capnp::MallocMessageBuilder& m) {
+    m.initRoot<wire::Session::MemAllocParams>().setBytes(4096);
+  });
+  uint64_t buffer = 0;
+  ASSERT_EQ(s.MemAlloc(4096, &buffer), kOk);
+  auto memset = [&](uint64_t dst, uint32_t value) {
+    return flat([&](capnp::MallocMessageBuilder& m) {
+      session::Wire<calls::Memset>::WriteArgs({dst, value, 4, 1024, {0}}, m.initRoot<wire::Session::MemsetParams>());
+    });
+  };
+
+  EXPECT_EQ(send({1, 2, 3}), kInvalidValue) << "truncated header";
+  EXPECT_EQ(send(entry(calls::Memset::kOrdinal, std::vector<uint8_t>(7))), kInvalidValue) << "not whole words";
+  auto too_long = entry(calls::Memset::kOrdinal, memset(buffer, 1));
+  too_long[4] = 0xff;  // Its length now runs past the batch.
+  EXPECT_EQ(send(too_long), kInvalidValue);
+  EXPECT_EQ(send(entry(999, memset(buffer, 1))), kInvalidValue) << "unknown call";
+  EXPECT_EQ(send(entry(calls::MemAlloc::kOrdinal, mem_alloc)), kInvalidValue) << "a call that waits";
+  auto inner = entry(calls::Memset::kOrdinal, memset(buffer, 1));
+  auto nested = flat([&](capnp::MallocMessageBuilder& m) {
+    m.initRoot<wire::Session::BatchParams>().setCalls(kj::arrayPtr(inner.data(), inner.size()));
+  });
+  EXPECT_EQ(send(entry(calls::Batch::kOrdinal, nested)), kInvalidValue) << "a batch in a batch";
+  std::vector<uint8_t> garbage(64);
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<uint8_t>(0x9d * i + 7);
+  EXPECT_EQ(send(entry(calls::Memset::kOrdinal, garbage)), kInvalidValue) << "a corrupt message";
+
+  // A bad entry (memory of another tenant) between good ones: it fails, the good ones run in order.
+  uint64_t theirs = 0;
+  ASSERT_EQ(victim_->s().MemAlloc(4096, &theirs), kOk);
+  std::vector<uint8_t> batch = entry(calls::Memset::kOrdinal, memset(buffer, 7));
+  for (const auto& e : {entry(calls::Memset::kOrdinal, memset(theirs, 9)),
+                        entry(calls::Memset::kOrdinal, memset(buffer, 8))}) {
+    batch.insert(batch.end(), e.begin(), e.end());
+  }
+  EXPECT_EQ(send(batch), kInvalidValue);
+  std::vector<uint32_t> back(1024, 0);
+  ASSERT_EQ(s.CopyFromDevice(back.data(), buffer, 4096, 0), kOk) << s.last_error();
+  EXPECT_EQ(back[0], 8u) << "the later good entry ran after the earlier one";
+  ASSERT_EQ(victim_->s().CopyFromDevice(back.data(), theirs, 4096, 0), kOk);
+  EXPECT_NE(back[0], 9u) << "the other tenant's memory was not touched";
+  victim_->s().MemFree(theirs);
+
+  // The client's own batching: posted calls gathered, a waiting call sends them first.
+  s.BeginBatch();
+  s.Memset(buffer, 5, 4, 1024, 0);
+  s.Memset(buffer, 6, 4, 512, 0);
+  ASSERT_EQ(s.CopyFromDevice(back.data(), buffer, 4096, 0), kOk) << s.last_error();
+  s.EndBatch();
+  EXPECT_EQ(back[0], 6u);
+  EXPECT_EQ(back[1023], 5u);
+  s.MemFree(buffer);
+  EXPECT_EQ(AsyncError(s), kOk) << s.last_error();
   ExpectAllUnharmed();
 }
 
