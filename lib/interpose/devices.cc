@@ -101,9 +101,9 @@ class RemoteDeviceProvider : public DeviceProvider {
       d.attributes[CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY] = 0;
       d.attributes[CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING] = 1;
       // What gpupool itself offers on any slice, whatever the GPU behind it can do: virtual memory management (in
-      // the slice's window), no memory pools yet, no shareable memory handles.
+      // the slice's window), stream-ordered allocation and memory pools (client-side), no shareable memory handles.
       d.attributes[CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED] = 1;
-      d.attributes[CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED] = 0;
+      d.attributes[CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED] = 1;
       d.attributes[CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED] = 0;
       d.attributes[CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED] = 0;
       d.attributes[CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES] = 0;

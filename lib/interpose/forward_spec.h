@@ -510,4 +510,39 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
   X(cuGraphNodeGetEnabled, (CUgraphExec x, CUgraphNode n, unsigned int* e), GraphNodeGetEnabled(x, n, e),         \
     "client", "none")
 
+// ---- mempool.cc ----------------------------------------------------------------------------------------------
+// Pools are client objects over ordinary slice allocations (mempool.cc): nothing is cached, reserved = used.
+#define GP_MEMPOOL_FORWARDS(X)                                                                                    \
+  X(cuMemAllocAsync, (CUdeviceptr * p, size_t n, CUstream s), MemAllocAsync(p, n, s), "stream",                   \
+    "counted against the slice at once; waits (capturing: a graph memory node)")                                  \
+  X(cuMemAllocAsync_ptsz, (CUdeviceptr * p, size_t n, CUstream s), MemAllocAsync(p, n, s), "stream", "waits")     \
+  X(cuMemAllocFromPoolAsync, (CUdeviceptr * p, size_t n, CUmemoryPool pool, CUstream s),                          \
+    MemAllocFromPoolAsync(p, n, pool, s), "pool's device", "waits")                                               \
+  X(cuMemAllocFromPoolAsync_ptsz, (CUdeviceptr * p, size_t n, CUmemoryPool pool, CUstream s),                     \
+    MemAllocFromPoolAsync(p, n, pool, s), "pool's device", "waits")                                               \
+  X(cuMemFreeAsync, (CUdeviceptr p, CUstream s), MemFreeAsync(p, s), "ptr",                                       \
+    "freed after the work queued before it; async")                                                               \
+  X(cuMemFreeAsync_ptsz, (CUdeviceptr p, CUstream s), MemFreeAsync(p, s), "ptr", "async")                         \
+  X(cuDeviceGetDefaultMemPool, (CUmemoryPool * p, CUdevice d), DeviceGetDefaultMemPool(p, d), "client", "none")   \
+  X(cuDeviceGetMemPool, (CUmemoryPool * p, CUdevice d), DeviceGetMemPool(p, d), "client", "none")                 \
+  X(cuDeviceSetMemPool, (CUdevice d, CUmemoryPool p), DeviceSetMemPool(d, p), "client", "none")                   \
+  X(cuMemGetDefaultMemPool, (CUmemoryPool * p, CUmemLocation* l, CUmemAllocationType t),                          \
+    LocationMemPool(p, l, t, false), "client", "device memory only")                            \
+  X(cuMemGetMemPool, (CUmemoryPool * p, CUmemLocation* l, CUmemAllocationType t),                                 \
+    LocationMemPool(p, l, t, true), "client", "device memory only")                                   \
+  X(cuMemSetMemPool, (CUmemLocation * l, CUmemAllocationType t, CUmemoryPool p), LocationSetMemPool(l, t, p),     \
+    "client", "device memory only")                                                                               \
+  X(cuMemPoolCreate, (CUmemoryPool * p, const CUmemPoolProps* props), MemPoolCreate(p, props), "client",          \
+    "device memory, no shareable handles; none")                                                                  \
+  X(cuMemPoolDestroy, (CUmemoryPool p), MemPoolDestroy(p), "client", "none")                                      \
+  X(cuMemPoolTrimTo, (CUmemoryPool p, size_t keep), MemPoolTrimTo(p, keep), "client", "nothing cached; none")     \
+  X(cuMemPoolSetAttribute, (CUmemoryPool p, CUmemPool_attribute a, void* v), MemPoolSetAttribute(p, a, v),        \
+    "client", "none")                                                                                             \
+  X(cuMemPoolGetAttribute, (CUmemoryPool p, CUmemPool_attribute a, void* v), MemPoolGetAttribute(p, a, v),        \
+    "client", "none")                                                                                             \
+  X(cuMemPoolSetAccess, (CUmemoryPool p, const CUmemAccessDesc* m, size_t n), MemPoolSetAccess(p, m, n),          \
+    "client", "own device only")                                                                                  \
+  X(cuMemPoolGetAccess, (CUmemAccess_flags * f, CUmemoryPool p, CUmemLocation* l), MemPoolGetAccess(f, p, l),     \
+    "client", "none")
+
 #endif  // GPUPOOL_INTERPOSE_FORWARD_SPEC_H_

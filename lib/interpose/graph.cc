@@ -261,13 +261,10 @@ CUresult AllocWork(CUDA_MEM_ALLOC_NODE_PARAMS* p, NodeWork* w) {
   }
   int dev;
   if (CUresult r = Remote::Get().CurrentDevice(&dev); r != CUDA_SUCCESS) return r;
-  if (p->poolProps.location.id != dev) {
-    GP_WARN("interpose", "graph memory for device {} from a context of device {} is not supported",
-            p->poolProps.location.id, dev);
-    return CUDA_ERROR_NOT_SUPPORTED;
-  }
+  const int device = p->poolProps.location.id;
+  if (device < 0 || static_cast<size_t>(device) >= Remote::Get().device_count()) return CUDA_ERROR_INVALID_DEVICE;
   CUdeviceptr address;
-  if (CUresult r = MemAlloc(&address, p->bytesize); r != CUDA_SUCCESS) return r;
+  if (CUresult r = MemAllocOn(device, &address, p->bytesize); r != CUDA_SUCCESS) return r;
   p->dptr = address;
   w->type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
   w->address = address;
@@ -277,6 +274,17 @@ CUresult AllocWork(CUDA_MEM_ALLOC_NODE_PARAMS* p, NodeWork* w) {
   memory->address = address;
   graph_memory[address] = memory;
   w->memory = memory;  // Shared by the node's copies (clones, executable graphs).
+  return CUDA_SUCCESS;
+}
+
+// A free node for `address` is being made: only graph memory can be freed in a graph (the driver refuses other
+// memory too), and memory freed in a graph goes back with the graph.
+CUresult MarkFreedInGraph(CUdeviceptr address) {
+  Lock lock(mu);
+  auto it = graph_memory.find(address);
+  auto memory = it == graph_memory.end() ? nullptr : it->second.lock();
+  if (memory == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  memory->freed_in_graph = true;
   return CUDA_SUCCESS;
 }
 
@@ -501,6 +509,33 @@ CUresult RefuseWhileCapturing(CUstream stream) {
   Lock lock(mu);
   if (StreamCapture* s = CaptureEntry(stream)) s->capture->invalidated = true;
   return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+CUresult CaptureMemAlloc(CUstream stream, int device, size_t bytes, CUdeviceptr* address) {
+  CUDA_MEM_ALLOC_NODE_PARAMS p{};
+  p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  p.poolProps.location = {CU_MEM_LOCATION_TYPE_DEVICE, device};
+  p.bytesize = bytes;
+  NodeWork work;
+  {
+    Lock lock(mu);
+    if (CUresult r = AllocWork(&p, &work); r != CUDA_SUCCESS) return r;
+  }
+  std::shared_ptr<void> memory = work.memory;
+  if (CUresult r = CaptureWork(stream, std::move(work)); r != CUDA_SUCCESS) {
+    MemFree(p.dptr);  // Not in any graph: nothing else would return it.
+    return r;
+  }
+  *address = p.dptr;
+  return CUDA_SUCCESS;
+}
+
+CUresult CaptureMemFree(CUstream stream, CUdeviceptr address) {
+  if (CUresult r = MarkFreedInGraph(address); r != CUDA_SUCCESS) return r;
+  NodeWork work;
+  work.type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+  work.address = address;
+  return CaptureWork(stream, std::move(work));
 }
 
 void MemoryFreedOutsideGraphs(CUdeviceptr address) {
@@ -761,13 +796,7 @@ CUresult GraphAddMemAllocNode(CUgraphNode* out, CUgraph graph, const CUgraphNode
 
 CUresult GraphAddMemFreeNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
                              CUdeviceptr address) {
-  {
-    Lock lock(mu);
-    auto it = graph_memory.find(address);
-    auto memory = it == graph_memory.end() ? nullptr : it->second.lock();
-    if (memory == nullptr) return CUDA_ERROR_INVALID_VALUE;  // Only graph memory is freed so.
-    memory->freed_in_graph = true;
-  }
+  if (CUresult r = MarkFreedInGraph(address); r != CUDA_SUCCESS) return r;
   NodeWork w;
   w.type = CU_GRAPH_NODE_TYPE_MEM_FREE;
   w.address = address;

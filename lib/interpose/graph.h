@@ -67,6 +67,13 @@ bool CaptureEventWait(CUstream stream, CUevent event, CUresult* result);
 // invalidated, as the driver does, and the call answers CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
 CUresult RefuseWhileCapturing(CUstream stream);
 
+// Stream-ordered allocation while `stream` captures (mempool.cc): graph memory of `bytes` on `device` and its
+// allocation node / a free node for graph memory.
+CUresult CaptureMemAlloc(CUstream stream, int device, size_t bytes, CUdeviceptr* address);
+CUresult CaptureMemFree(CUstream stream, CUdeviceptr address);
+// The memory pool an address was allocated from (cuMemAllocAsync), or null (mempool.cc).
+CUmemoryPool PoolOf(CUdeviceptr address);
+
 // Memory the program freed with cuMemFree: if it was a graph allocation, the graph no longer returns it.
 void MemoryFreedOutsideGraphs(CUdeviceptr address);
 
@@ -79,6 +86,7 @@ CUresult LaunchHostFunc(CUstream stream, CUhostFn fn, void* data);
 CUresult EventRecord(CUevent event, CUstream stream);
 CUresult StreamWaitEvent(CUstream stream, CUevent event);
 CUresult MemAlloc(CUdeviceptr* p, size_t n);
+CUresult MemAllocOn(int device, CUdeviceptr* p, size_t n);  // On slice `device`, whatever context is current.
 CUresult MemFree(CUdeviceptr p);
 
 }  // namespace gpupool::interpose

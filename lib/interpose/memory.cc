@@ -169,6 +169,10 @@ CUresult MemAlloc(CUdeviceptr* p, size_t n) {
   int dev;
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = Remote::Get().CurrentDevice(&dev); r != CUDA_SUCCESS) return r;
+  return MemAllocOn(dev, p, n);
+}
+
+CUresult MemAllocOn(int dev, CUdeviceptr* p, size_t n) {
   if (n == 0) return CUDA_ERROR_INVALID_VALUE;
   Remote& remote = Remote::Get();
   uint64_t address = 0;
@@ -296,7 +300,7 @@ CUresult OnePointerAttribute(void* data, CUpointer_attribute attribute, CUdevice
       *static_cast<unsigned long long*>(data) = 0;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-      *static_cast<void**>(data) = nullptr;
+      *static_cast<CUmemoryPool*>(data) = PoolOf(p);
       return CUDA_SUCCESS;
     default:
       return CUDA_ERROR_NOT_SUPPORTED;
