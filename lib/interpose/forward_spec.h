@@ -302,7 +302,10 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
   X(cuStreamGetPriority, (CUstream s, int* p), StreamGetPriority(s, p), "client", "none")                         \
   X(cuStreamGetPriority_ptsz, (CUstream s, int* p), StreamGetPriority(s, p), "client", "none")                    \
   X(cuCtxGetStreamPriorityRange, (int* least, int* greatest), StreamPriorityRange(least, greatest), "client",     \
-    "none")
+    "none")                                                                                                       \
+  /* As the driver answers when no profiler is attached, which no profiler can be to a remote slice. */           \
+  X(cuProfilerStart, (), ProfilerMarker("cuProfilerStart"), "client", "accepted without effect; none")            \
+  X(cuProfilerStop, (), ProfilerMarker("cuProfilerStop"), "client", "accepted without effect; none")
 
 // ---- event.cc ------------------------------------------------------------------------------------------------
 #define GP_EVENT_FORWARDS(X)                                                                                      \

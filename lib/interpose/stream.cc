@@ -1,6 +1,10 @@
 // Streams. A CUstream is a client object naming (slice, remote stream id); the NULL stream, CU_STREAM_LEGACY and
 // CU_STREAM_PER_THREAD are remote stream 0 of the current context's slice. The _ptsz variants (programs built
 // with --default-stream per-thread) map onto the same implementations. Generated from forward_spec.h.
+#include <atomic>
+#include <cstdlib>
+
+#include "core/log.h"
 #include "driver.h"
 #include "forward_spec.h"
 #include "graph.h"
@@ -114,6 +118,18 @@ CUresult StreamPriorityRange(int* least, int* greatest) {
   if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
   if (least != nullptr) *least = 0;
   if (greatest != nullptr) *greatest = -5;
+  return CUDA_SUCCESS;
+}
+
+// Profiling ranges: the driver accepts them and does nothing when no profiler is attached, and none can attach to
+// a remote slice (profile on the GPU server instead). Said once on stderr when GPUPOOL_LOG is set.
+CUresult ProfilerMarker(const char* name) {
+  if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
+  if (Driver::Current() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  static std::atomic<bool> said{false};
+  if (std::getenv("GPUPOOL_LOG") != nullptr && !said.exchange(true)) {
+    GP_INFO("interpose", "{}: no profiler runs on gpupool slices; profiling ranges are accepted without effect", name);
+  }
   return CUDA_SUCCESS;
 }
 

@@ -8,6 +8,7 @@
 //   - an executable graph launched into a capture (a child graph node), graph memory (allocation and free nodes);
 //   - the refusals: synchronising a capturing stream invalidates the capture, an unjoined fork fails the capture.
 // Prints "N failure(s): PASSED/FAILED".
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -370,9 +371,11 @@ void GraphMemory() {
 }
 
 int main() {
+  CHECK(cudaProfilerStart());  // Accepted without effect, as the driver does with no profiler attached.
   ExplicitGraph();
   Capture();
   GraphMemory();
+  CHECK(cudaProfilerStop());
   std::printf("graphs: %d failure(s): %s\n", failures, failures ? "FAILED" : "PASSED");
   return failures ? 1 : 0;
 }
