@@ -181,18 +181,23 @@ class SessionServer final : public wire::Session::Server {
       return Invalid(fmt::format("batch: {} cannot be batched", Call::kMethod));
     } else {
       using W = session::Wire<Call>;
-      // Lives until the call's reply: its DATA arguments are views into `words`.
+      // Lives until the call's reply: its DATA arguments are views into the batch's message (which lives until
+      // the batch's reply), or into `copy`.
       struct Decoded {
-        kj::Array<capnp::word> words;
+        kj::Array<capnp::word> copy;
         kj::Own<capnp::FlatArrayMessageReader> reader;
         typename Call::Args args;
         typename Call::Results results;
       };
       auto d = kj::heap<Decoded>();
-      d->words = kj::heapArray<capnp::word>(bytes / sizeof(capnp::word));  // Aligned, as the reader needs.
-      std::memcpy(d->words.begin(), data, bytes);
+      kj::ArrayPtr<const capnp::word> words(reinterpret_cast<const capnp::word*>(data), bytes / sizeof(capnp::word));
+      if (reinterpret_cast<uintptr_t>(data) % alignof(capnp::word) != 0) {  // The reader needs aligned words.
+        d->copy = kj::heapArray<capnp::word>(words.size());
+        std::memcpy(d->copy.begin(), data, bytes);
+        words = d->copy.asPtr();
+      }
       KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] {
-        d->reader = kj::heap<capnp::FlatArrayMessageReader>(d->words.asPtr());
+        d->reader = kj::heap<capnp::FlatArrayMessageReader>(words);
         W::ReadArgs(d->reader->template getRoot<typename W::Params>(), d->args);
       })) {
         return Invalid(fmt::format("batch: corrupt {} entry: {}", Call::kMethod, e->getDescription().cStr()));

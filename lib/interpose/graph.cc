@@ -340,6 +340,14 @@ CUresult ResolveExec(CUgraphExec handle, GraphExec** exec) {
   return CUDA_SUCCESS;
 }
 
+// The node of executable graph `exec_handle` made from the program's node `node` (mu held).
+CUresult NodeInExec(CUgraphExec exec_handle, CUgraphNode node, GraphNode** out) {
+  GraphExec* exec;
+  if (CUresult r = ResolveExec(exec_handle, &exec); r != CUDA_SUCCESS) return r;
+  *out = LiveNode(N(node)) ? InExec(exec, N(node)) : nullptr;
+  return *out != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 // Runs node work on `stream`, through the same paths as the stream calls it stands for.
 CUresult Run(const std::vector<GraphNode*>& order, CUstream stream);
 
@@ -782,16 +790,13 @@ CUresult GraphAddEventNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* d
 CUresult GraphAddMemAllocNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
                               CUDA_MEM_ALLOC_NODE_PARAMS* p) {
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  {
-    Lock lock(mu);
-    if (CUresult r = Checked(reinterpret_cast<Graph*>(graph), deps, count); r != CUDA_SUCCESS) return r;
-  }
+  Lock lock(mu);  // Held throughout: the graph checked is the graph the new memory's node joins.
+  Graph* g = reinterpret_cast<Graph*>(graph);
+  if (CUresult r = Checked(g, deps, count); r != CUDA_SUCCESS) return r;
   NodeWork w;
-  {
-    Lock lock(mu);
-    if (CUresult r = AllocWork(p, &w); r != CUDA_SUCCESS) return r;
-  }
-  return AddWork(out, graph, deps, count, std::move(w));
+  if (CUresult r = AllocWork(p, &w); r != CUDA_SUCCESS) return r;
+  *out = H(AddNode(g, std::move(w), deps, count));
+  return CUDA_SUCCESS;
 }
 
 CUresult GraphAddMemFreeNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
@@ -904,9 +909,9 @@ CUresult GraphExecNodeSetParams(CUgraphExec exec_handle, CUgraphNode node, CUgra
   NodeWork w;
   if (CUresult r = WorkFromParams(*p, &w); r != CUDA_SUCCESS) return r;
   Lock lock(mu);
-  GraphExec* exec;
-  if (CUresult r = ResolveExec(exec_handle, &exec); r != CUDA_SUCCESS) return r;
-  return Replace(InExec(exec, N(node)), std::move(w));
+  GraphNode* n;
+  if (CUresult r = NodeInExec(exec_handle, node, &n); r != CUDA_SUCCESS) return r;
+  return Replace(n, std::move(w));
 }
 
 // ---- Per-type node parameters.
@@ -919,25 +924,30 @@ GraphNode* NodeOfType(CUgraphNode node, CUgraphNodeType type) {
   return LiveNode(n) && n->work.type == type ? n : nullptr;
 }
 
+// The typed getters: `read(node, out)` under the lock, for a live node of type `type`.
+template <typename Out, typename Read>
+CUresult ReadNode(CUgraphNode node, CUgraphNodeType type, Out* out, Read read) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Lock lock(mu);
+  GraphNode* n = NodeOfType(node, type);
+  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  read(*n, out);
+  return CUDA_SUCCESS;
+}
+
 // Sets the work of a node of a graph (exec null) or of an executable graph.
 CUresult SetWork(CUgraphExec exec_handle, CUgraphNode node, NodeWork w) {
   Lock lock(mu);
   if (exec_handle == nullptr) return Replace(NodeOfType(node, w.type), std::move(w));
-  GraphExec* exec;
-  if (CUresult r = ResolveExec(exec_handle, &exec); r != CUDA_SUCCESS) return r;
-  if (!LiveNode(N(node))) return CUDA_ERROR_INVALID_VALUE;
-  return Replace(InExec(exec, N(node)), std::move(w));
+  GraphNode* n;
+  if (CUresult r = NodeInExec(exec_handle, node, &n); r != CUDA_SUCCESS) return r;
+  return Replace(n, std::move(w));
 }
 
 }  // namespace
 
 CUresult KernelNodeGetParams(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS* p) {
-  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  Lock lock(mu);
-  GraphNode* n = NodeOfType(node, CU_GRAPH_NODE_TYPE_KERNEL);
-  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  KernelParamsOf(n, p);
-  return CUDA_SUCCESS;
+  return ReadNode(node, CU_GRAPH_NODE_TYPE_KERNEL, p, [](GraphNode& n, auto* out) { KernelParamsOf(&n, out); });
 }
 
 CUresult KernelNodeGetParamsV1(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS_v1* p) {
@@ -962,12 +972,7 @@ CUresult KernelNodeSetParamsV1(CUgraphExec exec, CUgraphNode node, const CUDA_KE
 }
 
 CUresult MemcpyNodeGetParams(CUgraphNode node, CUDA_MEMCPY3D* p) {
-  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  Lock lock(mu);
-  GraphNode* n = NodeOfType(node, CU_GRAPH_NODE_TYPE_MEMCPY);
-  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *p = n->work.copy;
-  return CUDA_SUCCESS;
+  return ReadNode(node, CU_GRAPH_NODE_TYPE_MEMCPY, p, [](GraphNode& n, auto* out) { *out = n.work.copy; });
 }
 
 CUresult MemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D* p) {
@@ -976,12 +981,7 @@ CUresult MemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMC
 }
 
 CUresult MemsetNodeGetParams(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS* p) {
-  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  Lock lock(mu);
-  GraphNode* n = NodeOfType(node, CU_GRAPH_NODE_TYPE_MEMSET);
-  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *p = n->work.memset;
-  return CUDA_SUCCESS;
+  return ReadNode(node, CU_GRAPH_NODE_TYPE_MEMSET, p, [](GraphNode& n, auto* out) { *out = n.work.memset; });
 }
 
 CUresult MemsetNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS* p) {
@@ -990,13 +990,10 @@ CUresult MemsetNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMS
 }
 
 CUresult HostNodeGetParams(CUgraphNode node, CUDA_HOST_NODE_PARAMS* p) {
-  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  Lock lock(mu);
-  GraphNode* n = NodeOfType(node, CU_GRAPH_NODE_TYPE_HOST);
-  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  p->fn = n->work.host_fn;
-  p->userData = n->work.host_data;
-  return CUDA_SUCCESS;
+  return ReadNode(node, CU_GRAPH_NODE_TYPE_HOST, p, [](GraphNode& n, auto* out) {
+    out->fn = n.work.host_fn;
+    out->userData = n.work.host_data;
+  });
 }
 
 CUresult HostNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_HOST_NODE_PARAMS* p) {
@@ -1004,13 +1001,9 @@ CUresult HostNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_HOST_N
   return SetWork(exec, node, HostWork(p->fn, p->userData));
 }
 
-CUresult ChildGraphNodeGetGraph(CUgraphNode node, CUgraph* out) {
-  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  Lock lock(mu);
-  GraphNode* n = NodeOfType(node, CU_GRAPH_NODE_TYPE_GRAPH);
-  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *out = reinterpret_cast<CUgraph>(n->work.child.get());
-  return CUDA_SUCCESS;
+CUresult ChildGraphNodeGetGraph(CUgraphNode node, CUgraph* graph) {
+  return ReadNode(node, CU_GRAPH_NODE_TYPE_GRAPH, graph,
+                  [](GraphNode& n, auto* out) { *out = reinterpret_cast<CUgraph>(n.work.child.get()); });
 }
 
 CUresult ExecChildGraphNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraph child) {
@@ -1022,13 +1015,8 @@ CUresult ExecChildGraphNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraph
   return SetWork(exec, node, std::move(w));
 }
 
-CUresult EventNodeGetEvent(CUgraphNode node, CUevent* out, CUgraphNodeType type) {
-  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  Lock lock(mu);
-  GraphNode* n = NodeOfType(node, type);
-  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *out = n->work.event;
-  return CUDA_SUCCESS;
+CUresult EventNodeGetEvent(CUgraphNode node, CUevent* event, CUgraphNodeType type) {
+  return ReadNode(node, type, event, [](GraphNode& n, auto* out) { *out = n.work.event; });
 }
 
 CUresult EventNodeSetEvent(CUgraphExec exec, CUgraphNode node, CUevent event, CUgraphNodeType type) {
@@ -1038,24 +1026,16 @@ CUresult EventNodeSetEvent(CUgraphExec exec, CUgraphNode node, CUevent event, CU
 }
 
 CUresult MemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS* p) {
-  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  Lock lock(mu);
-  GraphNode* n = NodeOfType(node, CU_GRAPH_NODE_TYPE_MEM_ALLOC);
-  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *p = CUDA_MEM_ALLOC_NODE_PARAMS{};
-  p->poolProps = n->work.pool;
-  p->bytesize = n->work.bytes;
-  p->dptr = n->work.address;
-  return CUDA_SUCCESS;
+  return ReadNode(node, CU_GRAPH_NODE_TYPE_MEM_ALLOC, p, [](GraphNode& n, auto* out) {
+    *out = CUDA_MEM_ALLOC_NODE_PARAMS{};
+    out->poolProps = n.work.pool;
+    out->bytesize = n.work.bytes;
+    out->dptr = n.work.address;
+  });
 }
 
-CUresult MemFreeNodeGetParams(CUgraphNode node, CUdeviceptr* out) {
-  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  Lock lock(mu);
-  GraphNode* n = NodeOfType(node, CU_GRAPH_NODE_TYPE_MEM_FREE);
-  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *out = n->work.address;
-  return CUDA_SUCCESS;
+CUresult MemFreeNodeGetParams(CUgraphNode node, CUdeviceptr* address) {
+  return ReadNode(node, CU_GRAPH_NODE_TYPE_MEM_FREE, address, [](GraphNode& n, auto* out) { *out = n.work.address; });
 }
 
 // ---- Structure.
@@ -1353,10 +1333,8 @@ CUresult GraphExecUpdateV1(CUgraphExec exec, CUgraph graph, CUgraphNode* error_n
 
 CUresult GraphNodeSetEnabled(CUgraphExec exec_handle, CUgraphNode node, unsigned int enabled) {
   Lock lock(mu);
-  GraphExec* exec;
-  if (CUresult r = ResolveExec(exec_handle, &exec); r != CUDA_SUCCESS) return r;
-  GraphNode* n = LiveNode(N(node)) ? InExec(exec, N(node)) : nullptr;
-  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  GraphNode* n;
+  if (CUresult r = NodeInExec(exec_handle, node, &n); r != CUDA_SUCCESS) return r;
   n->enabled = enabled != 0;
   return CUDA_SUCCESS;
 }
@@ -1364,10 +1342,8 @@ CUresult GraphNodeSetEnabled(CUgraphExec exec_handle, CUgraphNode node, unsigned
 CUresult GraphNodeGetEnabled(CUgraphExec exec_handle, CUgraphNode node, unsigned int* enabled) {
   if (enabled == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Lock lock(mu);
-  GraphExec* exec;
-  if (CUresult r = ResolveExec(exec_handle, &exec); r != CUDA_SUCCESS) return r;
-  GraphNode* n = LiveNode(N(node)) ? InExec(exec, N(node)) : nullptr;
-  if (n == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  GraphNode* n;
+  if (CUresult r = NodeInExec(exec_handle, node, &n); r != CUDA_SUCCESS) return r;
   *enabled = n->enabled ? 1 : 0;
   return CUDA_SUCCESS;
 }

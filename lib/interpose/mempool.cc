@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "core/log.h"
@@ -33,7 +34,7 @@ std::mutex mu;  // Guards everything below and every MemPool.
 // Never destroyed (handles stay recognisable; late frees from atexit handlers still find their pool).
 std::vector<MemPool*>& default_pools = *new std::vector<MemPool*>;  // Per device, made on first use.
 std::map<int, MemPool*>& current_pools = *new std::map<int, MemPool*>;  // cuDeviceSetMemPool.
-std::map<MemPool*, bool>& pools = *new std::map<MemPool*, bool>;     // Every pool given out.
+std::set<MemPool*>& pools = *new std::set<MemPool*>;                 // Every pool given out.
 struct PoolAllocation {
   MemPool* pool = nullptr;
   size_t bytes = 0;
@@ -49,7 +50,7 @@ MemPool* DefaultPool(int device) {  // mu held
     pool->is_default = true;
     pool->props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
     pool->props.location = {CU_MEM_LOCATION_TYPE_DEVICE, device};
-    pools[pool] = true;
+    pools.insert(pool);
   }
   return pool;
 }
@@ -71,6 +72,20 @@ CUresult CheckDevice(CUdevice dev) {
   if (!Remote::Get().attached()) return CUDA_ERROR_NOT_SUPPORTED;
   if (dev < 0 || static_cast<size_t>(dev) >= Remote::Get().device_count()) return CUDA_ERROR_INVALID_DEVICE;
   return CUDA_SUCCESS;
+}
+
+// The pool's reuse policy flag `attribute` (kept and reported; nothing is cached to reuse), or null.
+int* ReuseFlag(MemPool* pool, CUmemPool_attribute attribute) {
+  switch (attribute) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+      return &pool->reuse_follow_event_dependencies;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+      return &pool->reuse_allow_opportunistic;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+      return &pool->reuse_allow_internal_dependencies;
+    default:
+      return nullptr;
+  }
 }
 
 CUresult AllocFrom(MemPool* pool_handle, CUdeviceptr* out, size_t bytes, CUstream stream) {
@@ -191,7 +206,7 @@ CUresult MemPoolCreate(CUmemoryPool* out, const CUmemPoolProps* props) {
   pool->device = props->location.id;
   pool->props = *props;
   std::lock_guard<std::mutex> lock(mu);
-  pools[pool] = true;
+  pools.insert(pool);
   *out = reinterpret_cast<CUmemoryPool>(pool);
   return CUDA_SUCCESS;
 }
@@ -221,16 +236,11 @@ CUresult MemPoolSetAttribute(CUmemoryPool handle, CUmemPool_attribute attribute,
   std::lock_guard<std::mutex> lock(mu);
   MemPool* pool;
   if (CUresult r = ResolvePool(handle, &pool); r != CUDA_SUCCESS) return r;
+  if (int* flag = ReuseFlag(pool, attribute)) {
+    *flag = *static_cast<int*>(value);
+    return CUDA_SUCCESS;
+  }
   switch (attribute) {
-    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-      pool->reuse_follow_event_dependencies = *static_cast<int*>(value);
-      return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-      pool->reuse_allow_opportunistic = *static_cast<int*>(value);
-      return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-      pool->reuse_allow_internal_dependencies = *static_cast<int*>(value);
-      return CUDA_SUCCESS;
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
       pool->release_threshold = *static_cast<cuuint64_t*>(value);
       return CUDA_SUCCESS;
@@ -249,16 +259,11 @@ CUresult MemPoolGetAttribute(CUmemoryPool handle, CUmemPool_attribute attribute,
   std::lock_guard<std::mutex> lock(mu);
   MemPool* pool;
   if (CUresult r = ResolvePool(handle, &pool); r != CUDA_SUCCESS) return r;
+  if (const int* flag = ReuseFlag(pool, attribute)) {
+    *static_cast<int*>(value) = *flag;
+    return CUDA_SUCCESS;
+  }
   switch (attribute) {
-    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-      *static_cast<int*>(value) = pool->reuse_follow_event_dependencies;
-      return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-      *static_cast<int*>(value) = pool->reuse_allow_opportunistic;
-      return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-      *static_cast<int*>(value) = pool->reuse_allow_internal_dependencies;
-      return CUDA_SUCCESS;
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
       *static_cast<cuuint64_t*>(value) = pool->release_threshold;
       return CUDA_SUCCESS;
