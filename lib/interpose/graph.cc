@@ -18,6 +18,8 @@ namespace gpupool::interpose {
 
 // Packs a kernel node's work for the current slice (launch.cc).
 CUresult PrepareKernelWork(const CUDA_KERNEL_NODE_PARAMS& p, NodeWork* work);
+// With fake devices: checks a default-stream handle and the current context (stream.cc).
+CUresult FakeDefaultStream(CUstream handle);
 
 struct GraphNode {
   Graph* graph = nullptr;
@@ -610,12 +612,12 @@ CUresult StreamEndCapture(CUstream stream, CUgraph* out) {
 CUresult StreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Remote& remote = Remote::Get();
-  if (remote.attached()) {
+  if (!remote.attached()) {
+    if (CUresult r = FakeDefaultStream(stream); r != CUDA_SUCCESS) return r;
+  } else {
     int dev;
     uint64_t sid;
     if (CUresult r = remote.ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
-  } else if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) {
-    return r;
   }
   *status = CU_STREAM_CAPTURE_STATUS_NONE;
   if (capturing_streams.load(std::memory_order_relaxed) == 0) return CUDA_SUCCESS;
