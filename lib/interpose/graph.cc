@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -295,18 +296,13 @@ CUresult KernelWork(const CUDA_KERNEL_NODE_PARAMS& p, NodeWork* w) {
   return PrepareKernelWork(p, w);
 }
 
+// v1 is v2's prefix (v2 adds the CUkernel and the context at the end); both directions copy that prefix.
+static_assert(offsetof(CUDA_KERNEL_NODE_PARAMS, extra) == offsetof(CUDA_KERNEL_NODE_PARAMS_v1, extra) &&
+              sizeof(CUDA_KERNEL_NODE_PARAMS_v1) <= sizeof(CUDA_KERNEL_NODE_PARAMS));
+
 CUDA_KERNEL_NODE_PARAMS FromV1(const CUDA_KERNEL_NODE_PARAMS_v1& p) {
   CUDA_KERNEL_NODE_PARAMS q{};
-  q.func = p.func;
-  q.gridDimX = p.gridDimX;
-  q.gridDimY = p.gridDimY;
-  q.gridDimZ = p.gridDimZ;
-  q.blockDimX = p.blockDimX;
-  q.blockDimY = p.blockDimY;
-  q.blockDimZ = p.blockDimZ;
-  q.sharedMemBytes = p.sharedMemBytes;
-  q.kernelParams = p.kernelParams;
-  q.extra = p.extra;
+  std::memcpy(&q, &p, sizeof(p));
   return q;
 }
 
@@ -956,7 +952,7 @@ CUresult KernelNodeGetParamsV1(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS_v1* p) 
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUDA_KERNEL_NODE_PARAMS q;
   if (CUresult r = KernelNodeGetParams(node, &q); r != CUDA_SUCCESS) return r;
-  std::memcpy(p, &q, sizeof(*p));  // v1 is v2's prefix.
+  std::memcpy(p, &q, sizeof(*p));  // The prefix (see FromV1).
   return CUDA_SUCCESS;
 }
 
