@@ -17,6 +17,7 @@
 #include "agent/session_worker.h"
 #include "backend/cuda/cuda_driver.h"
 #include "backend/device_turns.h"
+#include "backend/slice_quota.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "gpupool/units.h"
@@ -38,8 +39,16 @@ struct AgentState {
   // Per device: the table through which its sessions take turns (backend/device_turns.h); -1 until
   // the device's first session.
   std::vector<int> turns_fds;
+  // Per (lease, device): the quota table the lease's sessions on that slice share (backend/slice_quota.h).
+  std::map<std::pair<std::string, uint32_t>, int> quota_fds;
 
-  void EndSessions(const std::string& lease_id) { workers->KillLease(lease_id); }
+  void EndSessions(const std::string& lease_id) {
+    workers->KillLease(lease_id);
+    for (auto it = quota_fds.lower_bound({lease_id, 0}); it != quota_fds.end() && it->first.first == lease_id;) {
+      close(it->second);
+      it = quota_fds.erase(it);
+    }
+  }
 
   AgentState(const AgentConfig& c, std::vector<DeviceRecord> d)
       : config(c), devices(std::move(d)), table(Capacities(devices), c.timing), turns_fds(devices.size(), -1) {}
@@ -47,6 +56,7 @@ struct AgentState {
     for (int fd : turns_fds) {
       if (fd >= 0) close(fd);
     }
+    for (auto& [slice, fd] : quota_fds) close(fd);
   }
   AgentState(const AgentState&) = delete;
   AgentState& operator=(const AgentState&) = delete;
@@ -59,6 +69,17 @@ struct AgentState {
       turns_fds[device] = *fd;
     }
     return turns_fds[device];
+  }
+
+  // The quota table of the lease's slice on `device`, created by its first session.
+  Result<int> QuotaFd(const std::string& lease_id, uint32_t device, uint64_t memory_bytes) {
+    auto key = std::make_pair(lease_id, device);
+    auto it = quota_fds.find(key);
+    if (it != quota_fds.end()) return it->second;
+    auto fd = backend::SliceQuota::CreateSegment(memory_bytes);
+    if (!fd.ok()) return fd.status();
+    quota_fds.emplace(key, *fd);
+    return *fd;
   }
 
   static std::vector<DeviceCapacity> Capacities(const std::vector<DeviceRecord>& devices) {
@@ -273,6 +294,13 @@ class AgentImpl final : public wire::Agent::Server {
       return kj::READY_NOW;
     }
     spec.turns_fd = *turns;
+    // Every process of the lease opens sessions of its own; the slice's memory is the lease's, shared by them.
+    auto quota = state_.QuotaFd(e->id, device, slice->memory_bytes);
+    if (!quota.ok()) {
+      SetOutcome(results.initOutcome(), quota.status());
+      return kj::READY_NOW;
+    }
+    spec.quota_fd = *quota;
     if (record.emulated) {
       // A stable UUID per emulated device, derived from its pool-wide id.
       uint64_t h = 1469598103934665603ull;

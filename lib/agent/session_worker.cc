@@ -24,6 +24,7 @@
 #include "backend/device_turns.h"
 #include "backend/emu/emu_backend.h"
 #include "backend/session_server.h"
+#include "backend/slice_quota.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "worker.capnp.h"
@@ -33,9 +34,10 @@ extern char** environ;
 namespace gpupool::agent {
 namespace {
 
-// The fd numbers the worker finds its socket and its device's turns table at.
+// The fd numbers the worker finds its socket, its device's turns table and its slice's quota table at.
 constexpr int kWorkerFd = 3;
 constexpr int kTurnsFd = 4;
+constexpr int kQuotaFd = 5;
 // Between a lease's end and the kill of its workers: their clients' next calls get "the lease ended".
 constexpr kj::Duration kRevokeGrace = 2 * kj::SECONDS;
 
@@ -185,6 +187,18 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     limits.memory_bytes = c.getMemoryBytes();
     limits.window_base = c.getWindowBase();
     limits.window_bytes = c.getWindowBytes();
+    if (c.getSliceQuota()) {
+      // Joined on this thread, which lives as long as the worker (membership is held by it).
+      auto joined = backend::SliceQuota::Join(kQuotaFd);
+      close(kQuotaFd);
+      if (!joined.ok()) {
+        results.setCode(static_cast<int32_t>(joined.status().code()));
+        results.setMessage(joined.status().message());
+        closed_->fulfill();
+        return kj::READY_NOW;
+      }
+      limits.quota = std::move(joined).value();
+    }
     std::shared_ptr<backend::DeviceTurns> turns;
     Status joined_turns = Status::Ok();
     // A physical GPU under MPS shares itself by the active-thread percentage (below); every other device takes turns.
@@ -363,17 +377,19 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
                          nullptr};
   }
   // Above the fds the child gets: dup2 onto itself would keep close-on-exec set, and one must not clobber the other.
-  int child_fd = fcntl(fds[1], F_DUPFD_CLOEXEC, kTurnsFd + 1);
+  int child_fd = fcntl(fds[1], F_DUPFD_CLOEXEC, kQuotaFd + 1);
   close(fds[1]);
-  int turns_fd = spec.turns_fd >= 0 ? fcntl(spec.turns_fd, F_DUPFD_CLOEXEC, kTurnsFd + 1) : -1;
+  int turns_fd = spec.turns_fd >= 0 ? fcntl(spec.turns_fd, F_DUPFD_CLOEXEC, kQuotaFd + 1) : -1;
+  int quota_fd = spec.quota_fd >= 0 ? fcntl(spec.quota_fd, F_DUPFD_CLOEXEC, kQuotaFd + 1) : -1;
   char exe[4096];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0 || child_fd < 0 || (spec.turns_fd >= 0 && turns_fd < 0)) {
+  if (n <= 0 || child_fd < 0 || (spec.turns_fd >= 0 && turns_fd < 0) || (spec.quota_fd >= 0 && quota_fd < 0)) {
     std::string why = n <= 0 ? "cannot find gp-agent's own executable"
                              : fmt::format("cannot pass descriptors to a session worker: {}", std::strerror(errno));
     close(fds[0]);
-    if (child_fd >= 0) close(child_fd);
-    if (turns_fd >= 0) close(turns_fd);
+    for (int fd : {child_fd, turns_fd, quota_fd}) {
+      if (fd >= 0) close(fd);
+    }
     return OpenedSession{Status(StatusCode::kInternal, why), nullptr, nullptr};
   }
   exe[n] = 0;
@@ -383,11 +399,13 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, child_fd, kWorkerFd);
   if (turns_fd >= 0) posix_spawn_file_actions_adddup2(&actions, turns_fd, kTurnsFd);
+  if (quota_fd >= 0) posix_spawn_file_actions_adddup2(&actions, quota_fd, kQuotaFd);
   pid_t pid = 0;
   int err = posix_spawn(&pid, exe, &actions, nullptr, argv, environ);
   posix_spawn_file_actions_destroy(&actions);
-  close(child_fd);
-  if (turns_fd >= 0) close(turns_fd);
+  for (int fd : {child_fd, turns_fd, quota_fd}) {
+    if (fd >= 0) close(fd);
+  }
   if (err != 0) {
     close(fds[0]);
     return OpenedSession{Status(StatusCode::kInternal, fmt::format("cannot start a session worker: {}",
@@ -424,6 +442,7 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   c.setShareMicros(spec.share_micros);
   c.setCudaDriver(spec.cuda_driver);
   c.setDeviceTurns(turns_fd >= 0);
+  c.setSliceQuota(quota_fd >= 0);
   c.setDirectListen(spec.direct_listen);
   return req.send()
       .then([this, pid](capnp::Response<wire::SessionWorker::OpenResults>&& r) -> OpenedSession {

@@ -48,6 +48,7 @@ struct WorkerSpec {
   uint32_t share_micros = 1000000;
   std::string cuda_driver;
   int turns_fd = -1;  // The device's turns table (DeviceTurns::CreateSegment), or -1: none.
+  int quota_fd = -1;  // The slice's quota table (SliceQuota::CreateSegment), or -1: the session's own quota.
   // Where the worker listens for its client's direct connection ("host:0", "unix:PATH"); empty: nowhere.
   std::string direct_listen;
 };

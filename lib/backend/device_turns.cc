@@ -1,5 +1,7 @@
 #include "backend/device_turns.h"
 
+#include "backend/shared_segment.h"
+
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -65,30 +67,9 @@ struct TurnsTable {
 
 namespace {
 
-void InitRobust(pthread_mutex_t* m) {
-  pthread_mutexattr_t a;
-  pthread_mutexattr_init(&a);
-  pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-  pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-  pthread_mutex_init(m, &a);
-  pthread_mutexattr_destroy(&a);
-}
-
-// Locks a robust mutex; a member that died holding it left fields that are each consistent on their own (plain
-// stores), so taking it over is safe.
-void LockRobust(pthread_mutex_t* m) {
-  if (pthread_mutex_lock(m) == EOWNERDEAD) pthread_mutex_consistent(m);
-}
-
-class TableLock {
+class TableLock : public RobustLock {
  public:
-  explicit TableLock(TurnsTable* t) : t_(t) { LockRobust(&t_->mu); }
-  ~TableLock() { pthread_mutex_unlock(&t_->mu); }
-  TableLock(const TableLock&) = delete;
-  TableLock& operator=(const TableLock&) = delete;
-
- private:
-  TurnsTable* t_;
+  explicit TableLock(TurnsTable* t) : RobustLock(&t->mu) {}
 };
 
 void WakeAll(TurnsTable* t) {
@@ -118,10 +99,7 @@ int LeastWaiting(const TurnsTable* t, int exclude) {
 bool Alive(TurnsTable* t, int i) {
   TurnsTable::Slot& s = t->slots[i];
   if (s.pid == 0) return false;
-  int rc = pthread_mutex_trylock(&s.life);
-  if (rc == EBUSY) return true;
-  if (rc == EOWNERDEAD) pthread_mutex_consistent(&s.life);
-  if (rc == 0 || rc == EOWNERDEAD) pthread_mutex_unlock(&s.life);
+  if (MemberLives(&s.life)) return true;
   s.pid = 0;
   s.waiting = 0;
   if (t->holder == i) {
@@ -134,46 +112,36 @@ bool Alive(TurnsTable* t, int i) {
 }  // namespace
 
 Result<int> DeviceTurns::CreateSegment() {
-  int fd = memfd_create("gpupool-device-turns", MFD_CLOEXEC);
-  if (fd < 0) return Status(StatusCode::kInternal, fmt::format("memfd_create: {}", std::strerror(errno)));
-  if (ftruncate(fd, sizeof(TurnsTable)) != 0) {
-    close(fd);
-    return Status(StatusCode::kInternal, fmt::format("sizing the device turns table: {}", std::strerror(errno)));
+  auto fd = CreateSharedSegment("gpupool-device-turns", sizeof(TurnsTable));
+  if (!fd.ok()) return fd.status();
+  auto p = MapSharedSegment(*fd, sizeof(TurnsTable), "device turns table");
+  if (!p.ok()) {
+    close(*fd);
+    return p.status();
   }
-  void* p = mmap(nullptr, sizeof(TurnsTable), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    close(fd);
-    return Status(StatusCode::kInternal, fmt::format("mapping the device turns table: {}", std::strerror(errno)));
-  }
-  auto* t = static_cast<TurnsTable*>(p);
-  InitRobust(&t->mu);
+  auto* t = static_cast<TurnsTable*>(*p);
+  InitRobustMutex(&t->mu);
   t->holder = -1;
   t->reserved_for = -1;
-  for (auto& s : t->slots) InitRobust(&s.life);
+  for (auto& s : t->slots) InitRobustMutex(&s.life);
   t->magic = kMagic;
-  munmap(p, sizeof(TurnsTable));
-  return fd;
+  munmap(t, sizeof(TurnsTable));
+  return *fd;
 }
 
 Result<std::unique_ptr<DeviceTurns>> DeviceTurns::Join(int fd, uint32_t share_micros) {
-  struct stat st;
-  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < sizeof(TurnsTable)) {
-    return Status(StatusCode::kInvalidArgument, "the device turns descriptor is not a turns table");
-  }
-  void* p = mmap(nullptr, sizeof(TurnsTable), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    return Status(StatusCode::kInternal, fmt::format("mapping the device turns table: {}", std::strerror(errno)));
-  }
-  auto* t = static_cast<TurnsTable*>(p);
+  auto p = MapSharedSegment(fd, sizeof(TurnsTable), "device turns table");
+  if (!p.ok()) return p.status();
+  auto* t = static_cast<TurnsTable*>(*p);
   if (t->magic != kMagic) {
-    munmap(p, sizeof(TurnsTable));
+    munmap(t, sizeof(TurnsTable));
     return Status(StatusCode::kInvalidArgument, "the device turns descriptor is not a turns table");
   }
   TableLock lock(t);
   for (int i = 0; i < kSlots; ++i) {
     if (Alive(t, i)) continue;
     TurnsTable::Slot& s = t->slots[i];
-    LockRobust(&s.life);
+    LockRobustMutex(&s.life);
     s.pid = getpid();
     s.weight = std::max(1u, std::min(1000000u, share_micros));
     s.waiting = 0;
@@ -184,7 +152,7 @@ Result<std::unique_ptr<DeviceTurns>> DeviceTurns::Join(int fd, uint32_t share_mi
     s.vtime = least < 0 ? 0 : t->slots[least].vtime;
     return std::unique_ptr<DeviceTurns>(new DeviceTurns(t, i));
   }
-  munmap(p, sizeof(TurnsTable));
+  munmap(t, sizeof(TurnsTable));
   return Status(StatusCode::kResourceExhausted, fmt::format("more than {} sessions on one device", kSlots));
 }
 
@@ -249,7 +217,7 @@ void DeviceTurns::AcquireLocked(const std::atomic<bool>& cancel) {
     timespec timeout{0, wait};
     long rc = syscall(SYS_futex, &t->sequence, FUTEX_WAIT, seen, &timeout, nullptr, 0);
     bool timed_out = rc != 0 && errno == ETIMEDOUT;
-    LockRobust(&t->mu);
+    LockRobustMutex(&t->mu);
     if (timed_out) {
       for (int j = 0; j < kSlots; ++j) {
         if (j != slot_ && t->slots[j].pid != 0) Alive(t, j);

@@ -84,7 +84,10 @@ class SessionServer final : public wire::Session::Server {
  public:
   SessionServer(std::unique_ptr<DeviceBackend> backend, const SessionLimits& limits,
                 std::shared_ptr<SessionControl> control, std::shared_ptr<emu::ExecutionGate> submission_turns)
-      : backend_(std::move(backend)), limits_(limits), control_(std::move(control)) {
+      : backend_(std::move(backend)),
+        limits_(limits),
+        quota_(limits.quota ? limits.quota : SliceQuota::Private(limits.memory_bytes)),
+        control_(std::move(control)) {
     if (submission_turns) turns_ = std::make_shared<SubmissionTurns>(std::move(submission_turns));
     if (control_) {
       std::lock_guard<std::mutex> lock(control_->mu);
@@ -220,7 +223,7 @@ class SessionServer final : public wire::Session::Server {
     CallStatus s = backend_->MemInfo(&free_bytes, &total);
     // The slice, not the device: what is left of the quota, or less if the device itself is short.
     r.total = limits_.memory_bytes;
-    r.free = std::min(free_bytes, limits_.memory_bytes - std::min(limits_.memory_bytes, used_));
+    r.free = std::min(free_bytes, QuotaLeft());
     return Done(s);
   }
 
@@ -230,12 +233,13 @@ class SessionServer final : public wire::Session::Server {
     uint64_t address = 0, reserved = 0;
     CallStatus s = backend_->Alloc(a.bytes, &address, &reserved);
     if (!s.ok()) return Done(s);
-    if (reserved > QuotaLeft()) {  // The device's rounding took it over the quota.
+    // Taken after the device's rounding, and atomically against the slice's other sessions (other processes of
+    // the lease may have taken room since the check above).
+    if (!quota_->Take(reserved)) {
       backend_->Free(address, reserved);
       return Done({CUDA_ERROR_OUT_OF_MEMORY, QuotaMessage(reserved)});
     }
     allocations_[address] = reserved;
-    used_ += reserved;
     r.address = address;
     return Ok();
   }
@@ -249,7 +253,7 @@ class SessionServer final : public wire::Session::Server {
     }
     uint64_t reserved = it->second;
     allocations_.erase(it);
-    used_ -= reserved;
+    quota_->Give(reserved);
     return Done(backend_->Free(a.address, reserved));
   }
 
@@ -340,11 +344,13 @@ class SessionServer final : public wire::Session::Server {
       return Invalid(fmt::format("physical memory comes in multiples of {} bytes, not {}", kMappingGranularity,
                                  a.bytes));
     }
-    if (a.bytes > QuotaLeft()) return Done({CUDA_ERROR_OUT_OF_MEMORY, QuotaMessage(a.bytes)});
+    if (!quota_->Take(a.bytes)) return Done({CUDA_ERROR_OUT_OF_MEMORY, QuotaMessage(a.bytes)});
     PhysicalRef memory;
     CallStatus s = backend_->CreatePhysical(a.bytes, &memory);
-    if (!s.ok()) return Done(s);
-    used_ += a.bytes;
+    if (!s.ok()) {
+      quota_->Give(a.bytes);
+      return Done(s);
+    }
     r.memory.value = physical_.Add({memory, a.bytes});
     return Ok();
   }
@@ -603,7 +609,7 @@ class SessionServer final : public wire::Session::Server {
     if (it == physical_.end() || !it->second.released || it->second.mappings > 0) return CallStatus::Ok();
     Physical memory;
     physical_.Take(id, &memory);
-    used_ -= memory.bytes;
+    quota_->Give(memory.bytes);
     return backend_->ReleasePhysical(memory.ref);
   }
 
@@ -676,10 +682,16 @@ class SessionServer final : public wire::Session::Server {
             fmt::format("{}: {} is not inside one allocation of this session", what, DescribeRange(address, bytes))};
   }
 
-  uint64_t QuotaLeft() const { return limits_.memory_bytes - std::min(limits_.memory_bytes, used_); }
+  // What is left of the slice's quota, which the lease's other sessions on the slice share.
+  uint64_t QuotaLeft() const { return quota_->limit() - std::min(quota_->limit(), quota_->used()); }
   std::string QuotaMessage(uint64_t bytes) const {
-    return fmt::format("{} bytes do not fit in the slice's memory ({} of {} bytes in use)", bytes, used_,
-                       limits_.memory_bytes);
+    uint64_t used = quota_->used(), mine = quota_->mine();
+    if (used == mine) {
+      return fmt::format("{} bytes do not fit in the slice's memory ({} of {} bytes in use)", bytes, used,
+                         quota_->limit());
+    }
+    return fmt::format("{} bytes do not fit in the slice's memory ({} of {} bytes in use, {} of them by other "
+                       "processes of the lease)", bytes, used, quota_->limit(), used - mine);
   }
 
   // The lease ended: every object goes now, and every later call fails (Serve checks revoked_ first).
@@ -694,21 +706,22 @@ class SessionServer final : public wire::Session::Server {
     reservations_.clear();
     mappings_.clear();
     physical_.clear();
-    used_ = 0;
     backend_->Reset();
+    quota_->GiveAll();  // After the device freed it.
   }
 
   std::unique_ptr<DeviceBackend> backend_;
   SessionLimits limits_;
+  // The slice's memory quota: this session's allocations and physical memory take from it.
+  std::shared_ptr<SliceQuota> quota_;
   std::shared_ptr<SessionControl> control_;
   std::shared_ptr<SubmissionTurns> turns_;  // Null: the device shares itself (or the session is alone).
   bool revoked_ = false;
-  uint64_t used_ = 0;  // Bytes of the quota the session's allocations and physical memory take.
   std::map<uint64_t, uint64_t> allocations_;    // Start -> reserved bytes: what memAlloc returned, not yet freed.
   std::map<uint64_t, Global> globals_;          // Module variables the client asked for (moduleGetGlobal).
   std::map<uint64_t, uint64_t> reservations_;   // Start -> bytes: address space of addressReserve.
   std::map<uint64_t, Mapping> mappings_;        // Start -> mapping of physical memory (memMap).
-  HandleTable<Physical> physical_;              // memCreate's physical memory, counted in used_.
+  HandleTable<Physical> physical_;              // memCreate's physical memory, counted in quota_.
   HandleTable<ModuleRef> modules_;
   HandleTable<Function> functions_;
   HandleTable<StreamRef> streams_;

@@ -15,6 +15,7 @@
 #include <kj/memory.h>
 
 #include "backend/device_backend.h"
+#include "backend/slice_quota.h"
 #include "emu/device.h"
 #include "session.capnp.h"
 
@@ -28,6 +29,9 @@ struct SessionControl {
 
 struct SessionLimits {
   uint64_t memory_bytes = 0;  // The slice's quota: allocations beyond it fail with CUDA_ERROR_OUT_OF_MEMORY.
+  // The quota shared with the lease's other sessions on the slice (slice_quota.h); null: memory_bytes for this
+  // session alone.
+  std::shared_ptr<SliceQuota> quota;
   uint64_t window_base = 0;   // The session's device addresses lie in [window_base, window_base + window_bytes).
   uint64_t window_bytes = 0;
   std::string description;    // Names the session in log lines ("emulated GPU 0, window 0x...").

@@ -27,6 +27,18 @@ CUresult ReportException(const char* name) noexcept;
 // "CUDA_ERROR_INVALID_VALUE", or "CUresult(12345)" for a value cuda.h does not name.
 std::string ResultName(CUresult result);
 
+// Whether this process is a child forked after cuInit. Its parent's sessions, connections and client thread are not
+// its own (the thread does not even exist in the child), so, as with NVIDIA's driver, such a child cannot use CUDA:
+// entry points answer CUDA_ERROR_NOT_INITIALIZED at once, never waiting on the parent's state, and never send a
+// byte on the parent's connections. The parent is untouched. A child that execs starts afresh.
+bool ForkedAfterInit() noexcept;
+// Arms ForkedAfterInit for children forked from now on (called once cuInit has attached the slices).
+void WatchForks() noexcept;
+// The answer of entry point `name` in such a child: CUDA_ERROR_NOT_INITIALIZED (named once on stderr), or
+// CUDA_SUCCESS for the few that need no driver state (error names, the driver version), which then run as usual.
+// cudart's teardown at exit() is refused without a word.
+CUresult ForkedChildCall(const char* name) noexcept;
+
 struct NoArgs {
   std::string operator()(CUresult) const { return {}; }
 };
@@ -36,6 +48,9 @@ struct NoArgs {
 template <typename Body, typename Describe = NoArgs>
 CUresult ApiCall(const char* name, Body&& body, Describe&& describe = {}) noexcept {
   CUresult result;
+  if (ForkedAfterInit()) [[unlikely]] {
+    if (CUresult refused = ForkedChildCall(name); refused != CUDA_SUCCESS) return refused;
+  }
   try {
     result = std::forward<Body>(body)();
   } catch (...) {
@@ -58,6 +73,7 @@ CUresult ApiCall(const char* name, Body&& body, Describe&& describe = {}) noexce
 template <typename T, typename Body>
 T TableCall(const char* name, T on_exception, Body&& body) noexcept {
   T value = on_exception;
+  if (ForkedAfterInit()) [[unlikely]] return on_exception;  // Private tables: cudart's bookkeeping, no word.
   try {
     value = std::forward<Body>(body)();
   } catch (...) {

@@ -74,6 +74,7 @@ CUresult Driver::Init(unsigned int flags) {
     GP_INFO("interpose", "device {}: {}, {} bytes, compute capability {}.{}", i, d.name, d.total_memory, d.cc_major,
             d.cc_minor);
   }
+  WatchForks();
   init_result_.store(CUDA_SUCCESS, std::memory_order_release);
   return CUDA_SUCCESS;
 }

@@ -24,6 +24,8 @@ struct WorkerConfig {
   deviceTurns @11 :Bool;      # The device's turns table (backend/device_turns.h) is the worker's fd 4.
   directListen @12 :Text;     # Where to listen for the client's direct connection: "host:0", or "unix:PATH" (the
                               # worker appends ".PID"); "" = nowhere (calls go through the agent only).
+  sliceQuota @13 :Bool;       # The slice's quota table (backend/slice_quota.h), shared with the lease's other
+                              # sessions on the slice, is the worker's fd 5.
 }
 
 interface SessionWorker {

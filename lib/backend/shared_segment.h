@@ -1,0 +1,45 @@
+// Process-shared tables in anonymous shared memory, for the agent and its session workers: a memfd the agent
+// creates and hands to each worker, mapped by all of them; robust mutexes, so that a worker killed while it holds
+// one (SIGKILL mid-call) leaves the table usable. Used by the device turns table (device_turns.h) and the slice
+// quota (slice_quota.h).
+#ifndef GPUPOOL_BACKEND_SHARED_SEGMENT_H_
+#define GPUPOOL_BACKEND_SHARED_SEGMENT_H_
+
+#include <pthread.h>
+
+#include <cstddef>
+
+#include "gpupool/status.h"
+
+namespace gpupool::backend {
+
+// A new memfd of `bytes` zero bytes named `name` (close-on-exec).
+Result<int> CreateSharedSegment(const char* name, size_t bytes);
+// Maps the segment behind `fd` read-write; fails unless it holds at least `bytes`. `what` names it in errors.
+Result<void*> MapSharedSegment(int fd, size_t bytes, const char* what);
+
+// Initialises a process-shared robust mutex in shared memory.
+void InitRobustMutex(pthread_mutex_t* m);
+// Locks a robust mutex. A holder that died left fields that are each consistent on their own (the tables use
+// plain stores only), so the mutex is made consistent and taken over.
+void LockRobustMutex(pthread_mutex_t* m);
+
+// Whether the member that locks `life` for its whole life still lives (EBUSY on a try). A mutex that could be
+// taken (the member died, or left without unlocking) is released again: the slot is free.
+bool MemberLives(pthread_mutex_t* life);
+
+// Holds a robust mutex for a scope.
+class RobustLock {
+ public:
+  explicit RobustLock(pthread_mutex_t* m) : m_(m) { LockRobustMutex(m_); }
+  ~RobustLock() { pthread_mutex_unlock(m_); }
+  RobustLock(const RobustLock&) = delete;
+  RobustLock& operator=(const RobustLock&) = delete;
+
+ private:
+  pthread_mutex_t* m_;
+};
+
+}  // namespace gpupool::backend
+
+#endif  // GPUPOOL_BACKEND_SHARED_SEGMENT_H_

@@ -1,0 +1,137 @@
+// lease_processes: several processes of one lease (torchrun's ranks, torch.multiprocessing children) each attach
+// to the lease's slice, and share its memory quota: together they hold at most the slice. A child's memory comes
+// back to the others when it exits, and when it is killed.
+//
+// usage: lease_processes                (the parent; starts its children with exec, as the 'spawn' start method)
+//        lease_processes crowded BYTES  (a child: BYTES of the slice are held by the parent)
+//        lease_processes holder BYTES   (a child: takes BYTES, says so on stdout, waits to be killed)
+#define PROGRAM_NAME "lease_processes"
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "program_checks.h"
+
+extern char** environ;
+
+// Allocation attempts for up to `seconds`: a process that just exited leaves its session (and its bytes) a moment
+// later, once its worker has seen it go.
+bool AllocWithin(void** p, size_t bytes, int seconds) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  for (;;) {
+    cudaError_t err = cudaMalloc(p, bytes);
+    if (err == cudaSuccess) return true;
+    cudaGetLastError();
+    if (err != cudaErrorMemoryAllocation || std::chrono::steady_clock::now() > end) {
+      std::printf("lease_processes: cudaMalloc(%zu): %s\n", bytes, cudaGetErrorName(err));
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+int Crowded(size_t held) {
+  size_t free_bytes = 0, total = 0;
+  CHECK(cudaMemGetInfo(&free_bytes, &total));
+  EXPECT(free_bytes <= total - held, "the child sees the parent's memory as used");
+  void* p = nullptr;
+  // What would fit in the slice alone, but not beside the parent's memory.
+  cudaError_t err = cudaMalloc(&p, total - held + (1 << 21));
+  cudaGetLastError();
+  std::printf("lease_processes: child: allocating past what the lease has left: %s\n", cudaGetErrorName(err));
+  EXPECT(err == cudaErrorMemoryAllocation, "the lease's quota holds across its processes");
+  // What is left works, and is really usable memory.
+  size_t left = total - held - (1 << 21);
+  CHECK(cudaMalloc(&p, left));
+  CHECK(cudaMemset(p, 0x5a, left));
+  unsigned char last = 0;
+  CHECK(cudaMemcpy(&last, static_cast<char*>(p) + left - 1, 1, cudaMemcpyDeviceToHost));
+  EXPECT(last == 0x5a, "the child's memory holds what it wrote");
+  return failures ? 1 : 0;
+}
+
+int Holder(size_t bytes) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) return 1;
+  std::printf("holding\n");
+  std::fflush(stdout);
+  pause();
+  return 0;
+}
+
+// Starts this program again as `mode bytes`, with stdout to `out_fd` (or inherited when -1).
+pid_t Spawn(const char* mode, size_t bytes, int out_fd) {
+  std::string arg = std::to_string(bytes);
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return -1;
+  self[n] = 0;
+  char* argv[] = {self, const_cast<char*>(mode), arg.data(), nullptr};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (out_fd >= 0) posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
+  pid_t pid = -1;
+  std::fflush(stdout);
+  if (posix_spawn(&pid, self, &actions, nullptr, argv, environ) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&actions);
+  return pid;
+}
+
+int main(int argc, char** argv) {
+  if (argc == 3 && std::strcmp(argv[1], "crowded") == 0) return Crowded(std::strtoull(argv[2], nullptr, 10));
+  if (argc == 3 && std::strcmp(argv[1], "holder") == 0) return Holder(std::strtoull(argv[2], nullptr, 10));
+
+  size_t free_bytes = 0, total = 0;
+  CHECK(cudaMemGetInfo(&free_bytes, &total));
+  std::printf("lease_processes: slice of %zu bytes\n", total);
+  const size_t held = total / 2;
+  void* mine = nullptr;
+  CHECK(cudaMalloc(&mine, held));
+  CHECK(cudaMemset(mine, 0x11, held));
+
+  // 1. A second process of the lease finds the parent's half taken.
+  pid_t child = Spawn("crowded", held, -1);
+  int status = 0;
+  EXPECT(child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+         "the crowded child passes");
+  // Its memory came back when it exited.
+  void* rest = nullptr;
+  EXPECT(AllocWithin(&rest, total - held, 10), "the parent gets the rest of the slice after the child exited");
+  CHECK(cudaFree(rest));
+
+  // 2. A child killed while it holds memory: the memory comes back all the same.
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) return 2;
+  child = Spawn("holder", total - held, pipe_fds[1]);
+  close(pipe_fds[1]);
+  char line[16] = {};
+  ssize_t got = read(pipe_fds[0], line, sizeof(line) - 1);
+  close(pipe_fds[0]);
+  EXPECT(got > 0 && std::strncmp(line, "holding", 7) == 0, "the holder took the rest of the slice");
+  void* none = nullptr;
+  cudaError_t err = cudaMalloc(&none, 1 << 21);
+  cudaGetLastError();
+  EXPECT(err == cudaErrorMemoryAllocation, "nothing is left while the holder lives");
+  if (child > 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+  }
+  EXPECT(AllocWithin(&rest, total - held, 10), "the killed child's memory comes back");
+  CHECK(cudaFree(rest));
+
+  // The parent's own memory was never touched.
+  unsigned char first = 0;
+  CHECK(cudaMemcpy(&first, mine, 1, cudaMemcpyDeviceToHost));
+  EXPECT(first == 0x11, "the parent's memory");
+  CHECK(cudaFree(mine));
+  std::printf("lease_processes: %d failure(s): %s\n", failures, failures ? "FAILED" : "PASSED");
+  return failures ? 1 : 0;
+}
