@@ -22,6 +22,7 @@ typedef struct {
   int legacy_count;
   int per_thread_begin;
   int per_thread_count;
+  int family; /* index into gpupool_interpose_family_names */
 } GpupoolProcName;
 
 typedef struct {
@@ -33,6 +34,11 @@ extern const int gpupool_interpose_symbol_count;
 extern const char* const gpupool_interpose_symbol_names[];
 /* The function each exported variant resolves to: a hand-written implementation, or the generated stub. */
 extern void* const gpupool_interpose_symbol_addresses[];
+/* Each variant's generated stub: where symbol_addresses[i] == stub_addresses[i], no implementation replaced it. */
+extern void* const gpupool_interpose_stub_addresses[];
+/* The API families of cuda.h (its doxygen groups: "Memory Management", "Graph Management", ...), "Other" last. */
+extern const int gpupool_interpose_family_count;
+extern const char* const gpupool_interpose_family_names[];
 extern const GpupoolProcVariant gpupool_interpose_variants[];
 extern const int gpupool_interpose_name_count;
 extern const GpupoolProcName gpupool_interpose_names[];
