@@ -111,6 +111,11 @@ class DeviceBackend {
   // Success when the stream is idle, CUDA_ERROR_NOT_READY while it has work.
   virtual CallStatus QueryStream(StreamRef stream) = 0;
   virtual CallStatus StreamWaitEvent(StreamRef stream, EventRef event) = 0;
+  // Later work of `stream` waits until the `width` (4 or 8) bytes at `address` satisfy the condition of `flags`
+  // (CU_STREAM_WAIT_VALUE_GEQ, _EQ, _AND, _NOR, possibly | _FLUSH) against `value`. The server checked the range,
+  // the alignment and the flags.
+  virtual CallStatus StreamWaitValue(StreamRef stream, uint64_t address, uint64_t value, unsigned width,
+                                     uint32_t flags) = 0;
   virtual CallStatus CreateEvent(EventRef* event) = 0;
   virtual CallStatus DestroyEvent(EventRef event) = 0;
   virtual CallStatus RecordEvent(EventRef event, StreamRef stream) = 0;

@@ -522,6 +522,20 @@ class SessionServer final : public wire::Session::Server {
     return Done(backend_->StreamWaitEvent(stream, e->second));
   }
 
+  Reply Handle(const calls::StreamWaitValue::Args& a, calls::StreamWaitValue::Results&) {
+    StreamRef stream;
+    if (!FindStream(a.stream, &stream)) return Unknown("stream");
+    if (a.width != 4 && a.width != 8) return Invalid(fmt::format("stream wait on {} bytes (4 or 8)", a.width));
+    constexpr uint32_t kConditions = 0x3, kFlush = 1u << 30;
+    if ((a.flags & ~(kConditions | kFlush)) != 0) return Invalid(fmt::format("stream wait flags 0x{:x}", a.flags));
+    if (a.address % a.width != 0) {
+      return Invalid(fmt::format("stream wait address 0x{:x} is not aligned to {} bytes", a.address, a.width));
+    }
+    if (a.width == 4 && a.value > UINT32_MAX) return Invalid("a 32-bit stream wait on a 64-bit value");
+    if (CallStatus s = Owned(a.address, a.width, "stream wait address"); !s.ok()) return Done(s);
+    return Done(Submit(stream, [&] { return backend_->StreamWaitValue(stream, a.address, a.value, a.width, a.flags); }));
+  }
+
   Reply Handle(const calls::EventCreate::Args&, calls::EventCreate::Results& r) {
     EventRef event;
     CallStatus s = backend_->CreateEvent(&event);

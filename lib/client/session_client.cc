@@ -414,6 +414,11 @@ int RemoteSession::CopyOnDevice(uint64_t dst, uint64_t src, size_t bytes, uint64
   return Invoke<calls::CopyOnDevice>({dst, src, bytes, {stream}});
 }
 
+int RemoteSession::StreamWaitValue(uint64_t stream, uint64_t address, uint64_t value, uint8_t width,
+                                   uint32_t flags) {
+  return Invoke<calls::StreamWaitValue>({{stream}, address, value, width, flags});
+}
+
 int RemoteSession::Memset(uint64_t dst, uint32_t value, uint8_t element_size, size_t count, uint64_t stream) {
   return Invoke<calls::Memset>({dst, value, element_size, count, {stream}});
 }

@@ -810,6 +810,37 @@ EmuStatus Device::StreamWaitEvent(Stream* stream, Event* event) {
   return impl_->Sticky();
 }
 
+EmuStatus Device::WaitValue(Stream* stream, uint64_t address, uint64_t value, unsigned width, uint32_t condition) {
+  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+  if ((width != 4 && width != 8) || address % width != 0 || condition > 3) {
+    return BadValue("stream wait: 4 or 8 aligned bytes and a condition of 0..3");
+  }
+  if (!impl_->Contains(address, width)) return BadValue("stream wait address is not inside one device allocation");
+  Impl* impl = impl_.get();
+  return Enqueue(*impl_, stream, true, [impl, address, value, width, condition] {
+    uint64_t now = width == 4 ? __atomic_load_n(reinterpret_cast<const uint32_t*>(address), __ATOMIC_ACQUIRE)
+                              : __atomic_load_n(reinterpret_cast<const uint64_t*>(address), __ATOMIC_ACQUIRE);
+    bool met = false;
+    switch (condition) {
+      case 0: met = width == 4 ? static_cast<int32_t>(static_cast<uint32_t>(now) - static_cast<uint32_t>(value)) >= 0
+                               : static_cast<int64_t>(now - value) >= 0;
+        break;
+      case 1: met = now == value; break;
+      case 2: met = (now & value) != 0; break;
+      case 3: met = (~(now | value) & (width == 4 ? 0xffffffffull : ~0ull)) != 0; break;
+    }
+    if (met) return;
+    static constexpr const char* kNames[] = {"GEQ", "EQ", "AND", "NOR"};
+    char message[320];
+    std::snprintf(message, sizeof(message),
+                  "stream wait on 0x%llx (%s 0x%llx) found 0x%llx: the emulated device runs every stream in one "
+                  "order, so no work queued after the wait can change it; it would wait forever",
+                  static_cast<unsigned long long>(address), kNames[condition], static_cast<unsigned long long>(value),
+                  static_cast<unsigned long long>(now));
+    impl->SetSticky(EmuStatus(Code::kLaunchTimeout, message));
+  });
+}
+
 EmuStatus Device::CreateEvent(Event** event) {
   if (!event) return BadValue("null output");
   *event = new Event();

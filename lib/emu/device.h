@@ -170,6 +170,11 @@ class Device {
   EmuStatus StreamSynchronize(Stream* stream);
   EmuStatus StreamQuery(Stream* stream);     // kSuccess when idle, kNotReady otherwise.
   EmuStatus StreamWaitEvent(Stream* stream, Event* event);
+  // cuStreamWaitValue32/64: later work of `stream` waits until the `width` (4 or 8) bytes at `address` satisfy
+  // `condition` (0 GEQ, 1 EQ, 2 AND, 3 NOR) against `value`. Every stream of this device runs in one order, so
+  // nothing queued after the wait can ever satisfy it: a condition that does not hold once the work before it has
+  // run is a deadlock, reported as a sticky kLaunchTimeout (as a barrier that can never complete), not a hang.
+  EmuStatus WaitValue(Stream* stream, uint64_t address, uint64_t value, unsigned width, uint32_t condition);
   EmuStatus CreateEvent(Event** event);
   EmuStatus DestroyEvent(Event* event);
   EmuStatus RecordEvent(Event* event, Stream* stream);

@@ -104,6 +104,12 @@ class RemoteDeviceProvider : public DeviceProvider {
       // the slice's window), stream-ordered allocation and memory pools (client-side), no shareable memory handles.
       d.attributes[CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED] = 1;
       d.attributes[CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED] = 1;
+      // Stream memory operations: waits run on the slice's device, writes are ordered copies (stream.cc).
+      d.attributes[CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1] = 1;
+      d.attributes[CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1] = 1;
+      d.attributes[CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1] = 1;
+      d.attributes[CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS] = 1;
+      d.attributes[CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR] = 1;
       d.attributes[CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED] = 0;
       d.attributes[CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED] = 0;
       d.attributes[CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES] = 0;

@@ -95,6 +95,75 @@ CUresult StreamWaitEvent(CUstream handle, CUevent event_handle) {
   return CUDA_SUCCESS;
 }
 
+// ---- Stream memory operations (cuStreamWaitValue*, cuStreamWriteValue*, cuStreamBatchMemOp).
+
+CUresult CopyHtoD(CUdeviceptr d, const void* s, size_t n, CUstream st);  // memory.cc
+
+CUresult StreamWaitValue(CUstream handle, CUdeviceptr address, uint64_t value, unsigned width, unsigned int flags) {
+  Remote& remote = Remote::Get();
+  int dev;
+  uint64_t sid;
+  if (CUresult r = remote.ResolveStream(handle, &dev, &sid); r != CUDA_SUCCESS) return r;
+  if (address % width != 0 || (flags & ~(0x3u | CU_STREAM_WAIT_VALUE_FLUSH)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  // Batch memory-operation nodes are not supported in graphs (graph.h): refused as the driver refuses what a
+  // capture cannot hold.
+  if (Capturing(handle)) return RefuseWhileCapturing(handle);
+  int owner = remote.DeviceOf(address);
+  if (owner < 0) return CUDA_ERROR_INVALID_VALUE;
+  if (owner != dev) {
+    // A stream of one slice cannot watch another slice's memory (no peer access between slices).
+    GP_WARN("interpose", "cuStreamWaitValue: 0x{:x} belongs to device {}, the stream to device {}: not supported",
+            address, owner, dev);
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (int code = remote.session(dev)->StreamWaitValue(sid, address, value, static_cast<uint8_t>(width), flags);
+      code != 0) {
+    return remote.Fail(dev, code, "cuStreamWaitValue");
+  }
+  return CUDA_SUCCESS;
+}
+
+// A write of the value in stream order: what a copy of those bytes from the host is (captured into a graph, too).
+CUresult StreamWriteValue(CUstream handle, CUdeviceptr address, uint64_t value, unsigned width, unsigned int flags) {
+  if (flags & ~static_cast<unsigned int>(CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER)) return CUDA_ERROR_INVALID_VALUE;
+  if (address % width != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (width == 4) {
+    uint32_t v = static_cast<uint32_t>(value);
+    return CopyHtoD(address, &v, sizeof(v), handle);
+  }
+  return CopyHtoD(address, &value, sizeof(value), handle);
+}
+
+CUresult StreamBatchMemOp(CUstream handle, unsigned int count, CUstreamBatchMemOpParams* ops, unsigned int flags) {
+  if (flags != 0 || (count > 0 && ops == nullptr) || count > 256) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned int i = 0; i < count; ++i) {
+    const CUstreamBatchMemOpParams& op = ops[i];
+    CUresult r = CUDA_SUCCESS;
+    switch (op.operation) {
+      case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+        r = StreamWaitValue(handle, op.waitValue.address, op.waitValue.value, 4, op.waitValue.flags);
+        break;
+      case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+        r = StreamWaitValue(handle, op.waitValue.address, op.waitValue.value64, 8, op.waitValue.flags);
+        break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+        r = StreamWriteValue(handle, op.writeValue.address, op.writeValue.value, 4, op.writeValue.flags);
+        break;
+      case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+        r = StreamWriteValue(handle, op.writeValue.address, op.writeValue.value64, 8, op.writeValue.flags);
+        break;
+      // A slice's stream already runs its work in order, and no remote (NIC) writes reach a slice: nothing to do.
+      case CU_STREAM_MEM_OP_BARRIER:
+      case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+        break;
+      default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
 CUresult StreamGetFlags(CUstream handle, unsigned int* flags) {
   if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
   int dev;

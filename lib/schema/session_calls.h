@@ -71,7 +71,10 @@
   CALL(Batch, batch, 33, kPosted,                                                                                   \
        "Posted calls gathered into one message (a graph launch), handled in order as if sent one by one. `calls`: " \
        "for each, its ordinal (u32), the byte length of its arguments (u32) and its arguments as a flat Cap'n "     \
-       "Proto message of its Params struct. The first failure surfaces as a posted call's.")
+       "Proto message of its Params struct. The first failure surfaces as a posted call's.")                        \
+  CALL(StreamWaitValue, streamWaitValue, 34, kPosted,                                                               \
+       "Later work of the stream waits until the `width` (4 or 8) bytes at `address` satisfy `flags`' condition "   \
+       "against `value` (cuStreamWaitValue32/64: GEQ, EQ, AND, NOR; FLUSH).")
 
 // The fields of each call: ARG(kind, name, Name) for what the client sends, RESULT(kind, name, Name) for what the
 // reply carries besides its status. Kinds:
@@ -132,6 +135,9 @@
   ARG(U64, address, Address) ARG(U64, bytes, Bytes) ARG(U64, offset, Offset) ARG(PHYSICAL, memory, Memory)
 #define GP_SESSION_FIELDS_MemUnmap(ARG, RESULT) ARG(U64, address, Address) ARG(U64, bytes, Bytes)
 #define GP_SESSION_FIELDS_Batch(ARG, RESULT) ARG(DATA, calls, Calls)
+#define GP_SESSION_FIELDS_StreamWaitValue(ARG, RESULT)                                                         \
+  ARG(STREAM, stream, Stream) ARG(U64, address, Address) ARG(U64, value, Value) ARG(U8, width, Width)          \
+  ARG(U32, flags, Flags)
 
 // The C++ type of each kind.
 #define GP_SESSION_TYPE_U8 uint8_t

@@ -739,5 +739,38 @@ TEST_F(SessionGuard, TheWorkersDoorOpensOnceAndOnlyForItsTicket) {
   ExpectAllUnharmed();
 }
 
+// Stream waits on the wrong width, misaligned addresses, unknown conditions, another tenant's memory, 32-bit waits
+// on 64-bit values: each refused before the device sees it; a good one orders the stream as it should.
+TEST_F(SessionGuard, HostileStreamWaitsAreRefused) {
+  namespace calls = session::calls;
+  RemoteSession& s = a();
+  uint64_t buffer = 0, victim_buffer = 0;
+  ASSERT_EQ(s.MemAlloc(4096, &buffer), kOk);
+  ASSERT_EQ(victim_->s().MemAlloc(4096, &victim_buffer), kOk);
+  const uint32_t one = 1;
+  s.CopyToDevice(buffer, &one, sizeof(one), 0);
+  ASSERT_EQ(AsyncError(s), kOk) << s.last_error();
+  const session::StreamId def{0};
+  s.Invoke<calls::StreamWaitValue>({def, buffer, 1, 3, 0});  // Width.
+  EXPECT_EQ(AsyncError(s), kInvalidValue);
+  s.Invoke<calls::StreamWaitValue>({def, buffer + 2, 1, 4, 0});  // Misaligned.
+  EXPECT_EQ(AsyncError(s), kInvalidValue);
+  s.Invoke<calls::StreamWaitValue>({def, buffer, 1, 4, 0x7});  // No such condition.
+  EXPECT_EQ(AsyncError(s), kInvalidValue);
+  s.Invoke<calls::StreamWaitValue>({def, buffer, uint64_t{1} << 40, 4, 0});  // 64-bit value, 32-bit wait.
+  EXPECT_EQ(AsyncError(s), kInvalidValue);
+  s.Invoke<calls::StreamWaitValue>({def, buffer + 4096, 1, 8, 0});  // Past the allocation.
+  EXPECT_EQ(AsyncError(s), kInvalidValue);
+  s.Invoke<calls::StreamWaitValue>({def, victim_buffer, 0, 4, 0});  // Another tenant's memory.
+  EXPECT_EQ(AsyncError(s), kInvalidValue);
+  s.Invoke<calls::StreamWaitValue>({session::StreamId{9999}, buffer, 1, 4, 0});  // No such stream.
+  EXPECT_EQ(AsyncError(s), kInvalidHandle);
+  s.Invoke<calls::StreamWaitValue>({def, buffer, 1, 4, 1});  // EQ 1: holds.
+  EXPECT_EQ(AsyncError(s), kOk) << s.last_error();
+  victim_->s().MemFree(victim_buffer);
+  s.MemFree(buffer);
+  ExpectAllUnharmed();
+}
+
 }  // namespace
 }  // namespace gpupool::testing

@@ -29,7 +29,7 @@ namespace {
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal) X(cuFuncGetParamInfo) \
   X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuLaunchKernelEx)                     \
   X(cuOccupancyMaxActiveClusters) X(cuLaunchHostFunc) X(cuStreamCreate) X(cuStreamDestroy)               \
-  X(cuStreamQuery) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)             \
+  X(cuStreamQuery) X(cuStreamWaitEvent) X(cuStreamWaitValue32) X(cuStreamWaitValue64) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)             \
   X(cuEventQuery) X(cuEventElapsedTime) X(cuEventSynchronize) X(cuGetErrorString)
 
 struct Api {
@@ -402,6 +402,12 @@ class CudaBackend final : public DeviceBackend {
   CallStatus QueryStream(StreamRef stream) override {
     Current();
     return From(api_->cuStreamQuery(S(stream)));
+  }
+
+  CallStatus StreamWaitValue(StreamRef stream, uint64_t address, uint64_t value, unsigned width,
+                             uint32_t flags) override {
+    if (width == 4) return From(api_->cuStreamWaitValue32(S(stream), address, static_cast<cuuint32_t>(value), flags));
+    return From(api_->cuStreamWaitValue64(S(stream), address, value, flags));
   }
 
   CallStatus StreamWaitEvent(StreamRef stream, EventRef event) override {

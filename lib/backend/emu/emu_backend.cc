@@ -246,6 +246,11 @@ class EmuBackend final : public DeviceBackend {
 
   CallStatus QueryStream(StreamRef stream) override { return From(device_->StreamQuery(stream.as<emu::Stream>())); }
 
+  CallStatus StreamWaitValue(StreamRef stream, uint64_t address, uint64_t value, unsigned width,
+                             uint32_t flags) override {
+    return From(device_->WaitValue(stream.as<emu::Stream>(), address, value, width, flags & 0x3));
+  }
+
   CallStatus StreamWaitEvent(StreamRef stream, EventRef event) override {
     return From(device_->StreamWaitEvent(stream.as<emu::Stream>(), event.as<emu::Event>()));
   }

@@ -1,0 +1,134 @@
+// stream_memops: stream memory operations (cuStreamWaitValue32/64, cuStreamWriteValue32/64, cuStreamBatchMemOp)
+// on a slice: writes in stream order, waits that order one stream after another's write, every condition, and
+// the refusals. `stream_memops deadlock`: a wait nothing queued before it satisfies (on a GPU it would wait for
+// another stream or the host; the emulated device runs every stream in one order, so it reports the deadlock).
+#define PROGRAM_NAME "stream_memops"
+#include <cuda.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+#include "program_checks.h"
+
+#define DRV(call)                                                                          \
+  do {                                                                                     \
+    CUresult r_ = (call);                                                                  \
+    if (r_ != CUDA_SUCCESS) {                                                              \
+      const char* name_ = nullptr;                                                         \
+      cuGetErrorName(r_, &name_);                                                          \
+      std::printf(PROGRAM_NAME ": %s failed: %s\n", #call, name_ ? name_ : "?");          \
+      ++failures;                                                                          \
+    }                                                                                      \
+  } while (0)
+
+__global__ void Fill(int* v, int n, int base) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) v[i] = base + i;
+}
+
+constexpr int kN = 1024;
+
+int main(int argc, char** argv) {
+  CHECK(cudaFree(nullptr));  // Creates the primary context.
+  CUdevice dev;
+  DRV(cuCtxGetDevice(&dev));
+  int has64 = 0, nor = 0;
+  DRV(cuDeviceGetAttribute(&has64, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev));
+  DRV(cuDeviceGetAttribute(&nor, CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR, dev));
+  EXPECT(has64 == 1 && nor == 1, "the slice reports 64-bit stream memory operations and NOR waits");
+
+  uint32_t* flag32 = nullptr;
+  uint64_t* flag64 = nullptr;
+  int* data = nullptr;
+  CHECK(cudaMalloc(&flag32, 256));
+  CHECK(cudaMalloc(&flag64, 256));
+  CHECK(cudaMalloc(&data, kN * sizeof(int)));
+  CHECK(cudaMemset(flag32, 0, 256));
+  CHECK(cudaMemset(flag64, 0, 256));
+  cudaStream_t s1, s2;
+  CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  CUdeviceptr f32 = reinterpret_cast<CUdeviceptr>(flag32), f64 = reinterpret_cast<CUdeviceptr>(flag64);
+
+  if (argc > 1 && std::strcmp(argv[1], "deadlock") == 0) {
+    DRV(cuStreamWaitValue32(s1, f32, 42, CU_STREAM_WAIT_VALUE_EQ));
+    CUresult r = cuStreamSynchronize(s1);
+    const char* name = nullptr;
+    cuGetErrorName(r, &name);
+    std::printf("stream_memops: a wait nothing can satisfy: %s\n", name ? name : "?");
+    return r == CUDA_SUCCESS ? 2 : 1;
+  }
+
+  // 1. A producer stream fills the data and then raises a flag; a consumer stream waits for the flag before it
+  //    copies the data back: the wait orders the consumer after the producer without an event.
+  Fill<<<kN / 256, 256, 0, s1>>>(data, kN, 100);
+  DRV(cuStreamWriteValue32(reinterpret_cast<CUstream>(s1), f32, 1, CU_STREAM_WRITE_VALUE_DEFAULT));
+  DRV(cuStreamWaitValue32(reinterpret_cast<CUstream>(s2), f32, 1, CU_STREAM_WAIT_VALUE_GEQ));
+  int host[kN] = {};
+  CHECK(cudaMemcpyAsync(host, data, sizeof(host), cudaMemcpyDeviceToHost, s2));
+  CHECK(cudaStreamSynchronize(s2));
+  int wrong = 0;
+  for (int i = 0; i < kN; ++i) wrong += host[i] != 100 + i;
+  EXPECT(wrong == 0, "the consumer saw the producer's data");
+
+  // 2. Every condition, 32 and 64 bits (GEQ is cyclic: 0x1 >= 0xffffffff).
+  CUstream c1 = reinterpret_cast<CUstream>(s1);
+  DRV(cuStreamWriteValue64(c1, f64, 0x100000002ull, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER));
+  DRV(cuStreamWaitValue64(c1, f64, 0x100000002ull, CU_STREAM_WAIT_VALUE_EQ));
+  DRV(cuStreamWaitValue64(c1, f64, 0x2ull, CU_STREAM_WAIT_VALUE_AND));
+  DRV(cuStreamWaitValue64(c1, f64, 0x100000001ull, CU_STREAM_WAIT_VALUE_GEQ));
+  DRV(cuStreamWaitValue64(c1, f64, 0x1ull, CU_STREAM_WAIT_VALUE_NOR));
+  DRV(cuStreamWaitValue32(c1, f32, 0xffffffffu, CU_STREAM_WAIT_VALUE_GEQ));
+  DRV(cuStreamWaitValue32(c1, f32, 0xfffffffcu, CU_STREAM_WAIT_VALUE_NOR | CU_STREAM_WAIT_VALUE_FLUSH));
+  CHECK(cudaStreamSynchronize(s1));
+  uint64_t v64 = 0;
+  CHECK(cudaMemcpy(&v64, flag64, sizeof(v64), cudaMemcpyDeviceToHost));
+  EXPECT(v64 == 0x100000002ull, "cuStreamWriteValue64 wrote its value");
+
+  // 3. A batch: two writes, a barrier, a wait on the first write.
+  CUstreamBatchMemOpParams ops[4];
+  std::memset(ops, 0, sizeof(ops));
+  ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+  ops[0].writeValue.address = f32 + 4;
+  ops[0].writeValue.value = 77;
+  ops[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+  ops[1].writeValue.address = f64 + 8;
+  ops[1].writeValue.value64 = 0xabcdef0123ull;
+  ops[2].memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
+  ops[3].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+  ops[3].waitValue.address = f32 + 4;
+  ops[3].waitValue.value = 77;
+  ops[3].waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+  DRV(cuStreamBatchMemOp(c1, 4, ops, 0));
+  CHECK(cudaStreamSynchronize(s1));
+  uint32_t v32 = 0;
+  CHECK(cudaMemcpy(&v32, flag32 + 1, sizeof(v32), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(&v64, flag64 + 1, sizeof(v64), cudaMemcpyDeviceToHost));
+  EXPECT(v32 == 77 && v64 == 0xabcdef0123ull, "the batch's writes");
+
+  // 4. Refusals, at once: a misaligned address, unknown flags, host memory.
+  uint32_t on_host = 0;
+  EXPECT(cuStreamWaitValue32(c1, f32 + 2, 1, 0) == CUDA_ERROR_INVALID_VALUE, "a misaligned wait is refused");
+  EXPECT(cuStreamWriteValue64(c1, f64 + 4, 1, 0) == CUDA_ERROR_INVALID_VALUE, "a misaligned write is refused");
+  EXPECT(cuStreamWaitValue32(c1, f32, 1, 0x10) == CUDA_ERROR_INVALID_VALUE, "unknown wait flags are refused");
+  EXPECT(cuStreamWaitValue32(c1, reinterpret_cast<CUdeviceptr>(&on_host), 1, 0) == CUDA_ERROR_INVALID_VALUE,
+         "a wait on host memory is refused");
+  CHECK(cudaStreamSynchronize(s1));  // Nothing of the refused calls reached the stream.
+
+  // 5. In a stream capture, a wait cannot become a graph node here: refused, and the capture is invalidated.
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaStreamBeginCapture(s2, cudaStreamCaptureModeThreadLocal));
+  CUresult captured = cuStreamWaitValue32(reinterpret_cast<CUstream>(s2), f32, 1, 0);
+  EXPECT(captured == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "a wait during capture is refused");
+  EXPECT(cudaStreamEndCapture(s2, &graph) == cudaErrorStreamCaptureInvalidated, "the capture is invalidated");
+  cudaGetLastError();
+
+  CHECK(cudaStreamDestroy(s1));
+  CHECK(cudaStreamDestroy(s2));
+  CHECK(cudaFree(flag32));
+  CHECK(cudaFree(flag64));
+  CHECK(cudaFree(data));
+  std::printf("stream_memops: %d wrong, %d failure(s): %s\n", wrong, failures, failures ? "FAILED" : "PASSED");
+  return failures ? 1 : 0;
+}
