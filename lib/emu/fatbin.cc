@@ -53,6 +53,12 @@ constexpr uint32_t kFlagArchSpecific = 0x100000;    // compute_90a.
 constexpr uint32_t kFlagFamilySpecific = 0x200000;  // compute_100f (CUDA 12.9+).
 
 constexpr char kNoPtxMessage[] = "no PTX in this binary; rebuild with PTX (e.g. -arch=compute_75)";
+// A bare cubin comes from a linker or compiler that was asked for SASS; name the usual culprits and their PTX
+// switches (README "Python frameworks").
+constexpr char kCubinMessage[] =
+    "no PTX in this binary: it is a cubin (SASS only), as nvJitLink, NVRTC with an sm_XX architecture or ptxas "
+    "produce; the emulated device runs PTX: load PTX text instead (NVRTC and cuda.core: compile to PTX for a "
+    "compute_XX architecture; numba-cuda: @cuda.jit(lto=False) with cuda.core's driver linker)";
 
 template <typename T>
 T Load(const uint8_t* p) {
@@ -355,7 +361,7 @@ EmuResult<std::string> PtxForDevice(const void* image, size_t size, int arch) {
     }
     return SelectPtx(p, size, arch);
   }
-  if (IsElf(magic)) return EmuStatus(Code::kNoBinaryForGpu, kNoPtxMessage);  // A cubin: SASS only.
+  if (IsElf(magic)) return EmuStatus(Code::kNoBinaryForGpu, kCubinMessage);
 
   const char* text = static_cast<const char*>(image);
   size_t length = size == 0 ? std::strlen(text) : static_cast<size_t>(std::find(text, text + size, '\0') - text);

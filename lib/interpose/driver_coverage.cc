@@ -44,10 +44,15 @@ int main() {
     for (int v = 0; v < name.per_thread_count; ++v) {
       symbols.push_back(gpupool_interpose_variants[name.per_thread_begin + v].symbol);
     }
-    // The variant in force today (cudart asks for it); older legacy variants are superseded ABIs.
+    // The variants in force today (cudart asks for them): the newest legacy one and the newest per-thread one;
+    // older ones are superseded ABIs.
     const int current = name.legacy_count > 0
                             ? gpupool_interpose_variants[name.legacy_begin + name.legacy_count - 1].symbol
                             : -1;
+    const int current_per_thread =
+        name.per_thread_count > 0
+            ? gpupool_interpose_variants[name.per_thread_begin + name.per_thread_count - 1].symbol
+            : -1;
     std::vector<std::string> missing;
     int done = 0, superseded = 0;
     for (size_t i = 0; i < symbols.size(); ++i) {
@@ -56,7 +61,7 @@ int main() {
       if (repeated) continue;
       if (Implemented(symbols[i])) {
         ++done;
-      } else if (static_cast<int>(i) < name.legacy_count && symbols[i] != current) {
+      } else if (symbols[i] != current && symbols[i] != current_per_thread) {
         ++superseded;
       } else {
         missing.push_back(Code(gpupool_interpose_symbol_names[symbols[i]]));
