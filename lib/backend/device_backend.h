@@ -53,6 +53,7 @@ struct LaunchShape {
   Dim3 grid, block;
   uint32_t shared_bytes = 0;
   std::optional<Dim3> cluster;  // Thread block cluster dimensions, if the launch sets them.
+  bool cooperative = false;     // cuLaunchCooperativeKernel: every block resident at once (grid sync).
 };
 
 class DeviceBackend {

@@ -463,7 +463,8 @@ class SessionServer final : public wire::Session::Server {
                    [](const KernelParam& p) { return p.size; }, &error)) {
       return Invalid(error);
     }
-    LaunchShape shape{a.grid, a.block, a.shared_bytes, a.cluster};
+    if (a.cooperative > 1) return Invalid(fmt::format("cooperative flag {}", a.cooperative));
+    LaunchShape shape{a.grid, a.block, a.shared_bytes, a.cluster, a.cooperative != 0};
     const Function& f = it->second;
     return Done(Submit(stream, [&] {
       return backend_->Launch(f.fn, f.info, shape, stream, a.params.data, a.params.size);

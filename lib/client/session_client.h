@@ -68,9 +68,11 @@ class RemoteSession {
   int ModuleUnload(uint64_t module);
   int GetFunction(uint64_t module, const std::string& name, RemoteFunctionInfo* info);
   int GetGlobal(uint64_t module, const std::string& name, uint64_t* address, uint64_t* bytes);
-  // `cluster`: thread block cluster dimensions, or null for none. Not waited for.
+  // `cluster`: thread block cluster dimensions, or null for none; `cooperative`: every block resident at once
+  // (cuLaunchCooperativeKernel). Not waited for.
   int Launch(uint64_t function, const uint32_t grid[3], const uint32_t block[3], uint32_t shared_bytes,
-             uint64_t stream, const void* params, size_t param_bytes, const uint32_t* cluster = nullptr);
+             uint64_t stream, const void* params, size_t param_bytes, const uint32_t* cluster = nullptr,
+             bool cooperative = false);
   // Clusters of `cluster` blocks that can be resident at once (cuOccupancyMaxActiveClusters).
   int OccupancyMaxActiveClusters(uint64_t function, const uint32_t grid[3], const uint32_t block[3],
                                  uint32_t shared_bytes, const uint32_t cluster[3], int* clusters);

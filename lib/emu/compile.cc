@@ -179,6 +179,11 @@ class FunctionCompiler {
       *out = it->second;
       return true;
     }
+    // cooperative_groups' grid sync finds its workspace in %envreg1:%envreg2; the other %envregN read as 0.
+    if (name == "%envreg1" || name == "%envreg2") {
+      *out = name == "%envreg1" ? Special::kEnvreg1 : Special::kEnvreg2;
+      return true;
+    }
     // %tid (no component) in mov.v4 forms and %envregN read as 0.
     if (name.rfind("%envreg", 0) == 0) {
       *out = Special::kZero;

@@ -733,8 +733,23 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
                                                       std::to_string(prog.static_shared_bytes + config.shared_bytes) +
                                                       " bytes exceeds the per-block limit");
   }
+  if (config.cooperative) {
+    // Blocks one multiprocessor holds at once, by threads (the emulated device has no register limit) and shared
+    // memory, times the multiprocessors: what cudaOccupancyMaxActiveBlocksPerMultiprocessor answers for it.
+    uint64_t shared = uint64_t{prog.static_shared_bytes} + config.shared_bytes;
+    uint64_t per_sm = std::min<uint64_t>(p.max_blocks_per_multiprocessor,
+                                         static_cast<uint64_t>(p.max_threads_per_multiprocessor) / threads);
+    if (shared > 0) per_sm = std::min<uint64_t>(per_sm, p.shared_memory_per_multiprocessor / shared);
+    uint64_t ctas = static_cast<uint64_t>(g.x) * g.y * g.z;
+    if (ctas > per_sm * static_cast<uint64_t>(p.multiprocessor_count)) {
+      return EmuStatus(Code::kCooperativeLaunchTooLarge,
+                       "a cooperative grid of " + std::to_string(ctas) + " blocks does not fit the device at once (" +
+                           std::to_string(per_sm * static_cast<uint64_t>(p.multiprocessor_count)) + " at most)");
+    }
+  }
   auto launch = std::make_shared<internal::Launch>();
   launch->program = &prog;
+  launch->cooperative = config.cooperative;
   launch->function = function->index;
   launch->grid = g;
   launch->block = b;
@@ -748,9 +763,21 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
     if (!impl->Sticky().ok()) return;  // A faulted context runs nothing more.
     if (impl->cancel.load()) return;
     ExecutionGate* gate = impl->options.gate.get();
+    if (launch->cooperative) {
+      // Grid sync's workspace (cooperative_groups keeps its barrier there), from the device heap that kernels may
+      // touch, zeroed for each launch.
+      constexpr uint64_t kWorkspaceBytes = 256;
+      launch->grid_workspace = impl->HeapAlloc(kWorkspaceBytes);
+      if (launch->grid_workspace == 0) {
+        impl->SetSticky(EmuStatus(Code::kLaunchOutOfResources, "no device heap left for grid sync's workspace"));
+        return;
+      }
+      std::memset(reinterpret_cast<void*>(launch->grid_workspace), 0, kWorkspaceBytes);
+    }
     if (gate) gate->Enter(impl->cancel);
     internal::LaunchOutcome out =
         internal::Execute(*launch, *impl, impl->workers, impl->props.multiprocessor_count, &impl->cancel, gate);
+    if (launch->grid_workspace != 0) impl->HeapFree(launch->grid_workspace);
     if (gate) {
       bool more_queued;
       {

@@ -98,6 +98,9 @@ struct LaunchConfig {
   Dim3 grid, block;
   uint32_t shared_bytes = 0;  // Dynamic shared memory.
   Stream* stream = nullptr;   // nullptr: the default (legacy) stream.
+  // cuLaunchCooperativeKernel: all blocks resident at once, so that cooperative_groups' grid sync works; the grid
+  // must fit the device at once (kCooperativeLaunchTooLarge otherwise).
+  bool cooperative = false;
 };
 
 class Device {

@@ -307,6 +307,8 @@ class CtaRunner {
       case Special::kTotalSmemSize: return shared_size_;
       case Special::kWarpSize: return 32;
       case Special::kZero: return 0;
+      case Special::kEnvreg1: return launch_.grid_workspace >> 32;
+      case Special::kEnvreg2: return launch_.grid_workspace & 0xffffffffu;
     }
     return 0;
   }
@@ -379,6 +381,9 @@ LaunchOutcome Execute(const Launch& launch, MemoryMap& memory, int workers, int 
   const uint64_t ctas = static_cast<uint64_t>(launch.grid.x) * launch.grid.y * launch.grid.z;
   if (ctas == 0) return out;
   workers = static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(static_cast<uint64_t>(std::max(workers, 1)), ctas)));
+  // A cooperative grid's CTAs wait for each other (grid sync): all of them run at once, one host thread each, and
+  // the OS shares the cores among them. The launch checked that the grid fits the device at once.
+  if (launch.cooperative) workers = static_cast<int>(ctas);
   std::atomic<uint64_t> next{0};
   std::atomic<bool> abort{false};
   // Output and faults per CTA index would cost memory for huge grids; keep per worker, merged in CTA order by

@@ -34,6 +34,10 @@ struct Launch {
   uint32_t dynamic_shared = 0;
   std::vector<uint8_t> params;  // Packed at the kernel's ParamInfo offsets.
   uint32_t grid_id = 0;
+  // Cooperative launch: every CTA is resident at once, and grid sync's workspace is at `grid_workspace` (device
+  // memory the launch owns, zeroed); 0 for other launches, where grid sync traps as on a GPU.
+  bool cooperative = false;
+  uint64_t grid_workspace = 0;
 };
 
 struct LaunchOutcome {

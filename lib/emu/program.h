@@ -53,6 +53,7 @@ enum class Special : uint8_t {
   kLaneid, kWarpid, kNwarpid, kSmid, kNsmid, kGridid, kClock, kClock64, kGlobaltimer,
   kLanemaskEq, kLanemaskLe, kLanemaskLt, kLanemaskGe, kLanemaskGt, kDynamicSmemSize, kTotalSmemSize, kWarpSize,
   kZero,
+  kEnvreg1, kEnvreg2,  // The grid-sync workspace of a cooperative launch: high and low 32 bits (0 otherwise).
 };
 
 struct Operand {

@@ -28,6 +28,7 @@ enum class Code : int {
   kIllegalInstruction = 715,
   kMisalignedAddress = 716,
   kLaunchFailed = 719,   // Trap and other kernel faults.
+  kCooperativeLaunchTooLarge = 720,  // More CTAs than the device holds at once.
   kNotSupported = 801,
   kUnknown = 999,
 };

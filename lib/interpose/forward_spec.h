@@ -256,9 +256,17 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
                           void** extra),                                                                          \
     LaunchKernel(f, gx, gy, gz, bx, by, bz, shm, st, params, extra), "stream", "async")                           \
   X(cuLaunchKernelEx, (const CUlaunchConfig* c, CUfunction f, void** params, void** extra),                       \
-    LaunchKernelEx(c, f, params, extra), "stream", "attributes ignored except cooperative; async")                \
+    LaunchKernelEx(c, f, params, extra), "stream", "clusters and cooperative sent; other attributes hints; async") \
   X(cuLaunchKernelEx_ptsz, (const CUlaunchConfig* c, CUfunction f, void** params, void** extra),                  \
     LaunchKernelEx(c, f, params, extra), "stream", "async")                                                       \
+  /* Cooperative: every block resident at once (grid sync); grids larger than the slice holds are refused. */     \
+  X(cuLaunchCooperativeKernel, (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,  \
+                                unsigned int by, unsigned int bz, unsigned int shm, CUstream st, void** params),   \
+    LaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shm, st, params), "stream", "as cuLaunchKernel; async")     \
+  X(cuLaunchCooperativeKernel_ptsz, (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,              \
+                                     unsigned int bx, unsigned int by, unsigned int bz, unsigned int shm,          \
+                                     CUstream st, void** params),                                                  \
+    LaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shm, st, params), "stream", "async")                       \
   X(cuLaunchHostFunc, (CUstream st, CUhostFn fn, void* data), LaunchHostFunc(st, fn, data), "stream",             \
     "stream synchronised, then fn runs in the client")                                                            \
   X(cuLaunchHostFunc_ptsz, (CUstream st, CUhostFn fn, void* data), LaunchHostFunc(st, fn, data), "stream",        \

@@ -35,6 +35,7 @@ struct NodeWork {
   std::vector<void*> param_pointers;  // Into `params`, for cuGraphKernelNodeGetParams.
   bool clustered = false;
   uint32_t cluster[3] = {1, 1, 1};
+  bool cooperative = false;  // cuLaunchCooperativeKernel: every block resident at once.
   // Memcpy (host memory is read or written when the node runs, as on a GPU) and memset.
   CUDA_MEMCPY3D copy{};
   CUDA_MEMSET_NODE_PARAMS memset{};

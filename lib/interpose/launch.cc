@@ -85,13 +85,15 @@ CUresult PrepareLaunch(CUfunction f, const uint32_t grid[3], const uint32_t bloc
 CUresult SendLaunch(const NodeWork& w, int dev, uint64_t sid, const RemoteFunctionInfo& info) {
   Remote& remote = Remote::Get();
   int code = remote.session(dev)->Launch(info.handle, w.grid, w.block, w.shared_bytes, sid, w.params.data(),
-                                         w.params.size(), w.clustered ? w.cluster : nullptr);
+                                         w.params.size(), w.clustered ? w.cluster : nullptr, w.cooperative);
   if (code != 0) return remote.Fail(dev, code, "a kernel launch");
   return CUDA_SUCCESS;
 }
 
+CUresult CooperativeGridFits(const NodeWork& work, int dev, const RemoteFunctionInfo& info);
+
 CUresult Launch(CUfunction f, const uint32_t grid[3], const uint32_t block[3], unsigned int shared, CUstream stream,
-                void** params, void** extra, const uint32_t* cluster = nullptr) {
+                void** params, void** extra, const uint32_t* cluster = nullptr, bool cooperative = false) {
   int dev;
   uint64_t sid;
   if (CUresult r = Remote::Get().ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
@@ -100,6 +102,10 @@ CUresult Launch(CUfunction f, const uint32_t grid[3], const uint32_t block[3], u
   if (CUresult r = PrepareLaunch(f, grid, block, shared, dev, params, extra, cluster, &work, &info);
       r != CUDA_SUCCESS) {
     return r;
+  }
+  if (cooperative) {
+    if (CUresult r = CooperativeGridFits(work, dev, info); r != CUDA_SUCCESS) return r;
+    work.cooperative = true;
   }
   if (Capturing(stream)) return CaptureWork(stream, std::move(work));
   return SendLaunch(work, dev, sid, info);
@@ -170,6 +176,25 @@ CUresult OccupancyInputsFor(CUfunction f, int block_limit, OccupancyInputs* in) 
   return CUDA_SUCCESS;
 }
 
+// A cooperative grid must be resident at once: as the driver, refuse one larger than the slice's multiprocessors
+// hold of this function (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE), and any on a device without cooperative launch.
+CUresult CooperativeGridFits(const NodeWork& work, int dev, const RemoteFunctionInfo& info) {
+  if (DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 0) == 0) return CUDA_ERROR_NOT_SUPPORTED;
+  OccupancyInputs in;
+  in.device = OccupancyDevice(dev);
+  in.function = OccupancyFunction(*work.kernel, dev, info, 0);
+  cudaOccResult result;
+  const int threads = static_cast<int>(work.block[0] * work.block[1] * work.block[2]);
+  if (CUresult r = OccupancyResult(cudaOccMaxActiveBlocksPerMultiprocessor(&result, &in.device, &in.function,
+                                                                           &in.state, threads, work.shared_bytes));
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  const uint64_t resident = static_cast<uint64_t>(result.activeBlocksPerMultiprocessor) * in.device.numSms;
+  const uint64_t blocks = uint64_t{work.grid[0]} * work.grid[1] * work.grid[2];
+  return blocks <= resident ? CUDA_SUCCESS : CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+}
+
 // The cluster dimension among a launch configuration's attributes; false when it has none.
 bool ClusterDimension(const CUlaunchConfig& config, uint32_t out[3]) {
   for (unsigned int i = 0; i < config.numAttrs; ++i) {
@@ -195,13 +220,10 @@ CUresult LaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned i
 
 CUresult LaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
   if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  bool cooperative = false;
   for (unsigned int i = 0; i < config->numAttrs; ++i) {
     const CUlaunchAttribute& a = config->attrs[i];
-    if (a.id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && a.value.cooperative != 0) {
-      static std::once_flag once;
-      std::call_once(once, [] { GP_WARN("interpose", "cooperative launches are not supported on gpupool slices"); });
-      return CUDA_ERROR_NOT_SUPPORTED;
-    }
+    if (a.id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && a.value.cooperative != 0) cooperative = true;
     // The cluster dimension travels with the launch; everything else (priority, access policy, programmatic
     // serialization, scheduling preference...) is a hint a slice may ignore: without it the work is ordered as a
     // plain launch orders it.
@@ -210,7 +232,15 @@ CUresult LaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** param
   const bool clustered = ClusterDimension(*config, cluster);
   const uint32_t grid[3] = {config->gridDimX, config->gridDimY, config->gridDimZ};
   const uint32_t block[3] = {config->blockDimX, config->blockDimY, config->blockDimZ};
-  return Launch(f, grid, block, config->sharedMemBytes, config->hStream, params, extra, clustered ? cluster : nullptr);
+  return Launch(f, grid, block, config->sharedMemBytes, config->hStream, params, extra, clustered ? cluster : nullptr,
+                cooperative);
+}
+
+CUresult LaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                                 unsigned int by, unsigned int bz, unsigned int shared, CUstream stream,
+                                 void** params) {
+  const uint32_t grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+  return Launch(f, grid, block, shared, stream, params, nullptr, nullptr, true);
 }
 
 // Host functions and stream callbacks in their simplest honest form: the work before them is finished when they

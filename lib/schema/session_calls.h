@@ -40,7 +40,8 @@
   CALL(ModuleGetFunction, moduleGetFunction, 10, kReply, "A kernel of a module, with its parameter layout.")       \
   CALL(ModuleGetGlobal, moduleGetGlobal, 11, kReply, "A module variable: it is the session's memory from then on.") \
   CALL(Launch, launch, 12, kPosted,                                                                                 \
-       "A kernel launch; params: the packed parameter buffer; cluster: thread block cluster dimensions, if any.")   \
+       "A kernel launch; params: the packed parameter buffer; cluster: thread block cluster dimensions, if any; "   \
+       "cooperative: all blocks resident at once (cuLaunchCooperativeKernel).")                                     \
   CALL(StreamCreate, streamCreate, 13, kReply, "A stream of the session.")                                         \
   CALL(StreamDestroy, streamDestroy, 14, kPosted, "The handle goes now; queued work still completes.")             \
   CALL(StreamSynchronize, streamSynchronize, 15, kSync, "Waits for the stream's work.")                             \
@@ -107,7 +108,7 @@
 #define GP_SESSION_FIELDS_Launch(ARG, RESULT)                                                                  \
   ARG(FUNCTION, function, Function) ARG(DIM3, grid, Grid) ARG(DIM3, block, Block)                               \
   ARG(U32, shared_bytes, SharedBytes) ARG(STREAM, stream, Stream) ARG(DATA, params, Params)                     \
-  ARG(OPT_DIM3, cluster, Cluster)
+  ARG(OPT_DIM3, cluster, Cluster) ARG(U8, cooperative, Cooperative)
 #define GP_SESSION_FIELDS_StreamCreate(ARG, RESULT) RESULT(STREAM, stream, Stream)
 #define GP_SESSION_FIELDS_StreamDestroy(ARG, RESULT) ARG(STREAM, stream, Stream)
 #define GP_SESSION_FIELDS_StreamSynchronize(ARG, RESULT) ARG(STREAM, stream, Stream) RESULT(TEXT, output, Output)

@@ -59,10 +59,10 @@ std::string UuidString(const CUuuid& u) {
 }
 
 // A launch's shape as cuLaunchKernelEx and cuOccupancyMaxActiveClusters take it. Not copyable: `config.attrs`
-// points at `cluster` once a cluster dimension is set.
+// points at `attrs` once an attribute (cluster dimension, cooperative) is set.
 struct DriverLaunch {
   CUlaunchConfig config = {};
-  CUlaunchAttribute cluster = {};
+  CUlaunchAttribute attrs[2] = {};
 
   DriverLaunch(const LaunchShape& shape, CUstream stream) {
     config.gridDimX = shape.grid.x;
@@ -78,12 +78,22 @@ struct DriverLaunch {
   DriverLaunch& operator=(const DriverLaunch&) = delete;
 
   void SetCluster(const Dim3& k) {
-    cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    cluster.value.clusterDim.x = k.x;
-    cluster.value.clusterDim.y = k.y;
-    cluster.value.clusterDim.z = k.z;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
+    CUlaunchAttribute& a = Add();
+    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    a.value.clusterDim.x = k.x;
+    a.value.clusterDim.y = k.y;
+    a.value.clusterDim.z = k.z;
+  }
+  void SetCooperative() {
+    CUlaunchAttribute& a = Add();
+    a.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    a.value.cooperative = 1;
+  }
+
+ private:
+  CUlaunchAttribute& Add() {
+    config.attrs = attrs;
+    return attrs[config.numAttrs++];
   }
 };
 
@@ -359,9 +369,10 @@ class CudaBackend final : public DeviceBackend {
     for (const KernelParam& p : info.params) args.push_back(const_cast<uint8_t*>(params) + p.offset);
     void** kernel_params = args.empty() ? nullptr : args.data();
     Current();
-    if (shape.cluster) {  // Thread block clusters: only cuLaunchKernelEx takes their dimensions.
+    if (shape.cluster || shape.cooperative) {  // Only cuLaunchKernelEx takes clusters and the cooperative flag.
       DriverLaunch launch(shape, S(stream));
-      launch.SetCluster(*shape.cluster);
+      if (shape.cluster) launch.SetCluster(*shape.cluster);
+      if (shape.cooperative) launch.SetCooperative();
       return From(api_->cuLaunchKernelEx(&launch.config, F(function), kernel_params, nullptr));
     }
     return From(api_->cuLaunchKernel(F(function), shape.grid.x, shape.grid.y, shape.grid.z, shape.block.x,

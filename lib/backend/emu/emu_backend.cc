@@ -72,7 +72,7 @@ std::map<int, int> Attributes(const emu::DeviceProperties& p, int pci_bus) {
       {CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 0},
       {CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD, 0},
       {CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, 1},
-      {CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 0},
+      {CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 1},  // All blocks of a cooperative grid run at once.
       {CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 0},
       {CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, 0},
       {CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 0},
@@ -199,6 +199,7 @@ class EmuBackend final : public DeviceBackend {
     c.block = {shape.block.x, shape.block.y, shape.block.z};
     c.shared_bytes = shape.shared_bytes;
     c.stream = stream.as<emu::Stream>();
+    c.cooperative = shape.cooperative;
     return From(device_->LaunchPacked(function.as<emu::Function>(), c, params, param_bytes));
   }
 
