@@ -344,6 +344,43 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
   X(cuProfilerStart, (), ProfilerMarker("cuProfilerStart"), "client", "accepted without effect; none")            \
   X(cuProfilerStop, (), ProfilerMarker("cuProfilerStop"), "client", "accepted without effect; none")
 
+// ---- array.cc ------------------------------------------------------------------------------------------------
+// CUDA arrays: pitched memory of the slice, reached by array copies only (textures and surfaces are not offered).
+#define GP_ARRAY_FORWARDS(X)                                                                                      \
+  X(cuArrayCreate_v2, (CUarray * a, const CUDA_ARRAY_DESCRIPTOR* d), ArrayCreate(a, d), "ctx",                    \
+    "pitched memory of the slice; waits")                                                                         \
+  X(cuArray3DCreate_v2, (CUarray * a, const CUDA_ARRAY3D_DESCRIPTOR* d), Array3DCreate(a, d), "ctx", "waits")     \
+  X(cuArrayDestroy, (CUarray a), ArrayDestroy(a), "array", "its memory freed; async")                              \
+  X(cuArrayGetDescriptor_v2, (CUDA_ARRAY_DESCRIPTOR * d, CUarray a), ArrayGetDescriptor(d, a), "client", "none")  \
+  X(cuArray3DGetDescriptor_v2, (CUDA_ARRAY3D_DESCRIPTOR * d, CUarray a), Array3DGetDescriptor(d, a), "client",    \
+    "none")                                                                                                       \
+  X(cuMemcpyHtoA_v2, (CUarray a, size_t o, const void* h, size_t n), CopyHtoA(a, o, h, n, nullptr), "array",      \
+    "1D arrays; out: bytes; async")                                                                               \
+  X(cuMemcpyHtoA_v2_ptds, (CUarray a, size_t o, const void* h, size_t n), CopyHtoA(a, o, h, n, nullptr),          \
+    "array", "async")                                                                                             \
+  X(cuMemcpyHtoAAsync_v2, (CUarray a, size_t o, const void* h, size_t n, CUstream s), CopyHtoA(a, o, h, n, s),    \
+    "array+stream", "async")                                                                                      \
+  X(cuMemcpyHtoAAsync_v2_ptsz, (CUarray a, size_t o, const void* h, size_t n, CUstream s),                       \
+    CopyHtoA(a, o, h, n, s), "array+stream", "async")                                                             \
+  X(cuMemcpyAtoH_v2, (void* h, CUarray a, size_t o, size_t n), CopyAtoH(h, a, o, n, nullptr), "array",            \
+    "back: bytes; waits")                                                                                         \
+  X(cuMemcpyAtoH_v2_ptds, (void* h, CUarray a, size_t o, size_t n), CopyAtoH(h, a, o, n, nullptr), "array",       \
+    "waits")                                                                                                      \
+  X(cuMemcpyAtoHAsync_v2, (void* h, CUarray a, size_t o, size_t n, CUstream s), CopyAtoH(h, a, o, n, s),          \
+    "array+stream", "waits")                                                                                      \
+  X(cuMemcpyAtoHAsync_v2_ptsz, (void* h, CUarray a, size_t o, size_t n, CUstream s), CopyAtoH(h, a, o, n, s),     \
+    "array+stream", "waits")                                                                                      \
+  X(cuMemcpyAtoD_v2, (CUdeviceptr d, CUarray a, size_t o, size_t n), CopyAtoD(d, a, o, n), "array",               \
+    "async on one slice")                                                                                         \
+  X(cuMemcpyAtoD_v2_ptds, (CUdeviceptr d, CUarray a, size_t o, size_t n), CopyAtoD(d, a, o, n), "array", "async") \
+  X(cuMemcpyDtoA_v2, (CUarray a, size_t o, CUdeviceptr d, size_t n), CopyDtoA(a, o, d, n), "array",               \
+    "async on one slice")                                                                                         \
+  X(cuMemcpyDtoA_v2_ptds, (CUarray a, size_t o, CUdeviceptr d, size_t n), CopyDtoA(a, o, d, n), "array", "async") \
+  X(cuMemcpyAtoA_v2, (CUarray d, size_t dof, CUarray s, size_t sof, size_t n), CopyAtoA(d, dof, s, sof, n),       \
+    "array", "async on one slice")                                                                                \
+  X(cuMemcpyAtoA_v2_ptds, (CUarray d, size_t dof, CUarray s, size_t sof, size_t n), CopyAtoA(d, dof, s, sof, n),  \
+    "array", "async")
+
 // ---- event.cc ------------------------------------------------------------------------------------------------
 #define GP_EVENT_FORWARDS(X)                                                                                      \
   X(cuEventCreate, (CUevent * e, unsigned int flags), EventCreate(e, flags), "ctx", "back: id; waits")            \

@@ -203,8 +203,13 @@ CUresult AddWork(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_
 
 CUresult ValidateCopy(const CUDA_MEMCPY3D* copy) {
   if (copy == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (copy->srcMemoryType == CU_MEMORYTYPE_ARRAY || copy->dstMemoryType == CU_MEMORYTYPE_ARRAY) {
-    return CUDA_ERROR_NOT_SUPPORTED;  // Arrays are not supported on slices (memory.cc says so when used).
+  // Arrays are resolved when the node runs (memory.cc); a stale handle fails there, as a freed pointer does.
+  Array a;
+  if (copy->srcMemoryType == CU_MEMORYTYPE_ARRAY && ResolveArray(copy->srcArray, &a) != CUDA_SUCCESS) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (copy->dstMemoryType == CU_MEMORYTYPE_ARRAY && ResolveArray(copy->dstArray, &a) != CUDA_SUCCESS) {
+    return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
 }

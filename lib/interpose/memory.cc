@@ -119,6 +119,9 @@ uint64_t U(const void* p) { return reinterpret_cast<uint64_t>(p); }
 struct Plane {
   uint64_t base = 0;
   size_t pitch = 0, height = 0;  // height: rows per slice (3D).
+  // An array side: how far the copy may reach from its start (a copy past an array's row, rows or slices would
+  // land in the padding or the next row). Unbounded for linear memory, which the session checks by allocation.
+  size_t array_row_bytes = SIZE_MAX, array_rows = SIZE_MAX, array_slices = SIZE_MAX;
 };
 
 CUresult PlaneOf(CUmemorytype type, const void* host, CUdeviceptr device, CUarray array, size_t x, size_t y,
@@ -132,9 +135,19 @@ CUresult PlaneOf(CUmemorytype type, const void* host, CUdeviceptr device, CUarra
     case CU_MEMORYTYPE_UNIFIED:
       base = device;
       break;
-    case CU_MEMORYTYPE_ARRAY:
-      GP_WARN("interpose", "CUDA arrays are not supported: a 2D/3D copy from or to an array fails");
-      return CUDA_ERROR_NOT_SUPPORTED;
+    case CU_MEMORYTYPE_ARRAY: {
+      // The array's own rows and slices (array.cc), whatever pitch and height the copy names for this side.
+      Array a;
+      if (CUresult r = ResolveArray(array, &a); r != CUDA_SUCCESS) return r;
+      if (x > a.row_bytes || y >= a.rows || z >= a.slices) return CUDA_ERROR_INVALID_VALUE;
+      plane->base = a.memory + (z * a.rows + y) * a.pitch + x;
+      plane->pitch = a.pitch;
+      plane->height = a.rows;
+      plane->array_row_bytes = a.row_bytes - x;
+      plane->array_rows = a.rows - y;
+      plane->array_slices = a.slices - z;
+      return CUDA_SUCCESS;
+    }
     default:
       return CUDA_ERROR_INVALID_VALUE;
   }
@@ -150,6 +163,11 @@ CUresult CopyBlock(const Plane& dst, const Plane& src, size_t width, size_t heig
   if (CUresult r = RouteOf(stream, &route); r != CUDA_SUCCESS) return r;
   if (width == 0 || height == 0 || depth == 0) return CUDA_SUCCESS;
   if ((height > 1 || depth > 1) && (dst.pitch < width || src.pitch < width)) return CUDA_ERROR_INVALID_VALUE;
+  for (const Plane* p : {&dst, &src}) {
+    if (width > p->array_row_bytes || height > p->array_rows || depth > p->array_slices) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
   // Contiguous on both sides: one copy.
   bool contiguous = (height == 1 || (dst.pitch == width && src.pitch == width)) &&
                     (depth == 1 || (dst.height == height && src.height == height));

@@ -78,6 +78,21 @@ struct Allocation {
   int device = 0;
 };
 
+// A CUarray (array.cc): pitched memory of its slice, never handed to the program as a pointer, reached only by
+// array copies (cuMemcpy2D/3D, cuMemcpyHtoA...). Rows are `pitch` bytes apart, slices `pitch * rows` bytes.
+struct Array {
+  CUDA_ARRAY3D_DESCRIPTOR desc{};
+  int device = 0;
+  uint64_t memory = 0;
+  size_t row_bytes = 0;  // Width times the element's bytes.
+  size_t pitch = 0;
+  size_t rows = 1;       // Rows per slice: max(Height, 1).
+  size_t slices = 1;     // max(Depth, 1).
+  bool alive = true;
+};
+// The array behind a handle, or CUDA_ERROR_INVALID_HANDLE (never created, or destroyed). Defined in array.cc.
+CUresult ResolveArray(CUarray handle, Array* out);
+
 // Virtual memory management (vmm.cc). A CUmemGenericAllocationHandle points at a PhysicalMemory; reservations
 // lie in one slice's window (the slice current when they were made), and only that slice's memory maps there.
 struct PhysicalMemory {
@@ -137,6 +152,7 @@ class Remote {
   std::map<uint64_t, Reservation> reservations;    // Virtual memory, by start. Guarded by mu().
   std::map<uint64_t, Mapping> mappings;            // By start. Guarded by mu().
   std::set<PhysicalMemory*> physical;              // Every handle ever given out. Guarded by mu().
+  std::set<Array*> arrays;                         // Every CUarray ever given out. Guarded by mu().
   std::set<Stream*> streams;
   std::set<Event*> events;
   std::set<Module*> modules;
