@@ -112,21 +112,14 @@ bool Alive(TurnsTable* t, int i) {
 }  // namespace
 
 Result<int> DeviceTurns::CreateSegment() {
-  auto fd = CreateSharedSegment("gpupool-device-turns", sizeof(TurnsTable));
-  if (!fd.ok()) return fd.status();
-  auto p = MapSharedSegment(*fd, sizeof(TurnsTable), "device turns table");
-  if (!p.ok()) {
-    close(*fd);
-    return p.status();
-  }
-  auto* t = static_cast<TurnsTable*>(*p);
-  InitRobustMutex(&t->mu);
-  t->holder = -1;
-  t->reserved_for = -1;
-  for (auto& s : t->slots) InitRobustMutex(&s.life);
-  t->magic = kMagic;
-  munmap(t, sizeof(TurnsTable));
-  return *fd;
+  return CreateSharedTable("gpupool-device-turns", sizeof(TurnsTable), "device turns table", [](void* p) {
+    auto* t = static_cast<TurnsTable*>(p);
+    InitRobustMutex(&t->mu);
+    t->holder = -1;
+    t->reserved_for = -1;
+    for (auto& s : t->slots) InitRobustMutex(&s.life);
+    t->magic = kMagic;
+  });
 }
 
 Result<std::unique_ptr<DeviceTurns>> DeviceTurns::Join(int fd, uint32_t share_micros) {

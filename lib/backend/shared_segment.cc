@@ -34,6 +34,20 @@ Result<void*> MapSharedSegment(int fd, size_t bytes, const char* what) {
   return p;
 }
 
+Result<int> CreateSharedTable(const char* name, size_t bytes, const char* what,
+                              const std::function<void(void*)>& init) {
+  auto fd = CreateSharedSegment(name, bytes);
+  if (!fd.ok()) return fd.status();
+  auto p = MapSharedSegment(*fd, bytes, what);
+  if (!p.ok()) {
+    close(*fd);
+    return p.status();
+  }
+  init(*p);
+  munmap(*p, bytes);
+  return *fd;
+}
+
 void InitRobustMutex(pthread_mutex_t* m) {
   pthread_mutexattr_t a;
   pthread_mutexattr_init(&a);

@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include <cstddef>
+#include <functional>
 
 #include "gpupool/status.h"
 
@@ -17,6 +18,9 @@ namespace gpupool::backend {
 Result<int> CreateSharedSegment(const char* name, size_t bytes);
 // Maps the segment behind `fd` read-write; fails unless it holds at least `bytes`. `what` names it in errors.
 Result<void*> MapSharedSegment(int fd, size_t bytes, const char* what);
+// A new segment of `bytes` whose table `init` lays out (mapped for it, unmapped after): returns its descriptor.
+Result<int> CreateSharedTable(const char* name, size_t bytes, const char* what,
+                              const std::function<void(void*)>& init);
 
 // Initialises a process-shared robust mutex in shared memory.
 void InitRobustMutex(pthread_mutex_t* m);

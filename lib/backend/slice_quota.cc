@@ -75,16 +75,8 @@ int JoinLocked(QuotaTable* t) {
 }  // namespace
 
 Result<int> SliceQuota::CreateSegment(uint64_t limit_bytes) {
-  auto fd = CreateSharedSegment("gpupool-slice-quota", sizeof(QuotaTable));
-  if (!fd.ok()) return fd.status();
-  auto p = MapSharedSegment(*fd, sizeof(QuotaTable), "slice quota table");
-  if (!p.ok()) {
-    close(*fd);
-    return p.status();
-  }
-  InitTable(static_cast<QuotaTable*>(*p), limit_bytes);
-  munmap(*p, sizeof(QuotaTable));
-  return *fd;
+  return CreateSharedTable("gpupool-slice-quota", sizeof(QuotaTable), "slice quota table",
+                           [limit_bytes](void* p) { InitTable(static_cast<QuotaTable*>(p), limit_bytes); });
 }
 
 Result<std::unique_ptr<SliceQuota>> SliceQuota::Join(int fd) {

@@ -10,6 +10,8 @@ Run under gp-run; each mode prints "torch_checks MODE: PASSED" at its end.
   torch_checks.py loader     a DataLoader with two worker processes (fork after CUDA initialisation)
   torch_checks.py kernel     a kernel launch: must raise (no PTX for the emulated device), not crash
   torch_checks.py nvml       pynvml sees the slices through gpupool's libnvidia-ml.so.1
+  torch_checks.py spawn      torch.multiprocessing ('spawn') children attach to the lease's slice and share its
+                             memory with the parent: what the parent holds is not theirs to take, and comes back
 """
 import os
 import sys
@@ -185,7 +187,41 @@ def graph():
     print("graph: captured copies replayed 3 times")
 
 
+def _spawned_child(rank, held, queue):
+    """In a fresh process of the lease: the parent's `held` bytes are taken; the rest of the slice is not."""
+    free, total = torch.cuda.mem_get_info()
+    try:
+        torch.empty(total - held + (64 << 20), dtype=torch.uint8, device="cuda")
+        queue.put((rank, "allocated past what the lease has left"))
+        return
+    except torch.cuda.OutOfMemoryError:
+        pass
+    x = torch.empty((total - held) // 4, dtype=torch.uint8, device="cuda")
+    back = torch.zeros(16, dtype=torch.uint8)
+    back.copy_(x[:16])  # A copy, not a kernel: the emulated device cannot run PyTorch's (SASS-only) kernels.
+    queue.put((rank, f"ok free {free} total {total}"))
+
+
+def spawn():
+    import torch.multiprocessing as mp
+    total = slice_bytes()
+    held = total // 2
+    keep = torch.empty(held, dtype=torch.uint8, device="cuda")
+    context = mp.get_context("spawn")
+    queue = context.SimpleQueue()
+    mp.spawn(_spawned_child, args=(held, queue), nprocs=2, join=True)
+    answers = sorted(queue.get() for _ in range(2))
+    for rank, answer in answers:
+        print(f"spawn: child {rank}: {answer}")
+        assert answer.startswith("ok"), answer
+        free = int(answer.split()[2])
+        assert free <= total - held, f"child {rank} saw the parent's memory as free ({free})"
+    del keep
+    torch.cuda.empty_cache()
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
-    {"basics": basics, "two": two, "loader": loader, "kernel": kernel, "nvml": nvml, "graph": graph}[mode]()
+    {"basics": basics, "two": two, "loader": loader, "kernel": kernel, "nvml": nvml, "graph": graph,
+     "spawn": spawn}[mode]()
     print(f"torch_checks {mode}: PASSED")
