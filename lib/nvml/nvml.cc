@@ -1,6 +1,6 @@
 // libnvidia-ml.so.1 for programs on gpupool slices: what NVML reports about "the GPUs" is what the program sees
 // through gpupool's libcuda.so.1, the slices of its lease (in CUDA_VISIBLE_DEVICES order): their count, names, UUIDs,
-// PCI ids, and memory: the slice's size as total, what this process's session uses as used. PyTorch, pynvml and
+// PCI ids, and memory: the slice's size as total, what the lease's processes hold on it as used. PyTorch, pynvml and
 // nvidia-smi-style tools ask these; without it they read a local GPU (or none) that has nothing to do with the
 // slices. Utilisation, clocks, temperature and power are not known to the client: those calls answer
 // NVML_ERROR_NOT_SUPPORTED, never a made-up figure. Calls not defined here are absent, as in an older NVML
