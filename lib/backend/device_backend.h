@@ -132,6 +132,10 @@ class DeviceBackend {
   virtual CallStatus Settled(StreamRef stream) = 0;
   virtual CallStatus SettledEvent(EventRef event) = 0;
 
+  // NVML's utilisation rates since the previous call (percent of the time kernels ran, and copies or memsets),
+  // or CUDA_ERROR_NOT_SUPPORTED where the backend cannot tell.
+  virtual CallStatus Utilization(uint32_t* gpu_percent, uint32_t* memory_percent) = 0;
+
   // Device printf output produced since the last call, for the client's stdout.
   virtual std::string TakeOutput() = 0;
 

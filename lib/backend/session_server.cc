@@ -523,6 +523,10 @@ class SessionServer final : public wire::Session::Server {
     return Done(backend_->StreamWaitEvent(stream, e->second));
   }
 
+  Reply Handle(const calls::Utilization::Args&, calls::Utilization::Results& r) {
+    return Done(backend_->Utilization(&r.gpu, &r.memory));
+  }
+
   Reply Handle(const calls::StreamWaitValue::Args& a, calls::StreamWaitValue::Results&) {
     StreamRef stream;
     if (!FindStream(a.stream, &stream)) return Unknown("stream");

@@ -414,6 +414,14 @@ int RemoteSession::CopyOnDevice(uint64_t dst, uint64_t src, size_t bytes, uint64
   return Invoke<calls::CopyOnDevice>({dst, src, bytes, {stream}});
 }
 
+int RemoteSession::Utilization(uint32_t* gpu_percent, uint32_t* memory_percent) {
+  calls::Utilization::Results r;
+  int code = Invoke<calls::Utilization>({}, &r);
+  *gpu_percent = r.gpu;
+  *memory_percent = r.memory;
+  return code;
+}
+
 int RemoteSession::StreamWaitValue(uint64_t stream, uint64_t address, uint64_t value, uint8_t width,
                                    uint32_t flags) {
   return Invoke<calls::StreamWaitValue>({{stream}, address, value, width, flags});

@@ -82,6 +82,8 @@ class RemoteSession {
   int StreamSynchronize(uint64_t stream);
   int StreamQuery(uint64_t stream);
   int StreamWaitEvent(uint64_t stream, uint64_t event);
+  // The slice's utilisation rates since the previous call (session call utilization). Waits.
+  int Utilization(uint32_t* gpu_percent, uint32_t* memory_percent);
   // cuStreamWaitValue32/64 (`width` 4 or 8). Not waited for.
   int StreamWaitValue(uint64_t stream, uint64_t address, uint64_t value, uint8_t width, uint32_t flags);
   int EventCreate(uint64_t* event);

@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -114,6 +116,41 @@ struct Device::Impl : public internal::MemoryMap {
   std::function<void(std::string_view)> sink;
   uint32_t grid_ids = 0;
   std::atomic<uint64_t> instructions{0};
+
+  // Busy time, for Utilization(): what the queue's executor has spent running kernels and running copies and
+  // memsets, plus the work it is running now (kind and start), so that a long kernel counts while it runs.
+  enum BusyKind : int { kIdle = 0, kKernelBusy = 1, kMemoryBusy = 2 };
+  std::atomic<uint64_t> kernel_nanos{0}, memory_nanos{0};
+  std::atomic<int> busy_kind{kIdle};
+  std::atomic<int64_t> busy_since{0};
+  std::mutex utilization_mu;
+  struct UtilizationSample {
+    int64_t at = 0;
+    uint64_t kernel = 0, memory = 0;
+    unsigned gpu = 0, memory_percent = 0;
+  } last_sample;  // Guarded by utilization_mu.
+
+  static int64_t MonotonicNanos() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  // Runs `op` on the executor, counting its time as `kind`.
+  void Busy(BusyKind kind, const std::function<void()>& op) {
+    int64_t start = MonotonicNanos();
+    busy_since.store(start);
+    busy_kind.store(kind);
+    op();
+    busy_kind.store(kIdle);
+    uint64_t spent = static_cast<uint64_t>(std::max<int64_t>(0, MonotonicNanos() - start));
+    (kind == kKernelBusy ? kernel_nanos : memory_nanos) += spent;
+  }
+  // Busy nanoseconds of `kind` so far, including work of that kind still running.
+  uint64_t BusyNanos(BusyKind kind, int64_t now) {
+    uint64_t done = (kind == kKernelBusy ? kernel_nanos : memory_nanos).load();
+    if (busy_kind.load() == kind) done += static_cast<uint64_t>(std::max<int64_t>(0, now - busy_since.load()));
+    return done;
+  }
   std::atomic<bool> cancel{false};  // Stops running kernels (reset, destruction).
 
   explicit Impl(DeviceOptions o) : options(std::move(o)) {
@@ -571,14 +608,20 @@ EmuStatus Device::CopyToDevice(uint64_t dst, const void* src, size_t bytes, Stre
   if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
   if (bytes == 0) return EmuStatus::Ok();
   if (!impl_->Contains(dst, bytes)) return BadValue("copy destination is not inside one device allocation");
-  return Enqueue(*impl_, stream, async, [=] { std::memcpy(reinterpret_cast<void*>(dst), src, bytes); });
+  Impl* impl = impl_.get();
+  return Enqueue(*impl_, stream, async, [=] {
+    impl->Busy(Impl::kMemoryBusy, [=] { std::memcpy(reinterpret_cast<void*>(dst), src, bytes); });
+  });
 }
 
 EmuStatus Device::CopyFromDevice(void* dst, uint64_t src, size_t bytes, Stream* stream, bool async) {
   if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
   if (bytes == 0) return EmuStatus::Ok();
   if (!impl_->Contains(src, bytes)) return BadValue("copy source is not inside one device allocation");
-  return Enqueue(*impl_, stream, async, [=] { std::memcpy(dst, reinterpret_cast<const void*>(src), bytes); });
+  Impl* impl = impl_.get();
+  return Enqueue(*impl_, stream, async, [=] {
+    impl->Busy(Impl::kMemoryBusy, [=] { std::memcpy(dst, reinterpret_cast<const void*>(src), bytes); });
+  });
 }
 
 EmuStatus Device::CopyOnDevice(uint64_t dst, uint64_t src, size_t bytes, Stream* stream, bool async) {
@@ -587,8 +630,11 @@ EmuStatus Device::CopyOnDevice(uint64_t dst, uint64_t src, size_t bytes, Stream*
   if (!impl_->Contains(dst, bytes) || !impl_->Contains(src, bytes)) {
     return BadValue("device-to-device copy outside an allocation");
   }
-  return Enqueue(*impl_, stream, async,
-                 [=] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes); });
+  Impl* impl = impl_.get();
+  return Enqueue(*impl_, stream, async, [=] {
+    impl->Busy(Impl::kMemoryBusy,
+               [=] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes); });
+  });
 }
 
 EmuStatus Device::Memset(uint64_t dst, uint32_t value, size_t element_size, size_t count, Stream* stream,
@@ -598,13 +644,16 @@ EmuStatus Device::Memset(uint64_t dst, uint32_t value, size_t element_size, size
   if (count == 0) return EmuStatus::Ok();
   if (count > UINT64_MAX / element_size) return BadValue("memset size overflows");
   if (!impl_->Contains(dst, element_size * count)) return BadValue("memset outside a device allocation");
+  Impl* impl = impl_.get();
   return Enqueue(*impl_, stream, async, [=] {
-    uint8_t* p = reinterpret_cast<uint8_t*>(dst);
-    if (element_size == 1) {
-      std::memset(p, static_cast<int>(value & 0xff), count);
-    } else {
-      for (size_t i = 0; i < count; ++i) std::memcpy(p + i * element_size, &value, element_size);
-    }
+    impl->Busy(Impl::kMemoryBusy, [=] {
+      uint8_t* p = reinterpret_cast<uint8_t*>(dst);
+      if (element_size == 1) {
+        std::memset(p, static_cast<int>(value & 0xff), count);
+      } else {
+        for (size_t i = 0; i < count; ++i) std::memcpy(p + i * element_size, &value, element_size);
+      }
+    });
   });
 }
 
@@ -775,8 +824,10 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
       std::memset(reinterpret_cast<void*>(launch->grid_workspace), 0, kWorkspaceBytes);
     }
     if (gate) gate->Enter(impl->cancel);
-    internal::LaunchOutcome out =
-        internal::Execute(*launch, *impl, impl->workers, impl->props.multiprocessor_count, &impl->cancel, gate);
+    internal::LaunchOutcome out;
+    impl->Busy(Impl::kKernelBusy, [&] {
+      out = internal::Execute(*launch, *impl, impl->workers, impl->props.multiprocessor_count, &impl->cancel, gate);
+    });
     if (launch->grid_workspace != 0) impl->HeapFree(launch->grid_workspace);
     if (gate) {
       bool more_queued;
@@ -939,6 +990,28 @@ EmuStatus Device::Synchronize() {
 }
 
 uint64_t Device::InstructionsExecuted() const { return impl_->instructions.load(); }
+
+void Device::Utilization(unsigned* gpu_percent, unsigned* memory_percent) {
+  Impl& d = *impl_;
+  std::lock_guard<std::mutex> lock(d.utilization_mu);
+  int64_t now = Impl::MonotonicNanos();
+  Impl::UtilizationSample& last = d.last_sample;
+  uint64_t kernel = d.BusyNanos(Impl::kKernelBusy, now), memory = d.BusyNanos(Impl::kMemoryBusy, now);
+  // Polled faster than this, the previous answer stands (a window of a few microseconds says nothing).
+  constexpr int64_t kMinWindowNanos = 10'000'000;
+  if (last.at != 0 && now - last.at >= kMinWindowNanos) {
+    double window = static_cast<double>(now - last.at);
+    last.gpu = static_cast<unsigned>(std::min(100.0, std::round(100.0 * (kernel - last.kernel) / window)));
+    last.memory_percent = static_cast<unsigned>(std::min(100.0, std::round(100.0 * (memory - last.memory) / window)));
+  }
+  if (last.at == 0 || now - last.at >= kMinWindowNanos) {
+    last.at = now;
+    last.kernel = kernel;
+    last.memory = memory;
+  }
+  *gpu_percent = last.gpu;
+  *memory_percent = last.memory_percent;
+}
 
 EmuStatus Device::StickyError() const { return impl_->Sticky(); }
 

@@ -194,6 +194,9 @@ class Device {
 
   // Dynamic PTX thread-instructions executed by all launches so far (for benchmarks and telemetry).
   uint64_t InstructionsExecuted() const;
+  // NVML's utilisation rates of this device since the previous call (the first call answers 0 and starts the
+  // window): percent of the time a kernel was running, and percent of the time a copy or memset was.
+  void Utilization(unsigned* gpu_percent, unsigned* memory_percent);
 
   // Where device printf output goes; default: this process's stdout, flushed at the end of each launch.
   void SetPrintfSink(std::function<void(std::string_view)> sink);

@@ -8,6 +8,7 @@
 
 #include "api.h"
 #include "driver.h"
+#include "remote.h"
 
 namespace gpupool::interpose {
 namespace {
@@ -240,6 +241,26 @@ CUresult cuDeviceGetByPCIBusId(CUdevice* dev, const char* pciBusId) {
         return CUDA_ERROR_INVALID_DEVICE;
       },
       [&](CUresult) { return fmt::format("{}", pciBusId != nullptr ? pciBusId : "NULL"); });
+}
+
+// gpupool's own, for its libnvidia-ml.so.1 (nvmlDeviceGetUtilizationRates): the slice's utilisation rates since
+// the previous call. CUDA_ERROR_NOT_SUPPORTED where the slice cannot tell (GPU servers, for now; fake devices).
+CUresult cuGpupoolSliceUtilization(CUdevice dev, unsigned int* gpu_percent, unsigned int* memory_percent) {
+  using namespace gpupool::interpose;
+  return ApiCall("cuGpupoolSliceUtilization", [&]() -> CUresult {
+    if (gpu_percent == nullptr || memory_percent == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const DeviceInfo* device;
+    if (CUresult r = Driver::Get().GetDevice(dev, &device); r != CUDA_SUCCESS) return r;
+    Remote& remote = Remote::Get();
+    if (!remote.attached()) return CUDA_ERROR_NOT_SUPPORTED;
+    uint32_t gpu = 0, memory = 0;
+    int code = remote.session(dev)->Utilization(&gpu, &memory);
+    if (code == CUDA_ERROR_NOT_SUPPORTED) return CUDA_ERROR_NOT_SUPPORTED;
+    if (code != 0) return remote.Fail(dev, code, "the slice's utilisation");
+    *gpu_percent = gpu;
+    *memory_percent = memory;
+    return CUDA_SUCCESS;
+  });
 }
 
 }  // extern "C"

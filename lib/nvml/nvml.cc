@@ -1,9 +1,10 @@
 // libnvidia-ml.so.1 for programs on gpupool slices: what NVML reports about "the GPUs" is what the program sees
 // through gpupool's libcuda.so.1, the slices of its lease (in CUDA_VISIBLE_DEVICES order): their count, names, UUIDs,
-// PCI ids, and memory: the slice's size as total, what the lease's processes hold on it as used. PyTorch, pynvml and
-// nvidia-smi-style tools ask these; without it they read a local GPU (or none) that has nothing to do with the
-// slices. Utilisation, clocks, temperature and power are not known to the client: those calls answer
-// NVML_ERROR_NOT_SUPPORTED, never a made-up figure. Calls not defined here are absent, as in an older NVML
+// PCI ids, memory (the slice's size as total, what the lease's processes hold on it as used), and utilisation as
+// the slice's session measures it (emulated devices). PyTorch, pynvml and nvidia-smi-style tools ask these; without
+// it they read a local GPU (or none) that has nothing to do with the slices. Clocks, temperature and power are not
+// known to the client: those calls answer NVML_ERROR_NOT_SUPPORTED, never a made-up figure. Calls not defined here
+// are absent, as in an older NVML
 // (callers that look them up find nothing).
 //
 // The NVML types are declared here as the documented C ABI (nvml.h is not part of the CUDA toolkit).
@@ -30,6 +31,9 @@ using nvmlDevice_t = Device*;
 
 struct nvmlMemory_t {
   unsigned long long total, free, used;
+};
+struct nvmlUtilization_t {
+  unsigned int gpu, memory;  // Percent of the sample period.
 };
 struct nvmlMemory_v2_t {
   unsigned int version;
@@ -70,6 +74,8 @@ nvmlReturn_t FromCuda(CUresult r) {
       return kDriverNotLoaded;
     case CUDA_ERROR_INVALID_VALUE:
       return kInvalidArgument;
+    case CUDA_ERROR_NOT_SUPPORTED:
+      return kNotSupported;
     default:
       return kUnknown;
   }
@@ -130,6 +136,9 @@ nvmlReturn_t SliceMemory(CUdevice dev, size_t* free_bytes, size_t* total) {
 }  // namespace
 
 extern "C" {
+
+// gpupool's libcuda.so.1 exports it for this library (lib/interpose/device.cc).
+CUresult cuGpupoolSliceUtilization(CUdevice dev, unsigned int* gpu_percent, unsigned int* memory_percent);
 
 // Present only in gpupool's NVML: gp-agent checks for it so that it never takes slices for local GPUs.
 int nvmlGpupoolSlices() { return 1; }
@@ -366,9 +375,16 @@ nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t d, unsigned int, n
   return r != kSuccess ? r : kNotSupported;
 }
 
-nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, void*) {
-  nvmlReturn_t r = Check(d);
-  return r != kSuccess ? r : kNotSupported;
+// What the slice's session measures (gpupool's libcuda.so.1): the time this process's kernels, and its copies and
+// memsets, kept the slice busy since the previous call. GPU servers do not report it yet: NVML_ERROR_NOT_SUPPORTED.
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t* utilization) {
+  if (nvmlReturn_t r = Check(d); r != kSuccess) return r;
+  if (utilization == nullptr) return kInvalidArgument;
+  unsigned int gpu = 0, memory = 0;
+  if (CUresult r = cuGpupoolSliceUtilization(d->cu, &gpu, &memory); r != CUDA_SUCCESS) return FromCuda(r);
+  utilization->gpu = gpu;
+  utilization->memory = memory;
+  return kSuccess;
 }
 nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int, unsigned int*) {
   nvmlReturn_t r = Check(d);

@@ -75,7 +75,10 @@
        "Proto message of its Params struct. The first failure surfaces as a posted call's.")                        \
   CALL(StreamWaitValue, streamWaitValue, 34, kPosted,                                                               \
        "Later work of the stream waits until the `width` (4 or 8) bytes at `address` satisfy `flags`' condition "   \
-       "against `value` (cuStreamWaitValue32/64: GEQ, EQ, AND, NOR; FLUSH).")
+       "against `value` (cuStreamWaitValue32/64: GEQ, EQ, AND, NOR; FLUSH).")                                       \
+  CALL(Utilization, utilization, 35, kReply,                                                                        \
+       "NVML's utilisation rates of the slice since the previous call: percent of the time kernels ran (gpu) and "  \
+       "copies or memsets ran (memory).")
 
 // The fields of each call: ARG(kind, name, Name) for what the client sends, RESULT(kind, name, Name) for what the
 // reply carries besides its status. Kinds:
@@ -136,6 +139,7 @@
   ARG(U64, address, Address) ARG(U64, bytes, Bytes) ARG(U64, offset, Offset) ARG(PHYSICAL, memory, Memory)
 #define GP_SESSION_FIELDS_MemUnmap(ARG, RESULT) ARG(U64, address, Address) ARG(U64, bytes, Bytes)
 #define GP_SESSION_FIELDS_Batch(ARG, RESULT) ARG(DATA, calls, Calls)
+#define GP_SESSION_FIELDS_Utilization(ARG, RESULT) RESULT(U32, gpu, Gpu) RESULT(U32, memory, Memory)
 #define GP_SESSION_FIELDS_StreamWaitValue(ARG, RESULT)                                                         \
   ARG(STREAM, stream, Stream) ARG(U64, address, Address) ARG(U64, value, Value) ARG(U8, width, Width)          \
   ARG(U32, flags, Flags)

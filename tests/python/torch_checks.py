@@ -156,9 +156,18 @@ def nvml():
         assert [p.pid for p in procs] == [os.getpid()], procs
         print(f"nvml {i}: {name} {uuid} total {memory.total >> 20} MiB used {used >> 20} MiB")
         del x
+    # The emulated slice measures its own utilisation (copies only here: PyTorch's kernels cannot run on it).
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    pynvml.nvmlDeviceGetUtilizationRates(handle)  # Starts the window.
+    x = torch.empty(64 << 20, dtype=torch.uint8, device="cuda:0")
+    for _ in range(8):
+        x.copy_(torch.ones(64 << 20, dtype=torch.uint8))
+    rates = pynvml.nvmlDeviceGetUtilizationRates(handle)
+    print(f"nvml: utilisation gpu {rates.gpu}% memory {rates.memory}%")
+    assert rates.gpu == 0 and 0 < rates.memory <= 100, "copies, no kernel"
     try:
-        pynvml.nvmlDeviceGetUtilizationRates(pynvml.nvmlDeviceGetHandleByIndex(0))
-        raise AssertionError("a utilisation figure the client cannot know")
+        pynvml.nvmlDeviceGetTemperature(handle, 0)
+        raise AssertionError("a temperature the client cannot know")
     except pynvml.NVMLError_NotSupported:
         pass
     pynvml.nvmlShutdown()

@@ -415,6 +415,12 @@ class CudaBackend final : public DeviceBackend {
     return From(api_->cuStreamQuery(S(stream)));
   }
 
+  // A GPU's utilisation is NVML's on the server (the whole GPU, all its tenants): the agent's telemetry is where it
+  // will come from, not this session.
+  CallStatus Utilization(uint32_t*, uint32_t*) override {
+    return {CUDA_ERROR_NOT_SUPPORTED, "utilisation of GPU slices is not reported to clients yet"};
+  }
+
   CallStatus StreamWaitValue(StreamRef stream, uint64_t address, uint64_t value, unsigned width,
                              uint32_t flags) override {
     if (width == 4) return From(api_->cuStreamWaitValue32(S(stream), address, static_cast<cuuint32_t>(value), flags));

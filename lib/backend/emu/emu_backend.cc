@@ -247,6 +247,14 @@ class EmuBackend final : public DeviceBackend {
 
   CallStatus QueryStream(StreamRef stream) override { return From(device_->StreamQuery(stream.as<emu::Stream>())); }
 
+  CallStatus Utilization(uint32_t* gpu_percent, uint32_t* memory_percent) override {
+    unsigned gpu = 0, memory = 0;
+    device_->Utilization(&gpu, &memory);
+    *gpu_percent = gpu;
+    *memory_percent = memory;
+    return CallStatus::Ok();
+  }
+
   CallStatus StreamWaitValue(StreamRef stream, uint64_t address, uint64_t value, unsigned width,
                              uint32_t flags) override {
     return From(device_->WaitValue(stream.as<emu::Stream>(), address, value, width, flags & 0x3));
