@@ -222,6 +222,8 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
     "kept; checked at launch")                                                                                    \
   X(cuFuncSetCacheConfig, (CUfunction f, CUfunc_cache c), FuncAccept(f), "client", "accepted")                    \
   X(cuFuncGetName, (const char** name, CUfunction f), FuncGetName(name, f), "client", "none")                     \
+  X(cuFuncLoad, (CUfunction f), FuncLoad(f), "fn", "loads the module on the current slice now; waits")            \
+  X(cuFuncIsLoaded, (CUfunctionLoadingState * s, CUfunction f), FuncIsLoaded(s, f), "client", "none")            \
   X(cuFuncGetModule, (CUmodule * m, CUfunction f), FuncGetModule(m, f), "client", "none")                         \
   X(cuFuncGetParamInfo, (CUfunction f, size_t i, size_t* off, size_t* size), FuncGetParamInfo(f, i, off, size),   \
     "ctx", "layout")                                                                                              \

@@ -340,6 +340,30 @@ CUresult FuncGetParamInfo(CUfunction handle, size_t index, size_t* offset, size_
   return CUDA_SUCCESS;
 }
 
+// Functions load on a slice at first use (lazily, as CUDA_MODULE_LOADING=LAZY does); cuFuncLoad loads it on the
+// current context's slice now, and cuFuncIsLoaded says whether that happened there.
+CUresult FuncLoad(CUfunction handle) {
+  Remote& remote = Remote::Get();
+  Kernel* kernel;
+  if (CUresult r = remote.ResolveKernel(handle, &kernel); r != CUDA_SUCCESS) return r;
+  int dev;
+  if (CUresult r = remote.CurrentDevice(&dev); r != CUDA_SUCCESS) return r;
+  RemoteFunctionInfo info;
+  return remote.FunctionOn(kernel, dev, &info);
+}
+
+CUresult FuncIsLoaded(CUfunctionLoadingState* state, CUfunction handle) {
+  if (state == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Remote& remote = Remote::Get();
+  Kernel* kernel;
+  if (CUresult r = remote.ResolveKernel(handle, &kernel); r != CUDA_SUCCESS) return r;
+  int dev;
+  if (CUresult r = remote.CurrentDevice(&dev); r != CUDA_SUCCESS) return r;
+  std::lock_guard<std::mutex> lock(remote.mu());
+  *state = kernel->per_device.count(dev) ? CU_FUNCTION_LOADING_STATE_LOADED : CU_FUNCTION_LOADING_STATE_UNLOADED;
+  return CUDA_SUCCESS;
+}
+
 CUresult LinkCreate(unsigned int n, CUjit_option* options, void** values, CUlinkState* out) {
   if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;

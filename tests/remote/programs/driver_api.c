@@ -42,6 +42,13 @@ int main(void) {
   CHECK(cuCtxSetCurrent(ctx));
   CHECK(cuModuleLoadData(&mod, kPtx));
   CHECK(cuModuleGetFunction(&fn, mod, "twice"));
+  CHECK(cuFuncLoad(fn));
+  CUfunctionLoadingState loading = CU_FUNCTION_LOADING_STATE_UNLOADED;
+  CHECK(cuFuncIsLoaded(&loading, fn));
+  if (loading != CU_FUNCTION_LOADING_STATE_LOADED) {
+    printf("driver_api: cuFuncIsLoaded after cuFuncLoad: %d\n", (int)loading);
+    return 1;
+  }
   CHECK(cuMemAlloc(&d, sizeof(data)));
   CHECK(cuMemcpyHtoD(d, data, sizeof(data)));
   unsigned n = N;
