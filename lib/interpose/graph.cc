@@ -394,14 +394,21 @@ CUresult Run(const std::vector<GraphNode*>& order, CUstream stream) {
 
 // ---- Capture helpers (mu held).
 
+// The per-thread default stream is one handle for every thread, but each thread's is a stream of its own: its
+// captures are kept under an address unique to the thread.
+CUstream CaptureKey(CUstream stream) {
+  static thread_local char this_thread;
+  return stream == CU_STREAM_PER_THREAD ? reinterpret_cast<CUstream>(&this_thread) : stream;
+}
+
 StreamCapture* CaptureEntry(CUstream stream) {
-  auto it = capturing.find(stream);
+  auto it = capturing.find(CaptureKey(stream));
   return it == capturing.end() ? nullptr : &it->second;
 }
 
 
 void Join(CUstream stream, const std::shared_ptr<Capture>& capture, std::vector<CUgraphNode> deps) {
-  auto [it, added] = capturing.try_emplace(stream);
+  auto [it, added] = capturing.try_emplace(CaptureKey(stream));
   if (added) capturing_streams.fetch_add(1);
   it->second.capture = capture;
   it->second.deps = std::move(deps);
@@ -446,8 +453,10 @@ CUresult ResolveCapturable(CUstream stream) {
   int dev;
   uint64_t sid;
   if (CUresult r = Remote::Get().ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
-  // The default streams cannot be captured here (the driver allows the per-thread one; not supported yet).
-  if (sid == 0) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  // The legacy default stream cannot be captured (as with the driver); the per-thread one, named by its handle, can.
+  // (Programs built with --default-stream per-thread reach here with NULL through the _ptsz entry points, which
+  // share the legacy ones' implementation: their NULL stream is refused.)
+  if (sid == 0 && stream != CU_STREAM_PER_THREAD) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   return CUDA_SUCCESS;
 }
 
@@ -571,7 +580,7 @@ CUresult StreamBeginCapture(CUstream stream, CUgraph graph, const CUgraphNode* d
   auto capture = std::make_shared<Capture>();
   capture->id = next_capture_id.fetch_add(1);
   capture->mode = mode;
-  capture->origin = stream;
+  capture->origin = CaptureKey(stream);
   if (graph != nullptr) {  // cuStreamBeginCaptureToGraph: into the program's graph, after `deps`.
     auto it = owned.find(reinterpret_cast<Graph*>(graph));
     if (it == owned.end()) return CUDA_ERROR_INVALID_VALUE;
@@ -592,11 +601,11 @@ CUresult StreamEndCapture(CUstream stream, CUgraph* out) {
   StreamCapture* s = CaptureEntry(stream);
   if (s == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
   std::shared_ptr<Capture> capture = s->capture;
-  if (capture->origin != stream) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+  if (capture->origin != CaptureKey(stream)) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
   // Every stream that forked from the capture must have been joined back into the origin stream.
   bool joined = true;
   for (const auto& [other, entry] : capturing) {
-    if (other != stream && entry.capture == capture && !AllReach(entry.deps, s->deps)) joined = false;
+    if (other != CaptureKey(stream) && entry.capture == capture && !AllReach(entry.deps, s->deps)) joined = false;
   }
   EndCapture(capture);
   *out = nullptr;

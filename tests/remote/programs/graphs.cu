@@ -370,11 +370,42 @@ void GraphMemory() {
   EXPECT(free2 == free0, "graph memory returned with the graph");
 }
 
+// The per-thread default stream can be captured (each thread's is its own); the legacy one cannot.
+void CapturePerThreadStream() {
+  constexpr int n = 1024;
+  int* d = nullptr;
+  CHECK(cudaMalloc(&d, n * sizeof(int)));
+  cudaGraph_t g = nullptr;
+  CHECK(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal));
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CHECK(cudaStreamIsCapturing(cudaStreamPerThread, &status));
+  EXPECT(status == cudaStreamCaptureStatusActive, "the per-thread stream captures");
+  CHECK(cudaMemsetAsync(d, 0, n * sizeof(int), cudaStreamPerThread));
+  AddConst<<<n / 256, 256, 0, cudaStreamPerThread>>>(d, 5, n);
+  CHECK(cudaStreamEndCapture(cudaStreamPerThread, &g));
+  cudaGraphExec_t exec = nullptr;
+  CHECK(cudaGraphInstantiate(&exec, g, 0));
+  CHECK(cudaGraphLaunch(exec, cudaStreamPerThread));
+  CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+  int back[n] = {};
+  CHECK(cudaMemcpy(back, d, sizeof(back), cudaMemcpyDeviceToHost));
+  int wrong = 0;
+  for (int i = 0; i < n; ++i) wrong += back[i] != 5;
+  EXPECT(wrong == 0, "a graph captured on the per-thread stream");
+  EXPECT(cudaStreamBeginCapture(cudaStreamLegacy, cudaStreamCaptureModeGlobal) != cudaSuccess,
+         "the legacy default stream cannot be captured");
+  cudaGetLastError();
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaFree(d));
+}
+
 int main() {
   CHECK(cudaProfilerStart());  // Accepted without effect, as the driver does with no profiler attached.
   ExplicitGraph();
   Capture();
   GraphMemory();
+  CapturePerThreadStream();
   CHECK(cudaProfilerStop());
   std::printf("graphs: %d failure(s): %s\n", failures, failures ? "FAILED" : "PASSED");
   return failures ? 1 : 0;
