@@ -326,14 +326,23 @@ CUresult FuncGetModule(CUmodule* out, CUfunction handle) {
   return CUDA_SUCCESS;
 }
 
-CUresult FuncGetParamInfo(CUfunction handle, size_t index, size_t* offset, size_t* size) {
+namespace {
+
+// The function behind `handle` and the current context's slice.
+CUresult KernelOnCurrentSlice(CUfunction handle, Kernel** kernel, int* dev) {
   Remote& remote = Remote::Get();
+  if (CUresult r = remote.ResolveKernel(handle, kernel); r != CUDA_SUCCESS) return r;
+  return remote.CurrentDevice(dev);
+}
+
+}  // namespace
+
+CUresult FuncGetParamInfo(CUfunction handle, size_t index, size_t* offset, size_t* size) {
   Kernel* kernel;
-  if (CUresult r = remote.ResolveKernel(handle, &kernel); r != CUDA_SUCCESS) return r;
   int dev;
-  if (CUresult r = remote.CurrentDevice(&dev); r != CUDA_SUCCESS) return r;
+  if (CUresult r = KernelOnCurrentSlice(handle, &kernel, &dev); r != CUDA_SUCCESS) return r;
   RemoteFunctionInfo info;
-  if (CUresult r = remote.FunctionOn(kernel, dev, &info); r != CUDA_SUCCESS) return r;
+  if (CUresult r = Remote::Get().FunctionOn(kernel, dev, &info); r != CUDA_SUCCESS) return r;
   if (index >= info.params.size()) return CUDA_ERROR_INVALID_VALUE;
   if (offset != nullptr) *offset = info.params[index].offset;
   if (size != nullptr) *size = info.params[index].size;
@@ -343,23 +352,19 @@ CUresult FuncGetParamInfo(CUfunction handle, size_t index, size_t* offset, size_
 // Functions load on a slice at first use (lazily, as CUDA_MODULE_LOADING=LAZY does); cuFuncLoad loads it on the
 // current context's slice now, and cuFuncIsLoaded says whether that happened there.
 CUresult FuncLoad(CUfunction handle) {
-  Remote& remote = Remote::Get();
   Kernel* kernel;
-  if (CUresult r = remote.ResolveKernel(handle, &kernel); r != CUDA_SUCCESS) return r;
   int dev;
-  if (CUresult r = remote.CurrentDevice(&dev); r != CUDA_SUCCESS) return r;
+  if (CUresult r = KernelOnCurrentSlice(handle, &kernel, &dev); r != CUDA_SUCCESS) return r;
   RemoteFunctionInfo info;
-  return remote.FunctionOn(kernel, dev, &info);
+  return Remote::Get().FunctionOn(kernel, dev, &info);
 }
 
 CUresult FuncIsLoaded(CUfunctionLoadingState* state, CUfunction handle) {
   if (state == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  Remote& remote = Remote::Get();
   Kernel* kernel;
-  if (CUresult r = remote.ResolveKernel(handle, &kernel); r != CUDA_SUCCESS) return r;
   int dev;
-  if (CUresult r = remote.CurrentDevice(&dev); r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> lock(remote.mu());
+  if (CUresult r = KernelOnCurrentSlice(handle, &kernel, &dev); r != CUDA_SUCCESS) return r;
+  std::lock_guard<std::mutex> lock(Remote::Get().mu());
   *state = kernel->per_device.count(dev) ? CU_FUNCTION_LOADING_STATE_LOADED : CU_FUNCTION_LOADING_STATE_UNLOADED;
   return CUDA_SUCCESS;
 }
