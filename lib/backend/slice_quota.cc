@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 
 #include <fmt/format.h>
 
@@ -64,7 +65,11 @@ int JoinLocked(QuotaTable* t) {
   for (int i = 0; i < SliceQuota::kMaxMembers; ++i) {
     if (Alive(t, i)) continue;
     QuotaTable::Member& m = t->members[i];
-    LockRobustMutex(&m.life);
+    // Never block here (the table is locked): a life mutex still held, by a member that left from another thread
+    // than the one that joined, marks a slot not to reuse.
+    int rc = pthread_mutex_trylock(&m.life);
+    if (rc == EOWNERDEAD) pthread_mutex_consistent(&m.life);
+    if (rc != 0 && rc != EOWNERDEAD) continue;
     m.pid = getpid();
     m.used = 0;
     return i;
@@ -148,7 +153,7 @@ uint64_t SliceQuota::limit() const { return table_->limit; }
 
 uint64_t SliceQuota::used() const {
   RobustLock lock(&table_->mu);
-  return UsedLocked(table_, slot_, false);
+  return UsedLocked(table_, slot_, true);  // Dead members' bytes never count: callers decide by this figure.
 }
 
 uint64_t SliceQuota::mine() const {

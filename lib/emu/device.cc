@@ -141,9 +141,10 @@ struct Device::Impl : public internal::MemoryMap {
     busy_since.store(start);
     busy_kind.store(kind);
     op();
-    busy_kind.store(kIdle);
     uint64_t spent = static_cast<uint64_t>(std::max<int64_t>(0, MonotonicNanos() - start));
+    // Counted before the work stops showing as running, so that a reader never sees it in neither.
     (kind == kKernelBusy ? kernel_nanos : memory_nanos) += spent;
+    busy_kind.store(kIdle);
   }
   // Busy nanoseconds of `kind` so far, including work of that kind still running.
   uint64_t BusyNanos(BusyKind kind, int64_t now) {
@@ -1001,8 +1002,13 @@ void Device::Utilization(unsigned* gpu_percent, unsigned* memory_percent) {
   constexpr int64_t kMinWindowNanos = 10'000'000;
   if (last.at != 0 && now - last.at >= kMinWindowNanos) {
     double window = static_cast<double>(now - last.at);
-    last.gpu = static_cast<unsigned>(std::min(100.0, std::round(100.0 * (kernel - last.kernel) / window)));
-    last.memory_percent = static_cast<unsigned>(std::min(100.0, std::round(100.0 * (memory - last.memory) / window)));
+    // A reader between the two stores of Busy() may count a running piece twice, once: never below the last.
+    auto percent = [window](uint64_t now_busy, uint64_t then_busy) {
+      double delta = now_busy > then_busy ? static_cast<double>(now_busy - then_busy) : 0.0;
+      return static_cast<unsigned>(std::min(100.0, std::round(100.0 * delta / window)));
+    };
+    last.gpu = percent(kernel, last.kernel);
+    last.memory_percent = percent(memory, last.memory);
   }
   if (last.at == 0 || now - last.at >= kMinWindowNanos) {
     last.at = now;

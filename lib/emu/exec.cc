@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "emu/fp.h"
@@ -418,9 +419,22 @@ LaunchOutcome Execute(const Launch& launch, MemoryMap& memory, int workers, int 
     r.instructions = runner.instructions();
   };
   std::vector<std::thread> threads;
-  for (int w = 1; w < workers; ++w) threads.emplace_back(work, w);
-  work(0);
+  bool started = true;
+  try {
+    for (int w = 1; w < workers; ++w) threads.emplace_back(work, w);
+  } catch (const std::system_error&) {
+    // The host refused a thread (a cooperative grid needs one per block): stop those started, fail the launch.
+    abort.store(true);
+    started = false;
+  }
+  if (started) work(0);
   for (auto& th : threads) th.join();
+  if (!started) {
+    out.status = EmuStatus(Code::kLaunchOutOfResources,
+                           "the host could not start a thread for every block of the grid (" +
+                               std::to_string(workers) + " needed)");
+    return out;
+  }
   std::vector<std::pair<uint64_t, std::string>> all;
   uint64_t first_fault = ~0ull;
   for (auto& r : results) {

@@ -62,7 +62,15 @@ CUresult Array3DCreate(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   if (desc->NumChannels != 1 && desc->NumChannels != 2 && desc->NumChannels != 4) return CUDA_ERROR_INVALID_VALUE;
-  if (desc->Width == 0 || (desc->Depth != 0 && desc->Height == 0)) return CUDA_ERROR_INVALID_VALUE;
+  // Far beyond any device's array limits (65536 x 65536 x 4096 for 3D on current GPUs), and no overflow below.
+  constexpr size_t kMaxExtent = size_t{1} << 24;
+  if (desc->Width == 0 || desc->Width > kMaxExtent || desc->Height > kMaxExtent || desc->Depth > kMaxExtent) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (desc->Depth != 0 && desc->Height == 0) {
+    // A layered 1D array (Height 0, Depth layers) is a layout slices do not hold.
+    return (desc->Flags & CUDA_ARRAY3D_LAYERED) ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+  }
   if ((desc->Flags & CUDA_ARRAY3D_CUBEMAP) && (desc->Width != desc->Height || desc->Depth % 6 != 0)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -98,12 +106,15 @@ CUresult ArrayCreate(CUarray* out, const CUDA_ARRAY_DESCRIPTOR* desc) {
 }
 
 CUresult ArrayDestroy(CUarray handle) {
-  Array a;
-  if (CUresult r = ResolveArray(handle, &a); r != CUDA_SUCCESS) return r;
+  if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
   Remote& remote = Remote::Get();
+  Array a;
   {
     std::lock_guard<std::mutex> lock(remote.mu());
-    Handle(handle)->alive = false;  // Kept: a stale handle is recognised, never freed memory.
+    Array* live = Handle(handle);
+    if (live == nullptr || remote.arrays.count(live) == 0 || !live->alive) return CUDA_ERROR_INVALID_HANDLE;
+    live->alive = false;  // Kept: a stale handle is recognised, never freed memory. Once: under the same lock.
+    a = *live;
   }
   remote.session(a.device)->MemFree(a.memory);  // After the work queued before, as cuMemFree.
   return CUDA_SUCCESS;

@@ -70,9 +70,11 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cu
 
 int gpupool_interpose_unimplemented(int symbol) {
   using namespace gpupool::interpose;
+  const char* name =
+      symbol >= 0 && symbol < gpupool_interpose_symbol_count ? gpupool_interpose_symbol_names[symbol] : "?";
+  // In a child forked after cuInit: the same answer as every other entry point there, and no logger lock.
+  if (ForkedAfterInit()) return ForkedChildCall(name);
   try {
-    const char* name =
-        symbol >= 0 && symbol < gpupool_interpose_symbol_count ? gpupool_interpose_symbol_names[symbol] : "?";
     // One flag per variant, allocated once; leaked so that late calls from atexit handlers still find it.
     static std::atomic<bool>* reported = new std::atomic<bool>[gpupool_interpose_symbol_count]();
     if (std::getenv("GPUPOOL_LOG") != nullptr && symbol >= 0 && symbol < gpupool_interpose_symbol_count &&

@@ -123,10 +123,16 @@ CUresult StreamWaitValue(CUstream handle, CUdeviceptr address, uint64_t value, u
   return CUDA_SUCCESS;
 }
 
-// A write of the value in stream order: what a copy of those bytes from the host is (captured into a graph, too).
+// A write of the value in stream order: what a copy of those bytes from the host is. In a capture a copy node would
+// read the host bytes when the graph runs, long after this call: a 32-bit write becomes a one-element memset node
+// (the value travels in the node); a 64-bit one cannot be one write there and is refused.
 CUresult StreamWriteValue(CUstream handle, CUdeviceptr address, uint64_t value, unsigned width, unsigned int flags) {
   if (flags & ~static_cast<unsigned int>(CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER)) return CUDA_ERROR_INVALID_VALUE;
   if (address % width != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (Capturing(handle)) {
+    if (width == 8) return RefuseWhileCapturing(handle);
+    return Memset2D(address, 0, static_cast<uint32_t>(value), 4, 1, 1, handle);
+  }
   if (width == 4) {
     uint32_t v = static_cast<uint32_t>(value);
     return CopyHtoD(address, &v, sizeof(v), handle);
@@ -135,7 +141,7 @@ CUresult StreamWriteValue(CUstream handle, CUdeviceptr address, uint64_t value, 
 }
 
 CUresult StreamBatchMemOp(CUstream handle, unsigned int count, CUstreamBatchMemOpParams* ops, unsigned int flags) {
-  if (flags != 0 || (count > 0 && ops == nullptr) || count > 256) return CUDA_ERROR_INVALID_VALUE;
+  if (flags != 0 || (count > 0 && ops == nullptr) || count >= 256) return CUDA_ERROR_INVALID_VALUE;  // "< 256"
   for (unsigned int i = 0; i < count; ++i) {
     const CUstreamBatchMemOpParams& op = ops[i];
     CUresult r = CUDA_SUCCESS;

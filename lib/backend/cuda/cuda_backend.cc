@@ -423,6 +423,7 @@ class CudaBackend final : public DeviceBackend {
 
   CallStatus StreamWaitValue(StreamRef stream, uint64_t address, uint64_t value, unsigned width,
                              uint32_t flags) override {
+    Current();
     if (width == 4) return From(api_->cuStreamWaitValue32(S(stream), address, static_cast<cuuint32_t>(value), flags));
     return From(api_->cuStreamWaitValue64(S(stream), address, value, flags));
   }

@@ -116,7 +116,28 @@ int main(int argc, char** argv) {
          "a wait on host memory is refused");
   CHECK(cudaStreamSynchronize(s1));  // Nothing of the refused calls reached the stream.
 
-  // 5. In a stream capture, a wait cannot become a graph node here: refused, and the capture is invalidated.
+  // 5. A 32-bit write captured into a graph writes its value each time the graph runs (not bytes read later from
+  //    the capturing call's stack); a 64-bit one is refused in a capture.
+  cudaGraph_t writes = nullptr;
+  CHECK(cudaStreamBeginCapture(s2, cudaStreamCaptureModeThreadLocal));
+  DRV(cuStreamWriteValue32(reinterpret_cast<CUstream>(s2), f32 + 8, 0xc0ffee, 0));
+  CHECK(cudaStreamEndCapture(s2, &writes));
+  cudaGraphExec_t writes_exec = nullptr;
+  CHECK(cudaGraphInstantiate(&writes_exec, writes, 0));
+  CHECK(cudaMemset(flag32 + 2, 0, 4));
+  CHECK(cudaGraphLaunch(writes_exec, s2));
+  CHECK(cudaStreamSynchronize(s2));
+  CHECK(cudaMemcpy(&v32, flag32 + 2, sizeof(v32), cudaMemcpyDeviceToHost));
+  EXPECT(v32 == 0xc0ffee, "a captured cuStreamWriteValue32");
+  CHECK(cudaGraphExecDestroy(writes_exec));
+  CHECK(cudaGraphDestroy(writes));
+  CHECK(cudaStreamBeginCapture(s2, cudaStreamCaptureModeThreadLocal));
+  EXPECT(cuStreamWriteValue64(reinterpret_cast<CUstream>(s2), f64, 1, 0) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+         "a 64-bit write during capture is refused");
+  EXPECT(cudaStreamEndCapture(s2, &writes) == cudaErrorStreamCaptureInvalidated, "that capture is invalidated");
+  cudaGetLastError();
+
+  // 6. In a stream capture, a wait cannot become a graph node here: refused, and the capture is invalidated.
   cudaGraph_t graph = nullptr;
   CHECK(cudaStreamBeginCapture(s2, cudaStreamCaptureModeThreadLocal));
   CUresult captured = cuStreamWaitValue32(reinterpret_cast<CUstream>(s2), f32, 1, 0);
