@@ -174,6 +174,14 @@ done
 step native-driver_api 120 expect_out PASSED "$VARIANTS/driver_api"
 # A quarter of the GPU: the program sees a quarter of its memory, and allocating past it fails.
 step pool-quota 180 run_on_pool -p 0.25 -- "$VARIANTS/quota"
+# The driver-API families of the framework issue: each program checks itself natively (the GPU's own driver: is
+# the test right?) and on a slice (is gpupool?).
+for v in graphs stream_ordered stream_memops cooperative arrays fork_after_init; do
+  step "native-$v" 120 expect_out PASSED "$VARIANTS/$v"
+  step "pool-$v" 240 expect_out PASSED run_on_pool -- "$VARIANTS/$v"
+done
+# Processes of one lease share its slice's memory (64 MiB slice).
+step pool-lease_processes 240 expect_out PASSED run_on_pool -m 64MiB -- "$VARIANTS/lease_processes"
 
 faulting_neighbour() {  # A kernel through a wild pointer fails its own program only; the neighbour computes on.
   run_on_pool -p 0.5 -- "$PROGRAMS/busy" 4 >"$LOGS/neighbour.log" 2>&1 &
