@@ -11,7 +11,9 @@ if [ -f "$venv/requirements.txt" ] && cmp -s "$venv/requirements.txt" "$requirem
 fi
 rm -rf "$venv"
 python3 -m venv "$venv" || { echo "make_venv: python3 -m venv failed (Debian: apt-get install python3-venv)" >&2; exit 1; }
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$requirements" ||
+# Twice: a download or an unpacked wheel can fail once on a busy machine (seen: an OSError unpacking triton).
+install() { "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$requirements"; }
+install || { echo "make_venv: pip failed once; trying again" >&2; install; } ||
   { echo "make_venv: pip could not install $requirements (is PyPI reachable?)" >&2; exit 1; }
 cp "$requirements" "$venv/requirements.txt"
 "$venv/bin/python" -m pip freeze --disable-pip-version-check
