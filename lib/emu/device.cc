@@ -603,26 +603,29 @@ EmuStatus Enqueue(Device::Impl& impl, Stream* stream, bool async, Op op) {
   return impl.Sticky();
 }
 
+// Enqueue for copies and memsets: their time counts as the device's memory activity (Utilization).
+template <typename Op>
+EmuStatus EnqueueMemoryWork(Device::Impl& impl, Stream* stream, bool async, Op op) {
+  Device::Impl* d = &impl;
+  return Enqueue(impl, stream, async, [d, op] { d->Busy(Device::Impl::kMemoryBusy, op); });
+}
+
 }  // namespace
 
 EmuStatus Device::CopyToDevice(uint64_t dst, const void* src, size_t bytes, Stream* stream, bool async) {
   if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
   if (bytes == 0) return EmuStatus::Ok();
   if (!impl_->Contains(dst, bytes)) return BadValue("copy destination is not inside one device allocation");
-  Impl* impl = impl_.get();
-  return Enqueue(*impl_, stream, async, [=] {
-    impl->Busy(Impl::kMemoryBusy, [=] { std::memcpy(reinterpret_cast<void*>(dst), src, bytes); });
-  });
+  return EnqueueMemoryWork(*impl_, stream, async,
+                           [=] { std::memcpy(reinterpret_cast<void*>(dst), src, bytes); });
 }
 
 EmuStatus Device::CopyFromDevice(void* dst, uint64_t src, size_t bytes, Stream* stream, bool async) {
   if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
   if (bytes == 0) return EmuStatus::Ok();
   if (!impl_->Contains(src, bytes)) return BadValue("copy source is not inside one device allocation");
-  Impl* impl = impl_.get();
-  return Enqueue(*impl_, stream, async, [=] {
-    impl->Busy(Impl::kMemoryBusy, [=] { std::memcpy(dst, reinterpret_cast<const void*>(src), bytes); });
-  });
+  return EnqueueMemoryWork(*impl_, stream, async,
+                           [=] { std::memcpy(dst, reinterpret_cast<const void*>(src), bytes); });
 }
 
 EmuStatus Device::CopyOnDevice(uint64_t dst, uint64_t src, size_t bytes, Stream* stream, bool async) {
@@ -631,10 +634,8 @@ EmuStatus Device::CopyOnDevice(uint64_t dst, uint64_t src, size_t bytes, Stream*
   if (!impl_->Contains(dst, bytes) || !impl_->Contains(src, bytes)) {
     return BadValue("device-to-device copy outside an allocation");
   }
-  Impl* impl = impl_.get();
-  return Enqueue(*impl_, stream, async, [=] {
-    impl->Busy(Impl::kMemoryBusy,
-               [=] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes); });
+  return EnqueueMemoryWork(*impl_, stream, async, [=] {
+    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
   });
 }
 
@@ -645,16 +646,13 @@ EmuStatus Device::Memset(uint64_t dst, uint32_t value, size_t element_size, size
   if (count == 0) return EmuStatus::Ok();
   if (count > UINT64_MAX / element_size) return BadValue("memset size overflows");
   if (!impl_->Contains(dst, element_size * count)) return BadValue("memset outside a device allocation");
-  Impl* impl = impl_.get();
-  return Enqueue(*impl_, stream, async, [=] {
-    impl->Busy(Impl::kMemoryBusy, [=] {
-      uint8_t* p = reinterpret_cast<uint8_t*>(dst);
-      if (element_size == 1) {
-        std::memset(p, static_cast<int>(value & 0xff), count);
-      } else {
-        for (size_t i = 0; i < count; ++i) std::memcpy(p + i * element_size, &value, element_size);
-      }
-    });
+  return EnqueueMemoryWork(*impl_, stream, async, [=] {
+    uint8_t* p = reinterpret_cast<uint8_t*>(dst);
+    if (element_size == 1) {
+      std::memset(p, static_cast<int>(value & 0xff), count);
+    } else {
+      for (size_t i = 0; i < count; ++i) std::memcpy(p + i * element_size, &value, element_size);
+    }
   });
 }
 
