@@ -15,8 +15,6 @@
 
 namespace gpupool::interpose {
 
-CUresult CopyAny(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream);  // memory.cc: either side.
-
 namespace {
 
 constexpr size_t kArrayPitchAlignment = 512;
@@ -152,34 +150,32 @@ CUresult ArrayRange(CUarray handle, size_t offset, size_t bytes, uint64_t* addre
 CUresult CopyHtoA(CUarray dst, size_t offset, const void* src, size_t bytes, CUstream stream) {
   uint64_t d;
   if (CUresult r = ArrayRange(dst, offset, bytes, &d); r != CUDA_SUCCESS) return r;
-  return CopyAny(d, reinterpret_cast<uint64_t>(src), bytes, stream);
+  return CopyHtoD(d, src, bytes, stream);
 }
 
 CUresult CopyAtoH(void* dst, CUarray src, size_t offset, size_t bytes, CUstream stream) {
   uint64_t s;
   if (CUresult r = ArrayRange(src, offset, bytes, &s); r != CUDA_SUCCESS) return r;
-  return CopyAny(reinterpret_cast<uint64_t>(dst), s, bytes, stream);
+  return CopyDtoH(dst, s, bytes, stream);
 }
 
 CUresult CopyAtoD(CUdeviceptr dst, CUarray src, size_t offset, size_t bytes) {
   uint64_t s;
   if (CUresult r = ArrayRange(src, offset, bytes, &s); r != CUDA_SUCCESS) return r;
-  if (Remote::Get().DeviceOf(dst) < 0) return CUDA_ERROR_INVALID_VALUE;
-  return CopyAny(dst, s, bytes, nullptr);
+  return CopyDtoD(dst, s, bytes, nullptr);
 }
 
 CUresult CopyDtoA(CUarray dst, size_t offset, CUdeviceptr src, size_t bytes) {
   uint64_t d;
   if (CUresult r = ArrayRange(dst, offset, bytes, &d); r != CUDA_SUCCESS) return r;
-  if (Remote::Get().DeviceOf(src) < 0) return CUDA_ERROR_INVALID_VALUE;
-  return CopyAny(d, src, bytes, nullptr);
+  return CopyDtoD(d, src, bytes, nullptr);
 }
 
 CUresult CopyAtoA(CUarray dst, size_t dst_offset, CUarray src, size_t src_offset, size_t bytes) {
   uint64_t d, s;
   if (CUresult r = ArrayRange(dst, dst_offset, bytes, &d); r != CUDA_SUCCESS) return r;
   if (CUresult r = ArrayRange(src, src_offset, bytes, &s); r != CUDA_SUCCESS) return r;
-  return CopyAny(d, s, bytes, nullptr);
+  return CopyDtoD(d, s, bytes, nullptr);
 }
 
 }  // namespace gpupool::interpose

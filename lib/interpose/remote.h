@@ -93,6 +93,12 @@ struct Array {
 // The array behind a handle, or CUDA_ERROR_INVALID_HANDLE (never created, or destroyed). Defined in array.cc.
 CUresult ResolveArray(CUarray handle, Array* out);
 
+// 1D copies as cuMemcpyHtoD(Async), DtoH and DtoD take them: each device side must lie in a slice's window
+// (CUDA_ERROR_INVALID_VALUE otherwise), captured into a graph when the stream captures. Defined in memory.cc.
+CUresult CopyHtoD(CUdeviceptr dst, const void* src, size_t n, CUstream stream);
+CUresult CopyDtoH(void* dst, CUdeviceptr src, size_t n, CUstream stream);
+CUresult CopyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream);
+
 // Virtual memory management (vmm.cc). A CUmemGenericAllocationHandle points at a PhysicalMemory; reservations
 // lie in one slice's window (the slice current when they were made), and only that slice's memory maps there.
 struct PhysicalMemory {

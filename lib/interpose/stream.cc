@@ -97,8 +97,6 @@ CUresult StreamWaitEvent(CUstream handle, CUevent event_handle) {
 
 // ---- Stream memory operations (cuStreamWaitValue*, cuStreamWriteValue*, cuStreamBatchMemOp).
 
-CUresult CopyHtoD(CUdeviceptr d, const void* s, size_t n, CUstream st);  // memory.cc
-
 CUresult StreamWaitValue(CUstream handle, CUdeviceptr address, uint64_t value, unsigned width, unsigned int flags) {
   Remote& remote = Remote::Get();
   int dev;
