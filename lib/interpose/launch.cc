@@ -166,13 +166,32 @@ struct OccupancyInputs {
   cudaOccDeviceState state;
 };
 
+// The same for `kernel` on slice `dev`.
+OccupancyInputs OccupancyInputsOn(const Kernel& kernel, int dev, const RemoteFunctionInfo& info, int block_limit) {
+  OccupancyInputs in;
+  in.device = OccupancyDevice(dev);
+  in.function = OccupancyFunction(kernel, dev, info, block_limit);
+  return in;
+}
+
 CUresult OccupancyInputsFor(CUfunction f, int block_limit, OccupancyInputs* in) {
   int dev;
   Kernel* kernel;
   RemoteFunctionInfo info;
   if (CUresult r = FunctionForOccupancy(f, &dev, &kernel, &info); r != CUDA_SUCCESS) return r;
-  in->device = OccupancyDevice(dev);
-  in->function = OccupancyFunction(*kernel, dev, info, block_limit);
+  *in = OccupancyInputsOn(*kernel, dev, info, block_limit);
+  return CUDA_SUCCESS;
+}
+
+// Blocks of `block_size` threads one multiprocessor holds at once (cuOccupancyMaxActiveBlocksPerMultiprocessor).
+CUresult ActiveBlocksPerMultiprocessor(OccupancyInputs& in, int block_size, size_t dynamic_shared, int* blocks) {
+  cudaOccResult result;
+  if (CUresult r = OccupancyResult(cudaOccMaxActiveBlocksPerMultiprocessor(&result, &in.device, &in.function,
+                                                                           &in.state, block_size, dynamic_shared));
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  *blocks = result.activeBlocksPerMultiprocessor;
   return CUDA_SUCCESS;
 }
 
@@ -180,17 +199,13 @@ CUresult OccupancyInputsFor(CUfunction f, int block_limit, OccupancyInputs* in) 
 // hold of this function (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE), and any on a device without cooperative launch.
 CUresult CooperativeGridFits(const NodeWork& work, int dev, const RemoteFunctionInfo& info) {
   if (DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 0) == 0) return CUDA_ERROR_NOT_SUPPORTED;
-  OccupancyInputs in;
-  in.device = OccupancyDevice(dev);
-  in.function = OccupancyFunction(*work.kernel, dev, info, 0);
-  cudaOccResult result;
+  OccupancyInputs in = OccupancyInputsOn(*work.kernel, dev, info, 0);
   const int threads = static_cast<int>(work.block[0] * work.block[1] * work.block[2]);
-  if (CUresult r = OccupancyResult(cudaOccMaxActiveBlocksPerMultiprocessor(&result, &in.device, &in.function,
-                                                                           &in.state, threads, work.shared_bytes));
-      r != CUDA_SUCCESS) {
+  int per_sm = 0;
+  if (CUresult r = ActiveBlocksPerMultiprocessor(in, threads, work.shared_bytes, &per_sm); r != CUDA_SUCCESS) {
     return r;
   }
-  const uint64_t resident = static_cast<uint64_t>(result.activeBlocksPerMultiprocessor) * in.device.numSms;
+  const uint64_t resident = static_cast<uint64_t>(per_sm) * in.device.numSms;
   const uint64_t blocks = uint64_t{work.grid[0]} * work.grid[1] * work.grid[2];
   return blocks <= resident ? CUDA_SUCCESS : CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
 }
@@ -224,7 +239,7 @@ CUresult LaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** param
   for (unsigned int i = 0; i < config->numAttrs; ++i) {
     const CUlaunchAttribute& a = config->attrs[i];
     if (a.id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && a.value.cooperative != 0) cooperative = true;
-    // The cluster dimension travels with the launch; everything else (priority, access policy, programmatic
+    // The cluster dimension and the cooperative flag travel with the launch; everything else (priority, access policy, programmatic
     // serialization, scheduling preference...) is a hint a slice may ignore: without it the work is ordered as a
     // plain launch orders it.
   }
@@ -318,14 +333,7 @@ CUresult OccupancyMaxActiveBlocks(int* blocks, CUfunction f, int block_size, siz
   if (blocks == nullptr) return CUDA_ERROR_INVALID_VALUE;
   OccupancyInputs in;
   if (CUresult r = OccupancyInputsFor(f, 0, &in); r != CUDA_SUCCESS) return r;
-  cudaOccResult result;
-  if (CUresult r = OccupancyResult(cudaOccMaxActiveBlocksPerMultiprocessor(&result, &in.device, &in.function,
-                                                                           &in.state, block_size, dynamic_shared));
-      r != CUDA_SUCCESS) {
-    return r;
-  }
-  *blocks = result.activeBlocksPerMultiprocessor;
-  return CUDA_SUCCESS;
+  return ActiveBlocksPerMultiprocessor(in, block_size, dynamic_shared, blocks);
 }
 
 CUresult OccupancyMaxPotentialBlockSize(int* min_grid, int* block_size, CUfunction f, CUoccupancyB2DSize b2d,
