@@ -1,7 +1,5 @@
 #include "backend/device_turns.h"
 
-#include "backend/shared_segment.h"
-
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -15,6 +13,8 @@
 #include <cstring>
 
 #include <fmt/format.h>
+
+#include "backend/shared_segment.h"
 
 namespace gpupool::backend {
 

@@ -538,7 +538,9 @@ class SessionServer final : public wire::Session::Server {
     }
     if (a.width == 4 && a.value > UINT32_MAX) return Invalid("a 32-bit stream wait on a 64-bit value");
     if (CallStatus s = Owned(a.address, a.width, "stream wait address"); !s.ok()) return Done(s);
-    return Done(Submit(stream, [&] { return backend_->StreamWaitValue(stream, a.address, a.value, a.width, a.flags); }));
+    return Done(Submit(stream, [&] {
+      return backend_->StreamWaitValue(stream, a.address, a.value, a.width, a.flags);
+    }));
   }
 
   Reply Handle(const calls::EventCreate::Args&, calls::EventCreate::Results& r) {

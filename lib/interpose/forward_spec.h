@@ -307,35 +307,43 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
   X(cuStreamWaitEvent, (CUstream s, CUevent e, unsigned int f), StreamWaitEvent(s, e), "stream",                  \
     "async on one slice; across slices the client waits for the event")                                           \
   X(cuStreamWaitEvent_ptsz, (CUstream s, CUevent e, unsigned int f), StreamWaitEvent(s, e), "stream", "async")    \
-  /* Stream memory operations: waits run on the slice; a write is an 4/8-byte copy from the host in stream order. */ \
-  X(cuStreamWaitValue32, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int f), StreamWaitValue(s, a, v, 4, f), "stream", "async")      \
-  X(cuStreamWaitValue32_ptsz, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int f), StreamWaitValue(s, a, v, 4, f), "stream", "async") \
-  X(cuStreamWaitValue32_v2, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int f),                          \
-    StreamWaitValue(s, a, v, 4, f), "stream", "async")                                                           \
-  X(cuStreamWaitValue32_v2_ptsz, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int f),                     \
-    StreamWaitValue(s, a, v, 4, f), "stream", "async")                                                           \
-  X(cuStreamWaitValue64, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f), StreamWaitValue(s, a, v, 8, f), "stream", "async")      \
-  X(cuStreamWaitValue64_ptsz, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f), StreamWaitValue(s, a, v, 8, f), "stream", "async") \
-  X(cuStreamWaitValue64_v2, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f),                          \
-    StreamWaitValue(s, a, v, 8, f), "stream", "async")                                                           \
-  X(cuStreamWaitValue64_v2_ptsz, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f),                     \
-    StreamWaitValue(s, a, v, 8, f), "stream", "async")                                                           \
-  X(cuStreamWriteValue32, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int f), StreamWriteValue(s, a, v, 4, f), "stream", "out: 4 bytes; async")      \
-  X(cuStreamWriteValue32_ptsz, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int f), StreamWriteValue(s, a, v, 4, f), "stream", "out: 4 bytes; async") \
-  X(cuStreamWriteValue32_v2, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int f),                         \
-    StreamWriteValue(s, a, v, 4, f), "stream", "out: 4 bytes; async")                                            \
-  X(cuStreamWriteValue32_v2_ptsz, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int f),                    \
-    StreamWriteValue(s, a, v, 4, f), "stream", "out: 4 bytes; async")                                            \
-  X(cuStreamWriteValue64, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f), StreamWriteValue(s, a, v, 8, f), "stream", "out: 8 bytes; async")      \
-  X(cuStreamWriteValue64_ptsz, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f), StreamWriteValue(s, a, v, 8, f), "stream", "out: 8 bytes; async") \
-  X(cuStreamWriteValue64_v2, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f),                         \
-    StreamWriteValue(s, a, v, 8, f), "stream", "out: 8 bytes; async")                                            \
-  X(cuStreamWriteValue64_v2_ptsz, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f),                    \
-    StreamWriteValue(s, a, v, 8, f), "stream", "out: 8 bytes; async")                                            \
-  X(cuStreamBatchMemOp_v2, (CUstream s, unsigned int n, CUstreamBatchMemOpParams* ops, unsigned int f),          \
-    StreamBatchMemOp(s, n, ops, f), "stream", "each op as the calls above; barrier and flush: nothing to do")    \
-  X(cuStreamBatchMemOp_v2_ptsz, (CUstream s, unsigned int n, CUstreamBatchMemOpParams* ops, unsigned int f),     \
-    StreamBatchMemOp(s, n, ops, f), "stream", "as above")                                                        \
+  /* Stream memory operations: waits run on the slice; writes are ordered 4/8-byte writes (stream.cc). */         \
+  X(cuStreamWaitValue32, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int f),                               \
+    StreamWaitValue(s, a, v, 4, f), "stream", "async")                                                            \
+  X(cuStreamWaitValue32_ptsz, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int f),                          \
+    StreamWaitValue(s, a, v, 4, f), "stream", "async")                                                            \
+  X(cuStreamWaitValue32_v2, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int f),                            \
+    StreamWaitValue(s, a, v, 4, f), "stream", "async")                                                            \
+  X(cuStreamWaitValue32_v2_ptsz, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int f),                       \
+    StreamWaitValue(s, a, v, 4, f), "stream", "async")                                                            \
+  X(cuStreamWaitValue64, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f),                               \
+    StreamWaitValue(s, a, v, 8, f), "stream", "async")                                                            \
+  X(cuStreamWaitValue64_ptsz, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f),                          \
+    StreamWaitValue(s, a, v, 8, f), "stream", "async")                                                            \
+  X(cuStreamWaitValue64_v2, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f),                            \
+    StreamWaitValue(s, a, v, 8, f), "stream", "async")                                                            \
+  X(cuStreamWaitValue64_v2_ptsz, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f),                       \
+    StreamWaitValue(s, a, v, 8, f), "stream", "async")                                                            \
+  X(cuStreamWriteValue32, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int f),                              \
+    StreamWriteValue(s, a, v, 4, f), "stream", "out: 4 bytes; async")                                             \
+  X(cuStreamWriteValue32_ptsz, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int f),                         \
+    StreamWriteValue(s, a, v, 4, f), "stream", "out: 4 bytes; async")                                             \
+  X(cuStreamWriteValue32_v2, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int f),                           \
+    StreamWriteValue(s, a, v, 4, f), "stream", "out: 4 bytes; async")                                             \
+  X(cuStreamWriteValue32_v2_ptsz, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int f),                      \
+    StreamWriteValue(s, a, v, 4, f), "stream", "out: 4 bytes; async")                                             \
+  X(cuStreamWriteValue64, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f),                              \
+    StreamWriteValue(s, a, v, 8, f), "stream", "out: 8 bytes; async")                                             \
+  X(cuStreamWriteValue64_ptsz, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f),                         \
+    StreamWriteValue(s, a, v, 8, f), "stream", "out: 8 bytes; async")                                             \
+  X(cuStreamWriteValue64_v2, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f),                           \
+    StreamWriteValue(s, a, v, 8, f), "stream", "out: 8 bytes; async")                                             \
+  X(cuStreamWriteValue64_v2_ptsz, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f),                      \
+    StreamWriteValue(s, a, v, 8, f), "stream", "out: 8 bytes; async")                                             \
+  X(cuStreamBatchMemOp_v2, (CUstream s, unsigned int n, CUstreamBatchMemOpParams* ops, unsigned int f),           \
+    StreamBatchMemOp(s, n, ops, f), "stream", "each op as the calls above; barrier and flush: nothing to do")     \
+  X(cuStreamBatchMemOp_v2_ptsz, (CUstream s, unsigned int n, CUstreamBatchMemOpParams* ops, unsigned int f),      \
+    StreamBatchMemOp(s, n, ops, f), "stream", "as above")                                                         \
   X(cuStreamGetFlags, (CUstream s, unsigned int* f), StreamGetFlags(s, f), "client", "none")                      \
   X(cuStreamGetFlags_ptsz, (CUstream s, unsigned int* f), StreamGetFlags(s, f), "client", "none")                 \
   X(cuStreamGetPriority, (CUstream s, int* p), StreamGetPriority(s, p), "client", "none")                         \

@@ -601,11 +601,12 @@ CUresult StreamEndCapture(CUstream stream, CUgraph* out) {
   StreamCapture* s = CaptureEntry(stream);
   if (s == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
   std::shared_ptr<Capture> capture = s->capture;
-  if (capture->origin != CaptureKey(stream)) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+  const CUstream key = CaptureKey(stream);
+  if (capture->origin != key) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
   // Every stream that forked from the capture must have been joined back into the origin stream.
   bool joined = true;
   for (const auto& [other, entry] : capturing) {
-    if (other != CaptureKey(stream) && entry.capture == capture && !AllReach(entry.deps, s->deps)) joined = false;
+    if (other != key && entry.capture == capture && !AllReach(entry.deps, s->deps)) joined = false;
   }
   EndCapture(capture);
   *out = nullptr;

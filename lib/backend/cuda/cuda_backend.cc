@@ -29,8 +29,9 @@ namespace {
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal) X(cuFuncGetParamInfo) \
   X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuLaunchKernelEx)                     \
   X(cuOccupancyMaxActiveClusters) X(cuLaunchHostFunc) X(cuStreamCreate) X(cuStreamDestroy)               \
-  X(cuStreamQuery) X(cuStreamWaitEvent) X(cuStreamWaitValue32) X(cuStreamWaitValue64) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)             \
-  X(cuEventQuery) X(cuEventElapsedTime) X(cuEventSynchronize) X(cuGetErrorString)
+  X(cuStreamQuery) X(cuStreamWaitEvent) X(cuStreamWaitValue32) X(cuStreamWaitValue64) X(cuEventCreate)    \
+  X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuEventElapsedTime) X(cuEventSynchronize)         \
+  X(cuGetErrorString)
 
 struct Api {
 #define GP_FIELD(name) decltype(&::name) name = nullptr;
