@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/cuda/cuda_driver.h"
 #include "core/log.h"
 
 namespace gpupool::agent {
@@ -73,6 +74,32 @@ std::vector<DeviceRecord> DiscoverNvmlDevices(const std::string& device_class) {
   GP_INFO("agent", "NVML found {} GPU(s)", out.size());
   if (shutdown) shutdown();
   dlclose(lib);
+  return out;
+}
+
+std::vector<DeviceRecord> DiscoverDriverDevices(const std::string& library, const std::string& device_class) {
+  std::vector<DeviceRecord> out;
+  auto driver = library.empty() ? backend::CudaDriver::Load() : backend::CudaDriver::Load(library);
+  if (!driver.ok()) {
+    GP_INFO("agent", "no GPUs through the CUDA driver either: {}", driver.status().message());
+    return out;
+  }
+  auto devices = (*driver)->Devices();
+  if (!devices.ok()) {
+    GP_WARN("agent", "{}; no physical GPUs used", devices.status().message());
+    return out;
+  }
+  for (const backend::DriverDevice& d : *devices) {
+    DeviceRecord r;
+    r.uuid = d.uuid;
+    r.model = d.name;
+    r.device_class = device_class;
+    r.memory_bytes = d.memory_bytes;
+    r.physical_index = d.ordinal;
+    out.push_back(std::move(r));
+  }
+  GP_INFO("agent", "the CUDA driver{} found {} GPU(s)", (*driver)->is_gpupool() ? " (gpupool's own, slices of a lease)" : "",
+          out.size());
   return out;
 }
 

@@ -14,12 +14,18 @@ struct DeviceRecord {
   std::string device_class;
   bool emulated = false;
   uint64_t memory_bytes = 0;
-  int physical_index = -1;  // NVML index of a real GPU; -1 for emulated devices.
+  int physical_index = -1;  // NVML index (or CUDA ordinal, when found by the driver) of a real GPU; -1 if emulated.
 };
 
 // Real GPUs through NVML (dlopen("libnvidia-ml.so.1")). Where NVML is absent or fails, logs that once at info
 // level and returns no devices.
 std::vector<DeviceRecord> DiscoverNvmlDevices(const std::string& device_class);
+
+// Physical GPUs through the CUDA driver's own device queries, where NVML is absent: `library` as the agent's
+// cuda_driver says ("" = the system's libcuda.so.1). gpupool's own libcuda.so.1 counts only when named: it presents
+// slices of another agent's lease, which stand in for GPUs in tests of the cuda backend (never by accident, as when
+// the agent runs under gp-run). Logs why when it finds none.
+std::vector<DeviceRecord> DiscoverDriverDevices(const std::string& library, const std::string& device_class);
 
 // `count` emulated devices of `memory_bytes` each. UUIDs are stable for a given agent name.
 std::vector<DeviceRecord> MakeEmulatedDevices(int count, uint64_t memory_bytes, const std::string& agent_name,

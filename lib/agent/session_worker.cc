@@ -248,7 +248,12 @@ class WorkerImpl final : public wire::SessionWorker::Server {
         uint32_t percent = std::max(1u, static_cast<uint32_t>(std::lround(c.getShareMicros() / 10000.0)));
         if (percent < 100) setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(percent).c_str(), 1);
       }
-      std::string library = c.getCudaDriver().size() ? std::string(c.getCudaDriver()) : "libcuda.so.1";
+      // The worker's driver sees its own GPU alone (no context, no memory on the others), however the agent's
+      // environment ordered them.
+      std::string uuid = c.getNvmlUuid();
+      setenv("CUDA_VISIBLE_DEVICES", uuid.c_str(), 1);
+      std::string library = c.getCudaDriver().size() ? std::string(c.getCudaDriver())
+                                                     : backend::CudaDriver::kSystemLibrary;
       auto driver = backend::CudaDriver::Load(library);
       if (!driver.ok()) {
         device = driver.status();

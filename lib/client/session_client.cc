@@ -73,7 +73,6 @@ struct RemoteSession::Impl : public kj::TaskSet::ErrorHandler {
   std::mutex mu;
   int async_error = 0;
   std::string async_message;
-  std::shared_ptr<Lease> lease;  // Keeps the lease attached (renewed) while sessions live.
   // The thread gathering posted calls into `batch` (BeginBatch), or none. Only that thread touches `batch`.
   std::atomic<std::thread::id> batch_thread{};
   std::vector<uint8_t> batch;
@@ -87,7 +86,10 @@ struct RemoteSession::Impl : public kj::TaskSet::ErrorHandler {
       async_message = message;
     }
   }
+  // Whether any call went to the session since it opened: until one does, the server holds nothing of it.
+  std::atomic<bool> used{false};
   wire::Session::Client& S() {
+    used = true;
     KJ_IF_MAYBE(s, session) { return *s; }
     KJ_FAIL_REQUIRE("session closed");
   }
@@ -116,6 +118,67 @@ struct RemoteSession::Impl : public kj::TaskSet::ErrorHandler {
   }
 };
 
+namespace {
+
+// The slice's memory (and the device's heap) at the start of a window, rounded to whole GiB, as every window of a
+// slice begins; its virtual memory reservations come after it.
+uint64_t MemoryPart(const Slice& slice) { return (slice.memory_bytes + (64ull << 20) + kGiB - 1) / kGiB * kGiB; }
+
+}  // namespace
+
+Status RemoteSession::OpenAt(uint64_t base, uint64_t window) {
+  auto impl = std::make_unique<Impl>();
+  Impl* raw = impl.get();
+  std::string server = slice_.server;
+  uint32_t device = slice_.device;
+  auto props = std::make_shared<RemoteProps>();
+  const std::string& id = lease_id_;
+  const std::string& secret = lease_secret_;
+  Status status = runtime_->Run([&]() -> kj::Promise<Status> {
+    return WithAgent(*runtime_, server, "openSession",
+                     [&, raw, base, window, device, props](Runtime& rt, wire::Agent::Client agent) {
+                       auto req = agent.openSessionRequest();
+                       SetKey(req.initLease(), id, secret);
+                       req.setDevice(device);
+                       req.setWindowBase(base);
+                       req.setWindowBytes(window);
+                       return rt.Deadline(req.send()).then(
+                           [&rt, raw, server, props](capnp::Response<wire::Agent::OpenSessionResults>&& r)
+                               -> kj::Promise<Status> {
+                             Status s = StatusFromOutcome(r.getOutcome(), server);
+                             if (!s.ok()) return s;
+                             raw->session = r.getSession();
+                             raw->tasks = kj::heap<kj::TaskSet>(*raw);
+                             kj::Promise<void> direct = kj::READY_NOW;
+                             if (r.hasDirect() && DirectSessionsWanted()) {
+                               direct = raw->GoDirect(rt, server, r.getDirect());
+                             }
+                             return direct.then([&rt, raw]() {
+                               return rt.Deadline(raw->S().propertiesRequest().send());
+                             })
+                                 .then([props](capnp::Response<wire::Session::PropertiesResults>&& p) {
+                                   calls::Properties::Results results;
+                                   session::Wire<calls::Properties>::ReadResults(p, results);
+                                   *props = std::move(results.props);
+                                   return Status::Ok();
+                                 });
+                           });
+                     });
+  });
+  if (!status.ok()) {
+    runtime_->Run([&impl] { impl.reset(); });  // Capabilities are dropped on the loop thread.
+    return status;
+  }
+  raw->used = false;  // Asking for the properties leaves nothing on the session.
+  std::unique_ptr<Impl> old = std::move(impl_);
+  impl_ = std::move(impl);
+  if (old) runtime_->Run([&old] { old.reset(); });  // Ends the session that this one replaces.
+  window_base_ = base;
+  window_bytes_ = window;
+  props_ = *props;
+  return Status::Ok();
+}
+
 Result<std::vector<std::unique_ptr<RemoteSession>>> RemoteSession::OpenLease(const std::string& token) {
   auto fields = DecodeToken(token);
   if (!fields.ok()) return fields.status();
@@ -126,70 +189,30 @@ Result<std::vector<std::unique_ptr<RemoteSession>>> RemoteSession::OpenLease(con
   options.servers = fields->servers;
   auto runtime = std::make_shared<Runtime>(options);
   std::vector<std::unique_ptr<RemoteSession>> out;
-  std::set<uint64_t> used;
   for (const Slice& slice : shared_lease->slices()) {
     auto rs = std::unique_ptr<RemoteSession>(new RemoteSession());
     rs->runtime_ = runtime;
-    rs->impl_ = std::make_unique<Impl>();
-    rs->impl_->lease = shared_lease;
+    rs->lease_ = shared_lease;
+    rs->lease_id_ = fields->id;
+    rs->lease_secret_ = fields->secret;
     rs->slice_ = slice;
-    // The slice's memory (and the device's heap), then address space for virtual memory reservations: PyTorch's
-    // expandable segments reserve a little more than the whole device per pool and stream.
-    uint64_t memory_part = (slice.memory_bytes + (64ull << 20) + kGiB - 1) / kGiB * kGiB;
-    rs->window_bytes_ = memory_part + std::max<uint64_t>(16 * kGiB, 16 * memory_part);
+    // The slice's memory, then address space for virtual memory reservations: PyTorch's expandable segments
+    // reserve a little more than the whole device per pool and stream.
+    uint64_t memory_part = MemoryPart(slice);
+    uint64_t window = memory_part + std::max<uint64_t>(16 * kGiB, 16 * memory_part);
     Status last(StatusCode::kInternal, "no window tried");
     for (int attempt = 0; attempt < 16; ++attempt) {
       // A random window that does not overlap this client's others; the agent checks its own side.
-      uint64_t slots = (kWindowHigh - kWindowLow - rs->window_bytes_) / kGiB;
+      uint64_t slots = (kWindowHigh - kWindowLow - window) / kGiB;
       uint64_t base = kWindowLow + static_cast<uint64_t>(RandomUnit() * static_cast<double>(slots)) * kGiB;
       bool overlaps = false;
       for (const auto& other : out) {
         overlaps = overlaps || (base < other->window_base_ + other->window_bytes_ &&
-                                other->window_base_ < base + rs->window_bytes_);
+                                other->window_base_ < base + window);
       }
       if (overlaps) continue;
-      Impl* impl = rs->impl_.get();
-      std::string server = slice.server;
-      uint32_t device = slice.device;
-      uint64_t window = rs->window_bytes_;
-      auto props = std::make_shared<RemoteProps>();
-      last = runtime->Run([&]() -> kj::Promise<Status> {
-        return WithAgent(*runtime, server, "openSession",
-                         [&, impl, base, window, device, props](Runtime& rt, wire::Agent::Client agent) {
-                           auto req = agent.openSessionRequest();
-                           SetKey(req.initLease(), fields->id, fields->secret);
-                           req.setDevice(device);
-                           req.setWindowBase(base);
-                           req.setWindowBytes(window);
-                           return rt.Deadline(req.send()).then(
-                               [&rt, impl, server, props](capnp::Response<wire::Agent::OpenSessionResults>&& r)
-                                   -> kj::Promise<Status> {
-                                 Status s = StatusFromOutcome(r.getOutcome(), server);
-                                 if (!s.ok()) return s;
-                                 impl->session = r.getSession();
-                                 impl->tasks = kj::heap<kj::TaskSet>(*impl);
-                                 kj::Promise<void> direct = kj::READY_NOW;
-                                 if (r.hasDirect() && DirectSessionsWanted()) {
-                                   direct = impl->GoDirect(rt, server, r.getDirect());
-                                 }
-                                 return direct.then([&rt, impl]() {
-                                   return rt.Deadline(impl->S().propertiesRequest().send());
-                                 })
-                                     .then([props](capnp::Response<wire::Session::PropertiesResults>&& p) {
-                                       calls::Properties::Results results;
-                                       session::Wire<calls::Properties>::ReadResults(p, results);
-                                       *props = std::move(results.props);
-                                       return Status::Ok();
-                                     });
-                               });
-                         });
-      });
-      if (last.ok()) {
-        rs->window_base_ = base;
-        rs->props_ = *props;
-        break;
-      }
-      if (last.code() != StatusCode::kResourceExhausted) break;  // Only "window taken" is worth another try.
+      last = rs->OpenAt(base, window);
+      if (last.ok() || last.code() != StatusCode::kResourceExhausted) break;  // Only "window taken" is worth another try.
     }
     if (!last.ok()) {
       return Status(last.code(), fmt::format("cannot open a session on {} GPU {}: {}", slice.server_name,
@@ -199,6 +222,22 @@ Result<std::vector<std::unique_ptr<RemoteSession>>> RemoteSession::OpenLease(con
     out.push_back(std::move(rs));
   }
   return out;
+}
+
+bool RemoteSession::Untouched() const { return !impl_->used.load(); }
+
+Status RemoteSession::Relocate(uint64_t address, uint64_t bytes) {
+  uint64_t memory_part = MemoryPart(slice_);
+  if (address % kGiB != 0 || address < memory_part) {
+    return Status(StatusCode::kInvalidArgument, "a window is placed at a 1 GiB boundary");
+  }
+  uint64_t reservations = std::max<uint64_t>(window_bytes_ - memory_part, (bytes + kGiB - 1) / kGiB * kGiB);
+  Status s = OpenAt(address - memory_part, memory_part + reservations);
+  if (s.ok()) {
+    GP_DEBUG("session", "{} GPU {}: window moved to 0x{:x} for a reservation at 0x{:x}", slice_.server_name,
+             slice_.device, window_base_, address);
+  }
+  return s;
 }
 
 RemoteSession::~RemoteSession() {

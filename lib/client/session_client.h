@@ -41,6 +41,13 @@ class RemoteSession {
   uint64_t window_base() const { return window_base_; }
   uint64_t window_bytes() const { return window_bytes_; }
   bool Owns(uint64_t address) const { return address >= window_base_ && address - window_base_ < window_bytes_; }
+  // True until the first call: the session holds no memory, module, stream or event yet.
+  bool Untouched() const;
+  // Reopens an untouched session in a window whose reservation space starts at `address` (1 GiB aligned) and holds
+  // `bytes`, closing the old one: a program's first reservation at a fixed address outside every window gets that
+  // address, as the driver gives a free hint (gp-agent's cuda backend stacked on this library reserves its
+  // client's window so). The old session stays when the new one cannot be opened.
+  Status Relocate(uint64_t address, uint64_t bytes);
 
   // Sends any call of lib/schema/session_calls.h as its mode says: kReply and kSync wait and fill `*results`
   // (which may be null when the caller needs none); kPosted returns 0 at once and its error surfaces at the next
@@ -101,9 +108,13 @@ class RemoteSession {
 
  private:
   RemoteSession() = default;
+  // Opens the slice's session in [base, base + window), replacing the one open, if any, on success.
+  Status OpenAt(uint64_t base, uint64_t window);
   bool Batching() const;
   void FlushBatch();  // Sends what this thread gathered so far, if anything.
   std::shared_ptr<Runtime> runtime_;
+  std::shared_ptr<Lease> lease_;  // Keeps the lease attached (renewed) while sessions live.
+  std::string lease_id_, lease_secret_;
   std::unique_ptr<Impl> impl_;
   RemoteProps props_;
   Slice slice_;

@@ -163,6 +163,7 @@ CUresult ModuleUnload(CUmodule handle) {
     module->image.clear();
     module->image.shrink_to_fit();
   }
+  remote.ForgetGlobalsOf(module);
   for (const auto& [dev, id] : loaded) remote.session(dev)->ModuleUnload(id);
   return CUDA_SUCCESS;
 }
@@ -220,6 +221,7 @@ CUresult GetGlobal(CUdeviceptr* address, size_t* bytes, CUmodule handle, const c
   int code = remote.session(dev)->GetGlobal(id, name, &a, &n);
   if (code == CUDA_ERROR_NOT_FOUND) return CUDA_ERROR_NOT_FOUND;  // Programs probe for optional globals.
   if (code != 0) return remote.Fail(dev, code, fmt::format("looking up global '{}'", name).c_str());
+  if (n > 0 && remote.DeviceOf(a) != dev) remote.AddOutsideGlobal(a, n, dev, module);
   if (address != nullptr) *address = a;
   if (bytes != nullptr) *bytes = n;
   return CUDA_SUCCESS;

@@ -21,7 +21,25 @@ int Remote::DeviceOf(uint64_t address) const {
   for (size_t i = 0; i < sessions_.size(); ++i) {
     if (sessions_[i]->Owns(address)) return static_cast<int>(i);
   }
-  return -1;
+  if (!any_outside_globals_.load(std::memory_order_acquire)) return -1;
+  std::shared_lock<std::shared_mutex> lock(globals_mu_);
+  auto it = outside_globals_.upper_bound(address);
+  if (it == outside_globals_.begin()) return -1;
+  --it;
+  return address - it->first < it->second.bytes ? it->second.device : -1;
+}
+
+void Remote::AddOutsideGlobal(uint64_t address, uint64_t bytes, int device, const Module* module) {
+  std::unique_lock<std::shared_mutex> lock(globals_mu_);
+  outside_globals_[address] = {bytes, device, module};
+  any_outside_globals_.store(true, std::memory_order_release);
+}
+
+void Remote::ForgetGlobalsOf(const Module* module) {
+  std::unique_lock<std::shared_mutex> lock(globals_mu_);
+  for (auto it = outside_globals_.begin(); it != outside_globals_.end();) {
+    it = it->second.module == module ? outside_globals_.erase(it) : std::next(it);
+  }
 }
 
 CUresult Remote::CurrentDevice(int* device) const {

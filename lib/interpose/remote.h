@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -132,8 +133,13 @@ class Remote {
   size_t device_count() const { return sessions_.size(); }
   RemoteSession* session(int device) const { return sessions_[device].get(); }
 
-  // The device whose window holds `address`, or -1 (host memory, or no pointer of ours).
+  // The device whose window (or one of whose module variables) holds `address`, or -1 (host memory, or no
+  // pointer of ours).
   int DeviceOf(uint64_t address) const;
+  // A module variable of `module` that `device` placed outside its window (a GPU's driver puts module variables
+  // where it likes): its address routes to `device` until the module is unloaded.
+  void AddOutsideGlobal(uint64_t address, uint64_t bytes, int device, const Module* module);
+  void ForgetGlobalsOf(const Module* module);
   // Checks init and the current context; *device = its device.
   CUresult CurrentDevice(int* device) const;
   // Resolves a stream handle (default streams: the current context's device, remote 0).
@@ -168,6 +174,14 @@ class Remote {
   Remote() = default;
   std::vector<std::unique_ptr<RemoteSession>> sessions_;  // Written once at init, then read-only.
   std::mutex mu_;
+  struct OutsideGlobal {
+    uint64_t bytes = 0;
+    int device = 0;
+    const Module* module = nullptr;
+  };
+  mutable std::shared_mutex globals_mu_;
+  std::map<uint64_t, OutsideGlobal> outside_globals_;  // By address. Guarded by globals_mu_.
+  std::atomic<bool> any_outside_globals_{false};       // Spares DeviceOf the lock where there are none.
 };
 
 inline CUresult ToResult(int code) { return static_cast<CUresult>(code); }

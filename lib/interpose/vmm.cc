@@ -56,6 +56,26 @@ const Mapping* MappingAt(const std::map<uint64_t, Mapping>& mappings, uint64_t a
   return &it->second;
 }
 
+// A hint outside every window: where the slice has nothing yet, its window moves so that its reservation space
+// starts at the hint, as the driver honours a free hint (gp-agent's cuda backend, stacked on this library in a test
+// configuration, reserves its client's window so). Otherwise the reservation goes where the window has room.
+void MoveWindowTo(int dev, uint64_t hint, uint64_t size) {
+  Remote& remote = Remote::Get();
+  RemoteSession* session = remote.session(dev);
+  if (!session->Untouched() || hint % (1ull << 30) != 0) return;
+  for (size_t i = 0; i < remote.device_count(); ++i) {
+    const RemoteSession* other = remote.session(static_cast<int>(i));
+    // The moved window starts below the hint by the slice's memory (at most the other window's size apart).
+    if (static_cast<int>(i) != dev && other->window_base() < hint + size &&
+        hint < other->window_base() + other->window_bytes() + session->window_bytes()) {
+      return;
+    }
+  }
+  if (Status s = session->Relocate(hint, size); !s.ok()) {
+    GP_DEBUG("interpose", "cuMemAddressReserve: the window stays where it is ({})", s.message());
+  }
+}
+
 }  // namespace
 
 CUresult MemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr hint,
@@ -68,6 +88,7 @@ CUresult MemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUde
   }
   // A hint inside another slice's window reserves there (it is where the program wants its memory).
   if (hint != 0 && remote.DeviceOf(hint) >= 0) dev = remote.DeviceOf(hint);
+  if (hint != 0 && remote.DeviceOf(hint) < 0) MoveWindowTo(dev, hint, size);
   calls::AddressReserve::Results r;
   if (int code = remote.session(dev)->Invoke<calls::AddressReserve>({size, alignment, hint}, &r); code != 0) {
     if (code == CUDA_ERROR_OUT_OF_MEMORY) return CUDA_ERROR_OUT_OF_MEMORY;

@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   app.add_option("--class", device_class, "class tag of this agent's devices (clients select with --class)");
   app.add_option("--lease-ttl", lease_ttl, "free leases not renewed for this long (default 20s)");
   app.add_option("--renew-interval", renew_interval, "renewal period advised to clients (default 5s)");
-  app.add_flag("--no-nvml", no_nvml, "do not look for physical GPUs");
+  app.add_flag("--no-nvml", no_nvml, "do not look for physical GPUs through NVML (nor the CUDA driver unless --cuda-driver names one)");
   GP_PARSE_ARGS(app, argc, argv, 2);
 
   agent::AgentConfig config;
@@ -89,7 +89,12 @@ int main(int argc, char** argv) {
   }
 
   std::vector<agent::DeviceRecord> devices;
+  // NVML first; where it finds nothing, the CUDA driver's own device queries. With nvml off, only a driver named
+  // in the configuration is asked (so `--no-nvml --emu N` stays emulated devices alone on a GPU server).
   if (config.nvml) devices = agent::DiscoverNvmlDevices(config.device_class);
+  if (devices.empty() && (config.nvml || !config.cuda_driver.empty())) {
+    devices = agent::DiscoverDriverDevices(config.cuda_driver, config.device_class);
+  }
   if (devices.empty() && emu_fallback > 0 && config.emulated_count == 0) config.emulated_count = emu_fallback;
   auto emulated = agent::MakeEmulatedDevices(config.emulated_count, config.emulated_memory, config.name,
                                              config.device_class);

@@ -52,12 +52,7 @@ struct Api {
   }
 };
 
-std::string UuidString(const CUuuid& u) {
-  const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
-  return fmt::format("GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
-                     b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-                     b[15]);
-}
+std::string UuidString(const CUuuid& u) { return GpuUuidString(reinterpret_cast<const unsigned char*>(u.bytes)); }
 
 // A launch's shape as cuLaunchKernelEx and cuOccupancyMaxActiveClusters take it. Not copyable: `config.attrs`
 // points at `attrs` once an attribute (cluster dimension, cooperative) is set.

@@ -16,14 +16,25 @@ using GetProcAddress = CUresult (*)(const char*, void**, int, unsigned long long
 using Init = CUresult (*)(unsigned);
 using DriverGetVersion = CUresult (*)(int*);
 using DeviceGetCount = CUresult (*)(int*);
+using DeviceGet = CUresult (*)(int*, int);
+using DeviceGetName = CUresult (*)(char*, int, int);
+using DeviceGetUuid = CUresult (*)(unsigned char*, int);  // CUuuid is 16 bytes.
+using DeviceTotalMem = CUresult (*)(size_t*, int);
 
 }  // namespace
 
 Result<std::unique_ptr<CudaDriver>> CudaDriver::Load(const std::string& library) {
   auto driver = std::unique_ptr<CudaDriver>(new CudaDriver());
-  driver->handle_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // Never unloaded: a driver keeps threads of its own running.
+  driver->handle_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (!driver->handle_) {
     return Status(StatusCode::kUnavailable, fmt::format("no CUDA driver: {}", dlerror()));
+  }
+  // Its slices' utilisation export is gpupool's alone.
+  driver->is_gpupool_ = dlsym(driver->handle_, "cuGpupoolSliceUtilization") != nullptr;
+  if (driver->is_gpupool_ && library == kSystemLibrary) {
+    return Status(StatusCode::kUnavailable, "libcuda.so.1 on the library path is gpupool's own (slices of a lease), "
+                                            "not a GPU driver");
   }
   driver->get_proc_ = dlsym(driver->handle_, "cuGetProcAddress_v2");
   if (!driver->get_proc_) {
@@ -55,6 +66,43 @@ Result<std::unique_ptr<CudaDriver>> CudaDriver::Load(const std::string& library)
     return Status(StatusCode::kUnavailable, "cuDeviceGetCount failed");
   }
   return driver;
+}
+
+std::string GpuUuidString(const unsigned char b[16]) {
+  return fmt::format("GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+                     b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+                     b[15]);
+}
+
+Result<std::vector<DriverDevice>> CudaDriver::Devices() const {
+  auto get = reinterpret_cast<DeviceGet>(Symbol("cuDeviceGet", 2000));
+  auto get_name = reinterpret_cast<DeviceGetName>(Symbol("cuDeviceGetName", 2000));
+  auto get_uuid = reinterpret_cast<DeviceGetUuid>(Symbol("cuDeviceGetUuid", 11040));
+  auto total_mem = reinterpret_cast<DeviceTotalMem>(Symbol("cuDeviceTotalMem", 3020));
+  if (!get || !get_name || !get_uuid || !total_mem) {
+    return Status(StatusCode::kUnavailable, "the CUDA driver lacks cuDeviceGet/GetName/GetUuid/TotalMem");
+  }
+  std::vector<DriverDevice> out;
+  for (int i = 0; i < device_count_; ++i) {
+    DriverDevice d;
+    d.ordinal = i;
+    int device = 0;
+    char name[256] = {0};
+    unsigned char uuid[16] = {0};
+    size_t bytes = 0;
+    CUresult r = get(&device, i);
+    if (r == kSuccess) r = get_name(name, sizeof(name) - 1, device);
+    if (r == kSuccess) r = get_uuid(uuid, device);
+    if (r == kSuccess) r = total_mem(&bytes, device);
+    if (r != kSuccess) {
+      return Status(StatusCode::kUnavailable, fmt::format("the CUDA driver cannot describe device {} (CUresult {})", i, r));
+    }
+    d.name = name;
+    d.uuid = GpuUuidString(uuid);
+    d.memory_bytes = bytes;
+    out.push_back(std::move(d));
+  }
+  return out;
 }
 
 CudaDriver::~CudaDriver() {
