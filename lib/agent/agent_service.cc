@@ -384,12 +384,15 @@ std::string DisplayAddress(const std::string& configured, uint port) {
 
 }  // namespace
 
-int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
-  // Signals first, before KJ or anything else may start a thread.
+void CaptureAgentSignals() {
   kj::UnixEventPort::captureSignal(SIGTERM);
   kj::UnixEventPort::captureSignal(SIGINT);
   kj::UnixEventPort::captureChildExit();  // Session workers are reaped by the event loop.
   signal(SIGPIPE, SIG_IGN);
+}
+
+int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
+  CaptureAgentSignals();  // Before KJ or anything else may start a thread.
 
   auto io = kj::setupAsyncIo();
   AgentState state(config, std::move(devices));

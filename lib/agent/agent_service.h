@@ -16,6 +16,11 @@ namespace gpupool::agent {
 // REQUIRES: no other threads exist yet (signal handling is process-wide).
 int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices);
 
+// Blocks the signals the agent's event loop waits for (SIGTERM, SIGINT, SIGCHLD) in the calling thread, so that
+// threads started later inherit the mask: call it first thing, before anything may start a thread (a CUDA driver
+// loaded to find devices does). RunAgent calls it too.
+void CaptureAgentSignals();
+
 }  // namespace gpupool::agent
 
 #endif  // GPUPOOL_AGENT_AGENT_SERVICE_H_

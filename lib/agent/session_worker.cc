@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include <capnp/rpc-twoparty.h>
 #include <fmt/format.h>
@@ -40,6 +41,8 @@ constexpr int kTurnsFd = 4;
 constexpr int kQuotaFd = 5;
 // Between a lease's end and the kill of its workers: their clients' next calls get "the lease ended".
 constexpr kj::Duration kRevokeGrace = 2 * kj::SECONDS;
+// How long a closed session may take to free its device memory before its worker exits regardless.
+constexpr std::chrono::seconds kTeardownLimit{5};
 
 // Linux's CFS weights for nice 0..19 (kernel/sched/core.c, sched_prio_to_weight).
 constexpr int kNiceWeights[20] = {1024, 820, 655, 526, 423, 335, 272, 215, 172, 137,
@@ -187,6 +190,17 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     limits.memory_bytes = c.getMemoryBytes();
     limits.window_base = c.getWindowBase();
     limits.window_bytes = c.getWindowBytes();
+    // The worker exits once the session has closed; should freeing it wait on the device for long (a GPU waits for
+    // a kernel that never ends), the worker exits anyway, and the driver frees what the process held.
+    limits.closing = [] {
+      std::thread([] {
+        std::this_thread::sleep_for(kTeardownLimit);
+        GP_WARN("session", "session closed: the device did not free its memory within {} s; the worker exits and "
+                "the driver frees what it held", std::chrono::duration_cast<std::chrono::seconds>(kTeardownLimit).count());
+        std::fflush(stderr);
+        _exit(0);
+      }).detach();
+    };
     if (c.getSliceQuota()) {
       // Joined on this thread, which lives as long as the worker (membership is held by it).
       auto joined = backend::SliceQuota::Join(kQuotaFd);

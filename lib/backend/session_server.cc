@@ -100,6 +100,7 @@ class SessionServer final : public wire::Session::Server {
       std::lock_guard<std::mutex> lock(control_->mu);
       control_->revoke = nullptr;
     }
+    if (limits_.closing) limits_.closing();
     backend_.reset();  // Frees everything the session still holds.
     GP_INFO("session", "session on {} closed: its memory and modules are freed", limits_.description);
   }

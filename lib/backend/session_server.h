@@ -35,6 +35,9 @@ struct SessionLimits {
   uint64_t window_base = 0;   // The session's device addresses lie in [window_base, window_base + window_bytes).
   uint64_t window_bytes = 0;
   std::string description;    // Names the session in log lines ("emulated GPU 0, window 0x...").
+  // Called as the session closes, before the device frees what the session holds (which waits for its work: on a
+  // GPU, a kernel that never ends would hold it forever). A session worker arms its exit timer here.
+  std::function<void()> closing;
 };
 
 // The server for one session over `backend`. `control` (may be null) receives the session's revoke function.

@@ -63,6 +63,9 @@ class RemoteSession {
   // gathered calls first, so their order is kept; other threads' calls are not gathered. Not nested.
   void BeginBatch();
   void EndBatch();
+  // Sends what this thread gathered so far, if anything (gathering goes on): before another thread waits on the
+  // session for work this thread queued.
+  void FlushBatch();
 
   int MemGetInfo(uint64_t* free_bytes, uint64_t* total);
   int MemAlloc(uint64_t bytes, uint64_t* address);
@@ -111,7 +114,6 @@ class RemoteSession {
   // Opens the slice's session in [base, base + window), replacing the one open, if any, on success.
   Status OpenAt(uint64_t base, uint64_t window);
   bool Batching() const;
-  void FlushBatch();  // Sends what this thread gathered so far, if anything.
   std::shared_ptr<Runtime> runtime_;
   std::shared_ptr<Lease> lease_;  // Keeps the lease attached (renewed) while sessions live.
   std::string lease_id_, lease_secret_;

@@ -6,6 +6,7 @@
 
 #include "api.h"
 #include "driver.h"
+#include "host_functions.h"
 #include "remote.h"
 
 namespace gpupool::interpose {
@@ -118,6 +119,7 @@ CUresult Synchronize(const char* name, CUcontext handle) {
         Remote& remote = Remote::Get();
         CUresult first = CUDA_SUCCESS;
         for (size_t dev = 0; dev < remote.device_count(); ++dev) {
+          HostFunctions::Get().WaitDevice(static_cast<int>(dev));
           int code = remote.session(static_cast<int>(dev))->Synchronize();
           if (code != 0 && first == CUDA_SUCCESS) first = remote.Fail(static_cast<int>(dev), code, "work on the device");
         }

@@ -12,6 +12,7 @@
 #include "driver.h"
 #include "forward_spec.h"
 #include "graph.h"
+#include "host_functions.h"
 #include "remote.h"
 
 namespace gpupool::interpose {
@@ -258,19 +259,6 @@ CUresult LaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy,
   return Launch(f, grid, block, shared, stream, params, nullptr, nullptr, true);
 }
 
-// Host functions and stream callbacks in their simplest honest form: the work before them is finished when they
-// run (CUDA's guarantee); the host thread waits for that instead of a driver thread. Returns the stream lookup's
-// error; `*work_status` is the outcome of the work waited for.
-CUresult WaitForStreamWork(CUstream stream, const char* what, CUresult* work_status) {
-  Remote& remote = Remote::Get();
-  int dev;
-  uint64_t sid;
-  if (CUresult r = remote.ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
-  int code = remote.session(dev)->StreamSynchronize(sid);
-  *work_status = code == 0 ? CUDA_SUCCESS : remote.Fail(dev, code, what);
-  return CUDA_SUCCESS;
-}
-
 CUresult LaunchHostFunc(CUstream stream, CUhostFn fn, void* data) {
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (Capturing(stream)) {
@@ -280,10 +268,14 @@ CUresult LaunchHostFunc(CUstream stream, CUhostFn fn, void* data) {
     work.host_data = data;
     return CaptureWork(stream, std::move(work));
   }
-  CUresult work = CUDA_SUCCESS;
-  if (CUresult r = WaitForStreamWork(stream, "the work before a host function", &work); r != CUDA_SUCCESS) return r;
-  if (work != CUDA_SUCCESS) return work;
-  fn(data);
+  Remote& remote = Remote::Get();
+  int dev;
+  uint64_t sid;
+  // Not behind the stream's pending host functions: the callback thread runs them in order anyway.
+  if (CUresult r = remote.ResolveStream(stream, &dev, &sid, false); r != CUDA_SUCCESS) return r;
+  // Called whatever the work's outcome: a failed stream's error surfaces at the program's next synchronising call.
+  remote.session(dev)->FlushBatch();  // The callback thread waits for the work before it: a graph's nodes too.
+  HostFunctions::Get().Enqueue(dev, sid, [fn, data](CUresult) { fn(data); });
   return CUDA_SUCCESS;
 }
 
@@ -292,9 +284,12 @@ CUresult LaunchHostFunc(CUstream stream, CUhostFn fn, void* data) {
 CUresult StreamAddCallback(CUstream stream, CUstreamCallback callback, void* data, unsigned int flags) {
   if (callback == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (Capturing(stream)) return RefuseWhileCapturing(stream);  // Callbacks cannot be captured (host nodes can).
-  CUresult work = CUDA_SUCCESS;
-  if (CUresult r = WaitForStreamWork(stream, "the work before a stream callback", &work); r != CUDA_SUCCESS) return r;
-  callback(stream, work, data);
+  Remote& remote = Remote::Get();
+  int dev;
+  uint64_t sid;
+  if (CUresult r = remote.ResolveStream(stream, &dev, &sid, false); r != CUDA_SUCCESS) return r;
+  remote.session(dev)->FlushBatch();
+  HostFunctions::Get().Enqueue(dev, sid, [stream, callback, data](CUresult status) { callback(stream, status, data); });
   return CUDA_SUCCESS;
 }
 

@@ -1,11 +1,14 @@
 #include "remote.h"
 
+#include "host_functions.h"
+
 #include <cstdlib>
 #include <set>
 #include <string>
 
 #include "core/log.h"
 #include "driver.h"
+#include "host_functions.h"
 
 namespace gpupool::interpose {
 
@@ -51,17 +54,19 @@ CUresult Remote::CurrentDevice(int* device) const {
   return CUDA_SUCCESS;
 }
 
-CUresult Remote::ResolveStream(CUstream handle, int* device, uint64_t* remote) {
+CUresult Remote::ResolveStream(CUstream handle, int* device, uint64_t* remote, bool after_host_functions) {
   if (handle == nullptr || handle == CU_STREAM_LEGACY || handle == CU_STREAM_PER_THREAD) {
     *remote = 0;
-    return CurrentDevice(device);
+    if (CUresult r = CurrentDevice(device); r != CUDA_SUCCESS) return r;
+  } else {
+    if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
+    auto* stream = reinterpret_cast<Stream*>(handle);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (streams.count(stream) == 0 || !stream->alive) return CUDA_ERROR_INVALID_HANDLE;
+    *device = stream->device;
+    *remote = stream->remote;
   }
-  if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
-  auto* stream = reinterpret_cast<Stream*>(handle);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (streams.count(stream) == 0 || !stream->alive) return CUDA_ERROR_INVALID_HANDLE;
-  *device = stream->device;
-  *remote = stream->remote;
+  if (after_host_functions) HostFunctions::Get().WaitBefore(*device, *remote);
   return CUDA_SUCCESS;
 }
 

@@ -142,8 +142,9 @@ class Remote {
   void ForgetGlobalsOf(const Module* module);
   // Checks init and the current context; *device = its device.
   CUresult CurrentDevice(int* device) const;
-  // Resolves a stream handle (default streams: the current context's device, remote 0).
-  CUresult ResolveStream(CUstream handle, int* device, uint64_t* remote);
+  // Resolves a stream handle (default streams: the current context's device, remote 0). Unless told otherwise,
+  // first waits for the host functions that work on the stream must follow (host_functions.h).
+  CUresult ResolveStream(CUstream handle, int* device, uint64_t* remote, bool after_host_functions = true);
   CUresult ResolveEvent(CUevent handle, Event** event);
   CUresult ResolveModule(CUmodule handle, Module** module);
   CUresult ResolveKernel(CUfunction handle, Kernel** kernel);

@@ -8,6 +8,7 @@
 #include "driver.h"
 #include "forward_spec.h"
 #include "graph.h"
+#include "host_functions.h"
 #include "remote.h"
 
 namespace gpupool::interpose {
@@ -68,7 +69,8 @@ CUresult StreamQuery(CUstream handle) {
   if (Capturing(handle)) return RefuseWhileCapturing(handle);
   int dev;
   uint64_t sid;
-  if (CUresult r = remote.ResolveStream(handle, &dev, &sid); r != CUDA_SUCCESS) return r;
+  if (CUresult r = remote.ResolveStream(handle, &dev, &sid, false); r != CUDA_SUCCESS) return r;
+  if (HostFunctions::Get().PendingBefore(dev, sid)) return CUDA_ERROR_NOT_READY;
   int code = remote.session(dev)->StreamQuery(sid);
   if (code == 0 || code == CUDA_ERROR_NOT_READY) return ToResult(code);
   return remote.Fail(dev, code, "work on a stream");

@@ -314,5 +314,86 @@ TEST_F(NetNamespaces, ACutNetworkFailsTheProgramAndFreesTheSliceWithinTheLeaseTt
   ExpectAllFree(pool.State());
 }
 
+// The cuda backend (lib/backend/cuda) for real without a GPU: an agent whose CUDA driver is gpupool's own
+// libcuda.so.1, run under gp-run holding both emulated devices of a second agent (a test configuration, README).
+class Stacked : public ::testing::Test {
+ protected:
+  Agent gpus_{AgentOptions{.name = "gpus", .emulated = 2, .emulated_memory = "4GiB"}};
+  Agent agent_{AgentOptions{.name = "stacked",
+                            .emulated = 0,
+                            .lease_ttl = "2s",
+                            .extra_args = {"--cuda-driver", GPUPOOL_DRIVER_LIBRARY},
+                            .launcher = {ToolPath("gp-run"), "--servers", gpus_.address(), "-n", "2", "--"}}};
+
+  // The stacked agent's process (agent_.process() is gp-run, its parent).
+  pid_t AgentPid() {
+    std::vector<pid_t> children = SessionWorkers(agent_.process().pid());
+    return children.size() == 1 ? children[0] : -1;
+  }
+  // A whole stacked GPU's memory can be had again (once the sessions below have noticed their client's end):
+  // nothing of an earlier session stays held on the device below.
+  void ExpectTheWholeGpuAllocatable() {
+    Pool pool = Connect({agent_.address()});
+    auto lease = pool.Allocate(Slices(1, 1.0));
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    auto sessions = internal::RemoteSession::OpenLease(lease->Token());
+    ASSERT_TRUE(sessions.ok()) << sessions.status().ToString();
+    internal::RemoteSession& session = *sessions->front();
+    uint64_t address = 0;
+    EXPECT_TRUE(Eventually([&] { return session.MemAlloc(4ull << 30, &address) == 0; }, seconds(10)))
+        << session.last_error() << "\n" << gpus_.process().Stderr();
+  }
+};
+
+TEST_F(Stacked, ProgramKilledMidKernelLeavesNoSessionMemoryOrLease) {
+  Process run({ToolPath("gp-run"), "--servers", agent_.address(), "--", Program("spin")});
+  ASSERT_EQ(run.ReadLine(seconds(60)), "spin: running") << run.Stderr() << agent_.process().Stderr();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // The kernel runs on the device below now.
+  kill(-run.pid(), SIGKILL);
+  run.Wait();
+  ASSERT_TRUE(Eventually([&] { return agent_.process().Stderr().find("closed: its memory and modules are freed") !=
+                                      std::string::npos; },
+                         seconds(10)))
+      << agent_.process().Stderr();
+  Pool pool = Connect({agent_.address()});
+  ASSERT_TRUE(Eventually([&] { return LeaseCount(pool.State()) == 0; }, seconds(10)));
+  ExpectAllFree(pool.State());
+  ExpectTheWholeGpuAllocatable();
+  EXPECT_TRUE(agent_.process().running()) << agent_.process().Stderr();
+}
+
+TEST_F(Stacked, AKilledWorkerEndsOnlyItsOwnSession) {
+  pid_t agent_pid = AgentPid();
+  ASSERT_GT(agent_pid, 0) << "gp-run runs the stacked agent";
+  Process a({ToolPath("gp-run"), "--servers", agent_.address(), "-p", "0.5", "--", Program("spin")});
+  ASSERT_EQ(a.ReadLine(seconds(60)), "spin: running") << a.Stderr();
+  std::vector<pid_t> workers = SessionWorkers(agent_pid);
+  ASSERT_EQ(workers.size(), 1u);
+  Process c({ToolPath("gp-run"), "--servers", agent_.address(), "-p", "0.5", "--", Program("busy"), "2"});
+  ASSERT_TRUE(Eventually([&] { return SessionWorkers(agent_pid).size() == 2; }, seconds(30))) << c.Stderr();
+  kill(workers[0], SIGKILL);
+  EXPECT_EQ(a.Wait(seconds(30)), 1) << a.Stderr();
+  EXPECT_NE(a.ReadAll().find("spin: cuda"), std::string::npos) << a.Stderr();
+  EXPECT_EQ(c.Wait(seconds(120)), 0) << c.Stderr();
+  EXPECT_NE(c.ReadAll().find("busy: "), std::string::npos) << c.Stderr();
+  RunResult d = RunCommand({ToolPath("gp-run"), "--servers", agent_.address(), "--", Example("matrix_multiply")}, {},
+                           seconds(120));
+  EXPECT_EQ(d.code, 0) << d.out << d.err;
+  Pool pool = Connect({agent_.address()});
+  ASSERT_TRUE(Eventually([&] { return LeaseCount(pool.State()) == 0; }, seconds(10)));
+  ExpectTheWholeGpuAllocatable();
+  EXPECT_TRUE(Eventually([&] { return SessionWorkers(agent_pid).empty(); }, seconds(10)))
+      << SessionWorkers(agent_pid).size() << " worker(s) left: " << agent_.process().Stderr() << [&] {
+           std::string out;
+           for (pid_t p : SessionWorkers(agent_pid)) {
+             std::ifstream st("/proc/" + std::to_string(p) + "/status");
+             std::string line;
+             for (int i = 0; i < 3 && std::getline(st, line); ++i) out += line + "; ";
+             out += "\n";
+           }
+           return out;
+         }();
+}
+
 }  // namespace
 }  // namespace gpupool::testing

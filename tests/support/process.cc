@@ -61,6 +61,7 @@ Process::Process(std::vector<std::string> argv, std::vector<std::string> env) {
 
 Process::~Process() {
   if (pid_ > 0 && status_ == -1) {
+    kill(-pid_, SIGKILL);  // The group: an agent's session workers, a launcher's command.
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
   }
@@ -169,18 +170,20 @@ Agent::Agent(AgentOptions options) : options_(std::move(options)) {
 }
 
 void Agent::Start(const std::string& listen) {
-  std::vector<std::string> argv = {ToolPath("gp-agent"), "--no-nvml",     "--listen", listen,
+  std::vector<std::string> argv = options_.launcher;
+  std::vector<std::string> own = {ToolPath("gp-agent"), "--no-nvml",     "--listen", listen,
                                    "--name",             options_.name,   "--emu",    std::to_string(options_.emulated),
                                    "--emu-memory",       options_.emulated_memory};
   if (!options_.device_class.empty()) {
-    argv.push_back("--class");
-    argv.push_back(options_.device_class);
+    own.push_back("--class");
+    own.push_back(options_.device_class);
   }
   if (!options_.lease_ttl.empty()) {
-    argv.push_back("--lease-ttl");
-    argv.push_back(options_.lease_ttl);
+    own.push_back("--lease-ttl");
+    own.push_back(options_.lease_ttl);
   }
-  for (auto& a : options_.extra_args) argv.push_back(a);
+  for (auto& a : options_.extra_args) own.push_back(a);
+  argv.insert(argv.end(), own.begin(), own.end());
   process_ = std::make_unique<Process>(argv, options_.env);
   std::string line = process_->ReadLine(std::chrono::seconds(20));
   auto pos = line.find(" listening on ");

@@ -20,7 +20,7 @@ class Process {
  public:
   // Starts argv[0] with argv and `env` added to this process's environment ("K=V").
   Process(std::vector<std::string> argv, std::vector<std::string> env = {});
-  ~Process();  // SIGKILLs and reaps the child if still running.
+  ~Process();  // SIGKILLs the child's process group (its children too) and reaps the child if still running.
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
 
@@ -63,6 +63,8 @@ struct AgentOptions {
   std::string listen;     // Empty: 127.0.0.1:0.
   std::vector<std::string> extra_args;
   std::vector<std::string> env;  // "K=V" added to the agent's environment.
+  // Words before gp-agent's own, e.g. gp-run and its options up to "--": the agent runs as that command's child.
+  std::vector<std::string> launcher;
 };
 
 class Agent {

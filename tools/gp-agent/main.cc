@@ -30,6 +30,9 @@ int main(int argc, char** argv) {
     return agent::RunSessionWorker(std::atoi(argv[2]));
   }
 
+  // Before the CUDA driver that device discovery may load starts threads of its own.
+  agent::CaptureAgentSignals();
+
   CLI::App app{"gp-agent: serves this host's GPUs (real or emulated) to a gpupool pool"};
   std::string config_path, listen, name, device_class, emu_memory, lease_ttl, renew_interval, cuda_driver;
   int emu = -1, emu_fallback = -1;

@@ -121,6 +121,10 @@ class CudaBackend final : public DeviceBackend {
   }
 
   ~CudaBackend() override {
+    // Freeing memory waits for the work using it. Work still running when the session goes (its client died
+    // mid-kernel) is nobody's now: the worker process exits right after this, and the driver then ends the context
+    // with its work and memory, where waiting could take forever (a kernel that never ends).
+    if (!Idle()) return;
     ReleaseAll();
     api_->cuMemAddressFree(config_.window_base, config_.window_bytes);
     api_->cuDevicePrimaryCtxRelease(device_);
@@ -514,6 +518,17 @@ class CudaBackend final : public DeviceBackend {
   }
 
   void Current() { api_->cuCtxSetCurrent(ctx_); }
+
+  // Whether no work of the session is queued or running (a query each, never a wait).
+  bool Idle() {
+    Current();
+    if (api_->cuStreamQuery(nullptr) == CUDA_ERROR_NOT_READY) return false;
+    if (sync_stream_ && api_->cuStreamQuery(sync_stream_) == CUDA_ERROR_NOT_READY) return false;
+    for (CUstream s : streams_) {
+      if (api_->cuStreamQuery(s) == CUDA_ERROR_NOT_READY) return false;
+    }
+    return true;
+  }
 
   CUmemAllocationProp Prop() const {
     CUmemAllocationProp prop = {};

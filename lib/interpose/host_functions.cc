@@ -1,0 +1,68 @@
+#include "host_functions.h"
+
+#include "remote.h"
+
+namespace gpupool::interpose {
+
+HostFunctions& HostFunctions::Get() {
+  static HostFunctions* functions = new HostFunctions();  // Never destroyed: its thread may outlive exit's destructors.
+  return *functions;
+}
+
+void HostFunctions::Enqueue(int device, uint64_t sid, std::function<void(CUresult)> fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++pending_[{device, sid}];
+  ++pending_on_device_[device];
+  queue_.push_back({device, sid, std::move(fn)});
+  if (!started_) {
+    started_ = true;
+    std::thread([this] { Run(); }).detach();
+  }
+  changed_.notify_all();
+}
+
+bool HostFunctions::BlocksLocked(int device, uint64_t sid) const {
+  auto on = [&](uint64_t s) {
+    auto it = pending_.find({device, s});
+    return it != pending_.end() && it->second > 0;
+  };
+  if (sid == 0) {
+    auto it = pending_on_device_.find(device);
+    return it != pending_on_device_.end() && it->second > 0;
+  }
+  return on(sid) || on(0);
+}
+
+void HostFunctions::WaitBefore(int device, uint64_t sid) {
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait(lock, [&] { return !BlocksLocked(device, sid); });
+}
+
+bool HostFunctions::PendingBefore(int device, uint64_t sid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return BlocksLocked(device, sid);
+}
+
+void HostFunctions::WaitDevice(int device) { WaitBefore(device, 0); }
+
+// One thread runs them in the order they were queued, as the driver's callback thread does.
+void HostFunctions::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    changed_.wait(lock, [&] { return !queue_.empty(); });
+    Entry entry = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    // Nothing later on this stream has been sent (its callers wait), so the stream's work is the work before it.
+    Remote& remote = Remote::Get();
+    int code = remote.session(entry.device)->StreamSynchronize(entry.sid);
+    CUresult status = code == 0 ? CUDA_SUCCESS : remote.Fail(entry.device, code, "the work before a host function");
+    entry.fn(status);
+    lock.lock();
+    --pending_[{entry.device, entry.sid}];
+    --pending_on_device_[entry.device];
+    changed_.notify_all();
+  }
+}
+
+}  // namespace gpupool::interpose
