@@ -113,6 +113,17 @@ int main() {
   CHECK(cudaStreamAddCallback(s, StreamCallback, &callback_flag, 0));
   CHECK(cudaStreamSynchronize(s));
   EXPECT(callback_flag == 7, "stream callback ran with cudaSuccess after the stream's work");
+  // Work queued after a host function waits for it: the copy reads the buffer the function fills (behind a
+  // kernel on the stream), and the default stream's copy after it waits too.
+  int staged = 0, staged_back = 0;
+  int* slot = nullptr;
+  CHECK(cudaMalloc(&slot, sizeof(int)));
+  CHECK(cudaLaunchKernelEx(&config, AddOne, slot, 1));
+  CHECK(cudaLaunchHostFunc(s, HostCallback, &staged));
+  CHECK(cudaMemcpyAsync(slot, &staged, sizeof(int), cudaMemcpyHostToDevice, s));
+  CHECK(cudaMemcpy(&staged_back, slot, sizeof(int), cudaMemcpyDeviceToHost));
+  EXPECT(staged_back == 42, "work queued after a host function saw what it did");
+  CHECK(cudaFree(slot));
   EXPECT(cudaStreamAddCallback(s, StreamCallback, &callback_flag, 1) == cudaErrorInvalidValue,
          "stream callback flags other than 0 are refused");
   CHECK(cudaMemcpy(ints_back.data(), on1, n * sizeof(int), cudaMemcpyDeviceToHost));
