@@ -14,6 +14,9 @@
 #   TRAIN_STEPS  training steps (default 200)            SKIP_BUILD=1  use an existing BUILD_DIR as it is
 #   MAX_STEP_S  cap on every step's time limit (for a first run on a machine lent by the minute)
 #   USE_DEPS=1 build from .gpu-deps/ even where the system has the packages (to check the kit on a dev machine)
+#   STACKED=1  no GPU needed: the agent's "GPUs" are gpupool's own libcuda.so.1 attached to two emulated devices of
+#              a second agent (the test configuration of interpose.stacked.*), so the kit's pool steps run here;
+#              native steps are skipped. Checks the kit and the cuda backend's plumbing, not a GPU.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT_DIR=$PWD
@@ -35,6 +38,10 @@ step() {
   local name=$1 limit=$2
   shift 2
   if [[ -n "${STEPS:-}" && " $STEPS " != *" $name "* ]]; then return 0; fi
+  if [[ -n "${STACKED:-}" && ( $name == native-* || $name == torch-* ) ]]; then
+    say "SKIP $name (STACKED: no GPU on this machine)"
+    return 1  # Not run: what depends on it is not run either.
+  fi
   local start=$SECONDS rc
   if [[ -n "${MAX_STEP_S:-}" ]] && ((limit > MAX_STEP_S)); then limit=$MAX_STEP_S; fi
   # bash -c so that a step may be one of the functions below (exported with export -f).
@@ -52,6 +59,7 @@ step() {
 
 finish() {
   [[ -n "${AGENT_PID:-}" ]] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null
+  [[ -n "${BELOW_PID:-}" ]] && kill "$BELOW_PID" 2>/dev/null && wait "$BELOW_PID" 2>/dev/null
   say "done: $failures failing step(s)"
   tar -C "$LOGS" -czf "$OUT/gpu-acceptance-logs.tar.gz" . 2>/dev/null
   cp "$SUMMARY" "$OUT/summary.txt"
@@ -117,7 +125,16 @@ GPU_TESTS="$ROOT_DIR/tests/gpu"
 # ---- the agent on this machine's GPUs ----
 PORT="${PORT:-7459}"
 SERVER="127.0.0.1:$PORT"
-GPUPOOL_LOG=info "$TOOLS/gp-agent" --listen "$SERVER" --name acceptance >"$LOGS/agent.out" 2>"$LOGS/agent.err" &
+agent=("$TOOLS/gp-agent" --listen "$SERVER" --name acceptance)
+if [[ -n "${STACKED:-}" ]]; then
+  "$TOOLS/gp-agent" --no-nvml --emu 2 --emu-memory 4GiB --listen "127.0.0.1:$((PORT + 1))" --name below \
+    >"$LOGS/below.out" 2>"$LOGS/below.err" &
+  BELOW_PID=$!
+  for _ in $(seq 100); do grep -q listening "$LOGS/below.out" 2>/dev/null && break; sleep 0.1; done
+  agent=("$TOOLS/gp-run" --servers "127.0.0.1:$((PORT + 1))" -n 2 -- "${agent[@]}" --no-nvml
+         --cuda-driver "$ROOT_DIR/$BUILD_DIR/lib/gpupool/cuda/libcuda.so.1")
+fi
+GPUPOOL_LOG=info "${agent[@]}" >"$LOGS/agent.out" 2>"$LOGS/agent.err" &
 AGENT_PID=$!
 for _ in $(seq 100); do grep -q listening "$LOGS/agent.out" 2>/dev/null && break; sleep 0.1; done
 if ! grep -q listening "$LOGS/agent.out"; then
@@ -161,7 +178,7 @@ step pool-shared_optin 180 expect_out PASSED run_on_pool -- "$PROGRAMS/shared_op
 step native-clusters 120 expect_out PASSED "$PROGRAMS/clusters"
 step pool-clusters 180 expect_out PASSED run_on_pool -- "$PROGRAMS/clusters"
 if ((physical >= 2)); then  # One program's slices lie on distinct GPUs: these need two.
-  step pool-api_coverage 180 expect_out "0 failure(s): PASSED" run_on_pool -- "$PROGRAMS/api_coverage"
+  step pool-api_coverage 180 expect_out "0 failure(s): PASSED" run_on_pool -n 2 -- "$PROGRAMS/api_coverage"
   step pool-two-half-slices 180 expect_out PASSED run_on_pool -n 2 -p 0.5 -- "$EXAMPLES/two_devices"
 else
   say "SKIP pool-api_coverage pool-two-half-slices: they need two GPUs, this machine has $physical"
@@ -176,7 +193,7 @@ step native-driver_api 120 expect_out PASSED "$VARIANTS/driver_api"
 step pool-quota 180 run_on_pool -p 0.25 -- "$VARIANTS/quota"
 # The driver-API families of the framework issue: each program checks itself natively (the GPU's own driver: is
 # the test right?) and on a slice (is gpupool?).
-for v in graphs stream_ordered stream_memops cooperative arrays fork_after_init; do
+for v in graphs stream_ordered stream_memops cooperative arrays fork_after_init module_globals; do
   step "native-$v" 120 expect_out PASSED "$VARIANTS/$v"
   step "pool-$v" 240 expect_out PASSED run_on_pool -- "$VARIANTS/$v"
 done
