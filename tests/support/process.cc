@@ -171,9 +171,9 @@ Agent::Agent(AgentOptions options) : options_(std::move(options)) {
 
 void Agent::Start(const std::string& listen) {
   std::vector<std::string> argv = options_.launcher;
-  std::vector<std::string> own = {ToolPath("gp-agent"), "--no-nvml",     "--listen", listen,
-                                   "--name",             options_.name,   "--emu",    std::to_string(options_.emulated),
-                                   "--emu-memory",       options_.emulated_memory};
+  std::vector<std::string> own = {ToolPath("gp-agent"), "--no-nvml", "--listen", listen, "--name", options_.name,
+                                  "--emu", std::to_string(options_.emulated), "--emu-memory",
+                                  options_.emulated_memory};
   if (!options_.device_class.empty()) {
     own.push_back("--class");
     own.push_back(options_.device_class);
