@@ -400,7 +400,7 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
   bool physical = false;
   for (const auto& d : state.devices) physical = physical || !d.emulated;
   if (physical) {
-    auto driver = config.cuda_driver.empty() ? backend::CudaDriver::Load() : backend::CudaDriver::Load(config.cuda_driver);
+    auto driver = backend::CudaDriver::Load(config.cuda_driver);
     if (driver.ok()) {
       GP_INFO("agent", "CUDA driver {} with {} device(s)", (*driver)->version(), (*driver)->device_count());
       state.cuda = std::shared_ptr<backend::CudaDriver>(std::move(driver).value());

@@ -79,7 +79,7 @@ std::vector<DeviceRecord> DiscoverNvmlDevices(const std::string& device_class) {
 
 std::vector<DeviceRecord> DiscoverDriverDevices(const std::string& library, const std::string& device_class) {
   std::vector<DeviceRecord> out;
-  auto driver = library.empty() ? backend::CudaDriver::Load() : backend::CudaDriver::Load(library);
+  auto driver = backend::CudaDriver::Load(library);
   if (!driver.ok()) {
     GP_INFO("agent", "no GPUs through the CUDA driver either: {}", driver.status().message());
     return out;

@@ -196,7 +196,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
       std::thread([] {
         std::this_thread::sleep_for(kTeardownLimit);
         GP_WARN("session", "session closed: the device did not free its memory within {} s; the worker exits and "
-                "the driver frees what it held", std::chrono::duration_cast<std::chrono::seconds>(kTeardownLimit).count());
+                "the driver frees what it held", kTeardownLimit.count());
         std::fflush(stderr);
         _exit(0);
       }).detach();
@@ -266,9 +266,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
       // environment ordered them.
       std::string uuid = c.getNvmlUuid();
       setenv("CUDA_VISIBLE_DEVICES", uuid.c_str(), 1);
-      std::string library = c.getCudaDriver().size() ? std::string(c.getCudaDriver())
-                                                     : backend::CudaDriver::kSystemLibrary;
-      auto driver = backend::CudaDriver::Load(library);
+      auto driver = backend::CudaDriver::Load(c.getCudaDriver());
       if (!driver.ok()) {
         device = driver.status();
       } else {

@@ -120,9 +120,11 @@ struct RemoteSession::Impl : public kj::TaskSet::ErrorHandler {
 
 namespace {
 
+uint64_t WholeGiB(uint64_t bytes) { return (bytes + kGiB - 1) / kGiB * kGiB; }
+
 // The slice's memory (and the device's heap) at the start of a window, rounded to whole GiB, as every window of a
 // slice begins; its virtual memory reservations come after it.
-uint64_t MemoryPart(const Slice& slice) { return (slice.memory_bytes + (64ull << 20) + kGiB - 1) / kGiB * kGiB; }
+uint64_t MemoryPart(const Slice& slice) { return WholeGiB(slice.memory_bytes + (64ull << 20)); }
 
 }  // namespace
 
@@ -231,7 +233,7 @@ Status RemoteSession::Relocate(uint64_t address, uint64_t bytes) {
   if (address % kGiB != 0 || address < memory_part) {
     return Status(StatusCode::kInvalidArgument, "a window is placed at a 1 GiB boundary");
   }
-  uint64_t reservations = std::max<uint64_t>(window_bytes_ - memory_part, (bytes + kGiB - 1) / kGiB * kGiB);
+  uint64_t reservations = std::max<uint64_t>(window_bytes_ - memory_part, WholeGiB(bytes));
   Status s = OpenAt(address - memory_part, memory_part + reservations);
   if (s.ok()) {
     GP_DEBUG("session", "{} GPU {}: window moved to 0x{:x} for a reservation at 0x{:x}", slice_.server_name,

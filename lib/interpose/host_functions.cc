@@ -12,7 +12,6 @@ HostFunctions& HostFunctions::Get() {
 void HostFunctions::Enqueue(int device, uint64_t sid, std::function<void(CUresult)> fn) {
   std::lock_guard<std::mutex> lock(mu_);
   ++pending_[{device, sid}];
-  ++pending_on_device_[device];
   queue_.push_back({device, sid, std::move(fn)});
   if (!started_) {
     started_ = true;
@@ -22,15 +21,11 @@ void HostFunctions::Enqueue(int device, uint64_t sid, std::function<void(CUresul
 }
 
 bool HostFunctions::BlocksLocked(int device, uint64_t sid) const {
-  auto on = [&](uint64_t s) {
-    auto it = pending_.find({device, s});
-    return it != pending_.end() && it->second > 0;
-  };
-  if (sid == 0) {
-    auto it = pending_on_device_.find(device);
-    return it != pending_on_device_.end() && it->second > 0;
+  if (sid == 0) {  // Any stream of the device (pending_ holds only streams with a function pending).
+    auto it = pending_.lower_bound({device, 0});
+    return it != pending_.end() && it->first.first == device;
   }
-  return on(sid) || on(0);
+  return pending_.count({device, sid}) > 0 || pending_.count({device, 0}) > 0;
 }
 
 void HostFunctions::WaitBefore(int device, uint64_t sid) {
@@ -59,8 +54,8 @@ void HostFunctions::Run() {
     CUresult status = code == 0 ? CUDA_SUCCESS : remote.Fail(entry.device, code, "the work before a host function");
     entry.fn(status);
     lock.lock();
-    --pending_[{entry.device, entry.sid}];
-    --pending_on_device_[entry.device];
+    auto it = pending_.find({entry.device, entry.sid});
+    if (--it->second == 0) pending_.erase(it);
     changed_.notify_all();
   }
 }

@@ -46,8 +46,8 @@ class HostFunctions {
   std::mutex mu_;
   std::condition_variable changed_;
   std::deque<Entry> queue_;
-  std::map<std::pair<int, uint64_t>, int> pending_;  // (device, stream) -> host functions queued, not yet run.
-  std::map<int, int> pending_on_device_;
+  // (device, stream) -> host functions queued and not yet run; streams with none have no entry.
+  std::map<std::pair<int, uint64_t>, int> pending_;
   bool started_ = false;
 };
 

@@ -259,6 +259,22 @@ CUresult LaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy,
   return Launch(f, grid, block, shared, stream, params, nullptr, nullptr, true);
 }
 
+namespace {
+
+// Queues `fn` on the callback thread behind the work on `stream` (host_functions.h).
+CUresult QueueHostFunction(CUstream stream, std::function<void(CUresult)> fn) {
+  Remote& remote = Remote::Get();
+  int dev;
+  uint64_t sid;
+  // Not behind the stream's pending host functions: the callback thread runs them in order anyway.
+  if (CUresult r = remote.ResolveStream(stream, &dev, &sid, false); r != CUDA_SUCCESS) return r;
+  remote.session(dev)->FlushBatch();  // The callback thread waits for the work before it: a graph's nodes too.
+  HostFunctions::Get().Enqueue(dev, sid, std::move(fn));
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
 CUresult LaunchHostFunc(CUstream stream, CUhostFn fn, void* data) {
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (Capturing(stream)) {
@@ -268,15 +284,8 @@ CUresult LaunchHostFunc(CUstream stream, CUhostFn fn, void* data) {
     work.host_data = data;
     return CaptureWork(stream, std::move(work));
   }
-  Remote& remote = Remote::Get();
-  int dev;
-  uint64_t sid;
-  // Not behind the stream's pending host functions: the callback thread runs them in order anyway.
-  if (CUresult r = remote.ResolveStream(stream, &dev, &sid, false); r != CUDA_SUCCESS) return r;
   // Called whatever the work's outcome: a failed stream's error surfaces at the program's next synchronising call.
-  remote.session(dev)->FlushBatch();  // The callback thread waits for the work before it: a graph's nodes too.
-  HostFunctions::Get().Enqueue(dev, sid, [fn, data](CUresult) { fn(data); });
-  return CUDA_SUCCESS;
+  return QueueHostFunction(stream, [fn, data](CUresult) { fn(data); });
 }
 
 // cuStreamAddCallback: the callback learns the stream's status (an error of the work before it reaches the
@@ -284,13 +293,7 @@ CUresult LaunchHostFunc(CUstream stream, CUhostFn fn, void* data) {
 CUresult StreamAddCallback(CUstream stream, CUstreamCallback callback, void* data, unsigned int flags) {
   if (callback == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (Capturing(stream)) return RefuseWhileCapturing(stream);  // Callbacks cannot be captured (host nodes can).
-  Remote& remote = Remote::Get();
-  int dev;
-  uint64_t sid;
-  if (CUresult r = remote.ResolveStream(stream, &dev, &sid, false); r != CUDA_SUCCESS) return r;
-  remote.session(dev)->FlushBatch();
-  HostFunctions::Get().Enqueue(dev, sid, [stream, callback, data](CUresult status) { callback(stream, status, data); });
-  return CUDA_SUCCESS;
+  return QueueHostFunction(stream, [stream, callback, data](CUresult status) { callback(stream, status, data); });
 }
 
 CUresult PrepareKernelWork(const CUDA_KERNEL_NODE_PARAMS& p, NodeWork* work) {

@@ -1,7 +1,5 @@
 #include "remote.h"
 
-#include "host_functions.h"
-
 #include <cstdlib>
 #include <set>
 #include <string>

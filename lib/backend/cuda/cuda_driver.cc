@@ -23,7 +23,8 @@ using DeviceTotalMem = CUresult (*)(size_t*, int);
 
 }  // namespace
 
-Result<std::unique_ptr<CudaDriver>> CudaDriver::Load(const std::string& library) {
+Result<std::unique_ptr<CudaDriver>> CudaDriver::Load(const std::string& name) {
+  const std::string library = name.empty() ? kSystemLibrary : name;
   auto driver = std::unique_ptr<CudaDriver>(new CudaDriver());
   // Never unloaded: a driver keeps threads of its own running.
   driver->handle_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);

@@ -27,10 +27,11 @@ struct DriverDevice {
 
 class CudaDriver {
  public:
-  // Loads `library` and initialises it. Fails with kUnavailable and the reason: not installed, "stub library" (the
-  // toolkit's link-time stub, CUDA_ERROR_STUB_LIBRARY), no device, a driver older than 13.0, or gpupool's own
-  // libcuda.so.1 where `library` is the default name (found on the library path, as under gp-run: never initialised
-  // then, since it would attach to a pool of its own). A library named by path or configuration may be gpupool's.
+  // Loads `library` ("" = kSystemLibrary) and initialises it. Fails with kUnavailable and the reason: not
+  // installed, "stub library" (the toolkit's link-time stub, CUDA_ERROR_STUB_LIBRARY), no device, a driver older
+  // than 13.0, or gpupool's own libcuda.so.1 where `library` is the default name (found on the library path, as under
+  // gp-run: never initialised then, since it would attach to a pool of its own). A library named by path or
+  // configuration may be gpupool's.
   static Result<std::unique_ptr<CudaDriver>> Load(const std::string& library = kSystemLibrary);
   static constexpr const char* kSystemLibrary = "libcuda.so.1";
   ~CudaDriver();
