@@ -253,6 +253,8 @@ RemoteSession::~RemoteSession() {
   });
 }
 
+void RemoteSession::KeepAsyncError(int code) { impl_->Record(code, last_error_); }
+
 int RemoteSession::TakeAsyncError() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   int code = impl_->async_error;
@@ -544,7 +546,13 @@ int RemoteSession::StreamCreate(uint64_t* stream) {
 
 int RemoteSession::StreamDestroy(uint64_t stream) { return Invoke<calls::StreamDestroy>({{stream}}); }
 int RemoteSession::StreamSynchronize(uint64_t stream) { return Invoke<calls::StreamSynchronize>({{stream}}); }
-int RemoteSession::StreamQuery(uint64_t stream) { return Invoke<calls::StreamQuery>({{stream}}); }
+// Queries report an earlier unwaited call's error too, as the driver's do ("may return errors of previous,
+// asynchronous launches"): a poller (the cuda backend's Settled) must not miss a failed kernel.
+int RemoteSession::StreamQuery(uint64_t stream) {
+  int code = Invoke<calls::StreamQuery>({{stream}});
+  int pending = TakeAsyncError();
+  return pending ? pending : code;
+}
 int RemoteSession::EventSynchronize(uint64_t event) { return Invoke<calls::EventSynchronize>({{event}}); }
 int RemoteSession::Synchronize() { return Invoke<calls::Synchronize>({}); }
 
@@ -563,7 +571,11 @@ int RemoteSession::EventDestroy(uint64_t event) { return Invoke<calls::EventDest
 int RemoteSession::EventRecord(uint64_t event, uint64_t stream) {
   return Invoke<calls::EventRecord>({{event}, {stream}});
 }
-int RemoteSession::EventQuery(uint64_t event) { return Invoke<calls::EventQuery>({{event}}); }
+int RemoteSession::EventQuery(uint64_t event) {
+  int code = Invoke<calls::EventQuery>({{event}});
+  int pending = TakeAsyncError();
+  return pending ? pending : code;
+}
 
 int RemoteSession::EventElapsed(uint64_t start, uint64_t end, float* ms) {
   calls::EventElapsed::Results r;

@@ -105,6 +105,9 @@ class RemoteSession {
   int Synchronize();
   // The first error of an unwaited call, once (then cleared), or 0.
   int TakeAsyncError();
+  // Puts an error that a wait took back in front, with last_error()'s text, for the next synchronising call to
+  // report: a helper thread's wait (host functions) must not swallow the program's error.
+  void KeepAsyncError(int code);
   const std::string& last_error() const { return last_error_; }
 
   struct Impl;

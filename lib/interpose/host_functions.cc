@@ -50,8 +50,13 @@ void HostFunctions::Run() {
     lock.unlock();
     // Nothing later on this stream has been sent (its callers wait), so the stream's work is the work before it.
     Remote& remote = Remote::Get();
-    int code = remote.session(entry.device)->StreamSynchronize(entry.sid);
-    CUresult status = code == 0 ? CUDA_SUCCESS : remote.Fail(entry.device, code, "the work before a host function");
+    RemoteSession* session = remote.session(entry.device);
+    int code = session->StreamSynchronize(entry.sid);
+    CUresult status = CUDA_SUCCESS;
+    if (code != 0) {
+      status = remote.Fail(entry.device, code, "the work before a host function");
+      session->KeepAsyncError(code);  // The program's next synchronising call reports it, as on a GPU.
+    }
     entry.fn(status);
     lock.lock();
     auto it = pending_.find({entry.device, entry.sid});

@@ -70,7 +70,11 @@ CUresult StreamQuery(CUstream handle) {
   int dev;
   uint64_t sid;
   if (CUresult r = remote.ResolveStream(handle, &dev, &sid, false); r != CUDA_SUCCESS) return r;
-  if (HostFunctions::Get().PendingBefore(dev, sid)) return CUDA_ERROR_NOT_READY;
+  if (HostFunctions::Get().PendingBefore(dev, sid)) {
+    // Not done while a host function waits or runs, but an error of the work before it is reported now.
+    int pending = remote.session(dev)->TakeAsyncError();
+    return pending ? remote.Fail(dev, pending, "work on a stream") : CUDA_ERROR_NOT_READY;
+  }
   int code = remote.session(dev)->StreamQuery(sid);
   if (code == 0 || code == CUDA_ERROR_NOT_READY) return ToResult(code);
   return remote.Fail(dev, code, "work on a stream");
