@@ -24,10 +24,12 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/device_turns.h"
 #include "backend/emu/emu_backend.h"
+#include "backend/frame_connection.h"
 #include "backend/session_server.h"
 #include "backend/slice_quota.h"
 #include "core/log.h"
 #include "core/util.h"
+#include "schema/session_frames.h"
 #include "worker.capnp.h"
 
 extern char** environ;
@@ -72,12 +74,12 @@ std::string DoorSocketPath(const std::string& direct_listen, pid_t pid) {
 // How long a worker waits for its client's direct connection before it serves through the agent alone.
 constexpr kj::Duration kDoorOpenFor = 10 * kj::SECONDS;
 
-// The worker's direct listener (wire::SessionDoor): one client, holding the ticket from openSession, enters and gets
-// the session; then the listener closes. Connections that entered carry the session's calls until they break.
+// The worker's direct listener: one client, holding the ticket from openSession, enters and its connection carries
+// the session's calls as framed messages (schema/session_frames.h) until it breaks; then the listener closes.
 class Door {
  public:
-  Door(kj::AsyncIoContext& io, wire::Session::Client session)
-      : io_(io), session_(kj::mv(session)), ticket_(RandomBytes(kTicketBytes)), tasks_(errors_) {}
+  Door(kj::AsyncIoContext& io, wire::Session::Client session, backend::FramedSession& framed)
+      : io_(io), session_(kj::mv(session)), framed_(framed), ticket_(RandomBytes(kTicketBytes)), tasks_(errors_) {}
   ~Door() { Close(); }
 
   // Listens at `where` ("host:0" or "unix:PATH"); fills `direct` with the port or path and the ticket.
@@ -102,54 +104,57 @@ class Door {
   }
 
  private:
-  struct Entrance;
-  class DoorServer final : public wire::SessionDoor::Server {
-   public:
-    explicit DoorServer(Door& door) : door_(door) {}
-    kj::Promise<void> enter(EnterContext context) override {
-      auto ticket = context.getParams().getTicket();
-      KJ_IF_MAYBE(session, door_.session_) {
-        // Constant time: a wrong guess learns nothing of the right bytes.
-        const std::string& want = door_.ticket_;
-        kj::byte diff = ticket.size() == want.size() ? 0 : 1;
-        for (size_t i = 0; i < ticket.size() && i < want.size(); ++i) {
-          diff |= ticket[i] ^ static_cast<kj::byte>(want[i]);
-        }
-        if (diff == 0) {
-          context.getResults().setSession(*session);
-          door_.Close();  // One client: the door's own reference goes, the listener closes.
-          return kj::READY_NOW;
-        }
-      }
-      return KJ_EXCEPTION(FAILED, "gpupool: wrong or used session ticket");
-    }
-
-   private:
-    Door& door_;
-  };
-  struct Entrance {
-    kj::Own<kj::AsyncIoStream> stream;
-    kj::Own<capnp::TwoPartyVatNetwork> network;
-    kj::Own<capnp::RpcSystem<capnp::rpc::twoparty::VatId>> rpc;
-  };
+  static constexpr size_t kTicketBytes = 16;
+  static constexpr kj::Duration kKnockWithin = 5 * kj::SECONDS;
   struct Errors final : public kj::TaskSet::ErrorHandler {
     void taskFailed(kj::Exception&& e) override {
       GP_DEBUG("session", "direct connection ended: {}", e.getDescription().cStr());
     }
   };
+  // The enter frame: header, then the ticket.
+  struct Knock {
+    session::FrameHeader header;
+    kj::byte ticket[kTicketBytes];
+  };
 
   kj::Promise<void> Accept() {
     return listener_->accept().then([this](kj::Own<kj::AsyncIoStream> stream) {
-      auto e = kj::heap<Entrance>();
-      e->stream = kj::mv(stream);
-      e->network = kj::heap<capnp::TwoPartyVatNetwork>(*e->stream, capnp::rpc::twoparty::Side::SERVER);
-      e->rpc = kj::heap<capnp::RpcSystem<capnp::rpc::twoparty::VatId>>(
-          capnp::makeRpcServer(*e->network, kj::heap<DoorServer>(*this)));
-      auto* network = e->network.get();
-      // The entrance lives until its client hangs up: it carries the session's calls.
-      tasks_.add(network->onDisconnect().attach(kj::mv(e)));
+      tasks_.add(Enter(kj::mv(stream)));
       return Accept();
     });
+  }
+
+  // Checks the knock; the connection that enters serves the session until it breaks.
+  kj::Promise<void> Enter(kj::Own<kj::AsyncIoStream> stream) {
+    auto knock = kj::heap<Knock>();
+    auto read = stream->read(knock.get(), sizeof(Knock));
+    return io_.provider->getTimer()
+        .timeoutAfter(kKnockWithin, kj::mv(read))
+        .then([this, stream = kj::mv(stream), knock = kj::mv(knock)]() mutable -> kj::Promise<void> {
+          KJ_IF_MAYBE(session, session_) {
+            // Constant time: a wrong guess learns nothing of the right bytes.
+            kj::byte diff = knock->header.kind == session::kEnterFrame &&
+                                    knock->header.words * sizeof(capnp::word) == kTicketBytes
+                                ? 0
+                                : 1;
+            for (size_t i = 0; i < kTicketBytes; ++i) diff |= knock->ticket[i] ^ static_cast<kj::byte>(ticket_[i]);
+            if (diff == 0) {
+              wire::Session::Client held = *session;  // The connection keeps the session; the door lets go.
+              Close();
+              auto entered = kj::heap<session::OutgoingFrame>(session::kEnteredFrame, 0);
+              auto pieces = entered->pieces()[0];
+              auto* s = stream.get();
+              return s->write(pieces.begin(), pieces.size())
+                  .attach(kj::mv(entered))
+                  .then([this, stream = kj::mv(stream)]() mutable {
+                    return backend::ServeFrames(kj::mv(stream), framed_);
+                  })
+                  .attach(kj::mv(held));
+            }
+          }
+          GP_WARN("session", "a wrong or used session ticket knocked at the direct listener");
+          return kj::READY_NOW;
+        });
   }
 
   void Close() {
@@ -162,7 +167,7 @@ class Door {
 
   kj::AsyncIoContext& io_;
   kj::Maybe<wire::Session::Client> session_;
-  static constexpr size_t kTicketBytes = 16;
+  backend::FramedSession& framed_;  // The session's server: lives as long as a reference to it (held above).
   std::string ticket_;  // From the kernel's random source: whoever holds it gets the session.
   std::string unix_path_;
   kj::Own<kj::ConnectionReceiver> listener_;
@@ -288,14 +293,15 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     // The session server lives as long as some client holds it; when the last reference goes (the client closed
     // it, or its connection broke), the worker's job is done.
     auto* closed = closed_.get();
-    auto server = backend::NewSessionServer(std::move(device).value(), limits, control_, submission_turns)
+    backend::FramedSession* framed = nullptr;
+    auto server = backend::NewSessionServer(std::move(device).value(), limits, control_, submission_turns, &framed)
                       .attach(kj::defer([closed] { closed->fulfill(); }));
     wire::Session::Client client(kj::mv(server));
     results.setCode(0);
     results.setSession(client);
     std::string where = c.getDirectListen();
     if (where.empty()) return kj::READY_NOW;
-    door_ = kj::heap<Door>(io_, kj::mv(client));
+    door_ = kj::heap<Door>(io_, kj::mv(client), *framed);
     return door_->Open(where, results.initDirect()).catch_([this, results](kj::Exception&& e) mutable {
       // The client still has the session through the agent.
       GP_WARN("session", "cannot listen for a direct connection: {}", e.getDescription().cStr());

@@ -80,7 +80,7 @@ class SubmissionTurns {
   int in_flight_ = 0;     // Guarded by mu_.
 };
 
-class SessionServer final : public wire::Session::Server {
+class SessionServer final : public wire::Session::Server, public FramedSession {
  public:
   SessionServer(std::unique_ptr<DeviceBackend> backend, const SessionLimits& limits,
                 std::shared_ptr<SessionControl> control, std::shared_ptr<emu::ExecutionGate> submission_turns)
@@ -121,19 +121,49 @@ class SessionServer final : public wire::Session::Server {
 
   template <typename Call>
   kj::Promise<void> Serve(typename session::Wire<Call>::Context context) {
-    using W = session::Wire<Call>;
     // A call that waits for the device: a caller that goes away (its connection broke) must not keep it running.
     if (Call::kMode == session::Mode::kSync) context.allowCancellation();
+    return ServeMessage<Call>(context.getParams(), context.getResults()).then([context](CallStatus) {});
+  }
+
+  // One call, from its Params struct to its Results struct (status included), however it arrived.
+  template <typename Call>
+  kj::Promise<CallStatus> ServeMessage(typename session::Wire<Call>::Params::Reader params,
+                                       typename session::Wire<Call>::ResultsStruct::Builder results) {
+    using W = session::Wire<Call>;
     auto call = kj::heap<Pending<Call>>();
-    W::ReadArgs(context.getParams(), call->args);
-    W::PrepareResults(context.getResults(), call->results);
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] { W::ReadArgs(params, call->args); })) {
+      CallStatus corrupt{CUDA_ERROR_INVALID_VALUE,
+                         fmt::format("corrupt {} message: {}", Call::kMethod, e->getDescription().cStr())};
+      session::WriteStatus(corrupt, results.initStatus());
+      return corrupt;
+    }
+    W::PrepareResults(results, call->results);
     Reply reply = revoked_ ? Done(Revoked()) : Handle(call->args, call->results);
-    return reply.then([this, context, call = kj::mv(call)](CallStatus status) mutable {
+    return reply.then([this, results, call = kj::mv(call)](CallStatus status) mutable {
       if (revoked_ && status.ok()) status = Revoked();  // The lease ended while the call waited for the device.
-      auto results = context.getResults();
       W::WriteResults(call->results, results);
       session::WriteStatus(status, results.initStatus());
+      return status;
     });
+  }
+
+  kj::Promise<CallStatus> ServeFramed(uint32_t ordinal, capnp::MessageReader& params,
+                                      capnp::MessageBuilder& reply) override {
+    try {
+      switch (ordinal) {
+#define GP_FRAMED(Name, method, number, mode, doc)                                                             \
+  case number:                                                                                                 \
+    return ServeMessage<calls::Name>(params.getRoot<session::Wire<calls::Name>::Params>(),                     \
+                                     reply.initRoot<session::Wire<calls::Name>::ResultsStruct>());
+        GP_SESSION_CALLS(GP_FRAMED)
+#undef GP_FRAMED
+        default:
+          return CallStatus{CUDA_ERROR_INVALID_VALUE, fmt::format("unknown call {}", ordinal)};
+      }
+    } catch (const kj::Exception& e) {  // A message whose root is not a struct.
+      return CallStatus{CUDA_ERROR_INVALID_VALUE, fmt::format("corrupt message: {}", e.getDescription().cStr())};
+    }
   }
 
   // ---- Batches (a graph launch): posted calls, each handled in order as if it had come alone. Every call submits
@@ -754,8 +784,33 @@ class SessionServer final : public wire::Session::Server {
 
 kj::Own<wire::Session::Server> NewSessionServer(std::unique_ptr<DeviceBackend> backend, const SessionLimits& limits,
                                                 std::shared_ptr<SessionControl> control,
-                                                std::shared_ptr<emu::ExecutionGate> submission_turns) {
-  return kj::heap<SessionServer>(std::move(backend), limits, std::move(control), std::move(submission_turns));
+                                                std::shared_ptr<emu::ExecutionGate> submission_turns,
+                                                FramedSession** framed) {
+  auto server = kj::heap<SessionServer>(std::move(backend), limits, std::move(control), std::move(submission_turns));
+  if (framed) *framed = server.get();
+  return server;
 }
+
+namespace {
+template <session::Mode kMode>
+bool ModeIs(uint32_t ordinal) {
+  switch (ordinal) {
+#define GP_MODE(Name, method, number, mode, doc) \
+  case number:                                   \
+    return calls::Name::kMode == kMode;
+    GP_SESSION_CALLS(GP_MODE)
+#undef GP_MODE
+    default:
+      return false;
+  }
+}
+}  // namespace
+
+bool FramedSession::IsCall(uint32_t ordinal) {
+  return ModeIs<session::Mode::kPosted>(ordinal) || ModeIs<session::Mode::kReply>(ordinal) ||
+         ModeIs<session::Mode::kSync>(ordinal);
+}
+bool FramedSession::IsPosted(uint32_t ordinal) { return ModeIs<session::Mode::kPosted>(ordinal); }
+bool FramedSession::IsSync(uint32_t ordinal) { return ModeIs<session::Mode::kSync>(ordinal); }
 
 }  // namespace gpupool::backend

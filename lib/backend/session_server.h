@@ -12,6 +12,8 @@
 #include <mutex>
 #include <string>
 
+#include <capnp/message.h>
+#include <kj/async.h>
 #include <kj/memory.h>
 
 #include "backend/device_backend.h"
@@ -40,14 +42,35 @@ struct SessionLimits {
   std::function<void()> closing;
 };
 
+// The same server, reached by framed messages (lib/schema/session_frames.h) on a direct connection.
+class FramedSession {
+ public:
+  // Serves call `ordinal` with its Params message `params`, writing its Results struct (status included) into
+  // `reply`; both must live until the promise resolves, with the call's status. An unknown ordinal or a corrupt
+  // message fails the call, not the session.
+  virtual kj::Promise<CallStatus> ServeFramed(uint32_t ordinal, capnp::MessageReader& params,
+                                              capnp::MessageBuilder& reply) = 0;
+  // Whether `ordinal` names a session call.
+  static bool IsCall(uint32_t ordinal);
+  // Whether call `ordinal` is posted (its client waits for no reply); false for unknown ordinals.
+  static bool IsPosted(uint32_t ordinal);
+  // Whether call `ordinal` is kSync (waits for the device and reports earlier posted calls' errors).
+  static bool IsSync(uint32_t ordinal);
+
+ protected:
+  ~FramedSession() = default;
+};
+
 // The server for one session over `backend`. `control` (may be null) receives the session's revoke function.
+// `framed` (may be null) receives the same server's framed entry, valid as long as the returned server lives.
 // `submission_turns` (may be null) shares a device that does not share itself by its compute shares (a physical GPU
 // without MPS): the session submits work (kernels, copies, memsets) only while it holds the device's turn, keeps it
 // while that work runs and for one time slice at most while a neighbour waits, then hands it on. The wait happens
 // before a submission reaches the device, on the session's own thread: a session waits, its neighbours do not.
 kj::Own<wire::Session::Server> NewSessionServer(std::unique_ptr<DeviceBackend> backend, const SessionLimits& limits,
                                                 std::shared_ptr<SessionControl> control,
-                                                std::shared_ptr<emu::ExecutionGate> submission_turns = nullptr);
+                                                std::shared_ptr<emu::ExecutionGate> submission_turns = nullptr,
+                                                FramedSession** framed = nullptr);
 
 }  // namespace gpupool::backend
 

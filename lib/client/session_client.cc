@@ -14,8 +14,10 @@
 
 #include "client/lease_core.h"
 #include "client/runtime.h"
+#include "client/session_channel.h"
 #include "core/log.h"
 #include "core/util.h"
+#include "schema/session_frames.h"
 #include "schema/session_wire.h"
 
 namespace gpupool::internal {
@@ -67,9 +69,6 @@ constexpr std::chrono::milliseconds kDirectConnectTimeout{2000};
 struct RemoteSession::Impl : public kj::TaskSet::ErrorHandler {
   kj::Maybe<wire::Session::Client> session;  // Loop thread only.
   kj::Own<kj::TaskSet> tasks;                // Loop thread only.
-  // The connection straight to the session's worker, when the agent offered one: it carries every call.
-  kj::Own<kj::AsyncIoStream> direct_stream;   // Loop thread only.
-  kj::Own<capnp::TwoPartyClient> direct_rpc;  // Loop thread only.
   std::mutex mu;
   int async_error = 0;
   std::string async_message;
@@ -93,29 +92,9 @@ struct RemoteSession::Impl : public kj::TaskSet::ErrorHandler {
     KJ_IF_MAYBE(s, session) { return *s; }
     KJ_FAIL_REQUIRE("session closed");
   }
-  // Enters the worker's door; on any failure the session stays reached through the agent.
-  kj::Promise<void> GoDirect(Runtime& rt, const std::string& server, wire::DirectSession::Reader door) {
-    std::string address = door.hasPath() && door.getPath().size() > 0 ? "unix:" + std::string(door.getPath())
-                                                                       : WorkerAddress(server, door.getPort());
-    auto ticket = kj::heapArray<kj::byte>(door.getTicket());
-    return rt.ConnectStream(address, kDirectConnectTimeout)
-        .then([this, &rt, address, ticket = kj::mv(ticket)](kj::Own<kj::AsyncIoStream> stream) mutable {
-          direct_stream = kj::mv(stream);
-          direct_rpc = kj::heap<capnp::TwoPartyClient>(*direct_stream);
-          auto req = direct_rpc->bootstrap().castAs<wire::SessionDoor>().enterRequest();
-          req.setTicket(ticket);
-          return rt.Deadline(req.send()).then([this, address](capnp::Response<wire::SessionDoor::EnterResults>&& r) {
-            session = r.getSession();  // The agent's forwarding reference goes.
-            GP_DEBUG("session", "reached the session's worker directly at {}", address);
-          });
-        })
-        .catch_([this, address](kj::Exception&& e) {
-          GP_DEBUG("session", "no direct connection to the session's worker at {} ({}): calls go through the agent",
-                   address, e.getDescription().cStr());
-          direct_rpc = nullptr;
-          direct_stream = nullptr;
-        });
-  }
+  // The framed connection straight to the session's worker, when the agent offered one and it let us in: it
+  // carries every call; `session` (through the agent) is dropped then.
+  std::unique_ptr<SessionChannel> channel;
 };
 
 namespace {
@@ -134,6 +113,7 @@ Status RemoteSession::OpenAt(uint64_t base, uint64_t window) {
   std::string server = slice_.server;
   uint32_t device = slice_.device;
   auto props = std::make_shared<RemoteProps>();
+  std::string door_address, door_ticket;  // Where the worker waits for us directly, if it does.
   const std::string& id = lease_id_;
   const std::string& secret = lease_secret_;
   Status status = runtime_->Run([&]() -> kj::Promise<Status> {
@@ -145,19 +125,21 @@ Status RemoteSession::OpenAt(uint64_t base, uint64_t window) {
                        req.setWindowBase(base);
                        req.setWindowBytes(window);
                        return rt.Deadline(req.send()).then(
-                           [&rt, raw, server, props](capnp::Response<wire::Agent::OpenSessionResults>&& r)
+                           [&, raw, server, props](capnp::Response<wire::Agent::OpenSessionResults>&& r)
                                -> kj::Promise<Status> {
                              Status s = StatusFromOutcome(r.getOutcome(), server);
                              if (!s.ok()) return s;
                              raw->session = r.getSession();
                              raw->tasks = kj::heap<kj::TaskSet>(*raw);
-                             kj::Promise<void> direct = kj::READY_NOW;
                              if (r.hasDirect() && DirectSessionsWanted()) {
-                               direct = raw->GoDirect(rt, server, r.getDirect());
+                               auto door = r.getDirect();
+                               door_address = door.hasPath() && door.getPath().size() > 0
+                                                  ? "unix:" + std::string(door.getPath())
+                                                  : WorkerAddress(server, door.getPort());
+                               auto ticket = door.getTicket();
+                               door_ticket.assign(reinterpret_cast<const char*>(ticket.begin()), ticket.size());
                              }
-                             return direct.then([&rt, raw]() {
-                               return rt.Deadline(raw->S().propertiesRequest().send());
-                             })
+                             return rt.Deadline(raw->S().propertiesRequest().send())
                                  .then([props](capnp::Response<wire::Session::PropertiesResults>&& p) {
                                    calls::Properties::Results results;
                                    session::Wire<calls::Properties>::ReadResults(p, results);
@@ -170,6 +152,19 @@ Status RemoteSession::OpenAt(uint64_t base, uint64_t window) {
   if (!status.ok()) {
     runtime_->Run([&impl] { impl.reset(); });  // Capabilities are dropped on the loop thread.
     return status;
+  }
+  if (!door_address.empty()) {
+    // Off the loop thread: a connection that waits for a firewall's silence must not stall other sessions' calls.
+    auto channel = SessionChannel::Enter(door_address, door_ticket, kDirectConnectTimeout,
+                                         [raw](int code, const std::string& message) { raw->Record(code, message); });
+    if (channel.ok()) {
+      raw->channel = std::move(channel).value();
+      runtime_->Run([raw] { raw->session = nullptr; });  // The agent's forwarding reference goes.
+      GP_DEBUG("session", "reached the session's worker directly at {}", door_address);
+    } else {
+      GP_DEBUG("session", "no direct connection to the session's worker at {} ({}): calls go through the agent",
+               door_address, channel.status().message());
+    }
   }
   raw->used = false;  // Asking for the properties leaves nothing on the session.
   std::unique_ptr<Impl> old = std::move(impl_);
@@ -245,11 +240,10 @@ Status RemoteSession::Relocate(uint64_t address, uint64_t bytes) {
 RemoteSession::~RemoteSession() {
   if (!impl_) return;
   // Close on the loop thread: dropping the capability ends the session on the agent.
+  impl_->channel.reset();  // Closing it ends the session in its worker.
   runtime_->Run([this] {
     impl_->tasks = nullptr;
     impl_->session = nullptr;
-    impl_->direct_rpc = nullptr;
-    impl_->direct_stream = nullptr;
   });
 }
 
@@ -311,6 +305,37 @@ void AppendToBatch(const typename Call::Args& args, std::vector<uint8_t>* batch)
   batch->insert(batch->end(), bytes.begin(), bytes.end());
 }
 
+// A message builder for one call: small first segment (most calls are a few words), grown as needed.
+constexpr unsigned kFirstSegmentWords = 64;
+
+// Waits for the reply to call `seq` on the direct channel; `use(results_reader)` reads it.
+template <typename Call, typename Use>
+int ChannelCall(SessionChannel& channel, uint32_t seq, Use use, std::string* error) {
+  using W = session::Wire<Call>;
+  SessionChannel::Reply reply;
+  if (!channel.Wait(seq, &reply)) {
+    *error = channel.lost();
+    return kCudaErrorDeviceUnavailable;
+  }
+  try {
+    auto r = reply.message->getRoot<typename W::ResultsStruct>();
+    int code = CodeOf(r.getStatus());
+    if (code) *error = r.getStatus().getMessage();
+    use(r);
+    return code;
+  } catch (const kj::Exception& e) {
+    *error = fmt::format("corrupt {} reply from the session's worker: {}", Call::kMethod, e.getDescription().cStr());
+    return kCudaErrorDeviceUnavailable;
+  }
+}
+
+template <typename Call, typename Use>
+int ChannelCall(SessionChannel& channel, const typename Call::Args& args, Use use, std::string* error) {
+  capnp::MallocMessageBuilder message(kFirstSegmentWords);
+  session::Wire<Call>::WriteArgs(args, message.initRoot<typename session::Wire<Call>::Params>());
+  return ChannelCall<Call>(channel, channel.Send(Call::kOrdinal, message), use, error);
+}
+
 }  // namespace
 
 bool RemoteSession::Batching() const { return impl_->batch_thread.load() == std::this_thread::get_id(); }
@@ -327,9 +352,7 @@ void RemoteSession::FlushBatch() {
   if (!Batching() || impl_->batch.empty()) return;
   auto bytes = std::make_shared<std::vector<uint8_t>>(std::move(impl_->batch));
   impl_->batch.clear();
-  calls::Batch::Args args{{bytes->data(), bytes->size()}};
-  Impl* impl = impl_.get();
-  runtime_->Post([impl, args, bytes] { SendPosted<calls::Batch>(impl, args); });
+  Invoke<calls::Batch>({{bytes->data(), bytes->size()}}, nullptr, bytes);
 }
 
 template <typename C>
@@ -343,7 +366,11 @@ int RemoteSession::Invoke(const typename C::Args& args, typename C::Results* res
       if (impl->batch.size() >= kBatchBytes) FlushBatch();
       return 0;
     }
-    if (C::kArgsView && !owner) {
+    if (impl->channel) {
+      capnp::MallocMessageBuilder message(kFirstSegmentWords);
+      W::WriteArgs(args, message.initRoot<typename W::Params>());
+      impl->channel->Post(C::kOrdinal, message);
+    } else if (C::kArgsView && !owner) {
       // The caller's bytes go into the message on the loop thread before this returns (no extra copy).
       runtime_->Run([&] { SendPosted<C>(impl, args); });
     } else {
@@ -353,20 +380,21 @@ int RemoteSession::Invoke(const typename C::Args& args, typename C::Results* res
     return 0;
   } else {
     FlushBatch();  // What this thread gathered goes first.
-    int code = Call(
-        *runtime_, impl,
-        [&](wire::Session::Client& s) {
-          auto req = W::Request(s);
-          W::WriteArgs(args, req);
-          return req.send();
-        },
-        [&](auto& r) {
-          typename C::Results local;
-          typename C::Results* out = results ? results : &local;
-          W::ReadResults(r, *out);
-          if constexpr (C::kMode == session::Mode::kSync) EmitOutput(r.getOutput());
-        },
-        &last_error_);
+    auto use = [&](auto& r) {
+      typename C::Results local;
+      typename C::Results* out = results ? results : &local;
+      W::ReadResults(r, *out);
+      if constexpr (C::kMode == session::Mode::kSync) EmitOutput(r.getOutput());
+    };
+    int code = impl->channel ? ChannelCall<C>(*impl->channel, args, use, &last_error_)
+                             : Call(
+                                   *runtime_, impl,
+                                   [&](wire::Session::Client& s) {
+                                     auto req = W::Request(s);
+                                     W::WriteArgs(args, req);
+                                     return req.send();
+                                   },
+                                   use, &last_error_);
     if constexpr (C::kMode == session::Mode::kSync) {
       int pending = TakeAsyncError();  // An earlier posted call's error comes first, as on a GPU.
       if (pending) return pending;
@@ -403,6 +431,26 @@ int RemoteSession::CopyToDevice(uint64_t dst, const void* src, size_t bytes, uin
   // The bytes are copied into the messages before this returns: the caller's buffer is free again at once,
   // as cuMemcpyHtoD promises for pageable memory.
   const uint8_t* p = static_cast<const uint8_t*>(src);
+  if (impl_->channel && !Batching()) {
+    // Written from the caller's memory, not copied into the message first: a large chunk leaves before Post
+    // returns.
+    using W = session::Wire<calls::CopyToDevice>;
+    for (size_t off = 0; off < bytes; off += kChunk) {
+      size_t n = std::min(kChunk, bytes - off);
+      capnp::MallocMessageBuilder message(kFirstSegmentWords);
+      auto params = message.initRoot<W::Params>();
+      // Cap'n Proto refers to outside bytes only as whole, aligned words (it would write a partial word's
+      // neighbours too): other chunks are copied into the message.
+      bool whole_words = reinterpret_cast<uintptr_t>(p + off) % sizeof(capnp::word) == 0 &&
+                         n % sizeof(capnp::word) == 0;
+      W::WriteArgs({dst + off, {whole_words ? nullptr : p + off, whole_words ? 0 : n}, {stream}}, params);
+      if (whole_words) {
+        params.adoptData(message.getOrphanage().referenceExternalData(capnp::Data::Reader(p + off, n)));
+      }
+      impl_->channel->Post(calls::CopyToDevice::kOrdinal, message);
+    }
+    return 0;
+  }
   for (size_t off = 0; off < bytes; off += kChunk) {
     size_t n = std::min(kChunk, bytes - off);
     Invoke<calls::CopyToDevice>({dst + off, {p + off, n}, {stream}});
@@ -417,6 +465,25 @@ int RemoteSession::CopyFromDevice(void* dst, uint64_t src, size_t bytes, uint64_
   Impl* impl = impl_.get();
   std::string error;
   int code = 0;
+  if (impl->channel) {
+    // Every chunk asked for at once; each reply is copied into place as it is read.
+    std::vector<std::pair<uint32_t, size_t>> asked;
+    for (size_t off = 0; off < bytes; off += kChunk) {
+      capnp::MallocMessageBuilder message(kFirstSegmentWords);
+      W::WriteArgs({src + off, std::min(kChunk, bytes - off), {stream}}, message.initRoot<W::Params>());
+      asked.emplace_back(impl->channel->Send(calls::CopyFromDevice::kOrdinal, message), off);
+    }
+    for (auto [seq, off] : asked) {
+      size_t n = std::min(kChunk, bytes - off);
+      int c = ChannelCall<calls::CopyFromDevice>(
+          *impl->channel, seq, [&](auto& r) {
+            calls::CopyFromDevice::Results results;
+            W::ReadResults(r, results);
+            std::memcpy(p + off, results.data.data, std::min(n, results.data.size));
+          }, &error);
+      if (c != 0 && code == 0) code = c;
+    }
+  } else {
   try {
     code = runtime_->Run([&]() {
       // All chunks in flight at once; each lands in place as its reply arrives.
@@ -447,6 +514,7 @@ int RemoteSession::CopyFromDevice(void* dst, uint64_t src, size_t bytes, uint64_
   } catch (const kj::Exception& e) {
     error = e.getDescription().cStr();
     code = kCudaErrorDeviceUnavailable;
+  }
   }
   if (code) last_error_ = error;
   int pending = TakeAsyncError();

@@ -7,7 +7,7 @@ $Cxx.namespace("gpupool::wire");
 using Session = import "session.capnp".Session;
 using DirectSession = import "session.capnp".DirectSession;
 
-const protocolVersion :UInt32 = 1;
+const protocolVersion :UInt32 = 2;  # 2: direct session connections speak framed messages.
 # Bumped on any incompatible change. hello() is ordinal 0 forever so that every version can tell.
 
 struct Outcome {

@@ -177,6 +177,7 @@ struct Wire;
     using Args = calls::Name::Args;                                                                        \
     using Results = calls::Name::Results;                                                                  \
     using Params = wire::Session::Name##Params;                                                            \
+    using ResultsStruct = wire::Session::Name##Results;                                                    \
     using Context = capnp::CallContext<wire::Session::Name##Params, wire::Session::Name##Results>;          \
     static auto Request(wire::Session::Client& s) { return s.method##Request(); }                         \
     static void WriteArgs(const Args& v, wire::Session::Name##Params::Builder b) {                        \

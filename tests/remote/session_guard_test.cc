@@ -4,6 +4,10 @@
 // second tenant on the same GPU (opened before the attack) must still compute correctly, and the attacker's own
 // session must still work where the error was not fatal for it.
 #include <cuda.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <capnp/ez-rpc.h>
 #include <capnp/serialize.h>
@@ -17,10 +21,12 @@
 #include <vector>
 
 #include "client/lease_core.h"
+#include "client/session_channel.h"
 #include "client/session_client.h"
 #include "integration/helpers.h"
 #include "pool.capnp.h"
 #include "session.capnp.h"
+#include "schema/session_frames.h"
 #include "schema/session_wire.h"
 
 namespace gpupool::testing {
@@ -710,32 +716,92 @@ TEST_F(SessionGuard, EveryCallAfterTheLeaseIsReleasedAnswersInvalidContext) {
 // guessed ticket fails, the right one gives a working session, and then the door is shut.
 TEST_F(SessionGuard, TheWorkersDoorOpensOnceAndOnlyForItsTicket) {
   capnp::EzRpcClient client(agent_->address());
-  auto& wait = client.getWaitScope();
   auto opened = OpenRawSession(client);
   ASSERT_TRUE(opened) << "no window could be opened";
   ASSERT_TRUE(opened->hasDirect()) << "the agent offered no direct connection";
   auto direct = opened->getDirect();
   ASSERT_NE(direct.getPort(), 0u);
-  std::vector<kj::byte> ticket(direct.getTicket().begin(), direct.getTicket().end());
+  std::string ticket(reinterpret_cast<const char*>(direct.getTicket().begin()), direct.getTicket().size());
   ASSERT_EQ(ticket.size(), 16u);
-  std::string door_address = "127.0.0.1:" + std::to_string(direct.getPort());
-  capnp::EzRpcClient door_client(door_address);
-  auto door = door_client.getMain<wire::SessionDoor>();
-  auto enter = [&](std::vector<kj::byte> t) {
-    auto req = door.enterRequest();
-    req.setTicket(kj::arrayPtr(t.data(), t.size()));
-    return req.send();
+  std::string door = "127.0.0.1:" + std::to_string(direct.getPort());
+  auto enter = [&](const std::string& t) {
+    return internal::SessionChannel::Enter(door, t, std::chrono::seconds(5), nullptr);
   };
-  std::vector<kj::byte> guess = ticket;
+  std::string guess = ticket;
   guess[7] ^= 1;
-  EXPECT_ANY_THROW(enter(guess).wait(wait)) << "a wrong ticket opened the door";
-  EXPECT_ANY_THROW(enter({}).wait(wait)) << "an empty ticket opened the door";
-  auto entered = enter(ticket).wait(wait);
-  auto session = entered.getSession();
-  auto info = session.memGetInfoRequest().send().wait(wait);
+  EXPECT_FALSE(enter(guess).ok()) << "a wrong ticket opened the door";
+  EXPECT_FALSE(enter(std::string(16, '\0')).ok()) << "a zero ticket opened the door";
+  auto entered = enter(ticket);
+  ASSERT_TRUE(entered.ok()) << entered.status().message();
+  capnp::MallocMessageBuilder ask;
+  ask.initRoot<wire::Session::MemGetInfoParams>();
+  internal::SessionChannel::Reply reply;
+  ASSERT_TRUE((*entered)->Wait((*entered)->Send(session::calls::MemGetInfo::kOrdinal, ask), &reply))
+      << (*entered)->lost();
+  auto info = reply.message->getRoot<wire::Session::MemGetInfoResults>();
   EXPECT_EQ(info.getStatus().getCode(), kOk);
   EXPECT_GT(info.getTotal(), 0u);
-  EXPECT_ANY_THROW(enter(ticket).wait(wait)) << "the ticket opened the door twice";
+  EXPECT_FALSE(enter(ticket).ok()) << "the ticket opened the door twice";
+  ExpectAllUnharmed();
+}
+
+// A client that entered and then sends what no client of ours sends: an unknown call is reported as a failed posted
+// call (the connection goes on); a frame that claims a message longer than any call ends the connection, and with
+// it the session; other tenants notice nothing.
+TEST_F(SessionGuard, CorruptFramesOnTheDirectConnectionHarmNobodyElse) {
+  capnp::EzRpcClient client(agent_->address());
+  auto door_of = [](const capnp::Response<wire::Agent::OpenSessionResults>& opened) {
+    auto direct = opened.getDirect();
+    return std::make_pair(
+        "127.0.0.1:" + std::to_string(direct.getPort()),
+        std::string(reinterpret_cast<const char*>(direct.getTicket().begin()), direct.getTicket().size()));
+  };
+  {
+    auto opened = OpenRawSession(client);
+    ASSERT_TRUE(opened && opened->hasDirect());
+    auto [door, ticket] = door_of(*opened);
+    int errors = 0, last_code = 0;
+    auto channel = internal::SessionChannel::Enter(door, ticket, std::chrono::seconds(5),
+                                                   [&](int code, const std::string&) {
+                                                     ++errors;
+                                                     last_code = code;
+                                                   });
+    ASSERT_TRUE(channel.ok()) << channel.status().message();
+    capnp::MallocMessageBuilder ask;
+    ask.initRoot<wire::Session::MemGetInfoParams>();
+    (*channel)->Post(999, ask);  // No such call.
+    internal::SessionChannel::Reply reply;
+    ASSERT_TRUE((*channel)->Wait((*channel)->Send(session::calls::MemGetInfo::kOrdinal, ask), &reply))
+        << (*channel)->lost();
+    EXPECT_EQ(errors, 1);
+    EXPECT_EQ(last_code, kInvalidValue);
+    EXPECT_EQ(reply.message->getRoot<wire::Session::MemGetInfoResults>().getStatus().getCode(), kOk);
+  }
+  auto opened = OpenRawSession(client);
+  ASSERT_TRUE(opened && opened->hasDirect());
+  auto [door, ticket] = door_of(*opened);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(opened->getDirect().getPort());
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  struct {
+    session::FrameHeader header{session::kEnterFrame, 0, 2};
+    char ticket[16];
+  } knock;
+  std::memcpy(knock.ticket, ticket.data(), 16);
+  session::FrameHeader answer;
+  ASSERT_EQ(send(fd, &knock, sizeof(knock), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(knock)));
+  ASSERT_EQ(recv(fd, &answer, sizeof(answer), MSG_WAITALL), static_cast<ssize_t>(sizeof(answer)));
+  EXPECT_EQ(answer.kind, session::kEnteredFrame);
+  session::FrameHeader lie{session::calls::CopyToDevice::kOrdinal, 0, uint64_t{1} << 40};  // 8 TiB.
+  ASSERT_EQ(send(fd, &lie, sizeof(lie), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(lie)));
+  timeval limit{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  char byte = 0;
+  EXPECT_EQ(recv(fd, &byte, 1, 0), 0) << "the worker did not hang up after a corrupt frame";
+  close(fd);
   ExpectAllUnharmed();
 }
 

@@ -1,0 +1,327 @@
+#include "client/session_channel.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "schema/session_frames.h"
+#include "session.capnp.h"
+
+namespace gpupool::internal {
+namespace {
+
+using capnp::word;
+using session::FrameHeader;
+
+constexpr size_t kReadAheadBytes = 64u << 10;
+// Posted calls queued beyond this are written by the posting thread itself: memory stays bounded when the worker
+// falls behind, and the poster slows down to its pace.
+constexpr size_t kQueueLimitBytes = 1u << 20;
+
+Status Errno(const std::string& what) { return Status(StatusCode::kUnavailable, what + ": " + std::strerror(errno)); }
+
+// A connected, blocking socket to `address`, within `timeout`.
+Result<int> Connect(const std::string& address, std::chrono::milliseconds timeout) {
+  sockaddr_storage storage{};
+  socklen_t length = 0;
+  int family = AF_UNIX;
+  if (address.rfind("unix:", 0) == 0) {
+    std::string path = address.substr(5);
+    auto* un = reinterpret_cast<sockaddr_un*>(&storage);
+    if (path.size() >= sizeof(un->sun_path)) return Status(StatusCode::kInvalidArgument, "socket path too long: " + path);
+    un->sun_family = AF_UNIX;
+    std::memcpy(un->sun_path, path.c_str(), path.size() + 1);
+    length = sizeof(sockaddr_un);
+  } else {
+    size_t colon = address.rfind(':');
+    if (colon == std::string::npos) return Status(StatusCode::kInvalidArgument, "no port in " + address);
+    std::string host = address.substr(0, colon), port = address.substr(colon + 1);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    addrinfo hints{}, *found = nullptr;
+    hints.ai_socktype = SOCK_STREAM;
+    if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0 || found == nullptr) {
+      return Status(StatusCode::kUnavailable, fmt::format("cannot resolve {}: {}", address, gai_strerror(rc)));
+    }
+    std::memcpy(&storage, found->ai_addr, found->ai_addrlen);
+    length = found->ai_addrlen;
+    family = found->ai_family;
+    freeaddrinfo(found);
+  }
+  int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return Errno("socket");
+  if (connect(fd, reinterpret_cast<sockaddr*>(&storage), length) != 0) {
+    if (errno != EINPROGRESS && errno != EAGAIN) {
+      Status s = Errno("cannot connect to " + address);
+      close(fd);
+      return s;
+    }
+    pollfd p{fd, POLLOUT, 0};
+    int error = 0;
+    socklen_t error_length = sizeof(error);
+    if (poll(&p, 1, static_cast<int>(timeout.count())) != 1 ||
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &error_length) != 0 || error != 0) {
+      close(fd);
+      return Status(StatusCode::kUnavailable,
+                    fmt::format("cannot connect to {}: {}", address, error ? std::strerror(error) : "timed out"));
+    }
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  if (family != AF_UNIX) {
+    // Every call is a small message that someone waits for; and a peer that vanished without a word must end
+    // the wait (as the agent connection's keepalive does).
+    const int on = 1, idle_s = 4, interval_s = 2, probes = 3;
+    const unsigned user_timeout_ms = 10000;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
+  }
+  return fd;
+}
+
+void SetReceiveTimeout(int fd, std::chrono::milliseconds timeout) {
+  timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SessionChannel>> SessionChannel::Enter(const std::string& address, const std::string& ticket,
+                                                              std::chrono::milliseconds timeout,
+                                                              AsyncErrorSink errors) {
+  if (ticket.size() != 16) return Status(StatusCode::kInvalidArgument, "a session ticket has 16 bytes");
+  auto fd = Connect(address, timeout);
+  if (!fd.ok()) return fd.status();
+  struct {
+    FrameHeader header{session::kEnterFrame, 0, 2};
+    char ticket[16];
+  } knock;
+  std::memcpy(knock.ticket, ticket.data(), 16);
+  FrameHeader entered;
+  SetReceiveTimeout(*fd, timeout);
+  bool ok = send(*fd, &knock, sizeof(knock), MSG_NOSIGNAL) == sizeof(knock) &&
+            recv(*fd, &entered, sizeof(entered), MSG_WAITALL) == sizeof(entered) &&
+            entered.kind == session::kEnteredFrame;
+  SetReceiveTimeout(*fd, std::chrono::milliseconds(0));  // From now on a reply takes as long as the device.
+  if (!ok) {
+    close(*fd);
+    return Status(StatusCode::kPermissionDenied, "the session's worker at " + address + " did not let us in");
+  }
+  return std::unique_ptr<SessionChannel>(new SessionChannel(*fd, std::move(errors)));
+}
+
+SessionChannel::SessionChannel(int fd, AsyncErrorSink errors)
+    : fd_(fd), errors_(std::move(errors)), read_ahead_(kReadAheadBytes) {
+  // The flusher takes no signal of the program's: they go to the program's own threads.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  flusher_ = std::thread([this] { FlushLoop(); });
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+SessionChannel::~SessionChannel() {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    closing_ = true;
+  }
+  queue_cv_.notify_one();
+  flusher_.join();
+  shutdown(fd_, SHUT_RDWR);
+  close(fd_);
+}
+
+std::string SessionChannel::lost() const {
+  std::lock_guard<std::mutex> lock(recv_mu_);
+  return lost_;
+}
+
+void SessionChannel::Lose(const std::string& why) {
+  if (broken_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(recv_mu_);
+    lost_ = why;
+  }
+  recv_cv_.notify_all();
+  shutdown(fd_, SHUT_RDWR);  // Wakes a reader blocked in recv.
+}
+
+void SessionChannel::FlushLoop() {
+  std::unique_lock<std::mutex> lock(queue_mu_);
+  while (true) {
+    queue_cv_.wait(lock, [this] { return closing_ || !queue_.empty(); });
+    if (closing_) return;
+    lock.unlock();
+    WriteQueuedAnd({});
+    lock.lock();
+  }
+}
+
+void SessionChannel::Post(uint32_t ordinal, capnp::MessageBuilder& params) {
+  session::OutgoingFrame frame(ordinal, 0, params);
+  if (frame.bytes() > session::kSmallFrameBytes) {
+    WriteQueuedAnd(frame.pieces());
+    return;
+  }
+  bool was_empty = false, over_limit = false;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    was_empty = queue_.empty();
+    frame.AppendTo(&queue_);
+    over_limit = queue_.size() > kQueueLimitBytes;
+  }
+  if (over_limit) {
+    WriteQueuedAnd({});
+  } else if (was_empty) {
+    queue_cv_.notify_one();
+  }
+}
+
+uint32_t SessionChannel::Send(uint32_t ordinal, capnp::MessageBuilder& params) {
+  uint32_t seq = next_seq_.fetch_add(1);
+  if (seq == 0) seq = next_seq_.fetch_add(1);  // 0 marks posted calls.
+  session::OutgoingFrame frame(ordinal, seq, params);
+  return WriteQueuedAnd(frame.pieces()) ? seq : 0;
+}
+
+bool SessionChannel::WriteQueuedAnd(const std::vector<kj::ArrayPtr<const kj::byte>>& more) {
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    writing_.swap(queue_);  // queue_ takes the old buffer, empty, and keeps its capacity.
+  }
+  std::vector<iovec> pieces;
+  if (!writing_.empty()) pieces.push_back({writing_.data(), writing_.size()});
+  for (auto p : more) pieces.push_back({const_cast<kj::byte*>(p.begin()), p.size()});
+  bool ok = pieces.empty() || WriteAll(std::move(pieces));
+  writing_.clear();
+  return ok;
+}
+
+bool SessionChannel::WriteAll(std::vector<iovec> pieces) {
+  if (broken_) return false;
+  size_t first = 0;
+  while (first < pieces.size()) {
+    msghdr m{};
+    m.msg_iov = pieces.data() + first;
+    m.msg_iovlen = std::min<size_t>(pieces.size() - first, IOV_MAX);
+    ssize_t n = sendmsg(fd_, &m, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      Lose(fmt::format("the connection to the session's worker broke: {}", std::strerror(errno)));
+      return false;
+    }
+    auto left = static_cast<size_t>(n);
+    while (first < pieces.size() && left >= pieces[first].iov_len) left -= pieces[first++].iov_len;
+    if (left > 0) {
+      pieces[first].iov_base = static_cast<char*>(pieces[first].iov_base) + left;
+      pieces[first].iov_len -= left;
+    }
+  }
+  return true;
+}
+
+bool SessionChannel::ReadExact(void* dst, size_t bytes) {
+  auto* out = static_cast<uint8_t*>(dst);
+  while (bytes > 0) {
+    if (read_begin_ < read_end_) {
+      size_t n = std::min(bytes, read_end_ - read_begin_);
+      std::memcpy(out, read_ahead_.data() + read_begin_, n);
+      read_begin_ += n;
+      out += n;
+      bytes -= n;
+      continue;
+    }
+    // Large reads go straight to their destination; small ones read ahead what has already arrived.
+    bool direct = bytes >= read_ahead_.size();
+    ssize_t n = direct ? recv(fd_, out, bytes, 0) : recv(fd_, read_ahead_.data(), read_ahead_.size(), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      Lose(n == 0 ? "the session's worker closed the connection (it ended, or its lease did)"
+                  : fmt::format("the connection to the session's worker broke: {}", std::strerror(errno)));
+      return false;
+    }
+    if (direct) {
+      out += n;
+      bytes -= static_cast<size_t>(n);
+    } else {
+      read_begin_ = 0;
+      read_end_ = static_cast<size_t>(n);
+    }
+  }
+  return true;
+}
+
+bool SessionChannel::ReadFrame(uint32_t* kind, uint32_t* seq, kj::Array<word>* body) {
+  FrameHeader h;
+  if (!ReadExact(&h, sizeof(h))) return false;
+  if (h.words > session::kMaxFrameWords) {
+    Lose(fmt::format("corrupt frame from the session's worker ({} words)", h.words));
+    return false;
+  }
+  *kind = h.kind;
+  *seq = h.seq;
+  *body = kj::heapArray<word>(h.words);
+  return ReadExact(body->begin(), h.words * sizeof(word));
+}
+
+bool SessionChannel::Wait(uint32_t seq, Reply* reply) {
+  std::unique_lock<std::mutex> lock(recv_mu_);
+  while (true) {
+    if (auto it = replies_.find(seq); it != replies_.end()) {
+      *reply = std::move(it->second);
+      replies_.erase(it);
+      return true;
+    }
+    if (broken_ || seq == 0) return false;
+    if (reading_) {
+      recv_cv_.wait(lock);
+      continue;
+    }
+    // This thread reads for everyone until its own reply arrives.
+    reading_ = true;
+    lock.unlock();
+    uint32_t kind = 0, got = 0;
+    kj::Array<word> body;
+    bool ok = ReadFrame(&kind, &got, &body);
+    std::string error_message;
+    int error_code = 0;
+    Reply r;
+    if (ok) {
+      try {
+        r.message = kj::heap<capnp::FlatArrayMessageReader>(body, session::FrameReaderOptions());
+        r.words = kj::mv(body);
+        if (kind == session::kAsyncErrorFrame) {
+          auto status = r.message->getRoot<wire::CallStatus>();
+          error_code = status.getCode();
+          error_message = status.getMessage();
+        } else if (kind != session::kReplyFrame) {
+          Lose(fmt::format("unexpected frame 0x{:x} from the session's worker", kind));
+        }
+      } catch (const kj::Exception& e) {
+        Lose(fmt::format("corrupt message from the session's worker: {}", e.getDescription().cStr()));
+      }
+    }
+    if (error_code != 0 && errors_) errors_(error_code, error_message);
+    lock.lock();
+    reading_ = false;
+    if (ok && kind == session::kReplyFrame && r.message) replies_[got] = std::move(r);
+    recv_cv_.notify_all();  // Someone else's reply, or the reader's role, is free.
+  }
+}
+
+}  // namespace gpupool::internal

@@ -1,0 +1,97 @@
+// The client's side of a direct connection to a session's worker, speaking framed session calls
+// (lib/schema/session_frames.h). A calling thread writes its call and reads its reply on the socket itself: no
+// event-loop thread between it and the worker, so a waiting call costs one write and one read. Posted calls queue
+// and leave together in one write: sent by a flusher thread as soon as it runs, or by the next waiting call first.
+// Internal to gpupool (used by RemoteSession); thread-safe.
+#ifndef GPUPOOL_CLIENT_SESSION_CHANNEL_H_
+#define GPUPOOL_CLIENT_SESSION_CHANNEL_H_
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+
+#include "gpupool/status.h"
+
+namespace gpupool::internal {
+
+class SessionChannel {
+ public:
+  // Called with the first failure of posted calls that the worker reports (a CUresult and its message).
+  using AsyncErrorSink = std::function<void(int code, const std::string& message)>;
+
+  // Connects to the worker's door at `address` ("unix:PATH", "host:port", "[v6]:port") and enters with `ticket`.
+  static Result<std::unique_ptr<SessionChannel>> Enter(const std::string& address, const std::string& ticket,
+                                                       std::chrono::milliseconds timeout, AsyncErrorSink errors);
+  ~SessionChannel();
+  SessionChannel(const SessionChannel&) = delete;
+  SessionChannel& operator=(const SessionChannel&) = delete;
+
+  // Queues posted call `ordinal` with its Params message (copied; a large one is written before this returns).
+  // A lost connection is reported by the next waiting call.
+  void Post(uint32_t ordinal, capnp::MessageBuilder& params);
+
+  // Sends the queued calls and call `ordinal`; returns the number to Wait for, 0 if the connection is lost.
+  uint32_t Send(uint32_t ordinal, capnp::MessageBuilder& params);
+
+  struct Reply {
+    kj::Array<capnp::word> words;
+    kj::Own<capnp::FlatArrayMessageReader> message;  // The call's Results struct.
+  };
+  // Waits for the reply to call `seq`. False if the connection is lost (lost() says why).
+  bool Wait(uint32_t seq, Reply* reply);
+
+  // Why the connection is lost, or "".
+  std::string lost() const;
+
+ private:
+  explicit SessionChannel(int fd, AsyncErrorSink errors);
+  void FlushLoop();
+  // Writes what is queued, then `more` (if any), holding write_mu_. False if the connection is lost.
+  bool WriteQueuedAnd(const std::vector<kj::ArrayPtr<const kj::byte>>& more);
+  bool WriteAll(std::vector<iovec> pieces);
+  // Reads one frame (the reading thread only). False if the connection is lost.
+  bool ReadFrame(uint32_t* kind, uint32_t* seq, kj::Array<capnp::word>* body);
+  bool ReadExact(void* dst, size_t bytes);
+  void Lose(const std::string& why);
+
+  const int fd_;
+  AsyncErrorSink errors_;
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;  // The flusher waits here for queued calls.
+  std::vector<uint8_t> queue_;        // Posted frames not yet written. Guarded by queue_mu_.
+  bool closing_ = false;              // Guarded by queue_mu_.
+
+  std::mutex write_mu_;  // One writer at a time; it empties the queue before writing its own frame.
+  std::vector<uint8_t> writing_;  // The queue being written. Guarded by write_mu_.
+
+  mutable std::mutex recv_mu_;
+  std::condition_variable recv_cv_;
+  bool reading_ = false;  // A waiter is reading the socket; others wait for it. Guarded by recv_mu_.
+  std::map<uint32_t, Reply> replies_;  // Read for a waiter that has not taken it yet. Guarded by recv_mu_.
+  std::string lost_;                   // Guarded by recv_mu_.
+  std::atomic<bool> broken_{false};
+  // Bytes read ahead of the frame being read. Only the reading thread touches them.
+  std::vector<uint8_t> read_ahead_;
+  size_t read_begin_ = 0, read_end_ = 0;
+
+  std::atomic<uint32_t> next_seq_{1};
+  std::thread flusher_;
+};
+
+}  // namespace gpupool::internal
+
+#endif  // GPUPOOL_CLIENT_SESSION_CHANNEL_H_
