@@ -5,6 +5,7 @@
 #include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -111,10 +112,12 @@ class Door {
       GP_DEBUG("session", "direct connection ended: {}", e.getDescription().cStr());
     }
   };
-  // The enter frame: header, then the ticket.
+  // The enter frame: header, then the ticket, then (a client on this host, words == 3) the size of the memory it
+  // shares for copies, whose memfd travels with the frame.
   struct Knock {
     session::FrameHeader header;
     kj::byte ticket[kTicketBytes];
+    uint64_t shared_bytes = 0;
   };
 
   kj::Promise<void> Accept() {
@@ -127,21 +130,35 @@ class Door {
   // Checks the knock; the connection that enters serves the session until it breaks.
   kj::Promise<void> Enter(kj::Own<kj::AsyncIoStream> stream) {
     auto knock = kj::heap<Knock>();
-    auto read = stream->read(knock.get(), sizeof(Knock));
+    auto fd = kj::heap<kj::AutoCloseFd>();
+    constexpr size_t kFixed = sizeof(session::FrameHeader) + kTicketBytes;
+    // A Unix socket may carry the client's shared memory with the knock's first bytes.
+    auto* unix_stream = dynamic_cast<kj::AsyncCapabilityStream*>(stream.get());
+    kj::Promise<size_t> read = unix_stream != nullptr
+        ? unix_stream->tryReadWithFds(knock.get(), kFixed, kFixed, fd.get(), 1).then([](auto r) { return r.byteCount; })
+        : stream->tryRead(knock.get(), kFixed, kFixed);
+    auto* raw = knock.get();
+    auto* s = stream.get();
+    read = read.then([raw, s](size_t n) -> kj::Promise<size_t> {
+      if (n < kFixed || raw->header.words != 3) return n;
+      return s->read(&raw->shared_bytes, sizeof(raw->shared_bytes)).then([n] { return n; });
+    });
     return io_.provider->getTimer()
         .timeoutAfter(kKnockWithin, kj::mv(read))
-        .then([this, stream = kj::mv(stream), knock = kj::mv(knock)]() mutable -> kj::Promise<void> {
+        .then([this, stream = kj::mv(stream), knock = kj::mv(knock), fd = kj::mv(fd)](size_t n) mutable
+              -> kj::Promise<void> {
           KJ_IF_MAYBE(session, session_) {
             // Constant time: a wrong guess learns nothing of the right bytes.
-            kj::byte diff = knock->header.kind == session::kEnterFrame &&
-                                    knock->header.words * sizeof(capnp::word) == kTicketBytes
+            kj::byte diff = n == kFixed && knock->header.kind == session::kEnterFrame &&
+                                    (knock->header.words == 2 || knock->header.words == 3)
                                 ? 0
                                 : 1;
             for (size_t i = 0; i < kTicketBytes; ++i) diff |= knock->ticket[i] ^ static_cast<kj::byte>(ticket_[i]);
             if (diff == 0) {
               wire::Session::Client held = *session;  // The connection keeps the session; the door lets go.
               Close();
-              auto entered = kj::heap<session::OutgoingFrame>(session::kEnteredFrame, 0);
+              bool shares = knock->shared_bytes > 0 && ShareMemory(*fd, knock->shared_bytes);
+              auto entered = kj::heap<session::OutgoingFrame>(session::kEnteredFrame, shares ? 1 : 0);
               auto pieces = entered->pieces()[0];
               auto* s = stream.get();
               return s->write(pieces.begin(), pieces.size())
@@ -155,6 +172,30 @@ class Door {
           GP_WARN("session", "a wrong or used session ticket knocked at the direct listener");
           return kj::READY_NOW;
         });
+  }
+
+  // Maps the client's memory for copies: a memfd sealed against shrinking (a client that shrank it under a copy
+  // would crash the worker), of the size it announced, within reason.
+  bool ShareMemory(const kj::AutoCloseFd& fd, uint64_t bytes) {
+    constexpr uint64_t kMaxSharedBytes = 256ull << 20;
+    struct stat st {};
+    int seals = fd.get() < 0 ? -1 : fcntl(fd.get(), F_GET_SEALS);
+    if (fd.get() < 0 || bytes > kMaxSharedBytes || seals < 0 || !(seals & F_SEAL_SHRINK) ||
+        fstat(fd.get(), &st) != 0 || static_cast<uint64_t>(st.st_size) < bytes) {
+      GP_WARN("session", "the client's shared memory is unusable (copies go through the socket)");
+      return false;
+    }
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    if (p == MAP_FAILED) {
+      GP_WARN("session", "cannot map the client's shared memory: {}", std::strerror(errno));
+      return false;
+    }
+    auto* range = new kj::ArrayPtr<kj::byte>(static_cast<kj::byte*>(p), bytes);
+    framed_.UseSharedMemory(std::shared_ptr<kj::ArrayPtr<kj::byte>>(range, [](kj::ArrayPtr<kj::byte>* r) {
+      munmap(r->begin(), r->size());
+      delete r;
+    }));
+    return true;
   }
 
   void Close() {

@@ -148,6 +148,8 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     });
   }
 
+  void UseSharedMemory(std::shared_ptr<kj::ArrayPtr<kj::byte>> bytes) override { shared_ = std::move(bytes); }
+
   kj::Promise<CallStatus> ServeFramed(uint32_t ordinal, capnp::MessageReader& params,
                                       capnp::MessageBuilder& reply) override {
     try {
@@ -315,6 +317,52 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       r.data.reserve(0);
       return Done(s);
     }
+    return AfterReached(stream, a.stream);
+  }
+
+  // ---- Copies through memory shared with a client on this host: no bytes on the socket.
+
+  // The shared bytes [offset, offset + bytes), or an error.
+  CallStatus SharedRange(uint64_t offset, uint64_t bytes, kj::byte** out) const {
+    if (!shared_) return {CUDA_ERROR_INVALID_VALUE, "this connection shares no memory with the worker"};
+    if (!RangeInside(offset, bytes, 0, shared_->size())) {
+      return {CUDA_ERROR_INVALID_VALUE,
+              fmt::format("bytes {}..{} lie beyond the {} shared bytes", offset, offset + bytes, shared_->size())};
+    }
+    *out = shared_->begin() + offset;
+    return CallStatus::Ok();
+  }
+
+  Reply Handle(const calls::CopyToDeviceShared::Args& a, calls::CopyToDeviceShared::Results&) {
+    StreamRef stream;
+    if (!FindStream(a.stream, &stream)) return Unknown("stream");
+    kj::byte* src = nullptr;
+    if (CallStatus s = SharedRange(a.offset, a.bytes, &src); !s.ok()) return Done(s);
+    if (a.bytes == 0) return Ok();
+    if (CallStatus s = Owned(a.dst, a.bytes, "copy destination"); !s.ok()) return Done(s);
+    if (backend_->QueryStream(stream).ok()) {
+      // An idle stream copies at once, straight from the shared bytes; the reply frees them once it has.
+      CallStatus s = Submit(stream, [&] { return backend_->CopyToDevice(a.dst, src, a.bytes, stream); });
+      if (!s.ok()) return Done(s);
+      return AfterReached(stream, a.stream);
+    }
+    // A busy stream would hold the client's shared bytes until its earlier work ran: they are set aside instead,
+    // and the copy reads them when its turn comes, as a driver stages pageable memory.
+    auto staged = std::make_shared<std::vector<uint8_t>>(src, src + a.bytes);
+    CallStatus s = Submit(stream, [&] { return backend_->CopyToDevice(a.dst, staged->data(), a.bytes, stream); });
+    if (s.ok() && !backend_->WhenReached(stream, [staged] {}).ok()) staged_for_good_.push_back(staged);
+    return Done(s);
+  }
+
+  Reply Handle(const calls::CopyFromDeviceShared::Args& a, calls::CopyFromDeviceShared::Results&) {
+    StreamRef stream;
+    if (!FindStream(a.stream, &stream)) return Unknown("stream");
+    kj::byte* dst = nullptr;
+    if (CallStatus s = SharedRange(a.offset, a.bytes, &dst); !s.ok()) return Done(s);
+    if (a.bytes == 0) return Ok();
+    if (CallStatus s = Owned(a.src, a.bytes, "copy source"); !s.ok()) return Done(s);
+    CallStatus s = Submit(stream, [&] { return backend_->CopyFromDevice(dst, a.src, a.bytes, stream); });
+    if (!s.ok()) return Done(s);
     return AfterReached(stream, a.stream);
   }
 
@@ -768,6 +816,10 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   std::shared_ptr<SliceQuota> quota_;
   std::shared_ptr<SessionControl> control_;
   std::shared_ptr<SubmissionTurns> turns_;  // Null: the device shares itself (or the session is alone).
+  // Memory shared with the client on this host (UseSharedMemory); the device may use it until backend_ is gone.
+  std::shared_ptr<kj::ArrayPtr<kj::byte>> shared_;
+  // Staged copies whose completion the device could not report (a faulted device): kept until the session ends.
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> staged_for_good_;
   bool revoked_ = false;
   std::map<uint64_t, uint64_t> allocations_;    // Start -> reserved bytes: what memAlloc returned, not yet freed.
   std::map<uint64_t, Global> globals_;          // Module variables the client asked for (moduleGetGlobal).

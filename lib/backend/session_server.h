@@ -50,6 +50,9 @@ class FramedSession {
   // message fails the call, not the session.
   virtual kj::Promise<CallStatus> ServeFramed(uint32_t ordinal, capnp::MessageReader& params,
                                               capnp::MessageBuilder& reply) = 0;
+  // Memory shared with the client for copies (copyToDeviceShared, copyFromDeviceShared); kept until the session
+  // ends, after its device work.
+  virtual void UseSharedMemory(std::shared_ptr<kj::ArrayPtr<kj::byte>> bytes) = 0;
   // Whether `ordinal` names a session call.
   static bool IsCall(uint32_t ordinal);
   // Whether call `ordinal` is posted (its client waits for no reply); false for unknown ordinals.

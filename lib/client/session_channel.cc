@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -98,6 +99,40 @@ void SetReceiveTimeout(int fd, std::chrono::milliseconds timeout) {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }
 
+// GPUPOOL_SHARED_MEMORY=0: copies to a worker on this host go through the socket too (to measure, or to rule the
+// shared memory out).
+bool SharedMemoryWanted() {
+  const char* v = std::getenv("GPUPOOL_SHARED_MEMORY");
+  return v == nullptr || std::string_view(v) != "0";
+}
+
+struct SharedMemory {
+  int fd = -1;
+  void* base = nullptr;
+  size_t bytes = 0;
+};
+
+// A memfd of `bytes`, mapped, sealed against resizing (the worker refuses memory that could shrink under a copy).
+// On any failure: none (copies go through the socket).
+SharedMemory CreateSharedMemory(size_t bytes) {
+  SharedMemory out;
+  int fd = memfd_create("gpupool-copies", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return out;
+  void* p = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(bytes)) == 0 &&
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0) {
+    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  if (p == MAP_FAILED) {
+    close(fd);
+    return out;
+  }
+  out.fd = fd;
+  out.base = p;
+  out.bytes = bytes;
+  return out;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<SessionChannel>> SessionChannel::Enter(const std::string& address, const std::string& ticket,
@@ -109,19 +144,50 @@ Result<std::unique_ptr<SessionChannel>> SessionChannel::Enter(const std::string&
   struct {
     FrameHeader header{session::kEnterFrame, 0, 2};
     char ticket[16];
+    uint64_t shared_bytes = 0;
   } knock;
   std::memcpy(knock.ticket, ticket.data(), 16);
+  // A worker on this host (a Unix socket) may share memory with us for copies: the memfd travels with the knock.
+  SharedMemory shared;
+  if (address.rfind("unix:", 0) == 0 && SharedMemoryWanted()) shared = CreateSharedMemory(kSharedMemoryBytes);
+  msghdr m{};
+  iovec io{&knock, sizeof(knock)};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  m.msg_iov = &io;
+  m.msg_iovlen = 1;
+  if (shared.fd >= 0) {
+    knock.header.words = 3;
+    knock.shared_bytes = shared.bytes;
+    m.msg_control = control;
+    m.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &shared.fd, sizeof(int));
+  } else {
+    io.iov_len = sizeof(knock) - sizeof(knock.shared_bytes);
+  }
   FrameHeader entered;
   SetReceiveTimeout(*fd, timeout);
-  bool ok = send(*fd, &knock, sizeof(knock), MSG_NOSIGNAL) == sizeof(knock) &&
+  bool ok = sendmsg(*fd, &m, MSG_NOSIGNAL) == static_cast<ssize_t>(io.iov_len) &&
             recv(*fd, &entered, sizeof(entered), MSG_WAITALL) == sizeof(entered) &&
             entered.kind == session::kEnteredFrame;
   SetReceiveTimeout(*fd, std::chrono::milliseconds(0));  // From now on a reply takes as long as the device.
+  if (shared.fd >= 0) close(shared.fd);  // The mapping stays.
   if (!ok) {
     close(*fd);
+    if (shared.base) munmap(shared.base, shared.bytes);
     return Status(StatusCode::kPermissionDenied, "the session's worker at " + address + " did not let us in");
   }
-  return std::unique_ptr<SessionChannel>(new SessionChannel(*fd, std::move(errors)));
+  auto channel = std::unique_ptr<SessionChannel>(new SessionChannel(*fd, std::move(errors)));
+  if (shared.base && entered.seq == 1) {
+    channel->shared_ = static_cast<uint8_t*>(shared.base);
+    channel->shared_bytes_ = shared.bytes;
+  } else if (shared.base) {
+    munmap(shared.base, shared.bytes);  // The worker would not map it.
+  }
+  return channel;
 }
 
 SessionChannel::SessionChannel(int fd, AsyncErrorSink errors)
@@ -143,6 +209,7 @@ SessionChannel::~SessionChannel() {
   flusher_.join();
   shutdown(fd_, SHUT_RDWR);
   close(fd_);
+  if (shared_) munmap(shared_, shared_bytes_);
 }
 
 std::string SessionChannel::lost() const {

@@ -56,6 +56,15 @@ class SessionChannel {
   // Why the connection is lost, or "".
   std::string lost() const;
 
+  // Memory shared with a worker on this host for copies (copyToDeviceShared, copyFromDeviceShared): null when
+  // there is none (a worker elsewhere, or GPUPOOL_SHARED_MEMORY=0). Cut into kSharedSlots slots; a copy takes
+  // shared_mu() for its whole run (another thread's copy meanwhile goes through the socket).
+  uint8_t* shared() const { return shared_; }
+  size_t shared_bytes() const { return shared_bytes_; }
+  std::mutex& shared_mu() { return shared_mu_; }
+  static constexpr size_t kSharedSlots = 4;
+  static constexpr size_t kSharedMemoryBytes = 16u << 20;
+
  private:
   explicit SessionChannel(int fd, AsyncErrorSink errors);
   void FlushLoop();
@@ -87,6 +96,10 @@ class SessionChannel {
   // Bytes read ahead of the frame being read. Only the reading thread touches them.
   std::vector<uint8_t> read_ahead_;
   size_t read_begin_ = 0, read_end_ = 0;
+
+  uint8_t* shared_ = nullptr;
+  size_t shared_bytes_ = 0;
+  std::mutex shared_mu_;
 
   std::atomic<uint32_t> next_seq_{1};
   std::thread flusher_;

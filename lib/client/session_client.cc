@@ -336,6 +336,69 @@ int ChannelCall(SessionChannel& channel, const typename Call::Args& args, Use us
   return ChannelCall<Call>(channel, channel.Send(Call::kOrdinal, message), use, error);
 }
 
+// Copies of at least this many bytes to a worker on this host go through the shared memory; smaller ones travel in
+// their message (a posted copy then needs no reply).
+constexpr size_t kSharedCopyMin = 64u << 10;
+
+// Host to device through the shared slots: chunk i waits for slot i % kSharedSlots to be free (chunk i - kSlots's
+// reply), fills it, and asks the worker to copy it. Returns once every chunk's bytes are the worker's (the caller's
+// buffer is free, as cuMemcpyHtoD promises); failures surface as a posted call's. REQUIRES: the shared memory's lock.
+void SharedCopyToDevice(RemoteSession::Impl* impl, uint64_t dst, const uint8_t* src, size_t bytes, uint64_t stream) {
+  using W = session::Wire<calls::CopyToDeviceShared>;
+  SessionChannel& channel = *impl->channel;
+  const size_t slot = channel.shared_bytes() / SessionChannel::kSharedSlots;
+  uint32_t pending[SessionChannel::kSharedSlots] = {};
+  auto settle = [&](size_t s) {
+    if (pending[s] == 0) return;
+    std::string error;
+    int code = ChannelCall<calls::CopyToDeviceShared>(channel, pending[s], [](auto&) {}, &error);
+    impl->Record(code, error);
+    pending[s] = 0;
+  };
+  size_t chunk = 0;
+  for (size_t off = 0; off < bytes; off += slot, ++chunk) {
+    size_t s = chunk % SessionChannel::kSharedSlots, n = std::min(slot, bytes - off);
+    settle(s);
+    std::memcpy(channel.shared() + s * slot, src + off, n);
+    capnp::MallocMessageBuilder message(kFirstSegmentWords);
+    W::WriteArgs({dst + off, s * slot, n, {stream}}, message.initRoot<W::Params>());
+    pending[s] = channel.Send(calls::CopyToDeviceShared::kOrdinal, message);
+    if (pending[s] == 0) impl->Record(kCudaErrorDeviceUnavailable, channel.lost());
+  }
+  for (size_t s = 0; s < SessionChannel::kSharedSlots; ++s) settle(s);
+}
+
+// Device to host through the shared slots, up to kSharedSlots chunks in flight; each lands in place as its reply
+// arrives. Returns the first failure. REQUIRES: the shared memory's lock.
+int SharedCopyFromDevice(SessionChannel& channel, uint8_t* dst, uint64_t src, size_t bytes, uint64_t stream,
+                         std::string* error) {
+  using W = session::Wire<calls::CopyFromDeviceShared>;
+  const size_t slot = channel.shared_bytes() / SessionChannel::kSharedSlots;
+  struct InFlight {
+    uint32_t seq = 0;
+    size_t offset = 0, bytes = 0;  // bytes == 0: the slot is free.
+  } in_flight[SessionChannel::kSharedSlots];
+  int first = 0;
+  auto land = [&](size_t s) {
+    InFlight& f = in_flight[s];
+    if (f.bytes == 0) return;
+    int code = ChannelCall<calls::CopyFromDeviceShared>(channel, f.seq, [](auto&) {}, error);
+    if (code == 0) std::memcpy(dst + f.offset, channel.shared() + s * slot, f.bytes);
+    if (first == 0) first = code;
+    f.bytes = 0;
+  };
+  size_t chunk = 0;
+  for (size_t off = 0; off < bytes; off += slot, ++chunk) {
+    size_t s = chunk % SessionChannel::kSharedSlots, n = std::min(slot, bytes - off);
+    land(s);
+    capnp::MallocMessageBuilder message(kFirstSegmentWords);
+    W::WriteArgs({src + off, s * slot, n, {stream}}, message.initRoot<W::Params>());
+    in_flight[s] = {channel.Send(calls::CopyFromDeviceShared::kOrdinal, message), off, n};
+  }
+  for (size_t s = 0; s < SessionChannel::kSharedSlots; ++s) land(s);
+  return first;
+}
+
 }  // namespace
 
 bool RemoteSession::Batching() const { return impl_->batch_thread.load() == std::this_thread::get_id(); }
@@ -431,6 +494,13 @@ int RemoteSession::CopyToDevice(uint64_t dst, const void* src, size_t bytes, uin
   // The bytes are copied into the messages before this returns: the caller's buffer is free again at once,
   // as cuMemcpyHtoD promises for pageable memory.
   const uint8_t* p = static_cast<const uint8_t*>(src);
+  if (impl_->channel && !Batching() && impl_->channel->shared() && bytes >= kSharedCopyMin) {
+    std::unique_lock<std::mutex> lock(impl_->channel->shared_mu(), std::try_to_lock);
+    if (lock.owns_lock()) {
+      SharedCopyToDevice(impl_.get(), dst, p, bytes, stream);
+      return 0;
+    }
+  }
   if (impl_->channel && !Batching()) {
     // Written from the caller's memory, not copied into the message first: a large chunk leaves before Post
     // returns.
@@ -465,7 +535,13 @@ int RemoteSession::CopyFromDevice(void* dst, uint64_t src, size_t bytes, uint64_
   Impl* impl = impl_.get();
   std::string error;
   int code = 0;
-  if (impl->channel) {
+  std::unique_lock<std::mutex> shared_lock;
+  if (impl->channel && impl->channel->shared() && bytes >= kSharedCopyMin) {
+    shared_lock = std::unique_lock<std::mutex>(impl->channel->shared_mu(), std::try_to_lock);
+  }
+  if (shared_lock.owns_lock()) {
+    code = SharedCopyFromDevice(*impl->channel, p, src, bytes, stream, &error);
+  } else if (impl->channel) {
     // Every chunk asked for at once; each reply is copied into place as it is read.
     std::vector<std::pair<uint32_t, size_t>> asked;
     for (size_t off = 0; off < bytes; off += kChunk) {

@@ -78,7 +78,13 @@
        "against `value` (cuStreamWaitValue32/64: GEQ, EQ, AND, NOR; FLUSH).")                                       \
   CALL(Utilization, utilization, 35, kReply,                                                                        \
        "NVML's utilisation rates of the slice since the previous call: percent of the time kernels ran (gpu) and "  \
-       "copies or memsets ran (memory).")
+       "copies or memsets ran (memory).")                                                                          \
+  CALL(CopyToDeviceShared, copyToDeviceShared, 36, kReply,                                                          \
+       "Host bytes [offset, offset + bytes) of the connection's shared memory (a client on the worker's host) "     \
+       "into the session's memory, in stream order. The reply says those bytes may be reused: they were copied, "   \
+       "or set aside because the stream was busy.")                                                                 \
+  CALL(CopyFromDeviceShared, copyFromDeviceShared, 37, kReply,                                                      \
+       "The session's device bytes into the connection's shared memory at `offset`; replies once they are there.")
 
 // The fields of each call: ARG(kind, name, Name) for what the client sends, RESULT(kind, name, Name) for what the
 // reply carries besides its status. Kinds:
@@ -140,6 +146,10 @@
 #define GP_SESSION_FIELDS_MemUnmap(ARG, RESULT) ARG(U64, address, Address) ARG(U64, bytes, Bytes)
 #define GP_SESSION_FIELDS_Batch(ARG, RESULT) ARG(DATA, calls, Calls)
 #define GP_SESSION_FIELDS_Utilization(ARG, RESULT) RESULT(U32, gpu, Gpu) RESULT(U32, memory, Memory)
+#define GP_SESSION_FIELDS_CopyToDeviceShared(ARG, RESULT) \
+  ARG(U64, dst, Dst) ARG(U64, offset, Offset) ARG(U64, bytes, Bytes) ARG(STREAM, stream, Stream)
+#define GP_SESSION_FIELDS_CopyFromDeviceShared(ARG, RESULT) \
+  ARG(U64, src, Src) ARG(U64, offset, Offset) ARG(U64, bytes, Bytes) ARG(STREAM, stream, Stream)
 #define GP_SESSION_FIELDS_StreamWaitValue(ARG, RESULT)                                                         \
   ARG(STREAM, stream, Stream) ARG(U64, address, Address) ARG(U64, value, Value) ARG(U8, width, Width)          \
   ARG(U32, flags, Flags)
