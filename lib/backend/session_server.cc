@@ -340,10 +340,12 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     if (CallStatus s = SharedRange(a.offset, a.bytes, &src); !s.ok()) return Done(s);
     if (a.bytes == 0) return Ok();
     if (CallStatus s = Owned(a.dst, a.bytes, "copy destination"); !s.ok()) return Done(s);
-    if (backend_->QueryStream(stream).ok()) {
-      // An idle stream copies at once, straight from the shared bytes; the reply frees them once it has.
+    // Straight from the shared bytes (the reply frees them once copied) when the stream is idle, or holds nothing
+    // but the client's earlier shared copies (a large copy's chunks, which the client waits for anyway).
+    if (shared_copies_tail_ == a.stream.value || backend_->QueryStream(stream).ok()) {
       CallStatus s = Submit(stream, [&] { return backend_->CopyToDevice(a.dst, src, a.bytes, stream); });
       if (!s.ok()) return Done(s);
+      shared_copies_tail_ = a.stream.value;
       return AfterReached(stream, a.stream);
     }
     // A busy stream would hold the client's shared bytes until its earlier work ran: they are set aside instead,
@@ -718,6 +720,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   // Submits work with `submit` on `stream`, within the device's turn when the server takes turns for it.
   template <typename Submission>
   CallStatus Submit(StreamRef stream, Submission submit) {
+    shared_copies_tail_ = kNoStream;  // Other work now follows any shared copies.
     if (!turns_) return submit();
     turns_->BeforeSubmit();
     CallStatus s = submit();
@@ -818,6 +821,9 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   std::shared_ptr<SubmissionTurns> turns_;  // Null: the device shares itself (or the session is alone).
   // Memory shared with the client on this host (UseSharedMemory); the device may use it until backend_ is gone.
   std::shared_ptr<kj::ArrayPtr<kj::byte>> shared_;
+  // The stream (its handle) whose last submissions, since any other work of the session, are shared copies.
+  static constexpr uint64_t kNoStream = ~uint64_t{0};
+  uint64_t shared_copies_tail_ = kNoStream;
   // Staged copies whose completion the device could not report (a faulted device): kept until the session ends.
   std::vector<std::shared_ptr<std::vector<uint8_t>>> staged_for_good_;
   bool revoked_ = false;

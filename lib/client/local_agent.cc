@@ -24,7 +24,7 @@ std::string SiblingPath(const std::string& name) {
   return (std::filesystem::path(std::string(self, static_cast<size_t>(n))).parent_path() / name).string();
 }
 
-Result<std::unique_ptr<LocalAgent>> LocalAgent::Start(const std::string& agent_binary) {
+Result<std::unique_ptr<LocalAgent>> LocalAgent::Start(const std::string& agent_binary, Listen where) {
   if (access(agent_binary.c_str(), X_OK) != 0) {
     return Status(StatusCode::kUnavailable, fmt::format("no pool configured and {} is missing", agent_binary));
   }
@@ -32,7 +32,7 @@ Result<std::unique_ptr<LocalAgent>> LocalAgent::Start(const std::string& agent_b
   if (!mkdtemp(tmpl)) return Status(StatusCode::kInternal, "cannot create a directory for the local agent");
   auto agent = std::unique_ptr<LocalAgent>(new LocalAgent());
   agent->dir_ = tmpl;
-  std::string listen = "unix:" + agent->dir_ + "/agent.sock";
+  std::string listen = where == Listen::kTcpLoopback ? "127.0.0.1:0" : "unix:" + agent->dir_ + "/agent.sock";
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return Status(StatusCode::kInternal, "pipe failed");
   pid_t parent = getpid();
@@ -55,7 +55,7 @@ Result<std::unique_ptr<LocalAgent>> LocalAgent::Start(const std::string& agent_b
     return Status(StatusCode::kInternal, "fork failed");
   }
   agent->pid_ = pid;
-  // Wait for "gp-agent local listening on ..." on its stdout.
+  // Wait for "gp-agent local listening on ADDRESS ..." on its stdout (port 0 has become a free port there).
   std::string line;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
@@ -67,10 +67,13 @@ Result<std::unique_ptr<LocalAgent>> LocalAgent::Start(const std::string& agent_b
     line.append(buf, static_cast<size_t>(n));
   }
   close(out[0]);
-  if (line.find(" listening on ") == std::string::npos) {
+  const std::string marker = " listening on ";
+  size_t at = line.find(marker);
+  if (at == std::string::npos) {
     return Status(StatusCode::kUnavailable, "the local gp-agent did not start (set GPUPOOL_LOG=info to see why)");
   }
-  agent->address_ = listen;
+  at += marker.size();
+  agent->address_ = line.substr(at, line.find_first_of(" \n", at) - at);
   return agent;
 }
 

@@ -14,12 +14,15 @@ namespace gpupool {
 
 class LocalAgent {
  public:
-  // Starts `agent_binary` on a Unix socket in a private directory and waits (up to 10 s) until it listens.
-  // The agent dies with this process even if it is killed with SIGKILL (PR_SET_PDEATHSIG).
-  static Result<std::unique_ptr<LocalAgent>> Start(const std::string& agent_binary);
+  enum class Listen { kUnixSocket, kTcpLoopback };
+  // Starts `agent_binary` on a Unix socket in a private directory (or on a free TCP port of 127.0.0.1: gp-bench's
+  // TCP figures) and waits (up to 10 s) until it listens. The agent dies with this process even if it is killed
+  // with SIGKILL (PR_SET_PDEATHSIG).
+  static Result<std::unique_ptr<LocalAgent>> Start(const std::string& agent_binary,
+                                                   Listen listen = Listen::kUnixSocket);
   ~LocalAgent();  // SIGTERM, then SIGKILL after 2 s; removes the socket directory.
 
-  const std::string& address() const { return address_; }  // "unix:/tmp/gpupool-XXXX/agent.sock"
+  const std::string& address() const { return address_; }  // "unix:/tmp/gpupool-XXXX/agent.sock", "127.0.0.1:N"
 
  private:
   LocalAgent() = default;

@@ -74,6 +74,8 @@ class SessionChannel {
   // Reads one frame (the reading thread only). False if the connection is lost.
   bool ReadFrame(uint32_t* kind, uint32_t* seq, kj::Array<capnp::word>* body);
   bool ReadExact(void* dst, size_t bytes);
+  void AwaitReadable();
+  static constexpr std::chrono::microseconds kReplyPoll{50};
   void Lose(const std::string& why);
 
   const int fd_;

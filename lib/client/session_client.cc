@@ -649,18 +649,23 @@ int RemoteSession::GetGlobal(uint64_t module, const std::string& name, uint64_t*
 int RemoteSession::Launch(uint64_t function, const uint32_t grid[3], const uint32_t block[3], uint32_t shared_bytes,
                           uint64_t stream, const void* params, size_t param_bytes, const uint32_t* cluster,
                           bool cooperative) {
-  // Parameters are small: copy them and post the launch without waiting for the loop thread.
-  auto packed = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(params),
-                                                       static_cast<const uint8_t*>(params) + param_bytes);
   calls::Launch::Args a;
   a.function.value = function;
   a.grid = {grid[0], grid[1], grid[2]};
   a.block = {block[0], block[1], block[2]};
   a.shared_bytes = shared_bytes;
   a.stream.value = stream;
-  a.params = {packed->data(), packed->size()};
   if (cluster) a.cluster = session::Dim3{cluster[0], cluster[1], cluster[2]};
   a.cooperative = cooperative ? 1 : 0;
+  if (impl_->channel || Batching()) {
+    a.params = {static_cast<const uint8_t*>(params), param_bytes};  // Encoded before Invoke returns.
+    return Invoke<calls::Launch>(a);
+  }
+  // Through the agent: the parameters are small, so they are copied and the launch is posted without waiting for
+  // the loop thread.
+  auto packed = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(params),
+                                                       static_cast<const uint8_t*>(params) + param_bytes);
+  a.params = {packed->data(), packed->size()};
   return Invoke<calls::Launch>(a, nullptr, packed);
 }
 
