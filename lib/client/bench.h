@@ -1,8 +1,15 @@
-// gp-bench's measurements, over one attached slice: synchronous round trip, copy bandwidth and launch rate, each
-// next to a baseline measured in the same run (raw TCP on loopback). Internal to gpupool.
+// gp-bench's measurements over one attached slice, each next to a baseline measured in the same run: the
+// synchronous round trip against a raw ping-pong over the session's own transport (Unix socket or TCP), 64 MiB
+// copies against memcpy (Unix socket: same host) or raw TCP, asynchronous launches per second, a training-like loop
+// against the same loop on an emulated device in this process, and round trips under load from several clients.
+// Internal to gpupool (gp-bench links it with the agent's libraries, for the in-process emulated device).
 #ifndef GPUPOOL_CLIENT_BENCH_H_
 #define GPUPOOL_CLIENT_BENCH_H_
 
+#include <sys/types.h>
+
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -11,19 +18,39 @@
 namespace gpupool {
 
 struct BenchFigure {
-  std::string name;      // "sync_rtt_p50_us", "h2d_gib_per_s", ...
+  std::string name;  // "sync_rtt_p50_unix", "h2d_64MiB_tcp", "loop_step", ...
   double value = 0;
-  std::string unit;      // "us", "GiB/s", "launches/s"
-  double baseline = 0;   // 0 when there is none.
+  std::string unit;     // "us", "ms", "GiB/s", "launches/s"
+  double baseline = 0;  // 0 when there is none.
   std::string baseline_name;
-  // value / baseline for rates, baseline / value for latencies: >= 1 means at least as good as the baseline.
+  // value / baseline for rates, baseline / value for times: >= 1 means at least as good as the baseline.
   double ratio = 0;
-  double target = 0;     // The target for the ratio (or absolute value), 0 if none.
+  double target = 0;  // The target for the ratio (or for the value when there is no baseline), 0 if none.
   bool met = false;
+  std::string transport;  // How the session reached its agent: "unix" or "tcp".
 };
 
-// Runs the named benchmarks ("latency", "bandwidth", "launch", "all") against a slice of `token`'s lease.
-Result<std::vector<BenchFigure>> RunBenchmarks(const std::string& token, const std::string& which);
+// Every benchmark RunBenchmarks knows, in the order it runs them.
+const std::vector<std::string>& BenchNames();
+
+struct BenchOptions {
+  // Which of BenchNames() to run. Default: all of them.
+  std::set<std::string> benchmarks{BenchNames().begin(), BenchNames().end()};
+  // Measured steps of each variant of `loop` (after 20 unmeasured ones). Default 200.
+  int loop_steps = 200;
+  // Clients of `load`, each a thread with its own lease and session on the slice's agent. Default 8.
+  int load_clients = 8;
+  // The fraction of a device each `load` client leases: small, so that they fit beside the measured slice on one
+  // emulated device. Default 0.05.
+  double load_fraction = 0.05;
+};
+
+// "unix" for an agent address "unix:/path", otherwise "tcp".
+std::string TransportOf(const std::string& server_address);
+
+// Runs `options.benchmarks` against the first slice of `token`'s lease, in BenchNames() order. Fails when a
+// benchmark cannot run, and when the loop's results differ from the host's computation of them.
+Result<std::vector<BenchFigure>> RunBenchmarks(const std::string& token, const BenchOptions& options);
 
 }  // namespace gpupool
 

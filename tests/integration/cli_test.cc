@@ -1,4 +1,4 @@
-// gp-run and gp-ls as a user runs them: real processes against real agents.
+// gp-run, gp-ls and gp-bench as a user runs them: real processes against real agents.
 #include <signal.h>
 
 #include "integration/helpers.h"
@@ -125,6 +125,23 @@ TEST_F(Cli, GpLsFailsOnlyWhenNoServerAnswers) {
   EXPECT_NE(none.out.find("down"), std::string::npos) << none.out;
   RunResult some = RunCommand({ToolPath("gp-ls"), "--servers", agents_->Servers() + ",127.0.0.1:1"});
   EXPECT_EQ(some.code, 0);
+}
+
+// A few steps of the training-like loop, through an agent and on gp-bench's own emulated device: it ran, its results
+// matched the host's (gp-bench exits 1 otherwise), and the JSON carries the figures with their baseline and target.
+TEST_F(Cli, GpBenchLoopJsonReportsBothVariants) {
+  RunResult bench =
+      RunCommand({ToolPath("gp-bench"), "loop", "--json", "--steps", "4", "--servers", agents_->Servers()});
+  ASSERT_EQ(bench.code, 0) << bench.err;
+  const std::string& j = bench.out;
+  EXPECT_EQ(j.rfind("{\"schema_version\":1,", 0), 0u) << j;
+  EXPECT_NE(j.find("\"loop_steps\":4"), std::string::npos) << j;
+  EXPECT_NE(j.find("{\"name\":\"loop_step\",\"value\":"), std::string::npos) << j;
+  EXPECT_NE(j.find("{\"name\":\"loop_step_graph\",\"value\":"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"baseline_name\":\"the same loop on an emulated device in this process\""), std::string::npos)
+      << j;
+  EXPECT_NE(j.find("\"transport\":\"tcp\""), std::string::npos) << j;
+  EXPECT_EQ(j.find("\"baseline\":null"), std::string::npos) << j;
 }
 
 TEST_F(Cli, LibraryExampleAllocatesAndReleases) {
