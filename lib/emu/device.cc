@@ -11,7 +11,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -45,8 +44,9 @@ class Function {
 
 class Stream {
  public:
-  uint64_t submitted = 0;
-  uint64_t completed = 0;
+  // The ticket of its last queued work (guarded by the queue's mutex): the device runs one queue in order, so the
+  // stream is idle once the queue is past it.
+  uint64_t last_ticket = 0;
 };
 
 class Event {
@@ -94,17 +94,58 @@ struct Device::Impl : public internal::MemoryMap {
   std::map<uint64_t, uint64_t> mapped;                         // address -> bytes
 
   // ---- Work queue: one in-order executor for every stream (see the note in StreamWaitEvent). ----
+  // A queued piece of work: a kernel launch, held inline so that queueing one allocates nothing, or anything else
+  // as a callable.
+  struct Task {
+    Stream* stream = nullptr;
+    uint64_t ticket = 0;
+    std::function<void()> run;  // Empty for a kernel launch.
+    internal::Launch launch;
+  };
+  // A ring of tasks that grows to the deepest queue seen, so that queueing allocates only when the queue gets
+  // deeper than ever before; it gives the memory of a burst back once drained.
+  class TaskQueue {
+   public:
+    bool empty() const { return count_ == 0; }
+    void Push(Task&& task) {
+      if (count_ == slots_.size()) Resize(std::max<size_t>(kKeptSlots, 2 * slots_.size()));
+      slots_[(head_ + count_) % slots_.size()] = std::move(task);
+      ++count_;
+    }
+    // REQUIRES: !empty().
+    void Pop(Task* task) {
+      *task = std::move(slots_[head_]);
+      head_ = (head_ + 1) % slots_.size();
+      if (--count_ == 0 && slots_.size() > kKeptSlots) Resize(kKeptSlots);
+    }
+
+   private:
+    static constexpr size_t kKeptSlots = 256;
+    void Resize(size_t slots) {
+      std::vector<Task> grown(slots);
+      for (size_t i = 0; i < count_; ++i) grown[i] = std::move(slots_[(head_ + i) % slots_.size()]);
+      slots_.swap(grown);
+      head_ = 0;
+    }
+    std::vector<Task> slots_;
+    size_t head_ = 0, count_ = 0;
+  };
+
   std::mutex q_mu;
   std::condition_variable q_cv, done_cv;
-  struct Task {
-    Stream* stream;
-    std::function<void()> run;
-    uint64_t ticket;
-  };
-  std::deque<Task> queue;
+  TaskQueue queue;
   uint64_t next_ticket = 1, done_ticket = 0;
+  // The earliest ticket a waiter waits for: the executor wakes waiters only when it gets there, not after every
+  // piece of work (a client waiting behind thousands of small launches would otherwise wake for each one).
+  static constexpr uint64_t kNoWaiter = ~uint64_t{0};
+  uint64_t wake_ticket = kNoWaiter;
+  // The executor sleeps only when it finds the queue empty; Submit wakes it only then, so a busy executor drains
+  // the queue without a wakeup per piece of work.
+  bool executor_sleeping = false;
+  std::atomic<uint64_t> queued_ticket{1};  // next_ticket, for AwaitWork's polling without the mutex.
   bool stopping = false;
   std::thread executor;
+  std::unique_ptr<internal::LaunchRunner> runner;  // Used by the executor only.
   Stream default_stream;
   std::set<Stream*> streams;
   std::set<Event*> events;
@@ -112,9 +153,11 @@ struct Device::Impl : public internal::MemoryMap {
 
   std::mutex sticky_mu;
   EmuStatus sticky;
+  // Whether `sticky` holds an error: every call checks, and almost always finds none, without the mutex.
+  std::atomic<bool> faulted{false};
   std::mutex sink_mu;
   std::function<void(std::string_view)> sink;
-  uint32_t grid_ids = 0;
+  std::atomic<uint32_t> grid_ids{0};
   std::atomic<uint64_t> instructions{0};
 
   // Busy time, for Utilization(): what the queue's executor has spent running kernels and running copies and
@@ -136,7 +179,8 @@ struct Device::Impl : public internal::MemoryMap {
         .count();
   }
   // Runs `op` on the executor, counting its time as `kind`.
-  void Busy(BusyKind kind, const std::function<void()>& op) {
+  template <typename Op>
+  void Busy(BusyKind kind, Op&& op) {
     int64_t start = MonotonicNanos();
     busy_since.store(start);
     busy_kind.store(kind);
@@ -182,6 +226,7 @@ struct Device::Impl : public internal::MemoryMap {
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
     };
+    runner = std::make_unique<internal::LaunchRunner>(workers, props.multiprocessor_count);
     executor = std::thread([this] { Loop(); });
   }
 
@@ -300,59 +345,137 @@ struct Device::Impl : public internal::MemoryMap {
 
   // -- Queue. --
   void Loop() {
+    Task task;
+    std::unique_lock<std::mutex> lock(q_mu);
     for (;;) {
-      Task task;
-      {
-        std::unique_lock<std::mutex> lock(q_mu);
+      if (queue.empty() && !stopping) AwaitWork(lock);
+      if (queue.empty() && !stopping) {
+        executor_sleeping = true;
         q_cv.wait(lock, [this] { return stopping || !queue.empty(); });
-        if (queue.empty()) return;
-        task = std::move(queue.front());
-        queue.pop_front();
+        executor_sleeping = false;
       }
-      task.run();
-      {
-        std::lock_guard<std::mutex> lock(q_mu);
-        done_ticket = task.ticket;
-        task.stream->completed++;
+      if (queue.empty()) return;  // Stopping, with everything queued done.
+      queue.Pop(&task);
+      lock.unlock();
+      if (task.run) {
+        task.run();
+        task.run = nullptr;  // What it holds is released outside the lock, as it may call back into the device.
+      } else {
+        RunLaunch(task.launch);
       }
-      done_cv.notify_all();
+      lock.lock();
+      done_ticket = task.ticket;
+      if (done_ticket >= wake_ticket) {
+        wake_ticket = kNoWaiter;  // Every waiter wakes, and those still waiting name their ticket again.
+        lock.unlock();
+        done_cv.notify_all();
+        lock.lock();
+      }
     }
   }
 
-  uint64_t Submit(Stream* s, std::function<void()> run) {
+  // Polls the queue a little while before the executor goes to sleep: a client sending launches one by one (each
+  // after a message of its own) would otherwise pay a wakeup of the executor for every launch, and the launch a
+  // wakeup's latency. The poll yields the core at each turn, so that on a busy host it costs the client nothing.
+  void AwaitWork(std::unique_lock<std::mutex>& lock) {
+    constexpr auto kPoll = std::chrono::microseconds(50);
+    const uint64_t seen = next_ticket;
+    lock.unlock();
+    const auto until = std::chrono::steady_clock::now() + kPoll;
+    while (queued_ticket.load(std::memory_order_relaxed) == seen && std::chrono::steady_clock::now() < until) {
+      std::this_thread::yield();
+    }
+    lock.lock();
+  }
+
+  // Queues `task` on stream `s` and answers its ticket.
+  uint64_t Submit(Stream* s, Task&& task) {
     std::lock_guard<std::mutex> lock(q_mu);
+    return SubmitLocked(s, std::move(task));
+  }
+  uint64_t SubmitLocked(Stream* s, Task&& task) {
     uint64_t ticket = next_ticket++;
-    s->submitted++;
-    queue.push_back({s, std::move(run), ticket});
-    q_cv.notify_one();
+    queued_ticket.store(next_ticket, std::memory_order_relaxed);
+    s->last_ticket = ticket;
+    task.stream = s;
+    task.ticket = ticket;
+    queue.Push(std::move(task));
+    if (executor_sleeping) q_cv.notify_one();
     return ticket;
+  }
+  uint64_t Submit(Stream* s, std::function<void()> run) {
+    Task task;
+    task.run = std::move(run);
+    return Submit(s, std::move(task));
+  }
+
+  // Waits until the queue is past `ticket`. REQUIRES: `lock` holds q_mu.
+  void WaitDone(std::unique_lock<std::mutex>& lock, uint64_t ticket) {
+    while (done_ticket < ticket) {
+      wake_ticket = std::min(wake_ticket, ticket);
+      done_cv.wait(lock);
+    }
   }
 
   void WaitTicket(uint64_t ticket) {
     std::unique_lock<std::mutex> lock(q_mu);
-    done_cv.wait(lock, [&] { return done_ticket >= ticket; });
+    WaitDone(lock, ticket);
   }
 
   void WaitStream(Stream* s) {
     std::unique_lock<std::mutex> lock(q_mu);
-    done_cv.wait(lock, [&] { return s->completed == s->submitted; });
+    WaitDone(lock, s->last_ticket);
   }
 
   void WaitAll() {
     std::unique_lock<std::mutex> lock(q_mu);
-    uint64_t last = next_ticket - 1;
-    done_cv.wait(lock, [&] { return done_ticket >= last; });
+    WaitDone(lock, next_ticket - 1);
+  }
+
+  // Runs a kernel launch on the executor.
+  void RunLaunch(internal::Launch& launch) {
+    if (!Sticky().ok()) return;  // A faulted context runs nothing more.
+    if (cancel.load()) return;
+    ExecutionGate* gate = options.gate.get();
+    if (launch.cooperative) {
+      // Grid sync's workspace (cooperative_groups keeps its barrier there), from the device heap that kernels may
+      // touch, zeroed for each launch.
+      constexpr uint64_t kWorkspaceBytes = 256;
+      launch.grid_workspace = HeapAlloc(kWorkspaceBytes);
+      if (launch.grid_workspace == 0) {
+        SetSticky(EmuStatus(Code::kLaunchOutOfResources, "no device heap left for grid sync's workspace"));
+        return;
+      }
+      std::memset(reinterpret_cast<void*>(launch.grid_workspace), 0, kWorkspaceBytes);
+    }
+    if (gate) gate->Enter(cancel);
+    internal::LaunchOutcome out;
+    Busy(kKernelBusy, [&] { out = runner->Run(launch, *this, &cancel, gate); });
+    if (launch.grid_workspace != 0) HeapFree(launch.grid_workspace);
+    if (gate) {
+      bool more_queued;
+      {
+        std::lock_guard<std::mutex> lock(q_mu);
+        more_queued = !queue.empty();
+      }
+      gate->Leave(more_queued);
+    }
+    instructions += out.instructions;
+    Emit(out.printf_output);
+    if (!out.status.ok()) SetSticky(out.status);
   }
 
   Stream* StreamOf(Stream* s) { return s ? s : &default_stream; }
 
   EmuStatus Sticky() {
+    if (!faulted.load(std::memory_order_acquire)) return EmuStatus::Ok();
     std::lock_guard<std::mutex> lock(sticky_mu);
     return sticky;
   }
   void SetSticky(const EmuStatus& s) {
     std::lock_guard<std::mutex> lock(sticky_mu);
     if (sticky.ok()) sticky = s;
+    faulted.store(!sticky.ok(), std::memory_order_release);
   }
 
   void Emit(const std::string& text) {
@@ -749,13 +872,21 @@ EmuStatus Device::Launch(Function* function, const LaunchConfig& config, void** 
   if (!function) return EmuStatus(Code::kInvalidHandle, "null function");
   const auto& layout = function->params;
   const internal::Function& f = function->module->program.functions[static_cast<size_t>(function->index)];
-  std::vector<uint8_t> buffer(f.kernel_param_bytes, 0);
+  // Packed on the stack when it fits (nearly always), so that a launch allocates nothing.
+  uint8_t small[internal::ParamBuffer::kInlineBytes];
+  std::vector<uint8_t> large;
+  uint8_t* buffer = small;
+  if (f.kernel_param_bytes > sizeof(small)) {
+    large.resize(f.kernel_param_bytes);
+    buffer = large.data();
+  }
+  std::memset(buffer, 0, f.kernel_param_bytes);
   if (!layout.empty() && !params) return BadValue("kernel takes parameters but none were given");
   for (size_t i = 0; i < layout.size(); ++i) {
     if (!params[i]) return BadValue("kernel parameter " + std::to_string(i) + " is a null pointer");
-    std::memcpy(buffer.data() + layout[i].offset, params[i], layout[i].size);
+    std::memcpy(buffer + layout[i].offset, params[i], layout[i].size);
   }
-  return LaunchPacked(function, config, buffer.data(), buffer.size());
+  return LaunchPacked(function, config, buffer, f.kernel_param_bytes);
 }
 
 EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, const void* buffer, size_t bytes) {
@@ -795,51 +926,19 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
                            std::to_string(per_sm * static_cast<uint64_t>(p.multiprocessor_count)) + " at most)");
     }
   }
-  auto launch = std::make_shared<internal::Launch>();
-  launch->program = &prog;
-  launch->cooperative = config.cooperative;
-  launch->function = function->index;
-  launch->grid = g;
-  launch->block = b;
-  launch->dynamic_shared = config.shared_bytes;
-  launch->params.assign(static_cast<const uint8_t*>(buffer), static_cast<const uint8_t*>(buffer) + bytes);
+  Impl::Task task;
+  internal::Launch& launch = task.launch;
+  launch.program = &prog;
+  launch.cooperative = config.cooperative;
+  launch.function = function->index;
+  launch.grid = g;
+  launch.block = b;
+  launch.dynamic_shared = config.shared_bytes;
   const internal::Function& f = prog.functions[static_cast<size_t>(function->index)];
-  if (launch->params.size() < f.kernel_param_bytes) launch->params.resize(f.kernel_param_bytes, 0);
-  launch->grid_id = ++impl_->grid_ids;
-  Impl* impl = impl_.get();
-  return Enqueue(*impl_, config.stream, true, [impl, launch] {
-    if (!impl->Sticky().ok()) return;  // A faulted context runs nothing more.
-    if (impl->cancel.load()) return;
-    ExecutionGate* gate = impl->options.gate.get();
-    if (launch->cooperative) {
-      // Grid sync's workspace (cooperative_groups keeps its barrier there), from the device heap that kernels may
-      // touch, zeroed for each launch.
-      constexpr uint64_t kWorkspaceBytes = 256;
-      launch->grid_workspace = impl->HeapAlloc(kWorkspaceBytes);
-      if (launch->grid_workspace == 0) {
-        impl->SetSticky(EmuStatus(Code::kLaunchOutOfResources, "no device heap left for grid sync's workspace"));
-        return;
-      }
-      std::memset(reinterpret_cast<void*>(launch->grid_workspace), 0, kWorkspaceBytes);
-    }
-    if (gate) gate->Enter(impl->cancel);
-    internal::LaunchOutcome out;
-    impl->Busy(Impl::kKernelBusy, [&] {
-      out = internal::Execute(*launch, *impl, impl->workers, impl->props.multiprocessor_count, &impl->cancel, gate);
-    });
-    if (launch->grid_workspace != 0) impl->HeapFree(launch->grid_workspace);
-    if (gate) {
-      bool more_queued;
-      {
-        std::lock_guard<std::mutex> lock(impl->q_mu);
-        more_queued = !impl->queue.empty();
-      }
-      gate->Leave(more_queued);
-    }
-    impl->instructions += out.instructions;
-    impl->Emit(out.printf_output);
-    if (!out.status.ok()) impl->SetSticky(out.status);
-  });
+  launch.params.Assign(buffer, bytes, f.kernel_param_bytes);
+  launch.grid_id = ++impl_->grid_ids;
+  impl_->Submit(impl_->StreamOf(config.stream), std::move(task));
+  return impl_->Sticky();
 }
 
 EmuStatus Device::LaunchHostFunc(Stream* stream, std::function<void()> callback) {
@@ -877,7 +976,7 @@ EmuStatus Device::StreamQuery(Stream* stream) {
   if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
   Stream* s = impl_->StreamOf(stream);
   std::lock_guard<std::mutex> lock(impl_->q_mu);
-  return s->completed == s->submitted ? EmuStatus::Ok() : EmuStatus(Code::kNotReady, "stream busy");
+  return impl_->done_ticket >= s->last_ticket ? EmuStatus::Ok() : EmuStatus(Code::kNotReady, "stream busy");
 }
 
 EmuStatus Device::StreamWaitEvent(Stream* stream, Event* event) {
@@ -943,19 +1042,16 @@ EmuStatus Device::DestroyEvent(Event* event) {
 EmuStatus Device::RecordEvent(Event* event, Stream* stream) {
   if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
   if (!event) return EmuStatus(Code::kInvalidHandle, "null event");
-  Stream* s = impl_->StreamOf(stream);
+  Impl::Task task;
+  task.run = [event] {
+    event->when = std::chrono::steady_clock::now();
+    event->done = true;
+  };
+  // Marked under the queue's mutex with the submission, so that a query never sees the record half made.
   std::lock_guard<std::mutex> lock(impl_->q_mu);
-  uint64_t ticket = impl_->next_ticket++;
-  s->submitted++;
   event->recorded = true;
   event->done = false;
-  event->ticket = ticket;
-  impl_->queue.push_back({s, [event] {
-                            event->when = std::chrono::steady_clock::now();
-                            event->done = true;
-                          },
-                          ticket});
-  impl_->q_cv.notify_one();
+  event->ticket = impl_->SubmitLocked(impl_->StreamOf(stream), std::move(task));
   return EmuStatus::Ok();
 }
 
@@ -1051,6 +1147,7 @@ void Device::ResetContext() {
   }
   std::lock_guard<std::mutex> lock(impl_->sticky_mu);
   impl_->sticky = EmuStatus::Ok();
+  impl_->faulted.store(false, std::memory_order_release);
 }
 
 void Device::SetPrintfSink(std::function<void(std::string_view)> sink) {

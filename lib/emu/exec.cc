@@ -4,8 +4,11 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <span>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -59,7 +62,7 @@ struct Thread {
   std::vector<uint64_t> regs;
   uint8_t* local = nullptr;  // This thread's local window.
   uint32_t local_top = 0;
-  std::vector<uint8_t> param_stack;
+  std::span<uint8_t> param_stack;  // In the CTA context's slab.
   uint32_t param_top = 0;
   bool carry = false;
   uint32_t barrier = 0;       // Waiting on this barrier id.
@@ -78,9 +81,73 @@ struct Fault {
   EmuStatus status;
 };
 
+// Zeroed memory from calloc, kept and reused while big enough. Large blocks usually come as fresh pages from the
+// kernel, so pages a kernel never touches (most of a 16 KiB local stack) cost nothing and never become resident.
+class Slab {
+ public:
+  uint8_t* Reserve(size_t bytes) {
+    if (bytes > bytes_) {
+      memory_.reset(static_cast<uint8_t*>(std::calloc(bytes, 1)));
+      if (!memory_) throw std::bad_alloc();
+      bytes_ = bytes;
+    }
+    return memory_.get();
+  }
+  size_t bytes() const { return bytes_; }
+  void Release() {
+    memory_.reset();
+    bytes_ = 0;
+  }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> memory_;
+  size_t bytes_ = 0;
+};
+
+// What one worker keeps from one launch to the next for the CTAs it runs, so that a launch of a block shape seen
+// before allocates nothing: the Thread objects with their registers and call frames, their stacks, shared memory.
+// A CTA starts as before: shared memory zeroed, the kernel's parameters copied in and its .param variables zeroed.
+// Local memory holds, as on a GPU, whatever was left there (zero when first allocated), as it always did for the
+// second CTA a worker ran.
+struct CtaContext {
+  std::vector<Thread> threads;
+  std::vector<uint8_t> shared;
+  Slab locals;        // Every thread's local stack, one after another.
+  Slab param_stacks;  // Every thread's parameter stack, one after another.
+
+  // What the threads' ids and stacks were last set up for: a launch with the same layout skips doing it again.
+  struct Layout {
+    uint32_t block[3] = {0, 0, 0};
+    uint32_t local_size = 0;
+    size_t param_stack_bytes = 0;
+    const uint8_t* locals = nullptr;
+    const uint8_t* param_stacks = nullptr;
+    bool operator==(const Layout&) const = default;
+  } layout;
+
+  // After a launch, what grew beyond these is freed instead of kept: stacks of a large block with calls (1024
+  // threads need 24 MiB), registers and frames of deep recursion. A device then keeps little memory for a rare
+  // large launch, which allocates as every launch once did.
+  static constexpr size_t kKeptSlabBytes = 8u << 20;
+  static constexpr size_t kKeptRegsPerThread = 4096;
+  static constexpr size_t kKeptFramesPerThread = 64;
+  void Trim() {
+    if (locals.bytes() > kKeptSlabBytes) locals.Release();
+    if (param_stacks.bytes() > kKeptSlabBytes) param_stacks.Release();
+    for (Thread& t : threads) {
+      if (t.regs.capacity() > kKeptRegsPerThread) std::vector<uint64_t>().swap(t.regs);
+      if (t.frames.capacity() > kKeptFramesPerThread) std::vector<Frame>().swap(t.frames);
+    }
+  }
+};
+
 class CtaRunner {
  public:
-  CtaRunner(const Launch& launch, MemoryMap& memory, int sm, std::atomic<bool>& abort,
+  // Runs CTAs of `launch` in `context`, which it sets up for the launch's block.
+  CtaRunner(const Launch& launch, CtaContext& context, MemoryMap& memory, int sm, std::atomic<bool>& abort,
             const std::atomic<bool>* cancel, ExecutionGate* gate)
       : launch_(launch), prog_(*launch.program), memory_(memory), sm_(sm), abort_(abort), cancel_(cancel),
         gate_(gate) {
@@ -88,13 +155,29 @@ class CtaRunner {
     const Function& entry = prog_.functions[static_cast<size_t>(launch.function)];
     nthreads_ = launch.block.x * launch.block.y * launch.block.z;
     shared_size_ = prog_.static_shared_bytes + launch.dynamic_shared;
-    shared_.assign(shared_size_ + 16, 0);
+    if (context.shared.size() < shared_size_ + 16) context.shared.resize(shared_size_ + 16);
+    shared_ = std::span<uint8_t>(context.shared.data(), shared_size_ + 16);
     const bool has_calls = prog_.has_calls;
     bool needs_local = has_calls;
     for (const auto& f : prog_.functions) needs_local = needs_local || f.uses_local;
     local_size_ = needs_local ? kLocalStackBytes : 0;
-    locals_.assign(static_cast<size_t>(local_size_) * nthreads_ + 16, 0);
-    threads_.resize(nthreads_);
+    uint8_t* locals = context.locals.Reserve(static_cast<size_t>(local_size_) * nthreads_ + 16);
+    // Call frames need room beyond the kernel's own parameters; a module without calls does not. Every thread's
+    // stack starts 16-byte aligned, as its own allocation did.
+    const size_t param_stack_bytes =
+        std::max<size_t>(entry.param_area, launch.params.size()) + (has_calls ? kParamStackBytes : 16);
+    const size_t param_stack_stride = (param_stack_bytes + 15) / 16 * 16;
+    uint8_t* param_stacks = context.param_stacks.Reserve(param_stack_stride * nthreads_);
+    if (context.threads.size() < nthreads_) {
+      context.threads.resize(nthreads_);
+      context.layout = {};
+    }
+    threads_ = std::span<Thread>(context.threads.data(), nthreads_);
+    nwarps_ = (nthreads_ + 31) / 32;
+    const CtaContext::Layout layout{{launch.block.x, launch.block.y, launch.block.z}, local_size_,
+                                    param_stack_bytes, locals, param_stacks};
+    if (layout == context.layout) return;
+    context.layout = layout;
     for (uint32_t i = 0; i < nthreads_; ++i) {
       Thread& t = threads_[i];
       t.linear = i;
@@ -103,12 +186,9 @@ class CtaRunner {
       t.tid[2] = i / (launch.block.x * launch.block.y);
       t.lane = i % 32;
       t.warp = i / 32;
-      t.local = locals_.data() + static_cast<size_t>(i) * local_size_;
-      // Call frames need room beyond the kernel's own parameters; a module without calls does not.
-      t.param_stack.assign(std::max<size_t>(entry.param_area, launch.params.size()) + (has_calls ? kParamStackBytes : 16),
-                           0);
+      t.local = locals + static_cast<size_t>(i) * local_size_;
+      t.param_stack = std::span<uint8_t>(param_stacks + i * param_stack_stride, param_stack_bytes);
     }
-    nwarps_ = (nthreads_ + 31) / 32;
   }
 
   // Runs one CTA. Returns false (with fault_) on a kernel fault or deadlock.
@@ -125,12 +205,17 @@ class CtaRunner {
       t.local_top = entry.local_area;
       std::memcpy(t.param_stack.data(), launch_.params.data(), launch_.params.size());
       t.param_top = std::max<uint32_t>(entry.param_area, static_cast<uint32_t>(launch_.params.size()));
-      Frame f;
+      // The kernel's own .param variables and the slack after them start zeroed, whatever an earlier CTA left
+      // there (a call zeroes its callee's parameters itself).
+      const size_t zeroed_end = std::min<size_t>(t.param_stack.size(), size_t{t.param_top} + 16);
+      std::memset(t.param_stack.data() + launch_.params.size(), 0, zeroed_end - launch_.params.size());
+      Frame& f = t.frames.emplace_back();  // In place: a copy from the stack stalls on store forwarding.
       f.fn = launch_.function;
       f.param_base = t.param_stack.data();
       f.param_size = t.param_top;
-      t.frames.push_back(f);
       t.carry = false;
+      t.barrier = 0;
+      t.red_pred = false;
     }
     for (auto& b : barriers_) b = Barrier();
     exited_ = 0;
@@ -354,9 +439,8 @@ class CtaRunner {
   uint32_t nthreads_ = 0, nwarps_ = 0, exited_ = 0;
   uint32_t ctaid_[3] = {0, 0, 0};
   uint32_t shared_size_ = 0, local_size_ = 0;
-  std::vector<uint8_t> shared_;
-  std::vector<uint8_t> locals_;
-  std::vector<Thread> threads_;
+  std::span<uint8_t> shared_;   // In the context; shared_size_ bytes and a little slack.
+  std::span<Thread> threads_;   // The block's threads, the context's first nthreads_.
   Barrier barriers_[16];
   EmuStatus fault_;
   std::string output_;
@@ -370,41 +454,67 @@ class CtaRunner {
 
 }  // namespace
 
-LaunchOutcome Execute(const Launch& launch, MemoryMap& memory, int workers, int sm_count,
-                      const std::atomic<bool>* cancel, ExecutionGate* gate) {
-  LaunchOutcome out;
-  for (int t = 0; t <= static_cast<int>(Type::kPred); ++t) {
-    if (kTypeBytes[t] != ptx::TypeSize(static_cast<Type>(t))) {
-      out.status = EmuStatus(Code::kUnknown, "internal: type size table out of step with ptx::Type");
-      return out;
-    }
+void ParamBuffer::Assign(const void* data, size_t bytes, size_t at_least) {
+  size_ = std::max(bytes, at_least);
+  uint8_t* to = inline_;
+  if (size_ > kInlineBytes) {
+    heap_.resize(size_);
+    to = heap_.data();
   }
-  const uint64_t ctas = static_cast<uint64_t>(launch.grid.x) * launch.grid.y * launch.grid.z;
-  if (ctas == 0) return out;
-  workers = static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(static_cast<uint64_t>(std::max(workers, 1)), ctas)));
-  // A cooperative grid's CTAs wait for each other (grid sync): all of them run at once, one host thread each, and
-  // the OS shares the cores among them. The launch checked that the grid fits the device at once.
-  if (launch.cooperative) workers = static_cast<int>(ctas);
-  std::atomic<uint64_t> next{0};
-  std::atomic<bool> abort{false};
-  // Output and faults per CTA index would cost memory for huge grids; keep per worker, merged in CTA order by
-  // tagging each CTA's output.
+  if (bytes) std::memcpy(to, data, bytes);
+  std::memset(to + bytes, 0, size_ - bytes);
+}
+
+struct LaunchRunner::State {
+  State(int worker_count, int sms) : workers(std::max(worker_count, 1)), sm_count(std::max(sms, 1)) {
+    for (int w = 0; w < workers; ++w) contexts.push_back(std::make_unique<CtaContext>());
+  }
+
+  // What one worker did in a launch. Output and faults per CTA index would cost memory for huge grids; each
+  // worker keeps its CTAs' output tagged with the CTA index, merged in CTA order at the end.
   struct WorkerResult {
     std::vector<std::pair<uint64_t, std::string>> outputs;
     EmuStatus fault;
     uint64_t fault_cta = ~0ull;
     uint64_t instructions = 0;
   };
-  std::vector<WorkerResult> results(static_cast<size_t>(workers));
-  auto work = [&](int w) {
-    CtaRunner runner(launch, memory, w % std::max(sm_count, 1), abort, cancel, gate);
+
+  static constexpr auto kPoll = std::chrono::microseconds(50);
+  const int workers, sm_count;
+  std::vector<std::unique_ptr<CtaContext>> contexts;  // One per worker; [0] is the caller's.
+  std::vector<WorkerResult> results;                  // One per worker of the launch running.
+
+  // The launch running, as every worker reads it.
+  const Launch* launch = nullptr;
+  MemoryMap* memory = nullptr;
+  const std::atomic<bool>* cancel = nullptr;
+  ExecutionGate* gate = nullptr;
+  uint64_t ctas = 0;
+  std::atomic<uint64_t> next{0};  // The next CTA to take.
+  std::atomic<bool> abort{false};
+
+  // Parked threads for workers 1..threads.size(). A launch bumps `generation` and wakes them; the first
+  // `participants` - 1 of them join in, and the last to finish wakes the caller.
+  std::mutex mu;
+  std::condition_variable start_cv, done_cv;
+  uint64_t generation = 0;  // Guarded by mu, as are the fields below.
+  std::atomic<uint64_t> published{0};  // generation, for polling without the mutex.
+  int participants = 0;
+  int running = 0;
+  bool stopping = false;
+  std::vector<std::thread> threads;
+
+  // Runs CTAs of the current launch until none is left, as worker `w`.
+  void Work(int w, CtaContext& context) {
+    CtaRunner runner(*launch, context, *memory, w % sm_count, abort, cancel, gate);
     WorkerResult& r = results[static_cast<size_t>(w)];
+    const Dim3& grid = launch->grid;
     while (!abort.load(std::memory_order_relaxed)) {
       uint64_t i = next.fetch_add(1);
       if (i >= ctas) break;
-      uint32_t cx = static_cast<uint32_t>(i % launch.grid.x);
-      uint32_t cy = static_cast<uint32_t>((i / launch.grid.x) % launch.grid.y);
-      uint32_t cz = static_cast<uint32_t>(i / (static_cast<uint64_t>(launch.grid.x) * launch.grid.y));
+      uint32_t cx = static_cast<uint32_t>(i % grid.x);
+      uint32_t cy = static_cast<uint32_t>((i / grid.x) % grid.y);
+      uint32_t cz = static_cast<uint32_t>(i / (static_cast<uint64_t>(grid.x) * grid.y));
       bool ok = runner.RunCta(cx, cy, cz);
       if (!runner.output().empty()) {
         r.outputs.emplace_back(i, std::move(runner.output()));
@@ -417,18 +527,134 @@ LaunchOutcome Execute(const Launch& launch, MemoryMap& memory, int workers, int 
       }
     }
     r.instructions = runner.instructions();
-  };
-  std::vector<std::thread> threads;
+  }
+
+  void Park(int w) {
+    uint64_t seen = 0;
+    for (;;) {
+      // Launches often come back to back: polling a little while before sleeping saves the next one a wakeup's
+      // latency. The poll yields the core at each turn, so that on a busy host it takes nothing from others.
+      const auto until = std::chrono::steady_clock::now() + kPoll;
+      while (published.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < until) {
+        std::this_thread::yield();
+      }
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        start_cv.wait(lock, [&] { return stopping || generation != seen; });
+        if (stopping) return;
+        seen = generation;
+        if (w >= participants) continue;
+      }
+      Work(w, *contexts[static_cast<size_t>(w)]);
+      bool last;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        last = --running == 0;
+      }
+      if (last) done_cv.notify_one();
+    }
+  }
+
+  // Starts parked threads until `count` workers (the caller included) can run; answers how many can, fewer when
+  // the host refuses a thread.
+  int EnsureWorkers(int count) {
+    while (static_cast<int>(threads.size()) + 1 < count) {
+      int w = static_cast<int>(threads.size()) + 1;
+      try {
+        threads.emplace_back([this, w] { Park(w); });
+      } catch (const std::system_error&) {
+        break;
+      }
+    }
+    return std::min(count, static_cast<int>(threads.size()) + 1);
+  }
+
+  ~State() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stopping = true;
+    }
+    start_cv.notify_all();
+    for (auto& t : threads) t.join();
+  }
+};
+
+LaunchRunner::LaunchRunner(int workers, int sm_count) : state_(std::make_unique<State>(workers, sm_count)) {}
+
+LaunchRunner::~LaunchRunner() = default;
+
+LaunchOutcome LaunchRunner::Run(const Launch& launch, MemoryMap& memory, const std::atomic<bool>* cancel,
+                                ExecutionGate* gate) {
+  LaunchOutcome out;
+  static const bool type_table_in_step = [] {
+    for (int t = 0; t <= static_cast<int>(Type::kPred); ++t) {
+      if (kTypeBytes[t] != ptx::TypeSize(static_cast<Type>(t))) return false;
+    }
+    return true;
+  }();
+  if (!type_table_in_step) {
+    out.status = EmuStatus(Code::kUnknown, "internal: type size table out of step with ptx::Type");
+    return out;
+  }
+  State& st = *state_;
+  const uint64_t ctas = static_cast<uint64_t>(launch.grid.x) * launch.grid.y * launch.grid.z;
+  if (ctas == 0) return out;
+  int workers = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(st.workers), ctas));
+  // A cooperative grid's CTAs wait for each other (grid sync): all of them run at once, one host thread each, and
+  // the OS shares the cores among them. The launch checked that the grid fits the device at once. Workers beyond
+  // the parked ones get a thread and a context of their own for this launch only.
+  if (launch.cooperative) workers = static_cast<int>(ctas);
+  st.launch = &launch;
+  st.memory = &memory;
+  st.cancel = cancel;
+  st.gate = gate;
+  st.ctas = ctas;
+  st.next.store(0);
+  st.abort.store(false);
+  st.results.resize(static_cast<size_t>(workers));
+  for (auto& r : st.results) {
+    r.outputs.clear();
+    r.fault = EmuStatus::Ok();
+    r.fault_cta = ~0ull;
+    r.instructions = 0;
+  }
+  const int parked = std::min(workers, st.workers);
   bool started = true;
+  std::vector<std::thread> extra_threads;
+  std::vector<std::unique_ptr<CtaContext>> extra_contexts;
   try {
-    for (int w = 1; w < workers; ++w) threads.emplace_back(work, w);
+    for (int w = parked; w < workers; ++w) {
+      extra_contexts.push_back(std::make_unique<CtaContext>());
+      CtaContext* context = extra_contexts.back().get();
+      extra_threads.emplace_back([&st, w, context] { st.Work(w, *context); });
+    }
   } catch (const std::system_error&) {
-    // The host refused a thread (a cooperative grid needs one per block): stop those started, fail the launch.
-    abort.store(true);
     started = false;
   }
-  if (started) work(0);
-  for (auto& th : threads) th.join();
+  // An ordinary launch runs on whichever workers the host gave threads to; a cooperative one needs them all.
+  int participants = st.EnsureWorkers(parked);
+  if (launch.cooperative && participants < parked) started = false;
+  if (started) {
+    if (participants > 1) {
+      {
+        std::lock_guard<std::mutex> lock(st.mu);
+        st.participants = participants;
+        st.running = participants - 1;
+        st.published.store(++st.generation, std::memory_order_release);
+      }
+      st.start_cv.notify_all();
+    }
+    st.Work(0, *st.contexts[0]);
+    if (participants > 1) {
+      std::unique_lock<std::mutex> lock(st.mu);
+      st.done_cv.wait(lock, [&] { return st.running == 0; });
+    }
+  } else {
+    // The host refused a thread (a cooperative grid needs one per block): stop those started, fail the launch.
+    st.abort.store(true);
+  }
+  for (auto& th : extra_threads) th.join();
+  for (auto& context : st.contexts) context->Trim();
   if (!started) {
     out.status = EmuStatus(Code::kLaunchOutOfResources,
                            "the host could not start a thread for every block of the grid (" +
@@ -437,7 +663,7 @@ LaunchOutcome Execute(const Launch& launch, MemoryMap& memory, int workers, int 
   }
   std::vector<std::pair<uint64_t, std::string>> all;
   uint64_t first_fault = ~0ull;
-  for (auto& r : results) {
+  for (auto& r : st.results) {
     out.instructions += r.instructions;
     for (auto& o : r.outputs) all.push_back(std::move(o));
     if (!r.fault.ok() && r.fault_cta < first_fault) {

@@ -1,11 +1,10 @@
-// Executes one kernel launch of a compiled Program: CTAs in parallel on worker threads, the threads of a CTA as
-// cooperatively scheduled contexts that switch at barriers and warp collectives. Internal to lib/emu.
+// Executes kernel launches of a compiled Program. Internal to lib/emu.
 #ifndef GPUPOOL_EMU_EXEC_H_
 #define GPUPOOL_EMU_EXEC_H_
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -27,12 +26,28 @@ class MemoryMap {
   virtual void HeapFree(uint64_t address) = 0;
 };
 
+// A launch's parameter buffer, packed at the kernel's ParamInfo offsets. Held inline up to kInlineBytes (nearly
+// every kernel's parameters fit), so that queueing a launch allocates nothing; larger buffers go to the heap.
+class ParamBuffer {
+ public:
+  static constexpr size_t kInlineBytes = 256;
+  // Copies `bytes` from `data`, then zero-pads to `at_least` bytes.
+  void Assign(const void* data, size_t bytes, size_t at_least);
+  const uint8_t* data() const { return size_ > kInlineBytes ? heap_.data() : inline_; }
+  size_t size() const { return size_; }
+
+ private:
+  size_t size_ = 0;
+  std::vector<uint8_t> heap_;  // Only for buffers beyond kInlineBytes.
+  uint8_t inline_[kInlineBytes];
+};
+
 struct Launch {
   const Program* program = nullptr;
   int function = -1;
   Dim3 grid, block;
   uint32_t dynamic_shared = 0;
-  std::vector<uint8_t> params;  // Packed at the kernel's ParamInfo offsets.
+  ParamBuffer params;
   uint32_t grid_id = 0;
   // Cooperative launch: every CTA is resident at once, and grid sync's workspace is at `grid_workspace` (device
   // memory the launch owns, zeroed); 0 for other launches, where grid sync traps as on a GPU.
@@ -46,11 +61,30 @@ struct LaunchOutcome {
   uint64_t instructions = 0;       // Dynamic thread-instructions executed.
 };
 
-// Runs `launch` to completion on `workers` host threads (the caller's thread is one of them). Setting `*cancel`
-// stops it soon after (the outcome is then kLaunchFailed "cancelled"), even inside an endless loop.
-// `gate`, when set, is passed at checkpoints (see ExecutionGate); the caller has entered it.
-LaunchOutcome Execute(const Launch& launch, MemoryMap& memory, int workers, int sm_count,
-                      const std::atomic<bool>* cancel = nullptr, ExecutionGate* gate = nullptr);
+// Runs kernel launches one at a time: the CTAs in parallel on `workers` host threads (the caller's thread is one
+// of them), the threads of a CTA as cooperatively scheduled contexts that switch at barriers and warp collectives.
+// What a launch needs is kept from one launch to the next, so that a launch of a shape seen before allocates
+// nothing: the other workers' threads (started by the first launch of several CTAs, parked between launches) and
+// each worker's CTA context (its threads' registers, call frames, parameter and local stacks, shared memory),
+// which grows to the largest block it has run.
+// Thread safety: Run may not be called concurrently (the device's queue executor is its only caller).
+class LaunchRunner {
+ public:
+  LaunchRunner(int workers, int sm_count);
+  ~LaunchRunner();  // Stops the parked threads. REQUIRES: no Run in progress.
+  LaunchRunner(const LaunchRunner&) = delete;
+  LaunchRunner& operator=(const LaunchRunner&) = delete;
+
+  // Runs `launch` to completion. Setting `*cancel` stops it soon after (the outcome is then kLaunchFailed
+  // "cancelled"), even inside an endless loop. `gate`, when set, is passed at checkpoints (see ExecutionGate); the
+  // caller has entered it.
+  LaunchOutcome Run(const Launch& launch, MemoryMap& memory, const std::atomic<bool>* cancel = nullptr,
+                    ExecutionGate* gate = nullptr);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace gpupool::emu::internal
 
