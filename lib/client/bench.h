@@ -6,8 +6,6 @@
 #ifndef GPUPOOL_CLIENT_BENCH_H_
 #define GPUPOOL_CLIENT_BENCH_H_
 
-#include <sys/types.h>
-
 #include <memory>
 #include <set>
 #include <string>

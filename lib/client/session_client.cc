@@ -273,17 +273,19 @@ void SendPosted(RemoteSession::Impl* impl, const typename Call::Args& args) {
 }
 
 // Sends a request and waits for its reply; `use(r)` reads the reply on the loop thread.
+// A reply's status, with its message in `*error` when it failed; `use(r)` reads the rest of the reply.
+template <typename Reader, typename Use>
+int ReadReply(Reader& r, Use& use, std::string* error) {
+  int code = CodeOf(r.getStatus());
+  if (code) *error = r.getStatus().getMessage();
+  use(r);
+  return code;
+}
+
 template <typename Build, typename Use>
 int Call(Runtime& rt, RemoteSession::Impl* impl, Build build, Use use, std::string* error) {
   try {
-    return rt.Run([&]() {
-      return build(impl->S()).then([&](auto&& r) {
-        int code = CodeOf(r.getStatus());
-        if (code) *error = r.getStatus().getMessage();
-        use(r);
-        return code;
-      });
-    });
+    return rt.Run([&]() { return build(impl->S()).then([&](auto&& r) { return ReadReply(r, use, error); }); });
   } catch (const kj::Exception& e) {
     *error = e.getDescription().cStr();
     return kCudaErrorDeviceUnavailable;
@@ -319,10 +321,7 @@ int ChannelCall(SessionChannel& channel, uint32_t seq, Use use, std::string* err
   }
   try {
     auto r = reply.message->getRoot<typename W::ResultsStruct>();
-    int code = CodeOf(r.getStatus());
-    if (code) *error = r.getStatus().getMessage();
-    use(r);
-    return code;
+    return ReadReply(r, use, error);
   } catch (const kj::Exception& e) {
     *error = fmt::format("corrupt {} reply from the session's worker: {}", Call::kMethod, e.getDescription().cStr());
     return kCudaErrorDeviceUnavailable;
