@@ -289,8 +289,13 @@ struct Device::Impl : public internal::MemoryMap {
     uint64_t size = AlignUp(std::max<uint64_t>(it->second, 1), kAlignment);
     live.erase(it);
     ranges_cache.reset();
-    // Give the pages back so freed memory does not stay resident.
-    if (size >= (1 << 20)) madvise(arena + offset, size, MADV_DONTNEED);
+    // Give the pages back so freed memory does not stay resident: only the pages wholly inside the allocation, as
+    // its neighbours may share its first and last page (allocations are 256-byte aligned, pages are not).
+    if (size >= (1 << 20)) {
+      const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+      uint64_t first = AlignUp(offset, page), end = (offset + size) / page * page;
+      if (end > first) madvise(arena + first, end - first, MADV_DONTNEED);
+    }
     free_.Give(offset, size);
   }
 

@@ -80,6 +80,7 @@ add_executable(emu_kernel_tests
   kernel_math_test.cc
   kernel_error_test.cc
   kernel_numba_test.cc
+  device_memory_test.cc
   kernel_harness.cc)
 add_dependencies(emu_kernel_tests emu_kernel_fatbins)
 target_include_directories(emu_kernel_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR} ${GPUPOOL_EMU_KERNEL_SRC_DIR})
