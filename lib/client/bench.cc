@@ -292,6 +292,7 @@ Status MeasureLaunchRate(RemoteSession& s, const BenchOptions&, std::vector<Benc
 
 constexpr int kLoopLaunches = 50;
 constexpr int kLoopWarmupSteps = 20;
+constexpr int kLoopRoundSteps = 10;
 constexpr uint32_t kLoopThreads = 256;
 constexpr size_t kLoopFloats = 16384;  // 64 KiB each way.
 constexpr size_t kLoopBytes = kLoopFloats * sizeof(float);
@@ -516,11 +517,13 @@ Status MeasureLoop(RemoteSession& s, const BenchOptions& options, std::vector<Be
     double ignored = 0;
     if (Status st = RunLoopSteps(*v.device, v.where, 0, kLoopWarmupSteps, ref, &ignored); !st.ok()) return st;
   }
-  // In rounds, so that a change in the host's load during the run weighs on every variant alike.
-  const int rounds = std::min(options.loop_steps, 4);
+  // In short rounds (about kLoopRoundSteps steps each), the variants' order turning every round, so that a change
+  // in the host's load during the run weighs on every variant alike.
+  const int rounds = std::max(1, options.loop_steps / kLoopRoundSteps);
   for (int r = 0; r < rounds; ++r) {
     int first = options.loop_steps * r / rounds, last = options.loop_steps * (r + 1) / rounds;
-    for (Variant& v : variants) {
+    for (int i = 0; i < 3; ++i) {
+      Variant& v = variants[(r + i) % 3];
       Status st = RunLoopSteps(*v.device, v.where, kLoopWarmupSteps + first, last - first, ref, &v.seconds);
       if (!st.ok()) return st;
     }

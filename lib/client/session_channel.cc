@@ -241,7 +241,9 @@ void SessionChannel::FlushLoop() {
 
 void SessionChannel::Post(uint32_t ordinal, capnp::MessageBuilder& params) {
   session::OutgoingFrame frame(ordinal, 0, params);
-  if (frame.bytes() > session::kSmallFrameBytes) {
+  // The first call posted after a wait leaves at once (the device may be idle, waiting for it); the calls behind it
+  // queue for one write. A large one leaves at once too.
+  if (frame.bytes() > session::kSmallFrameBytes || post_directly_.exchange(false, std::memory_order_relaxed)) {
     WriteQueuedAnd(frame.pieces());
     return;
   }
@@ -263,6 +265,7 @@ uint32_t SessionChannel::Send(uint32_t ordinal, capnp::MessageBuilder& params) {
   uint32_t seq = next_seq_.fetch_add(1);
   if (seq == 0) seq = next_seq_.fetch_add(1);  // 0 marks posted calls.
   session::OutgoingFrame frame(ordinal, seq, params);
+  post_directly_.store(true, std::memory_order_relaxed);
   return WriteQueuedAnd(frame.pieces()) ? seq : 0;
 }
 

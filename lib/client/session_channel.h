@@ -104,6 +104,8 @@ class SessionChannel {
   std::mutex shared_mu_;
 
   std::atomic<uint32_t> next_seq_{1};
+  // Whether the next posted call is written at once rather than queued: set by every call that waits.
+  std::atomic<bool> post_directly_{true};
   std::thread flusher_;
 };
 

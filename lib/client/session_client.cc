@@ -95,6 +95,11 @@ struct RemoteSession::Impl : public kj::TaskSet::ErrorHandler {
   // The framed connection straight to the session's worker, when the agent offered one and it let us in: it
   // carries every call; `session` (through the agent) is dropped then.
   std::unique_ptr<SessionChannel> channel;
+  // Host-to-device copies through the shared slots whose replies nobody has read yet (0: none), by slot: the call
+  // returned once its bytes were in the slot, as cuMemcpyHtoD may once pageable memory is staged; the slot is
+  // reused only after its reply. `shared_next`: the slot the next copy starts at. Guarded by channel->shared_mu().
+  uint32_t shared_unsettled[SessionChannel::kSharedSlots] = {};
+  size_t shared_next = 0;
 };
 
 namespace {
@@ -339,39 +344,53 @@ int ChannelCall(SessionChannel& channel, const typename Call::Args& args, Use us
 // their message (a posted copy then needs no reply).
 constexpr size_t kSharedCopyMin = 64u << 10;
 
-// Host to device through the shared slots: chunk i waits for slot i % kSharedSlots to be free (chunk i - kSlots's
-// reply), fills it, and asks the worker to copy it. Returns once every chunk's bytes are the worker's (the caller's
-// buffer is free, as cuMemcpyHtoD promises); failures surface as a posted call's. REQUIRES: the shared memory's lock.
+// Waits for the reply to the shared host-to-device copy in slot `s`, if one is out; its failure is kept for the
+// next synchronising call, as a posted call's. REQUIRES: the shared memory's lock.
+void SettleSharedSlot(RemoteSession::Impl* impl, size_t s) {
+  uint32_t& seq = impl->shared_unsettled[s];
+  if (seq == 0) return;
+  std::string error;
+  int code = ChannelCall<calls::CopyToDeviceShared>(*impl->channel, seq, [](auto&) {}, &error);
+  impl->Record(code, error);
+  seq = 0;
+}
+
+// Settles every shared host-to-device copy that is out, unless another thread holds the shared memory (it settles
+// them as it goes). Called after a synchronising call's reply, when theirs (sent earlier) have arrived too.
+void SettleSharedCopies(RemoteSession::Impl* impl) {
+  if (!impl->channel || !impl->channel->shared()) return;
+  std::unique_lock<std::mutex> lock(impl->channel->shared_mu(), std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  for (size_t s = 0; s < SessionChannel::kSharedSlots; ++s) SettleSharedSlot(impl, s);
+}
+
+// Host to device through the shared slots, round the ring from where the last copy stopped: each chunk waits for
+// its slot's earlier copy to be settled, fills it and asks the worker to copy it. Returns once every chunk's bytes
+// are in the slots (the caller's buffer is free, as cuMemcpyHtoD promises) without waiting for the last replies;
+// failures surface as a posted call's. REQUIRES: the shared memory's lock.
 void SharedCopyToDevice(RemoteSession::Impl* impl, uint64_t dst, const uint8_t* src, size_t bytes, uint64_t stream) {
   using W = session::Wire<calls::CopyToDeviceShared>;
   SessionChannel& channel = *impl->channel;
   const size_t slot = channel.shared_bytes() / SessionChannel::kSharedSlots;
-  uint32_t pending[SessionChannel::kSharedSlots] = {};
-  auto settle = [&](size_t s) {
-    if (pending[s] == 0) return;
-    std::string error;
-    int code = ChannelCall<calls::CopyToDeviceShared>(channel, pending[s], [](auto&) {}, &error);
-    impl->Record(code, error);
-    pending[s] = 0;
-  };
-  size_t chunk = 0;
-  for (size_t off = 0; off < bytes; off += slot, ++chunk) {
-    size_t s = chunk % SessionChannel::kSharedSlots, n = std::min(slot, bytes - off);
-    settle(s);
+  for (size_t off = 0; off < bytes; off += slot) {
+    size_t s = impl->shared_next, n = std::min(slot, bytes - off);
+    impl->shared_next = (s + 1) % SessionChannel::kSharedSlots;
+    SettleSharedSlot(impl, s);
     std::memcpy(channel.shared() + s * slot, src + off, n);
     capnp::MallocMessageBuilder message(kFirstSegmentWords);
     W::WriteArgs({dst + off, s * slot, n, {stream}}, message.initRoot<W::Params>());
-    pending[s] = channel.Send(calls::CopyToDeviceShared::kOrdinal, message);
-    if (pending[s] == 0) impl->Record(kCudaErrorDeviceUnavailable, channel.lost());
+    impl->shared_unsettled[s] = channel.Send(calls::CopyToDeviceShared::kOrdinal, message);
+    if (impl->shared_unsettled[s] == 0) impl->Record(kCudaErrorDeviceUnavailable, channel.lost());
   }
-  for (size_t s = 0; s < SessionChannel::kSharedSlots; ++s) settle(s);
 }
 
 // Device to host through the shared slots, up to kSharedSlots chunks in flight; each lands in place as its reply
 // arrives. Returns the first failure. REQUIRES: the shared memory's lock.
-int SharedCopyFromDevice(SessionChannel& channel, uint8_t* dst, uint64_t src, size_t bytes, uint64_t stream,
+int SharedCopyFromDevice(RemoteSession::Impl* impl, uint8_t* dst, uint64_t src, size_t bytes, uint64_t stream,
                          std::string* error) {
   using W = session::Wire<calls::CopyFromDeviceShared>;
+  SessionChannel& channel = *impl->channel;
+  for (size_t s = 0; s < SessionChannel::kSharedSlots; ++s) SettleSharedSlot(impl, s);
   const size_t slot = channel.shared_bytes() / SessionChannel::kSharedSlots;
   struct InFlight {
     uint32_t seq = 0;
@@ -458,6 +477,7 @@ int RemoteSession::Invoke(const typename C::Args& args, typename C::Results* res
                                    },
                                    use, &last_error_);
     if constexpr (C::kMode == session::Mode::kSync) {
+      SettleSharedCopies(impl);
       int pending = TakeAsyncError();  // An earlier posted call's error comes first, as on a GPU.
       if (pending) return pending;
     }
@@ -539,7 +559,7 @@ int RemoteSession::CopyFromDevice(void* dst, uint64_t src, size_t bytes, uint64_
     shared_lock = std::unique_lock<std::mutex>(impl->channel->shared_mu(), std::try_to_lock);
   }
   if (shared_lock.owns_lock()) {
-    code = SharedCopyFromDevice(*impl->channel, p, src, bytes, stream, &error);
+    code = SharedCopyFromDevice(impl, p, src, bytes, stream, &error);
   } else if (impl->channel) {
     // Every chunk asked for at once; each reply is copied into place as it is read.
     std::vector<std::pair<uint32_t, size_t>> asked;

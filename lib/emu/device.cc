@@ -414,6 +414,23 @@ struct Device::Impl : public internal::MemoryMap {
     return Submit(s, std::move(task));
   }
 
+  // Runs `callback` once the queue is past stream `s`'s last work (`all`: past all work queued so far): here and
+  // now if it already is, else queued behind it on `s`.
+  EmuStatus CallWhenDone(Stream* s, bool all, std::function<void()> callback) {
+    if (EmuStatus st = Sticky(); !st.ok()) return st;
+    {
+      std::lock_guard<std::mutex> lock(q_mu);
+      if (done_ticket < (all ? next_ticket - 1 : s->last_ticket)) {
+        Task task;
+        task.run = std::move(callback);
+        SubmitLocked(s, std::move(task));
+        return Sticky();
+      }
+    }
+    callback();
+    return EmuStatus::Ok();
+  }
+
   // Waits until the queue is past `ticket`. REQUIRES: `lock` holds q_mu.
   void WaitDone(std::unique_lock<std::mutex>& lock, uint64_t ticket) {
     while (done_ticket < ticket) {
@@ -949,6 +966,14 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
 EmuStatus Device::LaunchHostFunc(Stream* stream, std::function<void()> callback) {
   if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
   return Enqueue(*impl_, stream, true, std::move(callback));
+}
+
+EmuStatus Device::WhenReached(Stream* stream, std::function<void()> callback) {
+  return impl_->CallWhenDone(impl_->StreamOf(stream), false, std::move(callback));
+}
+
+EmuStatus Device::WhenAllReached(std::function<void()> callback) {
+  return impl_->CallWhenDone(impl_->StreamOf(nullptr), true, std::move(callback));
 }
 
 EmuStatus Device::CreateStream(Stream** stream) {

@@ -166,6 +166,12 @@ class Device {
   EmuStatus LaunchPacked(Function* function, const LaunchConfig& config, const void* buffer, size_t bytes);
   // Runs `callback` on the stream's worker once earlier work is done (cuLaunchHostFunc).
   EmuStatus LaunchHostFunc(Stream* stream, std::function<void()> callback);
+  // Runs `callback` once the work queued on `stream` so far has run: at once, on the calling thread, when it
+  // already has; else on the stream's worker. For a caller's own waits (no thread hop when nothing is queued); a
+  // program's host function goes through LaunchHostFunc, which never runs it on the caller's thread.
+  EmuStatus WhenReached(Stream* stream, std::function<void()> callback);
+  // The same once all work queued so far, on every stream, has run.
+  EmuStatus WhenAllReached(std::function<void()> callback);
 
   // ---- Streams and events. ----
   EmuStatus CreateStream(Stream** stream);

@@ -285,12 +285,12 @@ class EmuBackend final : public DeviceBackend {
   }
 
   CallStatus WhenReached(StreamRef stream, std::function<void()> done) override {
-    return From(device_->LaunchHostFunc(stream.as<emu::Stream>(), std::move(done)));
+    return From(device_->WhenReached(stream.as<emu::Stream>(), std::move(done)));
   }
 
   // All streams share one in-order queue: everything before the record is done when the queue gets here.
   CallStatus WhenRecorded(EventRef, std::function<void()> done) override {
-    return From(device_->LaunchHostFunc(nullptr, std::move(done)));
+    return From(device_->WhenAllReached(std::move(done)));
   }
 
   // A fault is the device's (the context's), not a stream's: it is sticky, as on a GPU.
