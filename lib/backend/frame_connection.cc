@@ -109,6 +109,7 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
     kj::Array<word> body;
     kj::Own<capnp::FlatArrayMessageReader> params;
     capnp::MallocMessageBuilder reply;
+    kj::Array<word> reply_data;  // The reply's bulk bytes (FramedSession::ReplyDataBuffer), if any.
   };
 
   void Dispatch(const FrameHeader& h, kj::Array<word> body) {
@@ -124,7 +125,15 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
       SendAsyncError({CUDA_ERROR_INVALID_VALUE, known ? "corrupt message framing" : fmt::format("unknown call {}", h.kind)});
       return;
     }
-    kj::Promise<CallStatus> served = session_.ServeFramed(h.kind, *call->params, call->reply);
+    Call* raw = call.get();
+    FramedSession::ReplyDataBuffer reply_data = [this, raw](size_t bytes) {
+      const size_t words = (bytes + sizeof(word) - 1) / sizeof(word);
+      raw->reply_data = SpareArray(words);
+      uint8_t* out = raw->reply_data.asBytes().begin();
+      std::memset(out + bytes, 0, words * sizeof(word) - bytes);  // The last word's padding goes out too.
+      return out;
+    };
+    kj::Promise<CallStatus> served = session_.ServeFramed(h.kind, *call->params, call->reply, reply_data);
     tasks_.add(served.then([this, seq = h.seq, posted, call = kj::mv(call)](CallStatus status) mutable {
       if (posted) {
         if (!status.ok()) SendAsyncError(status);
@@ -136,7 +145,7 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
       call->params = nullptr;
       Recycle(kj::mv(call->body));
       auto frame = kj::heap<session::OutgoingFrame>(session::kReplyFrame, seq, call->reply);
-      Send(kj::mv(frame), kj::mv(call));
+      Send(kj::mv(frame), kj::mv(call), [this](kj::Own<Call> done) { Recycle(kj::mv(done->reply_data)); });
     }));
   }
 
@@ -151,19 +160,25 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
     Send(kj::mv(frame), kj::mv(message));
   }
 
-  // Writes `frame` after those before it; `keep` owns the message the frame points into.
-  template <typename Keep>
-  void Send(kj::Own<session::OutgoingFrame> frame, Keep keep) {
+  // Writes `frame` after those before it; `keep` owns the message the frame points into, and is handed to
+  // `written` once the frame is out.
+  template <typename Keep, typename Written>
+  void Send(kj::Own<session::OutgoingFrame> frame, Keep keep, Written written) {
     auto pieces = kj::heapArray<kj::ArrayPtr<const kj::byte>>(frame->pieces().size());
     for (size_t i = 0; i < pieces.size(); ++i) pieces[i] = frame->pieces()[i];
     auto* raw = pieces.begin();
     size_t count = pieces.size();
     writing_ = writing_
                    .then([this, raw, count] { return stream_->write(kj::arrayPtr(raw, count)); })
-                   .attach(kj::mv(pieces), kj::mv(frame), kj::mv(keep))
+                   .then([pieces = kj::mv(pieces), frame = kj::mv(frame), keep = kj::mv(keep),
+                          written = kj::mv(written)]() mutable { written(kj::mv(keep)); })
                    .eagerlyEvaluate([](kj::Exception&& e) {
                      GP_DEBUG("session", "cannot reply on the direct connection: {}", e.getDescription().cStr());
                    });
+  }
+  template <typename Keep>
+  void Send(kj::Own<session::OutgoingFrame> frame, Keep keep) {
+    Send(kj::mv(frame), kj::mv(keep), [](Keep) {});
   }
 
   kj::Own<kj::AsyncIoStream> stream_;  // First in, last out: everything below may still use it as it goes.

@@ -127,9 +127,11 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   }
 
   // One call, from its Params struct to its Results struct (status included), however it arrived.
+  // `reply_data` (framed connections only, else null): where a copy's bytes for the client go.
   template <typename Call>
   kj::Promise<CallStatus> ServeMessage(typename session::Wire<Call>::Params::Reader params,
-                                       typename session::Wire<Call>::ResultsStruct::Builder results) {
+                                       typename session::Wire<Call>::ResultsStruct::Builder results,
+                                       const ReplyDataBuffer* reply_data = nullptr) {
     using W = session::Wire<Call>;
     auto call = kj::heap<Pending<Call>>();
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] { W::ReadArgs(params, call->args); })) {
@@ -139,6 +141,21 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       return corrupt;
     }
     W::PrepareResults(results, call->results);
+    if constexpr (std::is_same_v<Call, calls::CopyFromDevice>) {
+      if (reply_data && *reply_data) {
+        // The bytes go to the connection's buffer, which the reply refers to (no zeroed segment, no copy).
+        call->results.data.reserve = [results, buffer = *reply_data](size_t n) mutable -> uint8_t* {
+          if (n == 0) {
+            results.initData(0);
+            return nullptr;
+          }
+          uint8_t* bytes = buffer(n);
+          results.adoptData(capnp::Orphanage::getForMessageContaining(results).referenceExternalData(
+              capnp::Data::Reader(bytes, n)));
+          return bytes;
+        };
+      }
+    }
     Reply reply = revoked_ ? Done(Revoked()) : Handle(call->args, call->results);
     return reply.then([this, results, call = kj::mv(call)](CallStatus status) mutable {
       if (revoked_ && status.ok()) status = Revoked();  // The lease ended while the call waited for the device.
@@ -150,14 +167,14 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
 
   void UseSharedMemory(std::shared_ptr<kj::ArrayPtr<kj::byte>> bytes) override { shared_ = std::move(bytes); }
 
-  kj::Promise<CallStatus> ServeFramed(uint32_t ordinal, capnp::MessageReader& params,
-                                      capnp::MessageBuilder& reply) override {
+  kj::Promise<CallStatus> ServeFramed(uint32_t ordinal, capnp::MessageReader& params, capnp::MessageBuilder& reply,
+                                      const ReplyDataBuffer& reply_data) override {
     try {
       switch (ordinal) {
 #define GP_FRAMED(Name, method, number, mode, doc)                                                             \
   case number:                                                                                                 \
     return ServeMessage<calls::Name>(params.getRoot<session::Wire<calls::Name>::Params>(),                     \
-                                     reply.initRoot<session::Wire<calls::Name>::ResultsStruct>());
+                                     reply.initRoot<session::Wire<calls::Name>::ResultsStruct>(), &reply_data);
         GP_SESSION_CALLS(GP_FRAMED)
 #undef GP_FRAMED
         default:

@@ -45,11 +45,15 @@ struct SessionLimits {
 // The same server, reached by framed messages (lib/schema/session_frames.h) on a direct connection.
 class FramedSession {
  public:
+  // Where a reply's bulk bytes (a device-to-host copy's) go instead of the reply's own segments: returns `bytes`
+  // bytes, 8-byte aligned and padded to whole words, that outlive the reply's write. The reply refers to them as
+  // its last segment, so that the client can read them straight into its destination.
+  using ReplyDataBuffer = std::function<uint8_t*(size_t bytes)>;
   // Serves call `ordinal` with its Params message `params`, writing its Results struct (status included) into
-  // `reply`; both must live until the promise resolves, with the call's status. An unknown ordinal or a corrupt
-  // message fails the call, not the session.
+  // `reply`; all three must live until the promise resolves, with the call's status. An unknown ordinal or a
+  // corrupt message fails the call, not the session.
   virtual kj::Promise<CallStatus> ServeFramed(uint32_t ordinal, capnp::MessageReader& params,
-                                              capnp::MessageBuilder& reply) = 0;
+                                              capnp::MessageBuilder& reply, const ReplyDataBuffer& reply_data) = 0;
   // Memory shared with the client for copies (copyToDeviceShared, copyFromDeviceShared); kept until the session
   // ends, after its device work.
   virtual void UseSharedMemory(std::shared_ptr<kj::ArrayPtr<kj::byte>> bytes) = 0;

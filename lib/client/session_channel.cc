@@ -261,9 +261,13 @@ void SessionChannel::Post(uint32_t ordinal, capnp::MessageBuilder& params) {
   }
 }
 
-uint32_t SessionChannel::Send(uint32_t ordinal, capnp::MessageBuilder& params) {
+uint32_t SessionChannel::Send(uint32_t ordinal, capnp::MessageBuilder& params, Landing landing) {
   uint32_t seq = next_seq_.fetch_add(1);
   if (seq == 0) seq = next_seq_.fetch_add(1);  // 0 marks posted calls.
+  if (landing.dst != nullptr && landing.bytes > 0) {
+    std::lock_guard<std::mutex> lock(recv_mu_);
+    landings_[seq] = landing;
+  }
   session::OutgoingFrame frame(ordinal, seq, params);
   post_directly_.store(true, std::memory_order_relaxed);
   return WriteQueuedAnd(frame.pieces()) ? seq : 0;
@@ -350,7 +354,7 @@ void SessionChannel::AwaitReadable() {
   }
 }
 
-bool SessionChannel::ReadFrame(uint32_t* kind, uint32_t* seq, kj::Array<word>* body) {
+bool SessionChannel::ReadFrame(uint32_t* kind, uint32_t* seq, Reply* reply) {
   FrameHeader h;
   if (!ReadExact(&h, sizeof(h))) return false;
   if (h.words > session::kMaxFrameWords) {
@@ -359,8 +363,45 @@ bool SessionChannel::ReadFrame(uint32_t* kind, uint32_t* seq, kj::Array<word>* b
   }
   *kind = h.kind;
   *seq = h.seq;
-  *body = kj::heapArray<word>(h.words);
-  return ReadExact(body->begin(), h.words * sizeof(word));
+  Landing landing{nullptr, 0};
+  if (h.kind == session::kReplyFrame) {
+    std::lock_guard<std::mutex> lock(recv_mu_);
+    if (auto it = landings_.find(h.seq); it != landings_.end()) landing = it->second;
+  }
+  if (landing.dst != nullptr) return ReadLandingReply(h.words, landing, reply);
+  reply->words = kj::heapArray<word>(h.words);
+  return ReadExact(reply->words.begin(), h.words * sizeof(word));
+}
+
+bool SessionChannel::ReadLandingReply(uint64_t words, const Landing& landing, Reply* reply) {
+  // A two-segment message's table is one word of (count - 1, size 0) and one of (size 1, padding).
+  uint32_t table[4] = {};
+  const size_t table_words = sizeof(table) / sizeof(word);
+  if (words < table_words) {
+    reply->words = kj::heapArray<word>(words);
+    return ReadExact(reply->words.begin(), words * sizeof(word));
+  }
+  if (!ReadExact(table, sizeof(table))) return false;
+  const uint64_t data_words = (landing.bytes + sizeof(word) - 1) / sizeof(word);
+  const bool fits = table[0] == 1 && table[2] == data_words && table_words + table[1] + data_words == words &&
+                    reinterpret_cast<uintptr_t>(landing.dst) % alignof(word) == 0;
+  if (!fits) {
+    reply->words = kj::heapArray<word>(words);
+    std::memcpy(reply->words.begin(), table, sizeof(table));
+    return ReadExact(reply->words.begin() + table_words, (words - table_words) * sizeof(word));
+  }
+  reply->words = kj::heapArray<word>(table_words + table[1]);
+  std::memcpy(reply->words.begin(), table, sizeof(table));
+  word padding;
+  if (!ReadExact(reply->words.begin() + table_words, table[1] * sizeof(word)) ||
+      !ReadExact(landing.dst, landing.bytes) ||
+      !ReadExact(&padding, data_words * sizeof(word) - landing.bytes)) {
+    return false;
+  }
+  reply->segments = kj::heapArray<kj::ArrayPtr<const word>>(
+      {kj::arrayPtr<const word>(reply->words.begin() + table_words, table[1]),
+       kj::arrayPtr(reinterpret_cast<const word*>(landing.dst), data_words)});
+  return true;
 }
 
 bool SessionChannel::Wait(uint32_t seq, Reply* reply) {
@@ -369,9 +410,13 @@ bool SessionChannel::Wait(uint32_t seq, Reply* reply) {
     if (auto it = replies_.find(seq); it != replies_.end()) {
       *reply = std::move(it->second);
       replies_.erase(it);
+      landings_.erase(seq);
       return true;
     }
-    if (broken_ || seq == 0) return false;
+    if (broken_ || seq == 0) {
+      landings_.erase(seq);
+      return false;
+    }
     if (reading_) {
       recv_cv_.wait(lock);
       continue;
@@ -380,15 +425,17 @@ bool SessionChannel::Wait(uint32_t seq, Reply* reply) {
     reading_ = true;
     lock.unlock();
     uint32_t kind = 0, got = 0;
-    kj::Array<word> body;
-    bool ok = ReadFrame(&kind, &got, &body);
+    Reply r;
+    bool ok = ReadFrame(&kind, &got, &r);
     std::string error_message;
     int error_code = 0;
-    Reply r;
     if (ok) {
       try {
-        r.message = kj::heap<capnp::FlatArrayMessageReader>(body, session::FrameReaderOptions());
-        r.words = kj::mv(body);
+        if (r.segments.size() > 0) {
+          r.message = kj::heap<capnp::SegmentArrayMessageReader>(r.segments, session::FrameReaderOptions());
+        } else {
+          r.message = kj::heap<capnp::FlatArrayMessageReader>(r.words, session::FrameReaderOptions());
+        }
         if (kind == session::kAsyncErrorFrame) {
           auto status = r.message->getRoot<wire::CallStatus>();
           error_code = status.getCode();

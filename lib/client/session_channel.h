@@ -43,12 +43,20 @@ class SessionChannel {
   // A lost connection is reported by the next waiting call.
   void Post(uint32_t ordinal, capnp::MessageBuilder& params);
 
+  // Where the bulk bytes of a call's reply (a device-to-host copy's) may be read to: `bytes` bytes at `dst`. A reply
+  // whose last segment holds exactly them (the worker sends a copy's bytes so) is read into `dst` directly, and its
+  // message refers to them there; any other reply is read as usual.
+  struct Landing {
+    uint8_t* dst;
+    size_t bytes;
+  };
   // Sends the queued calls and call `ordinal`; returns the number to Wait for, 0 if the connection is lost.
-  uint32_t Send(uint32_t ordinal, capnp::MessageBuilder& params);
+  uint32_t Send(uint32_t ordinal, capnp::MessageBuilder& params, Landing landing = {nullptr, 0});
 
   struct Reply {
     kj::Array<capnp::word> words;
-    kj::Own<capnp::FlatArrayMessageReader> message;  // The call's Results struct.
+    kj::Array<kj::ArrayPtr<const capnp::word>> segments;  // Set when the reply's bytes landed in place.
+    kj::Own<capnp::MessageReader> message;  // The call's Results struct.
   };
   // Waits for the reply to call `seq`. False if the connection is lost (lost() says why).
   bool Wait(uint32_t seq, Reply* reply);
@@ -72,7 +80,10 @@ class SessionChannel {
   bool WriteQueuedAnd(const std::vector<kj::ArrayPtr<const kj::byte>>& more);
   bool WriteAll(std::vector<iovec> pieces);
   // Reads one frame (the reading thread only). False if the connection is lost.
-  bool ReadFrame(uint32_t* kind, uint32_t* seq, kj::Array<capnp::word>* body);
+  bool ReadFrame(uint32_t* kind, uint32_t* seq, Reply* reply);
+  // Reads the rest of a reply frame of `words` words whose call gave `landing`, its last segment into the landing
+  // when it fits it exactly; `*reply` gets the message either way. False if the connection is lost.
+  bool ReadLandingReply(uint64_t words, const Landing& landing, Reply* reply);
   bool ReadExact(void* dst, size_t bytes);
   void AwaitReadable();
   static constexpr std::chrono::microseconds kReplyPoll{50};
@@ -93,6 +104,7 @@ class SessionChannel {
   std::condition_variable recv_cv_;
   bool reading_ = false;  // A waiter is reading the socket; others wait for it. Guarded by recv_mu_.
   std::map<uint32_t, Reply> replies_;  // Read for a waiter that has not taken it yet. Guarded by recv_mu_.
+  std::map<uint32_t, Landing> landings_;  // By call, until its waiter returns. Guarded by recv_mu_.
   std::string lost_;                   // Guarded by recv_mu_.
   std::atomic<bool> broken_{false};
   // Bytes read ahead of the frame being read. Only the reading thread touches them.

@@ -561,12 +561,14 @@ int RemoteSession::CopyFromDevice(void* dst, uint64_t src, size_t bytes, uint64_
   if (shared_lock.owns_lock()) {
     code = SharedCopyFromDevice(impl, p, src, bytes, stream, &error);
   } else if (impl->channel) {
-    // Every chunk asked for at once; each reply is copied into place as it is read.
+    // Every chunk asked for at once; each reply's bytes are read into place (a reply laid out otherwise is
+    // copied there).
     std::vector<std::pair<uint32_t, size_t>> asked;
     for (size_t off = 0; off < bytes; off += kChunk) {
+      size_t n = std::min(kChunk, bytes - off);
       capnp::MallocMessageBuilder message(kFirstSegmentWords);
-      W::WriteArgs({src + off, std::min(kChunk, bytes - off), {stream}}, message.initRoot<W::Params>());
-      asked.emplace_back(impl->channel->Send(calls::CopyFromDevice::kOrdinal, message), off);
+      W::WriteArgs({src + off, n, {stream}}, message.initRoot<W::Params>());
+      asked.emplace_back(impl->channel->Send(calls::CopyFromDevice::kOrdinal, message, {p + off, n}), off);
     }
     for (auto [seq, off] : asked) {
       size_t n = std::min(kChunk, bytes - off);
@@ -574,7 +576,7 @@ int RemoteSession::CopyFromDevice(void* dst, uint64_t src, size_t bytes, uint64_
           *impl->channel, seq, [&](auto& r) {
             calls::CopyFromDevice::Results results;
             W::ReadResults(r, results);
-            std::memcpy(p + off, results.data.data, std::min(n, results.data.size));
+            if (results.data.data != p + off) std::memmove(p + off, results.data.data, std::min(n, results.data.size));
           }, &error);
       if (c != 0 && code == 0) code = c;
     }
