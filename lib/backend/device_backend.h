@@ -139,6 +139,10 @@ class DeviceBackend {
   // Device printf output produced since the last call, for the client's stdout.
   virtual std::string TakeOutput() = 0;
 
+  // Whether a synchronisation now would find nothing to wait for or report: no work queued on any stream, no
+  // output waiting, no fault. May answer false whenever it cannot tell cheaply (the default).
+  virtual bool Quiet() { return false; }
+
   // The lease ended: free every allocation, module, stream and event now. Later calls never reach the backend.
   virtual void Reset() = 0;
 };

@@ -144,7 +144,8 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
       error_sent_ = false;
       call->params = nullptr;
       Recycle(kj::mv(call->body));
-      auto frame = kj::heap<session::OutgoingFrame>(session::kReplyFrame, seq, call->reply);
+      const uint32_t kind = session_.Quiet() ? session::kQuietReplyFrame : session::kReplyFrame;
+      auto frame = kj::heap<session::OutgoingFrame>(kind, seq, call->reply);
       Send(kj::mv(frame), kj::mv(call), [this](kj::Own<Call> done) { Recycle(kj::mv(done->reply_data)); });
     }));
   }

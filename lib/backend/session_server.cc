@@ -141,6 +141,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       return corrupt;
     }
     W::PrepareResults(results, call->results);
+    ++in_flight_;
     if constexpr (std::is_same_v<Call, calls::CopyFromDevice>) {
       if (reply_data && *reply_data) {
         // The bytes go to the connection's buffer, which the reply refers to (no zeroed segment, no copy).
@@ -158,6 +159,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     }
     Reply reply = revoked_ ? Done(Revoked()) : Handle(call->args, call->results);
     return reply.then([this, results, call = kj::mv(call)](CallStatus status) mutable {
+      --in_flight_;
       if (revoked_ && status.ok()) status = Revoked();  // The lease ended while the call waited for the device.
       W::WriteResults(call->results, results);
       session::WriteStatus(status, results.initStatus());
@@ -166,6 +168,8 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   }
 
   void UseSharedMemory(std::shared_ptr<kj::ArrayPtr<kj::byte>> bytes) override { shared_ = std::move(bytes); }
+
+  bool Quiet() const override { return in_flight_ == 0 && !revoked_ && backend_->Quiet(); }
 
   kj::Promise<CallStatus> ServeFramed(uint32_t ordinal, capnp::MessageReader& params, capnp::MessageBuilder& reply,
                                       const ReplyDataBuffer& reply_data) override {
@@ -844,6 +848,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   // Staged copies whose completion the device could not report (a faulted device): kept until the session ends.
   std::vector<std::shared_ptr<std::vector<uint8_t>>> staged_for_good_;
   bool revoked_ = false;
+  int in_flight_ = 0;  // Calls being served (ServeMessage) whose reply is not written yet.
   std::map<uint64_t, uint64_t> allocations_;    // Start -> reserved bytes: what memAlloc returned, not yet freed.
   std::map<uint64_t, Global> globals_;          // Module variables the client asked for (moduleGetGlobal).
   std::map<uint64_t, uint64_t> reservations_;   // Start -> bytes: address space of addressReserve.

@@ -57,6 +57,9 @@ class FramedSession {
   // Memory shared with the client for copies (copyToDeviceShared, copyFromDeviceShared); kept until the session
   // ends, after its device work.
   virtual void UseSharedMemory(std::shared_ptr<kj::ArrayPtr<kj::byte>> bytes) = 0;
+  // Whether the session's device has nothing left to do or report and no call of the session is still being served:
+  // a synchronisation now would return at once, with nothing.
+  virtual bool Quiet() const = 0;
   // Whether `ordinal` names a session call.
   static bool IsCall(uint32_t ordinal);
   // Whether call `ordinal` is posted (its client waits for no reply); false for unknown ordinals.

@@ -252,6 +252,7 @@ void SessionChannel::Post(uint32_t ordinal, capnp::MessageBuilder& params) {
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     was_empty = queue_.empty();
+    ++sent_;  // With the append, so that the count follows the order on the wire.
     frame.AppendTo(&queue_);
     over_limit = queue_.size() > kQueueLimitBytes;
   }
@@ -271,14 +272,20 @@ uint32_t SessionChannel::Send(uint32_t ordinal, capnp::MessageBuilder& params, L
   }
   session::OutgoingFrame frame(ordinal, seq, params);
   post_directly_.store(true, std::memory_order_relaxed);
-  return WriteQueuedAnd(frame.pieces()) ? seq : 0;
+  return WriteQueuedAnd(frame.pieces(), seq) ? seq : 0;
 }
 
-bool SessionChannel::WriteQueuedAnd(const std::vector<kj::ArrayPtr<const kj::byte>>& more) {
+bool SessionChannel::WriteQueuedAnd(const std::vector<kj::ArrayPtr<const kj::byte>>& more, uint32_t seq) {
   std::lock_guard<std::mutex> write_lock(write_mu_);
+  uint64_t mark = 0;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     writing_.swap(queue_);  // queue_ takes the old buffer, empty, and keeps its capacity.
+    if (!more.empty()) mark = ++sent_;
+  }
+  if (seq != 0) {
+    std::lock_guard<std::mutex> lock(recv_mu_);  // Before the frame leaves: its reply may come at once.
+    marks_[seq] = mark;
   }
   std::vector<iovec> pieces;
   if (!writing_.empty()) pieces.push_back({writing_.data(), writing_.size()});
@@ -365,7 +372,7 @@ bool HostHasSpareCpu() {
   close(fd);
   // "0.12 0.34 0.56 RUNNING/TOTAL LASTPID"
   long running = 0;
-  if (n > 0 && std::sscanf(text, "%*f %*f %*f %ld/", &running) == 1) spare.store(running <= cpus);
+  if (n > 0 && std::sscanf(text, "%*f %*f %*f %ld/", &running) == 1) spare.store(running <= 2 * cpus);
   return spare.load(std::memory_order_relaxed);
 }
 
@@ -396,7 +403,7 @@ bool SessionChannel::ReadFrame(uint32_t* kind, uint32_t* seq, Reply* reply) {
   *kind = h.kind;
   *seq = h.seq;
   Landing landing{nullptr, 0};
-  if (h.kind == session::kReplyFrame) {
+  if (h.kind == session::kReplyFrame || h.kind == session::kQuietReplyFrame) {
     std::lock_guard<std::mutex> lock(recv_mu_);
     if (auto it = landings_.find(h.seq); it != landings_.end()) landing = it->second;
   }
@@ -436,6 +443,11 @@ bool SessionChannel::ReadLandingReply(uint64_t words, const Landing& landing, Re
   return true;
 }
 
+bool SessionChannel::Quiet() const {
+  std::lock_guard<std::mutex> lock(recv_mu_);
+  return quiet_mark_ != 0 && quiet_mark_ == sent_.load() && !broken_;
+}
+
 bool SessionChannel::Wait(uint32_t seq, Reply* reply) {
   std::unique_lock<std::mutex> lock(recv_mu_);
   while (true) {
@@ -443,10 +455,12 @@ bool SessionChannel::Wait(uint32_t seq, Reply* reply) {
       *reply = std::move(it->second);
       replies_.erase(it);
       landings_.erase(seq);
+      marks_.erase(seq);
       return true;
     }
     if (broken_ || seq == 0) {
       landings_.erase(seq);
+      marks_.erase(seq);
       return false;
     }
     if (reading_) {
@@ -472,7 +486,7 @@ bool SessionChannel::Wait(uint32_t seq, Reply* reply) {
           auto status = r.message->getRoot<wire::CallStatus>();
           error_code = status.getCode();
           error_message = status.getMessage();
-        } else if (kind != session::kReplyFrame) {
+        } else if (kind != session::kReplyFrame && kind != session::kQuietReplyFrame) {
           Lose(fmt::format("unexpected frame 0x{:x} from the session's worker", kind));
         }
       } catch (const kj::Exception& e) {
@@ -482,7 +496,13 @@ bool SessionChannel::Wait(uint32_t seq, Reply* reply) {
     if (error_code != 0 && errors_) errors_(error_code, error_message);
     lock.lock();
     reading_ = false;
-    if (ok && kind == session::kReplyFrame && r.message) replies_[got] = std::move(r);
+    const bool reply = kind == session::kReplyFrame || kind == session::kQuietReplyFrame;
+    if (ok && reply && r.message) {
+      replies_[got] = std::move(r);
+      if (auto mark = marks_.find(got); mark != marks_.end()) {
+        if (kind == session::kQuietReplyFrame) quiet_mark_ = std::max(quiet_mark_, mark->second);
+      }
+    }
     recv_cv_.notify_all();  // Someone else's reply, or the reader's role, is free.
   }
 }

@@ -64,6 +64,10 @@ class SessionChannel {
   // Why the connection is lost, or "".
   std::string lost() const;
 
+  // Whether the worker said, in its reply to the last call sent, that the session was quiet (nothing queued, nothing
+  // to report), and nothing has been sent since: a synchronisation may be answered here.
+  bool Quiet() const;
+
   // Memory shared with a worker on this host for copies (copyToDeviceShared, copyFromDeviceShared): null when
   // there is none (a worker elsewhere, or GPUPOOL_SHARED_MEMORY=0). Cut into kSharedSlots slots; a copy takes
   // shared_mu() for its whole run (another thread's copy meanwhile goes through the socket).
@@ -77,7 +81,8 @@ class SessionChannel {
   explicit SessionChannel(int fd, AsyncErrorSink errors);
   void FlushLoop();
   // Writes what is queued, then `more` (if any), holding write_mu_. False if the connection is lost.
-  bool WriteQueuedAnd(const std::vector<kj::ArrayPtr<const kj::byte>>& more);
+  // `seq`: the call `more` is, if one: its place among the frames sent is noted for its reply (Quiet).
+  bool WriteQueuedAnd(const std::vector<kj::ArrayPtr<const kj::byte>>& more, uint32_t seq = 0);
   bool WriteAll(std::vector<iovec> pieces);
   // Reads one frame (the reading thread only). False if the connection is lost.
   bool ReadFrame(uint32_t* kind, uint32_t* seq, Reply* reply);
@@ -105,6 +110,11 @@ class SessionChannel {
   bool reading_ = false;  // A waiter is reading the socket; others wait for it. Guarded by recv_mu_.
   std::map<uint32_t, Reply> replies_;  // Read for a waiter that has not taken it yet. Guarded by recv_mu_.
   std::map<uint32_t, Landing> landings_;  // By call, until its waiter returns. Guarded by recv_mu_.
+  // Frames sent so far, counted in the order they leave (posted calls as they queue). Guarded by queue_mu_ for
+  // writing; read atomically.
+  std::atomic<uint64_t> sent_{0};
+  std::map<uint32_t, uint64_t> marks_;  // By call: sent_ once its frame was counted. Guarded by recv_mu_.
+  uint64_t quiet_mark_ = 0;  // The highest mark of a call whose reply came quiet. Guarded by recv_mu_.
   std::string lost_;                   // Guarded by recv_mu_.
   std::atomic<bool> broken_{false};
   // Bytes read ahead of the frame being read. Only the reading thread touches them.

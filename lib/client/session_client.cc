@@ -724,7 +724,16 @@ int RemoteSession::StreamQuery(uint64_t stream) {
   return pending ? pending : code;
 }
 int RemoteSession::EventSynchronize(uint64_t event) { return Invoke<calls::EventSynchronize>({{event}}); }
-int RemoteSession::Synchronize() { return Invoke<calls::Synchronize>({}); }
+int RemoteSession::Synchronize() {
+  FlushBatch();
+  // The worker's last reply said nothing was left to run or report, and nothing has been sent since: no round
+  // trip (a training step's synchronise right after its copy back). Posted calls' errors arrived before that reply.
+  if (impl_->channel && impl_->channel->Quiet()) {
+    SettleSharedCopies(impl_.get());
+    return TakeAsyncError();
+  }
+  return Invoke<calls::Synchronize>({});
+}
 
 int RemoteSession::StreamWaitEvent(uint64_t stream, uint64_t event) {
   return Invoke<calls::StreamWaitEvent>({{stream}, {event}});

@@ -100,6 +100,9 @@ struct Device::Impl : public internal::MemoryMap {
     Stream* stream = nullptr;
     uint64_t ticket = 0;
     std::function<void()> run;  // Empty for a kernel launch.
+    // `run` only says that the work before it is done (CallWhenDone): the task counts as done before it runs, so
+    // that whoever it tells finds the stream idle. A program's host function counts as the stream's work.
+    bool notice = false;
     internal::Launch launch;
   };
   // A ring of tasks that grows to the deepest queue seen, so that queueing allocates only when the queue gets
@@ -361,6 +364,14 @@ struct Device::Impl : public internal::MemoryMap {
       }
       if (queue.empty()) return;  // Stopping, with everything queued done.
       queue.Pop(&task);
+      if (task.notice) {
+        MarkDone(lock, task.ticket);
+        lock.unlock();
+        task.run();
+        task.run = nullptr;
+        lock.lock();
+        continue;
+      }
       lock.unlock();
       if (task.run) {
         task.run();
@@ -369,13 +380,18 @@ struct Device::Impl : public internal::MemoryMap {
         RunLaunch(task.launch);
       }
       lock.lock();
-      done_ticket = task.ticket;
-      if (done_ticket >= wake_ticket) {
-        wake_ticket = kNoWaiter;  // Every waiter wakes, and those still waiting name their ticket again.
-        lock.unlock();
-        done_cv.notify_all();
-        lock.lock();
-      }
+      MarkDone(lock, task.ticket);
+    }
+  }
+
+  // The queue is past `ticket`: wakes its waiters. REQUIRES: `lock` holds q_mu (released and taken again).
+  void MarkDone(std::unique_lock<std::mutex>& lock, uint64_t ticket) {
+    done_ticket = ticket;
+    if (done_ticket >= wake_ticket) {
+      wake_ticket = kNoWaiter;  // Every waiter wakes, and those still waiting name their ticket again.
+      lock.unlock();
+      done_cv.notify_all();
+      lock.lock();
     }
   }
 
@@ -414,15 +430,16 @@ struct Device::Impl : public internal::MemoryMap {
     return Submit(s, std::move(task));
   }
 
-  // Runs `callback` once the queue is past stream `s`'s last work (`all`: past all work queued so far): here and
-  // now if it already is, else queued behind it on `s`.
-  EmuStatus CallWhenDone(Stream* s, bool all, std::function<void()> callback) {
+  // Runs `callback` once the queue is past all work queued so far: here and now if it already is, else queued on
+  // `s` behind it, as a notice (done before it runs).
+  EmuStatus CallWhenDone(Stream* s, std::function<void()> callback) {
     if (EmuStatus st = Sticky(); !st.ok()) return st;
     {
       std::lock_guard<std::mutex> lock(q_mu);
-      if (done_ticket < (all ? next_ticket - 1 : s->last_ticket)) {
+      if (done_ticket + 1 < next_ticket) {
         Task task;
         task.run = std::move(callback);
+        task.notice = true;
         SubmitLocked(s, std::move(task));
         return Sticky();
       }
@@ -969,11 +986,14 @@ EmuStatus Device::LaunchHostFunc(Stream* stream, std::function<void()> callback)
 }
 
 EmuStatus Device::WhenReached(Stream* stream, std::function<void()> callback) {
-  return impl_->CallWhenDone(impl_->StreamOf(stream), false, std::move(callback));
+  // Past all work queued so far, not only the stream's: a callback queued behind it ran after everything before it
+  // (one queue for every stream), and callers count on that (memory a free on the default stream gives back is
+  // back once a wait on another stream returns).
+  return impl_->CallWhenDone(impl_->StreamOf(stream), std::move(callback));
 }
 
 EmuStatus Device::WhenAllReached(std::function<void()> callback) {
-  return impl_->CallWhenDone(impl_->StreamOf(nullptr), true, std::move(callback));
+  return impl_->CallWhenDone(impl_->StreamOf(nullptr), std::move(callback));
 }
 
 EmuStatus Device::CreateStream(Stream** stream) {
@@ -1112,6 +1132,11 @@ EmuStatus Device::ElapsedMs(Event* start, Event* end, float* ms) {
 EmuStatus Device::Synchronize() {
   impl_->WaitAll();
   return impl_->Sticky();
+}
+
+bool Device::Idle() const {
+  std::lock_guard<std::mutex> lock(impl_->q_mu);
+  return impl_->done_ticket + 1 >= impl_->next_ticket && !impl_->faulted.load(std::memory_order_acquire);
 }
 
 uint64_t Device::InstructionsExecuted() const { return impl_->instructions.load(); }

@@ -166,8 +166,9 @@ class Device {
   EmuStatus LaunchPacked(Function* function, const LaunchConfig& config, const void* buffer, size_t bytes);
   // Runs `callback` on the stream's worker once earlier work is done (cuLaunchHostFunc).
   EmuStatus LaunchHostFunc(Stream* stream, std::function<void()> callback);
-  // Runs `callback` once the work queued on `stream` so far has run: at once, on the calling thread, when it
-  // already has; else on the stream's worker. For a caller's own waits (no thread hop when nothing is queued); a
+  // Runs `callback` once the work queued on `stream` so far has run (with one queue for every stream: all work
+  // queued so far): at once, on the calling thread, when it already has; else on the stream's worker, which counts
+  // it as done before it runs it. For a caller's own waits (no thread hop when nothing is queued); a
   // program's host function goes through LaunchHostFunc, which never runs it on the caller's thread.
   EmuStatus WhenReached(Stream* stream, std::function<void()> callback);
   // The same once all work queued so far, on every stream, has run.
@@ -196,6 +197,8 @@ class Device {
   // A kernel fault (illegal address, trap, assert) is sticky, as on a GPU: every later call returns it until
   // ResetContext(), which frees all memory and modules.
   EmuStatus StickyError() const;
+  // Whether every stream's work has run and the context has not faulted.
+  bool Idle() const;
   void ResetContext();
 
   // Dynamic PTX thread-instructions executed by all launches so far (for benchmarks and telemetry).

@@ -7,7 +7,7 @@ $Cxx.namespace("gpupool::wire");
 using Session = import "session.capnp".Session;
 using DirectSession = import "session.capnp".DirectSession;
 
-const protocolVersion :UInt32 = 2;  # 2: direct session connections speak framed messages.
+const protocolVersion :UInt32 = 3;  # 2: direct session connections speak framed messages. 3: quiet replies.
 # Bumped on any incompatible change. hello() is ordinal 0 forever so that every version can tell.
 
 struct Outcome {

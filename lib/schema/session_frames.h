@@ -33,6 +33,10 @@ inline constexpr uint32_t kEnterFrame = 0xE17E0001;     // Client: the ticket fo
 inline constexpr uint32_t kEnteredFrame = 0xE17E0002;   // Worker: the ticket was right; calls may follow.
 inline constexpr uint32_t kReplyFrame = 0xE17E0003;     // Worker: the Results struct of call `seq`.
 inline constexpr uint32_t kAsyncErrorFrame = 0xE17E0004;  // Worker: a wire::CallStatus of a failed posted call.
+// Worker: a reply as kReplyFrame, sent when the session was quiet (FramedSession::Quiet): every call the client sent
+// before this one has run, and a synchronisation would find nothing to wait for or report. Until the client sends
+// anything more, it may answer a synchronisation itself.
+inline constexpr uint32_t kQuietReplyFrame = 0xE17E0005;
 
 // The largest message either side accepts: a 64 MiB copy and its framing. A longer one is a corrupt stream.
 inline constexpr uint64_t kMaxFrameWords = (64ull << 20) / 8 + 4096;

@@ -745,6 +745,37 @@ TEST_F(SessionGuard, TheWorkersDoorOpensOnceAndOnlyForItsTicket) {
   ExpectAllUnharmed();
 }
 
+// The worker marks a reply quiet when nothing the client sent before is left to run or report: the client may then
+// answer a synchronisation itself, until it sends anything more.
+TEST_F(SessionGuard, QuietRepliesHoldOnlyUntilTheClientSendsMore) {
+  capnp::EzRpcClient client(agent_->address());
+  auto opened = OpenRawSession(client);
+  ASSERT_TRUE(opened && opened->hasDirect());
+  auto direct = opened->getDirect();
+  std::string door = "127.0.0.1:" + std::to_string(direct.getPort());
+  std::string ticket(reinterpret_cast<const char*>(direct.getTicket().begin()), direct.getTicket().size());
+  int errors = 0;
+  auto entered = internal::SessionChannel::Enter(door, ticket, std::chrono::seconds(5),
+                                                 [&](int, const std::string&) { ++errors; });
+  ASSERT_TRUE(entered.ok()) << entered.status().message();
+  internal::SessionChannel& channel = **entered;
+  capnp::MallocMessageBuilder ask;
+  ask.initRoot<wire::Session::MemGetInfoParams>();
+  auto ask_and_wait = [&] {
+    internal::SessionChannel::Reply reply;
+    return channel.Wait(channel.Send(session::calls::MemGetInfo::kOrdinal, ask), &reply);
+  };
+  EXPECT_FALSE(channel.Quiet()) << "quiet before any reply";
+  ASSERT_TRUE(ask_and_wait()) << channel.lost();
+  EXPECT_TRUE(channel.Quiet()) << "an idle session's reply was not quiet";
+  channel.Post(999, ask);  // Fails on the worker: reported before the next reply.
+  EXPECT_FALSE(channel.Quiet()) << "quiet with a posted call not yet answered for";
+  ASSERT_TRUE(ask_and_wait()) << channel.lost();
+  EXPECT_EQ(errors, 1) << "the posted call's failure before the reply";
+  EXPECT_TRUE(channel.Quiet()) << "quiet again once the posted call has been served";
+  ExpectAllUnharmed();
+}
+
 // A client that entered and then sends what no client of ours sends: an unknown call is reported as a failed posted
 // call (the connection goes on); a frame that claims a message longer than any call ends the connection, and with
 // it the session; other tenants notice nothing.
