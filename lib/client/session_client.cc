@@ -297,19 +297,36 @@ int Call(Runtime& rt, RemoteSession::Impl* impl, Build build, Use use, std::stri
   }
 }
 
+constexpr size_t kBatchEntryWords = 64;
+
 // Appends a posted call to a batch: its ordinal, the byte length of its arguments, and the arguments as a flat
 // message (whose length is a whole number of 8-byte words, so every entry stays word-aligned).
 template <typename Call>
 void AppendToBatch(const typename Call::Args& args, std::vector<uint8_t>* batch) {
   using W = session::Wire<Call>;
-  capnp::MallocMessageBuilder message;
+  // Built in a zeroed first segment on the stack (a launch fits it): no allocation per call, as a graph's launches
+  // are gathered one after another.
+  capnp::word first[kBatchEntryWords] = {};
+  capnp::MallocMessageBuilder message(kj::arrayPtr(first, kBatchEntryWords));
   W::WriteArgs(args, message.initRoot<typename W::Params>());
-  kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
-  kj::ArrayPtr<const kj::byte> bytes = words.asBytes();
-  const uint32_t header[2] = {static_cast<uint32_t>(Call::kOrdinal), static_cast<uint32_t>(bytes.size())};
-  const auto* h = reinterpret_cast<const uint8_t*>(header);
-  batch->insert(batch->end(), h, h + sizeof(header));
-  batch->insert(batch->end(), bytes.begin(), bytes.end());
+  auto segments = message.getSegmentsForOutput();
+  const size_t words = capnp::computeSerializedSizeInWords(segments);
+  const uint32_t header[2] = {static_cast<uint32_t>(Call::kOrdinal), static_cast<uint32_t>(words * sizeof(capnp::word))};
+  const size_t at = batch->size();
+  batch->resize(at + sizeof(header) + words * sizeof(capnp::word));
+  std::memcpy(batch->data() + at, header, sizeof(header));
+  // The stream framing (segment table, then the segments), written in place.
+  uint8_t* out = batch->data() + at + sizeof(header);
+  const size_t table_words = segments.size() / 2 + 1;
+  std::memset(out, 0, table_words * sizeof(capnp::word));
+  auto* table = reinterpret_cast<uint32_t*>(out);
+  table[0] = static_cast<uint32_t>(segments.size() - 1);
+  for (size_t i = 0; i < segments.size(); ++i) table[i + 1] = static_cast<uint32_t>(segments[i].size());
+  out += table_words * sizeof(capnp::word);
+  for (auto segment : segments) {
+    std::memcpy(out, segment.begin(), segment.size() * sizeof(capnp::word));
+    out += segment.size() * sizeof(capnp::word);
+  }
 }
 
 // A message builder for one call: small first segment (most calls are a few words), grown as needed.
