@@ -34,8 +34,8 @@ const std::vector<std::string>& BenchNames();
 struct BenchOptions {
   // Which of BenchNames() to run. Default: all of them.
   std::set<std::string> benchmarks{BenchNames().begin(), BenchNames().end()};
-  // Measured steps of each variant of `loop` (after 20 unmeasured ones). Default 200.
-  int loop_steps = 200;
+  // Measured steps of each variant of `loop` (after 20 unmeasured ones). Default 600.
+  int loop_steps = 600;
   // Clients of `load`, each a thread with its own lease and session on the slice's agent. Default 8.
   int load_clients = 8;
   // The fraction of a device each `load` client leases: small, so that they fit beside the measured slice on one

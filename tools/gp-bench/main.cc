@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"latency", "bandwidth", "launch", "loop", "load", "all"}));
   app.add_flag("--json", json, "machine-readable output");
   app.add_option("--servers", servers, "comma-separated agent addresses (default: $GPUPOOL_SERVERS or pool file)");
-  app.add_option("--steps", steps, "measured steps of each variant of the loop (default 200)")
+  app.add_option("--steps", steps, "measured steps of each variant of the loop (default 600)")
       ->check(CLI::Range(1, 1000000));
   GP_PARSE_ARGS(app, argc, argv, 2);
 
