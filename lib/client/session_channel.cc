@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -14,11 +13,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 
 #include <fmt/format.h>
 
+#include "core/util.h"
 #include "schema/session_frames.h"
 #include "session.capnp.h"
 
@@ -350,47 +349,13 @@ bool SessionChannel::ReadExact(void* dst, size_t bytes) {
   return true;
 }
 
-namespace {
-
-// Whether the host runs no more threads than it has CPUs (/proc/loadavg's running count, this thread included),
-// looked at most every few milliseconds and shared by every channel of the process. Unknown: true.
-bool HostHasSpareCpu() {
-  using Clock = std::chrono::steady_clock;
-  static std::atomic<int64_t> checked_at{0};
-  static std::atomic<bool> spare{true};
-  static const long cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-  constexpr int64_t kRecheckNanos = 2'000'000;
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-  int64_t last = checked_at.load(std::memory_order_relaxed);
-  if (now - last < kRecheckNanos || !checked_at.compare_exchange_strong(last, now)) {
-    return spare.load(std::memory_order_relaxed);
-  }
-  int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return spare.load(std::memory_order_relaxed);
-  char text[128] = {};
-  ssize_t n = read(fd, text, sizeof(text) - 1);
-  close(fd);
-  // "0.12 0.34 0.56 RUNNING/TOTAL LASTPID"
-  long running = 0;
-  if (n > 0 && std::sscanf(text, "%*f %*f %*f %ld/", &running) == 1) spare.store(running <= 2 * cpus);
-  return spare.load(std::memory_order_relaxed);
-}
-
-}  // namespace
-
 // A reply to a call that the worker answers at once arrives within microseconds: polling for it that long keeps
 // this core from going idle, whose wakeup (an interrupt, on a virtual machine an exit to the hypervisor) costs more
 // than the round trip itself. Only while the host has a CPU to spare: with more threads running than CPUs, a poll
 // takes the CPU that the worker (or another client) needs, and waiting in the kernel is faster for everyone (gp-bench
 // load on 2 cores, 8 clients: p99 450-570 us polling, 180-200 us not).
 void SessionChannel::AwaitReadable() {
-  if (!HostHasSpareCpu()) return;
-  const auto until = std::chrono::steady_clock::now() + kReplyPoll;
-  char byte;
-  while (std::chrono::steady_clock::now() < until) {
-    if (recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT) != -1 || errno != EAGAIN) return;
-    sched_yield();
-  }
+  if (HostHasSpareCpu()) PollReadable(fd_, kReplyPoll);
 }
 
 bool SessionChannel::ReadFrame(uint32_t* kind, uint32_t* seq, Reply* reply) {

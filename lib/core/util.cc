@@ -1,10 +1,17 @@
 #include "core/util.h"
 
+#include <fcntl.h>
 #include <pwd.h>
+#include <sched.h>
+#include <sys/socket.h>
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <random>
@@ -12,6 +19,37 @@
 #include <fmt/format.h>
 
 namespace gpupool {
+
+bool HostHasSpareCpu() {
+  using Clock = std::chrono::steady_clock;
+  static std::atomic<int64_t> checked_at{0};
+  static std::atomic<bool> spare{true};
+  static const long cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  constexpr int64_t kRecheckNanos = 2'000'000;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  int64_t last = checked_at.load(std::memory_order_relaxed);
+  if (now - last < kRecheckNanos || !checked_at.compare_exchange_strong(last, now)) {
+    return spare.load(std::memory_order_relaxed);
+  }
+  int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return spare.load(std::memory_order_relaxed);
+  char text[128] = {};
+  ssize_t n = read(fd, text, sizeof(text) - 1);
+  close(fd);
+  long running = 0;  // "0.12 0.34 0.56 RUNNING/TOTAL LASTPID"
+  if (n > 0 && std::sscanf(text, "%*f %*f %*f %ld/", &running) == 1) spare.store(running <= 2 * cpus);
+  return spare.load(std::memory_order_relaxed);
+}
+
+bool PollReadable(int fd, std::chrono::microseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  char byte;
+  while (std::chrono::steady_clock::now() < until) {
+    if (recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) != -1 || errno != EAGAIN) return true;
+    sched_yield();
+  }
+  return false;
+}
 
 std::string RandomBytes(size_t bytes) {
   std::string raw(bytes, '\0');

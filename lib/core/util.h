@@ -2,6 +2,7 @@
 #ifndef GPUPOOL_CORE_UTIL_H_
 #define GPUPOOL_CORE_UTIL_H_
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -18,6 +19,14 @@ double RandomUnit();
 
 // Splits on `sep`, trimming whitespace and dropping empty pieces.
 std::vector<std::string> SplitList(std::string_view text, char sep);
+
+// Whether the host runs at most two threads per CPU (/proc/loadavg's running count, the caller included): where a
+// short busy poll beats sleeping. Looked at most every 2 ms, shared by the whole process; true when unknown.
+bool HostHasSpareCpu();
+// Polls socket `fd` for bytes to read for up to `limit`, yielding the CPU at each turn; true once there are some
+// (or the socket is closed or failed: a read will not block). Keeps the core from going idle while a reply is
+// microseconds away: an idle core's wakeup (on a virtual machine an exit to the hypervisor) costs more than that.
+bool PollReadable(int fd, std::chrono::microseconds limit);
 
 // Who is asking: shown next to leases.
 struct Identity {
