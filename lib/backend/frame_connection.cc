@@ -4,7 +4,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
-#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -12,7 +11,6 @@
 #include <fmt/format.h>
 
 #include "core/log.h"
-#include "core/util.h"
 #include "schema/session_frames.h"
 #include "schema/session_wire.h"
 #include "session.capnp.h"
@@ -69,7 +67,6 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
       end_ -= begin_;
       begin_ = 0;
     }
-    if (tasks_.isEmpty()) AwaitCall();
     return stream_->tryRead(bytes() + end_, 1, buffer_.asBytes().size() - end_).then([this](size_t n) {
       if (n == 0) {
         if (end_ > 0) GP_DEBUG("session", "direct connection closed inside a frame");
@@ -90,15 +87,6 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
       Dispatch(h, kj::mv(body));
       return ReadLoop();
     });
-  }
-
-  // With nothing else to do (no call waits for the device), polls the socket briefly before the event loop sleeps:
-  // a client's next call often follows its reply within microseconds (gp-bench latency over a Unix socket: p50
-  // 20 us without, 17 us with). Only while the host has a CPU to spare.
-  void AwaitCall() {
-    KJ_IF_MAYBE(fd, stream_->getFd()) {
-      if (HostHasSpareCpu()) PollReadable(*fd, std::chrono::microseconds(50));
-    }
   }
 
   // Large arrays are reused: allocating (and faulting in) 4 MiB per copy chunk costs more than the copy.
