@@ -504,6 +504,18 @@ class CudaBackend final : public DeviceBackend {
 
   void Reset() override { ReleaseAll(); }
 
+  // Every stream of the session (ours for waits included) answers its query with success: nothing queued, nothing
+  // running, no fault (a faulted context answers every query with its error). A query each, never a wait.
+  bool Quiet() override {
+    Current();
+    auto done = [this](CUstream s) { return api_->cuStreamQuery(s) == CUDA_SUCCESS; };
+    if (!done(nullptr) || (sync_stream_ && !done(sync_stream_))) return false;
+    for (CUstream s : streams_) {
+      if (!done(s)) return false;
+    }
+    return true;
+  }
+
  private:
   struct Allocation {
     CUmemGenericAllocationHandle handle;
