@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #define PROGRAM_NAME "synchronize"
 #include "program_checks.h"
@@ -88,6 +89,18 @@ int main(int argc, char** argv) {
   cudaGetLastError();
   // And once reported, the session goes on.
   CopyBack(dev);
+  CHECK(cudaDeviceSynchronize());
+
+  // 4. A large copy to freed memory (through the shared memory when the agent is on this host, which returns once
+  // the bytes are there): its error comes back by the next synchronisation at the latest, and only once.
+  std::vector<unsigned char> big(1 << 20, 1);
+  unsigned char* freed = nullptr;
+  CHECK(cudaMalloc(&freed, big.size()));
+  CHECK(cudaFree(freed));
+  cudaError_t copied = cudaMemcpy(freed, big.data(), big.size(), cudaMemcpyHostToDevice);
+  cudaError_t after = cudaDeviceSynchronize();
+  EXPECT(copied != cudaSuccess || after != cudaSuccess, "a copy to freed memory reported by the sync at the latest");
+  cudaGetLastError();
   CHECK(cudaDeviceSynchronize());
 
   CHECK(cudaFree(dev));
