@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
 #include <cstdio>
 #include <cstring>
 #include <set>
@@ -27,6 +28,7 @@ namespace calls = session::calls;
 
 constexpr uint64_t kGiB = 1ull << 30;
 constexpr size_t kChunk = 4u << 20;  // Copies travel in 4 MiB messages, pipelined.
+constexpr size_t kChunksInFlight = 4;  // Copies back: chunks asked for ahead of the one being read.
 constexpr size_t kBatchBytes = 16u << 20;  // A batch this large is sent, and gathering goes on in a new one.
 // Address windows live in [32 TiB, 96 TiB): far from where Linux places ordinary mappings.
 constexpr uint64_t kWindowLow = 32ull << 40, kWindowHigh = 96ull << 40;
@@ -578,16 +580,22 @@ int RemoteSession::CopyFromDevice(void* dst, uint64_t src, size_t bytes, uint64_
   if (shared_lock.owns_lock()) {
     code = SharedCopyFromDevice(impl, p, src, bytes, stream, &error);
   } else if (impl->channel) {
-    // Every chunk asked for at once; each reply's bytes are read into place (a reply laid out otherwise is
-    // copied there).
-    std::vector<std::pair<uint32_t, size_t>> asked;
-    for (size_t off = 0; off < bytes; off += kChunk) {
-      size_t n = std::min(kChunk, bytes - off);
+    // Up to kChunksInFlight chunks asked for ahead (the worker keeps that many reply buffers for reuse: more would
+    // be fresh memory, faulted in, each time); each reply's bytes are read into place (a reply laid out otherwise
+    // is copied there).
+    std::deque<std::pair<uint32_t, size_t>> asked;
+    size_t next = 0;
+    auto ask = [&] {
+      size_t n = std::min(kChunk, bytes - next);
       capnp::MallocMessageBuilder message(kFirstSegmentWords);
-      W::WriteArgs({src + off, n, {stream}}, message.initRoot<W::Params>());
-      asked.emplace_back(impl->channel->Send(calls::CopyFromDevice::kOrdinal, message, {p + off, n}), off);
-    }
-    for (auto [seq, off] : asked) {
+      W::WriteArgs({src + next, n, {stream}}, message.initRoot<W::Params>());
+      asked.emplace_back(impl->channel->Send(calls::CopyFromDevice::kOrdinal, message, {p + next, n}), next);
+      next += n;
+    };
+    while (next < bytes && asked.size() < kChunksInFlight) ask();
+    while (!asked.empty()) {
+      auto [seq, off] = asked.front();
+      asked.pop_front();
       size_t n = std::min(kChunk, bytes - off);
       int c = ChannelCall<calls::CopyFromDevice>(
           *impl->channel, seq, [&](auto& r) {
@@ -596,6 +604,7 @@ int RemoteSession::CopyFromDevice(void* dst, uint64_t src, size_t bytes, uint64_
             if (results.data.data != p + off) std::memmove(p + off, results.data.data, std::min(n, results.data.size));
           }, &error);
       if (c != 0 && code == 0) code = c;
+      if (next < bytes) ask();
     }
   } else {
   try {
