@@ -666,6 +666,10 @@ class Parser {
     init_.var = v;
     init_.elem = elem;
     init_.dims = std::move(dims);
+    // A dimension of 0 leaves nothing to initialise (and would make a level's stride 0).
+    for (int64_t d : init_.dims) {
+      if (d == 0) Fail(line, "initializer for '" + v->name + "', an array with no elements");
+    }
     init_.strides.assign(init_.dims.size(), 1);
     for (int i = static_cast<int>(init_.dims.size()) - 2; i >= 0; --i) {
       init_.strides[i] = init_.strides[i + 1] * init_.dims[i + 1];

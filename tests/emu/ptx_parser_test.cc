@@ -799,6 +799,7 @@ TEST(PtxParserErrors, Malformed) {
   EXPECT_EQ(ParseError(head + "\t%r1 = 3;\n}\n"), "line 6: '%r1' is not an instruction");
   EXPECT_EQ(ParseError(".global .u32 x[2] = {1, 2, 3};"), "line 1: too many initializers for 'x'");
   EXPECT_EQ(ParseError(".global .u32 x = {1};"), "line 1: brace initializer for scalar 'x'");
+  EXPECT_EQ(ParseError(".const .b8 z[2][0][4] = {{1}};"), "line 1: initializer for 'z', an array with no elements");
   EXPECT_EQ(ParseError(".global x;"), "line 1: variable declaration without a type");
   EXPECT_EQ(ParseError(".entry k(\n.param .u32 a\n"),
             "line 3: expected ')' or ',' in parameter list, found end of file");
