@@ -507,13 +507,7 @@ class CudaBackend final : public DeviceBackend {
   // Every stream of the session (ours for waits included) answers its query with success: nothing queued, nothing
   // running, no fault (a faulted context answers every query with its error). A query each, never a wait.
   bool Quiet() override {
-    Current();
-    auto done = [this](CUstream s) { return api_->cuStreamQuery(s) == CUDA_SUCCESS; };
-    if (!done(nullptr) || (sync_stream_ && !done(sync_stream_))) return false;
-    for (CUstream s : streams_) {
-      if (!done(s)) return false;
-    }
-    return true;
+    return EveryStreamAnswers([](CUresult r) { return r == CUDA_SUCCESS; });
   }
 
  private:
@@ -533,11 +527,17 @@ class CudaBackend final : public DeviceBackend {
 
   // Whether no work of the session is queued or running (a query each, never a wait).
   bool Idle() {
+    return EveryStreamAnswers([](CUresult r) { return r != CUDA_ERROR_NOT_READY; });
+  }
+
+  // Whether `ok` holds for the query of every stream of the session: the default stream, ours for waits, its own.
+  template <typename Ok>
+  bool EveryStreamAnswers(Ok ok) {
     Current();
-    if (api_->cuStreamQuery(nullptr) == CUDA_ERROR_NOT_READY) return false;
-    if (sync_stream_ && api_->cuStreamQuery(sync_stream_) == CUDA_ERROR_NOT_READY) return false;
+    if (!ok(api_->cuStreamQuery(nullptr))) return false;
+    if (sync_stream_ && !ok(api_->cuStreamQuery(sync_stream_))) return false;
     for (CUstream s : streams_) {
-      if (api_->cuStreamQuery(s) == CUDA_ERROR_NOT_READY) return false;
+      if (!ok(api_->cuStreamQuery(s))) return false;
     }
     return true;
   }
