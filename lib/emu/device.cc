@@ -430,13 +430,16 @@ struct Device::Impl : public internal::MemoryMap {
     return Submit(s, std::move(task));
   }
 
+  // Whether all work queued so far has run. REQUIRES: q_mu.
+  bool DrainedLocked() const { return done_ticket + 1 >= next_ticket; }
+
   // Runs `callback` once the queue is past all work queued so far: here and now if it already is, else queued on
   // `s` behind it, as a notice (done before it runs).
   EmuStatus CallWhenDone(Stream* s, std::function<void()> callback) {
     if (EmuStatus st = Sticky(); !st.ok()) return st;
     {
       std::lock_guard<std::mutex> lock(q_mu);
-      if (done_ticket + 1 < next_ticket) {
+      if (!DrainedLocked()) {
         Task task;
         task.run = std::move(callback);
         task.notice = true;
@@ -992,10 +995,6 @@ EmuStatus Device::WhenReached(Stream* stream, std::function<void()> callback) {
   return impl_->CallWhenDone(impl_->StreamOf(stream), std::move(callback));
 }
 
-EmuStatus Device::WhenAllReached(std::function<void()> callback) {
-  return impl_->CallWhenDone(impl_->StreamOf(nullptr), std::move(callback));
-}
-
 EmuStatus Device::CreateStream(Stream** stream) {
   if (!stream) return BadValue("null output");
   *stream = new Stream();
@@ -1136,7 +1135,7 @@ EmuStatus Device::Synchronize() {
 
 bool Device::Idle() const {
   std::lock_guard<std::mutex> lock(impl_->q_mu);
-  return impl_->done_ticket + 1 >= impl_->next_ticket && !impl_->faulted.load(std::memory_order_acquire);
+  return impl_->DrainedLocked() && !impl_->faulted.load(std::memory_order_acquire);
 }
 
 uint64_t Device::InstructionsExecuted() const { return impl_->instructions.load(); }

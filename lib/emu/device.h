@@ -171,8 +171,6 @@ class Device {
   // it as done before it runs it. For a caller's own waits (no thread hop when nothing is queued); a
   // program's host function goes through LaunchHostFunc, which never runs it on the caller's thread.
   EmuStatus WhenReached(Stream* stream, std::function<void()> callback);
-  // The same once all work queued so far, on every stream, has run.
-  EmuStatus WhenAllReached(std::function<void()> callback);
 
   // ---- Streams and events. ----
   EmuStatus CreateStream(Stream** stream);

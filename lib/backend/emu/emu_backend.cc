@@ -290,7 +290,7 @@ class EmuBackend final : public DeviceBackend {
 
   // All streams share one in-order queue: everything before the record is done when the queue gets here.
   CallStatus WhenRecorded(EventRef, std::function<void()> done) override {
-    return From(device_->WhenAllReached(std::move(done)));
+    return From(device_->WhenReached(nullptr, std::move(done)));
   }
 
   // A fault is the device's (the context's), not a stream's: it is sticky, as on a GPU.
