@@ -436,6 +436,41 @@ int SharedCopyFromDevice(RemoteSession::Impl* impl, uint8_t* dst, uint64_t src, 
   return first;
 }
 
+// Device to host in framed messages: up to kChunksInFlight chunks asked for ahead (the worker keeps that many reply
+// buffers for reuse: more would be fresh memory, faulted in, each time); each reply's bytes are read into place (a
+// reply laid out otherwise is copied there). Returns the first failure.
+int ChannelCopyFromDevice(SessionChannel& channel, uint8_t* dst, uint64_t src, size_t bytes, uint64_t stream,
+                          std::string* error) {
+  using W = session::Wire<calls::CopyFromDevice>;
+  std::deque<std::pair<uint32_t, size_t>> asked;
+  size_t next = 0;
+  auto ask = [&] {
+    size_t n = std::min(kChunk, bytes - next);
+    capnp::MallocMessageBuilder message(kFirstSegmentWords);
+    W::WriteArgs({src + next, n, {stream}}, message.initRoot<W::Params>());
+    asked.emplace_back(channel.Send(calls::CopyFromDevice::kOrdinal, message, {dst + next, n}), next);
+    next += n;
+  };
+  while (next < bytes && asked.size() < kChunksInFlight) ask();
+  int first = 0;
+  while (!asked.empty()) {
+    auto [seq, off] = asked.front();
+    asked.pop_front();
+    size_t n = std::min(kChunk, bytes - off);
+    int code = ChannelCall<calls::CopyFromDevice>(
+        channel, seq,
+        [&](auto& r) {
+          calls::CopyFromDevice::Results results;
+          W::ReadResults(r, results);
+          if (results.data.data != dst + off) std::memmove(dst + off, results.data.data, std::min(n, results.data.size));
+        },
+        error);
+    if (first == 0) first = code;
+    if (next < bytes) ask();
+  }
+  return first;
+}
+
 }  // namespace
 
 bool RemoteSession::Batching() const { return impl_->batch_thread.load() == std::this_thread::get_id(); }
@@ -580,64 +615,39 @@ int RemoteSession::CopyFromDevice(void* dst, uint64_t src, size_t bytes, uint64_
   if (shared_lock.owns_lock()) {
     code = SharedCopyFromDevice(impl, p, src, bytes, stream, &error);
   } else if (impl->channel) {
-    // Up to kChunksInFlight chunks asked for ahead (the worker keeps that many reply buffers for reuse: more would
-    // be fresh memory, faulted in, each time); each reply's bytes are read into place (a reply laid out otherwise
-    // is copied there).
-    std::deque<std::pair<uint32_t, size_t>> asked;
-    size_t next = 0;
-    auto ask = [&] {
-      size_t n = std::min(kChunk, bytes - next);
-      capnp::MallocMessageBuilder message(kFirstSegmentWords);
-      W::WriteArgs({src + next, n, {stream}}, message.initRoot<W::Params>());
-      asked.emplace_back(impl->channel->Send(calls::CopyFromDevice::kOrdinal, message, {p + next, n}), next);
-      next += n;
-    };
-    while (next < bytes && asked.size() < kChunksInFlight) ask();
-    while (!asked.empty()) {
-      auto [seq, off] = asked.front();
-      asked.pop_front();
-      size_t n = std::min(kChunk, bytes - off);
-      int c = ChannelCall<calls::CopyFromDevice>(
-          *impl->channel, seq, [&](auto& r) {
+    code = ChannelCopyFromDevice(*impl->channel, p, src, bytes, stream, &error);
+  } else {
+    try {
+      code = runtime_->Run([&]() {
+        // All chunks in flight at once; each lands in place as its reply arrives.
+        kj::Vector<kj::Promise<int>> parts;
+        for (size_t off = 0; off < bytes; off += kChunk) {
+          size_t n = std::min(kChunk, bytes - off);
+          auto req = W::Request(impl->S());
+          W::WriteArgs({src + off, n, {stream}}, req);
+          parts.add(req.send().then([p, off, n, &error](auto&& r) {
+            int c = CodeOf(r.getStatus());
+            if (c) {
+              error = r.getStatus().getMessage();
+              return c;
+            }
             calls::CopyFromDevice::Results results;
             W::ReadResults(r, results);
-            if (results.data.data != p + off) std::memmove(p + off, results.data.data, std::min(n, results.data.size));
-          }, &error);
-      if (c != 0 && code == 0) code = c;
-      if (next < bytes) ask();
-    }
-  } else {
-  try {
-    code = runtime_->Run([&]() {
-      // All chunks in flight at once; each lands in place as its reply arrives.
-      kj::Vector<kj::Promise<int>> parts;
-      for (size_t off = 0; off < bytes; off += kChunk) {
-        size_t n = std::min(kChunk, bytes - off);
-        auto req = W::Request(impl->S());
-        W::WriteArgs({src + off, n, {stream}}, req);
-        parts.add(req.send().then([p, off, n, &error](auto&& r) {
-          int c = CodeOf(r.getStatus());
-          if (c) {
-            error = r.getStatus().getMessage();
-            return c;
-          }
-          calls::CopyFromDevice::Results results;
-          W::ReadResults(r, results);
-          std::memcpy(p + off, results.data.data, std::min(n, results.data.size));
-          return 0;
-        }));
-      }
-      return kj::joinPromises(parts.releaseAsArray()).then([](kj::Array<int> codes) {
-        for (int c : codes) {
-          if (c) return c;
+            std::memcpy(p + off, results.data.data, std::min(n, results.data.size));
+            return 0;
+          }));
         }
-        return 0;
+        return kj::joinPromises(parts.releaseAsArray()).then([](kj::Array<int> codes) {
+          for (int c : codes) {
+            if (c) return c;
+          }
+          return 0;
+        });
       });
-    });
-  } catch (const kj::Exception& e) {
-    error = e.getDescription().cStr();
-    code = kCudaErrorDeviceUnavailable;
-  }
+    } catch (const kj::Exception& e) {
+      error = e.getDescription().cStr();
+      code = kCudaErrorDeviceUnavailable;
+    }
   }
   if (code) last_error_ = error;
   int pending = TakeAsyncError();
