@@ -53,7 +53,8 @@ class Pool {
   const std::vector<std::string>& servers() const;
 
   // Asks every server in parallel. Servers that do not answer are listed with up == false and the reason.
-  PoolState State();
+  // `history`: also the devices' and leases' telemetry samples of that long ago until now (agents keep 10 min).
+  PoolState State(std::chrono::seconds history = std::chrono::seconds(0));
 
   // Places, reserves and commits `request`. Fails with kInvalidArgument (bad request), kUnsatisfiable (this pool
   // can never grant it, with the reason), kResourceExhausted (busy now; set request.wait to queue), kTimeout

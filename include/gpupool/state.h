@@ -9,6 +9,18 @@
 
 namespace gpupool {
 
+// What a device or a lease was doing over one of its agent's sampling intervals (one second).
+struct Activity {
+  double at_unix_s = 0;               // When the agent took the sample; 0: the agent reported none.
+  uint64_t memory_used = 0;           // Device memory in use, bytes (a lease: what its programs allocated).
+  std::optional<double> utilization;  // 0..1 of the interval the device ran this one's work; unset: unknown.
+  double calls_per_s = 0;             // CUDA calls served.
+  double bytes_to_device_per_s = 0;   // Host-to-device copies.
+  double bytes_from_device_per_s = 0; // Device-to-host copies.
+  std::optional<double> temperature_c;  // Physical GPUs only.
+  std::optional<double> power_w;        // Physical GPUs only.
+};
+
 // One slice held on a device, as the agent reports it.
 struct SliceInfo {
   std::string lease_id;      // Public lease id (not the secret).
@@ -27,6 +39,8 @@ struct DeviceInfo {
   uint64_t memory_allocated = 0;
   double compute_allocated = 0;  // 0..1.
   std::vector<SliceInfo> slices;
+  Activity activity;              // The latest sample.
+  std::vector<Activity> history;  // Oldest first; only when asked for (Pool::State's `history`).
 
   bool whole_free() const { return slices.empty(); }
 };
@@ -40,6 +54,12 @@ struct LeaseInfo {
   double age_s = 0;
   std::vector<uint32_t> devices;  // Device indexes on this server.
   uint64_t memory_bytes = 0;      // Total on this server.
+  Activity activity;              // The latest sample of all its sessions on this server.
+  std::vector<Activity> history;  // Oldest first; only when asked for.
+  uint32_t sessions = 0;          // Running now (one per process per slice).
+  uint64_t calls_total = 0, bytes_to_device_total = 0, bytes_from_device_total = 0;  // Since it was granted.
+  double idle_s = 0;              // Since its last call or device work (or since it was granted, if none).
+  bool idle = false;              // idle_s reached the server's idle threshold (ServerInfo::idle_after_s).
 };
 
 struct ServerInfo {
@@ -50,6 +70,7 @@ struct ServerInfo {
   bool draining = false;
   uint32_t protocol_version = 0;
   double lease_ttl_s = 0;
+  double idle_after_s = 0;  // A lease without a call for this long is flagged idle; 0: the agent does not say.
   std::vector<DeviceInfo> devices;
   std::vector<LeaseInfo> leases;
 };

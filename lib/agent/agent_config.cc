@@ -9,7 +9,8 @@ namespace {
 
 Status Read(const TomlFile& file, AgentConfig* c) {
   const toml::table& root = file.root();
-  if (Status s = file.CheckKeys(root, {"name", "listen", "class", "nvml", "cuda_driver", "emulated", "leases", "drain"},
+  if (Status s = file.CheckKeys(root, {"name", "listen", "class", "nvml", "cuda_driver", "emulated", "leases", "drain",
+                                       "metrics", "telemetry"},
                                 "the agent config");
       !s.ok())
     return s;
@@ -49,6 +50,16 @@ Status Read(const TomlFile& file, AgentConfig* c) {
     if (!(s = file.CheckKeys(*t, {"timeout"}, "[drain]")).ok()) return s;
     if (!(s = file.GetDuration(*t, "timeout", &c->drain_timeout)).ok()) return s;
   }
+  if (!(s = section("metrics", &t)).ok()) return s;
+  if (t) {
+    if (!(s = file.CheckKeys(*t, {"listen"}, "[metrics]")).ok()) return s;
+    if (!(s = file.GetString(*t, "listen", &c->metrics_listen)).ok()) return s;
+  }
+  if (!(s = section("telemetry", &t)).ok()) return s;
+  if (t) {
+    if (!(s = file.CheckKeys(*t, {"idle_after"}, "[telemetry]")).ok()) return s;
+    if (!(s = file.GetDuration(*t, "idle_after", &c->idle_after)).ok()) return s;
+  }
   return Status::Ok();
 }
 
@@ -61,6 +72,10 @@ Status AgentConfig::Validate() const {
   if (emulated_count > 0 && emulated_memory < (1ull << 20)) return bad("emulated device memory must be at least 1MiB");
   if (timing.lease_ttl.count() < 100) return bad("lease ttl must be at least 100ms");
   if (timing.reservation_ttl.count() < 100) return bad("reservation ttl must be at least 100ms");
+  if (idle_after.count() < 1000) return bad("[telemetry] idle_after must be at least 1s");
+  if (!metrics_listen.empty() && metrics_listen.rfind("unix:", 0) == 0) {
+    return bad("[metrics] listen must be host:port (Prometheus scrapes over TCP)");
+  }
   if (timing.renew_interval.count() <= 0 || timing.renew_interval >= timing.lease_ttl) {
     return bad(fmt::format("renew interval ({} ms) must be positive and shorter than the lease ttl ({} ms)",
                            timing.renew_interval.count(), timing.lease_ttl.count()));

@@ -26,6 +26,10 @@ inline constexpr const char* kDefaultListen = "*:7450";
 //   reservation_ttl = "5s"         # an uncommitted reservation is freed after this
 //   [drain]
 //   timeout = "5m"                 # after SIGTERM, exit once leases are gone or this passes
+//   [metrics]
+//   listen = "*:9450"              # serve Prometheus metrics at http://ADDRESS/metrics; default: not served
+//   [telemetry]
+//   idle_after = "10m"             # flag a lease whose sessions made no call for this long
 struct AgentConfig {
   std::string name;
   std::string listen = kDefaultListen;
@@ -37,6 +41,8 @@ struct AgentConfig {
   LeaseTiming timing;
   std::chrono::milliseconds drain_timeout{300000};
   std::chrono::milliseconds sweep_interval{250};  // How often expiry is checked.
+  std::string metrics_listen;                     // "host:port" for /metrics; empty: none.
+  std::chrono::milliseconds idle_after{600000};
 
   // Checks ranges and relations (ttl > renew interval ...): kInvalidArgument naming the field.
   Status Validate() const;

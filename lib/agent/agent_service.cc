@@ -13,8 +13,11 @@
 #include <kj/async-io.h>
 #include <kj/async-unix.h>
 
+#include "agent/gpu_monitor.h"
 #include "agent/lease_table.h"
+#include "agent/metrics.h"
 #include "agent/session_worker.h"
+#include "agent/telemetry.h"
 #include "backend/cuda/cuda_driver.h"
 #include "backend/device_turns.h"
 #include "backend/slice_quota.h"
@@ -41,6 +44,12 @@ struct AgentState {
   std::vector<int> turns_fds;
   // Per (lease, device): the quota table the lease's sessions on that slice share (backend/slice_quota.h).
   std::map<std::pair<std::string, uint32_t>, int> quota_fds;
+  // What each device and lease is doing (sampled every kSampleInterval), and NVML for the physical GPUs (null:
+  // none, or no NVML).
+  Telemetry telemetry;
+  std::unique_ptr<GpuMonitor> gpus;
+  Clock::time_point last_sample = Clock::now();
+  AgentCounters counters;
 
   void EndSessions(const std::string& lease_id) {
     workers->KillLease(lease_id);
@@ -51,7 +60,19 @@ struct AgentState {
   }
 
   AgentState(const AgentConfig& c, std::vector<DeviceRecord> d)
-      : config(c), devices(std::move(d)), table(Capacities(devices), c.timing), turns_fds(devices.size(), -1) {}
+      : config(c),
+        devices(std::move(d)),
+        table(Capacities(devices), c.timing),
+        turns_fds(devices.size(), -1),
+        telemetry(devices.size()) {
+    // Every reason a reservation or a session can be refused, and a lease expire, has a series from the start.
+    for (const char* reason : {"busy", "invalid_argument", "draining", "not_found", "permission_denied", "internal"}) {
+      counters.reservations_refused[reason] = 0;
+      counters.sessions_refused[reason] = 0;
+    }
+    counters.lease_expirations["not_renewed"] = 0;
+    counters.lease_expirations["not_committed"] = 0;
+  }
   ~AgentState() {
     for (int fd : turns_fds) {
       if (fd >= 0) close(fd);
@@ -125,6 +146,136 @@ void FillSlices(capnp::List<wire::SliceSpec>::Builder out, const std::vector<Sli
   }
 }
 
+// How often telemetry samples the sessions' meters and the GPUs.
+constexpr auto kSampleInterval = std::chrono::seconds(1);
+
+// A refusal's reason as the metrics label it.
+const char* ReasonOf(const Status& status) {
+  switch (ToWire(status.code())) {
+    case wire::Outcome::Code::BUSY: return "busy";
+    case wire::Outcome::Code::INVALID_ARGUMENT: return "invalid_argument";
+    case wire::Outcome::Code::DRAINING: return "draining";
+    case wire::Outcome::Code::NOT_FOUND: return "not_found";
+    case wire::Outcome::Code::PERMISSION_DENIED: return "permission_denied";
+    default: return "internal";
+  }
+}
+
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void FillActivity(wire::Activity::Builder out, const ActivitySample& a) {
+  out.setUnixMs(a.unix_ms);
+  out.setMemoryUsed(a.memory_used);
+  out.setUtilization(a.utilization ? static_cast<float>(*a.utilization) : -1.0f);
+  out.setCallsPerSecond(static_cast<float>(a.calls_per_s));
+  out.setBytesToDevicePerSecond(a.bytes_to_device_per_s);
+  out.setBytesFromDevicePerSecond(a.bytes_from_device_per_s);
+  out.setTemperatureC(a.temperature_c ? static_cast<float>(*a.temperature_c) : -1.0f);
+  out.setPowerW(a.power_w ? static_cast<float>(*a.power_w) : -1.0f);
+}
+
+// The latest sample, and the last `seconds` of history (one sample a second).
+template <typename Builder>
+void FillTelemetry(Builder out, const ActivityHistory& h, uint32_t seconds) {
+  if (h.samples.empty()) return;
+  FillActivity(out.initActivity(), h.latest);
+  size_t n = std::min<size_t>(seconds, h.samples.size());
+  auto list = out.initHistory(static_cast<unsigned>(n));
+  for (size_t i = 0; i < n; ++i) FillActivity(list[static_cast<unsigned>(i)], h.samples[h.samples.size() - n + i]);
+}
+
+// Since the lease's last sign of life (a call, or its work running), or since it was granted if none.
+uint64_t IdleMs(const LeaseEntry& e, const LeaseActivity* activity, Clock::time_point now, int64_t now_unix_ms) {
+  auto age = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(now - e.created).count());
+  if (!activity || activity->last_active_unix_ms == 0) return age;
+  return std::min<uint64_t>(age, static_cast<uint64_t>(std::max<int64_t>(0, now_unix_ms -
+                                                                           activity->last_active_unix_ms)));
+}
+
+// The agent's state as describe() answers it and /metrics renders it.
+void Describe(const AgentState& state, wire::AgentState::Builder out, bool with_leases, uint32_t history_seconds) {
+  auto now = Clock::now();
+  const int64_t now_unix_ms = UnixMs();
+  const LeaseTable& table = state.table;
+  out.setName(state.config.name);
+  out.setProtocolVersion(wire::PROTOCOL_VERSION);
+  out.setDraining(table.draining());
+  out.setLeaseTtlMs(Ms(table.timing().lease_ttl));
+  out.setRenewIntervalMs(Ms(table.timing().renew_interval));
+  out.setIdleAfterMs(Ms(state.config.idle_after));
+  auto devices = out.initDevices(static_cast<unsigned>(state.devices.size()));
+  for (size_t i = 0; i < state.devices.size(); ++i) {
+    const DeviceRecord& r = state.devices[i];
+    auto d = devices[static_cast<unsigned>(i)];
+    d.setIndex(static_cast<uint32_t>(i));
+    d.setUuid(r.uuid);
+    d.setModel(r.model);
+    d.setDeviceClass(r.device_class);
+    d.setEmulated(r.emulated);
+    d.setMemoryTotal(r.memory_bytes);
+    d.setMemoryAllocated(table.usage()[i].memory_bytes);
+    d.setShareAllocatedMicros(table.usage()[i].share);
+    FillTelemetry(d, state.telemetry.device(i), history_seconds);
+  }
+  if (!with_leases) return;
+  auto leases = out.initLeases(static_cast<unsigned>(table.entries().size()));
+  unsigned i = 0;
+  for (const auto& [id, e] : table.entries()) {
+    auto l = leases[i++];
+    l.setId(id);
+    auto owner = l.initOwner();
+    owner.setUser(e.owner.user);
+    owner.setHost(e.owner.host);
+    owner.setPid(e.owner.pid);
+    owner.setLabel(e.owner.label);
+    FillSlices(l.initSlices(static_cast<unsigned>(e.slices.size())), e.slices);
+    l.setCommitted(e.committed);
+    l.setExpiresInMs(e.expires > now ? static_cast<uint64_t>(
+                                           std::chrono::duration_cast<std::chrono::milliseconds>(e.expires - now).count())
+                                     : 0);
+    l.setAgeMs(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(now - e.created).count()));
+    const LeaseActivity* activity = state.telemetry.lease(id);
+    if (activity) {
+      FillTelemetry(l, *activity, history_seconds);
+      l.setSessions(static_cast<uint32_t>(activity->sessions));
+      l.setCallsTotal(activity->totals.calls);
+      l.setBytesToDeviceTotal(activity->totals.bytes_to_device);
+      l.setBytesFromDeviceTotal(activity->totals.bytes_from_device);
+    }
+    uint64_t idle_ms = IdleMs(e, activity, now, now_unix_ms);
+    l.setIdleMs(idle_ms);
+    l.setIdle(e.committed && idle_ms >= Ms(state.config.idle_after));
+  }
+}
+
+// Samples the sessions' meters and the GPUs once a kSampleInterval, for ever.
+kj::Promise<void> SampleLoop(AgentState& state, kj::Timer& timer) {
+  return timer.afterDelay(std::chrono::duration_cast<std::chrono::milliseconds>(kSampleInterval).count() *
+                          kj::MILLISECONDS)
+      .then([&state, &timer]() {
+        auto now = Clock::now();
+        double interval = std::chrono::duration<double>(now - state.last_sample).count();
+        state.last_sample = now;
+        std::vector<std::optional<GpuGauges>> gpus(state.devices.size());
+        if (state.gpus) {
+          for (size_t i = 0; i < state.devices.size(); ++i) {
+            if (!state.devices[i].emulated) gpus[i] = state.gpus->Read(state.devices[i].uuid);
+          }
+        }
+        state.telemetry.Sample(UnixMs(), interval, state.workers->Sessions(), state.workers->retired(), gpus);
+        // The totals of leases that ended, once their workers are reaped, are history.
+        std::vector<std::string> gone;
+        for (const auto& [id, r] : state.workers->retired()) {
+          if (!state.table.Find(id)) gone.push_back(id);
+        }
+        for (const auto& id : gone) state.workers->ForgetRetired(id);
+        return SampleLoop(state, timer);
+      });
+}
+
 class AgentImpl final : public wire::Agent::Server {
  public:
   explicit AgentImpl(AgentState& state) : state_(state) {}
@@ -141,45 +292,8 @@ class AgentImpl final : public wire::Agent::Server {
   }
 
   kj::Promise<void> describe(DescribeContext context) override {
-    auto now = Clock::now();
-    auto out = context.getResults().initState();
-    const LeaseTable& table = state_.table;
-    out.setName(state_.config.name);
-    out.setProtocolVersion(wire::PROTOCOL_VERSION);
-    out.setDraining(table.draining());
-    out.setLeaseTtlMs(Ms(table.timing().lease_ttl));
-    out.setRenewIntervalMs(Ms(table.timing().renew_interval));
-    auto devices = out.initDevices(static_cast<unsigned>(state_.devices.size()));
-    for (size_t i = 0; i < state_.devices.size(); ++i) {
-      const DeviceRecord& r = state_.devices[i];
-      auto d = devices[i];
-      d.setIndex(static_cast<uint32_t>(i));
-      d.setUuid(r.uuid);
-      d.setModel(r.model);
-      d.setDeviceClass(r.device_class);
-      d.setEmulated(r.emulated);
-      d.setMemoryTotal(r.memory_bytes);
-      d.setMemoryAllocated(table.usage()[i].memory_bytes);
-      d.setShareAllocatedMicros(table.usage()[i].share);
-    }
-    if (!context.getParams().getWithLeases()) return kj::READY_NOW;
-    auto leases = out.initLeases(static_cast<unsigned>(table.entries().size()));
-    unsigned i = 0;
-    for (const auto& [id, e] : table.entries()) {
-      auto l = leases[i++];
-      l.setId(id);
-      auto owner = l.initOwner();
-      owner.setUser(e.owner.user);
-      owner.setHost(e.owner.host);
-      owner.setPid(e.owner.pid);
-      owner.setLabel(e.owner.label);
-      FillSlices(l.initSlices(static_cast<unsigned>(e.slices.size())), e.slices);
-      l.setCommitted(e.committed);
-      l.setExpiresInMs(e.expires > now ? static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                                  e.expires - now).count())
-                                       : 0);
-      l.setAgeMs(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(now - e.created).count()));
-    }
+    auto params = context.getParams();
+    Describe(state_, context.getResults().initState(), params.getWithLeases(), params.getHistorySeconds());
     return kj::READY_NOW;
   }
 
@@ -196,6 +310,9 @@ class AgentImpl final : public wire::Agent::Server {
     Status status = state_.table.Reserve(key.getId(), key.getSecret(), owner, slices, Clock::now());
     if (status.ok()) {
       GP_DEBUG("agent", "reserved {} for {}@{} pid {}", key.getId().cStr(), owner.user, owner.host, owner.pid);
+      ++state_.counters.reservations_granted;
+    } else {
+      ++state_.counters.reservations_refused[ReasonOf(status)];
     }
     auto results = context.getResults();
     SetOutcome(results.initOutcome(), status);
@@ -248,7 +365,7 @@ class AgentImpl final : public wire::Agent::Server {
     auto results = context.getResults();
     const LeaseEntry* e = state_.table.Find(key.getId());
     if (!e || e->secret != key.getSecret().cStr() || !e->committed) {
-      SetOutcome(results.initOutcome(),
+      RefuseSession(results.initOutcome(),
                  Status(e ? StatusCode::kPermissionDenied : StatusCode::kNotFound,
                         e ? "this lease may not open a session here (wrong secret or not committed)"
                           : "no such lease here (released, expired, or the agent restarted)"));
@@ -260,24 +377,25 @@ class AgentImpl final : public wire::Agent::Server {
       if (s.device == device) slice = &s;
     }
     if (!slice) {
-      SetOutcome(results.initOutcome(), Status(StatusCode::kPermissionDenied,
+      RefuseSession(results.initOutcome(), Status(StatusCode::kPermissionDenied,
                                                fmt::format("lease {} holds no slice of device {}", e->id, device)));
       return kj::READY_NOW;
     }
     const DeviceRecord& record = state_.devices[device];
     uint64_t base = params.getWindowBase(), window = params.getWindowBytes();
     if (base == 0 || base % (1ull << 30) != 0 || window < slice->memory_bytes) {
-      SetOutcome(results.initOutcome(), Status(StatusCode::kInvalidArgument,
+      RefuseSession(results.initOutcome(), Status(StatusCode::kInvalidArgument,
                                                "the address window must be 1 GiB aligned and hold the slice"));
       return kj::READY_NOW;
     }
     if (!record.emulated && !state_.cuda) {
-      SetOutcome(results.initOutcome(),
+      RefuseSession(results.initOutcome(),
                  Status(StatusCode::kInternal, "cannot run CUDA on this server's GPUs: " + state_.cuda_error));
       return kj::READY_NOW;
     }
     WorkerSpec spec;
     spec.lease_id = e->id;
+    spec.device = device;
     spec.emulated = record.emulated;
     spec.device_name = record.model;
     spec.nvml_uuid = record.uuid;
@@ -290,14 +408,14 @@ class AgentImpl final : public wire::Agent::Server {
     // Every device's sessions take turns by their compute shares (a worker on a GPU under MPS leaves the table).
     auto turns = state_.TurnsFd(device);
     if (!turns.ok()) {
-      SetOutcome(results.initOutcome(), turns.status());
+      RefuseSession(results.initOutcome(), turns.status());
       return kj::READY_NOW;
     }
     spec.turns_fd = *turns;
     // Every process of the lease opens sessions of its own; the slice's memory is the lease's, shared by them.
     auto quota = state_.QuotaFd(e->id, device, slice->memory_bytes);
     if (!quota.ok()) {
-      SetOutcome(results.initOutcome(), quota.status());
+      RefuseSession(results.initOutcome(), quota.status());
       return kj::READY_NOW;
     }
     spec.quota_fd = *quota;
@@ -323,9 +441,10 @@ class AgentImpl final : public wire::Agent::Server {
       }
       if (!opened.status.ok()) {
         // "Window taken" cannot happen in a worker of its own; report the backend's reason as it is.
-        SetOutcome(results.initOutcome(), opened.status);
+        RefuseSession(results.initOutcome(), opened.status);
         return;
       }
+      ++state_.counters.sessions_opened;
       GP_INFO("session", "lease {}: session on {}, window 0x{:x}", lease_id, what, base);
       SetOutcome(results.initOutcome(), Status::Ok());
       KJ_IF_MAYBE(session, opened.session) { results.setSession(kj::mv(*session)); }
@@ -347,14 +466,24 @@ class AgentImpl final : public wire::Agent::Server {
   }
 
  private:
+  void RefuseSession(wire::Outcome::Builder out, const Status& status) {
+    ++state_.counters.sessions_refused[ReasonOf(status)];
+    SetOutcome(out, status);
+  }
+
   AgentState& state_;
 };
 
 kj::Promise<void> SweepLoop(AgentState& state, kj::Timer& timer) {
   return timer.afterDelay(state.config.sweep_interval.count() * kj::MILLISECONDS).then([&state, &timer]() {
-    for (const std::string& id : state.table.Expire(Clock::now())) {
-      GP_INFO("agent", "lease {} expired: its holder stopped renewing; freed", id);
-      state.EndSessions(id);
+    for (const LeaseTable::Expired& e : state.table.Expire(Clock::now())) {
+      if (e.committed) {
+        GP_INFO("agent", "lease {} expired: its holder stopped renewing; freed", e.id);
+      } else {
+        GP_INFO("agent", "reservation {} expired: never committed; freed", e.id);
+      }
+      ++state.counters.lease_expirations[e.committed ? "not_renewed" : "not_committed"];
+      state.EndSessions(e.id);
     }
     return SweepLoop(state, timer);
   });
@@ -433,11 +562,41 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
   auto sweeping = SweepLoop(state, io.provider->getTimer()).eagerlyEvaluate([](kj::Exception&& e) {
     GP_ERROR("agent", "lease sweep failed: {}", e.getDescription().cStr());
   });
+  if (physical) {
+    std::string why;
+    state.gpus = GpuMonitor::Open(&why);
+    if (!state.gpus) GP_WARN("agent", "no GPU gauges (utilisation, temperature, power): {}", why);
+  }
+  auto sampling = SampleLoop(state, io.provider->getTimer()).eagerlyEvaluate([](kj::Exception&& e) {
+    GP_ERROR("agent", "telemetry sampling failed: {}", e.getDescription().cStr());
+  });
+  Result<MetricsServer> metrics = MetricsServer{};
+  if (!state.config.metrics_listen.empty()) {
+    metrics = ServeMetrics(io, state.config.metrics_listen, [&state] {
+      capnp::MallocMessageBuilder message;
+      auto root = message.initRoot<wire::AgentState>();
+      Describe(state, root, true, 0);
+      std::vector<double> busy;
+      for (size_t i = 0; i < state.devices.size(); ++i) {
+        // Known where the sessions take turns by device time: every emulated device, and GPUs without MPS.
+        busy.push_back(state.telemetry.device(i).busy_nanos / 1e9);
+      }
+      return RenderMetrics(root.asReader(), state.counters, busy);
+    });
+    if (!metrics.ok()) {
+      GP_ERROR("agent", "{}", metrics.status().message());
+      return 1;
+    }
+  }
 
   size_t emulated = 0;
   for (const auto& d : state.devices) emulated += d.emulated ? 1 : 0;
   std::printf("gp-agent %s listening on %s with %zu device(s) (%zu emulated)\n", config.name.c_str(),
               address.c_str(), state.devices.size(), emulated);
+  if (!config.metrics_listen.empty()) {
+    std::printf("gp-agent %s serves metrics at http://%s/metrics\n", config.name.c_str(),
+                DisplayAddress(config.metrics_listen, metrics->port).c_str());
+  }
   std::fflush(stdout);
   GP_INFO("agent", "{} listening on {}", config.name, address);
 

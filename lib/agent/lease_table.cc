@@ -121,12 +121,12 @@ Status LeaseTable::Cancel(const std::string& id, const std::string& secret) {
   return Status::Ok();
 }
 
-std::vector<std::string> LeaseTable::Expire(Clock::time_point now) {
-  std::vector<std::string> freed;
+std::vector<LeaseTable::Expired> LeaseTable::Expire(Clock::time_point now) {
+  std::vector<Expired> freed;
   for (auto it = entries_.begin(); it != entries_.end();) {
     auto next = std::next(it);
     if (it->second.expires <= now) {
-      freed.push_back(it->first);
+      freed.push_back({it->first, it->second.committed});
       Free(it);
     }
     it = next;

@@ -66,8 +66,13 @@ class LeaseTable {
   Status Release(const std::string& id, const std::string& secret);
   // Frees a reservation; a committed lease is left alone (kFailedPrecondition-like kInvalidArgument).
   Status Cancel(const std::string& id, const std::string& secret);
-  // Frees everything whose time is up; returns the ids freed.
-  std::vector<std::string> Expire(Clock::time_point now);
+  // Frees everything whose time is up; returns what it freed.
+  struct Expired {
+    std::string id;
+    bool committed = false;  // A lease whose holder stopped renewing; false: a reservation never committed.
+    bool operator==(const Expired&) const = default;
+  };
+  std::vector<Expired> Expire(Clock::time_point now);
 
   void SetDraining(bool draining) { draining_ = draining; }
   bool draining() const { return draining_; }

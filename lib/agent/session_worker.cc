@@ -27,6 +27,7 @@
 #include "backend/emu/emu_backend.h"
 #include "backend/frame_connection.h"
 #include "backend/session_server.h"
+#include "backend/session_meter.h"
 #include "backend/slice_quota.h"
 #include "core/log.h"
 #include "core/util.h"
@@ -42,6 +43,7 @@ namespace {
 constexpr int kWorkerFd = 3;
 constexpr int kTurnsFd = 4;
 constexpr int kQuotaFd = 5;
+constexpr int kMeterFd = 6;
 // Between a lease's end and the kill of its workers: their clients' next calls get "the lease ended".
 constexpr kj::Duration kRevokeGrace = 2 * kj::SECONDS;
 // How long a closed session may take to free its device memory before its worker exits regardless.
@@ -259,6 +261,17 @@ class WorkerImpl final : public wire::SessionWorker::Server {
       }
       limits.quota = std::move(joined).value();
     }
+    if (c.getSessionMeter()) {
+      auto meter = backend::SessionMeter::Map(kMeterFd);
+      close(kMeterFd);
+      // Telemetry is no reason to refuse a session: without the agent's meter, the counts stay in this process.
+      if (meter.ok()) {
+        limits.meter = std::move(meter).value();
+      } else {
+        GP_WARN("session", "the agent's session meter is unusable ({}): this session's telemetry stays at zero",
+                meter.status().message());
+      }
+    }
     std::shared_ptr<backend::DeviceTurns> turns;
     Status joined_turns = Status::Ok();
     // A physical GPU under MPS shares itself by the active-thread percentage (below); every other device takes turns.
@@ -269,6 +282,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
         auto joined = backend::DeviceTurns::Join(kTurnsFd, c.getShareMicros());
         if (joined.ok()) {
           turns = std::move(joined).value();
+          if (limits.meter) turns->MeterInto(limits.meter);
         } else {
           joined_turns = joined.status();
         }
@@ -419,6 +433,8 @@ struct SessionWorkers::Worker {
   pid_t pid = 0;
   std::string lease_id;
   std::string direct_path;  // A Unix-socket door the worker may have left behind if it was killed.
+  uint32_t device = 0;
+  std::unique_ptr<backend::SessionMeter> meter;  // Null: none could be made.
   kj::Own<kj::AsyncIoStream> stream;
   kj::Own<capnp::TwoPartyClient> rpc;
   kj::Maybe<wire::SessionWorker::Client> control;
@@ -441,17 +457,33 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
                          nullptr};
   }
   // Above the fds the child gets: dup2 onto itself would keep close-on-exec set, and one must not clobber the other.
-  int child_fd = fcntl(fds[1], F_DUPFD_CLOEXEC, kQuotaFd + 1);
+  int child_fd = fcntl(fds[1], F_DUPFD_CLOEXEC, kMeterFd + 1);
   close(fds[1]);
-  int turns_fd = spec.turns_fd >= 0 ? fcntl(spec.turns_fd, F_DUPFD_CLOEXEC, kQuotaFd + 1) : -1;
-  int quota_fd = spec.quota_fd >= 0 ? fcntl(spec.quota_fd, F_DUPFD_CLOEXEC, kQuotaFd + 1) : -1;
+  int turns_fd = spec.turns_fd >= 0 ? fcntl(spec.turns_fd, F_DUPFD_CLOEXEC, kMeterFd + 1) : -1;
+  int quota_fd = spec.quota_fd >= 0 ? fcntl(spec.quota_fd, F_DUPFD_CLOEXEC, kMeterFd + 1) : -1;
+  // The session's meter: the agent keeps it mapped, and reads it after the worker is gone too.
+  auto meter_segment = backend::SessionMeter::CreateSegment();
+  int meter_fd = -1;
+  std::unique_ptr<backend::SessionMeter> meter;
+  if (meter_segment.ok()) {
+    meter_fd = fcntl(*meter_segment, F_DUPFD_CLOEXEC, kMeterFd + 1);
+    auto mapped = backend::SessionMeter::Map(*meter_segment);
+    close(*meter_segment);
+    if (mapped.ok() && meter_fd >= 0) {
+      meter = std::move(mapped).value();
+    } else if (meter_fd >= 0) {
+      close(meter_fd);
+      meter_fd = -1;
+    }
+  }
+  if (!meter) GP_WARN("session", "lease {}: no session meter; this session's telemetry stays at zero", spec.lease_id);
   char exe[4096];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (n <= 0 || child_fd < 0 || (spec.turns_fd >= 0 && turns_fd < 0) || (spec.quota_fd >= 0 && quota_fd < 0)) {
     std::string why = n <= 0 ? "cannot find gp-agent's own executable"
                              : fmt::format("cannot pass descriptors to a session worker: {}", std::strerror(errno));
     close(fds[0]);
-    for (int fd : {child_fd, turns_fd, quota_fd}) {
+    for (int fd : {child_fd, turns_fd, quota_fd, meter_fd}) {
       if (fd >= 0) close(fd);
     }
     return OpenedSession{Status(StatusCode::kInternal, why), nullptr, nullptr};
@@ -464,10 +496,11 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   posix_spawn_file_actions_adddup2(&actions, child_fd, kWorkerFd);
   if (turns_fd >= 0) posix_spawn_file_actions_adddup2(&actions, turns_fd, kTurnsFd);
   if (quota_fd >= 0) posix_spawn_file_actions_adddup2(&actions, quota_fd, kQuotaFd);
+  if (meter_fd >= 0) posix_spawn_file_actions_adddup2(&actions, meter_fd, kMeterFd);
   pid_t pid = 0;
   int err = posix_spawn(&pid, exe, &actions, nullptr, argv, environ);
   posix_spawn_file_actions_destroy(&actions);
-  for (int fd : {child_fd, turns_fd, quota_fd}) {
+  for (int fd : {child_fd, turns_fd, quota_fd, meter_fd}) {
     if (fd >= 0) close(fd);
   }
   if (err != 0) {
@@ -479,6 +512,8 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   auto worker = kj::heap<Worker>();
   worker->pid = pid;
   worker->lease_id = spec.lease_id;
+  worker->device = spec.device;
+  worker->meter = std::move(meter);
   worker->direct_path = DoorSocketPath(spec.direct_listen, pid);
   worker->stream = io_.lowLevelProvider->wrapUnixSocketFd(fds[0], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
   worker->rpc = kj::heap<capnp::TwoPartyClient>(*worker->stream);
@@ -507,6 +542,7 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   c.setCudaDriver(spec.cuda_driver);
   c.setDeviceTurns(turns_fd >= 0);
   c.setSliceQuota(quota_fd >= 0);
+  c.setSessionMeter(meter_fd >= 0);
   c.setDirectListen(spec.direct_listen);
   return req.send()
       .then([this, pid](capnp::Response<wire::SessionWorker::OpenResults>&& r) -> OpenedSession {
@@ -529,6 +565,15 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
                                                                        e.getDescription().cStr())),
                              nullptr, nullptr};
       });
+}
+
+std::vector<SessionWorkers::SessionView> SessionWorkers::Sessions() const {
+  std::vector<SessionView> out;
+  for (const auto& [pid, worker] : workers_) {
+    if (!worker->meter) continue;
+    out.push_back({worker->lease_id, worker->device, pid, worker->meter->Read()});
+  }
+  return out;
 }
 
 void SessionWorkers::KillLease(const std::string& lease_id) {
@@ -559,6 +604,17 @@ void SessionWorkers::Reap(pid_t pid, int status) {
   }
   if (it != workers_.end()) {
     if (!it->second->direct_path.empty()) unlink(it->second->direct_path.c_str());
+    // Its counts stay with its lease, so that the lease's totals never go back.
+    if (it->second->meter) {
+      backend::MeterReading last = it->second->meter->Read();
+      last.memory_bytes = 0;  // Died with the worker.
+      backend::MeterReading& r = retired_[lease];
+      r.calls += last.calls;
+      r.bytes_to_device += last.bytes_to_device;
+      r.bytes_from_device += last.bytes_from_device;
+      r.busy_nanos += last.busy_nanos;
+      r.last_call_unix_ms = std::max(r.last_call_unix_ms, last.last_call_unix_ms);
+    }
     workers_.erase(it);
   }
 }

@@ -18,9 +18,11 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <kj/async-io.h>
 
+#include "backend/session_meter.h"
 #include "gpupool/status.h"
 #include "session.capnp.h"
 
@@ -39,6 +41,7 @@ int NiceForShare(uint32_t share_micros);
 
 struct WorkerSpec {
   std::string lease_id;
+  uint32_t device = 0;  // The device's index on the agent (for telemetry).
   bool emulated = true;
   std::string device_name;
   std::string nvml_uuid;
@@ -79,12 +82,26 @@ class SessionWorkers {
   void KillLease(const std::string& lease_id);
   size_t running() const { return workers_.size(); }
 
+  // A running session as the agent's telemetry sees it.
+  struct SessionView {
+    std::string lease_id;
+    uint32_t device = 0;
+    pid_t pid = 0;
+    backend::MeterReading reading;
+  };
+  std::vector<SessionView> Sessions() const;
+  // Per lease: what its ended sessions did, in total (their memory went with them: memory_bytes is 0).
+  const std::map<std::string, backend::MeterReading>& retired() const { return retired_; }
+  // The lease ended and its sessions are reaped: its totals go.
+  void ForgetRetired(const std::string& lease_id) { retired_.erase(lease_id); }
+
  private:
   struct Worker;
   void Reap(pid_t pid, int status);
 
   kj::AsyncIoContext& io_;
   std::map<pid_t, kj::Own<Worker>> workers_;
+  std::map<std::string, backend::MeterReading> retired_;
   kj::Own<kj::TaskSet> reapers_;
   kj::Own<kj::TaskSet::ErrorHandler> reaper_errors_;
 };

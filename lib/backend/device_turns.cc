@@ -168,6 +168,7 @@ void DeviceTurns::ChargeLocked(int64_t now) {
   TurnsTable::Slot& s = table_->slots[slot_];
   int64_t used = std::max<int64_t>(0, now - table_->turn_start);
   s.used_nanos += static_cast<uint64_t>(used);
+  if (meter_) meter_->CountBusy(std::chrono::nanoseconds(used));
   s.vtime += static_cast<double>(used) / s.weight;
   s.last_used = now;
   table_->turn_start = now;

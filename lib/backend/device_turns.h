@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 
+#include "backend/session_meter.h"
 #include "emu/device.h"
 #include "gpupool/status.h"
 
@@ -45,6 +46,8 @@ class DeviceTurns final : public emu::ExecutionGate {
 
   // Device time this member has used, in nanoseconds (for tests and telemetry).
   uint64_t used_nanos() const;
+  // Counts the device time this member uses into `meter` as well. Before the first Enter.
+  void MeterInto(std::shared_ptr<SessionMeter> meter) { meter_ = std::move(meter); }
 
  private:
   DeviceTurns(TurnsTable* table, int slot) : table_(table), slot_(slot) {}
@@ -60,6 +63,7 @@ class DeviceTurns final : public emu::ExecutionGate {
   std::mutex local_mu_;
   std::atomic<int64_t> slice_end_{0};
   bool holding_ = false;  // Guarded by local_mu_.
+  std::shared_ptr<SessionMeter> meter_;
 };
 
 }  // namespace gpupool::backend

@@ -87,6 +87,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       : backend_(std::move(backend)),
         limits_(limits),
         quota_(limits.quota ? limits.quota : SliceQuota::Private(limits.memory_bytes)),
+        meter_(limits.meter ? limits.meter : SessionMeter::Private()),
         control_(std::move(control)) {
     if (submission_turns) turns_ = std::make_shared<SubmissionTurns>(std::move(submission_turns));
     if (control_) {
@@ -142,6 +143,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     }
     W::PrepareResults(results, call->results);
     ++in_flight_;
+    if constexpr (!std::is_same_v<Call, calls::Batch>) meter_->CountCalls(1);
     if constexpr (std::is_same_v<Call, calls::CopyFromDevice>) {
       if (reply_data && *reply_data) {
         // The bytes go to the connection's buffer, which the reply refers to (no zeroed segment, no copy).
@@ -259,6 +261,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       })) {
         return Invalid(fmt::format("batch: corrupt {} entry: {}", Call::kMethod, e->getDescription().cStr()));
       }
+      meter_->CountCalls(1);
       Reply reply = Handle(d->args, d->results);
       return reply.attach(kj::mv(d));
     }
@@ -294,6 +297,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       return Done({CUDA_ERROR_OUT_OF_MEMORY, QuotaMessage(reserved)});
     }
     allocations_[address] = reserved;
+    MemoryChanged();
     r.address = address;
     return Ok();
   }
@@ -308,6 +312,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     uint64_t reserved = it->second;
     allocations_.erase(it);
     quota_->Give(reserved);
+    MemoryChanged();
     return Done(backend_->Free(a.address, reserved));
   }
 
@@ -320,6 +325,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     // copy (the client does not wait for the reply, so nothing is delayed but the acknowledgement).
     CallStatus s = Submit(stream, [&] { return backend_->CopyToDevice(a.dst, a.data.data, a.data.size, stream); });
     if (!s.ok()) return Done(s);
+    meter_->CountBytesToDevice(a.data.size);
     return AfterReached(stream, a.stream);
   }
 
@@ -338,6 +344,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       r.data.reserve(0);
       return Done(s);
     }
+    meter_->CountBytesFromDevice(a.bytes);
     return AfterReached(stream, a.stream);
   }
 
@@ -366,6 +373,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     if (shared_copies_tail_ == a.stream.value || backend_->QueryStream(stream).ok()) {
       CallStatus s = Submit(stream, [&] { return backend_->CopyToDevice(a.dst, src, a.bytes, stream); });
       if (!s.ok()) return Done(s);
+      meter_->CountBytesToDevice(a.bytes);
       shared_copies_tail_ = a.stream.value;
       return AfterReached(stream, a.stream);
     }
@@ -374,6 +382,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     auto staged = std::make_shared<std::vector<uint8_t>>(src, src + a.bytes);
     CallStatus s = Submit(stream, [&] { return backend_->CopyToDevice(a.dst, staged->data(), a.bytes, stream); });
     if (s.ok() && !backend_->WhenReached(stream, [staged] {}).ok()) staged_for_good_.push_back(staged);
+    if (s.ok()) meter_->CountBytesToDevice(a.bytes);
     return Done(s);
   }
 
@@ -386,6 +395,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     if (CallStatus s = Owned(a.src, a.bytes, "copy source"); !s.ok()) return Done(s);
     CallStatus s = Submit(stream, [&] { return backend_->CopyFromDevice(dst, a.src, a.bytes, stream); });
     if (!s.ok()) return Done(s);
+    meter_->CountBytesFromDevice(a.bytes);
     return AfterReached(stream, a.stream);
   }
 
@@ -454,6 +464,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       return Done(s);
     }
     r.memory.value = physical_.Add({memory, a.bytes});
+    MemoryChanged();
     return Ok();
   }
 
@@ -733,6 +744,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     Physical memory;
     physical_.Take(id, &memory);
     quota_->Give(memory.bytes);
+    MemoryChanged();
     return backend_->ReleasePhysical(memory.ref);
   }
 
@@ -832,12 +844,17 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     physical_.clear();
     backend_->Reset();
     quota_->GiveAll();  // After the device freed it.
+    MemoryChanged();
   }
+
+  // The session's device memory changed: the agent's telemetry reads it from the meter.
+  void MemoryChanged() { meter_->SetMemory(quota_->mine()); }
 
   std::unique_ptr<DeviceBackend> backend_;
   SessionLimits limits_;
   // The slice's memory quota: this session's allocations and physical memory take from it.
   std::shared_ptr<SliceQuota> quota_;
+  std::shared_ptr<SessionMeter> meter_;  // What the session does, for the agent's telemetry.
   std::shared_ptr<SessionControl> control_;
   std::shared_ptr<SubmissionTurns> turns_;  // Null: the device shares itself (or the session is alone).
   // Memory shared with the client on this host (UseSharedMemory); the device may use it until backend_ is gone.

@@ -17,6 +17,7 @@
 #include <kj/memory.h>
 
 #include "backend/device_backend.h"
+#include "backend/session_meter.h"
 #include "backend/slice_quota.h"
 #include "emu/device.h"
 #include "session.capnp.h"
@@ -34,6 +35,8 @@ struct SessionLimits {
   // The quota shared with the lease's other sessions on the slice (slice_quota.h); null: memory_bytes for this
   // session alone.
   std::shared_ptr<SliceQuota> quota;
+  // Where the session counts what it does (session_meter.h), for the agent's telemetry; null: counted privately.
+  std::shared_ptr<SessionMeter> meter;
   uint64_t window_base = 0;   // The session's device addresses lie in [window_base, window_base + window_bytes).
   uint64_t window_bytes = 0;
   std::string description;    // Names the session in log lines ("emulated GPU 0, window 0x...").

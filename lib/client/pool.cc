@@ -20,6 +20,26 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
+Activity ToActivity(wire::Activity::Reader a) {
+  Activity out;
+  out.at_unix_s = static_cast<double>(a.getUnixMs()) / 1000.0;
+  out.memory_used = a.getMemoryUsed();
+  if (a.getUtilization() >= 0) out.utilization = a.getUtilization();
+  out.calls_per_s = a.getCallsPerSecond();
+  out.bytes_to_device_per_s = a.getBytesToDevicePerSecond();
+  out.bytes_from_device_per_s = a.getBytesFromDevicePerSecond();
+  if (a.getTemperatureC() >= 0) out.temperature_c = a.getTemperatureC();
+  if (a.getPowerW() >= 0) out.power_w = a.getPowerW();
+  return out;
+}
+
+std::vector<Activity> ToHistory(capnp::List<wire::Activity>::Reader samples) {
+  std::vector<Activity> out;
+  out.reserve(samples.size());
+  for (auto a : samples) out.push_back(ToActivity(a));
+  return out;
+}
+
 void FillServerInfo(wire::AgentState::Reader st, ServerInfo* info) {
   info->up = true;
   info->error.clear();
@@ -27,6 +47,7 @@ void FillServerInfo(wire::AgentState::Reader st, ServerInfo* info) {
   info->draining = st.getDraining();
   info->protocol_version = st.getProtocolVersion();
   info->lease_ttl_s = static_cast<double>(st.getLeaseTtlMs()) / 1000.0;
+  info->idle_after_s = static_cast<double>(st.getIdleAfterMs()) / 1000.0;
   info->devices.clear();
   for (auto d : st.getDevices()) {
     DeviceInfo dev;
@@ -38,6 +59,8 @@ void FillServerInfo(wire::AgentState::Reader st, ServerInfo* info) {
     dev.memory_total = d.getMemoryTotal();
     dev.memory_allocated = d.getMemoryAllocated();
     dev.compute_allocated = FractionFromShare(d.getShareAllocatedMicros());
+    if (d.hasActivity()) dev.activity = ToActivity(d.getActivity());
+    dev.history = ToHistory(d.getHistory());
     info->devices.push_back(std::move(dev));
   }
   info->leases.clear();
@@ -51,6 +74,14 @@ void FillServerInfo(wire::AgentState::Reader st, ServerInfo* info) {
     lease.committed = l.getCommitted();
     lease.expires_in_s = static_cast<double>(l.getExpiresInMs()) / 1000.0;
     lease.age_s = static_cast<double>(l.getAgeMs()) / 1000.0;
+    if (l.hasActivity()) lease.activity = ToActivity(l.getActivity());
+    lease.history = ToHistory(l.getHistory());
+    lease.sessions = l.getSessions();
+    lease.calls_total = l.getCallsTotal();
+    lease.bytes_to_device_total = l.getBytesToDeviceTotal();
+    lease.bytes_from_device_total = l.getBytesFromDeviceTotal();
+    lease.idle_s = static_cast<double>(l.getIdleMs()) / 1000.0;
+    lease.idle = l.getIdle();
     for (auto s : l.getSlices()) {
       lease.devices.push_back(s.getDevice());
       lease.memory_bytes += s.getMemoryBytes();
@@ -64,16 +95,19 @@ void FillServerInfo(wire::AgentState::Reader st, ServerInfo* info) {
 }
 
 // Describes every server in parallel. Never fails: a server that does not answer is marked down.
-std::vector<ServerInfo> DescribeAll(Runtime& rt, const std::vector<std::string>& servers, bool with_leases) {
+std::vector<ServerInfo> DescribeAll(Runtime& rt, const std::vector<std::string>& servers, bool with_leases,
+                                    uint32_t history_seconds = 0) {
   auto infos = std::make_shared<std::vector<ServerInfo>>(servers.size());
-  auto statuses = rt.Run([&rt, &servers, infos, with_leases] {
+  auto statuses = rt.Run([&rt, &servers, infos, with_leases, history_seconds] {
     kj::Vector<kj::Promise<Status>> calls;
     for (size_t i = 0; i < servers.size(); ++i) {
       (*infos)[i].address = servers[i];
       calls.add(internal::WithAgent(rt, servers[i], "describe",
-                                    [infos, i, with_leases](Runtime& rt, wire::Agent::Client agent) {
+                                    [infos, i, with_leases, history_seconds](Runtime& rt,
+                                                                             wire::Agent::Client agent) {
                                       auto req = agent.describeRequest();
                                       req.setWithLeases(with_leases);
+                                      req.setHistorySeconds(history_seconds);
                                       return rt.Deadline(req.send()).then(
                                           [infos, i](capnp::Response<wire::Agent::DescribeResults>&& r) {
                                             FillServerInfo(r.getState(), &(*infos)[i]);
@@ -266,9 +300,10 @@ Result<Pool> Pool::Connect(PoolOptions options) {
   return Pool(std::make_shared<Runtime>(options), std::move(servers).value());
 }
 
-PoolState Pool::State() {
+PoolState Pool::State(std::chrono::seconds history) {
   PoolState state;
-  state.servers = DescribeAll(*runtime_, servers_, true);
+  uint32_t seconds = static_cast<uint32_t>(std::clamp<int64_t>(history.count(), 0, 24 * 3600));
+  state.servers = DescribeAll(*runtime_, servers_, true, seconds);
   return state;
 }
 

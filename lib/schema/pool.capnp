@@ -45,6 +45,18 @@ struct SliceSpec {
   shareMicros @2 :UInt32;  # Compute share in millionths of the device.
 }
 
+struct Activity {
+  # One telemetry sample of a device or a lease, over the agent's sampling interval (one second).
+  unixMs @0 :Int64;                     # When the agent took it.
+  memoryUsed @1 :UInt64;                # Device memory in use, bytes.
+  utilization @2 :Float32 = -1;         # 0..1 of the interval the device ran its work; negative: unknown.
+  callsPerSecond @3 :Float32;
+  bytesToDevicePerSecond @4 :Float64;
+  bytesFromDevicePerSecond @5 :Float64;
+  temperatureC @6 :Float32 = -1;        # Physical GPUs (NVML) only; negative: unknown.
+  powerW @7 :Float32 = -1;              # Physical GPUs (NVML) only; negative: unknown.
+}
+
 struct Device {
   index @0 :UInt32;
   uuid @1 :Text;
@@ -54,6 +66,8 @@ struct Device {
   memoryTotal @5 :UInt64;
   memoryAllocated @6 :UInt64;
   shareAllocatedMicros @7 :UInt32;
+  activity @8 :Activity;          # The latest sample; unset from an agent without telemetry.
+  history @9 :List(Activity);     # Oldest first, as many as describe's historySeconds asked for.
 }
 
 struct LeaseView {
@@ -63,6 +77,14 @@ struct LeaseView {
   committed @3 :Bool;
   expiresInMs @4 :UInt64;
   ageMs @5 :UInt64;
+  activity @6 :Activity;          # The latest sample of all its sessions on this agent; unset before its first.
+  history @7 :List(Activity);
+  sessions @8 :UInt32;            # Running now (one per process per slice).
+  callsTotal @9 :UInt64;          # Since it was granted, ended sessions included.
+  bytesToDeviceTotal @10 :UInt64;
+  bytesFromDeviceTotal @11 :UInt64;
+  idleMs @12 :UInt64;             # Since its last call or device work (or its grant, if none).
+  idle @13 :Bool;                 # idleMs has reached the agent's idle threshold.
 }
 
 struct AgentState {
@@ -73,14 +95,15 @@ struct AgentState {
   leases @4 :List(LeaseView);
   leaseTtlMs @5 :UInt64;
   renewIntervalMs @6 :UInt64;
+  idleAfterMs @7 :UInt64;         # A lease whose sessions made no call for this long is flagged idle.
 }
 
 interface Agent {
   hello @0 (clientVersion :UInt32) -> (serverVersion :UInt32, name :Text);
   # Called first on every connection; the client refuses an agent of another version.
 
-  describe @1 (withLeases :Bool) -> (state :AgentState);
-  # Placement only needs devices; gp-ls asks for the leases too.
+  describe @1 (withLeases :Bool, historySeconds :UInt32) -> (state :AgentState);
+  # Placement only needs devices; gp-ls asks for the leases too, gp-top for some history of each.
 
   reserve @2 (lease :LeaseKey, owner :Owner, slices :List(SliceSpec))
       -> (outcome :Outcome, reservationTtlMs :UInt64);

@@ -26,6 +26,8 @@ struct WorkerConfig {
                               # worker appends ".PID"); "" = nowhere (calls go through the agent only).
   sliceQuota @13 :Bool;       # The slice's quota table (backend/slice_quota.h), shared with the lease's other
                               # sessions on the slice, is the worker's fd 5.
+  sessionMeter @14 :Bool;     # The session's meter (backend/session_meter.h), which the agent reads for its
+                              # telemetry, is the worker's fd 6.
 }
 
 interface SessionWorker {

@@ -64,7 +64,7 @@ TEST_F(LeaseTableTest, ReservationExpiresUnlessCommitted) {
   ASSERT_TRUE(Reserve("b", {{1, kGiB, kShareWhole / 4}}).ok());
   ASSERT_TRUE(table_.Commit("b", "s-b", now_).ok());
   auto freed = table_.Expire(now_ + std::chrono::seconds(3));
-  EXPECT_EQ(freed, std::vector<std::string>{"a"});
+  EXPECT_EQ(freed, (std::vector<LeaseTable::Expired>{{"a", false}}));  // Never committed.
   EXPECT_EQ(table_.usage()[0].memory_bytes, 0u);
   EXPECT_EQ(table_.usage()[1].memory_bytes, kGiB);
 }
@@ -74,7 +74,7 @@ TEST_F(LeaseTableTest, ExpiresWithoutHeartbeat) {
   ASSERT_TRUE(table_.Commit("a", "s-a", now_).ok());
   ASSERT_TRUE(table_.Renew("a", "s-a", now_ + std::chrono::seconds(15)).ok());
   EXPECT_TRUE(table_.Expire(now_ + std::chrono::seconds(30)).empty());  // Renewed at 15 s: lives to 35 s.
-  EXPECT_EQ(table_.Expire(now_ + std::chrono::seconds(36)), std::vector<std::string>{"a"});
+  EXPECT_EQ(table_.Expire(now_ + std::chrono::seconds(36)), (std::vector<LeaseTable::Expired>{{"a", true}}));
   EXPECT_EQ(table_.usage()[0].share, 0u);
   EXPECT_EQ(table_.Renew("a", "s-a", now_).code(), StatusCode::kNotFound);
 }

@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
   agent::CaptureAgentSignals();
 
   CLI::App app{"gp-agent: serves this host's GPUs (real or emulated) to a gpupool pool"};
-  std::string config_path, listen, name, device_class, emu_memory, lease_ttl, renew_interval, cuda_driver;
+  std::string config_path, listen, name, device_class, emu_memory, lease_ttl, renew_interval, cuda_driver, metrics,
+      idle_after;
   int emu = -1, emu_fallback = -1;
   bool no_nvml = false;
   app.add_option("--config", config_path, "agent.toml; flags override its values");
@@ -48,6 +49,8 @@ int main(int argc, char** argv) {
   app.add_option("--class", device_class, "class tag of this agent's devices (clients select with --class)");
   app.add_option("--lease-ttl", lease_ttl, "free leases not renewed for this long (default 20s)");
   app.add_option("--renew-interval", renew_interval, "renewal period advised to clients (default 5s)");
+  app.add_option("--metrics", metrics, "serve Prometheus metrics at http://ADDR/metrics (host:port; port 0 picks one)");
+  app.add_option("--idle-after", idle_after, "flag leases whose sessions made no call for this long (default 10m)");
   app.add_flag("--no-nvml", no_nvml, "do not look for physical GPUs through NVML (nor the CUDA driver unless --cuda-driver names one)");
   GP_PARSE_ARGS(app, argc, argv, 2);
 
@@ -75,6 +78,12 @@ int main(int argc, char** argv) {
     config.timing.lease_ttl = *d;
     // Keep the advised renewal at a quarter of the TTL unless set explicitly.
     if (renew_interval.empty()) config.timing.renew_interval = *d / 4;
+  }
+  if (!metrics.empty()) config.metrics_listen = metrics;
+  if (!idle_after.empty()) {
+    auto d = ParseDuration(idle_after);
+    if (!Report(d, "--idle-after")) return 2;
+    config.idle_after = *d;
   }
   if (!renew_interval.empty()) {
     auto d = ParseDuration(renew_interval);
