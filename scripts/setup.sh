@@ -22,6 +22,8 @@ PACKAGES=(
   googletest libgtest-dev libzstd-dev iproute2
   python3 python3-venv  # the Python framework tests make a venv and pip-install pinned packages into it
   clang libclang-rt-14-dev  # libFuzzer for the fatbin and PTX fuzz targets
+  libncurses-dev  # gp-top's full-screen view
+  tmux curl prometheus  # the operations tests: gp-top in a terminal, /metrics checked by promtool and scraped
 )
 
 install_packages() {

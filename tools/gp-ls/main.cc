@@ -4,6 +4,7 @@
 
 #include "core/json.h"
 #include "core/log.h"
+#include "client/state_json.h"
 #include "core/util.h"
 #include "gpupool/gpupool.h"
 
@@ -11,9 +12,8 @@ namespace {
 
 using namespace gpupool;
 
-constexpr int kSchemaVersion = 1;
-
 std::string Percent(double v) { return fmt::format("{:.0f}%", v * 100); }
+std::string Percent(const std::optional<double>& v) { return v ? Percent(*v) : "-"; }
 
 void PrintTable(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width;
@@ -33,14 +33,17 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows) {
 }
 
 void PrintText(const PoolState& state, bool leases) {
-  std::vector<std::vector<std::string>> rows = {{"SERVER", "GPU", "MODEL", "MEMORY", "COMPUTE", "STATE", "LEASES"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"SERVER", "GPU", "MODEL", "MEMORY", "USED", "COMPUTE", "UTIL", "STATE", "LEASES"}};
   for (const ServerInfo& s : state.servers) {
     std::string server = s.up ? fmt::format("{} ({})", s.name, s.address) : s.address;
     if (!s.up) {
-      rows.push_back({server, "-", "-", "-", "-", "down: " + s.error, "-"});
+      rows.push_back({server, "-", "-", "-", "-", "-", "-", "down: " + s.error, "-"});
       continue;
     }
-    if (s.devices.empty()) rows.push_back({server, "-", "-", "-", "-", s.draining ? "draining" : "no devices", "-"});
+    if (s.devices.empty()) {
+      rows.push_back({server, "-", "-", "-", "-", "-", "-", s.draining ? "draining" : "no devices", "-"});
+    }
     for (const DeviceInfo& d : s.devices) {
       std::string state_text = s.draining ? "draining" : d.whole_free() ? "free" : d.compute_allocated >= 0.9999 ||
                                                                                    d.memory_allocated >= d.memory_total
@@ -59,87 +62,30 @@ void PrintText(const PoolState& state, bool leases) {
       }
       rows.push_back({server, std::to_string(d.index), model,
                       fmt::format("{} / {}", FormatMemorySize(d.memory_allocated), FormatMemorySize(d.memory_total)),
-                      Percent(d.compute_allocated), state_text, holders.empty() ? "-" : holders});
+                      FormatMemorySize(d.activity.memory_used), Percent(d.compute_allocated),
+                      Percent(d.activity.utilization), state_text, holders.empty() ? "-" : holders});
     }
   }
   PrintTable(rows);
   if (!leases) return;
   fmt::print("\n");
   std::vector<std::vector<std::string>> lrows = {
-      {"LEASE", "SERVER", "USER", "HOST", "PID", "GPUS", "MEMORY", "STATE", "EXPIRES", "COMMAND"}};
+      {"LEASE", "SERVER", "USER", "HOST", "PID", "GPUS", "MEMORY", "USED", "UTIL", "CALLS/S", "STATE", "EXPIRES",
+       "COMMAND"}};
   for (const ServerInfo& s : state.servers) {
     for (const LeaseInfo& l : s.leases) {
       std::string devices;
       for (uint32_t d : l.devices) devices += (devices.empty() ? "" : ",") + std::to_string(d);
+      std::string state_text = !l.committed ? "reserved"
+                               : l.idle     ? "idle " + FormatDuration(std::chrono::milliseconds(static_cast<int64_t>(l.idle_s * 1000)))
+                                            : "active";
       lrows.push_back({l.id, s.name, l.user, l.host, std::to_string(l.pid), devices, FormatMemorySize(l.memory_bytes),
-                       l.committed ? "active" : "reserved", fmt::format("{:.1f}s", l.expires_in_s), l.label});
+                       FormatMemorySize(l.activity.memory_used), Percent(l.activity.utilization),
+                       fmt::format("{:.0f}", l.activity.calls_per_s), state_text,
+                       fmt::format("{:.1f}s", l.expires_in_s), l.label});
     }
   }
   PrintTable(lrows);
-}
-
-std::string ToJson(const PoolState& state, bool leases) {
-  JsonWriter w;
-  w.BeginObject().Key("schema_version").Int(kSchemaVersion).Key("servers").BeginArray();
-  for (const ServerInfo& s : state.servers) {
-    w.BeginObject().Key("address").String(s.address).Key("up").Bool(s.up);
-    w.Key("name");
-    s.up ? w.String(s.name) : w.Null();
-    w.Key("error");
-    s.up ? w.Null() : w.String(s.error);
-    w.Key("draining");
-    s.up ? w.Bool(s.draining) : w.Null();
-    w.Key("protocol_version");
-    s.up ? w.UInt(s.protocol_version) : w.Null();
-    w.Key("lease_ttl_s");
-    s.up ? w.Double(s.lease_ttl_s) : w.Null();
-    w.Key("devices").BeginArray();
-    for (const DeviceInfo& d : s.devices) {
-      w.BeginObject()
-          .Key("index").UInt(d.index)
-          .Key("uuid").String(d.uuid)
-          .Key("model").String(d.model)
-          .Key("class");
-      d.device_class.empty() ? w.Null() : w.String(d.device_class);
-      w.Key("emulated").Bool(d.emulated)
-          .Key("memory_total_bytes").UInt(d.memory_total)
-          .Key("memory_allocated_bytes").UInt(d.memory_allocated)
-          .Key("compute_allocated").Double(d.compute_allocated)
-          .Key("slices").BeginArray();
-      for (const SliceInfo& sl : d.slices) {
-        w.BeginObject()
-            .Key("lease").String(sl.lease_id)
-            .Key("memory_bytes").UInt(sl.memory_bytes)
-            .Key("compute_share").Double(sl.compute_share)
-            .Key("committed").Bool(sl.committed)
-            .EndObject();
-      }
-      w.EndArray().EndObject();
-    }
-    w.EndArray();
-    if (leases) {
-      w.Key("leases").BeginArray();
-      for (const LeaseInfo& l : s.leases) {
-        w.BeginObject()
-            .Key("id").String(l.id)
-            .Key("user").String(l.user)
-            .Key("host").String(l.host)
-            .Key("pid").UInt(l.pid)
-            .Key("label").String(l.label)
-            .Key("committed").Bool(l.committed)
-            .Key("expires_in_s").Double(l.expires_in_s)
-            .Key("age_s").Double(l.age_s)
-            .Key("memory_bytes").UInt(l.memory_bytes)
-            .Key("devices").BeginArray();
-        for (uint32_t d : l.devices) w.UInt(d);
-        w.EndArray().EndObject();
-      }
-      w.EndArray();
-    }
-    w.EndObject();
-  }
-  w.EndArray().EndObject();
-  return w.str();
 }
 
 }  // namespace
@@ -162,7 +108,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   PoolState state = pool->State();
-  if (json) fmt::print("{}\n", ToJson(state, leases));
+  if (json) fmt::print("{}\n", PoolStateJson(state, {leases, false}));
   else PrintText(state, leases);
   if (state.servers_up() == 0) {
     if (json) fmt::print(stderr, "gp-ls: no server answered\n");

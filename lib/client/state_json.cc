@@ -1,0 +1,116 @@
+#include "client/state_json.h"
+
+#include "core/json.h"
+
+namespace gpupool {
+namespace {
+
+void Optional(JsonWriter& w, const char* key, const std::optional<double>& v) {
+  w.Key(key);
+  v ? w.Double(*v) : w.Null();
+}
+
+// A telemetry sample's fields, inside an object being written.
+void ActivityFields(JsonWriter& w, const Activity& a) {
+  w.Key("memory_used_bytes").UInt(a.memory_used);
+  Optional(w, "utilization", a.utilization);
+  w.Key("calls_per_s").Double(a.calls_per_s);
+  w.Key("bytes_to_device_per_s").Double(a.bytes_to_device_per_s);
+  w.Key("bytes_from_device_per_s").Double(a.bytes_from_device_per_s);
+}
+
+void History(JsonWriter& w, const std::vector<Activity>& history) {
+  w.Key("history").BeginArray();
+  for (const Activity& a : history) {
+    w.BeginObject().Key("at_unix_s").Double(a.at_unix_s);
+    ActivityFields(w, a);
+    Optional(w, "temperature_c", a.temperature_c);
+    Optional(w, "power_w", a.power_w);
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+}  // namespace
+
+std::string PoolStateJson(const PoolState& state, const StateJsonOptions& options) {
+  JsonWriter w;
+  w.BeginObject().Key("schema_version").Int(kStateJsonSchemaVersion).Key("servers").BeginArray();
+  for (const ServerInfo& s : state.servers) {
+    w.BeginObject().Key("address").String(s.address).Key("up").Bool(s.up);
+    w.Key("name");
+    s.up ? w.String(s.name) : w.Null();
+    w.Key("error");
+    s.up ? w.Null() : w.String(s.error);
+    w.Key("draining");
+    s.up ? w.Bool(s.draining) : w.Null();
+    w.Key("protocol_version");
+    s.up ? w.UInt(s.protocol_version) : w.Null();
+    w.Key("lease_ttl_s");
+    s.up ? w.Double(s.lease_ttl_s) : w.Null();
+    w.Key("idle_after_s");
+    s.up && s.idle_after_s > 0 ? w.Double(s.idle_after_s) : w.Null();
+    w.Key("devices").BeginArray();
+    for (const DeviceInfo& d : s.devices) {
+      w.BeginObject()
+          .Key("index").UInt(d.index)
+          .Key("uuid").String(d.uuid)
+          .Key("model").String(d.model)
+          .Key("class");
+      d.device_class.empty() ? w.Null() : w.String(d.device_class);
+      w.Key("emulated").Bool(d.emulated)
+          .Key("memory_total_bytes").UInt(d.memory_total)
+          .Key("memory_allocated_bytes").UInt(d.memory_allocated)
+          .Key("compute_allocated").Double(d.compute_allocated);
+      ActivityFields(w, d.activity);
+      Optional(w, "temperature_c", d.activity.temperature_c);
+      Optional(w, "power_w", d.activity.power_w);
+      w.Key("slices").BeginArray();
+      for (const SliceInfo& sl : d.slices) {
+        w.BeginObject()
+            .Key("lease").String(sl.lease_id)
+            .Key("memory_bytes").UInt(sl.memory_bytes)
+            .Key("compute_share").Double(sl.compute_share)
+            .Key("committed").Bool(sl.committed)
+            .EndObject();
+      }
+      w.EndArray();
+      if (options.history) History(w, d.history);
+      w.EndObject();
+    }
+    w.EndArray();
+    if (options.leases) {
+      w.Key("leases").BeginArray();
+      for (const LeaseInfo& l : s.leases) {
+        w.BeginObject()
+            .Key("id").String(l.id)
+            .Key("user").String(l.user)
+            .Key("host").String(l.host)
+            .Key("pid").UInt(l.pid)
+            .Key("label").String(l.label)
+            .Key("committed").Bool(l.committed)
+            .Key("expires_in_s").Double(l.expires_in_s)
+            .Key("age_s").Double(l.age_s)
+            .Key("memory_bytes").UInt(l.memory_bytes);
+        ActivityFields(w, l.activity);
+        w.Key("sessions").UInt(l.sessions)
+            .Key("calls_total").UInt(l.calls_total)
+            .Key("bytes_to_device_total").UInt(l.bytes_to_device_total)
+            .Key("bytes_from_device_total").UInt(l.bytes_from_device_total)
+            .Key("idle_s").Double(l.idle_s)
+            .Key("idle").Bool(l.idle)
+            .Key("devices").BeginArray();
+        for (uint32_t d : l.devices) w.UInt(d);
+        w.EndArray();
+        if (options.history) History(w, l.history);
+        w.EndObject();
+      }
+      w.EndArray();
+    }
+    w.EndObject();
+  }
+  w.EndArray().EndObject();
+  return w.str();
+}
+
+}  // namespace gpupool

@@ -1,0 +1,24 @@
+// The pool's state as gp-ls --json and gp-top --json print it: one schema for both (schema_version, base units,
+// null for what is unknown or does not apply).
+#ifndef GPUPOOL_CLIENT_STATE_JSON_H_
+#define GPUPOOL_CLIENT_STATE_JSON_H_
+
+#include <string>
+
+#include "gpupool/state.h"
+
+namespace gpupool {
+
+// Bumped on an incompatible change; fields are only ever added within a version.
+inline constexpr int kStateJsonSchemaVersion = 1;
+
+struct StateJsonOptions {
+  bool leases = false;   // Each server's leases too.
+  bool history = false;  // Each device's and lease's telemetry history (as Pool::State returned it).
+};
+
+std::string PoolStateJson(const PoolState& state, const StateJsonOptions& options);
+
+}  // namespace gpupool
+
+#endif  // GPUPOOL_CLIENT_STATE_JSON_H_

@@ -1,0 +1,379 @@
+// Operations end to end: the agent's telemetry of real nvcc-built programs under gp-run, gp-ls and gp-top reading
+// it, gp-top's full-screen view driven through tmux as a person would, and /metrics checked by promtool and scraped
+// by a real Prometheus server.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "integration/helpers.h"
+
+namespace gpupool::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+std::string Program(const std::string& name) { return std::string(GPUPOOL_REMOTE_PROGRAM_DIR) + "/" + name; }
+
+const LeaseInfo* FindLease(const PoolState& state, const std::string& label_part) {
+  for (const auto& s : state.servers) {
+    for (const auto& l : s.leases) {
+      if (l.label.find(label_part) != std::string::npos) return &l;
+    }
+  }
+  return nullptr;
+}
+
+// An agent serving /metrics; its metrics URL is read from its second line of output.
+struct MetricsAgent {
+  explicit MetricsAgent(std::vector<std::string> extra = {}) : agent(Options(std::move(extra))) {
+    std::string line = agent.process().ReadLine(seconds(10));
+    auto at = line.find("http://");
+    if (at == std::string::npos) throw std::runtime_error("no metrics line from gp-agent: '" + line + "'");
+    url = line.substr(at);
+  }
+  static AgentOptions Options(std::vector<std::string> extra) {
+    AgentOptions o{.name = "ops", .emulated = 2, .emulated_memory = "4GiB"};
+    o.extra_args = {"--metrics", "127.0.0.1:0"};
+    o.extra_args.insert(o.extra_args.end(), extra.begin(), extra.end());
+    return o;
+  }
+  std::string Scrape() const { return RunCommand({"/usr/bin/env", "curl", "-sS", "--max-time", "5", url}).out; }
+  Agent agent;
+  std::string url;
+};
+
+// The value of the first sample of `series` (the metric name with its labels, as printed) in `text`; -1 if none.
+double SampleOf(const std::string& text, const std::string& series) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return -1;
+}
+
+// A TCP port free on loopback now.
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST(Operations, TelemetryFollowsRealProgramsAndFlagsIdleLeases) {
+  MetricsAgent m({"--idle-after", "2s"});
+  const std::string server = m.agent.address();
+  Process busy({ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", Program("busy"), "20"});
+  Process copies({ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", Program("copy_loop")});
+  Process sleeper({ToolPath("gp-run"), "--servers", server, "-p", "0.25", "--", "sleep", "30"});
+  Pool pool = Connect({server});
+  // Within a few samples: the busy program keeps its device busy, the copier moves bytes both ways, the sleeper
+  // (no CUDA at all) goes idle, and each one's memory is what it allocated.
+  PoolState state;
+  bool seen = Eventually(
+      [&] {
+        state = pool.State(seconds(30));
+        const LeaseInfo* b = FindLease(state, "busy");
+        const LeaseInfo* c = FindLease(state, "copy_loop");
+        const LeaseInfo* s = FindLease(state, "sleep");
+        return b && c && s && b->activity.utilization.value_or(0) > 0.5 && b->activity.calls_per_s > 0 &&
+               c->activity.bytes_to_device_per_s > (1 << 20) && c->activity.bytes_from_device_per_s > (1 << 20) &&
+               s->idle;
+      },
+      seconds(30));
+  ASSERT_TRUE(seen) << "telemetry never showed the three programs at work";
+  const LeaseInfo* b = FindLease(state, "busy");
+  const LeaseInfo* c = FindLease(state, "copy_loop");
+  const LeaseInfo* s = FindLease(state, "sleep");
+  EXPECT_EQ(b->activity.memory_used, 8u * 64 * sizeof(unsigned long long));  // busy's one cudaMalloc.
+  EXPECT_GE(c->activity.memory_used, 32u << 20);                               // copy_loop's 32 MiB buffer.
+  EXPECT_EQ(b->sessions, 1u);
+  EXPECT_EQ(s->sessions, 0u);
+  EXPECT_FALSE(b->idle);
+  EXPECT_FALSE(c->idle);
+  EXPECT_GE(s->idle_s, 2.0);
+  EXPECT_GT(b->calls_total, 0u);
+  EXPECT_GT(c->bytes_to_device_total, 32u << 20);
+  EXPECT_FALSE(b->history.empty());
+  EXPECT_LE(b->history.size(), 30u);
+  // Per device: what its sessions hold, and how busy it is.
+  uint64_t used = 0;
+  for (const auto& d : state.servers[0].devices) used += d.activity.memory_used;
+  EXPECT_EQ(used, b->activity.memory_used + c->activity.memory_used);
+  ASSERT_EQ(b->devices.size(), 1u);
+  EXPECT_GT(state.servers[0].devices[b->devices[0]].activity.utilization.value_or(0), 0.5);
+  EXPECT_EQ(state.servers[0].idle_after_s, 2.0);
+
+  // The same through /metrics.
+  std::string text = m.Scrape();
+  EXPECT_EQ(SampleOf(text, "gpupool_leases{state=\"idle\"}"), 1) << text;
+  EXPECT_EQ(SampleOf(text, "gpupool_sessions"), 2) << text;
+  EXPECT_GT(SampleOf(text, "gpupool_lease_calls_total{lease=\"" + b->id + "\",user=\"" + b->user + "\"}"), 0);
+  EXPECT_EQ(text.find("pid"), std::string::npos) << "no PID labels";
+
+  // A killed client's lease ends; its numbers go with it, and the device's memory comes back.
+  copies.Signal(SIGKILL);
+  kill(-copies.pid(), SIGKILL);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        state = pool.State();
+        uint64_t u = 0;
+        for (const auto& d : state.servers[0].devices) u += d.activity.memory_used;
+        return !FindLease(state, "copy_loop") && u == 8u * 64 * sizeof(unsigned long long);
+      },
+      seconds(40)));
+}
+
+TEST(Operations, MetricsPassPromtoolAndARealPrometheusScrapesThem) {
+  MetricsAgent m;
+  Process busy({ToolPath("gp-run"), "--servers", m.agent.address(), "-p", "0.5", "--", Program("busy"), "60"});
+  Pool pool = Connect({m.agent.address()});
+  ASSERT_TRUE(Eventually([&] { return FindLease(pool.State(), "busy") != nullptr; }, seconds(20)));
+  std::string text;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        text = m.Scrape();
+        return text.find("gpupool_lease_calls_total{") != std::string::npos;
+      },
+      seconds(20)))
+      << text;
+  TempDir dir;
+  std::string scraped = dir.Write("metrics.txt", text);
+  RunResult check = RunCommand({"/bin/sh", "-c", "promtool check metrics < " + scraped});
+  EXPECT_EQ(check.code, 0) << "promtool: " << check.out << check.err << "\n" << text;
+  // Anything promtool finds worth a word (naming, units, help) is a failure too.
+  EXPECT_EQ(check.out + check.err, "") << text;
+  // Something else on the metrics port gets a clear 404.
+  RunResult other = RunCommand({"/usr/bin/env", "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                                m.url.substr(0, m.url.rfind('/')) + "/other"});
+  EXPECT_EQ(other.out, "404");
+
+  // A real Prometheus server scrapes the agent every second; its query API answers with the agent's numbers.
+  std::string target = m.url.substr(7, m.url.rfind('/') - 7);
+  std::string config = dir.Write("prometheus.yml", "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                                                   "scrape_configs:\n  - job_name: gpupool\n    static_configs:\n"
+                                                   "      - targets: ['" + target + "']\n");
+  int port = FreePort();
+  Process prometheus({"/usr/bin/env", "prometheus", "--config.file=" + config, "--storage.tsdb.path=" + dir.path() + "/data",
+                      "--web.listen-address=127.0.0.1:" + std::to_string(port), "--log.level=warn"});
+  auto query = [port](const std::string& promql) {
+    return RunCommand({"/usr/bin/env", "curl", "-sS", "--max-time", "5", "-G", "--data-urlencode", "query=" + promql,
+                       "http://127.0.0.1:" + std::to_string(port) + "/api/v1/query"})
+        .out;
+  };
+  // {"status":"success","data":{"resultType":"vector","result":[{"metric":{...},"value":[TIME,"VALUE"]}]}}
+  auto value_of = [&](const std::string& promql) {
+    static const std::regex value(R"re("value":\[[0-9.]+,"([^"]+)"\])re");
+    std::smatch match;
+    std::string answer = query(promql);
+    return std::regex_search(answer, match, value) ? std::stod(match[1]) : -1.0;
+  };
+  ASSERT_TRUE(Eventually([&] { return value_of("up{job=\"gpupool\"}") == 1; }, seconds(60)))
+      << "Prometheus never scraped the agent: " << query("up") << prometheus.Stderr();
+  EXPECT_EQ(value_of("gpupool_device_memory_total_bytes{gpu=\"0\"}"), 4.0 * (1ull << 30));
+  EXPECT_EQ(value_of("sum(gpupool_device_memory_allocated_bytes)"), 2.0 * (1ull << 30));
+  EXPECT_EQ(value_of("count(gpupool_device_info{emulated=\"true\"})"), 2);
+  EXPECT_EQ(value_of("gpupool_leases{state=\"active\"}"), 1);
+  EXPECT_GE(value_of("gpupool_reservations_granted_total"), 1);
+  // Counters rise between scrapes: the busy program's calls and its device time.
+  EXPECT_TRUE(Eventually([&] { return value_of("sum(rate(gpupool_lease_calls_total[5s]))") > 0; }, seconds(30)))
+      << query("gpupool_lease_calls_total");
+  EXPECT_TRUE(Eventually([&] { return value_of("max(rate(gpupool_device_busy_seconds_total[5s]))") > 0.3; },
+                         seconds(30)))
+      << query("gpupool_device_busy_seconds_total");
+}
+
+// gp-top in a real terminal (tmux, 80x24), keys sent as a person types them.
+class Tmux {
+ public:
+  explicit Tmux(const std::string& command) : socket_("gpupool-test-" + std::to_string(getpid())) {
+    RunResult r = Run({"new-session", "-d", "-s", "top", "-x", "80", "-y", "24", command});
+    if (r.code != 0) throw std::runtime_error("tmux: " + r.err);
+  }
+  ~Tmux() { Run({"kill-server"}); }
+  std::string Screen() { return Run({"capture-pane", "-p", "-t", "top"}).out; }
+  void Keys(std::vector<std::string> keys) {
+    std::vector<std::string> args = {"send-keys", "-t", "top"};
+    args.insert(args.end(), keys.begin(), keys.end());
+    Run(args);
+  }
+  bool Alive() { return Run({"has-session", "-t", "top"}).code == 0; }
+  // Waits until the screen satisfies `pred`; the last screen in *screen.
+  bool Shows(const std::function<bool(const std::string&)>& pred, std::string* screen,
+             milliseconds timeout = seconds(15)) {
+    return Eventually(
+        [&] {
+          *screen = Screen();
+          return pred(*screen);
+        },
+        timeout);
+  }
+
+ private:
+  RunResult Run(std::vector<std::string> args) {
+    std::vector<std::string> argv = {"/usr/bin/env", "tmux", "-L", socket_, "-f", "/dev/null"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCommand(argv, {}, seconds(10));
+  }
+  std::string socket_;
+};
+
+std::vector<std::string> Lines(const std::string& screen) {
+  std::vector<std::string> lines;
+  std::istringstream in(screen);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+// The lease rows of gp-top's screen: the lines between the lease header and the footer.
+std::string LeaseRows(const std::string& screen) {
+  auto at = screen.find("COMMAND");
+  auto footer = screen.rfind("\n", screen.find("q quit"));
+  if (at == std::string::npos) return "";
+  at = screen.find('\n', at);
+  return screen.substr(at, footer == std::string::npos ? std::string::npos : footer - at);
+}
+
+bool Has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+TEST(Operations, GpTopInAnEightyByTwentyFourTerminal) {
+  Agent agent(AgentOptions{.name = "top", .emulated = 2, .emulated_memory = "4GiB", .extra_args = {"--idle-after", "2s"}});
+  const std::string server = agent.address();
+  auto worker = std::make_unique<Process>(
+      std::vector<std::string>{ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", Program("busy"), "60"});
+  auto sleeper = std::make_unique<Process>(
+      std::vector<std::string>{ToolPath("gp-run"), "--servers", server, "-m", "1GiB", "--", "sleep", "60"});
+  Tmux tmux(ToolPath("gp-top") + " --servers " + server + ",127.0.0.1:1 --interval 0.5");
+  std::string screen;
+  ASSERT_TRUE(tmux.Shows([](const std::string& s) { return Has(LeaseRows(s), "busy") && Has(LeaseRows(s), "sleep"); },
+                         &screen))
+      << screen;
+  // It fits: 80 columns, 24 lines; a bar per GPU; the down server is shown, not fatal.
+  auto lines = Lines(screen);
+  EXPECT_LE(lines.size(), 24u);
+  for (const auto& l : lines) EXPECT_LE(l.size(), 80u) << l;
+  EXPECT_TRUE(Has(screen, "127.0.0.1:1 down")) << screen;
+  EXPECT_TRUE(Has(screen, "1/2 servers up")) << screen;
+  for (const char* column : {"USER", "HOST", "GPUS", "UTIL", "CALL/S", "BYTE/S", "AGE", "EXP", "COMMAND"}) {
+    EXPECT_TRUE(Has(screen, column)) << column << "\n" << screen;
+  }
+  // The busy lease's utilisation reaches its row, and the sleeper is flagged idle.
+  ASSERT_TRUE(tmux.Shows(
+      [](const std::string& s) {
+        std::regex busy_row(R"(run +\S*busy)"), idle_row(R"(idle +sleep)"), util(R"( (\d+)% +\d)");
+        return std::regex_search(s, busy_row) && std::regex_search(s, idle_row) && Has(s, "[####");
+      },
+      &screen))
+      << screen;
+
+  // s: sort by the next key; r: reverse.
+  tmux.Keys({"s"});
+  ASSERT_TRUE(tmux.Shows([](const std::string& s) { return Has(s, "sort memory desc"); }, &screen)) << screen;
+  // By memory, largest first: the busy program holds 4 KiB, the sleeper nothing.
+  EXPECT_LT(LeaseRows(screen).find("busy"), LeaseRows(screen).find("sleep")) << screen;
+  tmux.Keys({"r"});
+  ASSERT_TRUE(tmux.Shows([](const std::string& s) { return Has(s, "sort memory asc"); }, &screen)) << screen;
+  EXPECT_GT(LeaseRows(screen).find("busy"), LeaseRows(screen).find("sleep")) << screen;
+
+  // /: a filter, typed; only matching leases remain. c clears it.
+  tmux.Keys({"/"});
+  ASSERT_TRUE(tmux.Shows([](const std::string& s) { return Has(s, "filter: _"); }, &screen)) << screen;
+  tmux.Keys({"s", "l", "e", "e", "p", "Enter"});
+  ASSERT_TRUE(tmux.Shows([](const std::string& s) { return Has(s, "filter \"sleep\""); }, &screen)) << screen;
+  EXPECT_TRUE(Has(LeaseRows(screen), "sleep")) << screen;
+  EXPECT_FALSE(Has(LeaseRows(screen), "busy")) << screen;
+  tmux.Keys({"c"});
+  ASSERT_TRUE(tmux.Shows([](const std::string& s) { return Has(LeaseRows(s), "busy") && !Has(s, "filter \""); },
+                         &screen))
+      << screen;
+  // i: idle leases only.
+  tmux.Keys({"i"});
+  ASSERT_TRUE(tmux.Shows([](const std::string& s) { return Has(s, "idle only") && !Has(LeaseRows(s), "busy"); },
+                         &screen))
+      << screen;
+  tmux.Keys({"i"});
+
+  // Leases come and go: the sleeper is stopped (gp-run passes the signal on and releases), a new one appears.
+  sleeper->Signal(SIGTERM);
+  EXPECT_EQ(sleeper->Wait(seconds(10)), 128 + SIGTERM);
+  ASSERT_TRUE(tmux.Shows([](const std::string& s) { return !Has(LeaseRows(s), "sleep 60") && Has(s, "busy"); },
+                         &screen))
+      << screen;
+  Process newcomer({ToolPath("gp-run"), "--servers", server, "-p", "0.25", "--", "sleep", "45"});
+  ASSERT_TRUE(tmux.Shows([](const std::string& s) { return Has(LeaseRows(s), "sleep 45"); }, &screen)) << screen;
+
+  // q quits, and the terminal is left to the shell.
+  tmux.Keys({"q"});
+  EXPECT_TRUE(Eventually([&] { return !tmux.Alive(); }, seconds(5))) << tmux.Screen();
+}
+
+TEST(Operations, GpTopOnceAndJsonAgreeWithGpLs) {
+  AgentGroup agents(2, AgentOptions{.name = "agree", .emulated = 2, .emulated_memory = "4GiB"});
+  Process a({ToolPath("gp-run"), "--servers", agents.Servers(), "-p", "0.5", "--", Program("busy"), "30"});
+  Process b({ToolPath("gp-run"), "--servers", agents.Servers(), "-n", "2", "--spread", "-m", "1GiB", "--", "sleep", "30"});
+  Pool pool = Connect(agents.Addresses());
+  // The spread lease is listed by both of its servers.
+  ASSERT_TRUE(Eventually([&] { return LeaseCount(pool.State()) == 3; }, seconds(20))) << a.Stderr() << b.Stderr();
+  TempDir dir;
+  RunResult top = RunCommand({ToolPath("gp-top"), "--json", "--servers", agents.Servers()});
+  RunResult ls = RunCommand({ToolPath("gp-ls"), "--json", "--leases", "--servers", agents.Servers()});
+  ASSERT_EQ(top.code, 0) << top.err;
+  ASSERT_EQ(ls.code, 0) << ls.err;
+  // The same schema and the same pool: servers, devices and their allocations, leases and their holders.
+  std::string compare = dir.Write("compare.py", R"(import json, sys
+top, ls = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert top["schema_version"] == ls["schema_version"] == 1
+def pool(doc):
+    out = []
+    for s in doc["servers"]:
+        devices = [(d["index"], d["uuid"], d["memory_total_bytes"], d["memory_allocated_bytes"], d["compute_allocated"])
+                   for d in s["devices"]]
+        leases = sorted((l["id"], l["user"], l["label"], l["memory_bytes"], tuple(l["devices"])) for l in s["leases"])
+        out.append((s["address"], s["up"], s["name"], devices, leases))
+    return out
+assert pool(top) == pool(ls), (pool(top), pool(ls))
+for s in top["servers"]:
+    for d in s["devices"]:
+        for key in ("memory_used_bytes", "utilization", "calls_per_s", "temperature_c"):
+            assert key in d, key
+    for l in s["leases"]:
+        for key in ("memory_used_bytes", "utilization", "calls_per_s", "bytes_to_device_per_s", "idle", "sessions"):
+            assert key in l, key
+print("same")
+)");
+  RunResult same = RunCommand({"/usr/bin/env", "python3", compare, dir.Write("top.json", top.out), dir.Write("ls.json", ls.out)});
+  EXPECT_EQ(same.out, "same\n") << same.out << same.err;
+  // History only when asked for, at most what was asked.
+  RunResult history = RunCommand({ToolPath("gp-top"), "--json", "--history", "5", "--servers", agents.Servers()});
+  EXPECT_TRUE(Has(history.out, "\"history\":[")) << history.out;
+  EXPECT_FALSE(Has(top.out, "\"history\"")) << top.out;
+
+  // --once: one screen of text, every lease on it, no colour codes in a pipe (nor with NO_COLOR).
+  RunResult once = RunCommand({ToolPath("gp-top"), "--once", "--servers", agents.Servers()});
+  EXPECT_EQ(once.code, 0) << once.err;
+  EXPECT_TRUE(Has(once.out, "sleep 30")) << once.out;
+  EXPECT_TRUE(Has(once.out, "busy 30")) << once.out;
+  EXPECT_TRUE(Has(once.out, "2/2 servers up")) << once.out;
+  EXPECT_FALSE(Has(once.out, "\x1b[")) << once.out;
+  // A down server is shown; only a pool with no server up is an error.
+  RunResult partly = RunCommand({ToolPath("gp-top"), "--once", "--servers", agents.Servers() + ",127.0.0.1:1"});
+  EXPECT_EQ(partly.code, 0);
+  EXPECT_TRUE(Has(partly.out, "127.0.0.1:1 down")) << partly.out;
+  RunResult none = RunCommand({ToolPath("gp-top"), "--once", "--servers", "127.0.0.1:1"});
+  EXPECT_EQ(none.code, 1);
+  RunResult bad = RunCommand({ToolPath("gp-top"), "--interval", "0"});
+  EXPECT_EQ(bad.code, 2);
+}
+
+}  // namespace
+}  // namespace gpupool::testing
