@@ -27,6 +27,10 @@ renew_interval = "3s"
 reservation_ttl = "2s"
 [drain]
 timeout = "1m"
+[metrics]
+listen = "*:9450"
+[telemetry]
+idle_after = "30m"
 )", "agent.toml", &c);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(c.name, "gpu-a");
@@ -35,6 +39,15 @@ timeout = "1m"
   EXPECT_FALSE(c.nvml);
   EXPECT_EQ(c.emulated_count, 8);
   EXPECT_EQ(c.emulated_memory, 40ull << 30);
+  EXPECT_EQ(c.metrics_listen, "*:9450");
+  EXPECT_EQ(c.idle_after.count(), 30 * 60 * 1000);
+  EXPECT_TRUE(c.Validate().ok());
+  c.idle_after = std::chrono::milliseconds(10);
+  EXPECT_NE(c.Validate().message().find("idle_after"), std::string::npos);
+  c.idle_after = std::chrono::minutes(10);
+  c.metrics_listen = "unix:/tmp/m.sock";
+  EXPECT_NE(c.Validate().message().find("[metrics] listen"), std::string::npos);
+  c.metrics_listen = "*:9450";
   EXPECT_EQ(c.timing.lease_ttl.count(), 30000);
   EXPECT_EQ(c.timing.renew_interval.count(), 3000);
   EXPECT_EQ(c.timing.reservation_ttl.count(), 2000);
