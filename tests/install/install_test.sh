@@ -30,7 +30,7 @@ step "installing $build into $prefix"
 cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" || { cat "$tmp/install.log" >&2; fail "cmake --install failed"; }
 
 step "checking the installed tree"
-for f in bin/gp-agent bin/gp-run bin/gp-ls bin/gp-bench; do
+for f in bin/gp-agent bin/gp-run bin/gp-ls bin/gp-top bin/gp-bench; do
   [[ -x "$prefix/$f" ]] || fail "$f is missing or not executable"
 done
 [[ -e "$prefix/lib/gpupool/cuda/libcuda.so.1" ]] || fail "lib/gpupool/cuda/libcuda.so.1 (the interposer) is missing"
@@ -41,7 +41,7 @@ done
 if grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](capnp/|kj/|uv\.h|uv/)' "$prefix/include/gpupool"; then
   fail "the public headers include Cap'n Proto, KJ or libuv headers (above)"
 fi
-for tool in gp-agent gp-run gp-ls; do
+for tool in gp-agent gp-run gp-ls gp-top; do
   "$prefix/bin/$tool" --help >/dev/null || fail "$tool --help failed"
 done
 
