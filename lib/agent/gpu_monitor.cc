@@ -4,20 +4,17 @@
 
 #include <fmt/format.h>
 
+#include "agent/nvml_types.h"
+
 namespace gpupool::agent {
 namespace {
 
-// NVML's types, as nvml.h declares them (the header is not needed to build the agent).
-using nvmlReturn_t = int;
-using nvmlDevice_t = void*;
-struct NvmlMemory {
-  unsigned long long total, free, used;
-};
-struct NvmlUtilization {
-  unsigned int gpu, memory;
-};
-constexpr nvmlReturn_t kNvmlSuccess = 0;
-constexpr int kNvmlTemperatureGpu = 0;
+using nvmlReturn_t = nvml::Return;
+using nvmlDevice_t = nvml::Device;
+using NvmlMemory = nvml::Memory;
+using NvmlUtilization = nvml::Utilization;
+constexpr nvmlReturn_t kNvmlSuccess = nvml::kSuccess;
+constexpr int kNvmlTemperatureGpu = nvml::kTemperatureGpu;
 
 }  // namespace
 

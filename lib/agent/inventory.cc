@@ -4,19 +4,18 @@
 
 #include <fmt/format.h>
 
+#include "agent/nvml_types.h"
 #include "backend/cuda/cuda_driver.h"
 #include "core/log.h"
 
 namespace gpupool::agent {
 namespace {
 
-// The few NVML entry points we need, resolved at run time so the agent runs where no driver is installed.
-using nvmlReturn_t = int;
-using nvmlDevice_t = void*;
-struct NvmlMemory {
-  unsigned long long total, free, used;
-};
-constexpr nvmlReturn_t kNvmlSuccess = 0;
+// NVML's entry points are resolved at run time so the agent runs where no driver is installed.
+using nvmlReturn_t = nvml::Return;
+using nvmlDevice_t = nvml::Device;
+using NvmlMemory = nvml::Memory;
+constexpr nvmlReturn_t kNvmlSuccess = nvml::kSuccess;
 
 }  // namespace
 
