@@ -45,6 +45,13 @@ struct DeviceInfo {
   bool whole_free() const { return slices.empty(); }
 };
 
+// One running session of a lease: one process's CUDA work on one of its slices.
+struct SessionInfo {
+  uint32_t device = 0;   // Device index on the lease's server.
+  uint32_t worker_pid = 0;  // The session's worker process on that server.
+  Activity activity;
+};
+
 struct LeaseInfo {
   std::string id;
   std::string user, host, label;
@@ -57,6 +64,7 @@ struct LeaseInfo {
   Activity activity;              // The latest sample of all its sessions on this server.
   std::vector<Activity> history;  // Oldest first; only when asked for.
   uint32_t sessions = 0;          // Running now (one per process per slice).
+  std::vector<SessionInfo> session_list;  // Each running session's latest sample.
   uint64_t calls_total = 0, bytes_to_device_total = 0, bytes_from_device_total = 0;  // Since it was granted.
   double idle_s = 0;              // Since its last call or device work (or since it was granted, if none).
   bool idle = false;              // idle_s reached the server's idle threshold (ServerInfo::idle_after_s).

@@ -244,6 +244,14 @@ void Describe(const AgentState& state, wire::AgentState::Builder out, bool with_
       l.setCallsTotal(activity->totals.calls);
       l.setBytesToDeviceTotal(activity->totals.bytes_to_device);
       l.setBytesFromDeviceTotal(activity->totals.bytes_from_device);
+      auto list = l.initSessionList(static_cast<unsigned>(activity->per_session.size()));
+      for (size_t k = 0; k < activity->per_session.size(); ++k) {
+        const SessionActivity& one = activity->per_session[k];
+        auto v = list[static_cast<unsigned>(k)];
+        v.setDevice(one.device);
+        v.setPid(static_cast<uint32_t>(one.pid));
+        FillActivity(v.initActivity(), one.latest);
+      }
     }
     uint64_t idle_ms = IdleMs(e, activity, now, now_unix_ms);
     l.setIdleMs(idle_ms);

@@ -54,6 +54,14 @@ void Telemetry::Sample(int64_t unix_ms, double interval_s, const std::vector<Ses
     LeaseActivity& l = leases[s.lease_id];
     Add(l.totals, s.reading);
     ++l.sessions;
+    SessionActivity one{s.pid, s.device, {}};
+    one.latest.unix_ms = unix_ms;
+    one.latest.memory_used = s.reading.memory_bytes;
+    one.latest.calls_per_s = Rate(s.reading.calls, b.calls, interval_s);
+    one.latest.bytes_to_device_per_s = Rate(s.reading.bytes_to_device, b.bytes_to_device, interval_s);
+    one.latest.bytes_from_device_per_s = Rate(s.reading.bytes_from_device, b.bytes_from_device, interval_s);
+    if (interval_s > 0) one.latest.utilization = std::min(1.0, Rate(s.reading.busy_nanos, b.busy_nanos, interval_s) / 1e9);
+    l.per_session.push_back(one);
     lease_devices[s.lease_id].insert(s.device);
   }
   previous_ = std::move(now_by_pid);

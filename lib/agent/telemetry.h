@@ -36,9 +36,17 @@ struct ActivityHistory {
   std::deque<ActivitySample> samples;  // Oldest first; `latest` is the last one.
 };
 
+// One running session (one process's work on one slice) over the last interval.
+struct SessionActivity {
+  pid_t pid = 0;
+  uint32_t device = 0;
+  ActivitySample latest;
+};
+
 struct LeaseActivity : ActivityHistory {
   backend::MeterReading totals;  // Everything its sessions did, ended sessions included (memory: held now).
   int sessions = 0;              // Running now.
+  std::vector<SessionActivity> per_session;  // The running ones, by worker process.
   // Wall clock of its last sign of life: a call, or its work running on a device (a long kernel or a wait
   // makes no calls, and is not idle); 0: none yet.
   int64_t last_active_unix_ms = 0;

@@ -77,6 +77,7 @@ void FillServerInfo(wire::AgentState::Reader st, ServerInfo* info) {
     if (l.hasActivity()) lease.activity = ToActivity(l.getActivity());
     lease.history = ToHistory(l.getHistory());
     lease.sessions = l.getSessions();
+    for (auto v : l.getSessionList()) lease.session_list.push_back({v.getDevice(), v.getPid(), ToActivity(v.getActivity())});
     lease.calls_total = l.getCallsTotal();
     lease.bytes_to_device_total = l.getBytesToDeviceTotal();
     lease.bytes_from_device_total = l.getBytesFromDeviceTotal();

@@ -101,6 +101,12 @@ std::string PoolStateJson(const PoolState& state, const StateJsonOptions& option
             .Key("idle").Bool(l.idle)
             .Key("devices").BeginArray();
         for (uint32_t d : l.devices) w.UInt(d);
+        w.EndArray().Key("session_list").BeginArray();
+        for (const SessionInfo& one : l.session_list) {
+          w.BeginObject().Key("device").UInt(one.device).Key("worker_pid").UInt(one.worker_pid);
+          ActivityFields(w, one.activity);
+          w.EndObject();
+        }
         w.EndArray();
         if (options.history) History(w, l.history);
         w.EndObject();

@@ -70,6 +70,13 @@ struct Device {
   history @9 :List(Activity);     # Oldest first, as many as describe's historySeconds asked for.
 }
 
+struct SessionView {
+  # One running session of a lease: one process's CUDA work on one of its slices.
+  device @0 :UInt32;
+  pid @1 :UInt32;                 # The session's worker process on the agent's host.
+  activity @2 :Activity;
+}
+
 struct LeaseView {
   id @0 :Text;
   owner @1 :Owner;
@@ -85,6 +92,7 @@ struct LeaseView {
   bytesFromDeviceTotal @11 :UInt64;
   idleMs @12 :UInt64;             # Since its last call or device work (or its grant, if none).
   idle @13 :Bool;                 # idleMs has reached the agent's idle threshold.
+  sessionList @14 :List(SessionView);  # Each running session's latest sample.
 }
 
 struct AgentState {

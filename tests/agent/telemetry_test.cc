@@ -34,6 +34,10 @@ TEST(Telemetry, RatesAndUtilisationFromTheMeters) {
   EXPECT_DOUBLE_EQ(*t.device(1).latest.utilization, 0);
   EXPECT_EQ(t.device(0).busy_nanos, 1'250'000'000u);
   EXPECT_EQ(a->last_active_unix_ms, 2000);  // Its work ran during the interval.
+  ASSERT_EQ(a->per_session.size(), 1u);
+  EXPECT_EQ(a->per_session[0].pid, 11);
+  EXPECT_DOUBLE_EQ(a->per_session[0].latest.calls_per_s, 200);
+  EXPECT_NEAR(*a->per_session[0].latest.utilization, 0.75, 1e-9);
 }
 
 TEST(Telemetry, AnEndedSessionsTotalsStayWithItsLease) {
@@ -42,6 +46,8 @@ TEST(Telemetry, AnEndedSessionsTotalsStayWithItsLease) {
            {});
   EXPECT_EQ(t.lease("a")->totals.calls, 150u);
   EXPECT_EQ(t.lease("a")->sessions, 2);
+  ASSERT_EQ(t.lease("a")->per_session.size(), 2u);
+  EXPECT_EQ(t.lease("a")->per_session[1].latest.memory_used, 100u);
   // Session 12 ended with 80 calls: its lease keeps them, its memory is gone.
   t.Sample(2000, 1.0, {{"a", 0, 11, Reading(120, 0, 0, 4096, 1500)}}, {{"a", Reading(80, 0, 0, 0, 1200)}}, {});
   const LeaseActivity* a = t.lease("a");

@@ -98,6 +98,10 @@ TEST(Operations, TelemetryFollowsRealProgramsAndFlagsIdleLeases) {
   EXPECT_EQ(b->activity.memory_used, 8u * 64 * sizeof(unsigned long long));  // busy's one cudaMalloc.
   EXPECT_GE(c->activity.memory_used, 32u << 20);                               // copy_loop's 32 MiB buffer.
   EXPECT_EQ(b->sessions, 1u);
+  ASSERT_EQ(b->session_list.size(), 1u);
+  EXPECT_EQ(b->session_list[0].device, b->devices.at(0));
+  EXPECT_EQ(b->session_list[0].activity.memory_used, b->activity.memory_used);
+  EXPECT_GT(b->session_list[0].worker_pid, 0u);
   EXPECT_EQ(s->sessions, 0u);
   EXPECT_FALSE(b->idle);
   EXPECT_FALSE(c->idle);
