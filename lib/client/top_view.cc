@@ -62,7 +62,7 @@ std::string Bar(int width, double filled, double marked = 0) {
 
 // A sparkline of utilisation samples, `width` characters for the newest ones.
 std::string Sparkline(const std::vector<Activity>& history, int width) {
-  static const char levels[] = " .:-=+*#%@";
+  static const char levels[] = "_.:-=+*#%@";  // "_": idle, still drawn so the timeline shows.
   std::string out;
   size_t n = std::min<size_t>(static_cast<size_t>(width), history.size());
   for (size_t i = history.size() - n; i < history.size(); ++i) {
