@@ -55,6 +55,7 @@ struct SessionInfo {
 struct LeaseInfo {
   std::string id;
   std::string user, host, label;
+  bool user_verified = false;  // The agent authenticated `user` (Unix socket peer, or token); else as claimed.
   uint32_t pid = 0;
   bool committed = false;
   double expires_in_s = 0;  // Until the agent frees it unless renewed.

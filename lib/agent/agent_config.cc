@@ -10,7 +10,7 @@ namespace {
 Status Read(const TomlFile& file, AgentConfig* c) {
   const toml::table& root = file.root();
   if (Status s = file.CheckKeys(root, {"name", "listen", "class", "nvml", "cuda_driver", "emulated", "leases", "drain",
-                                       "metrics", "telemetry"},
+                                       "metrics", "telemetry", "auth"},
                                 "the agent config");
       !s.ok())
     return s;
@@ -54,6 +54,12 @@ Status Read(const TomlFile& file, AgentConfig* c) {
   if (t) {
     if (!(s = file.CheckKeys(*t, {"listen"}, "[metrics]")).ok()) return s;
     if (!(s = file.GetString(*t, "listen", &c->metrics_listen)).ok()) return s;
+  }
+  if (!(s = section("auth", &t)).ok()) return s;
+  if (t) {
+    if (!(s = file.CheckKeys(*t, {"require", "tokens"}, "[auth]")).ok()) return s;
+    if (!(s = file.GetBool(*t, "require", &c->require_auth)).ok()) return s;
+    if (!(s = file.GetString(*t, "tokens", &c->tokens_file)).ok()) return s;
   }
   if (!(s = section("telemetry", &t)).ok()) return s;
   if (t) {

@@ -30,6 +30,9 @@ inline constexpr const char* kDefaultListen = "*:7450";
 //   listen = "*:9450"              # serve Prometheus metrics at http://ADDRESS/metrics; default: not served
 //   [telemetry]
 //   idle_after = "10m"             # flag a lease whose sessions made no call for this long
+//   [auth]
+//   require = false                # refuse clients the agent cannot authenticate
+//   tokens = "/etc/gpupool/tokens.toml"  # TCP clients' per-user tokens ([tokens] user = "token"; mode 0600)
 struct AgentConfig {
   std::string name;
   std::string listen = kDefaultListen;
@@ -43,6 +46,8 @@ struct AgentConfig {
   std::chrono::milliseconds sweep_interval{250};  // How often expiry is checked.
   std::string metrics_listen;                     // "host:port" for /metrics; empty: none.
   std::chrono::milliseconds idle_after{600000};
+  bool require_auth = false;
+  std::string tokens_file;  // Empty: no TCP client can authenticate.
 
   // Checks ranges and relations (ttl > renew interval ...): kInvalidArgument naming the field.
   Status Validate() const;

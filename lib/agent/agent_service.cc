@@ -13,6 +13,7 @@
 #include <kj/async-io.h>
 #include <kj/async-unix.h>
 
+#include "agent/auth.h"
 #include "agent/gpu_monitor.h"
 #include "agent/lease_table.h"
 #include "agent/metrics.h"
@@ -50,6 +51,7 @@ struct AgentState {
   std::unique_ptr<GpuMonitor> gpus;
   Clock::time_point last_sample = Clock::now();
   AgentCounters counters;
+  TokenTable tokens;  // TCP clients' per-user tokens (config.tokens_file).
 
   void EndSessions(const std::string& lease_id) {
     workers->KillLease(lease_id);
@@ -231,6 +233,7 @@ void Describe(const AgentState& state, wire::AgentState::Builder out, bool with_
     owner.setHost(e.owner.host);
     owner.setPid(e.owner.pid);
     owner.setLabel(e.owner.label);
+    l.setUserVerified(e.owner.verified);
     FillSlices(l.initSlices(static_cast<unsigned>(e.slices.size())), e.slices);
     l.setCommitted(e.committed);
     l.setExpiresInMs(e.expires > now ? static_cast<uint64_t>(
@@ -286,20 +289,37 @@ kj::Promise<void> SampleLoop(AgentState& state, kj::Timer& timer) {
 
 class AgentImpl final : public wire::Agent::Server {
  public:
-  explicit AgentImpl(AgentState& state) : state_(state) {}
+  AgentImpl(AgentState& state, Peer peer) : state_(state), peer_(std::move(peer)) {}
 
   kj::Promise<void> hello(HelloContext context) override {
-    uint32_t theirs = context.getParams().getClientVersion();
+    auto params = context.getParams();
+    uint32_t theirs = params.getClientVersion();
     if (theirs != wire::PROTOCOL_VERSION) {
       GP_WARN("rpc", "client speaks protocol v{}, this agent v{}", theirs, wire::PROTOCOL_VERSION);
+    }
+    // Over TCP a client proves who it is with its token; on a Unix socket the kernel has said already.
+    if (!peer_.unix_socket && params.hasToken() && params.getToken().size() > 0) {
+      std::string user = state_.tokens.UserOf(params.getToken());
+      if (!user.empty()) {
+        peer_.authenticated = true;
+        peer_.user = user;
+      } else {
+        GP_WARN("auth", "a client presented a token this agent does not know");
+        token_refused_ = true;
+      }
     }
     auto results = context.getResults();
     results.setServerVersion(wire::PROTOCOL_VERSION);
     results.setName(state_.config.name);
+    results.setUser(peer_.user);
+    if (std::string why = Unauthenticated(); !why.empty()) results.setRefused(why);
     return kj::READY_NOW;
   }
 
   kj::Promise<void> describe(DescribeContext context) override {
+    if (std::string why = Unauthenticated(); !why.empty()) {
+      return KJ_EXCEPTION(FAILED, "gpupool-refused", why);
+    }
     auto params = context.getParams();
     Describe(state_, context.getResults().initState(), params.getWithLeases(), params.getHistorySeconds());
     return kj::READY_NOW;
@@ -313,6 +333,15 @@ class AgentImpl final : public wire::Agent::Server {
     owner.host = params.getOwner().getHost();
     owner.pid = params.getOwner().getPid();
     owner.label = params.getOwner().getLabel();
+    if (peer_.authenticated) {  // Who the client is, not who it says it is.
+      owner.user = peer_.user;
+      owner.verified = true;
+    }
+    auto results = context.getResults();
+    if (!Admitted(results.initOutcome())) {
+      ++state_.counters.reservations_refused["permission_denied"];
+      return kj::READY_NOW;
+    }
     std::vector<SliceGrant> slices;
     for (auto s : params.getSlices()) slices.push_back({s.getDevice(), s.getMemoryBytes(), s.getShareMicros()});
     Status status = state_.table.Reserve(key.getId(), key.getSecret(), owner, slices, Clock::now());
@@ -322,13 +351,13 @@ class AgentImpl final : public wire::Agent::Server {
     } else {
       ++state_.counters.reservations_refused[ReasonOf(status)];
     }
-    auto results = context.getResults();
     SetOutcome(results.initOutcome(), status);
     results.setReservationTtlMs(Ms(state_.table.timing().reservation_ttl));
     return kj::READY_NOW;
   }
 
   kj::Promise<void> commit(CommitContext context) override {
+    if (!Admitted(context.getResults().initOutcome())) return kj::READY_NOW;
     auto key = context.getParams().getLease();
     Status status = state_.table.Commit(key.getId(), key.getSecret(), Clock::now());
     if (status.ok()) {
@@ -344,6 +373,7 @@ class AgentImpl final : public wire::Agent::Server {
   }
 
   kj::Promise<void> renew(RenewContext context) override {
+    if (!Admitted(context.getResults().initOutcome())) return kj::READY_NOW;
     auto key = context.getParams().getLease();
     Status status = state_.table.Renew(key.getId(), key.getSecret(), Clock::now());
     auto results = context.getResults();
@@ -357,6 +387,7 @@ class AgentImpl final : public wire::Agent::Server {
   }
 
   kj::Promise<void> release(ReleaseContext context) override {
+    if (!Admitted(context.getResults().initOutcome())) return kj::READY_NOW;
     auto key = context.getParams().getLease();
     Status status = state_.table.Release(key.getId(), key.getSecret());
     if (status.ok()) {
@@ -368,6 +399,7 @@ class AgentImpl final : public wire::Agent::Server {
   }
 
   kj::Promise<void> openSession(OpenSessionContext context) override {
+    if (!Admitted(context.getResults().initOutcome())) return kj::READY_NOW;
     auto params = context.getParams();
     auto key = params.getLease();
     auto results = context.getResults();
@@ -466,6 +498,7 @@ class AgentImpl final : public wire::Agent::Server {
   }
 
   kj::Promise<void> cancel(CancelContext context) override {
+    if (!Admitted(context.getResults().initOutcome())) return kj::READY_NOW;
     auto key = context.getParams().getLease();
     Status status = state_.table.Cancel(key.getId(), key.getSecret());
     if (status.ok()) GP_DEBUG("agent", "reservation {} cancelled", key.getId().cStr());
@@ -474,13 +507,63 @@ class AgentImpl final : public wire::Agent::Server {
   }
 
  private:
+  // Why this connection may do nothing (the agent requires authentication and it has none); empty if it may.
+  std::string Unauthenticated() const {
+    if (!state_.config.require_auth || peer_.authenticated) return "";
+    if (peer_.unix_socket) return "this agent requires authentication and cannot tell who is on this Unix socket";
+    if (token_refused_) {
+      return fmt::format("agent {} does not know this client's token (GPUPOOL_TOKEN or ~/.config/gpupool/token)",
+                         state_.config.name);
+    }
+    return fmt::format("agent {} requires authentication: give this client a token the agent knows "
+                       "(GPUPOOL_TOKEN, or ~/.config/gpupool/token readable by you alone), or use its Unix socket",
+                       state_.config.name);
+  }
+  // Whether the connection may act; if not, `out` says why.
+  bool Admitted(wire::Outcome::Builder out) {
+    std::string why = Unauthenticated();
+    if (why.empty()) return true;
+    SetOutcome(out, Status(StatusCode::kPermissionDenied, why));
+    return false;
+  }
+
   void RefuseSession(wire::Outcome::Builder out, const Status& status) {
     ++state_.counters.sessions_refused[ReasonOf(status)];
     SetOutcome(out, status);
   }
 
   AgentState& state_;
+  Peer peer_;
+  bool token_refused_ = false;  // The client presented a token the agent does not know.
 };
+
+// One client connection: its own AgentImpl, which knows who the client is.
+struct AgentConnection {
+  AgentConnection(kj::Own<kj::AsyncIoStream> s, kj::Own<AgentImpl> impl)
+      : stream(kj::mv(s)),
+        network(*stream, capnp::rpc::twoparty::Side::SERVER),
+        rpc(capnp::makeRpcServer(network, capnp::Capability::Client(kj::mv(impl)))) {}
+  kj::Own<kj::AsyncIoStream> stream;
+  capnp::TwoPartyVatNetwork network;
+  capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
+};
+
+class ConnectionErrors final : public kj::TaskSet::ErrorHandler {
+ public:
+  void taskFailed(kj::Exception&& e) override { GP_DEBUG("rpc", "a client connection failed: {}", e.getDescription().cStr()); }
+};
+
+// Accepts clients for ever; each connection lives until its client disconnects.
+kj::Promise<void> AcceptLoop(kj::ConnectionReceiver& receiver, AgentState& state, kj::TaskSet& connections,
+                             bool unix_socket) {
+  return receiver.accept().then([&receiver, &state, &connections, unix_socket](kj::Own<kj::AsyncIoStream>&& stream) {
+    Peer peer = unix_socket ? UnixPeer(*stream) : Peer{};
+    auto connection = kj::heap<AgentConnection>(kj::mv(stream), kj::heap<AgentImpl>(state, kj::mv(peer)));
+    auto ended = connection->network.onDisconnect();
+    connections.add(ended.attach(kj::mv(connection)));
+    return AcceptLoop(receiver, state, connections, unix_socket);
+  });
+}
 
 kj::Promise<void> SweepLoop(AgentState& state, kj::Timer& timer) {
   return timer.afterDelay(state.config.sweep_interval.count() * kj::MILLISECONDS).then([&state, &timer]() {
@@ -563,8 +646,29 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
     return 1;
   }
 
-  capnp::TwoPartyServer server(kj::heap<AgentImpl>(state));
-  auto accepting = server.listen(*receiver).eagerlyEvaluate([](kj::Exception&& e) {
+  const bool unix_socket = config.listen.rfind("unix:", 0) == 0;
+  if (!config.tokens_file.empty()) {
+    auto tokens = TokenTable::Load(config.tokens_file);
+    if (!tokens.ok()) {
+      GP_ERROR("agent", "{}", tokens.status().message());
+      return 2;
+    }
+    state.tokens = std::move(tokens).value();
+    GP_INFO("auth", "{} user token(s) from {}", state.tokens.size(), config.tokens_file);
+  }
+  if (config.require_auth) {
+    // Anyone may connect: the kernel says who they are, and whoever it cannot vouch for is refused.
+    if (unix_socket) chmod(config.listen.substr(5).c_str(), 0666);
+    GP_INFO("auth", "authentication required: {}", unix_socket ? "Unix socket peers by uid"
+                                                                : "TCP clients by token");
+  } else {
+    GP_INFO("auth", "authentication not required: {}",
+            unix_socket ? "users are who the kernel says they are on this Unix socket"
+                        : "TCP clients without a token are taken at their word for their user name ([auth])");
+  }
+  ConnectionErrors connection_errors;
+  kj::TaskSet connections(connection_errors);
+  auto accepting = AcceptLoop(*receiver, state, connections, unix_socket).eagerlyEvaluate([](kj::Exception&& e) {
     GP_ERROR("rpc", "accept loop failed: {}", e.getDescription().cStr());
   });
   auto sweeping = SweepLoop(state, io.provider->getTimer()).eagerlyEvaluate([](kj::Exception&& e) {

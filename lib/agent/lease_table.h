@@ -28,6 +28,7 @@ struct SliceGrant {
 struct LeaseOwner {
   std::string user, host, label;
   uint32_t pid = 0;
+  bool verified = false;  // `user` was authenticated by the agent, not claimed by the client.
 };
 
 struct LeaseTiming {

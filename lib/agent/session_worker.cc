@@ -67,6 +67,18 @@ bool EnvFlag(const char* name) {
   return v != nullptr && std::string_view(v) == "1";
 }
 
+// The permission bits of the agent's own Unix socket, which a door's `where` ("unix:PATH.session") sits beside;
+// 0600 if it cannot be read.
+mode_t AgentSocketMode(const std::string& where) {
+  constexpr std::string_view kSuffix = ".session";
+  struct stat st;
+  if (where.size() > 5 + kSuffix.size() && where.compare(where.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0 &&
+      stat(where.substr(5, where.size() - 5 - kSuffix.size()).c_str(), &st) == 0) {
+    return st.st_mode & 0666;
+  }
+  return 0600;
+}
+
 // The Unix socket a worker's door listens on, when the agent listens on one ("unix:PATH" -> PATH.PID); "" for
 // TCP. The agent computes it too, to remove the socket of a worker that was killed before it could.
 std::string DoorSocketPath(const std::string& direct_listen, pid_t pid) {
@@ -90,10 +102,12 @@ class Door {
     unix_path_ = DoorSocketPath(where, getpid());
     bool is_unix = !unix_path_.empty();
     return io_.provider->getNetwork().parseAddress(is_unix ? "unix:" + unix_path_ : where).then(
-        [this, direct, is_unix](kj::Own<kj::NetworkAddress> a) mutable {
+        [this, direct, is_unix, mode = AgentSocketMode(where)](kj::Own<kj::NetworkAddress> a) mutable {
           listener_ = a->listen();
           if (is_unix) {
-            chmod(unix_path_.c_str(), 0600);  // Only the agent's user (and so its clients' proxies) may knock.
+            // Whoever may connect to the agent's own socket may knock (0600 by default; 0666 on an agent that
+            // authenticates its peers): the ticket, not the mode, says who enters.
+            chmod(unix_path_.c_str(), mode);
             direct.setPath(unix_path_);
           } else {
             direct.setPort(static_cast<uint16_t>(listener_->getPort()));

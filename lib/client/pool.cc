@@ -71,6 +71,7 @@ void FillServerInfo(wire::AgentState::Reader st, ServerInfo* info) {
     lease.host = l.getOwner().getHost();
     lease.pid = l.getOwner().getPid();
     lease.label = l.getOwner().getLabel();
+    lease.user_verified = l.getUserVerified();
     lease.committed = l.getCommitted();
     lease.expires_in_s = static_cast<double>(l.getExpiresInMs()) / 1000.0;
     lease.age_s = static_cast<double>(l.getAgeMs()) / 1000.0;

@@ -3,10 +3,16 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
 
 #include <fmt/format.h>
 
@@ -23,8 +29,37 @@ struct Runtime::Connection {
   kj::Promise<void> watch = nullptr;  // Forgets the connection when the peer disconnects.
 };
 
+// This user's token for agents reached over TCP: $GPUPOOL_TOKEN, else the first line of ~/.config/gpupool/token
+// if only its owner can read it (a token others can read is refused, with a warning, once). Empty: none.
+std::string ClientToken() {
+  if (const char* env = std::getenv("GPUPOOL_TOKEN"); env && *env) return env;
+  const char* home = std::getenv("HOME");
+  if (!home || !*home) return "";
+  std::string path = std::string(home) + "/.config/gpupool/token";
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return "";
+  if ((st.st_mode & 077) != 0) {
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      GP_WARN("auth", "{} is readable by others (mode {:o}): not used; chmod 600 it", path, st.st_mode & 0777);
+    });
+    return "";
+  }
+  std::ifstream in(path);
+  std::string token;
+  std::getline(in, token);
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  return token;
+}
+
 Status StatusFromException(const kj::Exception& e, const std::string& address, std::string_view what) {
   std::string desc = e.getDescription().cStr();
+  if (auto at = desc.find("gpupool-refused"); at != std::string::npos) {
+    std::string why = desc.substr(at + std::string("gpupool-refused").size());
+    while (!why.empty() && (why[0] == ';' || why[0] == ' ' || why[0] == '=' || why[0] == ',')) why.erase(0, 1);
+    if (auto v = why.find("why = "); v != std::string::npos) why = why.substr(v + 6);
+    return Status(StatusCode::kPermissionDenied, fmt::format("server {} refused this client: {}", address, why));
+  }
   if (desc.find("gpupool-protocol-mismatch") != std::string::npos) {
     auto pos = desc.find_last_of("= ");
     return Status(StatusCode::kProtocolMismatch,
@@ -253,11 +288,17 @@ kj::Promise<wire::Agent::Client> Runtime::Connect(const std::string& address, Co
         auto agent = c.rpc->bootstrap().castAs<wire::Agent>();
         auto request = agent.helloRequest();
         request.setClientVersion(wire::PROTOCOL_VERSION);
+        // Only over TCP: on a Unix socket the agent asks the kernel, and a token would only be one more secret sent.
+        if (addr.rfind("unix:", 0) != 0) request.setToken(ClientToken());
         return Deadline(request.send()).then(
             [this, addr, raw, agent](capnp::Response<wire::Agent::HelloResults>&& hello) mutable
             -> kj::Promise<wire::Agent::Client> {
               if (hello.getServerVersion() != wire::PROTOCOL_VERSION) {
                 return KJ_EXCEPTION(FAILED, "gpupool-protocol-mismatch", hello.getServerVersion());
+              }
+              if (hello.hasRefused() && hello.getRefused().size() > 0) {
+                std::string why = hello.getRefused();
+                return KJ_EXCEPTION(FAILED, "gpupool-refused", why);
               }
               Connection& c = *Registered(addr, raw);
               c.agent = agent;

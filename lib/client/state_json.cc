@@ -85,6 +85,7 @@ std::string PoolStateJson(const PoolState& state, const StateJsonOptions& option
         w.BeginObject()
             .Key("id").String(l.id)
             .Key("user").String(l.user)
+            .Key("user_verified").Bool(l.user_verified)
             .Key("host").String(l.host)
             .Key("pid").UInt(l.pid)
             .Key("label").String(l.label)

@@ -92,6 +92,7 @@ struct LeaseView {
   bytesFromDeviceTotal @11 :UInt64;
   idleMs @12 :UInt64;             # Since its last call or device work (or its grant, if none).
   idle @13 :Bool;                 # idleMs has reached the agent's idle threshold.
+  userVerified @15 :Bool;         # owner.user was authenticated (kernel or token), not taken from the client.
   sessionList @14 :List(SessionView);  # Each running session's latest sample.
 }
 
@@ -107,8 +108,11 @@ struct AgentState {
 }
 
 interface Agent {
-  hello @0 (clientVersion :UInt32) -> (serverVersion :UInt32, name :Text);
-  # Called first on every connection; the client refuses an agent of another version.
+  hello @0 (clientVersion :UInt32, token :Text) -> (serverVersion :UInt32, name :Text, user :Text, refused :Text);
+  # Called first on every connection; the client refuses an agent of another version. `token`: a TCP client's
+  # per-user token (ignored on a Unix socket, where the kernel says who the peer is). `user`: who the agent takes
+  # the client to be, empty if it could not tell. `refused` non-empty: the agent requires authentication and this
+  # connection has none (why, and what to do); every later call on it fails.
 
   describe @1 (withLeases :Bool, historySeconds :UInt32) -> (state :AgentState);
   # Placement only needs devices; gp-ls asks for the leases too, gp-top for some history of each.

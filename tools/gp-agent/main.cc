@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
 
   CLI::App app{"gp-agent: serves this host's GPUs (real or emulated) to a gpupool pool"};
   std::string config_path, listen, name, device_class, emu_memory, lease_ttl, renew_interval, cuda_driver, metrics,
-      idle_after;
+      idle_after, tokens;
+  bool require_auth = false;
   int emu = -1, emu_fallback = -1;
   bool no_nvml = false;
   app.add_option("--config", config_path, "agent.toml; flags override its values");
@@ -51,6 +52,9 @@ int main(int argc, char** argv) {
   app.add_option("--renew-interval", renew_interval, "renewal period advised to clients (default 5s)");
   app.add_option("--metrics", metrics, "serve Prometheus metrics at http://ADDR/metrics (host:port; port 0 picks one)");
   app.add_option("--idle-after", idle_after, "flag leases whose sessions made no call for this long (default 10m)");
+  app.add_flag("--require-auth", require_auth,
+               "refuse clients the agent cannot authenticate (Unix socket: the peer's uid; TCP: a token)");
+  app.add_option("--tokens", tokens, "TCP clients' per-user tokens: a TOML file [tokens] user = \"token\", mode 0600");
   app.add_flag("--no-nvml", no_nvml, "do not look for physical GPUs through NVML (nor the CUDA driver unless --cuda-driver names one)");
   GP_PARSE_ARGS(app, argc, argv, 2);
 
@@ -80,6 +84,8 @@ int main(int argc, char** argv) {
     if (renew_interval.empty()) config.timing.renew_interval = *d / 4;
   }
   if (!metrics.empty()) config.metrics_listen = metrics;
+  if (require_auth) config.require_auth = true;
+  if (!tokens.empty()) config.tokens_file = tokens;
   if (!idle_after.empty()) {
     auto d = ParseDuration(idle_after);
     if (!Report(d, "--idle-after")) return 2;

@@ -1,0 +1,74 @@
+#include "agent/auth.h"
+
+#include <pwd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <fmt/format.h>
+
+#include "core/toml_config.h"
+
+namespace gpupool::agent {
+
+Peer UnixPeer(kj::AsyncIoStream& stream) {
+  Peer peer;
+  peer.unix_socket = true;
+  ucred cred{};
+  uint len = sizeof(cred);
+  try {
+    stream.getsockopt(SOL_SOCKET, SO_PEERCRED, &cred, &len);
+  } catch (const kj::Exception&) {
+    return peer;
+  }
+  if (len != sizeof(cred)) return peer;
+  passwd pw{};
+  passwd* found = nullptr;
+  char buf[4096];
+  if (getpwuid_r(cred.uid, &pw, buf, sizeof(buf), &found) == 0 && found) {
+    peer.user = found->pw_name;
+  } else {
+    peer.user = fmt::format("uid{}", cred.uid);  // A uid without a passwd entry is still a uid.
+  }
+  peer.authenticated = true;
+  return peer;
+}
+
+Result<TokenTable> TokenTable::Load(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return Status(StatusCode::kNotFound, fmt::format("token file {}: {}", path, std::strerror(errno)));
+  }
+  if ((st.st_mode & 077) != 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("token file {} is readable by others (mode {:o}): chmod 600 it", path, st.st_mode & 0777));
+  }
+  auto file = TomlFile::Load(path);
+  if (!file.ok()) return file.status();
+  const toml::table& root = file->root();
+  if (Status s = file->CheckKeys(root, {"tokens"}, "the token file"); !s.ok()) return s;
+  TokenTable table;
+  const toml::node* tokens = root.get("tokens");
+  if (!tokens || !tokens->is_table()) {
+    return Status(StatusCode::kInvalidArgument, fmt::format("token file {}: no [tokens] table", path));
+  }
+  for (const auto& [user, node] : *tokens->as_table()) {
+    auto token = node.value<std::string>();
+    if (!token) return file->Error(node, fmt::format("the token of '{}' must be a string", user.str()));
+    if (token->size() < 16) return file->Error(node, fmt::format("the token of '{}' is shorter than 16 characters", user.str()));
+    table.users_[std::string(user.str())] = *token;
+  }
+  return table;
+}
+
+std::string TokenTable::UserOf(const std::string& token) const {
+  std::string found;
+  for (const auto& [user, t] : users_) {
+    // Constant time in the token's bytes: a timing difference must not tell how much of a guess was right.
+    unsigned char diff = static_cast<unsigned char>(t.size() != token.size());
+    for (size_t i = 0; i < t.size(); ++i) diff |= static_cast<unsigned char>(t[i] ^ (i < token.size() ? token[i] : 0));
+    if (diff == 0) found = user;
+  }
+  return found;
+}
+
+}  // namespace gpupool::agent

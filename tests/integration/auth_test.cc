@@ -1,0 +1,162 @@
+// Who the agent says a lease belongs to: the kernel's word on a Unix socket, a token's over TCP, and the client's
+// own claim only where the agent requires nothing (and then marked unverified). Real agents, real clients, a
+// Unix user created by the test.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+
+#include "core/util.h"
+#include "integration/helpers.h"
+#include "pool.capnp.h"
+
+namespace gpupool::testing {
+namespace {
+
+using std::chrono::seconds;
+
+constexpr char kAliceToken[] = "alice-token-0123456789abcdef";
+
+// A reservation whose owner claims to be `claimed`, sent over the wire as a modified client would.
+Status ReserveClaiming(const std::string& address, const std::string& claimed) {
+  auto io = kj::setupAsyncIo();
+  auto addr = io.provider->getNetwork().parseAddress(address).wait(io.waitScope);
+  auto stream = addr->connect().wait(io.waitScope);
+  capnp::TwoPartyClient rpc(*stream);
+  auto agent = rpc.bootstrap().castAs<wire::Agent>();
+  auto hello = agent.helloRequest();
+  hello.setClientVersion(wire::PROTOCOL_VERSION);
+  auto said = hello.send().wait(io.waitScope);
+  if (said.getRefused().size() > 0) return Status(StatusCode::kPermissionDenied, said.getRefused());
+  auto req = agent.reserveRequest();
+  req.initLease().setId("claimed-lease");
+  req.getLease().setSecret("claimed-secret");
+  auto owner = req.initOwner();
+  owner.setUser(claimed);
+  owner.setHost("nowhere");
+  auto slices = req.initSlices(1);
+  slices[0].setDevice(0);
+  slices[0].setMemoryBytes(1u << 30);
+  slices[0].setShareMicros(500000);
+  auto r = req.send().wait(io.waitScope);
+  if (r.getOutcome().getCode() != wire::Outcome::Code::OK) {
+    return Status(StatusCode::kPermissionDenied, r.getOutcome().getMessage());
+  }
+  auto commit = agent.commitRequest();
+  commit.initLease().setId("claimed-lease");
+  commit.getLease().setSecret("claimed-secret");
+  commit.send().wait(io.waitScope);
+  return Status::Ok();
+}
+
+const LeaseInfo* Only(const PoolState& state) {
+  return state.servers.size() == 1 && state.servers[0].leases.size() == 1 ? &state.servers[0].leases[0] : nullptr;
+}
+
+std::string Me() { return CurrentIdentity().user; }
+
+TEST(Auth, UnixSocketPeersAreWhoTheKernelSays) {
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  Agent agent(AgentOptions{.name = "auth", .emulated = 1, .emulated_memory = "4GiB",
+                           .listen = "unix:" + dir.path() + "/agent.sock", .extra_args = {"--require-auth"}});
+  // Anyone may connect (the kernel says who); a modified client's claim to be someone else changes nothing.
+  struct stat st;
+  ASSERT_EQ(stat((dir.path() + "/agent.sock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0666u);
+  ASSERT_TRUE(ReserveClaiming(agent.address(), "mallory").ok());
+  const LeaseInfo* lease = nullptr;
+  PoolState state = Connect({agent.address()}).State();
+  lease = Only(state);
+  ASSERT_NE(lease, nullptr);
+  EXPECT_EQ(lease->user, Me());
+  EXPECT_TRUE(lease->user_verified);
+
+  // Another Unix user, created here: its lease is its own, whatever $USER says.
+  if (geteuid() != 0) GTEST_SKIP() << "creating a second Unix user needs root";
+  const std::string user = "gptest-auth";
+  RunCommand({"/usr/sbin/useradd", "-M", "-r", "-s", "/usr/sbin/nologin", user});
+  RunResult ls = RunCommand({"/usr/sbin/runuser", "-u", user, "--", "/usr/bin/env", "USER=mallory", ToolPath("gp-run"),
+                             "--servers", agent.address(), "-p", "0.25", "--", ToolPath("gp-ls"), "--servers",
+                             agent.address(), "--leases", "--json"});
+  ASSERT_EQ(ls.code, 0) << ls.err;
+  EXPECT_NE(ls.out.find("\"user\":\"" + user + "\",\"user_verified\":true"), std::string::npos) << ls.out;
+  EXPECT_EQ(ls.out.find("mallory"), std::string::npos) << ls.out;
+}
+
+TEST(Auth, TcpClientsProveWhoTheyAreWithATokenOrAreRefused) {
+  TempDir dir;
+  std::string tokens = dir.Write("tokens.toml", std::string("[tokens]\nalice = \"") + kAliceToken + "\"\n");
+  chmod(tokens.c_str(), 0600);
+  Agent agent(AgentOptions{.name = "auth", .emulated = 1, .emulated_memory = "4GiB",
+                           .extra_args = {"--require-auth", "--tokens", tokens}});
+  const std::string home = dir.path() + "/home";
+  RunResult none = RunCommand({ToolPath("gp-ls"), "--servers", agent.address()}, {"HOME=" + home, "GPUPOOL_TOKEN="});
+  EXPECT_EQ(none.code, 1);
+  EXPECT_NE(none.out.find("requires authentication"), std::string::npos) << none.out;
+  RunResult wrong = RunCommand({ToolPath("gp-run"), "--servers", agent.address(), "--", "/bin/true"},
+                               {"HOME=" + home, "GPUPOOL_TOKEN=not-the-token-000000"});
+  EXPECT_EQ(wrong.code, 125);
+  EXPECT_NE(wrong.err.find("does not know this client's token"), std::string::npos) << wrong.err;
+  EXPECT_EQ(ReserveClaiming(agent.address(), "alice").code(), StatusCode::kPermissionDenied);
+
+  // The right token: the lease is alice's, verified, though the process runs as someone else.
+  RunResult right = RunCommand({ToolPath("gp-run"), "--servers", agent.address(), "--", ToolPath("gp-ls"), "--servers",
+                                agent.address(), "--leases", "--json"},
+                               {"HOME=" + home, std::string("GPUPOOL_TOKEN=") + kAliceToken});
+  ASSERT_EQ(right.code, 0) << right.err;
+  EXPECT_NE(right.out.find("\"user\":\"alice\",\"user_verified\":true"), std::string::npos) << right.out;
+
+  // The token file in the user's home: used only if nobody else can read it.
+  mkdir(home.c_str(), 0700);
+  mkdir((home + "/.config").c_str(), 0700);
+  mkdir((home + "/.config/gpupool").c_str(), 0700);
+  std::string file = home + "/.config/gpupool/token";
+  { std::ofstream(file) << kAliceToken << "\n"; }
+  chmod(file.c_str(), 0644);
+  RunResult loose = RunCommand({ToolPath("gp-ls"), "--servers", agent.address()}, {"HOME=" + home, "GPUPOOL_TOKEN="});
+  EXPECT_EQ(loose.code, 1);
+  EXPECT_NE(loose.err.find("readable by others"), std::string::npos) << loose.err;
+  chmod(file.c_str(), 0600);
+  RunResult tight = RunCommand({ToolPath("gp-ls"), "--servers", agent.address()}, {"HOME=" + home, "GPUPOOL_TOKEN="});
+  EXPECT_EQ(tight.code, 0) << tight.out << tight.err;
+  // This process too, with the token: everything went back.
+  setenv("GPUPOOL_TOKEN", kAliceToken, 1);
+  ExpectAllFree(Connect({agent.address()}).State());
+  unsetenv("GPUPOOL_TOKEN");
+}
+
+TEST(Auth, WithoutRequirementClaimsAreKeptButMarkedUnverified) {
+  Agent agent(AgentOptions{.name = "open", .emulated = 1, .emulated_memory = "4GiB"});
+  ASSERT_TRUE(ReserveClaiming(agent.address(), "mallory").ok());
+  PoolState state = Connect({agent.address()}).State();
+  const LeaseInfo* lease = Only(state);
+  ASSERT_NE(lease, nullptr);
+  EXPECT_EQ(lease->user, "mallory");
+  EXPECT_FALSE(lease->user_verified);
+  EXPECT_NE(agent.process().Stderr().find("authentication not required"), std::string::npos)
+      << agent.process().Stderr();
+}
+
+TEST(Auth, AnAgentRefusesATokenFileOthersCanRead) {
+  TempDir dir;
+  std::string tokens = dir.Write("tokens.toml", std::string("[tokens]\nalice = \"") + kAliceToken + "\"\n");
+  chmod(tokens.c_str(), 0644);
+  RunResult r = RunCommand({ToolPath("gp-agent"), "--no-nvml", "--emu", "1", "--listen", "127.0.0.1:0", "--tokens",
+                            tokens});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("readable by others"), std::string::npos) << r.err;
+  chmod(tokens.c_str(), 0600);
+  dir.Write("short.toml", "[tokens]\nbob = \"short\"\n");
+  chmod((dir.path() + "/short.toml").c_str(), 0600);
+  RunResult short_token = RunCommand({ToolPath("gp-agent"), "--no-nvml", "--emu", "1", "--listen", "127.0.0.1:0",
+                                      "--tokens", dir.path() + "/short.toml"});
+  EXPECT_EQ(short_token.code, 2);
+  EXPECT_NE(short_token.err.find("shorter than 16"), std::string::npos) << short_token.err;
+}
+
+}  // namespace
+}  // namespace gpupool::testing
