@@ -304,7 +304,8 @@ class AgentImpl final : public wire::Agent::Server {
         peer_.authenticated = true;
         peer_.user = user;
       } else {
-        GP_WARN("auth", "a client presented a token this agent does not know");
+        // Worth a warning only where tokens are in use: elsewhere a user's token meant for other agents is no news.
+        if (state_.tokens.size() > 0) GP_WARN("auth", "a client presented a token this agent does not know");
         token_refused_ = true;
       }
     }
