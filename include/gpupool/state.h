@@ -38,6 +38,7 @@ struct DeviceInfo {
   uint64_t memory_total = 0;
   uint64_t memory_allocated = 0;
   double compute_allocated = 0;  // 0..1.
+  bool cordoned = false;         // An administrator keeps new leases off it (`gp-agent ctl cordon`).
   std::vector<SliceInfo> slices;
   Activity activity;              // The latest sample.
   std::vector<Activity> history;  // Oldest first; only when asked for (Pool::State's `history`).

@@ -57,7 +57,8 @@ Status Read(const TomlFile& file, AgentConfig* c) {
   }
   if (!(s = section("auth", &t)).ok()) return s;
   if (t) {
-    if (!(s = file.CheckKeys(*t, {"require", "tokens"}, "[auth]")).ok()) return s;
+    if (!(s = file.CheckKeys(*t, {"require", "tokens", "admins"}, "[auth]")).ok()) return s;
+    if (!(s = file.GetStringList(*t, "admins", &c->admins)).ok()) return s;
     if (!(s = file.GetBool(*t, "require", &c->require_auth)).ok()) return s;
     if (!(s = file.GetString(*t, "tokens", &c->tokens_file)).ok()) return s;
   }

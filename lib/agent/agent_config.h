@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "agent/lease_table.h"
 #include "gpupool/status.h"
@@ -33,6 +34,7 @@ inline constexpr const char* kDefaultListen = "*:7450";
 //   [auth]
 //   require = false                # refuse clients the agent cannot authenticate
 //   tokens = "/etc/gpupool/tokens.toml"  # TCP clients' per-user tokens ([tokens] user = "token"; mode 0600)
+//   admins = ["alice"]             # may cordon, uncordon and revoke (besides root and the agent's own user)
 struct AgentConfig {
   std::string name;
   std::string listen = kDefaultListen;
@@ -48,6 +50,7 @@ struct AgentConfig {
   std::chrono::milliseconds idle_after{600000};
   bool require_auth = false;
   std::string tokens_file;  // Empty: no TCP client can authenticate.
+  std::vector<std::string> admins;  // Authenticated users who may administer the agent (root and its own user too).
 
   // Checks ranges and relations (ttl > renew interval ...): kInvalidArgument naming the field.
   Status Validate() const;

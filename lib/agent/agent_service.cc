@@ -1,5 +1,6 @@
 #include "agent/agent_service.h"
 
+#include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -30,6 +31,15 @@
 namespace gpupool::agent {
 namespace {
 
+// The user the agent runs as.
+std::string OwnUser() {
+  passwd pw{};
+  passwd* found = nullptr;
+  char buf[4096];
+  if (getpwuid_r(geteuid(), &pw, buf, sizeof(buf), &found) == 0 && found) return found->pw_name;
+  return fmt::format("uid{}", geteuid());
+}
+
 struct AgentState {
   AgentConfig config;
   std::vector<DeviceRecord> devices;
@@ -52,6 +62,7 @@ struct AgentState {
   Clock::time_point last_sample = Clock::now();
   AgentCounters counters;
   TokenTable tokens;  // TCP clients' per-user tokens (config.tokens_file).
+  std::string own_user = OwnUser();  // The agent's own user: an administrator of it.
 
   void EndSessions(const std::string& lease_id) {
     workers->KillLease(lease_id);
@@ -220,6 +231,7 @@ void Describe(const AgentState& state, wire::AgentState::Builder out, bool with_
     d.setMemoryTotal(r.memory_bytes);
     d.setMemoryAllocated(table.usage()[i].memory_bytes);
     d.setShareAllocatedMicros(table.usage()[i].share);
+    d.setCordoned(table.cordoned(static_cast<uint32_t>(i)));
     FillTelemetry(d, state.telemetry.device(i), history_seconds);
   }
   if (!with_leases) return;
@@ -498,6 +510,41 @@ class AgentImpl final : public wire::Agent::Server {
     });
   }
 
+  kj::Promise<void> cordon(CordonContext context) override {
+    auto params = context.getParams();
+    auto out = context.getResults().initOutcome();
+    if (!AdminOnly(out, "cordon")) return kj::READY_NOW;
+    int32_t device = params.getDevice();
+    if (device < -1 || device >= static_cast<int32_t>(state_.devices.size())) {
+      SetOutcome(out, Status(StatusCode::kInvalidArgument,
+                             fmt::format("no device {} here (this agent has {})", device, state_.devices.size())));
+      return kj::READY_NOW;
+    }
+    for (size_t i = 0; i < state_.devices.size(); ++i) {
+      if (device == -1 || static_cast<size_t>(device) == i) {
+        state_.table.SetCordoned(static_cast<uint32_t>(i), params.getCordoned());
+      }
+    }
+    GP_INFO("admin", "{} {} {}", peer_.user, params.getCordoned() ? "cordoned" : "uncordoned",
+            device == -1 ? std::string("every device") : fmt::format("device {}", device));
+    SetOutcome(out, Status::Ok());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> revoke(RevokeContext context) override {
+    auto out = context.getResults().initOutcome();
+    if (!AdminOnly(out, "revoke")) return kj::READY_NOW;
+    std::string id = context.getParams().getLeaseId();
+    Status status = state_.table.Revoke(id);
+    if (status.ok()) {
+      GP_INFO("admin", "{} revoked lease {}", peer_.user, id);
+      ++state_.counters.lease_revocations;
+      state_.EndSessions(id);
+    }
+    SetOutcome(out, status);
+    return kj::READY_NOW;
+  }
+
   kj::Promise<void> cancel(CancelContext context) override {
     if (!Admitted(context.getResults().initOutcome())) return kj::READY_NOW;
     auto key = context.getParams().getLease();
@@ -520,6 +567,25 @@ class AgentImpl final : public wire::Agent::Server {
                        "(GPUPOOL_TOKEN, or ~/.config/gpupool/token readable by you alone), or use its Unix socket",
                        state_.config.name);
   }
+  // Whether the peer administers this agent: an authenticated root, the agent's own user, or one of [auth] admins.
+  bool AdminOnly(wire::Outcome::Builder out, const char* verb) {
+    if (!Admitted(out)) return false;
+    if (peer_.authenticated) {
+      const auto& admins = state_.config.admins;
+      if (peer_.user == "root" || peer_.user == state_.own_user ||
+          std::find(admins.begin(), admins.end(), peer_.user) != admins.end()) {
+        return true;
+      }
+    }
+    SetOutcome(out, Status(StatusCode::kPermissionDenied,
+                           peer_.authenticated
+                               ? fmt::format("{} is for this agent's administrators ([auth] admins); {} is not one", verb,
+                                             peer_.user)
+                               : fmt::format("{} is for this agent's administrators, and this connection is not "
+                                             "authenticated (use the agent's Unix socket, or a token)", verb)));
+    return false;
+  }
+
   // Whether the connection may act; if not, `out` says why.
   bool Admitted(wire::Outcome::Builder out) {
     std::string why = Unauthenticated();

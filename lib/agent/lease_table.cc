@@ -9,7 +9,7 @@
 namespace gpupool::agent {
 
 LeaseTable::LeaseTable(std::vector<DeviceCapacity> devices, LeaseTiming timing)
-    : devices_(std::move(devices)), timing_(timing), usage_(devices_.size()) {}
+    : devices_(std::move(devices)), timing_(timing), usage_(devices_.size()), cordoned_(devices_.size(), false) {}
 
 Status LeaseTable::Reserve(const std::string& id, const std::string& secret, const LeaseOwner& owner,
                            const std::vector<SliceGrant>& slices, Clock::time_point now) {
@@ -27,6 +27,10 @@ Status LeaseTable::Reserve(const std::string& id, const std::string& secret, con
                     fmt::format("device {} does not exist (this agent has {})", s.device, devices_.size()));
     }
     const uint64_t total = devices_[s.device].memory_bytes;
+    if (cordoned_[s.device]) {
+      return Status(StatusCode::kUnavailable,
+                    fmt::format("device {} is cordoned by an administrator: it takes no new leases", s.device));
+    }
     if (s.share < min_share || s.share > kShareWhole) {
       return Status(StatusCode::kInvalidArgument,
                     fmt::format("compute share {:.3f} of device {} is outside [0.05, 1]", FractionFromShare(s.share),
@@ -108,6 +112,13 @@ Status LeaseTable::Release(const std::string& id, const std::string& secret) {
   auto entry = Lookup(id, secret);
   if (!entry.ok()) return entry.status();
   Free(entries_.find(id));
+  return Status::Ok();
+}
+
+Status LeaseTable::Revoke(const std::string& id) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return Status(StatusCode::kNotFound, fmt::format("no lease {} here", id));
+  Free(it);
   return Status::Ok();
 }
 

@@ -77,6 +77,11 @@ class LeaseTable {
 
   void SetDraining(bool draining) { draining_ = draining; }
   bool draining() const { return draining_; }
+  // A cordoned device takes no new slices (kUnavailable naming it); the slices it holds go on.
+  void SetCordoned(uint32_t device, bool cordoned) { cordoned_.at(device) = cordoned; }
+  bool cordoned(uint32_t device) const { return cordoned_.at(device); }
+  // Frees a lease or a reservation without its secret: an administrator's revocation.
+  Status Revoke(const std::string& id);
 
   const LeaseEntry* Find(const std::string& id) const;
   const std::map<std::string, LeaseEntry>& entries() const { return entries_; }
@@ -94,6 +99,7 @@ class LeaseTable {
   std::vector<DeviceUsage> usage_;
   std::map<std::string, LeaseEntry> entries_;
   bool draining_ = false;
+  std::vector<bool> cordoned_;
 };
 
 }  // namespace gpupool::agent

@@ -212,6 +212,12 @@ std::string RenderMetrics(wire::AgentState::Reader state, const AgentCounters& c
   m.Family("gpupool_lease_expirations_total", "counter",
            "Leases and reservations the agent freed because their time ran out, by reason.");
   for (const auto& [reason, n] : counters.lease_expirations) m.Sample({{"reason", reason}}, static_cast<double>(n));
+  m.Family("gpupool_lease_revocations_total", "counter", "Leases an administrator revoked.")
+      .Sample({}, static_cast<double>(counters.lease_revocations));
+  m.Family("gpupool_device_cordoned", "gauge", "1 while an administrator keeps new leases off the device.");
+  for (size_t i = 0; i < labels.size(); ++i) {
+    m.Sample({{"gpu", labels[i].gpu}, {"gpu_uuid", labels[i].uuid}}, devices[static_cast<unsigned>(i)].getCordoned() ? 1 : 0);
+  }
   m.Family("gpupool_sessions_opened_total", "counter", "CUDA sessions opened.")
       .Sample({}, static_cast<double>(counters.sessions_opened));
   m.Family("gpupool_sessions_refused_total", "counter", "CUDA sessions refused, by reason.");

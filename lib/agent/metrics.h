@@ -23,6 +23,7 @@ struct AgentCounters {
   std::map<std::string, uint64_t> reservations_refused;  // By reason: busy, invalid, draining, ...
   std::map<std::string, uint64_t> lease_expirations;     // By reason: not_renewed, not_committed.
   uint64_t sessions_opened = 0;
+  uint64_t lease_revocations = 0;  // By an administrator.
   std::map<std::string, uint64_t> sessions_refused;      // By reason.
 };
 

@@ -27,7 +27,8 @@ namespace {
 namespace calls = session::calls;
 using Reply = kj::Promise<CallStatus>;
 
-constexpr char kRevokedMessage[] = "the lease of this session ended (released or expired); its memory is freed";
+constexpr char kRevokedMessage[] =
+    "the lease of this session ended (released, expired or revoked by an administrator); its memory is freed";
 
 Reply Done(CallStatus s) { return Reply(std::move(s)); }
 Reply Ok() { return Done(CallStatus::Ok()); }

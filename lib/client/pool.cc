@@ -59,6 +59,7 @@ void FillServerInfo(wire::AgentState::Reader st, ServerInfo* info) {
     dev.memory_total = d.getMemoryTotal();
     dev.memory_allocated = d.getMemoryAllocated();
     dev.compute_allocated = FractionFromShare(d.getShareAllocatedMicros());
+    dev.cordoned = d.getCordoned();
     if (d.hasActivity()) dev.activity = ToActivity(d.getActivity());
     dev.history = ToHistory(d.getHistory());
     info->devices.push_back(std::move(dev));
@@ -144,6 +145,11 @@ std::vector<internal::ServerView> ToViews(const std::vector<ServerInfo>& infos) 
       uint32_t used = ShareFromFraction(d.compute_allocated);
       dv.share_free = used >= kShareWhole ? 0 : kShareWhole - used;
       dv.whole_free = d.memory_allocated == 0 && used == 0;
+      if (d.cordoned) {  // Full for now (the agent would refuse it), not gone: --wait waits for the uncordon.
+        dv.memory_free = 0;
+        dv.share_free = 0;
+        dv.whole_free = false;
+      }
       v.devices.push_back(dv);
     }
     views.push_back(std::move(v));

@@ -61,7 +61,8 @@ std::string PoolStateJson(const PoolState& state, const StateJsonOptions& option
       w.Key("emulated").Bool(d.emulated)
           .Key("memory_total_bytes").UInt(d.memory_total)
           .Key("memory_allocated_bytes").UInt(d.memory_allocated)
-          .Key("compute_allocated").Double(d.compute_allocated);
+          .Key("compute_allocated").Double(d.compute_allocated)
+          .Key("cordoned").Bool(d.cordoned);
       ActivityFields(w, d.activity);
       Optional(w, "temperature_c", d.activity.temperature_c);
       Optional(w, "power_w", d.activity.power_w);

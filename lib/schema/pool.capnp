@@ -68,6 +68,7 @@ struct Device {
   shareAllocatedMicros @7 :UInt32;
   activity @8 :Activity;          # The latest sample; unset from an agent without telemetry.
   history @9 :List(Activity);     # Oldest first, as many as describe's historySeconds asked for.
+  cordoned @10 :Bool;             # An administrator stopped new leases on it; its leases go on.
 }
 
 struct SessionView {
@@ -139,4 +140,12 @@ interface Agent {
   # servers, never collide. Outcome busy: that window is taken on this agent; pick another.
   # `session` reaches the session through the agent; `direct`, when set, says where the client may reach the
   # session's worker itself (then it drops `session`, and the agent forwards nothing).
+
+  cordon @8 (device :Int32, cordoned :Bool) -> (outcome :Outcome);
+  # Administrators only ([auth] admins): stops (cordoned) or resumes new leases on device `device`, or on every
+  # device when it is -1. Leases already held go on.
+
+  revoke @9 (leaseId :Text) -> (outcome :Outcome);
+  # Administrators only: ends a lease (or reservation) now, without its secret. Its sessions are revoked: their
+  # programs' next call fails, saying the lease ended.
 }

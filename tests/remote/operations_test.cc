@@ -381,3 +381,82 @@ print("same")
 
 }  // namespace
 }  // namespace gpupool::testing
+
+namespace gpupool::testing {
+namespace {
+
+RunResult Ctl(const std::string& server, std::vector<std::string> verb, const std::string& as_user = "") {
+  std::vector<std::string> argv;
+  if (!as_user.empty()) argv = {"/usr/sbin/runuser", "-u", as_user, "--"};
+  argv.insert(argv.end(), {ToolPath("gp-agent"), "ctl", "--server", server});
+  argv.insert(argv.end(), verb.begin(), verb.end());
+  return RunCommand(argv, {}, seconds(30));
+}
+
+std::string LeaseIdOf(Pool& pool, const std::string& label_part) {
+  PoolState state = pool.State();
+  const LeaseInfo* l = FindLease(state, label_part);
+  return l ? l->id : "";
+}
+
+TEST(Admin, CordonRevokeAndDrainFromTheShell) {
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  Agent agent(AgentOptions{.name = "admin", .emulated = 2, .emulated_memory = "4GiB",
+                           .listen = "unix:" + dir.path() + "/agent.sock", .extra_args = {"--require-auth"}});
+  const std::string server = agent.address();
+  Pool pool = Connect({server});
+
+  // Cordon one GPU: shown, and placement goes around it; a request that needs it waits, then gets it on uncordon.
+  RunResult c = Ctl(server, {"cordon", "0"});
+  ASSERT_EQ(c.code, 0) << c.err;
+  PoolState state = pool.State();
+  EXPECT_TRUE(state.servers[0].devices[0].cordoned);
+  EXPECT_FALSE(state.servers[0].devices[1].cordoned);
+  RunResult ls = RunCommand({ToolPath("gp-ls"), "--servers", server});
+  EXPECT_NE(ls.out.find("cordoned"), std::string::npos) << ls.out;
+  RunResult two = RunCommand({ToolPath("gp-run"), "--servers", server, "-n", "2", "--", "/bin/true"});
+  EXPECT_EQ(two.code, 125) << two.err;
+  Process waiting({ToolPath("gp-run"), "--servers", server, "-n", "2", "--wait", "20s", "--", "/bin/echo", "both"});
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  EXPECT_TRUE(waiting.running());
+  ASSERT_EQ(Ctl(server, {"uncordon", "0"}).code, 0);
+  EXPECT_EQ(waiting.ReadLine(seconds(20)), "both");
+  EXPECT_EQ(waiting.Wait(seconds(10)), 0) << waiting.Stderr();
+
+  // Revoke: the program's next CUDA call fails saying its lease ended; the slice is free again.
+  Process busy({ToolPath("gp-run"), "--servers", server, "--", Program("busy"), "30"});
+  ASSERT_TRUE(Eventually([&] { return !LeaseIdOf(pool, "busy").empty(); }, seconds(20)));
+  std::string id = LeaseIdOf(pool, "busy");
+  // Somebody else may not, with a clear reason (the socket admits every local user: the kernel says who).
+  if (geteuid() == 0) {
+    RunCommand({"/usr/sbin/useradd", "-M", "-r", "-s", "/usr/sbin/nologin", "gptest-auth"});
+    RunResult refused = Ctl(server, {"revoke", id}, "gptest-auth");
+    EXPECT_EQ(refused.code, 1);
+    EXPECT_NE(refused.err.find("administrators"), std::string::npos) << refused.err;
+    EXPECT_NE(refused.err.find("gptest-auth is not one"), std::string::npos) << refused.err;
+  }
+  RunResult revoked = Ctl(server, {"revoke", id});
+  ASSERT_EQ(revoked.code, 0) << revoked.err;
+  EXPECT_NE(busy.Wait(seconds(20)), 0);
+  EXPECT_NE(busy.Stderr().find("revoked by an administrator"), std::string::npos) << busy.Stderr();
+  EXPECT_EQ(Ctl(server, {"revoke", id}).code, 1);  // Gone already.
+
+  // Drain: every GPU cordoned; it waits for the leases held, and reports when none is left.
+  Process holder({ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", "sleep", "2"});
+  ASSERT_TRUE(Eventually([&] { return !LeaseIdOf(pool, "sleep").empty(); }, seconds(20)));
+  RunResult drained = Ctl(server, {"drain", "--wait", "20s"});
+  EXPECT_EQ(drained.code, 0) << drained.out << drained.err;
+  EXPECT_NE(drained.out.find("drained"), std::string::npos) << drained.out;
+  RunResult refused_run = RunCommand({ToolPath("gp-run"), "--servers", server, "--", "/bin/true"});
+  EXPECT_EQ(refused_run.code, 125);
+  RunResult listed = Ctl(server, {"list"});
+  EXPECT_NE(listed.out.find("GPU 1  gpupool emulated GPU  cordoned"), std::string::npos) << listed.out;
+  ASSERT_EQ(Ctl(server, {"uncordon"}).code, 0);
+  EXPECT_EQ(RunCommand({ToolPath("gp-run"), "--servers", server, "--", "/bin/true"}).code, 0);
+  EXPECT_EQ(Ctl(server, {"cordon", "7"}).code, 1);
+  EXPECT_EQ(Ctl(server, {"bogus"}).code, 2);
+}
+
+}  // namespace
+}  // namespace gpupool::testing

@@ -1,13 +1,17 @@
 // gp-agent: the daemon on each GPU server. Owns its devices and their leases; serves the pool service.
 #include <unistd.h>
 
+#include <thread>
+
 #include "parse_args.h"
 
 #include "agent/agent_config.h"
 #include "agent/agent_service.h"
 #include "agent/inventory.h"
 #include "agent/session_worker.h"
+#include "client/admin.h"
 #include "core/log.h"
+#include "gpupool/gpupool.h"
 #include "gpupool/units.h"
 
 namespace {
@@ -17,6 +21,88 @@ bool Report(const gpupool::Result<T>& r, const char* flag) {
   if (r.ok()) return true;
   fmt::print(stderr, "gp-agent: {}: {}\n", flag, r.status().message());
   return false;
+}
+
+// `gp-agent ctl`: an administrator's verbs on a running agent. Exit status: 0 done, 1 refused or failed (the
+// reason on stderr), 2 bad usage.
+int Ctl(int argc, char** argv) {
+  using namespace gpupool;
+  CLI::App app{"gp-agent ctl: administer a running agent (its administrators only: [auth] admins, root, its user)"};
+  std::string server;
+  app.add_option("--server", server, "the agent's address (unix:/path or host:port)")->required();
+  app.require_subcommand(1);
+  int gpu = -1;
+  std::string lease, wait = "0s";
+  auto* cordon = app.add_subcommand("cordon", "no new leases on a GPU (or on every GPU of the server)");
+  cordon->add_option("gpu", gpu, "device index; default: every device");
+  auto* uncordon = app.add_subcommand("uncordon", "new leases again on a GPU (or on every GPU)");
+  uncordon->add_option("gpu", gpu, "device index; default: every device");
+  auto* drain = app.add_subcommand("drain", "cordon every GPU, then wait for the leases held to end");
+  drain->add_option("--wait", wait, "how long to wait for the leases to end (default 0s: do not wait)");
+  auto* revoke = app.add_subcommand("revoke", "end a lease now: its programs' next CUDA call fails, saying so");
+  revoke->add_option("lease", lease, "the lease id (gp-ls --leases)")->required();
+  auto* list = app.add_subcommand("list", "devices (cordoned or not), leases and their users");
+  GP_PARSE_ARGS(app, argc, argv, 2);
+
+  auto fail = [](const Status& s) {
+    fmt::print(stderr, "gp-agent ctl: {}\n", s.message());
+    return 1;
+  };
+  std::optional<int> device = gpu >= 0 ? std::optional<int>(gpu) : std::nullopt;
+  if (cordon->parsed() || uncordon->parsed()) {
+    Status s = admin::Cordon(server, device, cordon->parsed());
+    if (!s.ok()) return fail(s);
+    fmt::print("{} {}\n", cordon->parsed() ? "cordoned" : "uncordoned",
+               device ? fmt::format("GPU {} of {}", *device, server) : "every GPU of " + server);
+    return 0;
+  }
+  if (revoke->parsed()) {
+    Status s = admin::Revoke(server, lease);
+    if (!s.ok()) return fail(s);
+    fmt::print("revoked lease {} on {}\n", lease, server);
+    return 0;
+  }
+  PoolOptions options;
+  options.servers = {server};
+  auto pool = Pool::Connect(options);
+  if (!pool.ok()) return fail(pool.status());
+  if (drain->parsed()) {
+    auto limit = ParseDuration(wait);
+    if (!limit.ok()) {
+      fmt::print(stderr, "gp-agent ctl: --wait: {}\n", limit.status().message());
+      return 2;
+    }
+    Status s = admin::Cordon(server, std::nullopt, true);
+    if (!s.ok()) return fail(s);
+    auto deadline = std::chrono::steady_clock::now() + *limit;
+    for (;;) {
+      ServerInfo info = pool->State().servers.at(0);
+      if (!info.up) return fail(Status(StatusCode::kUnavailable, info.error));
+      if (info.leases.empty()) {
+        fmt::print("drained: every GPU of {} is cordoned and no lease is left\n", server);
+        return 0;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        fmt::print("every GPU of {} is cordoned; {} lease(s) still held\n", server, info.leases.size());
+        return limit->count() > 0 ? 1 : 0;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+  if (list->parsed()) {
+    ServerInfo info = pool->State().servers.at(0);
+    if (!info.up) return fail(Status(StatusCode::kUnavailable, info.error));
+    fmt::print("agent {} ({}){}\n", info.name, server, info.draining ? ", draining" : "");
+    for (const DeviceInfo& d : info.devices) {
+      fmt::print("  GPU {}  {}  {}\n", d.index, d.model, d.cordoned ? "cordoned" : "open");
+    }
+    for (const LeaseInfo& l : info.leases) {
+      fmt::print("  lease {}  {}{}  GPUs {}  {}\n", l.id, l.user, l.user_verified ? "" : " (unverified)",
+                 fmt::join(l.devices, ","), l.label);
+    }
+    return 0;
+  }
+  return 2;
 }
 
 }  // namespace
@@ -29,6 +115,8 @@ int main(int argc, char** argv) {
   if (argc == 3 && std::string_view(argv[1]) == agent::kSessionWorkerFlag) {
     return agent::RunSessionWorker(std::atoi(argv[2]));
   }
+
+  if (argc >= 2 && std::string_view(argv[1]) == "ctl") return Ctl(argc - 1, argv + 1);
 
   // Before the CUDA driver that device discovery may load starts threads of its own.
   agent::CaptureAgentSignals();

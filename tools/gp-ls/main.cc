@@ -45,7 +45,7 @@ void PrintText(const PoolState& state, bool leases) {
       rows.push_back({server, "-", "-", "-", "-", "-", "-", s.draining ? "draining" : "no devices", "-"});
     }
     for (const DeviceInfo& d : s.devices) {
-      std::string state_text = s.draining ? "draining" : d.whole_free() ? "free" : d.compute_allocated >= 0.9999 ||
+      std::string state_text = s.draining ? "draining" : d.cordoned ? "cordoned" : d.whole_free() ? "free" : d.compute_allocated >= 0.9999 ||
                                                                                    d.memory_allocated >= d.memory_total
                                                                                ? "full"
                                                                                : "shared";
