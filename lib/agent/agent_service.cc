@@ -1,6 +1,5 @@
 #include "agent/agent_service.h"
 
-#include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,15 +30,6 @@
 namespace gpupool::agent {
 namespace {
 
-// The user the agent runs as.
-std::string OwnUser() {
-  passwd pw{};
-  passwd* found = nullptr;
-  char buf[4096];
-  if (getpwuid_r(geteuid(), &pw, buf, sizeof(buf), &found) == 0 && found) return found->pw_name;
-  return fmt::format("uid{}", geteuid());
-}
-
 struct AgentState {
   AgentConfig config;
   std::vector<DeviceRecord> devices;
@@ -62,7 +52,7 @@ struct AgentState {
   Clock::time_point last_sample = Clock::now();
   AgentCounters counters;
   TokenTable tokens;  // TCP clients' per-user tokens (config.tokens_file).
-  std::string own_user = OwnUser();  // The agent's own user: an administrator of it.
+  std::string own_user = UserNameOf(geteuid());  // The agent's own user: an administrator of it.
 
   void EndSessions(const std::string& lease_id) {
     workers->KillLease(lease_id);

@@ -10,6 +10,14 @@
 
 namespace gpupool::agent {
 
+std::string UserNameOf(uid_t uid) {
+  passwd pw{};
+  passwd* found = nullptr;
+  char buf[4096];
+  if (getpwuid_r(uid, &pw, buf, sizeof(buf), &found) == 0 && found) return found->pw_name;
+  return fmt::format("uid{}", uid);  // A uid without a passwd entry is still a uid.
+}
+
 Peer UnixPeer(kj::AsyncIoStream& stream) {
   Peer peer;
   peer.unix_socket = true;
@@ -21,14 +29,7 @@ Peer UnixPeer(kj::AsyncIoStream& stream) {
     return peer;
   }
   if (len != sizeof(cred)) return peer;
-  passwd pw{};
-  passwd* found = nullptr;
-  char buf[4096];
-  if (getpwuid_r(cred.uid, &pw, buf, sizeof(buf), &found) == 0 && found) {
-    peer.user = found->pw_name;
-  } else {
-    peer.user = fmt::format("uid{}", cred.uid);  // A uid without a passwd entry is still a uid.
-  }
+  peer.user = UserNameOf(cred.uid);
   peer.authenticated = true;
   return peer;
 }

@@ -6,6 +6,8 @@
 #ifndef GPUPOOL_AGENT_AUTH_H_
 #define GPUPOOL_AGENT_AUTH_H_
 
+#include <sys/types.h>
+
 #include <map>
 #include <string>
 
@@ -20,6 +22,9 @@ struct Peer {
   bool authenticated = false;
   std::string user;  // Set when authenticated.
 };
+
+// The name of user `uid` ("uid1234" when it has no passwd entry).
+std::string UserNameOf(uid_t uid);
 
 // The user behind a Unix socket connection, from the kernel; unauthenticated if the socket cannot tell.
 Peer UnixPeer(kj::AsyncIoStream& stream);
