@@ -81,6 +81,9 @@ struct ServerInfo {
   uint32_t protocol_version = 0;
   double lease_ttl_s = 0;
   double idle_after_s = 0;  // A lease without a call for this long is flagged idle; 0: the agent does not say.
+  std::string personality;       // The agent's policy personality in force; empty: none (nothing restricted).
+  std::string personality_next;  // e.g. "night from Mon 20:00"; empty: no change ahead.
+  std::string policy;            // The agent's personalities, one line each; empty: no policy.
   std::vector<DeviceInfo> devices;
   std::vector<LeaseInfo> leases;
 };

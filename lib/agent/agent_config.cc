@@ -10,7 +10,7 @@ namespace {
 Status Read(const TomlFile& file, AgentConfig* c) {
   const toml::table& root = file.root();
   if (Status s = file.CheckKeys(root, {"name", "listen", "class", "nvml", "cuda_driver", "emulated", "leases", "drain",
-                                       "metrics", "telemetry", "auth"},
+                                       "metrics", "telemetry", "auth", "groups", "personality"},
                                 "the agent config");
       !s.ok())
     return s;
@@ -55,6 +55,9 @@ Status Read(const TomlFile& file, AgentConfig* c) {
     if (!(s = file.CheckKeys(*t, {"listen"}, "[metrics]")).ok()) return s;
     if (!(s = file.GetString(*t, "listen", &c->metrics_listen)).ok()) return s;
   }
+  auto policy = Policy::Read(file);
+  if (!policy.ok()) return policy.status();
+  c->policy = std::move(policy).value();
   if (!(s = section("auth", &t)).ok()) return s;
   if (t) {
     if (!(s = file.CheckKeys(*t, {"require", "tokens", "admins"}, "[auth]")).ok()) return s;
@@ -93,6 +96,7 @@ Status AgentConfig::Validate() const {
 Status LoadAgentConfig(const std::string& path, AgentConfig* config) {
   auto file = TomlFile::Load(path);
   if (!file.ok()) return file.status();
+  config->config_path = path;
   return Read(*file, config);
 }
 

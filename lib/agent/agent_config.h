@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "agent/lease_table.h"
+#include "agent/policy.h"
 #include "gpupool/status.h"
 
 namespace gpupool::agent {
@@ -51,6 +52,8 @@ struct AgentConfig {
   bool require_auth = false;
   std::string tokens_file;  // Empty: no TCP client can authenticate.
   std::vector<std::string> admins;  // Authenticated users who may administer the agent (root and its own user too).
+  Policy policy;            // [groups] and [[personality]] (agent/policy.h); empty: nothing restricted.
+  std::string config_path;  // The agent.toml it came from, re-read on SIGHUP; empty: none.
 
   // Checks ranges and relations (ttl > renew interval ...): kInvalidArgument naming the field.
   Status Validate() const;

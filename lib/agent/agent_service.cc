@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -53,6 +56,10 @@ struct AgentState {
   AgentCounters counters;
   TokenTable tokens;  // TCP clients' per-user tokens (config.tokens_file).
   std::string own_user = UserNameOf(geteuid());  // The agent's own user: an administrator of it.
+  // The personality in force at the last sweep, and since when the agent saw it (grace periods run from then, in
+  // real time).
+  std::string personality;
+  Clock::time_point personality_since = Clock::now();
 
   void EndSessions(const std::string& lease_id) {
     workers->KillLease(lease_id);
@@ -149,6 +156,42 @@ void FillSlices(capnp::List<wire::SliceSpec>::Builder out, const std::vector<Sli
   }
 }
 
+// The time policies go by: the wall clock, or (tests) the local time written in the file $GPUPOOL_POLICY_CLOCK
+// ("YYYY-MM-DD HH:MM[:SS]"), re-read at every look.
+std::time_t PolicyNow() {
+  const char* path = std::getenv("GPUPOOL_POLICY_CLOCK");
+  if (!path || !*path) return std::time(nullptr);
+  std::ifstream in(path);
+  std::string text;
+  std::getline(in, text);
+  std::tm tm{};
+  int seconds = 0;
+  if (std::sscanf(text.c_str(), "%d-%d-%d %d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
+                  &seconds) < 5) {
+    GP_WARN("policy", "GPUPOOL_POLICY_CLOCK file {} holds no \"YYYY-MM-DD HH:MM\"; using the wall clock", path);
+    return std::time(nullptr);
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  tm.tm_sec = seconds;
+  tm.tm_isdst = -1;
+  return std::mktime(&tm);
+}
+
+// A lease as its agent's policy sees it.
+PolicyRequest PolicyView(const AgentState& state, const std::string& user, const std::vector<SliceGrant>& slices) {
+  PolicyRequest r;
+  r.user = user;
+  for (const SliceGrant& s : slices) {
+    r.slice_classes.push_back(s.device < state.devices.size() ? state.devices[s.device].device_class : "");
+    r.slice_fractions.push_back(FractionFromShare(s.share));
+  }
+  for (const auto& [id, e] : state.table.entries()) {
+    if (e.owner.user == user) r.gpus_held += static_cast<int>(e.slices.size());
+  }
+  return r;
+}
+
 // How often telemetry samples the sessions' meters and the GPUs.
 constexpr auto kSampleInterval = std::chrono::seconds(1);
 
@@ -209,6 +252,17 @@ void Describe(const AgentState& state, wire::AgentState::Builder out, bool with_
   out.setLeaseTtlMs(Ms(table.timing().lease_ttl));
   out.setRenewIntervalMs(Ms(table.timing().renew_interval));
   out.setIdleAfterMs(Ms(state.config.idle_after));
+  const Policy& policy = state.config.policy;
+  if (!policy.empty()) {
+    std::time_t now_t = PolicyNow();
+    const Personality* active = policy.ActiveAt(now_t);
+    out.setPersonality(active ? active->name : "");
+    if (auto next = policy.NextChange(now_t)) {
+      const Personality* then = policy.ActiveAt(*next);
+      out.setPersonalityNext(fmt::format("{} from {}", then ? then->name : "no personality", FormatLocal(*next)));
+    }
+    out.setPolicy(policy.Describe());
+  }
   auto devices = out.initDevices(static_cast<unsigned>(state.devices.size()));
   for (size_t i = 0; i < state.devices.size(); ++i) {
     const DeviceRecord& r = state.devices[i];
@@ -347,7 +401,19 @@ class AgentImpl final : public wire::Agent::Server {
     }
     std::vector<SliceGrant> slices;
     for (auto s : params.getSlices()) slices.push_back({s.getDevice(), s.getMemoryBytes(), s.getShareMicros()});
-    Status status = state_.table.Reserve(key.getId(), key.getSecret(), owner, slices, Clock::now());
+    Status status = Status::Ok();
+    const Policy& policy = state_.config.policy;
+    if (!policy.empty()) {
+      std::time_t now_t = PolicyNow();
+      status = policy.Check(PolicyView(state_, owner.user, slices), now_t, UnixGroupHas);
+      const Personality* active = policy.ActiveAt(now_t);
+      owner.personality = active ? active->name : "";
+      if (!status.ok()) {
+        status = Status(status.code(), fmt::format("agent {}: {}", state_.config.name, status.message()));
+        GP_INFO("policy", "refused {}'s reservation: {}", owner.user, status.message());
+      }
+    }
+    if (status.ok()) status = state_.table.Reserve(key.getId(), key.getSecret(), owner, slices, Clock::now());
     if (status.ok()) {
       GP_DEBUG("agent", "reserved {} for {}@{} pid {}", key.getId().cStr(), owner.user, owner.host, owner.pid);
       ++state_.counters.reservations_granted;
@@ -622,6 +688,71 @@ kj::Promise<void> AcceptLoop(kj::ConnectionReceiver& receiver, AgentState& state
   });
 }
 
+// Leases over their personality's max_lease end; at a change of personality with a grace period, once it is over,
+// leases granted under other rules that break the new one's end too.
+void EnforcePolicy(AgentState& state) {
+  const Policy& policy = state.config.policy;
+  if (policy.empty()) return;
+  std::time_t now_t = PolicyNow();
+  const Personality* active = policy.ActiveAt(now_t);
+  std::string name = active ? active->name : "";
+  if (name != state.personality) {
+    GP_INFO("policy", "personality {} in force (was {})", name.empty() ? "none" : name,
+            state.personality.empty() ? "none" : state.personality);
+    state.personality = name;
+    state.personality_since = Clock::now();
+  }
+  auto now = Clock::now();
+  std::vector<std::pair<std::string, std::string>> ending;  // Lease, why.
+  for (const auto& [id, e] : state.table.entries()) {
+    if (!e.committed) continue;
+    auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - e.created);
+    const Personality* granted = nullptr;
+    for (const Personality& p : policy.personalities()) {
+      if (p.name == e.owner.personality) granted = &p;
+    }
+    if (granted && granted->max_lease && age > *granted->max_lease) {
+      ending.push_back({id, fmt::format("it reached personality {}'s max_lease of {}", granted->name,
+                                        FormatDuration(*granted->max_lease))});
+      continue;
+    }
+    if (active && active->grace && e.owner.personality != active->name && now - state.personality_since >= *active->grace) {
+      std::string why = policy.Breaks(*active, PolicyView(state, e.owner.user, e.slices), age, UnixGroupHas);
+      if (!why.empty()) ending.push_back({id, fmt::format("{} (after its {} grace)", why, FormatDuration(*active->grace))});
+    }
+  }
+  for (const auto& [id, why] : ending) {
+    GP_INFO("policy", "lease {} ended: {}", id, why);
+    if (state.table.Revoke(id).ok()) {
+      ++state.counters.lease_revocations;
+      state.EndSessions(id);
+    }
+  }
+}
+
+// On every SIGHUP: the policy and the administrators again from the config file; leases are kept. A file that
+// does not load keeps the old policy, and the log says why.
+kj::Promise<void> ReloadLoop(AgentState& state, kj::UnixEventPort& port) {
+  return port.onSignal(SIGHUP).then([&state, &port](siginfo_t) {
+    if (state.config.config_path.empty()) {
+      GP_WARN("policy", "SIGHUP: the agent was started without --config; nothing to re-read");
+    } else {
+      AgentConfig fresh;
+      Status s = LoadAgentConfig(state.config.config_path, &fresh);
+      if (s.ok()) s = fresh.Validate();
+      if (!s.ok()) {
+        GP_ERROR("policy", "SIGHUP: {}; keeping the policy in force", s.message());
+      } else {
+        state.config.policy = std::move(fresh.policy);
+        state.config.admins = std::move(fresh.admins);
+        GP_INFO("policy", "SIGHUP: policy re-read from {} ({} personalities); {} lease(s) kept",
+                state.config.config_path, state.config.policy.personalities().size(), state.table.entries().size());
+      }
+    }
+    return ReloadLoop(state, port);
+  });
+}
+
 kj::Promise<void> SweepLoop(AgentState& state, kj::Timer& timer) {
   return timer.afterDelay(state.config.sweep_interval.count() * kj::MILLISECONDS).then([&state, &timer]() {
     for (const LeaseTable::Expired& e : state.table.Expire(Clock::now())) {
@@ -633,6 +764,7 @@ kj::Promise<void> SweepLoop(AgentState& state, kj::Timer& timer) {
       ++state.counters.lease_expirations[e.committed ? "not_renewed" : "not_committed"];
       state.EndSessions(e.id);
     }
+    EnforcePolicy(state);
     return SweepLoop(state, timer);
   });
 }
@@ -664,6 +796,7 @@ std::string DisplayAddress(const std::string& configured, uint port) {
 void CaptureAgentSignals() {
   kj::UnixEventPort::captureSignal(SIGTERM);
   kj::UnixEventPort::captureSignal(SIGINT);
+  kj::UnixEventPort::captureSignal(SIGHUP);  // Re-read the policy.
   kj::UnixEventPort::captureChildExit();  // Session workers are reaped by the event loop.
   signal(SIGPIPE, SIG_IGN);
 }
@@ -736,6 +869,10 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
     state.gpus = GpuMonitor::Open(&why);
     if (!state.gpus) GP_WARN("agent", "no GPU gauges (utilisation, temperature, power): {}", why);
   }
+  auto reloading = ReloadLoop(state, io.unixEventPort).eagerlyEvaluate([](kj::Exception&& e) {
+    GP_ERROR("policy", "the SIGHUP handler failed: {}", e.getDescription().cStr());
+  });
+  if (!state.config.policy.empty()) GP_INFO("policy", "personalities:\n{}", state.config.policy.Describe());
   auto sampling = SampleLoop(state, io.provider->getTimer()).eagerlyEvaluate([](kj::Exception&& e) {
     GP_ERROR("agent", "telemetry sampling failed: {}", e.getDescription().cStr());
   });

@@ -29,6 +29,7 @@ struct LeaseOwner {
   std::string user, host, label;
   uint32_t pid = 0;
   bool verified = false;  // `user` was authenticated by the agent, not claimed by the client.
+  std::string personality;  // The policy personality it was granted under; empty: none.
 };
 
 struct LeaseTiming {

@@ -28,7 +28,8 @@ namespace calls = session::calls;
 using Reply = kj::Promise<CallStatus>;
 
 constexpr char kRevokedMessage[] =
-    "the lease of this session ended (released, expired or revoked by an administrator); its memory is freed";
+    "the lease of this session ended (released, expired, or ended by an administrator or the agent's policy); its "
+    "memory is freed";
 
 Reply Done(CallStatus s) { return Reply(std::move(s)); }
 Reply Ok() { return Done(CallStatus::Ok()); }

@@ -48,6 +48,9 @@ void FillServerInfo(wire::AgentState::Reader st, ServerInfo* info) {
   info->protocol_version = st.getProtocolVersion();
   info->lease_ttl_s = static_cast<double>(st.getLeaseTtlMs()) / 1000.0;
   info->idle_after_s = static_cast<double>(st.getIdleAfterMs()) / 1000.0;
+  info->personality = st.getPersonality();
+  info->personality_next = st.getPersonalityNext();
+  info->policy = st.getPolicy();
   info->devices.clear();
   for (auto d : st.getDevices()) {
     DeviceInfo dev;

@@ -50,6 +50,10 @@ std::string PoolStateJson(const PoolState& state, const StateJsonOptions& option
     s.up ? w.Double(s.lease_ttl_s) : w.Null();
     w.Key("idle_after_s");
     s.up && s.idle_after_s > 0 ? w.Double(s.idle_after_s) : w.Null();
+    w.Key("personality");
+    s.up && !s.personality.empty() ? w.String(s.personality) : w.Null();
+    w.Key("personality_next");
+    s.up && !s.personality_next.empty() ? w.String(s.personality_next) : w.Null();
     w.Key("devices").BeginArray();
     for (const DeviceInfo& d : s.devices) {
       w.BeginObject()

@@ -106,6 +106,9 @@ struct AgentState {
   leaseTtlMs @5 :UInt64;
   renewIntervalMs @6 :UInt64;
   idleAfterMs @7 :UInt64;         # A lease whose sessions made no call for this long is flagged idle.
+  personality @8 :Text;           # The policy personality in force; empty: none (nothing restricted).
+  personalityNext @9 :Text;       # What comes next and when ("night from Fri 20:00"); empty: nothing changes.
+  policy @10 :Text;               # The agent's personalities, one line each.
 }
 
 interface Agent {

@@ -4,12 +4,16 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <regex>
 #include <sstream>
 
+#include <fmt/format.h>
+
+#include "core/util.h"
 #include "integration/helpers.h"
 
 namespace gpupool::testing {
@@ -439,7 +443,7 @@ TEST(Admin, CordonRevokeAndDrainFromTheShell) {
   RunResult revoked = Ctl(server, {"revoke", id});
   ASSERT_EQ(revoked.code, 0) << revoked.err;
   EXPECT_NE(busy.Wait(seconds(20)), 0);
-  EXPECT_NE(busy.Stderr().find("revoked by an administrator"), std::string::npos) << busy.Stderr();
+  EXPECT_NE(busy.Stderr().find("ended by an administrator"), std::string::npos) << busy.Stderr();
   EXPECT_EQ(Ctl(server, {"revoke", id}).code, 1);  // Gone already.
 
   // Drain: every GPU cordoned; it waits for the leases held, and reports when none is left.
@@ -456,6 +460,100 @@ TEST(Admin, CordonRevokeAndDrainFromTheShell) {
   EXPECT_EQ(RunCommand({ToolPath("gp-run"), "--servers", server, "--", "/bin/true"}).code, 0);
   EXPECT_EQ(Ctl(server, {"cordon", "7"}).code, 1);
   EXPECT_EQ(Ctl(server, {"bogus"}).code, 2);
+}
+
+}  // namespace
+}  // namespace gpupool::testing
+
+namespace gpupool::testing {
+namespace {
+
+std::string PolicyFile(const std::string& user, double day_fraction) {
+  return fmt::format(R"(
+[groups]
+researchers = ["{}"]
+
+[[personality]]
+name = "day"
+hours = "08:00-20:00"
+max_fraction = {}
+max_lease = "3s"
+on_change = "1s"
+[personality.classes]
+a100 = ["researchers"]
+
+[[personality]]
+name = "night"
+hours = "20:00-08:00"
+)",
+                     user, day_fraction);
+}
+
+void SetClock(const std::string& path, const std::string& local) { std::ofstream(path) << local << "\n"; }
+
+TEST(Policy, DayAndNightPersonalitiesWithAnInjectedClock) {
+  TempDir dir;
+  std::string config = dir.Write("agent.toml", PolicyFile(CurrentIdentity().user, 0.5));
+  std::string clock = dir.path() + "/clock";
+  SetClock(clock, "2026-11-23 10:00");  // A Monday morning: day.
+  Agent agent(AgentOptions{.name = "policy", .emulated = 2, .emulated_memory = "4GiB", .device_class = "a100",
+                           .extra_args = {"--config", config},
+                           .env = {"GPUPOOL_POLICY_CLOCK=" + clock, "TZ=UTC"}});
+  const std::string server = agent.address();
+  Pool pool = Connect({server});
+  RunResult ls = RunCommand({ToolPath("gp-ls"), "--servers", server});
+  EXPECT_NE(ls.out.find("personality day; night from Mon 20:00"), std::string::npos) << ls.out;
+
+  // By day a whole GPU is refused, naming the rule and when it would be allowed.
+  RunResult whole = RunCommand({ToolPath("gp-run"), "--servers", server, "-p", "1", "--", "/bin/true"});
+  EXPECT_EQ(whole.code, 125);
+  EXPECT_NE(whole.err.find("personality day allows slices of at most 0.5 of a GPU, not 1"), std::string::npos)
+      << whole.err;
+  EXPECT_NE(whole.err.find("from Mon 20:00 personality night would allow it"), std::string::npos) << whole.err;
+
+  // A day lease lives 3 s at most.
+  Process half({ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", "sleep", "30"});
+  ASSERT_TRUE(Eventually([&] { return LeaseCount(pool.State()) == 1; }, seconds(10)));
+  EXPECT_TRUE(Eventually([&] { return LeaseCount(pool.State()) == 0; }, seconds(10)))
+      << "the day lease outlived its max_lease";
+  EXPECT_NE(agent.process().Stderr().find("max_lease of 3s"), std::string::npos) << agent.process().Stderr();
+
+  // gp-run --wait queues across the change of personality: at 20:30 the whole GPU is granted.
+  Process waiting({ToolPath("gp-run"), "--servers", server, "-p", "1", "--wait", "30s", "--", "/bin/echo", "whole"});
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  EXPECT_TRUE(waiting.running());
+  SetClock(clock, "2026-11-23 20:30");
+  EXPECT_EQ(waiting.ReadLine(seconds(20)), "whole") << waiting.Stderr();
+  EXPECT_EQ(waiting.Wait(seconds(10)), 0);
+
+  // A whole GPU taken at night breaks the day's rules: when day comes, it ends after the 1 s grace.
+  Process night({ToolPath("gp-run"), "--servers", server, "-p", "1", "--", "sleep", "30"});
+  ASSERT_TRUE(Eventually([&] { return LeaseCount(pool.State()) == 1; }, seconds(10)));
+  SetClock(clock, "2026-11-24 09:00");
+  ASSERT_TRUE(Eventually([&] { return LeaseCount(pool.State()) == 0; }, seconds(10)));
+  EXPECT_NE(agent.process().Stderr().find("after its 1s grace"), std::string::npos) << agent.process().Stderr();
+
+  // SIGHUP re-reads the policy and keeps leases; a broken file keeps the policy in force.
+  SetClock(clock, "2026-11-24 21:00");
+  Process kept({ToolPath("gp-run"), "--servers", server, "-p", "1", "--", "sleep", "30"});
+  ASSERT_TRUE(Eventually([&] { return LeaseCount(pool.State()) == 1; }, seconds(10)));
+  dir.Write("agent.toml", PolicyFile(CurrentIdentity().user, 1.0) + "\n[[personality]]\nname = \"weekend\"\n"
+                                                                     "days = [\"sat\", \"sun\"]\n");
+  agent.process().Signal(SIGHUP);
+  ASSERT_TRUE(Eventually([&] { return pool.State().servers[0].policy.find("weekend") != std::string::npos; },
+                         seconds(10)));
+  EXPECT_EQ(LeaseCount(pool.State()), 1u);
+  dir.Write("agent.toml", "[[personality]\nname = broken\n");
+  agent.process().Signal(SIGHUP);
+  ASSERT_TRUE(Eventually([&] { return agent.process().Stderr().find("keeping the policy in force") != std::string::npos; },
+                         seconds(10)))
+      << agent.process().Stderr();
+  PoolState state = pool.State();
+  EXPECT_NE(state.servers[0].policy.find("weekend"), std::string::npos);
+  EXPECT_EQ(LeaseCount(state), 1u);
+  RunResult listed = Ctl(server, {"list"});
+  EXPECT_NE(listed.out.find("personality in force: night"), std::string::npos) << listed.out;
+  EXPECT_NE(listed.out.find("policy weekend: sat,sun"), std::string::npos) << listed.out;
 }
 
 }  // namespace

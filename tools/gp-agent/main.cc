@@ -1,6 +1,7 @@
 // gp-agent: the daemon on each GPU server. Owns its devices and their leases; serves the pool service.
 #include <unistd.h>
 
+#include <sstream>
 #include <thread>
 
 #include "parse_args.h"
@@ -93,6 +94,14 @@ int Ctl(int argc, char** argv) {
     ServerInfo info = pool->State().servers.at(0);
     if (!info.up) return fail(Status(StatusCode::kUnavailable, info.error));
     fmt::print("agent {} ({}){}\n", info.name, server, info.draining ? ", draining" : "");
+    if (info.policy.empty()) {
+      fmt::print("  policy: none (every user may use every GPU, any share, for any time)\n");
+    } else {
+      fmt::print("  personality in force: {}{}\n", info.personality.empty() ? "none" : info.personality,
+                 info.personality_next.empty() ? "" : " (" + info.personality_next + ")");
+      std::istringstream lines(info.policy);
+      for (std::string line; std::getline(lines, line);) fmt::print("  policy {}\n", line);
+    }
     for (const DeviceInfo& d : info.devices) {
       fmt::print("  GPU {}  {}  {}\n", d.index, d.model, d.cordoned ? "cordoned" : "open");
     }

@@ -67,6 +67,12 @@ void PrintText(const PoolState& state, bool leases) {
     }
   }
   PrintTable(rows);
+  for (const ServerInfo& s : state.servers) {
+    if (s.up && (!s.personality.empty() || !s.policy.empty())) {
+      fmt::print("{}: personality {}{}\n", s.name, s.personality.empty() ? "none (nothing restricted)" : s.personality,
+                 s.personality_next.empty() ? "" : "; " + s.personality_next);
+    }
+  }
   if (!leases) return;
   fmt::print("\n");
   std::vector<std::vector<std::string>> lrows = {
