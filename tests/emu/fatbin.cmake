@@ -70,6 +70,10 @@ if(GPUPOOL_FUZZ_USABLE)
     COMMAND ${CMAKE_SOURCE_DIR}/tests/fuzz/run.sh ${CMAKE_CURRENT_BINARY_DIR}/fuzz ${GPUPOOL_FATBIN_DATA_DIR})
   set_tests_properties(fuzz_fatbin_and_ptx PROPERTIES TIMEOUT 900 LABELS fuzz
     ENVIRONMENT "CXX_FUZZ=${GPUPOOL_CLANGXX}")
+  # Both wire services of a live gp-agent (tests/fuzz/wire_fuzz.cc): 30 s, then no lease, memory or worker left.
+  add_test(NAME fuzz_wire_services COMMAND ${CMAKE_SOURCE_DIR}/tests/fuzz/run.sh ${CMAKE_CURRENT_BINARY_DIR}/fuzz)
+  set_tests_properties(fuzz_wire_services PROPERTIES TIMEOUT 600 LABELS fuzz RUN_SERIAL TRUE
+    ENVIRONMENT "CXX_FUZZ=${GPUPOOL_CLANGXX};FUZZ_TARGETS=wire;FUZZ_SECONDS=30;GPUPOOL_FUZZ_AGENT=$<TARGET_FILE:gp_agent>;GPUPOOL_SCHEMA_DIR=${CMAKE_BINARY_DIR}/lib/schema")
 else()
   message(STATUS "clang++ with -fsanitize=fuzzer not available (install clang and libclang-rt-14-dev): "
                  "fuzz_fatbin_and_ptx not registered")

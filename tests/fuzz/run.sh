@@ -11,7 +11,9 @@
 #              Default: build-fuzz at the repository root.
 #   SEED_DIR   a folder of *.fatbin, *.cubin and *.ptx files (ctest passes the fatbin tests' nvcc outputs).
 #              Without it, seeds are made here with nvcc when it is installed.
-# Environment: FUZZ_SECONDS per target (default 30), FUZZ_TARGETS (default "fatbin ptx"), CXX_FUZZ (clang++).
+# Environment: FUZZ_SECONDS per target (default 30), FUZZ_TARGETS (default "fatbin ptx"; "wire" fuzzes a live
+# gp-agent's pool and session services and needs GPUPOOL_FUZZ_AGENT, the gp-agent to run, and GPUPOOL_SCHEMA_DIR,
+# the build's generated *.capnp.c++), CXX_FUZZ (clang++).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -30,7 +32,7 @@ build() {
   local name=$1 bin=$build/$1_fuzz
   shift
   local srcs=() libs=()
-  while (($#)) && [[ $1 != -- ]]; do srcs+=("$root/$1"); shift; done
+  while (($#)) && [[ $1 != -- ]]; do [[ $1 == /* ]] && srcs+=("$1") || srcs+=("$root/$1"); shift; done
   (($#)) && shift && libs=("$@")
   if [[ -x $bin && -z $(find "${srcs[@]}" "$root"/lib/emu/*.h -newer "$bin" 2>/dev/null) ]]; then return 0; fi
   echo "== building $name fuzzer"
@@ -91,14 +93,24 @@ for target in $targets; do
   case $target in
     fatbin) build fatbin tests/fuzz/fatbin_fuzz.cc lib/emu/fatbin.cc lib/emu/lz4.cc -- -lzstd ;;
     ptx) build ptx tests/fuzz/ptx_fuzz.cc lib/emu/ptx_parser.cc lib/emu/ptx_ast.cc ;;
+    wire)
+      schema=${GPUPOOL_SCHEMA_DIR:?set GPUPOOL_SCHEMA_DIR to the folder of the generated schema code}
+      : "${GPUPOOL_FUZZ_AGENT:?set GPUPOOL_FUZZ_AGENT to the gp-agent to fuzz}"
+      flags+=(-I"$schema")
+      build wire tests/fuzz/wire_fuzz.cc "$schema/pool.capnp.c++" "$schema/session.capnp.c++" \
+        -- -lcapnp-rpc -lcapnp -lkj-async -lkj -lpthread
+      mkdir -p "$build/corpus/wire"
+      ;;
     *) echo "unknown fuzz target '$target'" >&2; exit 2 ;;
   esac
   corpus=$build/corpus/$target
   log=$build/$target.log
   echo "== fuzzing $target for ${seconds}s ($(ls "$corpus" | wc -l) inputs in $corpus)"
+  dict=()
+  [[ -e $root/tests/fuzz/$target.dict ]] && dict=(-dict="$root/tests/fuzz/$target.dict")
   if "$build/${target}_fuzz" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-      -dict="$root/tests/fuzz/$target.dict" -artifact_prefix="$build/artifacts/$target-" "$corpus" >"$log" 2>&1; then
-    grep -E '^(Done|stat::number_of_executed_units|stat::new_units_added)' "$log" || true
+      "${dict[@]}" -artifact_prefix="$build/artifacts/$target-" "$corpus" >"$log" 2>&1; then
+    grep -E '^(Done|stat::number_of_executed_units|stat::new_units_added|wire_fuzz:)' "$log" || true
   else
     status=1
     echo "!! $target fuzzer failed; last lines of $log (reproduce: $build/${target}_fuzz ARTIFACT):" >&2

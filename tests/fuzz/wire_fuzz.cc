@@ -1,0 +1,317 @@
+// libFuzzer target for both wire services of a live gp-agent: the pool service (lib/schema/pool.capnp) on the
+// agent's socket, and the session service (session.capnp) of a session the agent opens for it, reached through the
+// agent. Each input is one of:
+//   0: raw bytes on a fresh connection to the agent (not Cap'n Proto at all, or a broken frame of it);
+//   1: a call on the pool service with a fuzzed method ordinal and a struct of fuzzed words and pointers;
+//   2: typed pool calls with hostile values (absurd sizes and counts, foreign lease ids, huge history, bad devices);
+//   3: a call on a session with a fuzzed ordinal and content (foreign handles, huge sizes, unknown ordinals).
+// The agent is a real gp-agent process (GPUPOOL_FUZZ_AGENT, started here with a short lease TTL). After every input
+// it must still be running and answer describe; at exit, once the TTL has passed, it must hold no lease and no
+// device memory, and have no session worker left: nothing crashes, nothing leaks. Built by tests/fuzz/run.sh.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+
+#include "pool.capnp.h"
+#include "session.capnp.h"
+
+namespace {
+
+using gpupool::wire::Agent;
+using gpupool::wire::Session;
+
+// Reads fuzz bytes in order; zeros once they run out.
+struct Bytes {
+  const uint8_t* p;
+  size_t n;
+  template <typename T>
+  T Take() {
+    T v{};
+    size_t k = n < sizeof(T) ? n : sizeof(T);
+    std::memcpy(&v, p, k);
+    p += k;
+    n -= k;
+    return v;
+  }
+  std::string Text(size_t max) {
+    size_t k = Take<uint8_t>();
+    k = k < n ? k : n;
+    k = k < max ? k : max;
+    std::string s(reinterpret_cast<const char*>(p), k);
+    p += k;
+    n -= k;
+    return s;
+  }
+};
+
+struct Fixture {
+  pid_t agent = -1;
+  std::string address;
+  kj::AsyncIoContext io = kj::setupAsyncIo();
+  kj::Own<kj::AsyncIoStream> stream;
+  kj::Own<capnp::TwoPartyClient> rpc;
+  kj::Maybe<Agent::Client> client;
+  kj::Maybe<Session::Client> session;
+  int sessions_opened = 0;
+
+  Agent::Client Connected() {
+    KJ_IF_MAYBE(c, client) { return *c; }
+    auto addr = io.provider->getNetwork().parseAddress(address).wait(io.waitScope);
+    stream = addr->connect().wait(io.waitScope);
+    rpc = kj::heap<capnp::TwoPartyClient>(*stream);
+    Agent::Client c = rpc->bootstrap().castAs<Agent>();
+    auto hello = c.helloRequest();
+    hello.setClientVersion(gpupool::wire::PROTOCOL_VERSION);
+    hello.send().wait(io.waitScope);
+    client = c;
+    return c;
+  }
+  void Drop() {
+    session = nullptr;
+    client = nullptr;
+    rpc = nullptr;
+    stream = nullptr;
+  }
+};
+
+Fixture* fx = nullptr;
+
+void Die(const char* why) {
+  std::fprintf(stderr, "wire_fuzz: %s\n", why);
+  std::fflush(stderr);
+  std::abort();
+}
+
+// The agent still runs and answers describe.
+void CheckAlive() {
+  int status = 0;
+  if (waitpid(fx->agent, &status, WNOHANG) == fx->agent) Die("the agent died");
+  try {
+    fx->Connected().describeRequest().send().wait(fx->io.waitScope);
+  } catch (const kj::Exception& e) {
+    fx->Drop();  // This connection may have been broken on purpose; a fresh one must answer.
+    try {
+      fx->Connected().describeRequest().send().wait(fx->io.waitScope);
+    } catch (const kj::Exception& e2) {
+      Die(("the agent does not answer describe: " + std::string(e2.getDescription().cStr())).c_str());
+    }
+  }
+}
+
+template <typename T>
+void Try(kj::Promise<T>&& p) {
+  try {
+    p.wait(fx->io.waitScope);
+  } catch (const kj::Exception&) {
+  }
+}
+
+// A lease and a session on it for the session calls; a new one when the last broke.
+kj::Maybe<Session::Client> SessionFor() {
+  KJ_IF_MAYBE(s, fx->session) { return *s; }
+  if (fx->sessions_opened > 200) return nullptr;  // Each costs a worker process: enough variety.
+  ++fx->sessions_opened;
+  Agent::Client a = fx->Connected();
+  std::string id = "fuzz-" + std::to_string(fx->sessions_opened), secret = "fuzz-secret-0123456789";
+  try {
+    auto r = a.reserveRequest();
+    r.initLease().setId(id);
+    r.getLease().setSecret(secret);
+    r.initOwner().setUser("fuzz");
+    auto slices = r.initSlices(1);
+    slices[0].setDevice(0);
+    slices[0].setMemoryBytes(64u << 20);
+    slices[0].setShareMicros(500000);
+    if (r.send().wait(fx->io.waitScope).getOutcome().getCode() != gpupool::wire::Outcome::Code::OK) return nullptr;
+    auto c = a.commitRequest();
+    c.initLease().setId(id);
+    c.getLease().setSecret(secret);
+    c.send().wait(fx->io.waitScope);
+    auto o = a.openSessionRequest();
+    o.initLease().setId(id);
+    o.getLease().setSecret(secret);
+    o.setDevice(0);
+    o.setWindowBase(uint64_t{16} << 40);
+    o.setWindowBytes(uint64_t{1} << 30);
+    auto opened = o.send().wait(fx->io.waitScope);
+    if (opened.getOutcome().getCode() != gpupool::wire::Outcome::Code::OK) return nullptr;
+    Session::Client s = opened.getSession();
+    fx->session = s;
+    return s;
+  } catch (const kj::Exception&) {
+    return nullptr;
+  }
+}
+
+// A struct of fuzzed data words and pointers (texts, data, nested structs, lists of absurd claimed sizes).
+void FillStruct(capnp::AnyStruct::Builder s, Bytes& in, int depth) {
+  auto data = s.getDataSection();
+  for (size_t i = 0; i < data.size(); ++i) data[i] = in.Take<uint8_t>();
+  auto pointers = s.getPointerSection();
+  for (size_t i = 0; i < pointers.size(); ++i) {
+    switch (in.Take<uint8_t>() % 5) {
+      case 0: break;
+      case 1: pointers[i].setAs<capnp::Text>(in.Text(256)); break;
+      case 2: {
+        std::string bytes = in.Text(255);
+        pointers[i].setAs<capnp::Data>(kj::arrayPtr(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size()));
+        break;
+      }
+      case 3:
+        if (depth < 3) {
+          FillStruct(pointers[i].initAsAnyStruct(in.Take<uint8_t>() % 8, in.Take<uint8_t>() % 4), in, depth + 1);
+        }
+        break;
+      case 4: pointers[i].initAsAnyList(capnp::ElementSize::EIGHT_BYTES, in.Take<uint16_t>()); break;
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  const char* exe = std::getenv("GPUPOOL_FUZZ_AGENT");
+  if (!exe) Die("set GPUPOOL_FUZZ_AGENT to a gp-agent to fuzz");
+  fx = new Fixture;
+  std::string dir = "/tmp/gpupool-wire-fuzz-" + std::to_string(getpid());
+  mkdir(dir.c_str(), 0700);
+  fx->address = "unix:" + dir + "/agent.sock";
+  int out[2];
+  if (pipe(out) != 0) Die("pipe");
+  fx->agent = fork();
+  if (fx->agent == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // A fuzzer that aborts takes its agent with it.
+    dup2(out[1], 1);
+    execl(exe, exe, "--no-nvml", "--emu", "1", "--emu-memory", "1GiB", "--listen", fx->address.c_str(), "--lease-ttl",
+          "1s", "--name", "fuzz", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  char line[512] = {};
+  if (read(out[0], line, sizeof(line) - 1) <= 0 || !std::strstr(line, "listening on")) Die("the agent did not start");
+  std::atexit([] {
+    // Everything the fuzzing took must come back once the leases' TTL has passed: leases, memory, workers.
+    fx->Drop();
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    try {
+      auto d = fx->Connected().describeRequest();
+      d.setWithLeases(true);
+      auto response = d.send().wait(fx->io.waitScope);
+      auto state = response.getState();
+      if (state.getLeases().size() != 0) Die("leases left after their TTL");
+      for (auto dev : state.getDevices()) {
+        if (dev.getMemoryAllocated() != 0 || dev.getActivity().getMemoryUsed() != 0) Die("device memory left");
+      }
+    } catch (const kj::Exception& e) {
+      Die(("the agent does not answer at the end: " + std::string(e.getDescription().cStr())).c_str());
+    }
+    std::string children = "/proc/" + std::to_string(fx->agent) + "/task/" + std::to_string(fx->agent) + "/children";
+    FILE* f = std::fopen(children.c_str(), "r");
+    char buf[64] = {};
+    if (f && std::fgets(buf, sizeof(buf), f) && buf[0]) Die("session workers left after their leases ended");
+    if (f) std::fclose(f);
+    std::fprintf(stderr, "wire_fuzz: agent alive, no lease, no memory, no worker left (%d sessions opened)\n",
+                 fx->sessions_opened);
+    kill(fx->agent, SIGKILL);
+  });
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  Bytes in{data, size};
+  uint8_t mode = in.Take<uint8_t>() % 4;
+  try {
+    if (mode == 0) {
+      // Raw bytes on a connection of their own.
+      auto addr = fx->io.provider->getNetwork().parseAddress(fx->address).wait(fx->io.waitScope);
+      auto stream = addr->connect().wait(fx->io.waitScope);
+      Try(stream->write(in.p, in.n));
+      stream->shutdownWrite();
+      kj::byte sink[4096];
+      Try(fx->io.provider->getTimer().timeoutAfter(20 * kj::MILLISECONDS, stream->tryRead(sink, 1, sizeof(sink))));
+    } else if (mode == 1) {
+      auto req = fx->Connected().typelessRequest(capnp::typeId<Agent>(), in.Take<uint8_t>() % 12, nullptr);
+      FillStruct(req.initAsAnyStruct(in.Take<uint8_t>() % 8, in.Take<uint8_t>() % 6), in, 0);
+      Try(req.send());
+    } else if (mode == 2) {
+      Agent::Client a = fx->Connected();
+      switch (in.Take<uint8_t>() % 5) {
+        case 0: {
+          auto r = a.reserveRequest();
+          r.initLease().setId(in.Text(64));
+          r.getLease().setSecret(in.Text(64));
+          r.initOwner().setUser(in.Text(64));
+          auto slices = r.initSlices(in.Take<uint8_t>() % 40);
+          for (auto s : slices) {
+            s.setDevice(in.Take<uint32_t>() % 4);
+            s.setMemoryBytes(in.Take<uint64_t>());
+            s.setShareMicros(in.Take<uint32_t>());
+          }
+          Try(r.send());
+          break;
+        }
+        case 1: {
+          auto o = a.openSessionRequest();
+          o.initLease().setId(in.Text(64));
+          o.getLease().setSecret(in.Text(64));
+          o.setDevice(in.Take<uint32_t>());
+          o.setWindowBase(in.Take<uint64_t>());
+          o.setWindowBytes(in.Take<uint64_t>());
+          Try(o.send());
+          break;
+        }
+        case 2: {
+          auto d = a.describeRequest();
+          d.setWithLeases(in.Take<uint8_t>() & 1);
+          d.setHistorySeconds(in.Take<uint32_t>());
+          Try(d.send());
+          break;
+        }
+        case 3: {
+          auto c = a.cordonRequest();  // Not an administrator's connection? This one is root's: it may.
+          c.setDevice(in.Take<int32_t>());
+          c.setCordoned(false);
+          Try(c.send());
+          auto r = a.revokeRequest();
+          r.setLeaseId(in.Text(64));
+          Try(r.send());
+          break;
+        }
+        case 4: {
+          auto h = a.helloRequest();
+          h.setClientVersion(in.Take<uint32_t>());
+          h.setToken(in.Text(255));
+          Try(h.send());
+          break;
+        }
+      }
+    } else {
+      KJ_IF_MAYBE(s, SessionFor()) {
+        auto req = s->typelessRequest(capnp::typeId<Session>(), in.Take<uint8_t>() % 72, nullptr);
+        FillStruct(req.initAsAnyStruct(in.Take<uint8_t>() % 8, in.Take<uint8_t>() % 6), in, 0);
+        try {
+          req.send().wait(fx->io.waitScope);
+        } catch (const kj::Exception& e) {
+          if (e.getType() == kj::Exception::Type::DISCONNECTED) fx->session = nullptr;
+        }
+      }
+    }
+  } catch (const kj::Exception&) {
+    fx->Drop();
+  }
+  CheckAlive();
+  return 0;
+}
