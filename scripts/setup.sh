@@ -24,6 +24,7 @@ PACKAGES=(
   clang libclang-rt-14-dev  # libFuzzer for the fatbin and PTX fuzz targets
   libncurses-dev  # gp-top's full-screen view
   tmux curl prometheus  # the operations tests: gp-top in a terminal, /metrics checked by promtool and scraped
+  openssl  # the TLS tests make their certificates
 )
 
 install_packages() {

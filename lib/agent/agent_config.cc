@@ -10,7 +10,7 @@ namespace {
 Status Read(const TomlFile& file, AgentConfig* c) {
   const toml::table& root = file.root();
   if (Status s = file.CheckKeys(root, {"name", "listen", "class", "nvml", "cuda_driver", "emulated", "leases", "drain",
-                                       "metrics", "telemetry", "auth", "groups", "personality"},
+                                       "metrics", "telemetry", "auth", "groups", "personality", "tls"},
                                 "the agent config");
       !s.ok())
     return s;
@@ -58,6 +58,13 @@ Status Read(const TomlFile& file, AgentConfig* c) {
   auto policy = Policy::Read(file);
   if (!policy.ok()) return policy.status();
   c->policy = std::move(policy).value();
+  if (!(s = section("tls", &t)).ok()) return s;
+  if (t) {
+    if (!(s = file.CheckKeys(*t, {"cert", "key", "ca"}, "[tls]")).ok()) return s;
+    if (!(s = file.GetString(*t, "cert", &c->tls_cert)).ok()) return s;
+    if (!(s = file.GetString(*t, "key", &c->tls_key)).ok()) return s;
+    if (!(s = file.GetString(*t, "ca", &c->tls_ca)).ok()) return s;
+  }
   if (!(s = section("auth", &t)).ok()) return s;
   if (t) {
     if (!(s = file.CheckKeys(*t, {"require", "tokens", "admins"}, "[auth]")).ok()) return s;
@@ -82,6 +89,11 @@ Status AgentConfig::Validate() const {
   if (emulated_count > 0 && emulated_memory < (1ull << 20)) return bad("emulated device memory must be at least 1MiB");
   if (timing.lease_ttl.count() < 100) return bad("lease ttl must be at least 100ms");
   if (timing.reservation_ttl.count() < 100) return bad("reservation ttl must be at least 100ms");
+  if (tls_cert.empty() != tls_key.empty()) return bad("[tls] needs both cert and key");
+  if (!tls_ca.empty() && tls_cert.empty()) return bad("[tls] ca needs the agent's own cert and key");
+  if (!tls_cert.empty() && listen.rfind("unix:", 0) == 0) {
+    return bad("[tls] is for a TCP listen address (on a Unix socket the kernel authenticates peers)");
+  }
   if (idle_after.count() < 1000) return bad("[telemetry] idle_after must be at least 1s");
   if (!metrics_listen.empty() && metrics_listen.rfind("unix:", 0) == 0) {
     return bad("[metrics] listen must be host:port (Prometheus scrapes over TCP)");

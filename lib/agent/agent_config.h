@@ -36,6 +36,10 @@ inline constexpr const char* kDefaultListen = "*:7450";
 //   require = false                # refuse clients the agent cannot authenticate
 //   tokens = "/etc/gpupool/tokens.toml"  # TCP clients' per-user tokens ([tokens] user = "token"; mode 0600)
 //   admins = ["alice"]             # may cordon, uncordon and revoke (besides root and the agent's own user)
+//   [tls]                          # serve a TCP listen address over TLS (sessions then go through the agent)
+//   cert = "/etc/gpupool/agent.crt"
+//   key = "/etc/gpupool/agent.key"
+//   ca = "/etc/gpupool/ca.crt"     # require client certificates signed by it; their common name is the user
 struct AgentConfig {
   std::string name;
   std::string listen = kDefaultListen;
@@ -53,6 +57,7 @@ struct AgentConfig {
   std::string tokens_file;  // Empty: no TCP client can authenticate.
   std::vector<std::string> admins;  // Authenticated users who may administer the agent (root and its own user too).
   Policy policy;            // [groups] and [[personality]] (agent/policy.h); empty: nothing restricted.
+  std::string tls_cert, tls_key, tls_ca;  // [tls]; no cert: plain TCP.
   std::string config_path;  // The agent.toml it came from, re-read on SIGHUP; empty: none.
 
   // Checks ranges and relations (ttl > renew interval ...): kInvalidArgument naming the field.

@@ -22,6 +22,7 @@
 #include "agent/metrics.h"
 #include "agent/session_worker.h"
 #include "agent/telemetry.h"
+#include "core/tls.h"
 #include "backend/cuda/cuda_driver.h"
 #include "backend/device_turns.h"
 #include "backend/slice_quota.h"
@@ -56,6 +57,7 @@ struct AgentState {
   AgentCounters counters;
   TokenTable tokens;  // TCP clients' per-user tokens (config.tokens_file).
   std::string own_user = UserNameOf(geteuid());  // The agent's own user: an administrator of it.
+  kj::Timer* timer = nullptr;                     // The event loop's, for TLS handshake deadlines.
   // The personality in force at the last sweep, and since when the agent saw it (grace periods run from then, in
   // real time).
   std::string personality;
@@ -513,7 +515,8 @@ class AgentImpl final : public wire::Agent::Server {
     spec.window_bytes = window;
     spec.share_micros = slice->share;
     spec.cuda_driver = state_.config.cuda_driver;
-    spec.direct_listen = DirectListen(state_.config.listen);
+    // Over TLS the session stays on this (encrypted, authenticated) connection: a worker's door would be neither.
+    spec.direct_listen = state_.config.tls_cert.empty() ? DirectListen(state_.config.listen) : "";
     // Every device's sessions take turns by their compute shares (a worker on a GPU under MPS leaves the table).
     auto turns = state_.TurnsFd(device);
     if (!turns.ok()) {
@@ -676,16 +679,33 @@ class ConnectionErrors final : public kj::TaskSet::ErrorHandler {
   void taskFailed(kj::Exception&& e) override { GP_DEBUG("rpc", "a client connection failed: {}", e.getDescription().cStr()); }
 };
 
-// Accepts clients for ever; each connection lives until its client disconnects.
+// Accepts clients for ever; each connection lives until its client disconnects. With `tls`, each connection's
+// handshake runs on its own (a client that fails it, or never finishes it, holds up nobody), and a client
+// certificate says who the client is.
 kj::Promise<void> AcceptLoop(kj::ConnectionReceiver& receiver, AgentState& state, kj::TaskSet& connections,
-                             bool unix_socket) {
-  return receiver.accept().then([&receiver, &state, &connections, unix_socket](kj::Own<kj::AsyncIoStream>&& stream) {
-    Peer peer = unix_socket ? UnixPeer(*stream) : Peer{};
-    auto connection = kj::heap<AgentConnection>(kj::mv(stream), kj::heap<AgentImpl>(state, kj::mv(peer)));
-    auto ended = connection->network.onDisconnect();
-    connections.add(ended.attach(kj::mv(connection)));
-    return AcceptLoop(receiver, state, connections, unix_socket);
-  });
+                             bool unix_socket, kj::TlsContext* tls) {
+  return receiver.acceptAuthenticated().then(
+      [&receiver, &state, &connections, unix_socket, tls](kj::AuthenticatedStream&& accepted) {
+        auto serve = [&state, &connections](kj::Own<kj::AsyncIoStream> stream, Peer peer) {
+          auto connection = kj::heap<AgentConnection>(kj::mv(stream), kj::heap<AgentImpl>(state, kj::mv(peer)));
+          auto ended = connection->network.onDisconnect();
+          connections.add(ended.attach(kj::mv(connection)));
+        };
+        if (tls) {
+          connections.add(state.timer->timeoutAfter(10 * kj::SECONDS, tls->wrapServer(kj::mv(accepted)))
+                              .then([serve](kj::AuthenticatedStream&& secured) {
+                                Peer peer = TlsPeer(secured.peerIdentity.get());
+                                serve(kj::mv(secured.stream), kj::mv(peer));
+                              })
+                              .catch_([](kj::Exception&& e) {
+                                GP_WARN("tls", "a client's TLS handshake failed: {}", e.getDescription().cStr());
+                              }));
+        } else {
+          Peer peer = unix_socket ? UnixPeer(*accepted.stream) : Peer{};
+          serve(kj::mv(accepted.stream), kj::mv(peer));
+        }
+        return AcceptLoop(receiver, state, connections, unix_socket, tls);
+      });
 }
 
 // Leases over their personality's max_lease end; at a change of personality with a grace period, once it is over,
@@ -856,9 +876,22 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
             unix_socket ? "users are who the kernel says they are on this Unix socket"
                         : "TCP clients without a token are taken at their word for their user name ([auth])");
   }
+  kj::Own<TlsSetup> tls;
+  if (!config.tls_cert.empty()) {
+    auto made = MakeTls({config.tls_cert, config.tls_key, config.tls_ca}, true);
+    if (!made.ok()) {
+      GP_ERROR("agent", "{}", made.status().message());
+      return 2;
+    }
+    tls = std::move(made).value();
+    GP_INFO("tls", "serving TLS{}; sessions go through this connection (no direct worker doors)",
+            config.tls_ca.empty() ? "" : ", client certificates required (their common name is the user)");
+  }
+  state.timer = &io.provider->getTimer();
   ConnectionErrors connection_errors;
   kj::TaskSet connections(connection_errors);
-  auto accepting = AcceptLoop(*receiver, state, connections, unix_socket).eagerlyEvaluate([](kj::Exception&& e) {
+  auto accepting = AcceptLoop(*receiver, state, connections, unix_socket, tls ? tls->context.get() : nullptr)
+                       .eagerlyEvaluate([](kj::Exception&& e) {
     GP_ERROR("rpc", "accept loop failed: {}", e.getDescription().cStr());
   });
   auto sweeping = SweepLoop(state, io.provider->getTimer()).eagerlyEvaluate([](kj::Exception&& e) {

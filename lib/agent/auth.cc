@@ -34,6 +34,18 @@ Peer UnixPeer(kj::AsyncIoStream& stream) {
   return peer;
 }
 
+Peer TlsPeer(kj::PeerIdentity* identity) {
+  Peer peer;
+  if (!identity) return peer;
+  KJ_IF_MAYBE(tls, kj::dynamicDowncastIfAvailable<kj::TlsPeerIdentity>(*identity)) {
+    if (tls->hasCertificate()) {
+      peer.user = tls->getCommonName().cStr();
+      peer.authenticated = !peer.user.empty();
+    }
+  }
+  return peer;
+}
+
 Result<TokenTable> TokenTable::Load(const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {

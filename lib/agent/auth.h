@@ -12,6 +12,7 @@
 #include <string>
 
 #include <kj/async-io.h>
+#include <kj/compat/tls.h>
 
 #include "gpupool/status.h"
 
@@ -28,6 +29,9 @@ std::string UserNameOf(uid_t uid);
 
 // The user behind a Unix socket connection, from the kernel; unauthenticated if the socket cannot tell.
 Peer UnixPeer(kj::AsyncIoStream& stream);
+
+// The user a TLS client certificate names (its common name); unauthenticated without one.
+Peer TlsPeer(kj::PeerIdentity* identity);
 
 // The user a TCP client's token names, or empty.
 class TokenTable {

@@ -67,6 +67,22 @@ Status StatusFromException(const kj::Exception& e, const std::string& address, s
                               "upgrade the older side",
                               address, desc.substr(pos + 1), wire::PROTOCOL_VERSION));
   }
+  if (address.rfind("tls:", 0) == 0 &&
+      (desc.find("certificate required") != std::string::npos || desc.find("ssl") != std::string::npos ||
+       desc.find("SSL") != std::string::npos)) {
+    const bool have_cert = std::getenv("GPUPOOL_TLS_CERT") && *std::getenv("GPUPOOL_TLS_CERT");
+    return Status(StatusCode::kPermissionDenied,
+                  fmt::format("TLS with server {} failed{}: {}", address,
+                              have_cert ? "" : " (it may require a client certificate: GPUPOOL_TLS_CERT and "
+                                               "GPUPOOL_TLS_KEY)",
+                              desc.substr(desc.rfind("= ") == std::string::npos ? 0 : desc.rfind("= ") + 2)));
+  }
+  if (desc.find("gpupool-handshake") != std::string::npos && desc.find("Peer disconnected") != std::string::npos &&
+      address.rfind("tls:", 0) != 0 && address.rfind("unix:", 0) != 0) {
+    return Status(StatusCode::kProtocolMismatch,
+                  fmt::format("server {} closed the connection at the gpupool handshake: if it serves TLS, name it "
+                              "tls:{}", address, address));
+  }
   if (desc.find("gpupool-handshake") != std::string::npos) {
     return Status(StatusCode::kProtocolMismatch,
                   fmt::format("server {} accepted the connection but did not answer the gpupool handshake "
@@ -266,10 +282,26 @@ void DetectDeadPeers(kj::AsyncIoStream& stream) {
 
 kj::Promise<kj::Own<kj::AsyncIoStream>> Runtime::ConnectStream(const std::string& address,
                                                              std::chrono::milliseconds timeout) {
+  std::string target = address;
+  const bool tls = StripTlsScheme(&target);
+  if (tls && !tls_) {
+    auto made = MakeTls(ClientTlsFiles(), false);
+    if (!made.ok()) return KJ_EXCEPTION(FAILED, "gpupool-connect", made.status().message());
+    tls_ = std::move(made).value();
+  }
   auto connected =
       io_->provider->getNetwork()
-          .parseAddress(address, 7450)
+          .parseAddress(target, 7450)
           .then([](kj::Own<kj::NetworkAddress> a) { return a->connect().attach(kj::mv(a)); });
+  if (tls) {
+    std::string host = target.substr(0, target.rfind(':'));
+    connected = connected.then([this, host](kj::Own<kj::AsyncIoStream> stream) {
+      return tls_->context->wrapClient(kj::mv(stream), host).catch_([host](kj::Exception&& e) -> kj::Own<kj::AsyncIoStream> {
+        kj::throwFatalException(KJ_EXCEPTION(FAILED, "gpupool-connect", "TLS with " + host + " failed: " +
+                                                                           std::string(e.getDescription().cStr())));
+      });
+    });
+  }
   return io_->provider->getTimer()
       .timeoutAfter(timeout.count() * kj::MILLISECONDS, kj::mv(connected))
       .then([](kj::Own<kj::AsyncIoStream> stream) {

@@ -17,6 +17,7 @@
 #include <kj/async-io.h>
 #include <kj/async-unix.h>
 
+#include "core/tls.h"
 #include "gpupool/pool.h"
 #include "gpupool/state.h"
 #include "gpupool/status.h"
@@ -80,7 +81,8 @@ class Runtime : public kj::TaskSet::ErrorHandler {
   void StopTask(const std::string& key);
   // Drops the connection to `address` (after an error) so the next call reconnects.
   void Forget(const std::string& address);
-  // A plain connected stream to `address` (dead peers detected as for agents), failing after `timeout`.
+  // A connected stream to `address` (dead peers detected as for agents), failing after `timeout`; over TLS, with
+  // the server's certificate checked, for a "tls:host:port" address.
   kj::Promise<kj::Own<kj::AsyncIoStream>> ConnectStream(const std::string& address, std::chrono::milliseconds timeout);
 
  private:
@@ -104,6 +106,7 @@ class Runtime : public kj::TaskSet::ErrorHandler {
   kj::AsyncIoContext* io_ = nullptr;
   kj::Own<kj::PromiseFulfiller<void>> stop_;
   // Loop-thread state.
+  kj::Own<TlsSetup> tls_;  // For "tls:" agents, made at the first (ClientTlsFiles); outlives the connections.
   std::map<std::string, kj::Own<Connection>> connections_;
   std::map<std::string, kj::Promise<void>> tasks_;
   kj::Own<kj::TaskSet> deferred_;

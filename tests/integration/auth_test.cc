@@ -141,6 +141,62 @@ TEST(Auth, WithoutRequirementClaimsAreKeptButMarkedUnverified) {
       << agent.process().Stderr();
 }
 
+// A CA, an agent certificate for localhost and client certificates, made with openssl in `dir`.
+void MakeCertificates(const TempDir& dir) {
+  std::string script = R"(set -e
+cd ")" + dir.path() + R"("
+openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj "/CN=gpupool test CA"
+openssl req -x509 -newkey rsa:2048 -nodes -keyout other-ca.key -out other-ca.crt -days 2 -subj "/CN=another CA"
+printf "subjectAltName=DNS:localhost,IP:127.0.0.1\n" > san.ext
+openssl req -newkey rsa:2048 -nodes -keyout agent.key -out agent.csr -subj "/CN=localhost"
+openssl x509 -req -in agent.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out agent.crt -days 2 -extfile san.ext
+openssl req -newkey rsa:2048 -nodes -keyout alice.key -out alice.csr -subj "/CN=alice"
+openssl x509 -req -in alice.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out alice.crt -days 2
+openssl req -newkey rsa:2048 -nodes -keyout eve.key -out eve.csr -subj "/CN=eve"
+openssl x509 -req -in eve.csr -CA other-ca.crt -CAkey other-ca.key -CAcreateserial -out eve.crt -days 2
+)";
+  RunResult made = RunCommand({"/bin/sh", "-c", script});
+  ASSERT_EQ(made.code, 0) << made.err;
+}
+
+TEST(Auth, TlsWithClientCertificatesCarriesPoolAndSessions) {
+  TempDir dir;
+  MakeCertificates(dir);
+  if (HasFatalFailure()) return;
+  const std::string d = dir.path() + "/";
+  Agent agent(AgentOptions{.name = "tls", .emulated = 1, .emulated_memory = "4GiB",
+                           .extra_args = {"--tls-cert", d + "agent.crt", "--tls-key", d + "agent.key", "--tls-ca",
+                                          d + "ca.crt"}});
+  const std::string port = agent.address().substr(agent.address().rfind(':') + 1);
+  const std::string server = "tls:localhost:" + port;
+  std::vector<std::string> alice = {"GPUPOOL_TLS_CA=" + d + "ca.crt", "GPUPOOL_TLS_CERT=" + d + "alice.crt",
+                                    "GPUPOOL_TLS_KEY=" + d + "alice.key"};
+  // A real CUDA program's session runs through the TLS connection; the lease is alice's, as her certificate says.
+  RunResult run = RunCommand({ToolPath("gp-run"), "--servers", server, "--", "/bin/sh", "-c",
+                              ToolPath("gp-ls") + " --servers " + server + " --leases --json && " +
+                                  std::string(GPUPOOL_EXAMPLES_DIR) + "/vector_add 100000"},
+                             alice, seconds(120));
+  ASSERT_EQ(run.code, 0) << run.out << run.err;
+  EXPECT_NE(run.out.find("\"user\":\"alice\",\"user_verified\":true"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("PASSED"), std::string::npos) << run.out;
+  // No certificate, a certificate of another CA, an untrusted agent, or plain TCP: refused, each saying why.
+  RunResult none = RunCommand({ToolPath("gp-ls"), "--servers", server}, {"GPUPOOL_TLS_CA=" + d + "ca.crt"});
+  EXPECT_EQ(none.code, 1);
+  EXPECT_NE(none.out.find("client certificate"), std::string::npos) << none.out;
+  RunResult eve = RunCommand({ToolPath("gp-ls"), "--servers", server},
+                             {"GPUPOOL_TLS_CA=" + d + "ca.crt", "GPUPOOL_TLS_CERT=" + d + "eve.crt",
+                              "GPUPOOL_TLS_KEY=" + d + "eve.key"});
+  EXPECT_EQ(eve.code, 1) << eve.out;
+  RunResult untrusted = RunCommand({ToolPath("gp-ls"), "--servers", server},
+                                   {"GPUPOOL_TLS_CA=" + d + "other-ca.crt", "GPUPOOL_TLS_CERT=" + d + "alice.crt",
+                                    "GPUPOOL_TLS_KEY=" + d + "alice.key"});
+  EXPECT_EQ(untrusted.code, 1);
+  EXPECT_NE(untrusted.out.find("not trusted"), std::string::npos) << untrusted.out;
+  RunResult plain = RunCommand({ToolPath("gp-ls"), "--servers", "localhost:" + port});
+  EXPECT_EQ(plain.code, 1);
+  EXPECT_NE(plain.out.find("name it tls:localhost:" + port), std::string::npos) << plain.out;
+}
+
 TEST(Auth, AnAgentRefusesATokenFileOthersCanRead) {
   TempDir dir;
   std::string tokens = dir.Write("tokens.toml", std::string("[tokens]\nalice = \"") + kAliceToken + "\"\n");

@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
 
   CLI::App app{"gp-agent: serves this host's GPUs (real or emulated) to a gpupool pool"};
   std::string config_path, listen, name, device_class, emu_memory, lease_ttl, renew_interval, cuda_driver, metrics,
-      idle_after, tokens;
+      idle_after, tokens, tls_cert, tls_key, tls_ca;
   bool require_auth = false;
   int emu = -1, emu_fallback = -1;
   bool no_nvml = false;
@@ -152,6 +152,9 @@ int main(int argc, char** argv) {
   app.add_flag("--require-auth", require_auth,
                "refuse clients the agent cannot authenticate (Unix socket: the peer's uid; TCP: a token)");
   app.add_option("--tokens", tokens, "TCP clients' per-user tokens: a TOML file [tokens] user = \"token\", mode 0600");
+  app.add_option("--tls-cert", tls_cert, "serve TCP over TLS with this certificate (PEM; with --tls-key)");
+  app.add_option("--tls-key", tls_key, "the private key of --tls-cert (PEM)");
+  app.add_option("--tls-ca", tls_ca, "require client certificates signed by this CA; their common name is the user");
   app.add_flag("--no-nvml", no_nvml, "do not look for physical GPUs through NVML (nor the CUDA driver unless --cuda-driver names one)");
   GP_PARSE_ARGS(app, argc, argv, 2);
 
@@ -183,6 +186,9 @@ int main(int argc, char** argv) {
   if (!metrics.empty()) config.metrics_listen = metrics;
   if (require_auth) config.require_auth = true;
   if (!tokens.empty()) config.tokens_file = tokens;
+  if (!tls_cert.empty()) config.tls_cert = tls_cert;
+  if (!tls_key.empty()) config.tls_key = tls_key;
+  if (!tls_ca.empty()) config.tls_ca = tls_ca;
   if (!idle_after.empty()) {
     auto d = ParseDuration(idle_after);
     if (!Report(d, "--idle-after")) return 2;
