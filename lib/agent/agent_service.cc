@@ -189,7 +189,9 @@ PolicyRequest PolicyView(const AgentState& state, const std::string& user, const
     r.slice_fractions.push_back(FractionFromShare(s.share));
   }
   for (const auto& [id, e] : state.table.entries()) {
-    if (e.owner.user == user) r.gpus_held += static_cast<int>(e.slices.size());
+    if (e.owner.user != user) continue;
+    r.gpus_held += static_cast<int>(e.slices.size());
+    for (const SliceGrant& s : e.slices) r.share_held += FractionFromShare(s.share);
   }
   return r;
 }

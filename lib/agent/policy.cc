@@ -85,7 +85,7 @@ Result<Policy> Policy::Read(const TomlFile& file) {
   for (const toml::node& node : *ps->as_array()) {
     const toml::table& t = *node.as_table();
     if (Status s = file.CheckKeys(t, {"name", "days", "hours", "max_lease", "max_fraction", "max_gpus_per_user",
-                                      "on_change", "classes"},
+                                      "max_share_per_user", "on_change", "classes"},
                                   "[[personality]]");
         !s.ok()) {
       return s;
@@ -134,6 +134,11 @@ Result<Policy> Policy::Read(const TomlFile& file) {
       if (Status s = file.GetInt(t, "max_gpus_per_user", &n); !s.ok()) return s;
       if (n < 0 || n > 100000) return file.Error(*t.get("max_gpus_per_user"), "max_gpus_per_user must be 0 or more");
       p.max_gpus_per_user = static_cast<int>(n);
+    }
+    if (const toml::node* f = t.get("max_share_per_user")) {
+      auto v = f->value<double>();
+      if (!v || *v < 0.05) return file.Error(*f, "max_share_per_user must be a number of GPUs, 0.05 or more");
+      p.max_share_per_user = *v;
     }
     std::string change = "keep";
     if (Status s = file.GetString(t, "on_change", &change); !s.ok()) return s;
@@ -207,6 +212,15 @@ std::string Policy::Refusal(const Personality* p, const PolicyRequest& r, const 
     return fmt::format("personality {} allows {} at most {} GPU slice(s) at once on this agent; {} held, {} asked",
                        p->name, r.user, *p->max_gpus_per_user, r.gpus_held, r.slice_fractions.size());
   }
+  if (p->max_share_per_user) {
+    double asked = 0;
+    for (double f : r.slice_fractions) asked += f;
+    if (r.share_held + asked > *p->max_share_per_user + 1e-9) {
+      return fmt::format("personality {} allows {} at most {} GPU(s) of compute at once on this agent; {} held, {} "
+                         "asked", p->name, r.user, Fraction(*p->max_share_per_user), Fraction(r.share_held),
+                         Fraction(asked));
+    }
+  }
   if (!p->classes.empty()) {
     for (const std::string& cls : r.slice_classes) {
       auto it = p->classes.find(cls);
@@ -249,7 +263,8 @@ Status Policy::Check(const PolicyRequest& request, std::time_t now, const GroupL
 std::string Policy::Breaks(const Personality& p, const PolicyRequest& held, std::chrono::milliseconds age,
                            const GroupLookup& groups) const {
   PolicyRequest alone = held;
-  alone.gpus_held = 0;  // A lease held is not checked against the user's count: that only stops new ones.
+  alone.gpus_held = 0;  // A lease held is not checked against the user's totals: they only stop new ones.
+  alone.share_held = 0;
   alone.slice_fractions = held.slice_fractions;
   std::string why = Refusal(&p, alone, groups);
   if (!why.empty()) return why;
@@ -270,6 +285,7 @@ std::string Policy::Describe() const {
     if (p.max_lease) out += ", leases up to " + FormatDuration(*p.max_lease);
     if (p.max_fraction < 1) out += ", slices up to " + Fraction(p.max_fraction);
     if (p.max_gpus_per_user) out += fmt::format(", {} GPU(s) per user", *p.max_gpus_per_user);
+    if (p.max_share_per_user) out += ", " + Fraction(*p.max_share_per_user) + " GPU(s) of compute per user";
     for (const auto& [cls, who] : p.classes) out += fmt::format(", class {}: {}", cls, fmt::join(who, " "));
     out += p.grace ? ", on change: grace " + FormatDuration(*p.grace) : ", on change: keep";
     out += "\n";

@@ -10,6 +10,7 @@
 //   max_lease = "2h"                           # longest a lease may live; default: no limit
 //   max_fraction = 0.5                         # largest slice of a GPU; default 1
 //   max_gpus_per_user = 2                      # slices one user may hold at once on this agent; default: no limit
+//   max_share_per_user = 1.5                   # GPUs' worth of compute one user may hold at once; default: no limit
 //   on_change = "keep"                         # leases granted under another personality: "keep" them under
 //                                              # their own rules, or a grace duration ("10m") after which those
 //                                              # that break this personality's rules are revoked
@@ -42,6 +43,7 @@ struct Personality {
   std::optional<std::chrono::milliseconds> max_lease;
   double max_fraction = 1.0;
   std::optional<int> max_gpus_per_user;
+  std::optional<double> max_share_per_user;
   std::optional<std::chrono::milliseconds> grace;  // Unset: "keep".
   std::map<std::string, std::vector<std::string>> classes;  // Class ("*" = any other) -> groups or users.
 
@@ -54,6 +56,7 @@ struct PolicyRequest {
   std::vector<std::string> slice_classes;  // Each slice's device class.
   std::vector<double> slice_fractions;     // Each slice's compute share.
   int gpus_held = 0;                       // Slices the user holds on this agent already.
+  double share_held = 0;                   // Their compute shares, summed.
 };
 
 // Whether `user` belongs to Unix group `group`.

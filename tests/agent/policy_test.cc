@@ -20,6 +20,7 @@ hours = "08:00-20:00"
 max_lease = "2h"
 max_fraction = 0.5
 max_gpus_per_user = 2
+max_share_per_user = 0.75
 on_change = "10m"
 [personality.classes]
 a100 = ["researchers"]
@@ -95,9 +96,17 @@ TEST_F(PolicyTest, RefusalsNameTheRuleAndWhenItWouldAllow) {
   EXPECT_NE(carol.message().find("GPUs of class a100 are for researchers; carol is not among them"), std::string::npos)
       << carol.message();
   EXPECT_TRUE(policy_.Check(Ask("carol", "t4", 0.5), At(0, 10), Groups).ok());
-  // Per user at once.
+  // Per user at once: slices, and compute.
   Status many = policy_.Check(Ask("alice", "t4", 0.25, 2), At(0, 10), Groups);
   EXPECT_NE(many.message().find("at most 2 GPU slice(s) at once"), std::string::npos) << many.message();
+  PolicyRequest more = Ask("alice", "t4", 0.5, 1);
+  more.share_held = 0.5;
+  Status share = policy_.Check(more, At(0, 10), Groups);
+  EXPECT_NE(share.message().find("at most 0.75 GPU(s) of compute at once on this agent; 0.5 held, 0.5 asked"),
+            std::string::npos)
+      << share.message();
+  more.share_held = 0.25;
+  EXPECT_TRUE(policy_.Check(more, At(0, 10), Groups).ok());
   // At night, all of it.
   EXPECT_TRUE(policy_.Check(Ask("carol", "a100", 1.0, 5), At(0, 22), Groups).ok());
 }
