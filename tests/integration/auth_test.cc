@@ -216,3 +216,49 @@ TEST(Auth, AnAgentRefusesATokenFileOthersCanRead) {
 
 }  // namespace
 }  // namespace gpupool::testing
+
+namespace gpupool::testing {
+namespace {
+
+// Several Unix users created here, one of them in a Unix group that a policy names: the kernel says who connects,
+// the policy's "@group" says who may use the class.
+TEST(Auth, PoliciesSeeUnixUsersAndGroupsAsTheKernelReportsThem) {
+  if (geteuid() != 0) GTEST_SKIP() << "creating Unix users and groups needs root";
+  RunCommand({"/usr/sbin/groupadd", "-f", "gptest-gpu"});
+  RunCommand({"/usr/sbin/useradd", "-M", "-r", "-s", "/usr/sbin/nologin", "-G", "gptest-gpu", "gptest-member"});
+  RunCommand({"/usr/sbin/useradd", "-M", "-r", "-s", "/usr/sbin/nologin", "gptest-outsider"});
+  RunCommand({"/usr/sbin/usermod", "-a", "-G", "gptest-gpu", "gptest-member"});  // If it existed already.
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  std::string config = dir.Write("agent.toml", R"(
+[[personality]]
+name = "always"
+max_fraction = 0.5
+[personality.classes]
+a100 = ["@gptest-gpu"]
+)");
+  chmod(config.c_str(), 0644);
+  Agent agent(AgentOptions{.name = "groups", .emulated = 1, .emulated_memory = "4GiB", .device_class = "a100",
+                           .listen = "unix:" + dir.path() + "/agent.sock",
+                           .extra_args = {"--config", config, "--require-auth"}});
+  auto as = [&](const std::string& user, const std::string& fraction) {
+    return RunCommand({"/usr/sbin/runuser", "-u", user, "--", ToolPath("gp-run"), "--servers", agent.address(), "-p",
+                       fraction, "--", ToolPath("gp-ls"), "--servers", agent.address(), "--leases", "--json"});
+  };
+  RunResult member = as("gptest-member", "0.5");
+  EXPECT_EQ(member.code, 0) << member.err;
+  EXPECT_NE(member.out.find("\"user\":\"gptest-member\",\"user_verified\":true"), std::string::npos) << member.out;
+  RunResult too_big = as("gptest-member", "1");
+  EXPECT_EQ(too_big.code, 125);
+  EXPECT_NE(too_big.err.find("personality always allows slices of at most 0.5 of a GPU, not 1"), std::string::npos)
+      << too_big.err;
+  EXPECT_NE(too_big.err.find("no personality of the week allows it"), std::string::npos) << too_big.err;
+  RunResult outsider = as("gptest-outsider", "0.5");
+  EXPECT_NE(outsider.code, 0);
+  EXPECT_NE(outsider.err.find("GPUs of class a100 are for @gptest-gpu; gptest-outsider is not among them"),
+            std::string::npos)
+      << outsider.err;
+}
+
+}  // namespace
+}  // namespace gpupool::testing
