@@ -96,7 +96,7 @@ for target in $targets; do
     wire)
       schema=${GPUPOOL_SCHEMA_DIR:?set GPUPOOL_SCHEMA_DIR to the folder of the generated schema code}
       : "${GPUPOOL_FUZZ_AGENT:?set GPUPOOL_FUZZ_AGENT to the gp-agent to fuzz}"
-      flags+=(-I"$schema")
+      flags+=(-I"$schema" -I"$root/lib")
       build wire tests/fuzz/wire_fuzz.cc "$schema/pool.capnp.c++" "$schema/session.capnp.c++" \
         -- -lcapnp-rpc -lcapnp -lkj-async -lkj -lpthread
       mkdir -p "$build/corpus/wire"

@@ -4,13 +4,19 @@
 //   0: raw bytes on a fresh connection to the agent (not Cap'n Proto at all, or a broken frame of it);
 //   1: a call on the pool service with a fuzzed method ordinal and a struct of fuzzed words and pointers;
 //   2: typed pool calls with hostile values (absurd sizes and counts, foreign lease ids, huge history, bad devices);
-//   3: a call on a session with a fuzzed ordinal and content (foreign handles, huge sizes, unknown ordinals).
+//   3: a call on a session with a fuzzed ordinal and content (foreign handles, huge sizes, unknown ordinals);
+//   4: a fresh session reached directly, as clients do (lib/schema/session_frames.h): the ticket's knock, then
+//      fuzzed frames (any ordinal, sequence number and length, fuzzed segment tables and words).
 // The agent is a real gp-agent process (GPUPOOL_FUZZ_AGENT, started here with a short lease TTL). After every input
 // it must still be running and answer describe; at exit, once the TTL has passed, it must hold no lease and no
 // device memory, and have no session worker left: nothing crashes, nothing leaks. Built by tests/fuzz/run.sh.
 #include <signal.h>
 #include <sys/prctl.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +32,7 @@
 #include <kj/async-io.h>
 
 #include "pool.capnp.h"
+#include "schema/session_frames.h"
 #include "session.capnp.h"
 
 namespace {
@@ -66,6 +73,9 @@ struct Fixture {
   kj::Maybe<Agent::Client> client;
   kj::Maybe<Session::Client> session;
   int sessions_opened = 0;
+  int doors_opened = 0, doors_entered = 0;  // Direct sessions knocked at, and the worker let us in.
+  std::string log_path;                      // The agent's stderr.
+  long log_read = 0;                         // How far CheckAlive has read it.
 
   Agent::Client Connected() {
     KJ_IF_MAYBE(c, client) { return *c; }
@@ -95,10 +105,23 @@ void Die(const char* why) {
   std::abort();
 }
 
-// The agent still runs and answers describe.
+// The agent still runs and answers describe, and none of its session workers crashed (the agent logs how each
+// worker it did not stop itself ended).
 void CheckAlive() {
   int status = 0;
   if (waitpid(fx->agent, &status, WNOHANG) == fx->agent) Die("the agent died");
+  if (FILE* log = std::fopen(fx->log_path.c_str(), "r")) {
+    std::fseek(log, fx->log_read, SEEK_SET);
+    char line[4096];
+    while (std::fgets(line, sizeof(line), log)) {
+      if (std::strstr(line, "killed by signal")) {
+        std::fclose(log);
+        Die((std::string("a session worker crashed: ") + line).c_str());
+      }
+    }
+    fx->log_read = std::ftell(log);
+    std::fclose(log);
+  }
   try {
     fx->Connected().describeRequest().send().wait(fx->io.waitScope);
   } catch (const kj::Exception& e) {
@@ -156,6 +179,92 @@ kj::Maybe<Session::Client> SessionFor() {
   }
 }
 
+// A session of its own, reached at its worker's door with the ticket, then fuzzed frames; the lease is released.
+void FuzzFrames(Bytes& in) {
+  if (fx->doors_opened >= 400) return;  // Each costs a worker process.
+  int opened = ++fx->doors_opened;
+  Agent::Client a = fx->Connected();
+  std::string id = "frames-" + std::to_string(opened), secret = "frames-secret-0123456789";
+  auto release = [&] {
+    auto r = a.releaseRequest();
+    r.initLease().setId(id);
+    r.getLease().setSecret(secret);
+    Try(r.send());
+  };
+  auto r = a.reserveRequest();
+  r.initLease().setId(id);
+  r.getLease().setSecret(secret);
+  r.initOwner().setUser("fuzz");
+  auto slices = r.initSlices(1);
+  slices[0].setDevice(0);
+  slices[0].setMemoryBytes(64u << 20);
+  slices[0].setShareMicros(250000);
+  if (r.send().wait(fx->io.waitScope).getOutcome().getCode() != gpupool::wire::Outcome::Code::OK) return;
+  auto c = a.commitRequest();
+  c.initLease().setId(id);
+  c.getLease().setSecret(secret);
+  c.send().wait(fx->io.waitScope);
+  auto o = a.openSessionRequest();
+  o.initLease().setId(id);
+  o.getLease().setSecret(secret);
+  o.setDevice(0);
+  o.setWindowBase(uint64_t{32} << 40);
+  o.setWindowBytes(uint64_t{1} << 30);
+  auto opened_session = o.send().wait(fx->io.waitScope);
+  if (!opened_session.hasDirect() || opened_session.getDirect().getPath().size() == 0) return release();
+  std::string path = opened_session.getDirect().getPath();
+  auto ticket = opened_session.getDirect().getTicket();
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return release();
+  }
+  struct {
+    gpupool::session::FrameHeader header{gpupool::session::kEnterFrame, 0, 2};
+    char ticket[16];
+    uint64_t shared_bytes = 0;
+  } knock;
+  std::memcpy(knock.ticket, ticket.begin(), std::min<size_t>(16, ticket.size()));
+  if (in.Take<uint8_t>() % 16 == 0) knock.ticket[in.Take<uint8_t>() % 16] ^= 1;  // Now and then a wrong ticket.
+  (void)!write(fd, &knock, sizeof(knock));
+  gpupool::session::FrameHeader entered{};
+  pollfd wait_entered{fd, POLLIN, 0};
+  if (poll(&wait_entered, 1, 1000) > 0 && read(fd, &entered, sizeof(entered)) == sizeof(entered) &&
+      entered.kind == gpupool::session::kEnteredFrame) {
+    ++fx->doors_entered;
+  }
+  // Frames: a header with a fuzzed ordinal, sequence number and length, then a segment table and words from the
+  // input (the length may claim more than follows, or absurdly much).
+  std::vector<uint8_t> out;
+  while (in.n > 0 && out.size() < 65536) {
+    gpupool::session::FrameHeader h;
+    uint8_t pick = in.Take<uint8_t>();
+    h.kind = pick < 200 ? pick % 80 : in.Take<uint32_t>();
+    h.seq = in.Take<uint16_t>();
+    uint16_t body_words = in.Take<uint8_t>() % 64;
+    h.words = in.Take<uint8_t>() < 8 ? in.Take<uint64_t>() : body_words;
+    const auto* hp = reinterpret_cast<const uint8_t*>(&h);
+    out.insert(out.end(), hp, hp + sizeof(h));
+    uint32_t table[2] = {0, body_words > 0 ? body_words - 1u : 0u};
+    if (in.Take<uint8_t>() < 16) table[0] = in.Take<uint32_t>();  // A segment count or size that lies.
+    const auto* tp = reinterpret_cast<const uint8_t*>(table);
+    if (body_words > 0) out.insert(out.end(), tp, tp + sizeof(table));
+    for (size_t i = 8; i < body_words * 8u; ++i) out.push_back(in.Take<uint8_t>());
+  }
+  (void)!write(fd, out.data(), out.size());
+  // Whatever the worker answers, for a moment; then the client is gone.
+  pollfd p{fd, POLLIN, 0};
+  char sink[4096];
+  for (int i = 0; i < 4 && poll(&p, 1, 10) > 0; ++i) {
+    if (read(fd, sink, sizeof(sink)) <= 0) break;
+  }
+  close(fd);
+  release();
+}
+
 // A struct of fuzzed data words and pointers (texts, data, nested structs, lists of absurd claimed sizes).
 void FillStruct(capnp::AnyStruct::Builder s, Bytes& in, int depth) {
   auto data = s.getDataSection();
@@ -189,12 +298,15 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   std::string dir = "/tmp/gpupool-wire-fuzz-" + std::to_string(getpid());
   mkdir(dir.c_str(), 0700);
   fx->address = "unix:" + dir + "/agent.sock";
+  fx->log_path = dir + "/agent.log";
   int out[2];
   if (pipe(out) != 0) Die("pipe");
   fx->agent = fork();
   if (fx->agent == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // A fuzzer that aborts takes its agent with it.
     dup2(out[1], 1);
+    int log = open(fx->log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (log >= 0) dup2(log, 2);
     execl(exe, exe, "--no-nvml", "--emu", "1", "--emu-memory", "1GiB", "--listen", fx->address.c_str(), "--lease-ttl",
           "1s", "--name", "fuzz", static_cast<char*>(nullptr));
     _exit(127);
@@ -223,16 +335,24 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     char buf[64] = {};
     if (f && std::fgets(buf, sizeof(buf), f) && buf[0]) Die("session workers left after their leases ended");
     if (f) std::fclose(f);
-    std::fprintf(stderr, "wire_fuzz: agent alive, no lease, no memory, no worker left (%d sessions opened)\n",
-                 fx->sessions_opened);
+    std::fprintf(stderr,
+                 "wire_fuzz: agent alive, no lease, no memory, no worker left (%d sessions for calls; %d direct "
+                 "sessions knocked at, %d entered)\n",
+                 fx->sessions_opened, fx->doors_opened, fx->doors_entered);
     kill(fx->agent, SIGKILL);
+    waitpid(fx->agent, nullptr, 0);
+    // Nothing went wrong: the agent's log and socket go too (kept after a failure, for the post-mortem).
+    std::string dir = fx->log_path.substr(0, fx->log_path.rfind('/'));
+    unlink(fx->log_path.c_str());
+    unlink(fx->address.substr(5).c_str());
+    rmdir(dir.c_str());
   });
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Bytes in{data, size};
-  uint8_t mode = in.Take<uint8_t>() % 4;
+  uint8_t mode = in.Take<uint8_t>() % 5;
   try {
     if (mode == 0) {
       // Raw bytes on a connection of their own.
@@ -298,6 +418,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           break;
         }
       }
+    } else if (mode == 4) {
+      FuzzFrames(in);
     } else {
       KJ_IF_MAYBE(s, SessionFor()) {
         auto req = s->typelessRequest(capnp::typeId<Session>(), in.Take<uint8_t>() % 72, nullptr);
