@@ -358,7 +358,8 @@ class AgentImpl final : public wire::Agent::Server {
       GP_WARN("rpc", "client speaks protocol v{}, this agent v{}", theirs, wire::PROTOCOL_VERSION);
     }
     // Over TCP a client proves who it is with its token; on a Unix socket the kernel has said already.
-    if (!peer_.unix_socket && params.hasToken() && params.getToken().size() > 0) {
+    // A TLS client certificate, when there is one, has said already too, and wins.
+    if (!peer_.unix_socket && !peer_.authenticated && params.hasToken() && params.getToken().size() > 0) {
       std::string user = state_.tokens.UserOf(params.getToken());
       if (!user.empty()) {
         peer_.authenticated = true;
