@@ -13,6 +13,7 @@ void Add(backend::MeterReading& total, const backend::MeterReading& r) {
   total.busy_nanos += r.busy_nanos;
   total.memory_bytes += r.memory_bytes;
   total.last_call_unix_ms = std::max(total.last_call_unix_ms, r.last_call_unix_ms);
+  total.busy_measured = total.busy_measured || r.busy_measured;
 }
 
 // Per second, from two totals `interval_s` apart; a total that went back (cannot happen, but a rate must never
@@ -36,6 +37,8 @@ void Telemetry::Sample(int64_t unix_ms, double interval_s, const std::vector<Ses
   // last partial interval here; its lease's totals keep it).
   std::vector<uint64_t> busy(devices_.size()), memory(devices_.size()), calls(devices_.size()),
       to_device(devices_.size()), from_device(devices_.size());
+  // Whether a device's time is measured: by its sessions' turns (a device without sessions is idle, so known).
+  std::vector<bool> busy_unknown(devices_.size(), false);
   std::map<pid_t, backend::MeterReading> now_by_pid;
   std::map<std::string, LeaseActivity> leases;
   std::map<std::string, std::set<uint32_t>> lease_devices;
@@ -50,6 +53,7 @@ void Telemetry::Sample(int64_t unix_ms, double interval_s, const std::vector<Ses
       from_device[s.device] +=
           s.reading.bytes_from_device - std::min(b.bytes_from_device, s.reading.bytes_from_device);
       memory[s.device] += s.reading.memory_bytes;
+      if (!s.reading.busy_measured) busy_unknown[s.device] = true;
     }
     LeaseActivity& l = leases[s.lease_id];
     Add(l.totals, s.reading);
@@ -60,7 +64,9 @@ void Telemetry::Sample(int64_t unix_ms, double interval_s, const std::vector<Ses
     one.latest.calls_per_s = Rate(s.reading.calls, b.calls, interval_s);
     one.latest.bytes_to_device_per_s = Rate(s.reading.bytes_to_device, b.bytes_to_device, interval_s);
     one.latest.bytes_from_device_per_s = Rate(s.reading.bytes_from_device, b.bytes_from_device, interval_s);
-    if (interval_s > 0) one.latest.utilization = std::min(1.0, Rate(s.reading.busy_nanos, b.busy_nanos, interval_s) / 1e9);
+    if (interval_s > 0 && s.reading.busy_measured) {
+      one.latest.utilization = std::min(1.0, Rate(s.reading.busy_nanos, b.busy_nanos, interval_s) / 1e9);
+    }
     l.per_session.push_back(one);
     lease_devices[s.lease_id].insert(s.device);
   }
@@ -74,7 +80,7 @@ void Telemetry::Sample(int64_t unix_ms, double interval_s, const std::vector<Ses
     a.calls_per_s = interval_s > 0 ? calls[i] / interval_s : 0;
     a.bytes_to_device_per_s = interval_s > 0 ? to_device[i] / interval_s : 0;
     a.bytes_from_device_per_s = interval_s > 0 ? from_device[i] / interval_s : 0;
-    if (interval_s > 0) a.utilization = std::min(1.0, busy[i] / (interval_s * 1e9));
+    if (interval_s > 0 && !busy_unknown[i]) a.utilization = std::min(1.0, busy[i] / (interval_s * 1e9));
     if (i < gpus.size() && gpus[i]) {  // A physical GPU: what the driver says of the whole device wins.
       const GpuGauges& g = *gpus[i];
       if (g.utilization) a.utilization = g.utilization;
@@ -106,7 +112,8 @@ void Telemetry::Sample(int64_t unix_ms, double interval_s, const std::vector<Ses
     a.bytes_from_device_per_s = Rate(l.totals.bytes_from_device, before.bytes_from_device, interval_s);
     // Of the devices it runs on: busy on one of two GPUs is 50 %.
     size_t spread = std::max<size_t>(1, lease_devices[id].size());
-    if (interval_s > 0) {
+    // Unknown where its device time is not measured (a GPU shared by MPS: its sessions take no turns).
+    if (interval_s > 0 && (l.totals.busy_measured || l.sessions == 0)) {
       a.utilization = std::min(1.0, Rate(l.totals.busy_nanos, before.busy_nanos, interval_s) / (1e9 * spread));
     }
     Record(l, a);

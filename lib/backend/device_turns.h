@@ -47,7 +47,10 @@ class DeviceTurns final : public emu::ExecutionGate {
   // Device time this member has used, in nanoseconds (for tests and telemetry).
   uint64_t used_nanos() const;
   // Counts the device time this member uses into `meter` as well. Before the first Enter.
-  void MeterInto(std::shared_ptr<SessionMeter> meter) { meter_ = std::move(meter); }
+  void MeterInto(std::shared_ptr<SessionMeter> meter) {
+    meter->MeasuresBusy();
+    meter_ = std::move(meter);
+  }
 
  private:
   DeviceTurns(TurnsTable* table, int slot) : table_(table), slot_(slot) {}

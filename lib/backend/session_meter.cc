@@ -14,12 +14,13 @@ struct MeterCounters {
   uint64_t magic;
   std::atomic<uint64_t> calls, bytes_to_device, bytes_from_device, busy_nanos, memory_bytes;
   std::atomic<int64_t> last_call_unix_ms;
+  std::atomic<bool> busy_measured;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "the counters are shared between processes");
 
 Result<int> SessionMeter::CreateSegment() {
   return CreateSharedTable("gpupool-session-meter", sizeof(MeterCounters), "session meter",
-                           [](void* p) { new (p) MeterCounters{kMagic, {}, {}, {}, {}, {}, {}}; });
+                           [](void* p) { new (p) MeterCounters{kMagic, {}, {}, {}, {}, {}, {}, {}}; });
 }
 
 Result<std::unique_ptr<SessionMeter>> SessionMeter::Map(int fd) {
@@ -34,7 +35,8 @@ Result<std::unique_ptr<SessionMeter>> SessionMeter::Map(int fd) {
 }
 
 std::unique_ptr<SessionMeter> SessionMeter::Private() {
-  return std::unique_ptr<SessionMeter>(new SessionMeter(new MeterCounters{kMagic, {}, {}, {}, {}, {}, {}}, false));
+  return std::unique_ptr<SessionMeter>(
+      new SessionMeter(new MeterCounters{kMagic, {}, {}, {}, {}, {}, {}, {}}, false));
 }
 
 SessionMeter::~SessionMeter() {
@@ -64,6 +66,8 @@ void SessionMeter::CountBusy(std::chrono::nanoseconds d) {
   if (d.count() > 0) counters_->busy_nanos.fetch_add(static_cast<uint64_t>(d.count()), std::memory_order_relaxed);
 }
 
+void SessionMeter::MeasuresBusy() { counters_->busy_measured.store(true, std::memory_order_relaxed); }
+
 void SessionMeter::SetMemory(uint64_t bytes) { counters_->memory_bytes.store(bytes, std::memory_order_relaxed); }
 
 MeterReading SessionMeter::Read() const {
@@ -74,6 +78,7 @@ MeterReading SessionMeter::Read() const {
   r.busy_nanos = counters_->busy_nanos.load(std::memory_order_relaxed);
   r.memory_bytes = counters_->memory_bytes.load(std::memory_order_relaxed);
   r.last_call_unix_ms = counters_->last_call_unix_ms.load(std::memory_order_relaxed);
+  r.busy_measured = counters_->busy_measured.load(std::memory_order_relaxed);
   return r;
 }
 

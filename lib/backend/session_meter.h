@@ -25,6 +25,7 @@ struct MeterReading {
   uint64_t busy_nanos = 0;         // Device time the session's work ran (emulated device: kernels executing).
   uint64_t memory_bytes = 0;       // Device memory the session holds now (not a total).
   int64_t last_call_unix_ms = 0;   // Wall clock of the last call; 0: none yet.
+  bool busy_measured = false;      // Something counts busy_nanos (the device turns table); false: unknown, not 0.
 };
 
 struct MeterCounters;  // The shared layout, internal to session_meter.cc.
@@ -45,6 +46,8 @@ class SessionMeter {
   void CountBytesToDevice(uint64_t n);
   void CountBytesFromDevice(uint64_t n);
   void CountBusy(std::chrono::nanoseconds d);
+  // Says that device time is being counted (CountBusy), so that a reading's 0 means idle, not unknown.
+  void MeasuresBusy();
   void SetMemory(uint64_t bytes);
 
   MeterReading Read() const;

@@ -14,6 +14,7 @@ backend::MeterReading Reading(uint64_t calls, double busy_s, uint64_t to_device,
   r.bytes_to_device = to_device;
   r.memory_bytes = memory;
   r.last_call_unix_ms = last_ms;
+  r.busy_measured = true;
   return r;
 }
 
@@ -59,6 +60,16 @@ TEST(Telemetry, AnEndedSessionsTotalsStayWithItsLease) {
   // Its sessions all gone and its totals forgotten: the lease leaves the telemetry.
   t.Sample(3000, 1.0, {}, {}, {});
   EXPECT_EQ(t.lease("a"), nullptr);
+}
+
+TEST(Telemetry, UnmeasuredDeviceTimeIsUnknownNotIdle) {
+  Telemetry t(1);
+  backend::MeterReading r = Reading(10, 0, 0, 0, 900);
+  r.busy_measured = false;  // A session on a GPU shared by MPS: it takes no turns.
+  t.Sample(1000, 1.0, {{"a", 0, 11, r}}, {}, {});
+  EXPECT_FALSE(t.lease("a")->latest.utilization.has_value());
+  EXPECT_FALSE(t.lease("a")->per_session[0].latest.utilization.has_value());
+  EXPECT_FALSE(t.device(0).latest.utilization.has_value());
 }
 
 TEST(Telemetry, GpuGaugesWinForPhysicalDevicesAndHistoryIsBounded) {
