@@ -107,6 +107,11 @@ std::string RenderMetrics(wire::AgentState::Reader state, const AgentCounters& c
       .Sample({{"agent", agent}, {"protocol", std::to_string(state.getProtocolVersion())}}, 1);
   m.Family("gpupool_agent_draining", "gauge", "1 while the agent takes no new leases (shutting down).")
       .Sample({}, state.getDraining() ? 1 : 0);
+  if (state.getPolicy().size() > 0) {
+    m.Family("gpupool_policy_personality_info", "gauge",
+             "The policy personality in force, as a label (\"none\": no personality, nothing restricted).")
+        .Sample({{"personality", state.getPersonality().size() > 0 ? state.getPersonality().cStr() : "none"}}, 1);
+  }
 
   auto devices = state.getDevices();
   struct DeviceLabels {
