@@ -58,10 +58,7 @@ struct AgentState {
   TokenTable tokens;  // TCP clients' per-user tokens (config.tokens_file).
   std::string own_user = UserNameOf(geteuid());  // The agent's own user: an administrator of it.
   kj::Timer* timer = nullptr;                     // The event loop's, for TLS handshake deadlines.
-  // The personality in force at the last sweep, and since when the agent saw it (grace periods run from then, in
-  // real time).
-  std::string personality;
-  Clock::time_point personality_since = Clock::now();
+  std::string personality;  // In force at the last sweep (for the log).
 
   void EndSessions(const std::string& lease_id) {
     workers->KillLease(lease_id);
@@ -723,9 +720,10 @@ void EnforcePolicy(AgentState& state) {
     GP_INFO("policy", "personality {} in force (was {})", name.empty() ? "none" : name,
             state.personality.empty() ? "none" : state.personality);
     state.personality = name;
-    state.personality_since = Clock::now();
   }
   auto now = Clock::now();
+  // A grace runs from the change of personality, by the policy's clock, whether or not the agent was up to see it.
+  const std::time_t since = policy.InForceSince(now_t);
   std::vector<std::pair<std::string, std::string>> ending;  // Lease, why.
   for (const auto& [id, e] : state.table.entries()) {
     if (!e.committed) continue;
@@ -739,7 +737,8 @@ void EnforcePolicy(AgentState& state) {
                                         FormatDuration(*granted->max_lease))});
       continue;
     }
-    if (active && active->grace && e.owner.personality != active->name && now - state.personality_since >= *active->grace) {
+    if (active && active->grace && e.owner.personality != active->name &&
+        now_t - since >= std::chrono::duration_cast<std::chrono::seconds>(*active->grace).count()) {
       std::string why = policy.Breaks(*active, PolicyView(state, e.owner.user, e.slices), age, UnixGroupHas);
       if (!why.empty()) ending.push_back({id, fmt::format("{} (after its {} grace)", why, FormatDuration(*active->grace))});
     }

@@ -188,6 +188,16 @@ std::optional<std::time_t> Policy::NextChange(std::time_t t) const {
   return std::nullopt;
 }
 
+std::time_t Policy::InForceSince(std::time_t t) const {
+  const Personality* now = ActiveAt(t);
+  std::time_t minute = t - t % 60;
+  for (int i = 0; i < 7 * 24 * 60; ++i) {
+    if (ActiveAt(minute - 60) != now) return minute;
+    minute -= 60;
+  }
+  return minute;
+}
+
 bool Policy::InGroup(const std::string& user, const std::string& member, const GroupLookup& groups) const {
   if (member == user || member == "*") return true;
   if (member.size() > 1 && member[0] == '@') return groups(user, member.substr(1));

@@ -75,6 +75,8 @@ class Policy {
   const Personality* ActiveAt(std::time_t t) const;
   // When the personality in force next changes after `t`, within a week; nullopt: never.
   std::optional<std::time_t> NextChange(std::time_t t) const;
+  // Since when the personality in force at `t` has been (to the minute, looking back a week at most).
+  std::time_t InForceSince(std::time_t t) const;
 
   // Ok, or why `personality` refuses `request`: kResourceExhausted when another personality of the week would
   // allow it (the message says which and from when), kPermissionDenied when none would.

@@ -129,6 +129,8 @@ a100 = ["alice"]
 TEST_F(PolicyTest, NextChangeAndLeasesThatBreakANewPersonality) {
   EXPECT_EQ(policy_.NextChange(At(0, 10)), At(0, 20));
   EXPECT_EQ(policy_.NextChange(At(0, 21)), At(1, 8));
+  EXPECT_EQ(policy_.InForceSince(At(0, 10, 30)), At(0, 8));
+  EXPECT_EQ(policy_.InForceSince(At(1, 3)), At(0, 20));
   const Personality& day = policy_.personalities()[0];
   // A whole GPU taken at night breaks the day's rules; half a GPU held for 3 h breaks its max_lease.
   EXPECT_NE(policy_.Breaks(day, Ask("alice", "a100", 1.0), std::chrono::minutes(5), Groups), "");

@@ -529,7 +529,12 @@ TEST(Policy, DayAndNightPersonalitiesWithAnInjectedClock) {
   // A whole GPU taken at night breaks the day's rules: when day comes, it ends after the 1 s grace.
   Process night({ToolPath("gp-run"), "--servers", server, "-p", "1", "--", "sleep", "30"});
   ASSERT_TRUE(Eventually([&] { return LeaseCount(pool.State()) == 1; }, seconds(10)));
-  SetClock(clock, "2026-11-24 09:00");
+  // The injected clock stands still: at 08:00:00 the day has just begun and the lease is within its grace; at
+  // 08:00:02 the grace is over.
+  SetClock(clock, "2026-11-24 08:00:00");
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  EXPECT_EQ(LeaseCount(pool.State()), 1u) << "ended within its grace";
+  SetClock(clock, "2026-11-24 08:00:02");
   ASSERT_TRUE(Eventually([&] { return LeaseCount(pool.State()) == 0; }, seconds(10)));
   EXPECT_NE(agent.process().Stderr().find("after its 1s grace"), std::string::npos) << agent.process().Stderr();
 
