@@ -59,6 +59,8 @@ struct AgentState {
   std::string own_user = UserNameOf(geteuid());  // The agent's own user: an administrator of it.
   kj::Timer* timer = nullptr;                     // The event loop's, for TLS handshake deadlines.
   std::string personality;  // In force at the last sweep (for the log).
+  // Leases the policy ended, and why: what a renewal of one is told (bounded: the oldest reasons go first).
+  std::map<std::string, std::string> ended_by_policy;
 
   void EndSessions(const std::string& lease_id) {
     workers->KillLease(lease_id);
@@ -344,6 +346,8 @@ kj::Promise<void> SampleLoop(AgentState& state, kj::Timer& timer) {
       });
 }
 
+void EnforcePolicy(AgentState& state);
+
 class AgentImpl final : public wire::Agent::Server {
  public:
   AgentImpl(AgentState& state, Peer peer) : state_(state), peer_(std::move(peer)) {}
@@ -446,7 +450,13 @@ class AgentImpl final : public wire::Agent::Server {
   kj::Promise<void> renew(RenewContext context) override {
     if (!Admitted(context.getResults().initOutcome())) return kj::READY_NOW;
     auto key = context.getParams().getLease();
+    EnforcePolicy(state_);  // A renewal is no way past the policy: it ends what the sweep would end.
     Status status = state_.table.Renew(key.getId(), key.getSecret(), Clock::now());
+    if (auto it = state_.ended_by_policy.find(key.getId()); status.code() == StatusCode::kNotFound &&
+                                                          it != state_.ended_by_policy.end()) {
+      status = Status(StatusCode::kPermissionDenied,
+                      fmt::format("agent {} ended lease {}: {}", state_.config.name, it->first, it->second));
+    }
     auto results = context.getResults();
     SetOutcome(results.initOutcome(), status);
     results.setLeaseTtlMs(Ms(state_.table.timing().lease_ttl));
@@ -745,6 +755,8 @@ void EnforcePolicy(AgentState& state) {
   }
   for (const auto& [id, why] : ending) {
     GP_INFO("policy", "lease {} ended: {}", id, why);
+    if (state.ended_by_policy.size() >= 1024) state.ended_by_policy.erase(state.ended_by_policy.begin());
+    state.ended_by_policy[id] = why;
     if (state.table.Revoke(id).ok()) {
       ++state.counters.lease_revocations;
       state.EndSessions(id);

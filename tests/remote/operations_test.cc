@@ -517,6 +517,11 @@ TEST(Policy, DayAndNightPersonalitiesWithAnInjectedClock) {
   EXPECT_TRUE(Eventually([&] { return LeaseCount(pool.State()) == 0; }, seconds(10)))
       << "the day lease outlived its max_lease";
   EXPECT_NE(agent.process().Stderr().find("max_lease of 3s"), std::string::npos) << agent.process().Stderr();
+  // Its holder hears why at its next renewal.
+  EXPECT_TRUE(Eventually([&] { return half.Stderr().find("it reached personality day's max_lease of 3s") !=
+                                      std::string::npos; },
+                         seconds(10)))
+      << half.Stderr();
 
   // gp-run --wait queues across the change of personality: at 20:30 the whole GPU is granted.
   Process waiting({ToolPath("gp-run"), "--servers", server, "-p", "1", "--wait", "30s", "--", "/bin/echo", "whole"});
