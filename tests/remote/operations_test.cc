@@ -489,7 +489,11 @@ hours = "20:00-08:00"
                      user, day_fraction);
 }
 
-void SetClock(const std::string& path, const std::string& local) { std::ofstream(path) << local << "\n"; }
+// Atomically (a rename): the agent reads the file at any moment, and a half-written one means the wall clock.
+void SetClock(const std::string& path, const std::string& local) {
+  { std::ofstream(path + ".new") << local << "\n"; }
+  std::rename((path + ".new").c_str(), path.c_str());
+}
 
 TEST(Policy, DayAndNightPersonalitiesWithAnInjectedClock) {
   TempDir dir;
