@@ -142,6 +142,35 @@ void Try(kj::Promise<T>&& p) {
   }
 }
 
+// Reserves and commits lease `id` (one slice of device 0) and opens its session with addresses from `window_base`;
+// nullopt if the agent refuses any step.
+kj::Maybe<capnp::Response<Agent::OpenSessionResults>> OpenLeaseSession(Agent::Client a, const std::string& id,
+                                                                      const std::string& secret, uint32_t share,
+                                                                      uint64_t window_base) {
+  auto r = a.reserveRequest();
+  r.initLease().setId(id);
+  r.getLease().setSecret(secret);
+  r.initOwner().setUser("fuzz");
+  auto slices = r.initSlices(1);
+  slices[0].setDevice(0);
+  slices[0].setMemoryBytes(64u << 20);
+  slices[0].setShareMicros(share);
+  if (r.send().wait(fx->io.waitScope).getOutcome().getCode() != gpupool::wire::Outcome::Code::OK) return nullptr;
+  auto c = a.commitRequest();
+  c.initLease().setId(id);
+  c.getLease().setSecret(secret);
+  c.send().wait(fx->io.waitScope);
+  auto o = a.openSessionRequest();
+  o.initLease().setId(id);
+  o.getLease().setSecret(secret);
+  o.setDevice(0);
+  o.setWindowBase(window_base);
+  o.setWindowBytes(uint64_t{1} << 30);
+  auto opened = o.send().wait(fx->io.waitScope);
+  if (opened.getOutcome().getCode() != gpupool::wire::Outcome::Code::OK) return nullptr;
+  return kj::mv(opened);
+}
+
 // A lease and a session on it for the session calls; a new one when the last broke.
 kj::Maybe<Session::Client> SessionFor() {
   KJ_IF_MAYBE(s, fx->session) { return *s; }
@@ -150,30 +179,12 @@ kj::Maybe<Session::Client> SessionFor() {
   Agent::Client a = fx->Connected();
   std::string id = "fuzz-" + std::to_string(fx->sessions_opened), secret = "fuzz-secret-0123456789";
   try {
-    auto r = a.reserveRequest();
-    r.initLease().setId(id);
-    r.getLease().setSecret(secret);
-    r.initOwner().setUser("fuzz");
-    auto slices = r.initSlices(1);
-    slices[0].setDevice(0);
-    slices[0].setMemoryBytes(64u << 20);
-    slices[0].setShareMicros(500000);
-    if (r.send().wait(fx->io.waitScope).getOutcome().getCode() != gpupool::wire::Outcome::Code::OK) return nullptr;
-    auto c = a.commitRequest();
-    c.initLease().setId(id);
-    c.getLease().setSecret(secret);
-    c.send().wait(fx->io.waitScope);
-    auto o = a.openSessionRequest();
-    o.initLease().setId(id);
-    o.getLease().setSecret(secret);
-    o.setDevice(0);
-    o.setWindowBase(uint64_t{16} << 40);
-    o.setWindowBytes(uint64_t{1} << 30);
-    auto opened = o.send().wait(fx->io.waitScope);
-    if (opened.getOutcome().getCode() != gpupool::wire::Outcome::Code::OK) return nullptr;
-    Session::Client s = opened.getSession();
-    fx->session = s;
-    return s;
+    KJ_IF_MAYBE(opened, OpenLeaseSession(a, id, secret, 500000, uint64_t{16} << 40)) {
+      Session::Client s = opened->getSession();
+      fx->session = s;
+      return s;
+    }
+    return nullptr;
   } catch (const kj::Exception&) {
     return nullptr;
   }
@@ -191,26 +202,11 @@ void FuzzFrames(Bytes& in) {
     r.getLease().setSecret(secret);
     Try(r.send());
   };
-  auto r = a.reserveRequest();
-  r.initLease().setId(id);
-  r.getLease().setSecret(secret);
-  r.initOwner().setUser("fuzz");
-  auto slices = r.initSlices(1);
-  slices[0].setDevice(0);
-  slices[0].setMemoryBytes(64u << 20);
-  slices[0].setShareMicros(250000);
-  if (r.send().wait(fx->io.waitScope).getOutcome().getCode() != gpupool::wire::Outcome::Code::OK) return;
-  auto c = a.commitRequest();
-  c.initLease().setId(id);
-  c.getLease().setSecret(secret);
-  c.send().wait(fx->io.waitScope);
-  auto o = a.openSessionRequest();
-  o.initLease().setId(id);
-  o.getLease().setSecret(secret);
-  o.setDevice(0);
-  o.setWindowBase(uint64_t{32} << 40);
-  o.setWindowBytes(uint64_t{1} << 30);
-  auto opened_session = o.send().wait(fx->io.waitScope);
+  auto maybe_opened = OpenLeaseSession(a, id, secret, 250000, uint64_t{32} << 40);
+  capnp::Response<Agent::OpenSessionResults>* opened_ptr = nullptr;
+  KJ_IF_MAYBE(o, maybe_opened) { opened_ptr = o; }
+  if (!opened_ptr) return release();
+  auto& opened_session = *opened_ptr;
   if (!opened_session.hasDirect() || opened_session.getDirect().getPath().size() == 0) return release();
   std::string path = opened_session.getDirect().getPath();
   auto ticket = opened_session.getDirect().getTicket();
