@@ -179,7 +179,7 @@ std::time_t PolicyNow() {
   return std::mktime(&tm);
 }
 
-// A lease as its agent's policy sees it.
+// A lease as its agent's policy sees it: its user and slices (what the user holds besides: ReservationView).
 PolicyRequest PolicyView(const AgentState& state, const std::string& user, const std::vector<SliceGrant>& slices) {
   PolicyRequest r;
   r.user = user;
@@ -187,6 +187,12 @@ PolicyRequest PolicyView(const AgentState& state, const std::string& user, const
     r.slice_classes.push_back(s.device < state.devices.size() ? state.devices[s.device].device_class : "");
     r.slice_fractions.push_back(FractionFromShare(s.share));
   }
+  return r;
+}
+
+// A reservation as the policy sees it: also what its user holds on this agent already.
+PolicyRequest ReservationView(const AgentState& state, const std::string& user, const std::vector<SliceGrant>& slices) {
+  PolicyRequest r = PolicyView(state, user, slices);
   for (const auto& [id, e] : state.table.entries()) {
     if (e.owner.user != user) continue;
     r.gpus_held += static_cast<int>(e.slices.size());
@@ -346,7 +352,9 @@ kj::Promise<void> SampleLoop(AgentState& state, kj::Timer& timer) {
       });
 }
 
+// Ends the leases the policy ends now: every one (the sweep), or one about to be renewed.
 void EnforcePolicy(AgentState& state);
+void EnforcePolicyOn(AgentState& state, const std::string& lease_id);
 
 class AgentImpl final : public wire::Agent::Server {
  public:
@@ -411,7 +419,7 @@ class AgentImpl final : public wire::Agent::Server {
     const Policy& policy = state_.config.policy;
     if (!policy.empty()) {
       std::time_t now_t = PolicyNow();
-      status = policy.Check(PolicyView(state_, owner.user, slices), now_t, UnixGroupHas);
+      status = policy.Check(ReservationView(state_, owner.user, slices), now_t, UnixGroupHas);
       const Personality* active = policy.ActiveAt(now_t);
       owner.personality = active ? active->name : "";
       if (!status.ok()) {
@@ -450,7 +458,7 @@ class AgentImpl final : public wire::Agent::Server {
   kj::Promise<void> renew(RenewContext context) override {
     if (!Admitted(context.getResults().initOutcome())) return kj::READY_NOW;
     auto key = context.getParams().getLease();
-    EnforcePolicy(state_);  // A renewal is no way past the policy: it ends what the sweep would end.
+    EnforcePolicyOn(state_, key.getId());  // A renewal is no way past the policy: it ends what the sweep would.
     Status status = state_.table.Renew(key.getId(), key.getSecret(), Clock::now());
     if (auto it = state_.ended_by_policy.find(key.getId()); status.code() == StatusCode::kNotFound &&
                                                           it != state_.ended_by_policy.end()) {
@@ -718,50 +726,70 @@ kj::Promise<void> AcceptLoop(kj::ConnectionReceiver& receiver, AgentState& state
       });
 }
 
-// Leases over their personality's max_lease end; at a change of personality with a grace period, once it is over,
-// leases granted under other rules that break the new one's end too.
+// The policy at one moment, as the leases it ends are judged.
+struct PolicyMoment {
+  explicit PolicyMoment(const Policy& p) : policy(p), now_t(PolicyNow()), now(Clock::now()), active(p.ActiveAt(now_t)) {}
+  // Whether a grace of `grace` since the change to the personality in force has passed. A grace runs from the change,
+  // by the policy's clock, whether or not the agent was up to see it; worked out once, and only when asked.
+  bool GraceOver(std::chrono::milliseconds grace) {
+    if (!since) since = policy.InForceSince(now_t);
+    return now_t - *since >= std::chrono::duration_cast<std::chrono::seconds>(grace).count();
+  }
+  const Policy& policy;
+  const std::time_t now_t;
+  const Clock::time_point now;
+  const Personality* const active;
+  std::optional<std::time_t> since;
+};
+
+// Why the policy ends lease `e` now: over its personality's max_lease, or, after a change of personality with a grace
+// period, granted under other rules that break the new one's once the grace is over. Empty: it does not.
+std::string PolicyEnds(const AgentState& state, const LeaseEntry& e, PolicyMoment& m) {
+  if (!e.committed) return "";
+  auto age = std::chrono::duration_cast<std::chrono::milliseconds>(m.now - e.created);
+  for (const Personality& p : m.policy.personalities()) {
+    if (p.name == e.owner.personality && p.max_lease && age > *p.max_lease) {
+      return fmt::format("it reached personality {}'s max_lease of {}", p.name, FormatDuration(*p.max_lease));
+    }
+  }
+  const Personality* active = m.active;
+  if (!active || !active->grace || e.owner.personality == active->name || !m.GraceOver(*active->grace)) return "";
+  std::string why = m.policy.Breaks(*active, PolicyView(state, e.owner.user, e.slices), age, UnixGroupHas);
+  return why.empty() ? "" : fmt::format("{} (after its {} grace)", why, FormatDuration(*active->grace));
+}
+
+// Ends lease `id` for `why`, remembering why for its holder's next renewal (bounded: the oldest reasons go first).
+void EndByPolicy(AgentState& state, const std::string& id, const std::string& why) {
+  GP_INFO("policy", "lease {} ended: {}", id, why);
+  if (state.ended_by_policy.size() >= 1024) state.ended_by_policy.erase(state.ended_by_policy.begin());
+  state.ended_by_policy[id] = why;
+  if (state.table.Revoke(id).ok()) {
+    ++state.counters.lease_revocations;
+    state.EndSessions(id);
+  }
+}
+
 void EnforcePolicy(AgentState& state) {
-  const Policy& policy = state.config.policy;
-  if (policy.empty()) return;
-  std::time_t now_t = PolicyNow();
-  const Personality* active = policy.ActiveAt(now_t);
-  std::string name = active ? active->name : "";
+  if (state.config.policy.empty()) return;
+  PolicyMoment moment(state.config.policy);
+  std::string name = moment.active ? moment.active->name : "";
   if (name != state.personality) {
     GP_INFO("policy", "personality {} in force (was {})", name.empty() ? "none" : name,
             state.personality.empty() ? "none" : state.personality);
     state.personality = name;
   }
-  auto now = Clock::now();
-  // A grace runs from the change of personality, by the policy's clock, whether or not the agent was up to see it.
-  const std::time_t since = policy.InForceSince(now_t);
   std::vector<std::pair<std::string, std::string>> ending;  // Lease, why.
   for (const auto& [id, e] : state.table.entries()) {
-    if (!e.committed) continue;
-    auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - e.created);
-    const Personality* granted = nullptr;
-    for (const Personality& p : policy.personalities()) {
-      if (p.name == e.owner.personality) granted = &p;
-    }
-    if (granted && granted->max_lease && age > *granted->max_lease) {
-      ending.push_back({id, fmt::format("it reached personality {}'s max_lease of {}", granted->name,
-                                        FormatDuration(*granted->max_lease))});
-      continue;
-    }
-    if (active && active->grace && e.owner.personality != active->name &&
-        now_t - since >= std::chrono::duration_cast<std::chrono::seconds>(*active->grace).count()) {
-      std::string why = policy.Breaks(*active, PolicyView(state, e.owner.user, e.slices), age, UnixGroupHas);
-      if (!why.empty()) ending.push_back({id, fmt::format("{} (after its {} grace)", why, FormatDuration(*active->grace))});
-    }
+    if (std::string why = PolicyEnds(state, e, moment); !why.empty()) ending.push_back({id, why});
   }
-  for (const auto& [id, why] : ending) {
-    GP_INFO("policy", "lease {} ended: {}", id, why);
-    if (state.ended_by_policy.size() >= 1024) state.ended_by_policy.erase(state.ended_by_policy.begin());
-    state.ended_by_policy[id] = why;
-    if (state.table.Revoke(id).ok()) {
-      ++state.counters.lease_revocations;
-      state.EndSessions(id);
-    }
-  }
+  for (const auto& [id, why] : ending) EndByPolicy(state, id, why);
+}
+
+void EnforcePolicyOn(AgentState& state, const std::string& lease_id) {
+  const LeaseEntry* e = state.table.Find(lease_id);
+  if (state.config.policy.empty() || !e) return;
+  PolicyMoment moment(state.config.policy);
+  if (std::string why = PolicyEnds(state, *e, moment); !why.empty()) EndByPolicy(state, lease_id, why);
 }
 
 // On every SIGHUP: the policy and the administrators again from the config file; leases are kept. A file that

@@ -155,6 +155,8 @@ std::string RenderMetrics(wire::AgentState::Reader state, const AgentCounters& c
              [](DeviceReader d, size_t) { return static_cast<double>(d.getActivity().getTemperatureC()); });
   per_device("gpupool_device_power_watts", "gauge", "GPU power draw (physical GPUs).",
              [](DeviceReader d, size_t) { return static_cast<double>(d.getActivity().getPowerW()); });
+  per_device("gpupool_device_cordoned", "gauge", "1 while an administrator keeps new leases off the device.",
+             [](DeviceReader d, size_t) { return d.getCordoned() ? 1.0 : 0.0; });
 
   auto leases = state.getLeases();
   uint64_t reserved = 0, active = 0, idle = 0, sessions = 0;
@@ -212,21 +214,20 @@ std::string RenderMetrics(wire::AgentState::Reader state, const AgentCounters& c
 
   m.Family("gpupool_reservations_granted_total", "counter", "Reservations granted.")
       .Sample({}, static_cast<double>(counters.reservations_granted));
-  m.Family("gpupool_reservations_refused_total", "counter", "Reservations refused, by reason.");
-  for (const auto& [reason, n] : counters.reservations_refused) m.Sample({{"reason", reason}}, static_cast<double>(n));
-  m.Family("gpupool_lease_expirations_total", "counter",
-           "Leases and reservations the agent freed because their time ran out, by reason.");
-  for (const auto& [reason, n] : counters.lease_expirations) m.Sample({{"reason", reason}}, static_cast<double>(n));
+  // A counter family with a `reason` label per entry of `counts`.
+  auto by_reason = [&](const char* name, const char* help, const std::map<std::string, uint64_t>& counts) {
+    m.Family(name, "counter", help);
+    for (const auto& [reason, n] : counts) m.Sample({{"reason", reason}}, static_cast<double>(n));
+  };
+  by_reason("gpupool_reservations_refused_total", "Reservations refused, by reason.", counters.reservations_refused);
+  by_reason("gpupool_lease_expirations_total",
+            "Leases and reservations the agent freed because their time ran out, by reason.",
+            counters.lease_expirations);
   m.Family("gpupool_lease_revocations_total", "counter", "Leases an administrator revoked.")
       .Sample({}, static_cast<double>(counters.lease_revocations));
-  m.Family("gpupool_device_cordoned", "gauge", "1 while an administrator keeps new leases off the device.");
-  for (size_t i = 0; i < labels.size(); ++i) {
-    m.Sample({{"gpu", labels[i].gpu}, {"gpu_uuid", labels[i].uuid}}, devices[static_cast<unsigned>(i)].getCordoned() ? 1 : 0);
-  }
   m.Family("gpupool_sessions_opened_total", "counter", "CUDA sessions opened.")
       .Sample({}, static_cast<double>(counters.sessions_opened));
-  m.Family("gpupool_sessions_refused_total", "counter", "CUDA sessions refused, by reason.");
-  for (const auto& [reason, n] : counters.sessions_refused) m.Sample({{"reason", reason}}, static_cast<double>(n));
+  by_reason("gpupool_sessions_refused_total", "CUDA sessions refused, by reason.", counters.sessions_refused);
   return m.Take();
 }
 

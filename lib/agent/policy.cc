@@ -275,7 +275,6 @@ std::string Policy::Breaks(const Personality& p, const PolicyRequest& held, std:
   PolicyRequest alone = held;
   alone.gpus_held = 0;  // A lease held is not checked against the user's totals: they only stop new ones.
   alone.share_held = 0;
-  alone.slice_fractions = held.slice_fractions;
   std::string why = Refusal(&p, alone, groups);
   if (!why.empty()) return why;
   if (p.max_lease && age > *p.max_lease) {

@@ -16,10 +16,32 @@ void Add(backend::MeterReading& total, const backend::MeterReading& r) {
   total.busy_measured = total.busy_measured || r.busy_measured;
 }
 
-// Per second, from two totals `interval_s` apart; a total that went back (cannot happen, but a rate must never
-// be negative) counts as nothing.
-double Rate(uint64_t now, uint64_t before, double interval_s) {
-  return now > before && interval_s > 0 ? static_cast<double>(now - before) / interval_s : 0;
+// What a meter counted between two readings: totals as differences (a total that went back, which cannot happen,
+// counts as nothing), the memory held and the last call as they are now.
+backend::MeterReading Since(const backend::MeterReading& now, const backend::MeterReading& before) {
+  auto diff = [](uint64_t a, uint64_t b) { return a > b ? a - b : 0; };
+  backend::MeterReading d = now;
+  d.calls = diff(now.calls, before.calls);
+  d.bytes_to_device = diff(now.bytes_to_device, before.bytes_to_device);
+  d.bytes_from_device = diff(now.bytes_from_device, before.bytes_from_device);
+  d.busy_nanos = diff(now.busy_nanos, before.busy_nanos);
+  return d;
+}
+
+// The sample of what `delta` (Since) counted over `interval_s`, its device time shared by `spread` devices (busy on
+// one of two GPUs is 50 %); utilisation unknown where device time is not measured.
+ActivitySample SampleOf(int64_t unix_ms, const backend::MeterReading& delta, double interval_s, size_t spread = 1) {
+  ActivitySample a;
+  a.unix_ms = unix_ms;
+  a.memory_used = delta.memory_bytes;
+  if (interval_s <= 0) return a;
+  a.calls_per_s = static_cast<double>(delta.calls) / interval_s;
+  a.bytes_to_device_per_s = static_cast<double>(delta.bytes_to_device) / interval_s;
+  a.bytes_from_device_per_s = static_cast<double>(delta.bytes_from_device) / interval_s;
+  if (delta.busy_measured) {
+    a.utilization = std::min(1.0, static_cast<double>(delta.busy_nanos) / (interval_s * 1e9 * static_cast<double>(spread)));
+  }
+  return a;
 }
 
 void Record(ActivityHistory& h, const ActivitySample& s) {
@@ -35,52 +57,33 @@ void Telemetry::Sample(int64_t unix_ms, double interval_s, const std::vector<Ses
                        const std::vector<std::optional<GpuGauges>>& gpus) {
   // Devices: what their running sessions did since the last sample (a session that ended meanwhile loses its
   // last partial interval here; its lease's totals keep it).
-  std::vector<uint64_t> busy(devices_.size()), memory(devices_.size()), calls(devices_.size()),
-      to_device(devices_.size()), from_device(devices_.size());
-  // Whether a device's time is measured: by its sessions' turns (a device without sessions is idle, so known).
-  std::vector<bool> busy_unknown(devices_.size(), false);
+  std::vector<backend::MeterReading> device_deltas(devices_.size());
+  // A device's time is known when every session on it measures its own (a device without sessions is idle).
+  std::vector<bool> busy_known(devices_.size(), true);
   std::map<pid_t, backend::MeterReading> now_by_pid;
   std::map<std::string, LeaseActivity> leases;
   std::map<std::string, std::set<uint32_t>> lease_devices;
   for (const auto& s : sessions) {
     now_by_pid[s.pid] = s.reading;
     auto before = previous_.find(s.pid);
-    backend::MeterReading b = before != previous_.end() ? before->second : backend::MeterReading{};
+    const backend::MeterReading delta =
+        Since(s.reading, before != previous_.end() ? before->second : backend::MeterReading{});
     if (s.device < devices_.size()) {
-      busy[s.device] += s.reading.busy_nanos - std::min(b.busy_nanos, s.reading.busy_nanos);
-      calls[s.device] += s.reading.calls - std::min(b.calls, s.reading.calls);
-      to_device[s.device] += s.reading.bytes_to_device - std::min(b.bytes_to_device, s.reading.bytes_to_device);
-      from_device[s.device] +=
-          s.reading.bytes_from_device - std::min(b.bytes_from_device, s.reading.bytes_from_device);
-      memory[s.device] += s.reading.memory_bytes;
-      if (!s.reading.busy_measured) busy_unknown[s.device] = true;
+      Add(device_deltas[s.device], delta);
+      busy_known[s.device] = busy_known[s.device] && delta.busy_measured;
     }
     LeaseActivity& l = leases[s.lease_id];
     Add(l.totals, s.reading);
     ++l.sessions;
-    SessionActivity one{s.pid, s.device, {}};
-    one.latest.unix_ms = unix_ms;
-    one.latest.memory_used = s.reading.memory_bytes;
-    one.latest.calls_per_s = Rate(s.reading.calls, b.calls, interval_s);
-    one.latest.bytes_to_device_per_s = Rate(s.reading.bytes_to_device, b.bytes_to_device, interval_s);
-    one.latest.bytes_from_device_per_s = Rate(s.reading.bytes_from_device, b.bytes_from_device, interval_s);
-    if (interval_s > 0 && s.reading.busy_measured) {
-      one.latest.utilization = std::min(1.0, Rate(s.reading.busy_nanos, b.busy_nanos, interval_s) / 1e9);
-    }
-    l.per_session.push_back(one);
+    l.per_session.push_back({s.pid, s.device, SampleOf(unix_ms, delta, interval_s)});
     lease_devices[s.lease_id].insert(s.device);
   }
   previous_ = std::move(now_by_pid);
   for (size_t i = 0; i < devices_.size(); ++i) {
     DeviceActivity& d = devices_[i];
-    d.busy_nanos += busy[i];
-    ActivitySample a;
-    a.unix_ms = unix_ms;
-    a.memory_used = memory[i];
-    a.calls_per_s = interval_s > 0 ? calls[i] / interval_s : 0;
-    a.bytes_to_device_per_s = interval_s > 0 ? to_device[i] / interval_s : 0;
-    a.bytes_from_device_per_s = interval_s > 0 ? from_device[i] / interval_s : 0;
-    if (interval_s > 0 && !busy_unknown[i]) a.utilization = std::min(1.0, busy[i] / (interval_s * 1e9));
+    d.busy_nanos += device_deltas[i].busy_nanos;
+    device_deltas[i].busy_measured = busy_known[i];
+    ActivitySample a = SampleOf(unix_ms, device_deltas[i], interval_s);
     if (i < gpus.size() && gpus[i]) {  // A physical GPU: what the driver says of the whole device wins.
       const GpuGauges& g = *gpus[i];
       if (g.utilization) a.utilization = g.utilization;
@@ -102,20 +105,12 @@ void Telemetry::Sample(int64_t unix_ms, double interval_s, const std::vector<Ses
       static_cast<ActivityHistory&>(l) = std::move(old->second);
       l.last_active_unix_ms = old->second.last_active_unix_ms;
     }
+    backend::MeterReading delta = Since(l.totals, before);
     l.last_active_unix_ms = std::max(l.last_active_unix_ms, l.totals.last_call_unix_ms);
-    if (l.totals.busy_nanos > before.busy_nanos) l.last_active_unix_ms = unix_ms;
-    ActivitySample a;
-    a.unix_ms = unix_ms;
-    a.memory_used = l.totals.memory_bytes;
-    a.calls_per_s = Rate(l.totals.calls, before.calls, interval_s);
-    a.bytes_to_device_per_s = Rate(l.totals.bytes_to_device, before.bytes_to_device, interval_s);
-    a.bytes_from_device_per_s = Rate(l.totals.bytes_from_device, before.bytes_from_device, interval_s);
-    // Of the devices it runs on: busy on one of two GPUs is 50 %.
-    size_t spread = std::max<size_t>(1, lease_devices[id].size());
+    if (delta.busy_nanos > 0) l.last_active_unix_ms = unix_ms;
     // Unknown where its device time is not measured (a GPU shared by MPS: its sessions take no turns).
-    if (interval_s > 0 && (l.totals.busy_measured || l.sessions == 0)) {
-      a.utilization = std::min(1.0, Rate(l.totals.busy_nanos, before.busy_nanos, interval_s) / (1e9 * spread));
-    }
+    delta.busy_measured = l.totals.busy_measured || l.sessions == 0;
+    ActivitySample a = SampleOf(unix_ms, delta, interval_s, std::max<size_t>(1, lease_devices[id].size()));
     Record(l, a);
   }
   leases_ = std::move(leases);
