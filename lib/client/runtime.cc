@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -52,13 +53,22 @@ std::string ClientToken() {
   return token;
 }
 
+// What a KJ_EXCEPTION(FAILED, "TAG", value) carried: the description after `tag`, past KJ's separators and, where
+// present, the "NAME = " before the value (`name`: the expression KJ printed); nullopt without `tag`.
+std::optional<std::string> TagDetail(const std::string& desc, std::string_view tag, std::string_view name) {
+  auto pos = desc.find(tag);
+  if (pos == std::string::npos) return std::nullopt;
+  std::string why = desc.substr(pos + tag.size());
+  while (!why.empty() && (why[0] == ';' || why[0] == ' ' || why[0] == '=' || why[0] == ',')) why.erase(0, 1);
+  std::string prefix = std::string(name) + " = ";
+  if (auto at = why.find(prefix); at != std::string::npos) why = why.substr(at + prefix.size());
+  return why;
+}
+
 Status StatusFromException(const kj::Exception& e, const std::string& address, std::string_view what) {
   std::string desc = e.getDescription().cStr();
-  if (auto at = desc.find("gpupool-refused"); at != std::string::npos) {
-    std::string why = desc.substr(at + std::string("gpupool-refused").size());
-    while (!why.empty() && (why[0] == ';' || why[0] == ' ' || why[0] == '=' || why[0] == ',')) why.erase(0, 1);
-    if (auto v = why.find("why = "); v != std::string::npos) why = why.substr(v + 6);
-    return Status(StatusCode::kPermissionDenied, fmt::format("server {} refused this client: {}", address, why));
+  if (auto why = TagDetail(desc, "gpupool-refused", "why")) {
+    return Status(StatusCode::kPermissionDenied, fmt::format("server {} refused this client: {}", address, *why));
   }
   if (desc.find("gpupool-protocol-mismatch") != std::string::npos) {
     auto pos = desc.find_last_of("= ");
@@ -91,12 +101,8 @@ Status StatusFromException(const kj::Exception& e, const std::string& address, s
   if (desc.find("timed out") != std::string::npos) {
     return Status(StatusCode::kTimeout, fmt::format("server {} did not answer {} in time", address, what));
   }
-  if (desc.find("gpupool-connect") != std::string::npos) {
-    auto pos = desc.find("gpupool-connect");
-    std::string why = desc.substr(pos + std::string("gpupool-connect").size());
-    while (!why.empty() && (why[0] == ';' || why[0] == ' ' || why[0] == '=')) why.erase(0, 1);
-    if (auto colon = why.find("e.getDescription() = "); colon != std::string::npos) why = why.substr(colon + 21);
-    return Status(StatusCode::kUnavailable, fmt::format("server {} is down: {}", address, why));
+  if (auto why = TagDetail(desc, "gpupool-connect", "e.getDescription()")) {
+    return Status(StatusCode::kUnavailable, fmt::format("server {} is down: {}", address, *why));
   }
   switch (e.getType()) {
     case kj::Exception::Type::DISCONNECTED:
