@@ -108,10 +108,16 @@ bool Matches(const LeaseRow& r, const std::string& filter) {
   return false;
 }
 
-// A lease table column: title, width, right-aligned, and how readily it gives way on a narrow screen (0: never).
+enum class Field { kLease, kUser, kHost, kGpus, kMemory, kUtil, kCalls, kBytes, kAge, kExpiry, kState };
+
+// A lease table column: what it shows, its title and width, and on a narrow screen its title and width there and
+// how readily it gives way (0: never; 1 first).
 struct Column {
+  Field field;
   const char* title;
   int width;
+  const char* narrow_title;
+  int narrow_width;
   bool right;
   int give_way;
 };
@@ -218,10 +224,13 @@ std::vector<Line> RenderTop(const PoolState& state, const ViewSettings& settings
 
   // Leases: every column fits 80 columns with the command at 15 characters; wider screens add the lease id and
   // give the command the rest.
-  std::vector<Column> columns = {{"LEASE", 8, false, 1},  {"USER", 8, false, 0},   {"HOST", 8, false, 3},
-                                 {"GPUS", 8, false, 0},   {"MEM USE/LIM", 11, true, 0}, {"UTIL", 4, true, 0},
-                                 {"CALL/S", 6, true, 0},  {"BYTE/S", 6, true, 0},  {"AGE", 4, true, 0},
-                                 {"EXP", 4, true, 2},     {"ST", 4, false, 0}};
+  std::vector<Column> columns = {
+      {Field::kLease, "LEASE", 8, "LEASE", 8, false, 1},   {Field::kUser, "USER", 8, "USER", 7, false, 0},
+      {Field::kHost, "HOST", 8, "HOST", 6, false, 3},      {Field::kGpus, "GPUS", 8, "GPUS", 6, false, 0},
+      {Field::kMemory, "MEM USE/LIM", 11, "USED/LIM", 9, true, 0},
+      {Field::kUtil, "UTIL", 4, "UTIL", 4, true, 0},       {Field::kCalls, "CALL/S", 6, "CALL/S", 6, true, 0},
+      {Field::kBytes, "BYTE/S", 6, "BYTE/S", 6, true, 0},  {Field::kAge, "AGE", 4, "AGE", 4, true, 0},
+      {Field::kExpiry, "EXP", 4, "EXP", 4, true, 2},       {Field::kState, "ST", 4, "ST", 4, false, 0}};
   auto needed = [&columns] {
     int w = 0;
     for (const Column& c : columns) w += c.width + 1;
@@ -231,13 +240,8 @@ std::vector<Line> RenderTop(const PoolState& state, const ViewSettings& settings
   // Narrow screens: shrink the generous columns first, then drop those that give way.
   if (width - needed() < kCommandMin) {
     for (Column& c : columns) {
-      if (std::string_view(c.title) == "USER") c.width = 7;
-      if (std::string_view(c.title) == "HOST") c.width = 6;
-      if (std::string_view(c.title) == "GPUS") c.width = 6;
-      if (std::string_view(c.title) == "MEM USE/LIM") {
-        c.title = "USED/LIM";
-        c.width = 9;
-      }
+      c.title = c.narrow_title;
+      c.width = c.narrow_width;
     }
   }
   for (int level = 1; level <= 3 && width - needed() < kCommandMin; ++level) {
@@ -253,25 +257,31 @@ std::vector<Line> RenderTop(const PoolState& state, const ViewSettings& settings
     const LeaseInfo& l = *r.lease;
     std::string gpus_text = r.server->name + ":";
     for (size_t i = 0; i < l.devices.size(); ++i) gpus_text += (i ? "," : "") + std::to_string(l.devices[i]);
-    std::string status = !l.committed ? "resv" : l.idle ? "idle" : "run";
     Line line;
     for (const Column& c : columns) {
-      std::string_view t = c.title;
-      std::string cell = t == "LEASE"    ? l.id
-                         : t == "USER"   ? l.user
-                         : t == "HOST"   ? l.host
-                         : t == "GPUS"   ? gpus_text
-                         : t == "MEM USE/LIM" || t == "USED/LIM" ? Bytes(static_cast<double>(l.activity.memory_used)) + "/" +
-                                                   Bytes(static_cast<double>(l.memory_bytes))
-                         : t == "UTIL"   ? Percent(l.activity.utilization)
-                         : t == "CALL/S" ? Count(l.activity.calls_per_s)
-                         : t == "BYTE/S" ? Bytes(l.activity.bytes_to_device_per_s + l.activity.bytes_from_device_per_s)
-                         : t == "AGE"    ? Age(l.age_s)
-                         : t == "EXP"    ? Age(l.expires_in_s)
-                                         : status;
-      Tone tone = t == "ST" ? (l.idle ? Tone::kWarn : !l.committed ? Tone::kDim : Tone::kGood)
-                  : t == "UTIL" && l.activity.utilization ? LoadTone(*l.activity.utilization)
-                                                           : Tone::kPlain;
+      std::string cell;
+      Tone tone = Tone::kPlain;
+      switch (c.field) {
+        case Field::kLease: cell = l.id; break;
+        case Field::kUser: cell = l.user; break;
+        case Field::kHost: cell = l.host; break;
+        case Field::kGpus: cell = gpus_text; break;
+        case Field::kMemory:
+          cell = Bytes(static_cast<double>(l.activity.memory_used)) + "/" + Bytes(static_cast<double>(l.memory_bytes));
+          break;
+        case Field::kUtil:
+          cell = Percent(l.activity.utilization);
+          if (l.activity.utilization) tone = LoadTone(*l.activity.utilization);
+          break;
+        case Field::kCalls: cell = Count(l.activity.calls_per_s); break;
+        case Field::kBytes: cell = Bytes(l.activity.bytes_to_device_per_s + l.activity.bytes_from_device_per_s); break;
+        case Field::kAge: cell = Age(l.age_s); break;
+        case Field::kExpiry: cell = Age(l.expires_in_s); break;
+        case Field::kState:
+          cell = !l.committed ? "resv" : l.idle ? "idle" : "run";
+          tone = l.idle ? Tone::kWarn : !l.committed ? Tone::kDim : Tone::kGood;
+          break;
+      }
       line.push_back({Fit(cell, c.width, c.right) + " ", tone});
     }
     line.push_back({Fit(ShortCommand(l.label), command_w), Tone::kPlain});
