@@ -427,6 +427,7 @@ class AgentImpl final : public wire::Agent::Server {
         GP_INFO("policy", "refused {}'s reservation: {}", owner.user, status.message());
       }
     }
+    const bool by_policy = !status.ok();
     if (status.ok()) status = state_.table.Reserve(key.getId(), key.getSecret(), owner, slices, Clock::now());
     if (status.ok()) {
       GP_DEBUG("agent", "reserved {} for {}@{} pid {}", key.getId().cStr(), owner.user, owner.host, owner.pid);
@@ -435,6 +436,7 @@ class AgentImpl final : public wire::Agent::Server {
       ++state_.counters.reservations_refused[ReasonOf(status)];
     }
     SetOutcome(results.initOutcome(), status);
+    results.getOutcome().setByPolicy(by_policy);
     results.setReservationTtlMs(Ms(state_.table.timing().reservation_ttl));
     return kj::READY_NOW;
   }

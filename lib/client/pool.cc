@@ -1,6 +1,7 @@
 #include "gpupool/pool.h"
 
 #include <algorithm>
+#include <map>
 #include <thread>
 
 #include <fmt/format.h>
@@ -132,10 +133,12 @@ std::vector<ServerInfo> DescribeAll(Runtime& rt, const std::vector<std::string>&
   return std::move(*infos);
 }
 
-std::vector<internal::ServerView> ToViews(const std::vector<ServerInfo>& infos) {
+// What placement may use: servers that are up, not draining, and whose policy has not refused this request.
+std::vector<internal::ServerView> ToViews(const std::vector<ServerInfo>& infos,
+                                          const std::map<std::string, Status>& refused_by_policy = {}) {
   std::vector<internal::ServerView> views;
   for (size_t i = 0; i < infos.size(); ++i) {
-    if (!infos[i].up || infos[i].draining) continue;
+    if (!infos[i].up || infos[i].draining || refused_by_policy.count(infos[i].address)) continue;
     internal::ServerView v;
     v.server = i;
     for (const DeviceInfo& d : infos[i].devices) {
@@ -167,10 +170,11 @@ bool Retryable(StatusCode code) {
 
 }  // namespace
 
-// Reserve on every agent involved, then commit on all; any failure rolls everything back.
+// Reserve on every agent involved, then commit on all; any failure rolls everything back. Agents whose policy
+// refused their part are added to `refused_by_policy` with their refusal.
 static Result<Lease> ReserveAndCommit(const std::shared_ptr<Runtime>& runtime, const std::vector<ServerInfo>& infos,
                                       const std::vector<internal::Assignment>& plan, const Identity& me,
-                                      const std::string& label) {
+                                      const std::string& label, std::map<std::string, Status>* refused_by_policy) {
   internal::TokenFields fields;
   fields.id = RandomHex(8);
   fields.secret = RandomHex(16);
@@ -205,9 +209,12 @@ static Result<Lease> ReserveAndCommit(const std::shared_ptr<Runtime>& runtime, c
           ++k;
         }
         std::string address = infos[s].address;
-        auto reserved = rt.Deadline(req.send()).then([address](capnp::Response<wire::Agent::ReserveResults>&& r) {
-          return internal::StatusFromOutcome(r.getOutcome(), address);
-        });
+        auto reserved = rt.Deadline(req.send()).then(
+            [address, refused_by_policy](capnp::Response<wire::Agent::ReserveResults>&& r) {
+              Status status = internal::StatusFromOutcome(r.getOutcome(), address);
+              if (r.getOutcome().getByPolicy()) (*refused_by_policy)[address] = status;
+              return status;
+            });
         if (order.size() > 1) return reserved;
         // One agent: send the commit right behind the reserve (calls on one capability arrive in order), saving
         // a round trip. If the reserve fails, the commit fails harmlessly with "not found".
@@ -327,6 +334,9 @@ Result<Lease> Pool::Allocate(const Request& request) {
   constexpr int kMaxConflictRetries = 12;
   constexpr auto kSnapshotMaxAge = std::chrono::milliseconds(500);
   int conflicts = 0, waits = 0;
+  // Agents whose policy refused this request, and why: placed around until the next wait (a policy's window may
+  // open, or the user's other leases end), so that a request one agent's policy forbids lands on another's GPUs.
+  std::map<std::string, Status> refused_by_policy;
   while (true) {
     Status last;
     bool conflict = false;
@@ -349,13 +359,25 @@ Result<Lease> Pool::Allocate(const Request& request) {
       if (!info.up) unusable.push_back(info.error);
       else if (info.draining) unusable.push_back(fmt::format("{} is draining", info.address));
     }
-    auto views = ToViews(infos);
+    auto views = ToViews(infos, refused_by_policy);
     auto plan = internal::Place(request, views);
     if (!fresh && (views.empty() || !plan.ok())) {
       runtime_->InvalidateSnapshot();
       continue;
     }
-    if (views.empty()) {
+    if (!plan.ok() && !refused_by_policy.empty()) {
+      // The policies' words explain best. Forbidden for good by every refusing agent's policy, and no other agent
+      // could ever hold it: no wait helps.
+      bool forever = views.empty() || !internal::CheckSatisfiable(request, views).ok();
+      std::vector<std::string> why;
+      for (const auto& [address, refusal] : refused_by_policy) {
+        forever = forever && refusal.code() == StatusCode::kPermissionDenied;
+        why.push_back(refusal.message());
+      }
+      last = Status(forever ? StatusCode::kPermissionDenied : StatusCode::kResourceExhausted,
+                    fmt::format("{}", fmt::join(why, "; ")));
+      if (forever) return last;
+    } else if (views.empty()) {
       last = Status(StatusCode::kUnavailable, fmt::format("no server answered: {}", fmt::join(unusable, "; ")));
     } else if (Status never = internal::CheckSatisfiable(request, views); !never.ok()) {
       if (unusable.empty()) return never;
@@ -367,7 +389,8 @@ Result<Lease> Pool::Allocate(const Request& request) {
                     fmt::format("pool busy: {} cannot be granted now: {}", DescribeRequest(request),
                                 plan.status().message()));
     } else {
-      auto lease = ReserveAndCommit(runtime_, infos, *plan, me, label);
+      const size_t policy_refusals = refused_by_policy.size();
+      auto lease = ReserveAndCommit(runtime_, infos, *plan, me, label, &refused_by_policy);
       if (lease.ok()) {
         // Our own grant is known without asking: keep the snapshot true for this client's next placement.
         std::lock_guard<std::mutex> lock(runtime_->snapshot_mu);
@@ -383,6 +406,7 @@ Result<Lease> Pool::Allocate(const Request& request) {
       }
       runtime_->InvalidateSnapshot();
       last = lease.status();
+      if (refused_by_policy.size() > policy_refusals) continue;  // Place again around the refusing agent(s).
       if (!Retryable(last.code())) return last;
       conflict = true;  // Another client won the race, or an agent failed mid-placement: retry on fresh state.
     }
@@ -402,6 +426,7 @@ Result<Lease> Pool::Allocate(const Request& request) {
       return last;
     }
     runtime_->InvalidateSnapshot();
+    refused_by_policy.clear();
     // Waiting for capacity: poll with back-off (50 ms doubling to 1 s), jittered, never past the deadline.
     ++waits;
     auto backoff = std::chrono::milliseconds(std::min<int64_t>(1000, 50ll << std::min(waits, 5)));

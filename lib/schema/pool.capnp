@@ -15,6 +15,7 @@ struct Outcome {
   # are kept for broken connections and bugs.
   code @0 :Code;
   message @1 :Text;
+  byPolicy @2 :Bool;  # The refusal is this agent's policy's: another agent's policy may allow the request.
 
   enum Code {
     ok @0;

@@ -570,5 +570,40 @@ TEST(Policy, DayAndNightPersonalitiesWithAnInjectedClock) {
   EXPECT_NE(listed.out.find("policy weekend: sat,sun"), std::string::npos) << listed.out;
 }
 
+// Policies are per agent: a request one agent's policy refuses lands on another agent's GPUs, and the client says
+// every policy's reason when none allows it (at once, even with --wait, when none ever would).
+TEST(Policy, PlacementGoesAroundAnAgentWhosePolicyRefuses) {
+  TempDir dir;
+  std::string small = dir.Write("small.toml", "[[personality]]\nname = \"small\"\nmax_fraction = 0.25\n");
+  std::string closed = dir.Write("closed.toml", "[groups]\nstaff = [\"nobody-here\"]\n[[personality]]\n"
+                                                "name = \"closed\"\n[personality.classes]\n\"*\" = [\"staff\"]\n");
+  Agent strict(AgentOptions{.name = "strict", .emulated = 1, .emulated_memory = "2GiB", .extra_args = {"--config", small}});
+  Agent open(AgentOptions{.name = "open", .emulated = 2, .emulated_memory = "4GiB"});
+  Agent shut(AgentOptions{.name = "shut", .emulated = 2, .emulated_memory = "4GiB", .extra_args = {"--config", closed}});
+
+  // The strict agent is the tightest fit (least memory left over), so placement tries it first.
+  RunResult placed = RunCommand({ToolPath("gp-run"), "--servers", strict.address() + "," + open.address(), "-p", "0.5",
+                                 "--", "/usr/bin/env", "sh", "-c", "echo $GPUPOOL_LEASE"});
+  EXPECT_EQ(placed.code, 0) << placed.err;
+  EXPECT_TRUE(Eventually([&] { return strict.process().Stderr().find("refused") != std::string::npos; }, seconds(5)))
+      << "placement never tried the agent whose policy refuses, so this test proves nothing: "
+      << strict.process().Stderr();
+  RunResult verbose = RunCommand({ToolPath("gp-run"), "--servers", strict.address() + "," + open.address(), "-p",
+                                  "0.5", "-v", "--", "/bin/true"});
+  EXPECT_EQ(verbose.code, 0) << verbose.err;
+  EXPECT_NE(verbose.err.find(": open GPU "), std::string::npos) << verbose.err;
+
+  // Neither policy would ever allow it: refused at once with both reasons, even though the client would wait.
+  const auto start = std::chrono::steady_clock::now();
+  RunResult refused = RunCommand({ToolPath("gp-run"), "--servers", strict.address() + "," + shut.address(), "-p",
+                                  "0.5", "--wait", "60s", "--", "/bin/true"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(20));
+  EXPECT_NE(refused.code, 0);
+  EXPECT_NE(refused.err.find("personality small allows slices of at most 0.25 of a GPU, not 0.5"), std::string::npos)
+      << refused.err;
+  EXPECT_NE(refused.err.find("agent shut"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("no personality of the week allows it"), std::string::npos) << refused.err;
+}
+
 }  // namespace
 }  // namespace gpupool::testing
