@@ -420,6 +420,8 @@ class CtaRunner {
   bool DoReturn(Thread& t);
   bool Native(Thread& t, const Inst& in, const Function& callee);
   bool CompleteCollectives(uint32_t warp);
+  uint64_t ShuffleSource(const Inst& in, uint32_t first, uint32_t count, uint32_t group, const uint64_t* a,
+                         uint32_t j) const;
   bool CompleteBarrier(uint32_t id);
   uint8_t* GenericPeek(Thread& t, uint64_t addr);
   void Exit(Thread& t) {

@@ -529,6 +529,104 @@ TEST_P(KernelsTest, WarpShuffles) {
   EXPECT_TRUE(ArraysEqual(Download<double>(dout, 2ull * n), dwant, "double shuffles (xor 1, up 31)"));
 }
 
+// What a shuffle gives lane `lane` of a warp of `lanes` threads holding `values` (lane 0 first), as the CUDA
+// programming guide describes the source lane of each mode. A source lane past the end of a partial warp has no
+// thread: it reads as zero, as on NVIDIA GPUs (NVIDIA's reduction samples rely on it).
+enum class Shfl { kIdx, kUp, kDown, kXor };
+template <typename T>
+T ShuffleReference(Shfl mode, int lane, int b, int width, int lanes, const T* values) {
+  const int first = lane & ~(width - 1), last = first + width - 1;
+  int j = lane;
+  switch (mode) {
+    case Shfl::kIdx: j = first + (b % width); break;
+    case Shfl::kUp: j = lane - first >= b ? lane - b : lane; break;
+    case Shfl::kDown: j = lane + b <= last ? lane + b : lane; break;
+    case Shfl::kXor: j = (lane ^ b) <= last ? lane ^ b : lane; break;  // Earlier groups may be read, later not.
+  }
+  return j < lanes ? values[j] : T{};
+}
+
+TEST_P(KernelsTest, WarpShufflesInPartialWarpsReadMissingLanesAsZero) {
+  TRACE_SEED();
+  constexpr int kRecords = 51;
+  for (uint32_t block : {1u, 2u, 3u, 4u, 5u, 8u, 13u, 16u, 17u, 31u, 32u, 33u, 48u, 103u}) {
+    const uint32_t grid = 2;
+    const int n = static_cast<int>(grid * block);
+    std::vector<int> in(n);
+    for (int& v : in) v = Int(-1000000, 1000000);
+    uint64_t out = Output<int>(kRecords * static_cast<size_t>(n));
+    Launch(Kernel("warp", "warp_shuffle_partial"), {grid}, {block}, 0, Upload(in), out);
+    std::vector<int> want;
+    for (int i = 0; i < n; ++i) {
+      int tid = i % static_cast<int>(block), lane = tid & 31, warp_first = i - lane;
+      int lanes = std::min(32, static_cast<int>(block) - (tid & ~31));
+      const int* v = &in[warp_first];
+      for (int width = 32; width >= 1; width /= 2) {
+        int half = width > 1 ? width / 2 : 1;
+        for (auto [mode, b] : {std::pair{Shfl::kIdx, lane + 1}, {Shfl::kIdx, 0}, {Shfl::kUp, 1}, {Shfl::kUp, half},
+                               {Shfl::kDown, 1}, {Shfl::kDown, half}, {Shfl::kXor, 1}, {Shfl::kXor, half}}) {
+          want.push_back(ShuffleReference(mode, lane, b, width, lanes, v));
+        }
+      }
+      std::vector<int64_t> wide(lanes);
+      std::vector<int> twice_plus_one(lanes);
+      for (int l = 0; l < lanes; ++l) {
+        wide[l] = static_cast<int64_t>((static_cast<uint64_t>(v[l]) << 32) | static_cast<uint32_t>(v[l] * 3 + 1));
+        twice_plus_one[l] = 2 * v[l] + 1;
+      }
+      int64_t down16 = ShuffleReference(Shfl::kDown, lane, 16, 32, lanes, wide.data());
+      want.push_back(static_cast<int>(down16 >> 32));
+      want.push_back(static_cast<int>(down16));
+      want.push_back(ShuffleReference(Shfl::kXor, lane, 16, 32, lanes, twice_plus_one.data()));
+    }
+    EXPECT_TRUE(ArraysEqual(Download<int>(out, kRecords * static_cast<size_t>(n)), want,
+                            "block of " + std::to_string(block) +
+                                ": per width 32..1 (idx lane+1, idx 0, up 1, up w/2, down 1, down w/2, xor 1, "
+                                "xor w/2), 64-bit down 16 (hi, lo), double xor 16"));
+  }
+}
+
+// NVIDIA's multi-pass reduction: each pass sums pairs per thread, then in shared memory, then in one warp by
+// thread_block_tile<32>::shfl_down; the sample picks the next power of two of n/2 threads per block below 512
+// elements, so the last passes run blocks of 1, 2 and 4 threads.
+TEST_P(KernelsTest, TileReductionMultiPassDownToOneThreadPerBlock) {
+  TRACE_SEED();
+  for (int n : {Int(1, 8), Int(9, 600), Int(20000, 60000)}) {
+    std::vector<int> in(n);
+    for (int& v : in) v = Int(-1000, 1000);
+    const int64_t want = std::accumulate(in.begin(), in.end(), int64_t{0});
+    uint64_t data = Upload(in);
+    int passes = 0;
+    std::vector<uint32_t> threads_seen;
+    for (uint32_t left = static_cast<uint32_t>(n); left > 1 || passes == 0; ++passes) {
+      uint32_t threads = left < 2 * 256 ? std::bit_ceil((left + 1) / 2) : 256;
+      uint32_t blocks = (left + threads * 2 - 1) / (threads * 2);
+      uint64_t sums = Output<int>(blocks);
+      Launch(Kernel("warp", "tile_reduce"), {blocks}, {threads}, threads * sizeof(int), data, sums, left);
+      threads_seen.push_back(threads);
+      data = sums;
+      left = blocks;
+    }
+    std::vector<int> got = Download<int>(data, 1);
+    EXPECT_EQ(got[0], want) << n << " elements, threads per block in each pass: "
+                            << ::testing::PrintToString(threads_seen);
+  }
+  // One pass by blocks of 1, 2 and 4 threads, every block's sum checked.
+  for (uint32_t threads : {1u, 2u, 4u}) {
+    const uint32_t blocks = 37;
+    std::vector<int> in(blocks * threads * 2);
+    for (int& v : in) v = Int(-1000, 1000);
+    uint64_t sums = Output<int>(blocks);
+    Launch(Kernel("warp", "tile_reduce"), {blocks}, {threads}, threads * sizeof(int), Upload(in), sums,
+           static_cast<unsigned>(in.size()));
+    std::vector<int> want(blocks);
+    for (uint32_t b = 0; b < blocks; ++b) {
+      want[b] = std::accumulate(in.begin() + b * threads * 2, in.begin() + (b + 1) * threads * 2, 0);
+    }
+    EXPECT_TRUE(ArraysEqual(Download<int>(sums, blocks), want, std::to_string(threads) + " threads per block"));
+  }
+}
+
 // ---- params.cu ----
 
 TEST_P(KernelsTest, StructsAndScalarsByValue) {
