@@ -94,6 +94,10 @@ void EmuTest::SetUp() {
   RecordProperty("seed", std::to_string(seed_));
   DeviceOptions options;
   options.memory_bytes = kMemoryBytes;
+  // The newest architecture whose PTX the emulator runs: kernels built for sm_80 or sm_90 load as on such a GPU,
+  // and those built for nvcc's default (compute_75 PTX) as before.
+  options.cc_major = 9;
+  options.cc_minor = 0;
   device_ = std::make_unique<Device>(options);
   // Keep device printf out of the test log; tests that check it read it back with TakePrintf().
   printf_ = std::make_shared<PrintfCapture>();

@@ -46,15 +46,23 @@ set(GPUPOOL_EMU_VARIANT_none --compress-mode=none)
 set(GPUPOOL_EMU_VARIANT_debug -G)
 set(GPUPOOL_EMU_VARIANTS default lz4 none debug)
 
+# Kernels that need a newer GPU than nvcc's default (sm_75) name their architecture here: nvcc -arch=sm_XX gives
+# that SASS and compute_XX PTX, which the test device (compute capability 9.0) runs. Example:
+#   set(GPUPOOL_EMU_KERNEL_ARCH_tensor sm_80)
+
 set(GPUPOOL_EMU_KERNEL_HEADERS ${GPUPOOL_EMU_KERNEL_SRC_DIR}/kernel_types.h)
 set(GPUPOOL_EMU_FATBINS)
 foreach(kernel IN LISTS GPUPOOL_EMU_KERNELS)
   set(src ${GPUPOOL_EMU_KERNEL_SRC_DIR}/${kernel}.cu)
   foreach(variant IN LISTS GPUPOOL_EMU_VARIANTS)
     set(out ${GPUPOOL_EMU_KERNEL_OUT_DIR}/${kernel}.${variant}.fatbin)
+    set(arch)
+    if(GPUPOOL_EMU_KERNEL_ARCH_${kernel})
+      set(arch -arch=${GPUPOOL_EMU_KERNEL_ARCH_${kernel}})
+    endif()
     add_custom_command(
       OUTPUT ${out}
-      COMMAND ${GPUPOOL_NVCC} -fatbin ${GPUPOOL_EMU_VARIANT_${variant}} -o ${out} ${src}
+      COMMAND ${GPUPOOL_NVCC} -fatbin ${arch} ${GPUPOOL_EMU_VARIANT_${variant}} -o ${out} ${src}
       DEPENDS ${src} ${GPUPOOL_EMU_KERNEL_HEADERS}
       COMMENT "nvcc -fatbin (${variant}) ${kernel}.cu"
       VERBATIM)
