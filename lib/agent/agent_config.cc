@@ -1,5 +1,7 @@
 #include "agent/agent_config.h"
 
+#include <cctype>
+
 #include <fmt/format.h>
 
 #include "core/toml_config.h"
@@ -31,12 +33,19 @@ Status Read(const TomlFile& file, AgentConfig* c) {
   const toml::table* t = nullptr;
   if (!(s = section("emulated", &t)).ok()) return s;
   if (t) {
-    if (!(s = file.CheckKeys(*t, {"count", "memory"}, "[emulated]")).ok()) return s;
+    if (!(s = file.CheckKeys(*t, {"count", "memory", "compute_capability"}, "[emulated]")).ok()) return s;
     int64_t count = c->emulated_count;
     if (!(s = file.GetInt(*t, "count", &count)).ok()) return s;
     if (count < 0 || count > 1024) return file.Error(*t->get("count"), "[emulated] count must be within 0..1024");
     c->emulated_count = static_cast<int>(count);
     if (!(s = file.GetMemory(*t, "memory", &c->emulated_memory)).ok()) return s;
+    std::string cc;
+    if (!(s = file.GetString(*t, "compute_capability", &cc)).ok()) return s;
+    if (!cc.empty()) {
+      auto parsed = ParseComputeCapability(cc);
+      if (!parsed.ok()) return file.Error(*t->get("compute_capability"), "[emulated] " + parsed.status().message());
+      c->emulated_compute_capability = *parsed;
+    }
   }
   if (!(s = section("leases", &t)).ok()) return s;
   if (t) {
@@ -81,6 +90,21 @@ Status Read(const TomlFile& file, AgentConfig* c) {
 }
 
 }  // namespace
+
+Result<int> ParseComputeCapability(std::string_view text) {
+  static constexpr int kKnown[] = {50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90};
+  if (text.size() == 3 && text[1] == '.' && std::isdigit(static_cast<unsigned char>(text[0])) &&
+      std::isdigit(static_cast<unsigned char>(text[2]))) {
+    int cc = (text[0] - '0') * 10 + (text[2] - '0');
+    for (int known : kKnown) {
+      if (cc == known) return cc;
+    }
+  }
+  return Status(StatusCode::kInvalidArgument,
+                fmt::format("compute capability '{}' is not one of 5.0, 5.2, 5.3, 6.0, 6.1, 6.2, 7.0, 7.2, 7.5, 8.0, "
+                            "8.6, 8.7, 8.9, 9.0",
+                            text));
+}
 
 Status AgentConfig::Validate() const {
   auto bad = [](std::string m) { return Status(StatusCode::kInvalidArgument, std::move(m)); };

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agent/lease_table.h"
@@ -48,6 +49,9 @@ struct AgentConfig {
   std::string cuda_driver;  // The CUDA driver library session workers load ("" = the system's libcuda.so.1).
   int emulated_count = 0;
   uint64_t emulated_memory = 16ull << 30;
+  // Compute capability the emulated devices report and pick PTX by, major * 10 + minor ([emulated]
+  // compute_capability = "8.0", --emu-cc, $GPUPOOL_EMU_CC). Default 75.
+  int emulated_compute_capability = 75;
   LeaseTiming timing;
   std::chrono::milliseconds drain_timeout{300000};
   std::chrono::milliseconds sweep_interval{250};  // How often expiry is checked.
@@ -66,6 +70,9 @@ struct AgentConfig {
 
 // Reads `path` into *config (fields absent from the file keep their values).
 Status LoadAgentConfig(const std::string& path, AgentConfig* config);
+
+// "8.0" -> 80: a compute capability an emulated device may report (one NVIDIA has shipped, 5.0 to 9.0).
+Result<int> ParseComputeCapability(std::string_view text);
 Status ParseAgentConfig(std::string_view text, const std::string& name, AgentConfig* config);
 
 }  // namespace gpupool::agent

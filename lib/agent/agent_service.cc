@@ -529,6 +529,7 @@ class AgentImpl final : public wire::Agent::Server {
     spec.device = device;
     spec.emulated = record.emulated;
     spec.device_name = record.model;
+    if (record.compute_capability != 0) spec.compute_capability = record.compute_capability;
     spec.nvml_uuid = record.uuid;
     spec.memory_bytes = slice->memory_bytes;
     spec.window_base = base;

@@ -103,7 +103,7 @@ std::vector<DeviceRecord> DiscoverDriverDevices(const std::string& library, cons
 }
 
 std::vector<DeviceRecord> MakeEmulatedDevices(int count, uint64_t memory_bytes, const std::string& agent_name,
-                                              const std::string& device_class) {
+                                              const std::string& device_class, int compute_capability) {
   std::vector<DeviceRecord> out;
   for (int i = 0; i < count; ++i) {
     // FNV-1a over "name/index": stable across restarts, distinct across agents with distinct names.
@@ -117,6 +117,7 @@ std::vector<DeviceRecord> MakeEmulatedDevices(int count, uint64_t memory_bytes, 
     r.device_class = device_class;
     r.emulated = true;
     r.memory_bytes = memory_bytes;
+    r.compute_capability = compute_capability;
     out.push_back(std::move(r));
   }
   return out;

@@ -15,6 +15,7 @@ struct DeviceRecord {
   bool emulated = false;
   uint64_t memory_bytes = 0;
   int physical_index = -1;  // NVML index (or CUDA ordinal, when found by the driver) of a real GPU; -1 if emulated.
+  int compute_capability = 0;  // Emulated: what the device reports, major * 10 + minor.
 };
 
 // Real GPUs through NVML (dlopen("libnvidia-ml.so.1")). Where NVML is absent or fails, logs that once at info
@@ -27,9 +28,10 @@ std::vector<DeviceRecord> DiscoverNvmlDevices(const std::string& device_class);
 // the agent runs under gp-run). Logs why when it finds none.
 std::vector<DeviceRecord> DiscoverDriverDevices(const std::string& library, const std::string& device_class);
 
-// `count` emulated devices of `memory_bytes` each. UUIDs are stable for a given agent name.
+// `count` emulated devices of `memory_bytes` each, reporting `compute_capability` (major * 10 + minor). UUIDs are
+// stable for a given agent name.
 std::vector<DeviceRecord> MakeEmulatedDevices(int count, uint64_t memory_bytes, const std::string& agent_name,
-                                              const std::string& device_class);
+                                              const std::string& device_class, int compute_capability = 75);
 
 }  // namespace gpupool::agent
 

@@ -320,6 +320,10 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     } else if (c.getEmulated()) {
       backend::EmuBackendConfig cfg;
       cfg.device_name = c.getDeviceName();
+      if (c.getComputeCapability() != 0) {
+        cfg.cc_major = c.getComputeCapability() / 10;
+        cfg.cc_minor = c.getComputeCapability() % 10;
+      }
       cfg.memory_bytes = c.getMemoryBytes();
       cfg.window_base = c.getWindowBase();
       cfg.window_bytes = c.getWindowBytes();
@@ -545,6 +549,7 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   auto c = req.initConfig();
   c.setEmulated(spec.emulated);
   c.setDeviceName(spec.device_name);
+  c.setComputeCapability(static_cast<uint16_t>(spec.compute_capability));
   c.setNvmlUuid(spec.nvml_uuid);
   c.setMemoryBytes(spec.memory_bytes);
   c.setWindowBase(spec.window_base);

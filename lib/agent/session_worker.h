@@ -44,6 +44,7 @@ struct WorkerSpec {
   uint32_t device = 0;  // The device's index on the agent (for telemetry).
   bool emulated = true;
   std::string device_name;
+  int compute_capability = 75;  // Emulated devices: major * 10 + minor.
   std::string nvml_uuid;
   uint64_t memory_bytes = 0, window_base = 0, window_bytes = 0;
   uint8_t uuid[16] = {};

@@ -22,6 +22,7 @@
 #include "emu/exec.h"
 #include "emu/fatbin.h"
 #include "emu/program.h"
+#include "emu/ptx_link.h"
 #include "emu/ptx_parser.h"
 
 namespace gpupool::emu {
@@ -831,7 +832,14 @@ EmuStatus Device::LoadModule(const void* image, size_t size, Module** module) {
 EmuStatus Device::LoadPtx(std::string_view ptx, Module** module) {
   if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
   if (!module) return BadValue("null output");
-  auto parsed = ParsePtx(ptx);
+  // Several modules one after another are the translation units of a device link (-rdc=true): joined here.
+  std::vector<ptx::Module> units;
+  for (std::string_view unit : SplitPtxModules(ptx)) {
+    auto parsed = ParsePtx(unit);
+    if (!parsed.ok()) return parsed.status();
+    units.push_back(std::move(parsed).value());
+  }
+  auto parsed = LinkPtxModules(std::move(units));
   if (!parsed.ok()) return parsed.status();
   ArenaAllocator alloc(*impl_);
   auto program = internal::Compile(parsed.value(), alloc);

@@ -40,6 +40,10 @@ class ExecutionGate {
   virtual void Checkpoint(const std::atomic<bool>& cancel) = 0;
 };
 
+// The clock %clock and %clock64 count at, and cuDeviceGetAttribute's CLOCK_RATE: kernels that time themselves or
+// wait a number of cycles see wall-clock time, as on a GPU (1.59 GHz, a T4's boost clock).
+inline constexpr int kClockRateKhz = 1590000;
+
 struct DeviceOptions {
   uint64_t memory_bytes = 1ull << 30;  // Capacity; allocations beyond it fail with kOutOfMemory. Default 1 GiB.
   int cc_major = 7, cc_minor = 5;      // Compute capability reported and used to pick PTX. Default 7.5.
@@ -72,7 +76,7 @@ struct DeviceProperties {
   int registers_per_multiprocessor = 65536;
   int max_threads_per_multiprocessor = 1024;
   int max_blocks_per_multiprocessor = 16;
-  int clock_rate_khz = 1590000;
+  int clock_rate_khz = kClockRateKhz;
   int memory_clock_rate_khz = 5001000;
   int memory_bus_width = 256;
   int l2_cache_size = 4 * 1024 * 1024;

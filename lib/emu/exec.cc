@@ -358,6 +358,14 @@ class CtaRunner {
   }
 
   // ---- Operands. ----
+  // Cycles of a kClockRateKhz clock since the process started: time, so that a kernel waiting for a number of
+  // cycles waits as long as on a GPU however fast the interpreter runs.
+  static uint64_t Cycles() {
+    static const auto start = std::chrono::steady_clock::now();
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
+    return static_cast<uint64_t>(static_cast<unsigned __int128>(ns.count()) * kClockRateKhz / 1000000);
+  }
+
   uint64_t SpecialValue(const Thread& t, Special s) const {
     switch (s) {
       case Special::kTidX: return t.tid[0];
@@ -378,8 +386,8 @@ class CtaRunner {
       case Special::kSmid: return static_cast<uint64_t>(sm_);
       case Special::kNsmid: return 40;
       case Special::kGridid: return launch_.grid_id;
-      case Special::kClock: return static_cast<uint32_t>(instructions_ + t.linear);
-      case Special::kClock64: return instructions_ + t.linear;
+      case Special::kClock: return static_cast<uint32_t>(Cycles());
+      case Special::kClock64: return Cycles();
       case Special::kGlobaltimer:
         return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                          std::chrono::system_clock::now().time_since_epoch())

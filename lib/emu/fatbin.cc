@@ -354,10 +354,18 @@ EmuResult<std::string> PtxForDevice(const void* image, size_t size, int arch) {
     return SelectPtx(container, *container_size, arch);
   }
   if (magic == kContainerMagic) {
+    auto container_size = ContainerSizeFromHeader(p);
     if (size == 0) {
-      auto container_size = ContainerSizeFromHeader(p);
       if (!container_size.ok()) return container_size.status();
       size = *container_size;
+    }
+    // A container followed by PTX text: the linked image of a device-linked binary (PrelinkedPtx), which
+    // gpupool's libcuda appends because the container itself holds only the linked SASS.
+    if (container_size.ok() && size > *container_size) {
+      const char* trailer = reinterpret_cast<const char*>(p + *container_size);
+      const size_t rest = size - *container_size;
+      const size_t length = static_cast<size_t>(std::find(trailer, trailer + rest, '\0') - trailer);
+      if (LooksLikePtx(trailer, length)) return std::string(trailer, length);
     }
     return SelectPtx(p, size, arch);
   }
@@ -375,6 +383,33 @@ EmuResult<std::string> PtxForDevice(const void* image, size_t size, int arch) {
   }
   return Invalid("image is not a fatbin wrapper, a fatbin container or PTX text (first bytes: " +
                  (first.empty() ? std::string("none") : first) + ")");
+}
+
+EmuResult<std::string> PrelinkedPtx(const void* wrapper, int arch) {
+  if (wrapper == nullptr || PeekMagic(static_cast<const uint8_t*>(wrapper), 0) != kWrapperMagic) return std::string();
+  const auto* p = static_cast<const uint8_t*>(wrapper);
+  if (Load<uint32_t>(p + 4) != 2) return std::string();
+  const auto* units = static_cast<const void* const*>(Load<const void*>(p + 16));
+  if (units == nullptr) return std::string();
+  std::string linked;
+  // A program has a handful of translation units; a bound keeps a corrupt list from running away.
+  constexpr size_t kMaxUnits = 4096;
+  size_t i = 0;
+  for (; i < kMaxUnits && units[i] != nullptr; ++i) {
+    const auto* container = static_cast<const uint8_t*>(units[i]);
+    auto size = ContainerSizeFromHeader(container);
+    if (!size.ok()) return size.status();
+    auto ptx = SelectPtx(container, *size, arch);
+    if (!ptx.ok()) {
+      return EmuStatus(ptx.status().code(),
+                       "translation unit " + std::to_string(i + 1) + " of a device-linked binary: " +
+                           ptx.status().message());
+    }
+    linked += *ptx;
+    if (!linked.empty() && linked.back() != '\n') linked += '\n';
+  }
+  if (i == kMaxUnits) return Invalid("device-linked binary lists more than 4096 translation units");
+  return linked;
 }
 
 size_t ImageSize(const void* image) {

@@ -35,9 +35,17 @@ EmuResult<std::string> ExtractEntry(const uint8_t* container, size_t size, const
 // text (starts, after whitespace/comments, with a directive such as ".version"). `size` is the buffer's size
 // when known, or 0 when only the pointer is (the wrapper and container headers then give the size).
 // Returns the PTX for a device of compute capability `arch` (e.g. 75): the highest PTX arch <= `arch`.
+// A container followed by PTX text (its size counting both) gives that text: how gpupool's libcuda hands over the
+// translation units of a device-linked binary (PrelinkedPtx) beside the container the real driver reads.
 // A container with no usable PTX fails with kNoBinaryForGpu and the message
 // "no PTX in this binary; rebuild with PTX (e.g. -arch=compute_75)"; corrupt input fails with kInvalidImage.
 EmuResult<std::string> PtxForDevice(const void* image, size_t size, int arch);
+
+// nvcc -rdc=true registers the device-linked fatbin (SASS only) through a version-2 wrapper whose last field lists
+// the translation units' own fatbins (NULL-terminated), each with its PTX. Returns that PTX, the best for `arch`
+// from each unit, one module after another: a linked image (emu/ptx_link.h). Fails with kNoBinaryForGpu naming
+// the unit that has none; returns an empty string when `wrapper` is no such wrapper.
+EmuResult<std::string> PrelinkedPtx(const void* wrapper, int arch);
 
 // The number of bytes the image occupies (wrapper: its container), so callers can copy an image given only a
 // pointer (cuLibraryLoadData). 0 when the image is not recognised. PTX: strlen + 1.

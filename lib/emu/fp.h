@@ -98,6 +98,23 @@ inline uint16_t FloatToBf16(float f, Round r = Round::kRn) {
   return static_cast<uint16_t>(upper);
 }
 
+// Double -> bfloat16 with one rounding: to float rounding toward zero with a sticky last bit ("round to odd"),
+// which keeps every bit bfloat16's rounding looks at (float has 16 more), then to bfloat16.
+inline uint16_t DoubleToBf16(double d, Round r = Round::kRn) {
+  if (std::isnan(d)) return FloatToBf16(static_cast<float>(d), r);
+  float f;
+  {
+    RoundingScope scope(Round::kRz);
+    volatile double v = d;
+    f = static_cast<float>(v);
+  }
+  if (static_cast<double>(f) != d && !std::isinf(f)) {
+    uint32_t u = static_cast<uint32_t>(Bits(f)) | 1u;
+    std::memcpy(&f, &u, 4);
+  }
+  return FloatToBf16(f, r);
+}
+
 // Float -> integer the way cvt.rXi.sN/uN.fM does it: round, then saturate; NaN becomes 0.
 template <typename I>
 inline I SaturatingFromFloating(double v, Round r) {

@@ -31,6 +31,9 @@ enum class Op : uint8_t {
   kBar, kBarArrive, kBarRed, kWarpSync,
   kShfl, kVote, kMatch, kRedux, kActivemask,
   kFence, kNanosleep, kDp4a, kDp2a,
+  kBrxIdx,  // brx.idx: target = index into Function::jump_tables, s[0] the index.
+  kHalves,  // f16x2 / bf16x2 / bf16 arithmetic (and f16 ex2/tanh): mode = the scalar Op, done per 16-bit half.
+  kBmsk,    // bmsk.{clamp,wrap}.b32: mode 1 = wrap.
   // Specialised forms chosen at load time for the hottest shapes: register/immediate operands only, no rounding
   // modifier other than .rn, no ftz/sat/cc. Semantics are exactly those of the general forms.
   kFastAddF32, kFastSubF32, kFastMulF32, kFastFmaF32, kFastAddF64, kFastSubF64, kFastMulF64, kFastFmaF64,
@@ -96,7 +99,9 @@ struct Inst {
   int line = 0;
 };
 
-enum class Native : uint8_t { kNone, kVprintf, kMalloc, kFree, kAssertFail };
+// kUndefined: declared, never defined (a device-side CUDA runtime function from libcudadevrt, such as
+// cudaGraphSetConditional): the module loads, and a call of it fails the launch naming the function.
+enum class Native : uint8_t { kNone, kVprintf, kMalloc, kFree, kAssertFail, kUndefined };
 
 struct ParamSlot {
   uint32_t offset = 0, size = 0;
@@ -118,6 +123,7 @@ struct Function {
   std::vector<ParamInfo> kernel_params;  // Entries: the launch's parameter buffer layout (same as params).
   uint32_t kernel_param_bytes = 0;
   std::vector<Operand> call_operands;    // Argument/return operands of call instructions.
+  std::vector<std::vector<uint32_t>> jump_tables;  // brx.idx targets (pcs), one table per .branchtargets list.
   bool uses_local = false;          // Needs a local stack.
 };
 

@@ -110,6 +110,8 @@ struct Function {
   std::vector<Variable> locals;   // .local/.shared/.param variables declared in the body (incl. nested blocks).
   std::vector<Instruction> body;
   std::map<std::string, int> labels;  // Label -> index of the next instruction in body.
+  // "ts: .branchtargets L0, L1, ...;" -> {"ts", {"L0", "L1", ...}}: the jump tables of brx.idx.
+  std::map<std::string, std::vector<std::string>> branch_targets;
   // Performance directives (.maxntid, .reqntid, .minnctapersm, .maxnreg): name -> values.
   std::map<std::string, std::vector<int64_t>> directives;
   int line = 0;

@@ -6,9 +6,9 @@
 // turns them into kInvalidPtx "line N: what" and no exception leaves the file.
 //
 // Skipped rather than represented: .loc, .file, .section blocks, @@DWARF lines, .pragma (module, function header or
-// body), .alias, and the label-introduced declarations .branchtargets / .calltargets / .callprototype (their label
-// is not entered in Function::labels, so brx.idx and indirect calls through prototypes are not resolvable from the
-// tree). .attribute(...) on variables and .noreturn on functions are accepted and dropped. Texture and surface
+// body), .alias, and the label-introduced declarations .calltargets / .callprototype (their label is not entered
+// in Function::labels; an indirect call needs neither, as its callee is a function's address at run time).
+// ".branchtargets" lists are kept in Function::branch_targets for brx.idx. .attribute(...) on variables and .noreturn on functions are accepted and dropped. Texture and surface
 // instructions parse generically; "[tex, {a, b}]" becomes a kAddress named "tex" whose elements hold the rest.
 //
 // Conventions the tree does not spell out:
@@ -948,8 +948,18 @@ class Parser {
     Token name = lex_.Next();
     lex_.Next();  // ':'
     const Token& t = lex_.Peek();
-    if (t.kind == Tok::kDirective &&
-        (t.text == ".branchtargets" || t.text == ".calltargets" || t.text == ".callprototype")) {
+    if (t.kind == Tok::kDirective && t.text == ".branchtargets") {
+      lex_.Next();
+      std::vector<std::string> targets;
+      do {
+        targets.emplace_back(ExpectWord("a label in .branchtargets").text);
+      } while (AcceptPunct(','));
+      ExpectPunct(';', "after the .branchtargets list");
+      auto [it, inserted] = f->branch_targets.emplace(std::string(name.text), std::move(targets));
+      if (!inserted) Fail(name.line, "label '" + std::string(name.text) + "' defined twice");
+      return;
+    }
+    if (t.kind == Tok::kDirective && (t.text == ".calltargets" || t.text == ".callprototype")) {
       SkipStatement(t.line, "target list or call prototype");
       return;
     }

@@ -26,7 +26,16 @@ CUresult CopyImage(const void* image, std::vector<uint8_t>* out) {
   if (image == nullptr) return CUDA_ERROR_INVALID_VALUE;
   uint32_t magic;
   std::memcpy(&magic, image, sizeof(magic));
+  std::string linked;  // The PTX of a device-linked binary's translation units, if it is one.
   if (magic == kFatbinWrapperMagic) {
+    const DeviceInfo* first = nullptr;
+    const int arch = Driver::Get().GetDevice(0, &first) == CUDA_SUCCESS ? first->cc_major * 10 + first->cc_minor : 75;
+    auto prelinked = emu::PrelinkedPtx(image, arch);
+    if (!prelinked.ok()) {
+      GP_ERROR("interpose", "cannot load this device-linked module: {}", prelinked.status().message());
+      return CUDA_ERROR_NO_BINARY_FOR_GPU;
+    }
+    linked = std::move(prelinked).value();
     const void* container;
     std::memcpy(&container, static_cast<const uint8_t*>(image) + 8, sizeof(container));
     image = container;
@@ -39,6 +48,12 @@ CUresult CopyImage(const void* image, std::vector<uint8_t>* out) {
   }
   const auto* bytes = static_cast<const uint8_t*>(image);
   out->assign(bytes, bytes + size);
+  // After the container, which a GPU's driver reads (its linked SASS), the units' PTX, which the emulated device
+  // links and runs (emu::PtxForDevice).
+  if (!linked.empty()) {
+    out->insert(out->end(), linked.begin(), linked.end());
+    out->push_back(0);
+  }
   return CUDA_SUCCESS;
 }
 
@@ -416,22 +431,34 @@ CUresult LinkAddFile(CUlinkState handle, CUjitInputType type, const char* path) 
   return LinkAddData(handle, type, bytes.data(), bytes.size());
 }
 
-// Nothing is linked: a single input is passed through as the image (what numba produces for a kernel without
-// device-function libraries).
+// A single input is passed through as the image (what numba produces for a kernel without device-function
+// libraries). Several become a linked image: the PTX of each, one module after another, which the slice's device
+// links when it loads it (emu/ptx_link.h).
 CUresult LinkComplete(CUlinkState handle, void** out, size_t* size) {
   LinkState* state;
   if (CUresult r = ResolveLink(handle, &state); r != CUDA_SUCCESS) return r;
   if (out == nullptr || size == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(link_mu);
   if (state->inputs.empty()) return CUDA_ERROR_INVALID_VALUE;
-  if (state->inputs.size() > 1) {
-    GP_ERROR("interpose",
-             "cuLinkComplete: linking {} inputs ({} PTX) is not supported; gpupool passes a single PTX or fatbin "
-             "input through as the image",
-             state->inputs.size(), state->ptx_inputs);
-    return CUDA_ERROR_NOT_SUPPORTED;
+  if (state->inputs.size() == 1) {
+    state->result = state->inputs.front();
+  } else {
+    const DeviceInfo* first = nullptr;
+    const int arch = Driver::Get().GetDevice(0, &first) == CUDA_SUCCESS ? first->cc_major * 10 + first->cc_minor : 75;
+    std::string linked;
+    for (size_t i = 0; i < state->inputs.size(); ++i) {
+      auto ptx = emu::PtxForDevice(state->inputs[i].data(), state->inputs[i].size(), arch);
+      if (!ptx.ok()) {
+        GP_ERROR("interpose", "cuLinkComplete: input {} of {}: {}", i + 1, state->inputs.size(),
+                 ptx.status().message());
+        return CUDA_ERROR_NO_BINARY_FOR_GPU;
+      }
+      linked += *ptx;
+      if (linked.back() != '\n') linked += '\n';
+    }
+    state->result.assign(linked.begin(), linked.end());
+    state->result.push_back(0);
   }
-  state->result = state->inputs.front();
   *out = state->result.data();
   *size = state->result.size();
   return CUDA_SUCCESS;

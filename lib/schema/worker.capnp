@@ -28,6 +28,7 @@ struct WorkerConfig {
                               # sessions on the slice, is the worker's fd 5.
   sessionMeter @14 :Bool;     # The session's meter (backend/session_meter.h), which the agent reads for its
                               # telemetry, is the worker's fd 6.
+  computeCapability @15 :UInt16;  # Emulated devices: major * 10 + minor; 0 = 7.5.
 }
 
 interface SessionWorker {

@@ -1,6 +1,7 @@
 // gp-agent: the daemon on each GPU server. Owns its devices and their leases; serves the pool service.
 #include <unistd.h>
 
+#include <cstdlib>
 #include <sstream>
 #include <thread>
 
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
   agent::CaptureAgentSignals();
 
   CLI::App app{"gp-agent: serves this host's GPUs (real or emulated) to a gpupool pool"};
-  std::string config_path, listen, name, device_class, emu_memory, lease_ttl, renew_interval, cuda_driver, metrics,
+  std::string config_path, listen, name, device_class, emu_memory, emu_cc, lease_ttl, renew_interval, cuda_driver, metrics,
       idle_after, tokens, tls_cert, tls_key, tls_ca;
   bool require_auth = false;
   int emu = -1, emu_fallback = -1;
@@ -143,6 +144,9 @@ int main(int argc, char** argv) {
   app.add_option("--emu-fallback", emu_fallback, "declare this many emulated devices only if no physical GPU is found")
       ->check(CLI::Range(0, 1024));
   app.add_option("--emu-memory", emu_memory, "memory of each emulated device, e.g. 16GiB");
+  app.add_option("--emu-cc", emu_cc,
+                 "compute capability the emulated devices report and pick PTX by, e.g. 8.0 (default $GPUPOOL_EMU_CC, "
+                 "else 7.5)");
   app.add_option("--cuda-driver", cuda_driver, "CUDA driver library for sessions on physical GPUs (default libcuda.so.1)");
   app.add_option("--class", device_class, "class tag of this agent's devices (clients select with --class)");
   app.add_option("--lease-ttl", lease_ttl, "free leases not renewed for this long (default 20s)");
@@ -175,6 +179,17 @@ int main(int argc, char** argv) {
     auto m = ParseMemorySize(emu_memory);
     if (!Report(m, "--emu-memory")) return 2;
     config.emulated_memory = *m;
+  }
+  // The environment's choice reaches gp-run's private agent; the flag and the file win over it.
+  const char* emu_cc_source = "--emu-cc";
+  if (const char* env = std::getenv("GPUPOOL_EMU_CC"); emu_cc.empty() && config_path.empty() && env && *env) {
+    emu_cc = env;
+    emu_cc_source = "GPUPOOL_EMU_CC";
+  }
+  if (!emu_cc.empty()) {
+    auto cc = agent::ParseComputeCapability(emu_cc);
+    if (!Report(cc, emu_cc_source)) return 2;
+    config.emulated_compute_capability = *cc;
   }
   if (!lease_ttl.empty()) {
     auto d = ParseDuration(lease_ttl);
@@ -218,7 +233,7 @@ int main(int argc, char** argv) {
   }
   if (devices.empty() && emu_fallback > 0 && config.emulated_count == 0) config.emulated_count = emu_fallback;
   auto emulated = agent::MakeEmulatedDevices(config.emulated_count, config.emulated_memory, config.name,
-                                             config.device_class);
+                                             config.device_class, config.emulated_compute_capability);
   devices.insert(devices.end(), emulated.begin(), emulated.end());
   if (devices.empty()) GP_WARN("agent", "no devices: no NVIDIA GPU found and no emulated devices declared (--emu N)");
   return agent::RunAgent(config, std::move(devices));

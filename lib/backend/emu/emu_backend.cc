@@ -332,6 +332,8 @@ Result<std::unique_ptr<DeviceBackend>> NewEmuBackend(const EmuBackendConfig& con
   o.base_address = config.window_base;
   o.address_space_bytes = config.window_bytes;
   o.name = config.device_name;
+  o.cc_major = config.cc_major;
+  o.cc_minor = config.cc_minor;
   o.worker_threads = config.worker_threads;
   o.gate = config.gate;
   auto device = std::make_unique<emu::Device>(o);
