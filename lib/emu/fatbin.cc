@@ -226,7 +226,18 @@ EmuResult<std::string> SelectPtx(const uint8_t* container, size_t size, int arch
       best_portability = p;
     }
   }
-  if (best == nullptr) return EmuStatus(Code::kNoBinaryForGpu, kNoPtxMessage);
+  if (best == nullptr) {
+    // PTX there is, but only for newer GPUs: say which, and what this device is.
+    int oldest = 0;
+    for (const FatbinEntry& e : *entries) {
+      if (e.kind == FatbinEntry::Kind::kPtx && (oldest == 0 || e.arch < oldest)) oldest = e.arch;
+    }
+    if (oldest == 0) return EmuStatus(Code::kNoBinaryForGpu, kNoPtxMessage);
+    return EmuStatus(Code::kNoBinaryForGpu,
+                     "the binary's PTX is for compute_" + std::to_string(oldest) + " and newer; this device has " +
+                         "compute capability " + std::to_string(arch / 10) + "." + std::to_string(arch % 10) +
+                         " (an emulated device reports what gp-agent --emu-cc sets)");
+  }
   return ExtractEntry(container, size, *best);
 }
 

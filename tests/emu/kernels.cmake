@@ -37,7 +37,9 @@ set(GPUPOOL_EMU_KERNELS
   dot
   errors
   barrier
-  half_atomics)
+  half_atomics
+  packed
+  packed_sm90)
 
 # Variant name -> extra nvcc flags. Keep in sync with kVariants in kernel_harness.h.
 set(GPUPOOL_EMU_VARIANT_default "")
@@ -49,8 +51,12 @@ set(GPUPOOL_EMU_VARIANTS default lz4 none debug)
 # Kernels that need a newer GPU than nvcc's default (sm_75) name their architecture here: nvcc -arch=sm_XX gives
 # that SASS and compute_XX PTX, which the test device (compute capability 9.0) runs. Example:
 #   set(GPUPOOL_EMU_KERNEL_ARCH_tensor sm_80)
+set(GPUPOOL_EMU_KERNEL_ARCH_packed sm_80)
+set(GPUPOOL_EMU_KERNEL_ARCH_packed_sm90 sm_90)
 
 set(GPUPOOL_EMU_KERNEL_HEADERS ${GPUPOOL_EMU_KERNEL_SRC_DIR}/kernel_types.h)
+# Kernels that #include another kernel file depend on it too.
+set(GPUPOOL_EMU_KERNEL_INCLUDES_packed_sm90 ${GPUPOOL_EMU_KERNEL_SRC_DIR}/packed.cu)
 set(GPUPOOL_EMU_FATBINS)
 foreach(kernel IN LISTS GPUPOOL_EMU_KERNELS)
   set(src ${GPUPOOL_EMU_KERNEL_SRC_DIR}/${kernel}.cu)
@@ -63,7 +69,7 @@ foreach(kernel IN LISTS GPUPOOL_EMU_KERNELS)
     add_custom_command(
       OUTPUT ${out}
       COMMAND ${GPUPOOL_NVCC} -fatbin ${arch} ${GPUPOOL_EMU_VARIANT_${variant}} -o ${out} ${src}
-      DEPENDS ${src} ${GPUPOOL_EMU_KERNEL_HEADERS}
+      DEPENDS ${src} ${GPUPOOL_EMU_KERNEL_HEADERS} ${GPUPOOL_EMU_KERNEL_INCLUDES_${kernel}}
       COMMENT "nvcc -fatbin (${variant}) ${kernel}.cu"
       VERBATIM)
     list(APPEND GPUPOOL_EMU_FATBINS ${out})
@@ -88,6 +94,7 @@ add_executable(emu_kernel_tests
   kernel_math_test.cc
   kernel_error_test.cc
   kernel_numba_test.cc
+  kernel_packed_test.cc
   device_memory_test.cc
   kernel_harness.cc)
 add_dependencies(emu_kernel_tests emu_kernel_fatbins)

@@ -67,6 +67,22 @@ TEST(Remote, DynamicSharedMemoryAboveTheDefaultNeedsTheOptInAndOccupancyFollowsI
   EXPECT_NE(r.out.find("0 failure(s): PASSED"), std::string::npos) << r.out << r.err;
 }
 
+// A program built with -rdc=true for sm_80: its translation units' PTX is linked on the emulated device, which
+// must report compute capability 8.0 to pick it (--emu-cc); at 7.5 there is nothing it may run, as on a T4.
+TEST(Remote, SeparatelyCompiledProgramsLinkTheirUnitsOnAnEmulatedSm80) {
+  Agent sm80(AgentOptions{.name = "sm80", .emulated = 1, .emulated_memory = "1GiB", .extra_args = {"--emu-cc", "8.0"}});
+  RunResult r = RunCommand({ToolPath("gp-run"), "--servers", sm80.address(), "--", Program("separate_compilation")},
+                           {}, seconds(120));
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("0 failure(s): PASSED"), std::string::npos) << r.out << r.err;
+
+  Agent sm75(AgentOptions{.name = "sm75", .emulated = 1, .emulated_memory = "1GiB"});
+  RunResult old = RunCommand({ToolPath("gp-run"), "--servers", sm75.address(), "--", Program("separate_compilation")},
+                             {}, seconds(120));
+  EXPECT_NE(old.code, 0) << old.out << old.err;
+  EXPECT_NE(old.err.find("compute_80"), std::string::npos) << old.out << old.err;
+}
+
 TEST(Remote, SessionsAreAuthenticatedByTheLeaseAndIsolatedFromEachOther) {
   Agent agent(AgentOptions{.name = "tenants", .emulated = 1, .emulated_memory = "2GiB"});
   Pool pool = Connect({agent.address()});
