@@ -172,7 +172,12 @@ class FunctionCompiler {
         {"%lanemask_lt", Special::kLanemaskLt}, {"%lanemask_ge", Special::kLanemaskGe},
         {"%lanemask_gt", Special::kLanemaskGt}, {"%dynamic_smem_size", Special::kDynamicSmemSize},
         {"%total_smem_size", Special::kTotalSmemSize}, {"WARP_SZ", Special::kWarpSize},
-        {"%globaltimer_lo", Special::kGlobaltimer},
+        {"%globaltimer_lo", Special::kGlobaltimerLo}, {"%globaltimer_hi", Special::kGlobaltimerHi},
+        {"%reserved_smem_offset_begin", Special::kReservedSmemBegin},
+        {"%reserved_smem_offset_end", Special::kReservedSmemEnd},
+        {"%reserved_smem_offset_cap", Special::kReservedSmemCap},
+        {"%reserved_smem_offset_0", Special::kReservedSmemOffset0},
+        {"%reserved_smem_offset_1", Special::kReservedSmemOffset1},
     };
     auto it = kMap.find(name);
     if (it != kMap.end()) {
@@ -754,6 +759,54 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     return Simple(in, inst, 4, Type::kB32);
   }
 
+  if (op == "cp" && !in.modifiers.empty() && in.modifiers[0] == "async") {
+    // The interpreter copies at issue, so every copy has completed by the time any thread could wait for it:
+    // commit and wait are nothing to do, and waiting early is allowed (an async copy may complete at any time).
+    const std::string& what = in.modifiers.size() > 1 ? in.modifiers[1] : "";
+    if (what == "commit_group" || what == "wait_group" || what == "wait_all") {
+      inst.op = Op::kNop;
+      return EmuStatus::Ok();
+    }
+    if (what == "bulk" || what == "mbarrier") {
+      return Unsupported(in, "bulk copies and mbarrier completion need mbarrier transaction counts");
+    }
+    if (what != "ca" && what != "cg") return Unsupported(in);
+    bool shared_dst = false, global_src = false;
+    for (const std::string& x : in.modifiers) {
+      shared_dst = shared_dst || x == "shared" || x == "shared::cta";
+      global_src = global_src || x == "global";
+    }
+    if (!shared_dst || !global_src) return Unsupported(in, "cp.async copies global to shared memory");
+    inst.op = Op::kCpAsync;
+    inst.space = Space::kShared;
+    const bool hinted = std::any_of(in.modifiers.begin(), in.modifiers.end(),
+                                    [](const std::string& x) { return x.find("cache_hint") != std::string::npos; });
+    const size_t extra = in.operands.size() - (hinted ? 1 : 0);
+    if (in.operands.size() < 3 || extra < 3 || extra > 4) return Err(in.line, "'" + Joined(in) + "': operands");
+    if (EmuStatus s = ResolveAddress(in.operands[0], in.line, inst); !s.ok()) return s;
+    MarkAddressWidth(inst);
+    Inst source;
+    if (EmuStatus s = ResolveAddress(in.operands[1], in.line, source); !s.ok()) return s;
+    if (source.base.kind != Src::kReg && source.base.kind != Src::kNone) {
+      return Unsupported(in, "a source address that is not global memory");
+    }
+    inst.s[0] = source.base;
+    inst.s[1].kind = Src::kImm;
+    inst.s[1].imm = static_cast<uint64_t>(source.offset);
+    if (EmuStatus s = Resolve(in.operands[2], Type::kU32, in.line, &inst.s[2]); !s.ok()) return s;
+    if (inst.s[2].kind != Src::kImm || (inst.s[2].imm != 4 && inst.s[2].imm != 8 && inst.s[2].imm != 16)) {
+      return Err(in.line, "cp.async copies 4, 8 or 16 bytes");
+    }
+    if (extra == 4) {
+      const ptx::Operand& last = in.operands[3];
+      auto reg = regs_.find(last.name);
+      const bool predicate = reg != regs_.end() && out_.reg_bytes[reg->second] == 1;  // .pred (u8 is no size).
+      inst.mode = predicate ? 1 : 0;
+      if (EmuStatus s = Resolve(last, predicate ? Type::kPred : Type::kU32, in.line, &inst.s[3]); !s.ok()) return s;
+    }
+    return EmuStatus::Ok();
+  }
+
   if (op == "bmsk") {
     // bmsk.{clamp,wrap}.b32 d, a, b: ones in bits [a, a + b) of 32.
     inst.op = Op::kBmsk;
@@ -1182,6 +1235,12 @@ EmuResult<Program> ModuleCompiler::Run() {
   for (auto& f : prog_.functions) {
     for (const auto& in : f.code) {
       if (in.op == Op::kCall) prog_.has_calls = true;
+      for (const Operand& o : in.s) {
+        if (o.kind == Src::kSpecial && o.reg >= static_cast<uint32_t>(Special::kReservedSmemBegin) &&
+            o.reg <= static_cast<uint32_t>(Special::kReservedSmemOffset1)) {
+          prog_.uses_reserved_shared = true;
+        }
+      }
       if (in.op != Op::kCall || in.target < 0) continue;
       const Function& callee = prog_.functions[static_cast<size_t>(in.target)];
       if (!callee.defined && callee.native == Native::kNone) {

@@ -155,6 +155,8 @@ class CtaRunner {
     const Function& entry = prog_.functions[static_cast<size_t>(launch.function)];
     nthreads_ = launch.block.x * launch.block.y * launch.block.z;
     shared_size_ = prog_.static_shared_bytes + launch.dynamic_shared;
+    reserved_base_ = (shared_size_ + 15) / 16 * 16;
+    if (prog_.uses_reserved_shared) shared_size_ = reserved_base_ + kReservedSharedBytes;
     if (context.shared.size() < shared_size_ + 16) context.shared.resize(shared_size_ + 16);
     shared_ = std::span<uint8_t>(context.shared.data(), shared_size_ + 16);
     const bool has_calls = prog_.has_calls;
@@ -398,7 +400,14 @@ class CtaRunner {
       case Special::kLanemaskGe: return ~((1u << t.lane) - 1) & 0xffffffffu;
       case Special::kLanemaskGt: return t.lane == 31 ? 0 : (~((2u << t.lane) - 1)) & 0xffffffffu;
       case Special::kDynamicSmemSize: return launch_.dynamic_shared;
-      case Special::kTotalSmemSize: return shared_size_;
+      case Special::kTotalSmemSize: return prog_.static_shared_bytes + launch_.dynamic_shared;
+      case Special::kReservedSmemBegin: return reserved_base_;
+      case Special::kReservedSmemEnd: return reserved_base_ + kReservedSharedBytes;
+      case Special::kReservedSmemCap: return kReservedSharedBytes;
+      case Special::kReservedSmemOffset0: return reserved_base_;
+      case Special::kReservedSmemOffset1: return reserved_base_ + 64;
+      case Special::kGlobaltimerLo: return SpecialValue(t, Special::kGlobaltimer) & 0xffffffffu;
+      case Special::kGlobaltimerHi: return SpecialValue(t, Special::kGlobaltimer) >> 32;
       case Special::kWarpSize: return 32;
       case Special::kZero: return 0;
       case Special::kEnvreg1: return launch_.grid_workspace >> 32;
@@ -449,6 +458,7 @@ class CtaRunner {
   uint32_t nthreads_ = 0, nwarps_ = 0, exited_ = 0;
   uint32_t ctaid_[3] = {0, 0, 0};
   uint32_t shared_size_ = 0, local_size_ = 0;
+  uint32_t reserved_base_ = 0;  // Where the reserved shared memory starts (when the kernel uses it).
   std::span<uint8_t> shared_;   // In the context; shared_size_ bytes and a little slack.
   std::span<Thread> threads_;   // The block's threads, the context's first nthreads_.
   Barrier barriers_[16];

@@ -34,6 +34,9 @@ enum class Op : uint8_t {
   kBrxIdx,  // brx.idx: target = index into Function::jump_tables, s[0] the index.
   kHalves,  // f16x2 / bf16x2 / bf16 arithmetic (and f16 ex2/tanh): mode = the scalar Op, done per 16-bit half.
   kBmsk,    // bmsk.{clamp,wrap}.b32: mode 1 = wrap.
+  // cp.async global -> shared: base/offset the shared destination, s[0] + s[1].imm the global source, s[2] the
+  // size, s[3] (if any) the source size (mode 0) or the ignore-source predicate (mode 1).
+  kCpAsync,
   // Specialised forms chosen at load time for the hottest shapes: register/immediate operands only, no rounding
   // modifier other than .rn, no ftz/sat/cc. Semantics are exactly those of the general forms.
   kFastAddF32, kFastSubF32, kFastMulF32, kFastFmaF32, kFastAddF64, kFastSubF64, kFastMulF64, kFastFmaF64,
@@ -57,6 +60,10 @@ enum class Special : uint8_t {
   kLanemaskEq, kLanemaskLe, kLanemaskLt, kLanemaskGe, kLanemaskGt, kDynamicSmemSize, kTotalSmemSize, kWarpSize,
   kZero,
   kEnvreg1, kEnvreg2,  // The grid-sync workspace of a cooperative launch: high and low 32 bits (0 otherwise).
+  // Shared memory reserved for NVIDIA's own code (cooperative groups keeps barriers at %reserved_smem_offset_1):
+  // kReservedSharedBytes after the kernel's shared window, in kernels that name these registers.
+  kReservedSmemBegin, kReservedSmemEnd, kReservedSmemCap, kReservedSmemOffset0, kReservedSmemOffset1,
+  kGlobaltimerLo, kGlobaltimerHi,
 };
 
 struct Operand {
@@ -139,8 +146,13 @@ struct Program {
   std::map<std::string, GlobalVar> globals;
   uint32_t static_shared_bytes = 0;  // All .shared variables of the module; dynamic shared starts after.
   bool has_calls = false;            // Any call instruction: threads then need call-frame stacks.
+  bool uses_reserved_shared = false;  // Reads a %reserved_smem_* register: CTAs get the reserved region.
   int version_major = 0, version_minor = 0;
 };
+
+// The reserved shared memory a CTA gets after its own window when its kernel uses it (cooperative groups needs
+// 288 bytes at %reserved_smem_offset_1; GPUs of compute capability 8.0 and later reserve 1 KiB).
+inline constexpr uint32_t kReservedSharedBytes = 1024;
 
 // Address of function `index` when taken as a value (function pointers): far from any real address.
 inline constexpr uint64_t kFunctionAddressBase = 0xF00D000000000000ull;

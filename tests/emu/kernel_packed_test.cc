@@ -189,6 +189,33 @@ TEST_P(PackedTest, UndefinedDeviceRuntimeCallFailsTheLaunchNamingIt) {
   EXPECT_NE(status.message().find("device-side CUDA runtime function"), std::string::npos) << status.message();
 }
 
+TEST_P(PackedTest, AsyncCopiesToSharedMemoryWithZeroFill) {
+  TRACE_SEED();
+  const int blocks = 3, n = blocks * 256;
+  std::vector<float> in(4 * n);
+  for (float& v : in) v = Float(-1e6f, 1e6f);
+  std::vector<int> ints(n), sizes(n);
+  for (int& v : ints) v = Int(INT32_MIN, INT32_MAX);
+  for (int& v : sizes) v = Int(0, 16);
+  std::vector<uint8_t> bytes(16 * n);
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(Int(1, 255));
+  uint64_t reversed = Output<float>(4 * n), ints_reversed = Output<int>(n), partial = Output<uint8_t>(16 * n);
+  Launch(Kernel("packed", "async_copies"), {blocks}, {256}, 0, Upload(in), reversed, Upload(ints), ints_reversed,
+         Upload(bytes), Upload(sizes), partial);
+  std::vector<float> want(4 * n);
+  std::vector<int> want_ints(n);
+  std::vector<uint8_t> want_bytes(16 * n, 0);
+  for (int i = 0; i < n; ++i) {
+    int block = i / 256, t = i % 256, from = block * 256 + 255 - t;
+    for (int k = 0; k < 4; ++k) want[4 * i + k] = in[4 * from + k];
+    want_ints[i] = ints[from];
+    for (int k = 0; k < sizes[i]; ++k) want_bytes[16 * i + k] = bytes[16 * i + k];
+  }
+  EXPECT_TRUE(ArraysEqual(Download<float>(reversed, 4 * n), want, "__pipeline_memcpy_async, reversed"));
+  EXPECT_TRUE(ArraysEqual(Download<int>(ints_reversed, n), want_ints, "cg::memcpy_async, reversed"));
+  EXPECT_TRUE(ArraysEqual(Download<uint8_t>(partial, 16 * n), want_bytes, "cp.async with a source size"));
+}
+
 GPUPOOL_INSTANTIATE_VARIANTS(PackedTest);
 
 // Hand-written PTX in the shape LLVM's NVPTX backend gives a switch: brx.idx through a .branchtargets list.

@@ -104,3 +104,35 @@ extern "C" __global__ void graph_set_conditional(cudaGraphConditionalHandle hand
   out[threadIdx.x] = 1;
   if (threadIdx.x == 0) cudaGraphSetConditional(handle, 1);
 }
+
+// cp.async (sm_80): the pipeline primitives, cooperative groups' memcpy_async, and the zero-filling form with a
+// source size. Each block stages 256 float4 of `in` through shared memory and writes them back reversed; then
+// 16-byte copies whose first in[i] % 17 bytes come from `bytes`, the rest zeros.
+#include <cooperative_groups.h>
+#include <cooperative_groups/memcpy_async.h>
+#include <cuda_pipeline.h>
+
+extern "C" __global__ void async_copies(const float4* in, float4* reversed, const int* ints, int* ints_reversed,
+                                        const unsigned char* bytes, const int* sizes, uint4* partial) {
+  __shared__ float4 staged[256];
+  __shared__ int staged_ints[256];
+  __shared__ uint4 staged_partial[256];
+  const int base = blockIdx.x * 256, t = threadIdx.x;
+  __pipeline_memcpy_async(&staged[t], &in[base + t], sizeof(float4));
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  __syncthreads();
+  reversed[base + t] = staged[255 - t];
+
+  namespace cg = cooperative_groups;
+  cg::thread_block block = cg::this_thread_block();
+  cg::memcpy_async(block, staged_ints, ints + base, sizeof(int) * 256);
+  cg::wait(block);
+  ints_reversed[base + t] = staged_ints[255 - t];
+
+  unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(&staged_partial[t]));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(bytes + 16 * (base + t)),
+               "r"(sizes[base + t]));
+  asm volatile("cp.async.wait_all;\n" ::);
+  partial[base + t] = staged_partial[t];
+}
