@@ -37,7 +37,8 @@ set(GPUPOOL_EMU_KERNELS
   dot
   errors
   barrier
-  half_atomics)
+  half_atomics
+  tensor)
 
 # Variant name -> extra nvcc flags. Keep in sync with kVariants in kernel_harness.h.
 set(GPUPOOL_EMU_VARIANT_default "")
@@ -47,8 +48,9 @@ set(GPUPOOL_EMU_VARIANT_debug -G)
 set(GPUPOOL_EMU_VARIANTS default lz4 none debug)
 
 # Kernels that need a newer GPU than nvcc's default (sm_75) name their architecture here: nvcc -arch=sm_XX gives
-# that SASS and compute_XX PTX, which the test device (compute capability 9.0) runs. Example:
-#   set(GPUPOOL_EMU_KERNEL_ARCH_tensor sm_80)
+# that SASS and compute_XX PTX, which the test device (compute capability 9.0) runs.
+# Tensor cores: bf16, tf32, f64 and the m16n8 mma shapes need sm_80.
+set(GPUPOOL_EMU_KERNEL_ARCH_tensor sm_80)
 
 set(GPUPOOL_EMU_KERNEL_HEADERS ${GPUPOOL_EMU_KERNEL_SRC_DIR}/kernel_types.h)
 set(GPUPOOL_EMU_FATBINS)
@@ -88,6 +90,7 @@ add_executable(emu_kernel_tests
   kernel_math_test.cc
   kernel_error_test.cc
   kernel_numba_test.cc
+  kernel_tensor_test.cc
   device_memory_test.cc
   kernel_harness.cc)
 add_dependencies(emu_kernel_tests emu_kernel_fatbins)
