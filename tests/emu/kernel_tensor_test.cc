@@ -481,6 +481,14 @@ TEST_P(TensorTest, MmaM8n8k4F16EveryLayout) {
   }
 }
 
+TEST_P(TensorTest, MmaM8n8k4MixedAccumulators) {
+  TRACE_SEED();
+  MmaForm mixed{"mma_m8n8k4_row_col_f32_f16_f16_f16", 8, 8, 4, Kind::kF16, Kind::kF16, Kind::kF16, Kind::kF32,
+                2, 2, 4, 8, Quadpair(true, false, false, true)};
+  mixed.batches = 4;
+  CheckMma(this, LoadKernel("tensor"), mixed);
+}
+
 TEST_P(TensorTest, MmaM8n8k4F64) {
   TRACE_SEED();
   // A (8x4): row groupID, column threadID_in_group; B (4x8) the transpose; C/D: row groupID, columns 2t and 2t+1.
@@ -570,6 +578,35 @@ TEST_P(TensorTest, MmaRoundingWithArbitraryValues) {
                         << want.at(cell.row, cell.col) << " within " << tolerance;
         }
       }
+    }
+  }
+}
+
+// cvt.rna.tf32.f32 keeps 10 mantissa bits, rounding to nearest with ties away from zero; infinities stay, NaN
+// stays NaN, and rounding up from the largest floats overflows to infinity.
+TEST_P(TensorTest, FloatToTf32RoundsToNearestTiesAway) {
+  TRACE_SEED();
+  std::vector<float> in = {0.0f, -0.0f, 1.0f, INFINITY, -INFINITY, NAN, FromBits(0x7f7fffffu),
+                           FromBits(0x3f801000u), FromBits(0xbf801000u), FromBits(0x3f803000u),
+                           FromBits(0x3f800fffu), FromBits(0x00001fffu)};
+  for (int i = 0; i < 500; ++i) in.push_back(FromBits(U32()));
+  const int n = static_cast<int>(in.size());
+  uint64_t out = Output<float>(n);
+  Launch(Kernel("tensor", "float_to_tf32"), {(n + 127) / 128u}, {128}, 0, Upload(in), out, n);
+  std::vector<float> got = Download<float>(out, n);
+  int bad = 0;
+  for (int i = 0; i < n; ++i) {
+    const uint32_t bits = std::bit_cast<uint32_t>(in[i]);
+    const uint32_t result = std::bit_cast<uint32_t>(got[i]);
+    if (std::isnan(in[i])) {
+      if (!std::isnan(got[i]) && ++bad <= 10) ADD_FAILURE() << "NaN in, " << Show(got[i]) << " out";
+      continue;
+    }
+    // Round the magnitude to a multiple of 2^13 in the bit pattern, half-way cases up (away from zero).
+    const uint32_t magnitude = bits & 0x7fffffffu;
+    const uint32_t want = (bits & 0x80000000u) | (((magnitude + 0x1000u) & 0xffffe000u));
+    if (result != want && ++bad <= 10) {
+      ADD_FAILURE() << "tf32(" << Show(in[i]) << ") = " << Show(got[i]) << ", want " << Show(FromBits(want));
     }
   }
 }

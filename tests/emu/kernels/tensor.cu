@@ -217,6 +217,14 @@ GP_MMA_884(row, col)
 GP_MMA_884(col, row)
 GP_MMA_884(col, col)
 
+// m8n8k4 is the one shape whose C and D types may differ: f16 in, f32 out.
+GP_MMA_BEGIN(mma_m8n8k4_row_col_f32_f16_f16_f16, 8, 8)
+asm volatile("mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9}, {%10,%11}, "
+             "{%12,%13,%14,%15};"
+             : D(0), D(1), D(2), D(3), D(4), D(5), D(6), D(7)
+             : R(0), R(1), R(2), R(3), R(4), R(5), R(6), R(7));
+GP_MMA_END(8)
+
 // m8n8k4 f64: one 64-bit register each for A and B, two for C and D.
 extern "C" __global__ void mma_m8n8k4_f64(const double* in, double* out) {
   const unsigned thread = blockIdx.x * blockDim.x + threadIdx.x;
@@ -255,6 +263,12 @@ GP_LDMATRIX(ldmatrix_x1_trans, "x1.trans", 1, "{%0}, [%1];" : "=r"(r[0]) : "r"(a
 GP_LDMATRIX(ldmatrix_x2_trans, "x2.trans", 2, "{%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(address))
 GP_LDMATRIX(ldmatrix_x4_trans, "x4.trans", 4, "{%0,%1,%2,%3}, [%4];"
             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address))
+
+// __float_to_tf32 (cvt.rna.tf32.f32) on every input.
+extern "C" __global__ void float_to_tf32(const float* in, float* out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = wmma::__float_to_tf32(in[i]);
+}
 
 extern "C" __global__ void movmatrix_trans(const unsigned* in, unsigned* out) {
   const unsigned thread = blockIdx.x * blockDim.x + threadIdx.x;
