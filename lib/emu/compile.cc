@@ -1,6 +1,8 @@
 // PTX tree -> bytecode. Every name, type and modifier is resolved here, and anything the interpreter does not
 // implement is refused with the instruction and its line, so a module either loads completely or not at all.
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <cstring>
 #include <set>
 #include <string>
@@ -440,6 +442,11 @@ class FunctionCompiler {
   }
 
   EmuStatus Decode(const ptx::Instruction& in, Inst& inst);
+  // Tensor-core instructions (compile_matrix.inc).
+  EmuStatus DecodeMatrix(const ptx::Instruction& in, Inst& inst);
+  EmuStatus DecodeCvtTf32(const ptx::Instruction& in, Inst& inst);
+  EmuStatus MatrixRegisters(const ptx::Instruction& in, const ptx::Operand& o, MatrixOp& op, MatrixRole role,
+                            size_t count);
 
   // Picks a fast opcode when the instruction's shape allows it (see Op::kFast*).
   static void Specialise(Inst& in) {
@@ -534,8 +541,14 @@ bool ParseCmp(const std::string& s, uint8_t* out) {
   return true;
 }
 
+#include "emu/compile_matrix.inc"
+
 EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
   const std::string& op = in.opcode;
+  if (op == "wmma" || op == "mma" || op == "ldmatrix" || op == "movmatrix") return DecodeMatrix(in, inst);
+  if (op == "cvt" && std::find(in.modifiers.begin(), in.modifiers.end(), "tf32") != in.modifiers.end()) {
+    return DecodeCvtTf32(in, inst);
+  }
   Mods m = Classify(in);
   inst.flags = CommonFlags(m);
   inst.round = m.round;

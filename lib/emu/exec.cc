@@ -231,6 +231,7 @@ class CtaRunner {
       }
       bool released = false;
       for (uint32_t w = 0; w < nwarps_; ++w) released = CompleteCollectives(w) || released;
+      if (!fault_.ok()) return false;  // A collective faulted (ldmatrix from an illegal address).
       for (uint32_t id = 0; id < 16; ++id) released = CompleteBarrier(id) || released;
       if (!progress && !released && exited_ < nthreads_) return Deadlock();
     }
@@ -437,6 +438,9 @@ class CtaRunner {
   bool DoReturn(Thread& t);
   bool Native(Thread& t, const Inst& in, const Function& callee);
   bool CompleteCollectives(uint32_t warp);
+  // Tensor cores (exec_matrix.inc).
+  bool WmmaMemory(Thread& t, const Inst& in, const Frame& fr, uint64_t* R);
+  bool CompleteMatrix(const Inst& in, uint32_t first, uint32_t count, uint32_t group);
   uint64_t ShuffleSource(const Inst& in, uint32_t first, uint32_t count, uint32_t group, const uint64_t* a,
                          uint32_t j) const;
   bool CompleteBarrier(uint32_t id);
@@ -470,6 +474,7 @@ class CtaRunner {
 };
 
 
+#include "emu/exec_matrix.inc"
 #include "emu/exec_ops.inc"
 
 }  // namespace

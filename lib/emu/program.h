@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "emu/device.h"
+#include "emu/matrix_op.h"
 #include "emu/ptx_ast.h"
 #include "emu/status.h"
 
@@ -42,6 +43,10 @@ enum class Op : uint8_t {
   kFastAddF32, kFastSubF32, kFastMulF32, kFastFmaF32, kFastAddF64, kFastSubF64, kFastMulF64, kFastFmaF64,
   kFastAdd32, kFastSub32, kFastAdd64, kFastSub64, kFastMulLo32, kFastMadLo32, kFastMulWideS32, kFastMulWideU32,
   kFastMov, kFastSetpS32, kFastSetpU32, kFastAnd32, kFastOr32, kFastXor32, kFastShl32, kFastShrU32, kFastShlB64,
+  // Tensor cores (described by Function::matrix_ops[Inst::target]): wmma.load/store run per thread, the others
+  // are warp collectives.
+  kWmmaLoad, kWmmaStore, kWmmaMma, kMma, kLdmatrix, kMovmatrix,
+  kCvtTf32,  // cvt.{rna,rn,rz}.tf32.f32: the operand format of tf32 mma.
 };
 
 // Operand kinds after resolution.
@@ -101,6 +106,7 @@ struct Inst {
   Operand base;        // Address base for ld/st/atom/red (kNone: absolute offset).
   int64_t offset = 0;  // Address offset.
   int32_t target = -1; // Branch: pc. Call: function index (or -1 with s[0] a register for indirect calls).
+                       // Tensor-core ops: index into Function::matrix_ops.
   uint16_t nargs = 0, nrets = 0;  // Call: argument/return counts; their operands live in call_args.
   uint32_t call_args = 0;         // Call: index into Function::call_operands.
   int line = 0;
@@ -131,6 +137,7 @@ struct Function {
   uint32_t kernel_param_bytes = 0;
   std::vector<Operand> call_operands;    // Argument/return operands of call instructions.
   std::vector<std::vector<uint32_t>> jump_tables;  // brx.idx targets (pcs), one table per .branchtargets list.
+  std::vector<MatrixOp> matrix_ops;      // Tensor-core instructions' shapes, types and registers.
   bool uses_local = false;          // Needs a local stack.
 };
 

@@ -39,7 +39,8 @@ set(GPUPOOL_EMU_KERNELS
   barrier
   half_atomics
   packed
-  packed_sm90)
+  packed_sm90
+  tensor)
 
 # Variant name -> extra nvcc flags. Keep in sync with kVariants in kernel_harness.h.
 set(GPUPOOL_EMU_VARIANT_default "")
@@ -49,8 +50,9 @@ set(GPUPOOL_EMU_VARIANT_debug -G)
 set(GPUPOOL_EMU_VARIANTS default lz4 none debug)
 
 # Kernels that need a newer GPU than nvcc's default (sm_75) name their architecture here: nvcc -arch=sm_XX gives
-# that SASS and compute_XX PTX, which the test device (compute capability 9.0) runs. Example:
-#   set(GPUPOOL_EMU_KERNEL_ARCH_tensor sm_80)
+# that SASS and compute_XX PTX, which the test device (compute capability 9.0) runs.
+# Tensor cores: bf16, tf32, f64 and the m16n8 mma shapes need sm_80.
+set(GPUPOOL_EMU_KERNEL_ARCH_tensor sm_80)
 set(GPUPOOL_EMU_KERNEL_ARCH_packed sm_80)
 set(GPUPOOL_EMU_KERNEL_ARCH_packed_sm90 sm_90)
 
@@ -95,6 +97,7 @@ add_executable(emu_kernel_tests
   kernel_error_test.cc
   kernel_numba_test.cc
   kernel_packed_test.cc
+  kernel_tensor_test.cc
   device_memory_test.cc
   kernel_harness.cc)
 add_dependencies(emu_kernel_tests emu_kernel_fatbins)
