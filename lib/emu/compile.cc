@@ -382,7 +382,8 @@ class FunctionCompiler {
       else if (x == "rpi") m.round = Round::kRpi;
       else if (x == "rna") m.round = Round::kRna;
       else if (x == "global") { m.has_space = true; m.space = Space::kGlobal; }
-      else if (x == "shared" || x == "shared::cta") { m.has_space = true; m.space = Space::kShared; }
+      // A cluster's shared memory is the CTA's own: the emulator runs clusters of one CTA.
+      else if (x == "shared" || x == "shared::cta" || x == "shared::cluster") { m.has_space = true; m.space = Space::kShared; }
       else if (x == "local") { m.has_space = true; m.space = Space::kLocal; }
       else if (x == "param" || x == "param::entry" || x == "param::func") { m.has_space = true; m.space = Space::kParam; }
       else if (x == "const") { m.has_space = true; m.space = Space::kConst; }
@@ -416,6 +417,118 @@ class FunctionCompiler {
     if (m.flags.count("relu")) f |= kRelu;
     if (m.round != Round::kNone) f |= kHasRound;
     return f;
+  }
+
+  // mbarrier objects live in shared memory; without a state space the address is generic. A cluster's shared
+  // memory is the CTA's own (the emulator runs no clusters).
+  static Space MbarrierSpace(const ptx::Instruction& in) {
+    for (const std::string& x : in.modifiers) {
+      if (x == "shared" || x == "shared::cta" || x == "shared::cluster") return Space::kShared;
+    }
+    return Space::kGeneric;
+  }
+
+  // mbarrier.{init,inval,arrive,arrive_drop,expect_tx,complete_tx,test_wait,try_wait,pending_count}.
+  EmuStatus DecodeMbarrier(const ptx::Instruction& in, const Mods& m, Inst& inst) {
+    static const std::unordered_map<std::string, uint8_t> kOps = {
+        {"init", kMbarInit},         {"inval", kMbarInval},           {"arrive", kMbarArrive},
+        {"arrive_drop", kMbarArriveDrop}, {"expect_tx", kMbarExpectTx}, {"complete_tx", kMbarCompleteTx},
+        {"test_wait", kMbarTestWait}, {"try_wait", kMbarTryWait},     {"pending_count", kMbarPendingCount}};
+    if (in.modifiers.empty() || !kOps.count(in.modifiers[0])) return Unsupported(in);
+    inst.op = Op::kMbarrier;
+    inst.mode = kOps.at(in.modifiers[0]);
+    if (m.flags.count("parity")) inst.mode2 |= kMbarrierParity;
+    if ((inst.mode == kMbarArrive || inst.mode == kMbarArriveDrop) && m.flags.count("expect_tx")) {
+      inst.mode2 |= kMbarrierExpectTx;
+    }
+    // .noComplete promises the arrival does not complete the phase (undefined otherwise): an ordinary arrival.
+    inst.space = MbarrierSpace(in);
+    const size_t n = in.operands.size();
+    switch (inst.mode) {
+      case kMbarInit: case kMbarExpectTx: case kMbarCompleteTx:
+        if (EmuStatus s = Operands(in, 2); !s.ok()) return s;
+        if (EmuStatus s = ResolveAddress(in.operands[0], in.line, inst); !s.ok()) return s;
+        return Resolve(in.operands[1], Type::kU32, in.line, &inst.s[0]);
+      case kMbarInval:
+        if (EmuStatus s = Operands(in, 1); !s.ok()) return s;
+        if (EmuStatus s = ResolveAddress(in.operands[0], in.line, inst); !s.ok()) return s;
+        return EmuStatus::Ok();
+      case kMbarArrive: case kMbarArriveDrop: {
+        // state, [addr] {, count}; with .expect_tx: state, [addr], txCount.
+        if (n < 2 || n > 3) return Err(in.line, "'" + Joined(in) + "' takes 2 or 3 operands");
+        if (EmuStatus s = Resolve(in.operands[0], Type::kB64, in.line, &inst.d[0]); !s.ok()) return s;
+        if (EmuStatus s = ResolveAddress(in.operands[1], in.line, inst); !s.ok()) return s;
+        const bool expect_tx = inst.mode2 & kMbarrierExpectTx;
+        if (expect_tx && n != 3) return Err(in.line, "'" + Joined(in) + "' needs a transaction count");
+        inst.s[0].kind = Src::kImm;
+        inst.s[0].imm = 1;
+        if (n == 3) return Resolve(in.operands[2], Type::kU32, in.line, &inst.s[expect_tx ? 1 : 0]);
+        return EmuStatus::Ok();
+      }
+      case kMbarTestWait: case kMbarTryWait:
+        // waitComplete, [addr], state|phaseParity {, suspendTimeHint}.
+        if (n < 3 || n > 4) return Err(in.line, "'" + Joined(in) + "' takes 3 or 4 operands");
+        if (EmuStatus s = Resolve(in.operands[0], Type::kPred, in.line, &inst.d[0]); !s.ok()) return s;
+        if (EmuStatus s = ResolveAddress(in.operands[1], in.line, inst); !s.ok()) return s;
+        return Resolve(in.operands[2], (inst.mode2 & kMbarrierParity) ? Type::kU32 : Type::kB64, in.line,
+                       &inst.s[0]);
+      default:  // pending_count: count, state.
+        if (EmuStatus s = Operands(in, 2); !s.ok()) return s;
+        if (EmuStatus s = Resolve(in.operands[0], Type::kU32, in.line, &inst.d[0]); !s.ok()) return s;
+        return Resolve(in.operands[1], Type::kB64, in.line, &inst.s[0]);
+    }
+  }
+
+  // cp.async.bulk: global -> shared completing on an mbarrier, shared -> global in bulk groups; their commit,
+  // wait and prefetch forms do nothing here, since copies complete at issue. Tensor (TMA) copies need tensor maps.
+  EmuStatus DecodeBulkCopy(const ptx::Instruction& in, Inst& inst) {
+    const std::string& what = in.modifiers.size() > 2 ? in.modifiers[2] : "";
+    if (what == "commit_group" || what == "wait_group" || what == "prefetch") {
+      inst.op = Op::kNop;
+      return EmuStatus::Ok();
+    }
+    if (what == "tensor") return Unsupported(in, "tensor copies (TMA) need tensor maps, which slices do not offer");
+    bool multicast = false, to_global = false;
+    for (const std::string& x : in.modifiers) {
+      multicast = multicast || x.rfind("multicast", 0) == 0;
+    }
+    if (multicast) return Unsupported(in, "multicast to a cluster");
+    if (in.modifiers.size() < 4) return Unsupported(in);
+    const std::string& dst = in.modifiers[2];
+    const std::string& src = in.modifiers[3];
+    if (dst == "global" && (src == "shared" || src == "shared::cta")) {
+      to_global = true;
+    } else if (!((dst == "shared::cluster" || dst == "shared::cta" || dst == "shared") && src == "global")) {
+      return Unsupported(in, "bulk copies between these state spaces");
+    }
+    const bool hinted = std::any_of(in.modifiers.begin(), in.modifiers.end(),
+                                    [](const std::string& x) { return x.find("cache_hint") != std::string::npos; });
+    const size_t expected = (to_global ? 3 : 4) + (hinted ? 1 : 0);
+    if (EmuStatus s = Operands(in, expected); !s.ok()) return s;
+    inst.op = Op::kCpAsyncBulk;
+    inst.mode = to_global ? 1 : 0;
+    inst.space = to_global ? Space::kGlobal : Space::kShared;
+    if (EmuStatus s = ResolveAddress(in.operands[0], in.line, inst); !s.ok()) return s;
+    MarkAddressWidth(inst);
+    Inst source;
+    source.space = to_global ? Space::kShared : Space::kGlobal;
+    if (EmuStatus s = ResolveAddress(in.operands[1], in.line, source); !s.ok()) return s;
+    if (source.base.kind != Src::kReg && source.base.kind != Src::kNone) return Unsupported(in, "this source address");
+    inst.s[0] = source.base;
+    inst.s[1].kind = Src::kImm;
+    inst.s[1].imm = static_cast<uint64_t>(source.offset);
+    if (EmuStatus s = Resolve(in.operands[2], Type::kU32, in.line, &inst.s[2]); !s.ok()) return s;
+    if (!to_global) {
+      Inst barrier;
+      if (EmuStatus s = ResolveAddress(in.operands[3], in.line, barrier); !s.ok()) return s;
+      if (barrier.base.kind != Src::kReg && barrier.base.kind != Src::kNone) {
+        return Unsupported(in, "this mbarrier address");
+      }
+      inst.s[3] = barrier.base;
+      inst.s[4].kind = Src::kImm;
+      inst.s[4].imm = static_cast<uint64_t>(barrier.offset);
+    }
+    return EmuStatus::Ok();
   }
 
   EmuStatus Unsupported(const ptx::Instruction& in, const std::string& why = "") {
@@ -780,9 +893,18 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
       inst.op = Op::kNop;
       return EmuStatus::Ok();
     }
-    if (what == "bulk" || what == "mbarrier") {
-      return Unsupported(in, "bulk copies and mbarrier completion need mbarrier transaction counts");
+    if (what == "mbarrier") {
+      // cp.async.mbarrier.arrive{.noinc}.shared{::cta}.b64 [mbar]: the thread's earlier copies are done already.
+      inst.op = Op::kMbarrier;
+      inst.mode = kMbarAsyncArrive;
+      if (std::find(in.modifiers.begin(), in.modifiers.end(), "noinc") != in.modifiers.end()) {
+        inst.mode2 = kMbarrierNoInc;
+      }
+      inst.space = MbarrierSpace(in);
+      if (EmuStatus s = Operands(in, 1); !s.ok()) return s;
+      return ResolveAddress(in.operands[0], in.line, inst);
     }
+    if (what == "bulk") return DecodeBulkCopy(in, inst);
     if (what != "ca" && what != "cg") return Unsupported(in);
     bool shared_dst = false, global_src = false;
     for (const std::string& x : in.modifiers) {
@@ -818,6 +940,11 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
       if (EmuStatus s = Resolve(last, predicate ? Type::kPred : Type::kU32, in.line, &inst.s[3]); !s.ok()) return s;
     }
     return EmuStatus::Ok();
+  }
+
+  if (op == "mbarrier") return DecodeMbarrier(in, m, inst);
+  if (op == "cp" && !in.modifiers.empty() && in.modifiers[0] == "reduce") {
+    return Unsupported(in, "bulk reductions");
   }
 
   if (op == "bmsk") {

@@ -221,19 +221,25 @@ class CtaRunner {
     }
     for (auto& b : barriers_) b = Barrier();
     exited_ = 0;
+    int idle_rounds = 0;  // Rounds in which every thread that ran only waited on an mbarrier nobody changed.
     while (exited_ < nthreads_) {
       if (Cancelled()) return false;
-      bool progress = false;
+      bool progress = false, only_waits = true;
+      const uint64_t events = mbarrier_events_;
       for (Thread& t : threads_) {
         if (t.state != ThreadState::kRunning) continue;
         progress = true;
+        yielded_on_wait_ = false;
         if (!RunThread(t)) return false;
+        only_waits = only_waits && yielded_on_wait_;
       }
       bool released = false;
       for (uint32_t w = 0; w < nwarps_; ++w) released = CompleteCollectives(w) || released;
       if (!fault_.ok()) return false;  // A collective faulted (ldmatrix from an illegal address).
       for (uint32_t id = 0; id < 16; ++id) released = CompleteBarrier(id) || released;
       if (!progress && !released && exited_ < nthreads_) return Deadlock();
+      idle_rounds = (progress && only_waits && !released && events == mbarrier_events_) ? idle_rounds + 1 : 0;
+      if (idle_rounds > 1) return Deadlock();
     }
     return true;
   }
@@ -269,16 +275,18 @@ class CtaRunner {
 
   bool Deadlock() {
     std::string detail;
-    uint32_t at_barrier = 0, at_collective = 0;
+    uint32_t at_barrier = 0, at_collective = 0, at_mbarrier = 0;
     for (const Thread& t : threads_) {
       at_barrier += t.state == ThreadState::kBarrier ? 1 : 0;
       at_collective += t.state == ThreadState::kCollective ? 1 : 0;
+      at_mbarrier += t.state == ThreadState::kRunning ? 1 : 0;  // Running only to poll an mbarrier.
     }
     return Fail(Code::kLaunchTimeout,
                 "the kernel can never finish (barrier deadlock) in block (" + std::to_string(ctaid_[0]) + "," +
                     std::to_string(ctaid_[1]) + "," + std::to_string(ctaid_[2]) + "): " +
-                    std::to_string(at_barrier) + " thread(s) wait at a barrier and " + std::to_string(at_collective) +
-                    " at a warp-synchronous instruction, " + std::to_string(exited_) + " of " +
+                    std::to_string(at_barrier) + " thread(s) wait at a barrier, " + std::to_string(at_collective) +
+                    " at a warp-synchronous instruction and " + std::to_string(at_mbarrier) +
+                    " on an mbarrier phase that cannot complete, " + std::to_string(exited_) + " of " +
                     std::to_string(nthreads_) + " exited; a barrier or warp collective waits for threads that " +
                     "never arrive");
   }
@@ -438,6 +446,8 @@ class CtaRunner {
   bool DoReturn(Thread& t);
   bool Native(Thread& t, const Inst& in, const Function& callee);
   bool CompleteCollectives(uint32_t warp);
+  bool MbarrierStep(const Inst& in, uint8_t* p, uint64_t a, uint64_t b, bool* complete, const Thread& t,
+                    uint64_t* R);
   // Tensor cores (exec_matrix.inc).
   bool WmmaMemory(Thread& t, const Inst& in, const Frame& fr, uint64_t* R);
   bool CompleteMatrix(const Inst& in, uint32_t first, uint32_t count, uint32_t group);
@@ -462,7 +472,9 @@ class CtaRunner {
   uint32_t nthreads_ = 0, nwarps_ = 0, exited_ = 0;
   uint32_t ctaid_[3] = {0, 0, 0};
   uint32_t shared_size_ = 0, local_size_ = 0;
-  uint32_t reserved_base_ = 0;  // Where the reserved shared memory starts (when the kernel uses it).
+  uint32_t reserved_base_ = 0;
+  uint64_t mbarrier_events_ = 0;  // Changes to any mbarrier object: a wait that spins with none is stuck.
+  bool yielded_on_wait_ = false;  // The thread last run gave way at a wait not yet complete.  // Where the reserved shared memory starts (when the kernel uses it).
   std::span<uint8_t> shared_;   // In the context; shared_size_ bytes and a little slack.
   std::span<Thread> threads_;   // The block's threads, the context's first nthreads_.
   Barrier barriers_[16];

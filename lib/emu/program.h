@@ -38,6 +38,12 @@ enum class Op : uint8_t {
   // cp.async global -> shared: base/offset the shared destination, s[0] + s[1].imm the global source, s[2] the
   // size, s[3] (if any) the source size (mode 0) or the ignore-source predicate (mode 1).
   kCpAsync,
+  // mbarrier.* (mode: MbarrierOp) and cp.async.mbarrier.arrive: base/offset the barrier's address; see
+  // exec_ops.inc for the operands of each.
+  kMbarrier,
+  // cp.async.bulk: mode 0 global -> shared completing bytes on an mbarrier (s[3] + s[4].imm its address),
+  // mode 1 shared -> global. base/offset the destination, s[0] + s[1].imm the source, s[2] the size.
+  kCpAsyncBulk,
   // Specialised forms chosen at load time for the hottest shapes: register/immediate operands only, no rounding
   // modifier other than .rn, no ftz/sat/cc. Semantics are exactly those of the general forms.
   kFastAddF32, kFastSubF32, kFastMulF32, kFastFmaF32, kFastAddF64, kFastSubF64, kFastMulF64, kFastFmaF64,
@@ -156,6 +162,15 @@ struct Program {
   bool uses_reserved_shared = false;  // Reads a %reserved_smem_* register: CTAs get the reserved region.
   int version_major = 0, version_minor = 0;
 };
+
+// What a kMbarrier instruction does (Inst::mode); Inst::mode2 holds kMbarrierParity / kMbarrierExpectTx /
+// kMbarrierNoInc.
+enum MbarrierOp : uint8_t {
+  kMbarInit, kMbarInval, kMbarArrive, kMbarArriveDrop, kMbarExpectTx, kMbarCompleteTx, kMbarTestWait, kMbarTryWait,
+  kMbarPendingCount, kMbarAsyncArrive,
+};
+enum : uint8_t { kMbarrierParity = 1, kMbarrierExpectTx = 2, kMbarrierNoInc = 4 };
+inline constexpr uint64_t kMbarCountMask = (1u << 21) - 1;  // Counts are 21-bit fields of the object.
 
 // The reserved shared memory a CTA gets after its own window when its kernel uses it (cooperative groups needs
 // 288 bytes at %reserved_smem_offset_1; GPUs of compute capability 8.0 and later reserve 1 KiB).

@@ -216,6 +216,36 @@ TEST_P(PackedTest, AsyncCopiesToSharedMemoryWithZeroFill) {
   EXPECT_TRUE(ArraysEqual(Download<uint8_t>(partial, 16 * n), want_bytes, "cp.async with a source size"));
 }
 
+TEST_P(PackedTest, MbarriersCompleteOnArrivalsAndBulkCopies) {
+  TRACE_SEED();
+  for (std::string kernel : {"packed", "packed_sm90"}) {
+    const int blocks = 3, n = blocks * 2 * 256;
+    std::vector<int> in(4 * n);
+    for (int& v : in) v = Int(INT32_MIN, INT32_MAX);
+    uint64_t out = Output<int>(4 * n);
+    Launch(Kernel(kernel, "barrier_copies"), {blocks}, {256}, 0, Upload(in), out, 0);
+    std::vector<int> want(4 * n);
+    for (int i = 0; i < n; ++i) {
+      const int chunk = i / 256, from = chunk * 256 + 255 - i % 256;
+      for (int k = 0; k < 4; ++k) want[4 * i + k] = in[4 * from + k];
+    }
+    EXPECT_TRUE(ArraysEqual(Download<int>(out, 4 * n), want, kernel + ": staged through cuda::barrier, reversed"));
+  }
+}
+
+// A barrier expecting one arrival more than the block makes can never complete: the launch says so instead of
+// spinning for ever.
+void ExpectStuckBarrierFails(PackedTest* t, const std::string& kernel) {
+  std::vector<int> in(4 * 512, 1);
+  uint64_t out = t->Output<int>(4 * 512);
+  EmuStatus stuck = t->TryLaunch(t->Kernel(kernel, "barrier_copies"), {1}, {64}, 0, t->Upload(in), out, 1);
+  EXPECT_EQ(stuck.code(), Code::kLaunchTimeout) << stuck.message();
+  EXPECT_NE(stuck.message().find("64 on an mbarrier phase that cannot complete"), std::string::npos)
+      << stuck.message();
+}
+TEST_P(PackedTest, AnMbarrierThatCannotCompleteFailsTheLaunchSm80) { ExpectStuckBarrierFails(this, "packed"); }
+TEST_P(PackedTest, AnMbarrierThatCannotCompleteFailsTheLaunchSm90) { ExpectStuckBarrierFails(this, "packed_sm90"); }
+
 GPUPOOL_INSTANTIATE_VARIANTS(PackedTest);
 
 // Hand-written PTX in the shape LLVM's NVPTX backend gives a switch: brx.idx through a .branchtargets list.

@@ -136,3 +136,24 @@ extern "C" __global__ void async_copies(const float4* in, float4* reversed, cons
   asm volatile("cp.async.wait_all;\n" ::);
   partial[base + t] = staged_partial[t];
 }
+
+// mbarrier through cuda::barrier: sm_80 builds stage with cp.async and arrive with cp.async.mbarrier.arrive,
+// sm_90 builds with cp.async.bulk completing transactions on the barrier (expect_tx, try_wait). Each block stages
+// 256 int4 and writes them back reversed, twice (two phases of the same barrier).
+#include <cuda/barrier>
+#pragma nv_diag_suppress static_var_with_dynamic_init
+
+extern "C" __global__ void barrier_copies(const int4* in, int4* out, int extra_arrivals) {
+  __shared__ alignas(128) int4 staged[256];
+  __shared__ cuda::barrier<cuda::thread_scope_block> bar;
+  const int t = threadIdx.x;
+  if (t == 0) init(&bar, blockDim.x + extra_arrivals);
+  __syncthreads();
+  for (int round = 0; round < 2; ++round) {
+    const int4* from = in + (2 * blockIdx.x + round) * 256;
+    if (t == 0) cuda::memcpy_async(staged, from, cuda::aligned_size_t<16>(sizeof(staged)), bar);
+    bar.arrive_and_wait();
+    out[(2 * blockIdx.x + round) * 256 + t] = staged[255 - t];
+    __syncthreads();
+  }
+}
