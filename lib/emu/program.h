@@ -36,7 +36,12 @@ enum class Op : uint8_t {
   kFastAddF32, kFastSubF32, kFastMulF32, kFastFmaF32, kFastAddF64, kFastSubF64, kFastMulF64, kFastFmaF64,
   kFastAdd32, kFastSub32, kFastAdd64, kFastSub64, kFastMulLo32, kFastMadLo32, kFastMulWideS32, kFastMulWideU32,
   kFastMov, kFastSetpS32, kFastSetpU32, kFastAnd32, kFastOr32, kFastXor32, kFastShl32, kFastShrU32, kFastShlB64,
+  // Texture and surface instructions (compile_tex.inc, exec_tex.inc). mode: the geometry (TexGeom).
+  kTex, kTld4, kSuld, kSust,
 };
+
+// Geometry of a tex/tld4/suld/sust instruction (Inst::mode).
+enum class TexGeom : uint8_t { k1d, k2d, k3d, kA1d, kA2d };
 
 // Operand kinds after resolution.
 enum class Src : uint8_t {
