@@ -37,7 +37,8 @@ set(GPUPOOL_EMU_KERNELS
   dot
   errors
   barrier
-  half_atomics)
+  half_atomics
+  texture)
 
 # Variant name -> extra nvcc flags. Keep in sync with kVariants in kernel_harness.h.
 set(GPUPOOL_EMU_VARIANT_default "")
@@ -88,6 +89,7 @@ add_executable(emu_kernel_tests
   kernel_math_test.cc
   kernel_error_test.cc
   kernel_numba_test.cc
+  kernel_texture_test.cc
   device_memory_test.cc
   kernel_harness.cc)
 add_dependencies(emu_kernel_tests emu_kernel_fatbins)
