@@ -65,6 +65,7 @@ CUresult DescribeResource(const CUDA_RESOURCE_DESC& res, bool surface, TexObject
   Remote& remote = Remote::Get();
   CUarray_format format;
   unsigned channels;
+  a->height = a->depth = 1;  // Extents of the dimensions a resource lacks (the wire's fields start at 0).
   switch (res.resType) {
     case CU_RESOURCE_TYPE_ARRAY: {
       Array array;

@@ -67,6 +67,17 @@ TEST(Remote, DynamicSharedMemoryAboveTheDefaultNeedsTheOptInAndOccupancyFollowsI
   EXPECT_NE(r.out.find("0 failure(s): PASSED"), std::string::npos) << r.out << r.err;
 }
 
+TEST(Remote, TexturesAndSurfacesRunOnAnEmulatedSlice) {
+  // cudaCreateTextureObject over a CUDA array (linear filtering, normalised coordinates) and linear memory,
+  // cudaCreateSurfaceObject, surf2Dwrite read back with cudaMemcpy2DFromArray; the slice's memory comes back.
+  Agent agent(AgentOptions{.name = "textures", .emulated = 1, .emulated_memory = "1GiB"});
+  RunResult r = RunCommand({ToolPath("gp-run"), "--servers", agent.address(), "--", Program("textures")}, {},
+                           seconds(120));
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("textures: 0+0+0 wrong, 0 failure(s): PASSED"), std::string::npos) << r.out << r.err;
+  ExpectAllFree(Connect({agent.address()}).State());
+}
+
 TEST(Remote, SessionsAreAuthenticatedByTheLeaseAndIsolatedFromEachOther) {
   Agent agent(AgentOptions{.name = "tenants", .emulated = 1, .emulated_memory = "2GiB"});
   Pool pool = Connect({agent.address()});
