@@ -410,9 +410,7 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
     "surface load/store arrays; waits")                                                                           \
   X(cuSurfObjectDestroy, (CUsurfObject s), SurfObjectDestroy(s), "surface", "async")                             \
   X(cuSurfObjectGetResourceDesc, (CUDA_RESOURCE_DESC * r, CUsurfObject s), SurfObjectGetResourceDesc(r, s),       \
-    "client", "none")                                                                                             \
-  X(cuMipmappedArrayCreate, (CUmipmappedArray * m, const CUDA_ARRAY3D_DESCRIPTOR* d, unsigned int n),              \
-    MipmappedArrayCreate(m, d, n), "client", "not supported: mipmapped arrays are not offered; none")
+    "client", "none")
 
 #define GP_EVENT_FORWARDS(X)                                                                                      \
   X(cuEventCreate, (CUevent * e, unsigned int flags), EventCreate(e, flags), "ctx", "back: id; waits")            \

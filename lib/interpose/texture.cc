@@ -9,9 +9,10 @@
 // answers its own CUtexObject. The handle goes to the program as it came. The client keeps what the program
 // described, for the cuTexObjectGet* queries, which never travel.
 //
-// Texture references (cuTexRef*, cuSurfRef*) were removed in CUDA 12 and are not offered; mipmapped arrays are
-// refused with CUDA_ERROR_NOT_SUPPORTED (cuMipmappedArrayCreate, and resources of that type), as are resource
-// views and anisotropic filtering, each with a log line naming what.
+// Texture references (cuTexRef*, cuSurfRef*) were removed in CUDA 12 and are not offered. Mipmapped arrays are
+// refused with CUDA_ERROR_NOT_SUPPORTED: cuMipmappedArrayCreate is one of the unimplemented entry points (the
+// generated stub answers so and logs it), and a resource of that type is refused here, as are resource views and
+// anisotropic filtering, each with a log line naming what.
 #include <map>
 #include <mutex>
 
@@ -282,11 +283,6 @@ CUresult SurfObjectGetResourceDesc(CUDA_RESOURCE_DESC* out, CUsurfObject handle)
   if (CUresult r = Find(handle, true, &object); r != CUDA_SUCCESS) return r;
   *out = object.resource;
   return CUDA_SUCCESS;
-}
-
-CUresult MipmappedArrayCreate(CUmipmappedArray* out, const CUDA_ARRAY3D_DESCRIPTOR*, unsigned int) {
-  if (out != nullptr) *out = nullptr;
-  return NotSupported("mipmapped arrays");
 }
 
 }  // namespace gpupool::interpose
