@@ -56,6 +56,24 @@ struct LaunchShape {
   bool cooperative = false;     // cuLaunchCooperativeKernel: every block resident at once (grid sync).
 };
 
+// A texture or surface object over the session's memory, as the session server checked it: the texels of layer
+// (or depth slice) s, row y start at address + s * slice_pitch + y * pitch and lie inside the session's own memory.
+// Enumerations hold the CUDA driver's values (CUarray_format, CUaddress_mode, CUfilter_mode, CU_TRSF_* flags).
+struct TextureSpec {
+  enum class Resource : uint8_t { kArray, kLinear, kPitch2D };
+  bool surface = false;
+  Resource resource = Resource::kArray;  // What the client described: arrays are pitched memory of the slice.
+  uint32_t dims = 1;                     // 1, 2 or 3 (layered: 1 or 2 with `layers` set).
+  uint32_t format = 0;
+  uint32_t channels = 1;
+  uint64_t address = 0, pitch = 0, slice_pitch = 0;
+  uint32_t width = 1, height = 1, depth = 1, layers = 0;
+  uint32_t address_mode[3] = {0, 0, 0};
+  uint32_t filter_mode = 0;
+  uint32_t flags = 0;
+  float border[4] = {0, 0, 0, 0};
+};
+
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -131,6 +149,12 @@ class DeviceBackend {
   // The status of the stream's work once reached (null: the whole device): a fault of an earlier kernel or copy.
   virtual CallStatus Settled(StreamRef stream) = 0;
   virtual CallStatus SettledEvent(EventRef event) = 0;
+
+  // A texture or surface object; `*handle` is the 64-bit value kernels receive, `*reserved` the device memory
+  // the object takes (counted against the quota). CUDA_ERROR_NOT_SUPPORTED where the device cannot offer it.
+  virtual CallStatus CreateTexture(const TextureSpec& spec, uint64_t* handle, uint64_t* reserved) = 0;
+  // `handle` came from CreateTexture and was not destroyed; kernels queued before may still use it.
+  virtual CallStatus DestroyTexture(uint64_t handle) = 0;
 
   // NVML's utilisation rates since the previous call (percent of the time kernels ran, and copies or memsets),
   // or CUDA_ERROR_NOT_SUPPORTED where the backend cannot tell.

@@ -658,6 +658,111 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     }));
   }
 
+  // ---- Texture and surface objects. The session checks the description and that every texel lies in its own
+  // memory; the backend makes the object (on the emulated device a descriptor in device memory, whose bytes count
+  // against the quota like an allocation). Handles are the backend's values, which kernels receive as they are,
+  // so the server keeps the set this session created: only those may be destroyed.
+
+  Reply Handle(const calls::TexObjectCreate::Args& a, calls::TexObjectCreate::Results& r) {
+    TextureSpec spec;
+    std::string error;
+    if (!TextureSpecOf(a, &spec, &error)) return Invalid(error);
+    uint64_t span = 0;
+    if (!TextureSpan(spec, &span)) return Invalid("texture extents out of range");
+    if (CallStatus s = Owned(spec.address, span, spec.surface ? "surface memory" : "texture memory"); !s.ok()) {
+      return Done(s);
+    }
+    uint64_t handle = 0, reserved = 0;
+    CallStatus s = backend_->CreateTexture(spec, &handle, &reserved);
+    if (!s.ok()) return Done(s);
+    if (!quota_->Take(reserved)) {
+      backend_->DestroyTexture(handle);
+      return Done({CUDA_ERROR_OUT_OF_MEMORY, QuotaMessage(reserved)});
+    }
+    textures_[handle] = reserved;
+    MemoryChanged();
+    r.handle = handle;
+    return Ok();
+  }
+
+  Reply Handle(const calls::TexObjectDestroy::Args& a, calls::TexObjectDestroy::Results&) {
+    auto it = textures_.find(a.handle);
+    if (it == textures_.end()) {
+      return Done({CUDA_ERROR_INVALID_HANDLE,
+                   fmt::format("0x{:x} is not a texture or surface object of this session", a.handle)});
+    }
+    quota_->Give(it->second);
+    textures_.erase(it);
+    MemoryChanged();
+    return Done(backend_->DestroyTexture(a.handle));
+  }
+
+  // The wire's description as a TextureSpec, checked for what every device requires; false with `*error`.
+  static bool TextureSpecOf(const calls::TexObjectCreate::Args& a, TextureSpec* spec, std::string* error) {
+    spec->surface = a.surface != 0;
+    if (a.resource > 2) return *error = fmt::format("unknown texture resource kind {}", a.resource), false;
+    spec->resource = static_cast<TextureSpec::Resource>(a.resource);
+    switch (a.format) {
+      case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: case CU_AD_FORMAT_UNSIGNED_INT16:
+      case CU_AD_FORMAT_SIGNED_INT16: case CU_AD_FORMAT_HALF: case CU_AD_FORMAT_UNSIGNED_INT32:
+      case CU_AD_FORMAT_SIGNED_INT32: case CU_AD_FORMAT_FLOAT: break;
+      default: return *error = fmt::format("texel format 0x{:x} is not supported", a.format), false;
+    }
+    if (a.channels != 1 && a.channels != 2 && a.channels != 4) {
+      return *error = fmt::format("a texel has 1, 2 or 4 channels, not {}", a.channels), false;
+    }
+    if (a.dims < 1 || a.dims > 3 || (a.layers != 0 && a.dims == 3)) {
+      return *error = fmt::format("a texture has 1, 2 or 3 dimensions (layered: 1 or 2), not {}", a.dims), false;
+    }
+    if (a.width == 0 || a.height == 0 || a.depth == 0 || (a.dims < 2 && a.height != 1) || (a.dims < 3 && a.depth != 1)) {
+      return *error = fmt::format("texture extents {} x {} x {} do not fit {} dimension(s)", a.width, a.height,
+                                  a.depth, a.dims), false;
+    }
+    if (a.filter > CU_TR_FILTER_MODE_LINEAR) return *error = fmt::format("filter mode {}", a.filter), false;
+    for (int i = 0; i < 3; ++i) {
+      spec->address_mode[i] = (a.address_modes >> (8 * i)) & 0xff;
+      if (spec->address_mode[i] > CU_TR_ADDRESS_MODE_BORDER) {
+        return *error = fmt::format("address mode {}", spec->address_mode[i]), false;
+      }
+    }
+    spec->dims = a.dims;
+    spec->format = a.format;
+    spec->channels = a.channels;
+    spec->address = a.address;
+    spec->pitch = a.pitch;
+    spec->slice_pitch = a.slice_pitch;
+    spec->width = a.width;
+    spec->height = a.height;
+    spec->depth = a.depth;
+    spec->layers = a.layers;
+    spec->filter_mode = a.filter;
+    spec->flags = a.flags;
+    spec->border[0] = a.border0;
+    spec->border[1] = a.border1;
+    spec->border[2] = a.border2;
+    spec->border[3] = a.border3;
+    return true;
+  }
+
+  // Bytes from the texture's address to the end of its last texel; false when rows or slices overlap their
+  // predecessors' texels or the span exceeds any device.
+  static bool TextureSpan(const TextureSpec& t, uint64_t* span) {
+    const uint64_t channel = t.format == CU_AD_FORMAT_UNSIGNED_INT8 || t.format == CU_AD_FORMAT_SIGNED_INT8 ? 1
+                             : t.format == CU_AD_FORMAT_UNSIGNED_INT16 || t.format == CU_AD_FORMAT_SIGNED_INT16 ||
+                                     t.format == CU_AD_FORMAT_HALF
+                                 ? 2
+                                 : 4;
+    const unsigned __int128 row = static_cast<unsigned __int128>(t.width) * channel * t.channels;
+    const uint32_t slices = t.layers ? t.layers : t.depth;
+    if (t.height > 1 && t.pitch < row) return false;
+    if (slices > 1 && t.slice_pitch < static_cast<unsigned __int128>(t.pitch) * t.height) return false;
+    const unsigned __int128 bytes = static_cast<unsigned __int128>(slices - 1) * t.slice_pitch +
+                                    static_cast<unsigned __int128>(t.height - 1) * t.pitch + row;
+    if (bytes > kMaxAllocBytes) return false;
+    *span = static_cast<uint64_t>(bytes);
+    return true;
+  }
+
   Reply Handle(const calls::EventCreate::Args&, calls::EventCreate::Results& r) {
     EventRef event;
     CallStatus s = backend_->CreateEvent(&event);
@@ -844,6 +949,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     reservations_.clear();
     mappings_.clear();
     physical_.clear();
+    textures_.clear();
     backend_->Reset();
     quota_->GiveAll();  // After the device freed it.
     MemoryChanged();
@@ -873,6 +979,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   std::map<uint64_t, uint64_t> reservations_;   // Start -> bytes: address space of addressReserve.
   std::map<uint64_t, Mapping> mappings_;        // Start -> mapping of physical memory (memMap).
   HandleTable<Physical> physical_;              // memCreate's physical memory, counted in quota_.
+  std::map<uint64_t, uint64_t> textures_;       // Texture and surface objects: handle -> reserved bytes.
   HandleTable<ModuleRef> modules_;
   HandleTable<Function> functions_;
   HandleTable<StreamRef> streams_;

@@ -560,6 +560,8 @@ class FunctionCompiler {
   EmuStatus DecodeCvtTf32(const ptx::Instruction& in, Inst& inst);
   EmuStatus MatrixRegisters(const ptx::Instruction& in, const ptx::Operand& o, MatrixOp& op, MatrixRole role,
                             size_t count);
+  // tex, tld4, suld, sust (compile_tex.inc).
+  EmuStatus DecodeTexture(const ptx::Instruction& in, Inst& inst, const Mods& m);
 
   // Picks a fast opcode when the instruction's shape allows it (see Op::kFast*).
   static void Specialise(Inst& in) {
@@ -1254,8 +1256,13 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     inst.op = Op::kNop;  // Cache hints only.
     return EmuStatus::Ok();
   }
+  if (op == "tex" || op == "tld4" || op == "suld" || op == "sust" || op == "txq" || op == "suq" || op == "sured") {
+    return DecodeTexture(in, inst, m);
+  }
   return Unsupported(in);
 }
+
+#include "emu/compile_tex.inc"
 
 EmuResult<Program> ModuleCompiler::Run() {
   prog_.version_major = m_.version_major;
@@ -1321,6 +1328,11 @@ EmuResult<Program> ModuleCompiler::Run() {
   for (const auto& v : m_.globals) {
     if (v.space != ptx::Space::kGlobal && v.space != ptx::Space::kConst) {
       if (v.space == ptx::Space::kShared) continue;
+      if (v.space == ptx::Space::kTex) {
+        return Err(v.line, "texture, surface or sampler reference '" + v.name + "' (.texref/.surfref/.samplerref): "
+                           "references were removed in CUDA 12 and are not supported; use texture and surface "
+                           "objects");
+      }
       return Err(v.line, "module-scope variable of an unsupported state space: " + v.name);
     }
     if (v.is_extern && !v.has_initializer && v.ByteSize() == 0) {

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <type_traits>
 
 #include "core/range_allocator.h"
 #include "core/range_map.h"
@@ -81,6 +82,7 @@ struct Device::Impl : public internal::MemoryMap {
   uint64_t used = 0;
   uint64_t heap_used = 0;
   std::set<uint64_t> heap_blocks;
+  std::set<uint64_t> textures;  // Live texture and surface objects (their descriptors' addresses).
   mutable std::shared_ptr<const std::vector<std::pair<uint64_t, uint64_t>>> ranges_cache;
 
   // ---- Virtual memory: reservations in [vmm_base, vmm_base + vmm_size), kept PROT_NONE until mapped; physical
@@ -1194,6 +1196,7 @@ void Device::ResetContext() {
     impl_->used = 0;
     impl_->heap_used = 0;
     impl_->heap_blocks.clear();
+    impl_->textures.clear();
     impl_->ranges_cache.reset();
     madvise(impl_->arena, impl_->arena_size, MADV_DONTNEED);
     // Virtual memory: every mapping, reservation and physical allocation goes.
@@ -1210,6 +1213,65 @@ void Device::ResetContext() {
   std::lock_guard<std::mutex> lock(impl_->sticky_mu);
   impl_->sticky = EmuStatus::Ok();
   impl_->faulted.store(false, std::memory_order_release);
+}
+
+// ---- Texture and surface objects (texture.h). ----
+
+static_assert(sizeof(TextureRecord) <= Device::kTextureObjectBytes, "a texture descriptor fits its allocation");
+static_assert(std::is_trivially_copyable_v<TextureRecord>, "descriptors are copied into device memory as bytes");
+
+EmuStatus Device::CreateTextureObject(const TextureDesc& desc, uint64_t* handle) {
+  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+  if (!handle) return BadValue("null output pointer");
+  *handle = 0;
+  if (desc.dims < 1 || desc.dims > 3 || (desc.layers && desc.dims == 3)) {
+    return BadValue("a texture has 1, 2 or 3 dimensions (layered: 1 or 2)");
+  }
+  if (desc.channels != 1 && desc.channels != 2 && desc.channels != 4) return BadValue("a texel has 1, 2 or 4 channels");
+  if (static_cast<uint8_t>(desc.format) > static_cast<uint8_t>(TexFormat::kF32)) return BadValue("unknown texel format");
+  for (TexAddress a : desc.address) {
+    if (static_cast<uint8_t>(a) > static_cast<uint8_t>(TexAddress::kBorder)) return BadValue("unknown address mode");
+  }
+  if ((desc.dims < 2 && desc.height != 1) || (desc.dims < 3 && desc.depth != 1)) {
+    return BadValue("extents beyond the texture's dimensions must be 1");
+  }
+  const uint64_t span = desc.SpanBytes();
+  if (span == 0) return BadValue("empty or oversized texture extents");
+  if (desc.height > 1 && desc.pitch < uint64_t{desc.width} * desc.ElementBytes()) {
+    return BadValue("texture pitch shorter than a row");
+  }
+  if (desc.Slices() > 1 && desc.slice_pitch < desc.pitch * desc.height) {
+    return BadValue("texture slice pitch shorter than a slice");
+  }
+  // The texels must lie inside one allocation (memory mapped through ReserveAddress/Map does not count: textures
+  // over virtual memory mappings are not offered).
+  uint64_t base = 0, size = 0;
+  if (!AddressRange(desc.base, &base, &size).ok() || desc.base - base > size || span > size - (desc.base - base)) {
+    return BadValue("the texture's texels do not lie inside one allocation of this device");
+  }
+  TextureRecord record;
+  record.magic = desc.surface ? TextureRecord::kSurfaceMagic : TextureRecord::kTextureMagic;
+  record.desc = desc;
+  uint64_t address = 0;
+  if (EmuStatus s = Malloc(kTextureObjectBytes, &address); !s.ok()) return s;
+  // In stream order, like any copy: a kernel queued after this call sees the descriptor.
+  if (EmuStatus s = CopyToDevice(address, &record, sizeof(record)); !s.ok()) {
+    Free(address);
+    return s;
+  }
+  std::lock_guard<std::mutex> lock(impl_->mem_mu);
+  impl_->textures.insert(address);
+  *handle = address;
+  return EmuStatus::Ok();
+}
+
+EmuStatus Device::DestroyTextureObject(uint64_t handle) {
+  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mem_mu);
+    if (impl_->textures.erase(handle) == 0) return BadValue("not a texture or surface object of this device");
+  }
+  return FreeAsync(handle);
 }
 
 void Device::SetPrintfSink(std::function<void(std::string_view)> sink) {

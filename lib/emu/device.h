@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "emu/status.h"
+#include "emu/texture.h"
 
 namespace gpupool::emu {
 
@@ -147,6 +148,14 @@ class Device {
   // Fills `count` elements of `element_size` (1, 2 or 4) bytes with the low bytes of `value`.
   EmuStatus Memset(uint64_t dst, uint32_t value, size_t element_size, size_t count, Stream* stream = nullptr,
                    bool async = false);
+
+  // ---- Texture and surface objects (texture.h): the descriptor is written into device memory of the device's
+  // own (kTextureObjectBytes, counted like an allocation) and its address is the handle. The resource's texels
+  // must lie inside one allocation. ----
+  static constexpr uint64_t kTextureObjectBytes = 256;
+  EmuStatus CreateTextureObject(const TextureDesc& desc, uint64_t* handle);
+  // Frees in stream order: kernels queued before may still sample the object.
+  EmuStatus DestroyTextureObject(uint64_t handle);
 
   // ---- Modules. ----
   // `image`: fatbin wrapper, fatbin container or PTX text (see fatbin.h); `size` 0 if unknown.

@@ -15,6 +15,7 @@
 
 #include "emu/fp.h"
 #include "emu/printf.h"
+#include "emu/texture.h"
 
 namespace gpupool::emu::internal {
 namespace {
@@ -442,6 +443,8 @@ class CtaRunner {
 
   // ---- The interpreter. ----
   bool RunThread(Thread& t);
+  // tex, tld4, suld, sust (exec_tex.inc); false after recording a fault.
+  bool Texture(Thread& t, Frame& fr, uint64_t* R, const Inst& in);
   bool DoCall(Thread& t, const Inst& in);
   bool DoReturn(Thread& t);
   bool Native(Thread& t, const Inst& in, const Function& callee);
@@ -488,6 +491,7 @@ class CtaRunner {
 
 #include "emu/exec_matrix.inc"
 #include "emu/exec_ops.inc"
+#include "emu/exec_tex.inc"
 
 }  // namespace
 

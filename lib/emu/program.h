@@ -53,7 +53,12 @@ enum class Op : uint8_t {
   // are warp collectives.
   kWmmaLoad, kWmmaStore, kWmmaMma, kMma, kLdmatrix, kMovmatrix,
   kCvtTf32,  // cvt.{rna,rn,rz}.tf32.f32: the operand format of tf32 mma.
+  // Texture and surface instructions (compile_tex.inc, exec_tex.inc). mode: the geometry (TexGeom).
+  kTex, kTld4, kSuld, kSust,
 };
+
+// Geometry of a tex/tld4/suld/sust instruction (Inst::mode).
+enum class TexGeom : uint8_t { k1d, k2d, k3d, kA1d, kA2d };
 
 // Operand kinds after resolution.
 enum class Src : uint8_t {

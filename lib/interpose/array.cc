@@ -1,10 +1,10 @@
 // CUDA arrays (cuArrayCreate, cuArray3DCreate, their descriptors, cuArrayDestroy) and the copies that address
 // them by offset (cuMemcpyHtoA, AtoH, AtoD, DtoA, AtoA); 2D/3D copies reach arrays through memory.cc's planes.
 //
-// A CUDA array's layout is the driver's business: programs reach its contents only through copies (and textures
-// and surfaces, which slices do not offer yet). So an array here is pitched memory of the slice current at its
-// creation, counted against the slice, and every copy to or from it is an ordinary copy of rows. Generated from
-// forward_spec.h.
+// A CUDA array's layout is the driver's business: programs reach its contents only through copies, textures and
+// surfaces. So an array here is pitched memory of the slice current at its creation, counted against the slice,
+// every copy to or from it is an ordinary copy of rows, and a texture or surface object over it (texture.cc) is
+// one over that pitched memory. Generated from forward_spec.h.
 #include <mutex>
 
 #include "core/log.h"
@@ -65,10 +65,8 @@ CUresult Array3DCreate(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
   if (desc->Width == 0 || desc->Width > kMaxExtent || desc->Height > kMaxExtent || desc->Depth > kMaxExtent) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (desc->Depth != 0 && desc->Height == 0) {
-    // A layered 1D array (Height 0, Depth layers) is a layout slices do not hold.
-    return (desc->Flags & CUDA_ARRAY3D_LAYERED) ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
-  }
+  // A layered 1D array (Height 0, Depth layers) holds one row per layer; without the flag the shape is invalid.
+  if (desc->Depth != 0 && desc->Height == 0 && !(desc->Flags & CUDA_ARRAY3D_LAYERED)) return CUDA_ERROR_INVALID_VALUE;
   if ((desc->Flags & CUDA_ARRAY3D_CUBEMAP) && (desc->Width != desc->Height || desc->Depth % 6 != 0)) {
     return CUDA_ERROR_INVALID_VALUE;
   }

@@ -355,7 +355,7 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
   X(cuProfilerStop, (), ProfilerMarker("cuProfilerStop"), "client", "accepted without effect; none")
 
 // ---- array.cc ------------------------------------------------------------------------------------------------
-// CUDA arrays: pitched memory of the slice, reached by array copies only (textures and surfaces are not offered).
+// CUDA arrays: pitched memory of the slice, reached by array copies and by texture and surface objects.
 #define GP_ARRAY_FORWARDS(X)                                                                                      \
   X(cuArrayCreate_v2, (CUarray * a, const CUDA_ARRAY_DESCRIPTOR* d), ArrayCreate(a, d), "ctx",                    \
     "pitched memory of the slice; waits")                                                                         \
@@ -392,6 +392,26 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
     "array", "async")
 
 // ---- event.cc ------------------------------------------------------------------------------------------------
+// ---- texture.cc ----------------------------------------------------------------------------------------------
+// Texture and surface objects: made by the slice that holds the memory (the handle is its value, which kernels
+// resolve there); the descriptions the program gave stay in the client for the queries.
+#define GP_TEXTURE_FORWARDS(X)                                                                                    \
+  X(cuTexObjectCreate,                                                                                            \
+    (CUtexObject * t, const CUDA_RESOURCE_DESC* r, const CUDA_TEXTURE_DESC* d, const CUDA_RESOURCE_VIEW_DESC* v), \
+    TexObjectCreate(t, r, d, v), "ptr/array", "out: the resolved description; back: the handle; waits")         \
+  X(cuTexObjectDestroy, (CUtexObject t), TexObjectDestroy(t), "texture", "async")                                \
+  X(cuTexObjectGetResourceDesc, (CUDA_RESOURCE_DESC * r, CUtexObject t), TexObjectGetResourceDesc(r, t), "client", \
+    "none")                                                                                                       \
+  X(cuTexObjectGetTextureDesc, (CUDA_TEXTURE_DESC * d, CUtexObject t), TexObjectGetTextureDesc(d, t), "client",   \
+    "none")                                                                                                       \
+  X(cuTexObjectGetResourceViewDesc, (CUDA_RESOURCE_VIEW_DESC * v, CUtexObject t),                                 \
+    TexObjectGetResourceViewDesc(v, t), "client", "the whole resource; none")                                    \
+  X(cuSurfObjectCreate, (CUsurfObject * s, const CUDA_RESOURCE_DESC* r), SurfObjectCreate(s, r), "array",          \
+    "surface load/store arrays; waits")                                                                           \
+  X(cuSurfObjectDestroy, (CUsurfObject s), SurfObjectDestroy(s), "surface", "async")                             \
+  X(cuSurfObjectGetResourceDesc, (CUDA_RESOURCE_DESC * r, CUsurfObject s), SurfObjectGetResourceDesc(r, s),       \
+    "client", "none")
+
 #define GP_EVENT_FORWARDS(X)                                                                                      \
   X(cuEventCreate, (CUevent * e, unsigned int flags), EventCreate(e, flags), "ctx", "back: id; waits")            \
   X(cuEventRecord, (CUevent e, CUstream s), EventRecord(e, s), "stream", "async")                                 \

@@ -84,7 +84,12 @@
        "into the session's memory, in stream order. The reply says those bytes may be reused: they were copied, "   \
        "or set aside because the stream was busy.")                                                                 \
   CALL(CopyFromDeviceShared, copyFromDeviceShared, 37, kReply,                                                      \
-       "The session's device bytes into the connection's shared memory at `offset`; replies once they are there.")
+       "The session's device bytes into the connection's shared memory at `offset`; replies once they are there.") \
+  CALL(TexObjectCreate, texObjectCreate, 38, kReply,                                                                \
+       "A texture or surface object over the session's memory (cuTexObjectCreate, cuSurfObjectCreate); the "        \
+       "handle is what kernels are given. The memory it takes counts against the slice.")                          \
+  CALL(TexObjectDestroy, texObjectDestroy, 39, kPosted,                                                             \
+       "Destroys a texture or surface object of the session; kernels queued before may still use it.")
 
 // The fields of each call: ARG(kind, name, Name) for what the client sends, RESULT(kind, name, Name) for what the
 // reply carries besides its status. Kinds:
@@ -150,6 +155,18 @@
   ARG(U64, dst, Dst) ARG(U64, offset, Offset) ARG(U64, bytes, Bytes) ARG(STREAM, stream, Stream)
 #define GP_SESSION_FIELDS_CopyFromDeviceShared(ARG, RESULT) \
   ARG(U64, src, Src) ARG(U64, offset, Offset) ARG(U64, bytes, Bytes) ARG(STREAM, stream, Stream)
+// TexObjectCreate: `surface` 1 for a surface object; `resource` how the client described the memory (0 a CUDA
+// array, 1 linear memory, 2 pitch2D memory); `format` a CUarray_format; the texels of layer or depth slice s, row y
+// start at address + s * slice_pitch + y * pitch; `address_modes` three CUaddress_mode values, x in the low byte;
+// `filter` a CUfilter_mode; `flags` CU_TRSF_* bits; border0..3 the border colour.
+#define GP_SESSION_FIELDS_TexObjectCreate(ARG, RESULT)                                                         \
+  ARG(U8, surface, Surface) ARG(U8, resource, Resource) ARG(U8, dims, Dims) ARG(U32, format, Format)            \
+  ARG(U8, channels, Channels) ARG(U64, address, Address) ARG(U64, pitch, Pitch) ARG(U64, slice_pitch, SlicePitch) \
+  ARG(U32, width, Width) ARG(U32, height, Height) ARG(U32, depth, Depth) ARG(U32, layers, Layers)               \
+  ARG(U32, address_modes, AddressModes) ARG(U8, filter, Filter) ARG(U32, flags, Flags)                          \
+  ARG(F32, border0, Border0) ARG(F32, border1, Border1) ARG(F32, border2, Border2) ARG(F32, border3, Border3)   \
+  RESULT(U64, handle, Handle)
+#define GP_SESSION_FIELDS_TexObjectDestroy(ARG, RESULT) ARG(U64, handle, Handle)
 #define GP_SESSION_FIELDS_StreamWaitValue(ARG, RESULT)                                                         \
   ARG(STREAM, stream, Stream) ARG(U64, address, Address) ARG(U64, value, Value) ARG(U8, width, Width)          \
   ARG(U32, flags, Flags)

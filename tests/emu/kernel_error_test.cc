@@ -178,8 +178,29 @@ void ExpectRefusedPtx(RefuseTest* t, const std::string& file, const std::string&
   EXPECT_EQ(t->device().LoadModule(ptx.c_str(), ptx.size() + 1, &module).code(), Code::kInvalidPtx);
 }
 
-TEST_F(RefuseTest, TextureInstructionIsInvalidPtx) {
-  ExpectRefusedPtx(this, "unsupported_tex.ptx", "tex.2d.v4.f32.f32");
+// Texture objects run (kernel_texture_test.cc); texture references, removed in CUDA 12, are refused by name.
+TEST_F(RefuseTest, TextureReferenceIsInvalidPtx) {
+  std::string ptx = ReadFile(KernelSourcePath("unsupported_texref.ptx"));
+  Module* module = nullptr;
+  EmuStatus status = device().LoadPtx(ptx, &module);
+  EXPECT_EQ(status.code(), Code::kInvalidPtx) << Describe(status);
+  for (const std::string& part : {std::string("old_texture"), std::string("removed in CUDA 12"),
+                                  std::to_string(LineOf(ptx, ".global .texref"))}) {
+    EXPECT_NE(status.message().find(part), std::string::npos) << "the message should say " << part << ": "
+                                                              << status.message();
+  }
+  EXPECT_TRUE(device().StickyError().ok());
+}
+
+// A texture handle that names a variable rather than a register is a texture reference too.
+TEST_F(RefuseTest, TextureReferenceOperandIsInvalidPtx) {
+  std::string ptx = ReadFile(KernelSourcePath("unsupported_texref.ptx"));
+  ptx.replace(ptx.find(".global .texref old_texture;"), 28, ".global .u64 old_texture;   ");
+  Module* module = nullptr;
+  EmuStatus status = device().LoadPtx(ptx, &module);
+  EXPECT_EQ(status.code(), Code::kInvalidPtx) << Describe(status);
+  EXPECT_NE(status.message().find("removed in CUDA 12"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find(std::to_string(LineOf(ptx, "tex.2d"))), std::string::npos) << status.message();
 }
 
 TEST_F(RefuseTest, UnknownOpcodeIsInvalidPtx) { ExpectRefusedPtx(this, "unknown_opcode.ptx", "frobnicate.b32"); }

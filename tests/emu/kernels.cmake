@@ -40,7 +40,8 @@ set(GPUPOOL_EMU_KERNELS
   half_atomics
   packed
   packed_sm90
-  tensor)
+  tensor
+  texture)
 
 # Variant name -> extra nvcc flags. Keep in sync with kVariants in kernel_harness.h.
 set(GPUPOOL_EMU_VARIANT_default "")
@@ -98,6 +99,7 @@ add_executable(emu_kernel_tests
   kernel_numba_test.cc
   kernel_packed_test.cc
   kernel_tensor_test.cc
+  kernel_texture_test.cc
   device_memory_test.cc
   kernel_harness.cc)
 add_dependencies(emu_kernel_tests emu_kernel_fatbins)

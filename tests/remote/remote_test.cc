@@ -83,6 +83,17 @@ TEST(Remote, SeparatelyCompiledProgramsLinkTheirUnitsOnAnEmulatedSm80) {
   EXPECT_NE(old.err.find("compute_80"), std::string::npos) << old.out << old.err;
 }
 
+TEST(Remote, TexturesAndSurfacesRunOnAnEmulatedSlice) {
+  // cudaCreateTextureObject over a CUDA array (linear filtering, normalised coordinates) and linear memory,
+  // cudaCreateSurfaceObject, surf2Dwrite read back with cudaMemcpy2DFromArray; the slice's memory comes back.
+  Agent agent(AgentOptions{.name = "textures", .emulated = 1, .emulated_memory = "1GiB"});
+  RunResult r = RunCommand({ToolPath("gp-run"), "--servers", agent.address(), "--", Program("textures")}, {},
+                           seconds(120));
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("textures: 0+0+0 wrong, 0 failure(s): PASSED"), std::string::npos) << r.out << r.err;
+  ExpectAllFree(Connect({agent.address()}).State());
+}
+
 TEST(Remote, SessionsAreAuthenticatedByTheLeaseAndIsolatedFromEachOther) {
   Agent agent(AgentOptions{.name = "tenants", .emulated = 1, .emulated_memory = "2GiB"});
   Pool pool = Connect({agent.address()});

@@ -869,5 +869,67 @@ TEST_F(SessionGuard, HostileStreamWaitsAreRefused) {
   ExpectAllUnharmed();
 }
 
+// Texture and surface objects: only over the session's own memory, with sane descriptions; a handle of another
+// session (or a destroyed one) names nothing to destroy, and the victim's object survives the attempt.
+TEST_F(SessionGuard, HostileTextureObjectsAreRefused) {
+  namespace calls = session::calls;
+  RemoteSession& s = a();
+  uint64_t buffer = 0, victim_buffer = 0;
+  ASSERT_EQ(s.MemAlloc(4096, &buffer), kOk);
+  ASSERT_EQ(victim_->s().MemAlloc(4096, &victim_buffer), kOk);
+  // A 2D float texture of 16 x 16 texels with a 256-byte pitch: its last row ends exactly 15 * 256 + 64 bytes in,
+  // inside one 4096-byte allocation.
+  auto texture = [](uint64_t address) {
+    calls::TexObjectCreate::Args t;
+    t.dims = 2;
+    t.format = CU_AD_FORMAT_FLOAT;
+    t.channels = 1;
+    t.address = address;
+    t.pitch = 256;
+    t.width = 16;
+    t.height = 16;
+    t.depth = 1;
+    t.resource = 2;
+    return t;
+  };
+  calls::TexObjectCreate::Results victim_texture;
+  ASSERT_EQ(victim_->s().Invoke<calls::TexObjectCreate>(texture(victim_buffer), &victim_texture), kOk)
+      << victim_->s().last_error();
+  calls::TexObjectCreate::Results r;
+  EXPECT_EQ(s.Invoke<calls::TexObjectCreate>(texture(victim_buffer), &r), kInvalidValue);  // Another tenant's.
+  calls::TexObjectCreate::Args bad = texture(buffer);
+  bad.height = 17;  // One row past the allocation.
+  EXPECT_EQ(s.Invoke<calls::TexObjectCreate>(bad, &r), kInvalidValue);
+  bad = texture(buffer);
+  bad.pitch = 32;  // Rows overlap.
+  EXPECT_EQ(s.Invoke<calls::TexObjectCreate>(bad, &r), kInvalidValue);
+  bad = texture(buffer);
+  bad.channels = 3;
+  EXPECT_EQ(s.Invoke<calls::TexObjectCreate>(bad, &r), kInvalidValue);
+  bad = texture(buffer);
+  bad.format = 0xb0;  // Block-compressed.
+  EXPECT_EQ(s.Invoke<calls::TexObjectCreate>(bad, &r), kInvalidValue);
+  bad = texture(buffer);
+  bad.width = 0xffffffffu;
+  bad.slice_pitch = ~uint64_t{0};
+  bad.layers = 0xffffffffu;  // Overflowing extents.
+  EXPECT_EQ(s.Invoke<calls::TexObjectCreate>(bad, &r), kInvalidValue);
+  // The victim's handle names nothing here.
+  s.Invoke<calls::TexObjectDestroy>({victim_texture.handle});
+  EXPECT_EQ(AsyncError(s), kInvalidHandle);
+  // The attacker's own object: made, destroyed once.
+  ASSERT_EQ(s.Invoke<calls::TexObjectCreate>(texture(buffer), &r), kOk) << s.last_error();
+  s.Invoke<calls::TexObjectDestroy>({r.handle});
+  EXPECT_EQ(AsyncError(s), kOk) << s.last_error();
+  s.Invoke<calls::TexObjectDestroy>({r.handle});
+  EXPECT_EQ(AsyncError(s), kInvalidHandle);
+  // The victim's object is still its own to destroy.
+  victim_->s().Invoke<calls::TexObjectDestroy>({victim_texture.handle});
+  EXPECT_EQ(victim_->s().Synchronize(), kOk) << victim_->s().last_error();
+  victim_->s().MemFree(victim_buffer);
+  s.MemFree(buffer);
+  ExpectAllUnharmed();
+}
+
 }  // namespace
 }  // namespace gpupool::testing

@@ -31,7 +31,7 @@ namespace {
   X(cuOccupancyMaxActiveClusters) X(cuLaunchHostFunc) X(cuStreamCreate) X(cuStreamDestroy)               \
   X(cuStreamQuery) X(cuStreamWaitEvent) X(cuStreamWaitValue32) X(cuStreamWaitValue64) X(cuEventCreate)    \
   X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuEventElapsedTime) X(cuEventSynchronize)         \
-  X(cuGetErrorString)
+  X(cuGetErrorString) X(cuTexObjectCreate) X(cuTexObjectDestroy)
 
 struct Api {
 #define GP_FIELD(name) decltype(&::name) name = nullptr;
@@ -415,6 +415,63 @@ class CudaBackend final : public DeviceBackend {
     return From(api_->cuStreamQuery(S(stream)));
   }
 
+  // Texture objects over pitch2D and linear memory go to the real driver as they are. A texture over a CUDA array
+  // (which the client keeps as pitched memory, lib/interpose/array.cc) goes as pitch2D memory when the array is 2D
+  // without layers: the driver samples both alike. A 1D array cannot go as linear memory (the driver neither
+  // filters nor addresses linear textures as it does arrays), and 3D and layered arrays, and every surface, need a
+  // real CUDA array: those are refused with CUDA_ERROR_NOT_SUPPORTED and the reason. Not run on a GPU yet.
+  CallStatus CreateTexture(const TextureSpec& spec, uint64_t* handle, uint64_t* reserved) override {
+    if (spec.surface) {
+      return {CUDA_ERROR_NOT_SUPPORTED, "surface objects need real CUDA arrays, which GPU slices do not hold yet"};
+    }
+    const bool pitch2d = spec.resource == TextureSpec::Resource::kPitch2D ||
+                         (spec.resource == TextureSpec::Resource::kArray && spec.dims == 2 && spec.layers == 0);
+    if (!pitch2d && spec.resource != TextureSpec::Resource::kLinear) {
+      return {CUDA_ERROR_NOT_SUPPORTED,
+              "textures over 1D, 3D or layered CUDA arrays need real CUDA arrays, which GPU slices do not hold yet"};
+    }
+    CUDA_RESOURCE_DESC res = {};
+    const CUarray_format format = static_cast<CUarray_format>(spec.format);
+    if (pitch2d) {
+      res.resType = CU_RESOURCE_TYPE_PITCH2D;
+      res.res.pitch2D.devPtr = spec.address;
+      res.res.pitch2D.format = format;
+      res.res.pitch2D.numChannels = spec.channels;
+      res.res.pitch2D.width = spec.width;
+      res.res.pitch2D.height = spec.height;
+      res.res.pitch2D.pitchInBytes = spec.pitch;
+    } else {
+      res.resType = CU_RESOURCE_TYPE_LINEAR;
+      res.res.linear.devPtr = spec.address;
+      res.res.linear.format = format;
+      res.res.linear.numChannels = spec.channels;
+      const uint64_t channel = format == CU_AD_FORMAT_UNSIGNED_INT8 || format == CU_AD_FORMAT_SIGNED_INT8 ? 1
+                               : format == CU_AD_FORMAT_FLOAT || format == CU_AD_FORMAT_UNSIGNED_INT32 ||
+                                       format == CU_AD_FORMAT_SIGNED_INT32
+                                   ? 4
+                                   : 2;
+      res.res.linear.sizeInBytes = uint64_t{spec.width} * channel * spec.channels;
+    }
+    CUDA_TEXTURE_DESC tex = {};
+    for (int i = 0; i < 3; ++i) tex.addressMode[i] = static_cast<CUaddress_mode>(spec.address_mode[i]);
+    tex.filterMode = static_cast<CUfilter_mode>(spec.filter_mode);
+    tex.flags = spec.flags;
+    for (int i = 0; i < 4; ++i) tex.borderColor[i] = spec.border[i];
+    Current();
+    CUtexObject object = 0;
+    if (CUresult r = api_->cuTexObjectCreate(&object, &res, &tex, nullptr); r != CUDA_SUCCESS) return From(r);
+    textures_.push_back(object);
+    *handle = object;
+    *reserved = 0;  // The driver's own bookkeeping, not the slice's memory.
+    return CallStatus::Ok();
+  }
+
+  CallStatus DestroyTexture(uint64_t handle) override {
+    Current();
+    Forget(textures_, static_cast<CUtexObject>(handle));
+    return From(api_->cuTexObjectDestroy(static_cast<CUtexObject>(handle)));
+  }
+
   // A GPU's utilisation is NVML's on the server (the whole GPU, all its tenants): the agent's telemetry is where it
   // will come from, not this session.
   CallStatus Utilization(uint32_t*, uint32_t*) override {
@@ -590,6 +647,8 @@ class CudaBackend final : public DeviceBackend {
     streams_.clear();
     for (CUevent e : events_) api_->cuEventDestroy(e);
     events_.clear();
+    for (CUtexObject t : textures_) api_->cuTexObjectDestroy(t);
+    textures_.clear();
     for (auto& [address, a] : allocations_) {
       api_->cuMemUnmap(address, a.size);
       api_->cuMemRelease(a.handle);
@@ -624,6 +683,7 @@ class CudaBackend final : public DeviceBackend {
   std::vector<CUmodule> modules_;
   std::vector<CUstream> streams_;
   std::vector<CUevent> events_;
+  std::vector<CUtexObject> textures_;
   CUstream sync_stream_ = nullptr;
   std::shared_ptr<Staging> done_staging_ = std::make_shared<Staging>();
 };

@@ -247,6 +247,46 @@ class EmuBackend final : public DeviceBackend {
 
   CallStatus QueryStream(StreamRef stream) override { return From(device_->StreamQuery(stream.as<emu::Stream>())); }
 
+  // The emulated device resolves texture objects itself (emu/texture.h): the descriptor it writes into its memory
+  // takes Device::kTextureObjectBytes, counted against the quota, and its address is the handle.
+  CallStatus CreateTexture(const TextureSpec& spec, uint64_t* handle, uint64_t* reserved) override {
+    emu::TextureDesc d;
+    d.surface = spec.surface;
+    d.dims = static_cast<uint8_t>(spec.dims);
+    d.channels = static_cast<uint8_t>(spec.channels);
+    switch (spec.format) {
+      case CU_AD_FORMAT_UNSIGNED_INT8: d.format = emu::TexFormat::kU8; break;
+      case CU_AD_FORMAT_SIGNED_INT8: d.format = emu::TexFormat::kS8; break;
+      case CU_AD_FORMAT_UNSIGNED_INT16: d.format = emu::TexFormat::kU16; break;
+      case CU_AD_FORMAT_SIGNED_INT16: d.format = emu::TexFormat::kS16; break;
+      case CU_AD_FORMAT_HALF: d.format = emu::TexFormat::kHalf; break;
+      case CU_AD_FORMAT_UNSIGNED_INT32: d.format = emu::TexFormat::kU32; break;
+      case CU_AD_FORMAT_SIGNED_INT32: d.format = emu::TexFormat::kS32; break;
+      case CU_AD_FORMAT_FLOAT: d.format = emu::TexFormat::kF32; break;
+      default: return {CUDA_ERROR_NOT_SUPPORTED, fmt::format("texel format 0x{:x}", spec.format)};
+    }
+    d.base = spec.address;
+    d.pitch = spec.pitch;
+    d.slice_pitch = spec.slice_pitch;
+    d.width = spec.width;
+    d.height = spec.height;
+    d.depth = spec.depth;
+    d.layers = spec.layers;
+    for (int i = 0; i < 3; ++i) d.address[i] = static_cast<emu::TexAddress>(spec.address_mode[i]);
+    d.linear_filter = spec.filter_mode == CU_TR_FILTER_MODE_LINEAR;
+    d.normalized_coords = (spec.flags & CU_TRSF_NORMALIZED_COORDINATES) != 0;
+    d.read_as_integer = (spec.flags & CU_TRSF_READ_AS_INTEGER) != 0;
+    d.srgb = (spec.flags & CU_TRSF_SRGB) != 0;
+    d.linear_resource = spec.resource == TextureSpec::Resource::kLinear;
+    for (int i = 0; i < 4; ++i) d.border[i] = spec.border[i];
+    EmuStatus s = device_->CreateTextureObject(d, handle);
+    if (!s.ok()) return From(s);
+    *reserved = emu::Device::kTextureObjectBytes;
+    return CallStatus::Ok();
+  }
+
+  CallStatus DestroyTexture(uint64_t handle) override { return From(device_->DestroyTextureObject(handle)); }
+
   CallStatus Utilization(uint32_t* gpu_percent, uint32_t* memory_percent) override {
     unsigned gpu = 0, memory = 0;
     device_->Utilization(&gpu, &memory);

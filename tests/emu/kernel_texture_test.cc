@@ -1,0 +1,792 @@
+// Texture and surface objects on the emulated device (texture.cu): every fetch of nvcc-built kernels against a
+// host reference written from the CUDA C++ Programming Guide's appendix "Texture Fetching":
+//   nearest point: T[floor(x)]; linear: xB = x - 0.5, i = floor(xB), alpha = frac(xB) held in 9-bit fixed point
+//   with 8 fractional bits, tex(x) = (1 - alpha) T[i] + alpha T[i + 1] (2D, 3D: products of the axis weights);
+//   normalised coordinates scale by the extent; address modes clamp, border, wrap and mirror per texel index (wrap
+//   and mirror only with normalised coordinates); 8/16-bit integers read as normalised floats unless read as
+//   integers. Texel values are chosen so every filtered sum is exact in double, and the device rounds once to
+//   float, as the reference does: results must match bit for bit.
+// Surfaces: raw reads and writes at byte x coordinates, with .trap, .clamp and .zero out-of-range modes.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernel_harness.h"
+
+namespace gpupool::emu::test {
+namespace {
+
+constexpr uint32_t kBlock = 64;
+constexpr uint32_t Blocks(size_t n) { return static_cast<uint32_t>((n + kBlock - 1) / kBlock); }
+
+float F(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+uint32_t U(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// IEEE half -> float (the formats test stores halves).
+float HalfBits(uint16_t h) {
+  const uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  float v;
+  if (exp == 0) v = std::ldexp(static_cast<float>(man), -24);
+  else if (exp == 31) v = man ? NAN : INFINITY;
+  else v = std::ldexp(static_cast<float>(man | 0x400), static_cast<int>(exp) - 25);
+  return sign ? -v : v;
+}
+
+// A texture's texels on the host, as the device holds them, and the reference fetch.
+struct HostTexture {
+  TextureDesc desc;
+  std::vector<uint8_t> bytes;  // From desc.base: slices of rows of `pitch` bytes.
+
+  // Texel (x, y, slice), decoded: floats for float results, integer bits otherwise; missing channels 0, 0, 1.
+  std::array<uint32_t, 4> Texel(int64_t x, int64_t y, int64_t slice, bool float_result) const {
+    const uint8_t* p = bytes.data() + slice * desc.slice_pitch + y * desc.pitch + x * desc.ElementBytes();
+    std::array<float, 4> f = {0, 0, 0, 1};
+    std::array<uint32_t, 4> u = {0, 0, 0, 1};
+    for (int c = 0; c < desc.channels; ++c) {
+      const uint8_t* q = p + c * TexFormatBytes(desc.format);
+      switch (desc.format) {
+        case TexFormat::kU8: {
+          u[c] = q[0];
+          f[c] = q[0] / 255.0f;
+          if (desc.srgb && c < 3) {
+            f[c] = f[c] <= 0.04045f ? f[c] / 12.92f : static_cast<float>(std::pow((f[c] + 0.055) / 1.055, 2.4));
+          }
+          break;
+        }
+        case TexFormat::kS8: {
+          int8_t v = static_cast<int8_t>(q[0]);
+          u[c] = static_cast<uint32_t>(int32_t{v});
+          f[c] = std::max(v / 127.0f, -1.0f);
+          break;
+        }
+        case TexFormat::kU16: {
+          uint16_t v;
+          std::memcpy(&v, q, 2);
+          u[c] = v;
+          f[c] = v / 65535.0f;
+          break;
+        }
+        case TexFormat::kS16: {
+          int16_t v;
+          std::memcpy(&v, q, 2);
+          u[c] = static_cast<uint32_t>(int32_t{v});
+          f[c] = std::max(v / 32767.0f, -1.0f);
+          break;
+        }
+        case TexFormat::kHalf: {
+          uint16_t v;
+          std::memcpy(&v, q, 2);
+          f[c] = HalfBits(v);
+          break;
+        }
+        case TexFormat::kU32: case TexFormat::kS32: std::memcpy(&u[c], q, 4); break;
+        case TexFormat::kF32: std::memcpy(&f[c], q, 4); break;
+      }
+    }
+    if (float_result) {
+      for (int c = 0; c < 4; ++c) u[c] = U(f[c]);
+    }
+    return u;
+  }
+
+  bool FloatResult() const {
+    switch (desc.format) {
+      case TexFormat::kHalf: case TexFormat::kF32: return true;
+      case TexFormat::kU32: case TexFormat::kS32: return false;
+      default: return !desc.read_as_integer;
+    }
+  }
+
+  // The Guide's addressing of texel index i on an axis of n texels; false: the border.
+  bool Address(int64_t i, int64_t n, int axis, int64_t* out) const {
+    TexAddress mode = desc.linear_resource ? TexAddress::kBorder : desc.address[axis];
+    if (!desc.normalized_coords && (mode == TexAddress::kWrap || mode == TexAddress::kMirror)) {
+      mode = TexAddress::kClamp;
+    }
+    switch (mode) {
+      case TexAddress::kClamp: *out = std::clamp<int64_t>(i, 0, n - 1); return true;
+      case TexAddress::kBorder: *out = i; return i >= 0 && i < n;
+      case TexAddress::kWrap: *out = ((i % n) + n) % n; return true;
+      case TexAddress::kMirror: {
+        int64_t m = ((i % (2 * n)) + 2 * n) % (2 * n);
+        *out = m < n ? m : 2 * n - 1 - m;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  std::array<uint32_t, 4> At(const int64_t idx[3], int dims, int64_t layer, bool float_result) const {
+    const int64_t extent[3] = {desc.width, desc.height, desc.depth};
+    int64_t a[3] = {0, 0, 0};
+    for (int k = 0; k < dims; ++k) {
+      if (!Address(idx[k], extent[k], k, &a[k])) {
+        std::array<uint32_t, 4> border;
+        for (int c = 0; c < 4; ++c) border[c] = U(desc.linear_resource ? 0.0f : desc.border[c]);
+        return border;
+      }
+    }
+    return Texel(a[0], a[1], desc.layers ? layer : a[2], float_result);
+  }
+
+  // tex(x[, y[, z]]) on layer `layer`, as the Guide defines it. `integer_coords`: tex1Dfetch's indices.
+  std::array<uint32_t, 4> Fetch(const float* coords, int64_t layer, bool integer_coords = false) const {
+    const int dims = desc.dims;
+    const bool float_result = FloatResult();
+    if (desc.layers) layer = std::clamp<int64_t>(layer, 0, desc.layers - 1);
+    const int64_t extent[3] = {desc.width, desc.height, desc.depth};
+    const bool linear = desc.linear_filter && float_result && !integer_coords;
+    int64_t i[3] = {0, 0, 0};
+    double alpha[3] = {0, 0, 0};
+    for (int k = 0; k < dims; ++k) {
+      if (integer_coords) {
+        i[k] = static_cast<int64_t>(coords[k]);
+        continue;
+      }
+      float u = coords[k];
+      if (desc.normalized_coords) u *= static_cast<float>(extent[k]);
+      if (!linear) {
+        i[k] = static_cast<int64_t>(std::floor(u));
+        continue;
+      }
+      const float b = u - 0.5f;
+      i[k] = static_cast<int64_t>(std::floor(b));
+      alpha[k] = std::nearbyint((b - std::floor(b)) * 256.0) / 256.0;  // 9-bit fixed point, 8 fraction bits.
+    }
+    if (!linear) return At(i, dims, layer, float_result);
+    double sum[4] = {0, 0, 0, 0};
+    for (int corner = 0; corner < (1 << dims); ++corner) {
+      int64_t idx[3];
+      double w = 1;
+      for (int k = 0; k < dims; ++k) {
+        const int o = (corner >> k) & 1;
+        idx[k] = i[k] + o;
+        w *= o ? alpha[k] : 1 - alpha[k];
+      }
+      const std::array<uint32_t, 4> t = At(idx, dims, layer, true);
+      for (int c = 0; c < 4; ++c) sum[c] += w * F(t[c]);
+    }
+    std::array<uint32_t, 4> r;
+    for (int c = 0; c < 4; ++c) r[c] = U(static_cast<float>(sum[c]));
+    return r;
+  }
+
+  // tex2Dgather component `comp`: texels (i, j+1), (i+1, j+1), (i+1, j), (i, j) of the linear footprint.
+  std::array<uint32_t, 4> Gather(float x, float y, int comp) const {
+    float u[2] = {x, y};
+    int64_t i[2];
+    for (int k = 0; k < 2; ++k) {
+      if (desc.normalized_coords) u[k] *= static_cast<float>(k == 0 ? desc.width : desc.height);
+      i[k] = static_cast<int64_t>(std::floor(u[k] - 0.5f));
+    }
+    const int offsets[4][2] = {{0, 1}, {1, 1}, {1, 0}, {0, 0}};
+    std::array<uint32_t, 4> r;
+    for (int n = 0; n < 4; ++n) {
+      const int64_t idx[3] = {i[0] + offsets[n][0], i[1] + offsets[n][1], 0};
+      r[n] = At(idx, 2, 0, FloatResult())[comp];
+    }
+    return r;
+  }
+};
+
+class TextureTest : public KernelTest {
+ public:
+  // A texture of `desc`'s shape filled with `fill(byte index)`, uploaded; sets desc.base/pitch/slice_pitch.
+  HostTexture Make(TextureDesc desc, const std::function<uint8_t(size_t)>& fill) {
+    HostTexture t;
+    const uint64_t row = uint64_t{desc.width} * desc.ElementBytes();
+    desc.pitch = (row + 31) / 32 * 32 + (desc.height > 1 ? 32 : 0);  // Padded rows: the pitch must be honoured.
+    desc.slice_pitch = desc.pitch * desc.height;
+    t.bytes.resize(desc.slice_pitch * desc.Slices());
+    for (size_t k = 0; k < t.bytes.size(); ++k) t.bytes[k] = fill(k);
+    desc.base = Upload(t.bytes);
+    t.desc = desc;
+    return t;
+  }
+  // Texel values that keep every filtered sum exact: floats with few significant bits.
+  HostTexture MakeFloat(TextureDesc desc) {
+    desc.format = TexFormat::kF32;
+    std::vector<float> values;
+    HostTexture t = Make(desc, [](size_t) { return uint8_t{0}; });
+    for (size_t k = 0; k + 4 <= t.bytes.size(); k += 4) {
+      float v = static_cast<float>(Int(-64, 64)) / 8.0f;
+      std::memcpy(&t.bytes[k], &v, 4);
+    }
+    Check(device().CopyToDevice(t.desc.base, t.bytes.data(), t.bytes.size()), "upload");
+    return t;
+  }
+  uint64_t Object(const TextureDesc& desc) {
+    uint64_t handle = 0;
+    Check(device().CreateTextureObject(desc, &handle), "CreateTextureObject");
+    return handle;
+  }
+  std::vector<float> Coords(size_t n, float lo, float hi) {
+    std::vector<float> c(n);
+    // Half on multiples of 1/64 (texel centres and edges, exact weights), half anywhere: fractions that the
+    // 9-bit weights must round.
+    for (size_t i = 0; i < n; ++i) c[i] = i % 2 ? Float(lo, hi) : std::round(Float(lo, hi) * 64.0f) / 64.0f;
+    return c;
+  }
+
+  static std::string What(const TextureDesc& d) {
+    return "format " + std::to_string(static_cast<int>(d.format)) + " x" + std::to_string(d.channels) +
+           " address " + std::to_string(static_cast<int>(d.address[0])) + "/" +
+           std::to_string(static_cast<int>(d.address[1])) + (d.linear_filter ? " linear" : " point") +
+           (d.normalized_coords ? " normalised" : "") + (d.read_as_integer ? " as-integer" : "");
+  }
+
+  // Fetches with tex2D<float4> (or <int4> for integer results) at n random points; compares with the reference.
+  void Check2D(const HostTexture& t, size_t n = 200) {
+    const bool norm = t.desc.normalized_coords;
+    std::vector<float> x = norm ? Coords(n, -1.5f, 2.5f) : Coords(n, -3.0f, t.desc.width + 3.0f);
+    std::vector<float> y = norm ? Coords(n, -1.5f, 2.5f) : Coords(n, -3.0f, t.desc.height + 3.0f);
+    const uint64_t handle = Object(t.desc);
+    uint64_t out = Output<uint32_t>(4 * n);
+    Launch(Kernel("texture", t.FloatResult() ? "tex2d_f4" : "tex2d_i4"), {Blocks(n)}, {kBlock}, 0, handle, Upload(x),
+           Upload(y), out, static_cast<int>(n));
+    std::vector<uint32_t> got = Download<uint32_t>(out, 4 * n);
+    for (size_t i = 0; i < n; ++i) {
+      const float c[2] = {x[i], y[i]};
+      const std::array<uint32_t, 4> want = t.Fetch(c, 0);
+      for (int k = 0; k < 4; ++k) {
+        ASSERT_EQ(got[4 * i + k], want[k]) << What(t.desc) << " at (" << x[i] << ", " << y[i] << ") channel " << k
+                                           << ": got " << F(got[4 * i + k]) << ", want " << F(want[k]);
+      }
+    }
+    Check(device().DestroyTextureObject(handle), "DestroyTextureObject");
+  }
+};
+
+TEST_P(TextureTest, AddressModesFiltersAndCoordinates2D) {
+  TRACE_SEED();
+  for (int mode = 0; mode < 4; ++mode) {
+    for (bool linear : {false, true}) {
+      for (bool normalized : {false, true}) {
+        TextureDesc d;
+        d.dims = 2;
+        d.width = 7;
+        d.height = 5;
+        d.channels = 4;
+        d.address[0] = d.address[1] = static_cast<TexAddress>(mode);
+        d.linear_filter = linear;
+        d.normalized_coords = normalized;
+        d.border[0] = 0.5f, d.border[1] = -2.0f, d.border[2] = 8.0f, d.border[3] = 0.25f;
+        Check2D(MakeFloat(d), 120);
+      }
+    }
+  }
+  // Different modes per axis.
+  TextureDesc d;
+  d.dims = 2;
+  d.width = 6;
+  d.height = 9;
+  d.channels = 1;
+  d.address[0] = TexAddress::kMirror;
+  d.address[1] = TexAddress::kBorder;
+  d.linear_filter = true;
+  d.normalized_coords = true;
+  d.border[0] = 3.0f;
+  Check2D(MakeFloat(d));
+}
+
+TEST_P(TextureTest, FormatsChannelsAndReadModes) {
+  TRACE_SEED();
+  const TexFormat formats[] = {TexFormat::kU8, TexFormat::kS8, TexFormat::kU16, TexFormat::kS16,
+                               TexFormat::kHalf, TexFormat::kU32, TexFormat::kS32, TexFormat::kF32};
+  for (TexFormat format : formats) {
+    for (uint8_t channels : {1, 2, 4}) {
+      for (bool as_integer : {false, true}) {
+        for (bool linear : {false, true}) {
+          TextureDesc d;
+          d.dims = 2;
+          d.width = 5;
+          d.height = 4;
+          d.format = format;
+          d.channels = channels;
+          d.address[0] = d.address[1] = TexAddress::kClamp;
+          d.read_as_integer = as_integer;
+          d.linear_filter = linear;
+          HostTexture t = Make(d, [&](size_t) { return static_cast<uint8_t>(U32()); });
+          if (format == TexFormat::kHalf || format == TexFormat::kF32) {
+            // Finite values with few significant bits, so that filtered sums stay exact.
+            const size_t step = TexFormatBytes(format);
+            for (size_t k = 0; k + step <= t.bytes.size(); k += step) {
+              const float v = static_cast<float>(Int(-512, 512)) / 16.0f;
+              if (format == TexFormat::kF32) {
+                std::memcpy(&t.bytes[k], &v, 4);
+              } else {
+                // v * 16 is an integer below 2^10: exact in half as sign, exponent and mantissa.
+                uint16_t h = 0;
+                if (v != 0) {
+                  int e;
+                  const float m = std::frexp(std::fabs(v), &e);  // v = m * 2^e, m in [0.5, 1).
+                  h = static_cast<uint16_t>(((e + 14) << 10) | (static_cast<uint32_t>(m * 2048.0f) & 0x3ff));
+                  if (v < 0) h |= 0x8000;
+                }
+                std::memcpy(&t.bytes[k], &h, 2);
+              }
+            }
+            Check(device().CopyToDevice(t.desc.base, t.bytes.data(), t.bytes.size()), "upload");
+          }
+          Check2D(t, 64);
+        }
+      }
+    }
+  }
+}
+
+TEST_P(TextureTest, SrgbDecodesColourChannels) {
+  TRACE_SEED();
+  TextureDesc d;
+  d.dims = 2;
+  d.width = 4;
+  d.height = 4;
+  d.format = TexFormat::kU8;
+  d.channels = 4;
+  d.srgb = true;
+  d.linear_filter = true;
+  d.address[0] = d.address[1] = TexAddress::kWrap;
+  d.normalized_coords = true;
+  HostTexture t = Make(d, [&](size_t) { return static_cast<uint8_t>(U32()); });
+  Check2D(t, 100);
+}
+
+TEST_P(TextureTest, OneThreeDimensionalAndLayered) {
+  TRACE_SEED();
+  const size_t n = 100;
+  {  // 1D, linear, wrap.
+    TextureDesc d;
+    d.width = 11;
+    d.channels = 2;
+    d.linear_filter = true;
+    d.normalized_coords = true;
+    HostTexture t = MakeFloat(d);
+    std::vector<float> x = Coords(n, -2, 3);
+    uint64_t out = Output<uint32_t>(4 * n);
+    Launch(Kernel("texture", "tex1d_f4"), {Blocks(n)}, {kBlock}, 0, Object(t.desc), Upload(x), out, int(n));
+    std::vector<uint32_t> got = Download<uint32_t>(out, 4 * n);
+    for (size_t i = 0; i < n; ++i) {
+      auto want = t.Fetch(&x[i], 0);
+      for (int k = 0; k < 4; ++k) ASSERT_EQ(got[4 * i + k], want[k]) << "1D at " << x[i];
+    }
+  }
+  {  // 3D, linear, mirror / clamp / border.
+    TextureDesc d;
+    d.dims = 3;
+    d.width = 4;
+    d.height = 3;
+    d.depth = 5;
+    d.channels = 1;
+    d.linear_filter = true;
+    d.normalized_coords = true;
+    d.address[0] = TexAddress::kMirror;
+    d.address[1] = TexAddress::kClamp;
+    d.address[2] = TexAddress::kBorder;
+    d.border[0] = 7;
+    HostTexture t = MakeFloat(d);
+    std::vector<float> x = Coords(n, -1, 2), y = Coords(n, -1, 2), z = Coords(n, -1, 2);
+    uint64_t out = Output<uint32_t>(4 * n);
+    Launch(Kernel("texture", "tex3d_f4"), {Blocks(n)}, {kBlock}, 0, Object(t.desc), Upload(x), Upload(y), Upload(z),
+           out, int(n));
+    std::vector<uint32_t> got = Download<uint32_t>(out, 4 * n);
+    for (size_t i = 0; i < n; ++i) {
+      const float c[3] = {x[i], y[i], z[i]};
+      auto want = t.Fetch(c, 0);
+      for (int k = 0; k < 4; ++k) {
+        ASSERT_EQ(got[4 * i + k], want[k]) << "3D at " << x[i] << "," << y[i] << "," << z[i];
+      }
+    }
+  }
+  std::vector<int> layer(n);
+  for (int& l : layer) l = Int(-1, 4);  // Outside [0, 3] too: the layer index is clamped.
+  {  // 1D layered, point.
+    TextureDesc d;
+    d.width = 9;
+    d.layers = 4;
+    d.channels = 4;
+    d.address[0] = TexAddress::kBorder;
+    d.border[2] = 1.5f;
+    HostTexture t = MakeFloat(d);
+    std::vector<float> x = Coords(n, -2, 11);
+    uint64_t out = Output<uint32_t>(4 * n);
+    Launch(Kernel("texture", "tex1d_layered_f4"), {Blocks(n)}, {kBlock}, 0, Object(t.desc), Upload(x),
+           Upload(layer), out, int(n));
+    std::vector<uint32_t> got = Download<uint32_t>(out, 4 * n);
+    for (size_t i = 0; i < n; ++i) {
+      auto want = t.Fetch(&x[i], layer[i]);
+      for (int k = 0; k < 4; ++k) ASSERT_EQ(got[4 * i + k], want[k]) << "1D layered at " << x[i] << " layer " << layer[i];
+    }
+  }
+  {  // 2D layered, linear.
+    TextureDesc d;
+    d.dims = 2;
+    d.width = 5;
+    d.height = 6;
+    d.layers = 4;
+    d.channels = 2;
+    d.linear_filter = true;
+    d.address[0] = d.address[1] = TexAddress::kClamp;
+    HostTexture t = MakeFloat(d);
+    std::vector<float> x = Coords(n, -1, 6), y = Coords(n, -1, 7);
+    uint64_t out = Output<uint32_t>(4 * n);
+    Launch(Kernel("texture", "tex2d_layered_f4"), {Blocks(n)}, {kBlock}, 0, Object(t.desc), Upload(x), Upload(y),
+           Upload(layer), out, int(n));
+    std::vector<uint32_t> got = Download<uint32_t>(out, 4 * n);
+    for (size_t i = 0; i < n; ++i) {
+      const float c[2] = {x[i], y[i]};
+      auto want = t.Fetch(c, layer[i]);
+      for (int k = 0; k < 4; ++k) ASSERT_EQ(got[4 * i + k], want[k]) << "2D layered at " << x[i] << "," << y[i];
+    }
+  }
+}
+
+TEST_P(TextureTest, FetchFromLinearMemoryReadsZeroOutside) {
+  TRACE_SEED();
+  const size_t n = 120;
+  std::vector<int> index(n);
+  for (int& i : index) i = Int(-20, 60);
+  for (bool integer : {false, true}) {
+    TextureDesc d;
+    d.width = 40;
+    d.channels = 4;
+    d.linear_resource = true;
+    d.format = integer ? TexFormat::kS32 : TexFormat::kF32;
+    d.address[0] = TexAddress::kClamp;  // Ignored for linear memory: outside reads zero.
+    HostTexture t = integer ? Make(d, [&](size_t) { return static_cast<uint8_t>(U32()); }) : MakeFloat(d);
+    uint64_t out = Output<uint32_t>(4 * n);
+    Launch(Kernel("texture", integer ? "fetch_i4" : "fetch_f4"), {Blocks(n)}, {kBlock}, 0, Object(t.desc),
+           Upload(index), out, int(n));
+    std::vector<uint32_t> got = Download<uint32_t>(out, 4 * n);
+    for (size_t i = 0; i < n; ++i) {
+      const float c = static_cast<float>(index[i]);
+      auto want = t.Fetch(&c, 0, true);
+      for (int k = 0; k < 4; ++k) ASSERT_EQ(got[4 * i + k], want[k]) << "tex1Dfetch(" << index[i] << ")";
+      if (index[i] < 0 || index[i] >= 40) EXPECT_EQ(want[0], 0u);
+    }
+  }
+}
+
+TEST_P(TextureTest, GatherReturnsOneChannelOfTheFootprint) {
+  TRACE_SEED();
+  const size_t n = 80;
+  for (bool integer : {false, true}) {
+    TextureDesc d;
+    d.dims = 2;
+    d.width = 6;
+    d.height = 5;
+    d.channels = 4;
+    d.format = integer ? TexFormat::kS16 : TexFormat::kF32;
+    d.read_as_integer = integer;
+    d.address[0] = TexAddress::kWrap;
+    d.address[1] = TexAddress::kBorder;
+    d.normalized_coords = true;
+    d.border[0] = d.border[1] = d.border[2] = d.border[3] = 0;
+    HostTexture t = integer ? Make(d, [&](size_t) { return static_cast<uint8_t>(U32()); }) : MakeFloat(d);
+    std::vector<float> x = Coords(n, -1, 2), y = Coords(n, -0.5f, 1.5f);
+    uint64_t out = Output<uint32_t>(16 * n);
+    Launch(Kernel("texture", integer ? "gather_i4" : "gather_f4"), {Blocks(n)}, {kBlock}, 0, Object(t.desc),
+           Upload(x), Upload(y), out, int(n));
+    std::vector<uint32_t> got = Download<uint32_t>(out, 16 * n);
+    for (size_t i = 0; i < n; ++i) {
+      for (int comp = 0; comp < 4; ++comp) {
+        auto want = t.Gather(x[i], y[i], comp);
+        for (int k = 0; k < 4; ++k) {
+          ASSERT_EQ(got[16 * i + 4 * comp + k], want[k]) << "gather " << comp << " at " << x[i] << "," << y[i];
+        }
+      }
+    }
+  }
+}
+
+TEST_P(TextureTest, LevelOfDetailSelectsTheOnlyLevel) {
+  TRACE_SEED();
+  TextureDesc d;
+  d.dims = 2;
+  d.width = 8;
+  d.height = 8;
+  d.channels = 1;
+  d.linear_filter = true;
+  d.normalized_coords = true;
+  HostTexture t = MakeFloat(d);
+  const size_t n = 50;
+  std::vector<float> x = Coords(n, 0, 1), y = Coords(n, 0, 1);
+  uint64_t out = Output<uint32_t>(4 * n);
+  Launch(Kernel("texture", "tex2d_lod_f4"), {Blocks(n)}, {kBlock}, 0, Object(t.desc), Upload(x), Upload(y), 2.5f, out,
+         int(n));
+  std::vector<uint32_t> got = Download<uint32_t>(out, 4 * n);
+  for (size_t i = 0; i < n; ++i) {
+    const float c[2] = {x[i], y[i]};
+    EXPECT_EQ(got[4 * i], t.Fetch(c, 0)[0]);
+  }
+}
+
+// Surfaces: a 2D surface of 32-bit texels, read and written in and out of range in each mode.
+TEST_P(TextureTest, Surface2DOutOfRangeModes) {
+  TRACE_SEED();
+  TextureDesc d;
+  d.surface = true;
+  d.dims = 2;
+  d.width = 10;
+  d.height = 7;
+  d.format = TexFormat::kU32;
+  HostTexture t = Make(d, [&](size_t) { return static_cast<uint8_t>(U32()); });
+  const uint64_t surface = Object(t.desc);
+  auto texel = [&](int64_t x, int64_t y) {
+    uint32_t v;
+    std::memcpy(&v, &t.bytes[y * t.desc.pitch + x * 4], 4);
+    return v;
+  };
+  const size_t n = 100;
+  std::vector<int> x(n), y(n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = Int(-3, 12) * 4;
+    y[i] = Int(-2, 8);
+  }
+  const auto inside = [&](size_t i) { return x[i] >= 0 && x[i] < 40 && y[i] >= 0 && y[i] < 7; };
+  for (const char* mode : {"clamp", "zero"}) {
+    uint64_t out = Output<uint32_t>(n);
+    Launch(Kernel("texture", std::string("surf2d_read_") + mode), {Blocks(n)}, {kBlock}, 0, surface, Upload(x),
+           Upload(y), out, int(n));
+    std::vector<uint32_t> got = Download<uint32_t>(out, n);
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t want = std::string(mode) == "zero" && !inside(i)
+                          ? 0
+                          : texel(std::clamp(x[i] / 4, 0, 9), std::clamp(y[i], 0, 6));
+      ASSERT_EQ(got[i], want) << mode << " read at x = " << x[i] << " bytes, y = " << y[i];
+    }
+  }
+  // Writes: .zero drops those outside; .clamp moves them to the edge (the last write to a texel wins, so each
+  // texel gets at most one writer here: one point per row, in order).
+  for (const char* mode : {"zero", "clamp"}) {
+    std::vector<int> wx, wy;
+    std::vector<uint32_t> values;
+    for (int row = -2; row < 9; ++row) {
+      wx.push_back(Int(-3, 12) * 4);
+      wy.push_back(row);
+      values.push_back(U32());
+    }
+    std::vector<uint8_t> expected = t.bytes;
+    std::vector<bool> written(70, false);
+    for (size_t i = 0; i < wx.size(); ++i) {
+      const bool in = wx[i] >= 0 && wx[i] < 40 && wy[i] >= 0 && wy[i] < 7;
+      if (!in && std::string(mode) == "zero") continue;
+      const int cx = std::clamp(wx[i] / 4, 0, 9), cy = std::clamp(wy[i], 0, 6);
+      if (written[cy * 10 + cx]) {  // Two writers (rows clamped together): keep this point inside instead.
+        wx[i] = -400;
+        if (std::string(mode) == "clamp") wy[i] = -400;
+        continue;
+      }
+      written[cy * 10 + cx] = true;
+      std::memcpy(&expected[cy * t.desc.pitch + cx * 4], &values[i], 4);
+    }
+    // Points demoted above must neither write (zero) nor collide (clamp): drop them.
+    std::vector<int> fx, fy;
+    std::vector<uint32_t> fv;
+    for (size_t i = 0; i < wx.size(); ++i) {
+      if (wx[i] == -400) continue;
+      fx.push_back(wx[i]);
+      fy.push_back(wy[i]);
+      fv.push_back(values[i]);
+    }
+    Launch(Kernel("texture", std::string("surf2d_write_") + mode), {1}, {kBlock}, 0, surface, Upload(fx), Upload(fy),
+           Upload(fv), int(fx.size()));
+    std::vector<uint8_t> got = Download<uint8_t>(t.desc.base, t.bytes.size());
+    for (int row = 0; row < 7; ++row) {
+      ASSERT_EQ(0, std::memcmp(&got[row * t.desc.pitch], &expected[row * t.desc.pitch], 40))
+          << mode << " write, row " << row;
+    }
+    t.bytes = got;
+  }
+  // .trap: the launch fails with an illegal address that names the surface access.
+  std::vector<int> bad_x = {0, 40}, bad_y = {0, 0};
+  EmuStatus s = TryLaunch(Kernel("texture", "surf2d_read_trap"), {1}, {2}, 0, surface, Upload(bad_x), Upload(bad_y),
+                          Output<uint32_t>(2), 2);
+  EXPECT_EQ(s.code(), Code::kIllegalAddress) << Describe(s);
+  EXPECT_NE(s.message().find("outside the surface"), std::string::npos) << s.message();
+}
+
+TEST_P(TextureTest, SurfaceWidthsAndLayers) {
+  TRACE_SEED();
+  {  // float4 in 1D: elements [0, n) bumped into [n, 2n).
+    const int n = 20;
+    TextureDesc d;
+    d.surface = true;
+    d.width = 2 * n;
+    d.channels = 4;
+    d.format = TexFormat::kF32;
+    HostTexture t = MakeFloat(d);
+    Launch(Kernel("texture", "surf1d_float4_bump"), {1}, {kBlock}, 0, Object(t.desc), n);
+    std::vector<float> got = Download<float>(t.desc.base, 8 * n);
+    for (int i = 0; i < 4 * n; ++i) {
+      float v;
+      std::memcpy(&v, &t.bytes[4 * i], 4);
+      ASSERT_EQ(got[4 * n + i], v + 1) << "float4 element " << i / 4;
+    }
+  }
+  {  // uchar4 in 3D.
+    const int w = 5, h = 3, depth = 4;
+    TextureDesc d;
+    d.surface = true;
+    d.dims = 3;
+    d.width = 2 * w;
+    d.height = h;
+    d.depth = depth;
+    d.channels = 4;
+    d.format = TexFormat::kU8;
+    HostTexture t = Make(d, [&](size_t) { return static_cast<uint8_t>(U32()); });
+    Launch(Kernel("texture", "surf3d_uchar4_bump"), {depth}, {w, h}, 0, Object(t.desc), w, h, depth);
+    std::vector<uint8_t> got = Download<uint8_t>(t.desc.base, t.bytes.size());
+    for (int z = 0; z < depth; ++z) {
+      for (int y = 0; y < h; ++y) {
+        for (int b = 0; b < 4 * w; ++b) {
+          const size_t row = z * t.desc.slice_pitch + y * t.desc.pitch;
+          ASSERT_EQ(got[row + 4 * w + b], static_cast<uint8_t>(t.bytes[row + b] + 1)) << z << "," << y << "," << b;
+        }
+      }
+    }
+  }
+  {  // short in 1D and 2D layered arrays.
+    const int w = 6, h = 4, layers = 3;
+    for (bool two_d : {false, true}) {
+      TextureDesc d;
+      d.surface = true;
+      d.dims = two_d ? 2 : 1;
+      d.width = 2 * w;
+      d.height = two_d ? h : 1;
+      d.layers = layers;
+      d.format = TexFormat::kS16;
+      HostTexture t = Make(d, [&](size_t) { return static_cast<uint8_t>(U32()); });
+      if (two_d) {
+        Launch(Kernel("texture", "surf2d_layered_short_bump"), {layers}, {w, h}, 0, Object(t.desc), w, h, layers);
+      } else {
+        Launch(Kernel("texture", "surf1d_layered_short_bump"), {layers}, {w}, 0, Object(t.desc), w, layers);
+      }
+      std::vector<uint8_t> got = Download<uint8_t>(t.desc.base, t.bytes.size());
+      for (int l = 0; l < layers; ++l) {
+        for (int y = 0; y < (two_d ? h : 1); ++y) {
+          for (int x = 0; x < w; ++x) {
+            const size_t row = l * t.desc.slice_pitch + y * t.desc.pitch;
+            int16_t in, out;
+            std::memcpy(&in, &t.bytes[row + 2 * x], 2);
+            std::memcpy(&out, &got[row + 2 * (x + w)], 2);
+            ASSERT_EQ(out, static_cast<int16_t>(in + 1)) << (two_d ? "2D" : "1D") << " layer " << l;
+          }
+        }
+      }
+    }
+  }
+  {  // 64-bit texels in 2D (two 32-bit channels).
+    const int w = 4, h = 3;
+    TextureDesc d;
+    d.surface = true;
+    d.dims = 2;
+    d.width = 2 * w;
+    d.height = h;
+    d.channels = 2;
+    d.format = TexFormat::kU32;
+    HostTexture t = Make(d, [&](size_t) { return static_cast<uint8_t>(U32()); });
+    Launch(Kernel("texture", "surf2d_int64_bump"), {1}, {w, h}, 0, Object(t.desc), w, h);
+    std::vector<uint8_t> got = Download<uint8_t>(t.desc.base, t.bytes.size());
+    for (int y = 0; y < h; ++y) {
+      for (int x = 0; x < w; ++x) {
+        int64_t in, out;
+        std::memcpy(&in, &t.bytes[y * t.desc.pitch + 8 * x], 8);
+        std::memcpy(&out, &got[y * t.desc.pitch + 8 * (x + w)], 8);
+        ASSERT_EQ(out, in + 1);
+      }
+    }
+  }
+}
+
+TEST_P(TextureTest, WrongGeometryOrHandleFaults) {
+  TextureDesc d;
+  d.width = 8;
+  HostTexture t = MakeFloat(d);
+  const uint64_t one_d = Object(t.desc);
+  std::vector<float> c = {1.0f};
+  EmuStatus s = TryLaunch(Kernel("texture", "tex2d_f4"), {1}, {1}, 0, one_d, Upload(c), Upload(c),
+                          Output<float>(4), 1);
+  EXPECT_EQ(s.code(), Code::kIllegalInstruction) << Describe(s);
+  EXPECT_NE(s.message().find("2D texture instruction on a 1D texture object"), std::string::npos) << s.message();
+}
+
+TEST_P(TextureTest, PlainMemoryIsNoTextureObject) {
+  // A buffer of the program's own is not a texture object, nor is a surface object.
+  std::vector<float> c = {1.0f};
+  uint64_t buffer = Output<float>(64, 0);
+  EmuStatus s = TryLaunch(Kernel("texture", "tex1d_f4"), {1}, {1}, 0, buffer, Upload(c), Output<float>(4), 1);
+  EXPECT_EQ(s.code(), Code::kIllegalAddress) << Describe(s);
+  EXPECT_NE(s.message().find("is not a texture object"), std::string::npos) << s.message();
+}
+
+TEST_P(TextureTest, SurfaceIsNoTextureObject) {
+  TextureDesc d;
+  d.surface = true;
+  d.width = 8;
+  HostTexture t = MakeFloat(d);
+  std::vector<float> c = {1.0f};
+  EmuStatus s = TryLaunch(Kernel("texture", "tex1d_f4"), {1}, {1}, 0, Object(t.desc), Upload(c), Output<float>(4), 1);
+  EXPECT_EQ(s.code(), Code::kIllegalAddress) << Describe(s);
+}
+
+GPUPOOL_INSTANTIATE_VARIANTS(TextureTest);
+
+// The device API's own checks (no kernel).
+using TextureObjectTest = EmuTest;
+
+TEST_F(TextureObjectTest, TexelsMustLieInsideOneAllocation) {
+  uint64_t memory = Alloc(1024);
+  TextureDesc d;
+  d.dims = 2;
+  d.width = 16;
+  d.height = 16;
+  d.pitch = 64;
+  d.base = memory;
+  uint64_t handle = 0;
+  EXPECT_TRUE(device().CreateTextureObject(d, &handle).ok());  // 16 rows of 64 bytes: exactly the allocation.
+  d.height = 17;
+  EXPECT_EQ(device().CreateTextureObject(d, &handle).code(), Code::kInvalidValue);
+  d.height = 16;
+  d.pitch = 32;  // Shorter than a row of 16 floats.
+  EXPECT_EQ(device().CreateTextureObject(d, &handle).code(), Code::kInvalidValue);
+  d.pitch = 64;
+  d.channels = 3;
+  EXPECT_EQ(device().CreateTextureObject(d, &handle).code(), Code::kInvalidValue);
+  d.channels = 1;
+  d.base = 0x1000;
+  EXPECT_EQ(device().CreateTextureObject(d, &handle).code(), Code::kInvalidValue);
+}
+
+TEST_F(TextureObjectTest, DestroyOnceAndMemoryReturns) {
+  uint64_t free_before = 0, free_after = 0, free_end = 0;
+  uint64_t memory = Alloc(256);
+  device().MemInfo(&free_before, nullptr);
+  TextureDesc d;
+  d.width = 64;
+  d.base = memory;
+  uint64_t handle = 0;
+  Check(device().CreateTextureObject(d, &handle), "create");
+  device().MemInfo(&free_after, nullptr);
+  EXPECT_EQ(free_before - free_after, Device::kTextureObjectBytes) << "the descriptor is device memory";
+  Check(device().DestroyTextureObject(handle), "destroy");
+  EXPECT_EQ(device().DestroyTextureObject(handle).code(), Code::kInvalidValue) << "destroyed twice";
+  EXPECT_EQ(device().DestroyTextureObject(memory).code(), Code::kInvalidValue) << "not an object";
+  Check(device().Synchronize(), "sync");
+  device().MemInfo(&free_end, nullptr);
+  EXPECT_EQ(free_end, free_before);
+}
+
+}  // namespace
+}  // namespace gpupool::emu::test
