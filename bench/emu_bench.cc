@@ -47,10 +47,11 @@ void Check(const EmuStatus& s, const char* what) {
 
 class Bench {
  public:
-  Bench(const std::string& ptx, int workers) {
+  Bench(const std::string& ptx, int workers, bool warp_major) {
     DeviceOptions o;
     o.memory_bytes = 512ull << 20;
     o.worker_threads = workers;
+    o.warp_major = warp_major;
     device_ = std::make_unique<Device>(o);
     Check(device_->LoadPtx(ptx, &module_), "load PTX");
     workers_ = workers;
@@ -90,11 +91,11 @@ class Bench {
   int workers_ = 1;
 };
 
-std::vector<Measurement> RunAll(const std::string& ptx, int workers) {
+std::vector<Measurement> RunAll(const std::string& ptx, int workers, bool warp_major = true) {
   std::vector<Measurement> out;
   std::mt19937 rng(42);
   std::uniform_real_distribution<float> dist(-1, 1);
-  Bench b(ptx, workers);
+  Bench b(ptx, workers, warp_major);
   {
     int n = 1 << 20;
     float a = 1.5f;
@@ -257,7 +258,7 @@ int main(int argc, char** argv) {
     }
   }
   if (launch_count < 4) launch_count = 4;
-  std::vector<Measurement> one, two;
+  std::vector<Measurement> one, two, thread_major;
   if (!launches_only) {
     std::ifstream f(ptx_path);
     if (!f) {
@@ -266,6 +267,8 @@ int main(int argc, char** argv) {
     }
     std::stringstream ss;
     ss << f.rdbuf();
+    // The baseline of issue 13's speed target, in the same run: one thread at a time, as before warp-major execution.
+    thread_major = RunAll(ss.str(), 1, false);
     one = RunAll(ss.str(), 1);
     two = RunAll(ss.str(), 2);
   }
@@ -294,6 +297,21 @@ int main(int argc, char** argv) {
                   "speed-up %.2fx  %s\n",
                   a.kernel.c_str(), static_cast<unsigned long long>(a.instructions), a.seconds, rate1, b.seconds,
                   rate2_per_core, speedup, a.correct && b.correct ? "correct" : "WRONG RESULT");
+    }
+  }
+  if (json) std::printf("],\"warp_major_vs_thread_major\":[");
+  else std::printf("warp-major against thread-at-a-time execution (1 worker; target 3x)\n");
+  for (size_t i = 0; i < thread_major.size() && i < one.size(); ++i) {
+    const double before = thread_major[i].instructions / thread_major[i].seconds / 1e6;
+    const double after = one[i].instructions / one[i].seconds / 1e6;
+    all_correct = all_correct && thread_major[i].correct;
+    if (json) {
+      std::printf("%s{\"kernel\":\"%s\",\"thread_major_minstr_per_s\":%.2f,\"warp_major_minstr_per_s\":%.2f,"
+                  "\"ratio\":%.3f,\"target\":3.0}",
+                  i ? "," : "", one[i].kernel.c_str(), before, after, after / before);
+    } else {
+      std::printf("  %-7s thread-major %6.1f M/s  warp-major %6.1f M/s  ratio %.2fx (target 3x: %s)\n",
+                  one[i].kernel.c_str(), before, after, after / before, after / before >= 3.0 ? "MET" : "MISSED");
     }
   }
   if (json) std::printf("],\"launch_rates\":[");

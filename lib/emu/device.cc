@@ -982,6 +982,7 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
   internal::Launch& launch = task.launch;
   launch.program = &prog;
   launch.cooperative = config.cooperative;
+  launch.warp_major = impl_->options.warp_major;
   launch.function = function->index;
   launch.grid = g;
   launch.block = b;

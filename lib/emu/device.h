@@ -56,6 +56,10 @@ struct DeviceOptions {
   // Address space the device may use from its memory's start: what lies beyond its memory (from the next 2 MiB)
   // holds virtual memory reservations (ReserveAddress). Default 0: none, and ReserveAddress fails.
   uint64_t address_space_bytes = 0;
+  // Runs the lanes of a warp together (one decode per instruction for every lane at it); false: one thread at a
+  // time between synchronisation points, as before warp-major execution (kept for emu_bench's comparison).
+  // Default true.
+  bool warp_major = true;
   // Shares execution with other devices' users on the same hardware; null: this device runs alone.
   std::shared_ptr<ExecutionGate> gate;
 };

@@ -145,6 +145,16 @@ struct CtaContext {
   }
 };
 
+// The lanes of a warp at one instruction (same call depth, function and pc), with their register windows.
+struct WarpGroup {
+  Thread* lanes[32];
+  uint64_t* regs[32];
+  uint32_t n = 0;
+  uint32_t depth = 0;
+  int32_t fn = 0;
+  uint32_t pc = 0;
+};
+
 class CtaRunner {
  public:
   // Runs CTAs of `launch` in `context`, which it sets up for the launch's block.
@@ -227,12 +237,25 @@ class CtaRunner {
       if (Cancelled()) return false;
       bool progress = false, only_waits = true;
       const uint64_t events = mbarrier_events_;
-      for (Thread& t : threads_) {
-        if (t.state != ThreadState::kRunning) continue;
+      for (uint32_t w = 0; w < nwarps_; ++w) {
+        bool running = false;
+        for (uint32_t k = w * 32; k < std::min(nthreads_, w * 32 + 32) && !running; ++k) {
+          running = threads_[k].state == ThreadState::kRunning;
+        }
+        if (!running) continue;
         progress = true;
-        yielded_on_wait_ = false;
-        if (!RunThread(t)) return false;
-        only_waits = only_waits && yielded_on_wait_;
+        bool waits_only = true;
+        if (launch_.warp_major) {
+          if (!RunWarp(w, &waits_only)) return false;
+        } else {
+          for (uint32_t k = w * 32; k < std::min(nthreads_, w * 32 + 32); ++k) {
+            if (threads_[k].state != ThreadState::kRunning) continue;
+            yielded_on_wait_ = false;
+            if (!RunThread(threads_[k])) return false;
+            waits_only = waits_only && yielded_on_wait_;
+          }
+        }
+        only_waits = only_waits && waits_only;
       }
       bool released = false;
       for (uint32_t w = 0; w < nwarps_; ++w) released = CompleteCollectives(w) || released;
@@ -442,7 +465,10 @@ class CtaRunner {
   }
 
   // ---- The interpreter. ----
-  bool RunThread(Thread& t);
+  // Runs `t` until it blocks, exits, gives way at a wait, or has run `budget` instructions.
+  bool RunThread(Thread& t, uint64_t budget = ~uint64_t{0});
+  bool RunWarp(uint32_t w, bool* waits_only);
+  int RunTogether(WarpGroup& g);
   // tex, tld4, suld, sust (exec_tex.inc); false after recording a fault.
   bool Texture(Thread& t, Frame& fr, uint64_t* R, const Inst& in);
   bool DoCall(Thread& t, const Inst& in);
@@ -492,6 +518,7 @@ class CtaRunner {
 #include "emu/exec_matrix.inc"
 #include "emu/exec_ops.inc"
 #include "emu/exec_tex.inc"
+#include "emu/exec_warp.inc"
 
 }  // namespace
 

@@ -53,6 +53,7 @@ struct Launch {
   // memory the launch owns, zeroed); 0 for other launches, where grid sync traps as on a GPU.
   bool cooperative = false;
   uint64_t grid_workspace = 0;
+  bool warp_major = true;  // DeviceOptions::warp_major.
 };
 
 struct LaunchOutcome {
