@@ -419,13 +419,24 @@ class FunctionCompiler {
     return f;
   }
 
-  // mbarrier objects live in shared memory; without a state space the address is generic. A cluster's shared
-  // memory is the CTA's own (the emulator runs no clusters).
-  static Space MbarrierSpace(const ptx::Instruction& in) {
-    for (const std::string& x : in.modifiers) {
-      if (x == "shared" || x == "shared::cta" || x == "shared::cluster") return Space::kShared;
-    }
-    return Space::kGeneric;
+  // An instruction's second address (its first takes inst.base/offset): the base into *base, the offset as an
+  // immediate into *offset. Only a register or an absolute address (symbols included) is accepted; otherwise the
+  // instruction is refused with `what`.
+  EmuStatus ResolveSecondAddress(const ptx::Instruction& in, const ptx::Operand& o, const char* what, Operand* base,
+                                 Operand* offset) {
+    Inst address;
+    if (EmuStatus s = ResolveAddress(o, in.line, address); !s.ok()) return s;
+    if (address.base.kind != Src::kReg && address.base.kind != Src::kNone) return Unsupported(in, what);
+    *base = address.base;
+    offset->kind = Src::kImm;
+    offset->imm = static_cast<uint64_t>(address.offset);
+    return EmuStatus::Ok();
+  }
+
+  // A .L2::cache_hint form: its last operand is the cache policy.
+  static bool HasCacheHint(const ptx::Instruction& in) {
+    return std::any_of(in.modifiers.begin(), in.modifiers.end(),
+                       [](const std::string& x) { return x.find("cache_hint") != std::string::npos; });
   }
 
   // mbarrier.{init,inval,arrive,arrive_drop,expect_tx,complete_tx,test_wait,try_wait,pending_count}.
@@ -442,7 +453,9 @@ class FunctionCompiler {
       inst.mode2 |= kMbarrierExpectTx;
     }
     // .noComplete promises the arrival does not complete the phase (undefined otherwise): an ordinary arrival.
-    inst.space = MbarrierSpace(in);
+    // mbarrier objects live in shared memory (a cluster's is the CTA's own); without a state space the address is
+    // generic.
+    inst.space = m.has_space ? m.space : Space::kGeneric;
     const size_t n = in.operands.size();
     switch (inst.mode) {
       case kMbarInit: case kMbarExpectTx: case kMbarCompleteTx:
@@ -501,34 +514,20 @@ class FunctionCompiler {
     } else if (!((dst == "shared::cluster" || dst == "shared::cta" || dst == "shared") && src == "global")) {
       return Unsupported(in, "bulk copies between these state spaces");
     }
-    const bool hinted = std::any_of(in.modifiers.begin(), in.modifiers.end(),
-                                    [](const std::string& x) { return x.find("cache_hint") != std::string::npos; });
-    const size_t expected = (to_global ? 3 : 4) + (hinted ? 1 : 0);
+    const size_t expected = (to_global ? 3 : 4) + (HasCacheHint(in) ? 1 : 0);
     if (EmuStatus s = Operands(in, expected); !s.ok()) return s;
     inst.op = Op::kCpAsyncBulk;
     inst.mode = to_global ? 1 : 0;
     inst.space = to_global ? Space::kGlobal : Space::kShared;
     if (EmuStatus s = ResolveAddress(in.operands[0], in.line, inst); !s.ok()) return s;
     MarkAddressWidth(inst);
-    Inst source;
-    source.space = to_global ? Space::kShared : Space::kGlobal;
-    if (EmuStatus s = ResolveAddress(in.operands[1], in.line, source); !s.ok()) return s;
-    if (source.base.kind != Src::kReg && source.base.kind != Src::kNone) return Unsupported(in, "this source address");
-    inst.s[0] = source.base;
-    inst.s[1].kind = Src::kImm;
-    inst.s[1].imm = static_cast<uint64_t>(source.offset);
-    if (EmuStatus s = Resolve(in.operands[2], Type::kU32, in.line, &inst.s[2]); !s.ok()) return s;
-    if (!to_global) {
-      Inst barrier;
-      if (EmuStatus s = ResolveAddress(in.operands[3], in.line, barrier); !s.ok()) return s;
-      if (barrier.base.kind != Src::kReg && barrier.base.kind != Src::kNone) {
-        return Unsupported(in, "this mbarrier address");
-      }
-      inst.s[3] = barrier.base;
-      inst.s[4].kind = Src::kImm;
-      inst.s[4].imm = static_cast<uint64_t>(barrier.offset);
+    if (EmuStatus s = ResolveSecondAddress(in, in.operands[1], "this source address", &inst.s[0], &inst.s[1]);
+        !s.ok()) {
+      return s;
     }
-    return EmuStatus::Ok();
+    if (EmuStatus s = Resolve(in.operands[2], Type::kU32, in.line, &inst.s[2]); !s.ok()) return s;
+    if (to_global) return EmuStatus::Ok();
+    return ResolveSecondAddress(in, in.operands[3], "this mbarrier address", &inst.s[3], &inst.s[4]);
   }
 
   EmuStatus Unsupported(const ptx::Instruction& in, const std::string& why = "") {
@@ -899,10 +898,8 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
       // cp.async.mbarrier.arrive{.noinc}.shared{::cta}.b64 [mbar]: the thread's earlier copies are done already.
       inst.op = Op::kMbarrier;
       inst.mode = kMbarAsyncArrive;
-      if (std::find(in.modifiers.begin(), in.modifiers.end(), "noinc") != in.modifiers.end()) {
-        inst.mode2 = kMbarrierNoInc;
-      }
-      inst.space = MbarrierSpace(in);
+      if (m.flags.count("noinc")) inst.mode2 = kMbarrierNoInc;
+      inst.space = m.has_space ? m.space : Space::kGeneric;
       if (EmuStatus s = Operands(in, 1); !s.ok()) return s;
       return ResolveAddress(in.operands[0], in.line, inst);
     }
@@ -916,20 +913,15 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     if (!shared_dst || !global_src) return Unsupported(in, "cp.async copies global to shared memory");
     inst.op = Op::kCpAsync;
     inst.space = Space::kShared;
-    const bool hinted = std::any_of(in.modifiers.begin(), in.modifiers.end(),
-                                    [](const std::string& x) { return x.find("cache_hint") != std::string::npos; });
-    const size_t extra = in.operands.size() - (hinted ? 1 : 0);
+    const size_t extra = in.operands.size() - (HasCacheHint(in) ? 1 : 0);
     if (in.operands.size() < 3 || extra < 3 || extra > 4) return Err(in.line, "'" + Joined(in) + "': operands");
     if (EmuStatus s = ResolveAddress(in.operands[0], in.line, inst); !s.ok()) return s;
     MarkAddressWidth(inst);
-    Inst source;
-    if (EmuStatus s = ResolveAddress(in.operands[1], in.line, source); !s.ok()) return s;
-    if (source.base.kind != Src::kReg && source.base.kind != Src::kNone) {
-      return Unsupported(in, "a source address that is not global memory");
+    if (EmuStatus s = ResolveSecondAddress(in, in.operands[1], "a source address that is not global memory",
+                                           &inst.s[0], &inst.s[1]);
+        !s.ok()) {
+      return s;
     }
-    inst.s[0] = source.base;
-    inst.s[1].kind = Src::kImm;
-    inst.s[1].imm = static_cast<uint64_t>(source.offset);
     if (EmuStatus s = Resolve(in.operands[2], Type::kU32, in.line, &inst.s[2]); !s.ok()) return s;
     if (inst.s[2].kind != Src::kImm || (inst.s[2].imm != 4 && inst.s[2].imm != 8 && inst.s[2].imm != 16)) {
       return Err(in.line, "cp.async copies 4, 8 or 16 bytes");

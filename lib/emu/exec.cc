@@ -449,6 +449,14 @@ class CtaRunner {
     return 0;
   }
 
+  // The address an instruction's [base+offset] names for thread `t` (before a 32-bit base's wrap).
+  uint64_t AddressOf(const Thread& t, const Frame& f, const uint64_t* R, const Inst& in) const {
+    uint64_t addr = static_cast<uint64_t>(in.offset);
+    if (in.base.kind == Src::kReg) addr += R[in.base.reg];
+    else if (in.base.kind != Src::kNone) addr += Get(t, f, R, in.base);
+    return addr;
+  }
+  uint64_t Cvta(const Inst& in, const Thread& t, uint64_t v) const;
   inline uint64_t Get(const Thread& t, const Frame& f, const uint64_t* R, const Operand& o) const {
     switch (o.kind) {
       case Src::kReg: return R[o.reg];
@@ -475,7 +483,7 @@ class CtaRunner {
   bool DoReturn(Thread& t);
   bool Native(Thread& t, const Inst& in, const Function& callee);
   bool CompleteCollectives(uint32_t warp);
-  bool MbarrierStep(const Inst& in, uint8_t* p, uint64_t a, uint64_t b, bool* complete, const Thread& t,
+  bool MbarrierStep(uint8_t op, const Inst& in, uint8_t* p, uint64_t a, uint64_t b, bool* complete, const Thread& t,
                     uint64_t* R);
   // Tensor cores (exec_matrix.inc).
   bool WmmaMemory(Thread& t, const Inst& in, const Frame& fr, uint64_t* R);

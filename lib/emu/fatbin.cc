@@ -365,16 +365,16 @@ EmuResult<std::string> PtxForDevice(const void* image, size_t size, int arch) {
     return SelectPtx(container, *container_size, arch);
   }
   if (magic == kContainerMagic) {
+    // The header is read when the buffer holds one, or when only the pointer is known (its size comes from it).
+    auto container_size = size == 0 || size >= kContainerHeaderSize
+                              ? ContainerSizeFromHeader(p)
+                              : EmuResult<size_t>(EmuStatus(Code::kInvalidImage, "truncated header"));
     if (size == 0) {
-      auto container_size = ContainerSizeFromHeader(p);
       if (!container_size.ok()) return container_size.status();
       size = *container_size;
     }
     // A container followed by PTX text: the linked image of a device-linked binary (PrelinkedPtx), which
-    // gpupool's libcuda appends because the container itself holds only the linked SASS. (The header is read only
-    // when the buffer holds one.)
-    auto container_size = size >= kContainerHeaderSize ? ContainerSizeFromHeader(p)
-                                                       : EmuResult<size_t>(EmuStatus(Code::kInvalidImage, ""));
+    // gpupool's libcuda appends because the container itself holds only the linked SASS.
     if (container_size.ok() && size > *container_size) {
       const char* trailer = reinterpret_cast<const char*>(p + *container_size);
       const size_t rest = size - *container_size;

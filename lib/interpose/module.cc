@@ -20,6 +20,13 @@ namespace {
 
 constexpr uint32_t kFatbinWrapperMagic = 0x466243B1;
 
+// The architecture whose PTX libcuda picks when it links translation units itself (before any module is loaded on
+// a device): the first device's compute capability, else 7.5.
+int LinkArch() {
+  const DeviceInfo* first = nullptr;
+  return Driver::Get().GetDevice(0, &first) == CUDA_SUCCESS ? first->cc_major * 10 + first->cc_minor : 75;
+}
+
 // The bytes of an image given only its pointer: a fatbin wrapper (what cudart passes: it points at the
 // container), a fatbin container, or NUL-terminated PTX.
 CUresult CopyImage(const void* image, std::vector<uint8_t>* out) {
@@ -28,9 +35,7 @@ CUresult CopyImage(const void* image, std::vector<uint8_t>* out) {
   std::memcpy(&magic, image, sizeof(magic));
   std::string linked;  // The PTX of a device-linked binary's translation units, if it is one.
   if (magic == kFatbinWrapperMagic) {
-    const DeviceInfo* first = nullptr;
-    const int arch = Driver::Get().GetDevice(0, &first) == CUDA_SUCCESS ? first->cc_major * 10 + first->cc_minor : 75;
-    auto prelinked = emu::PrelinkedPtx(image, arch);
+    auto prelinked = emu::PrelinkedPtx(image, LinkArch());
     if (!prelinked.ok()) {
       GP_ERROR("interpose", "cannot load this device-linked module: {}", prelinked.status().message());
       return CUDA_ERROR_NO_BINARY_FOR_GPU;
@@ -443,8 +448,7 @@ CUresult LinkComplete(CUlinkState handle, void** out, size_t* size) {
   if (state->inputs.size() == 1) {
     state->result = state->inputs.front();
   } else {
-    const DeviceInfo* first = nullptr;
-    const int arch = Driver::Get().GetDevice(0, &first) == CUDA_SUCCESS ? first->cc_major * 10 + first->cc_minor : 75;
+    const int arch = LinkArch();
     std::string linked;
     for (size_t i = 0; i < state->inputs.size(); ++i) {
       auto ptx = emu::PtxForDevice(state->inputs[i].data(), state->inputs[i].size(), arch);
