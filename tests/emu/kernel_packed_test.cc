@@ -2,6 +2,7 @@
 // calls of undefined device-runtime functions, and brx.idx jump tables on the emulated device. The kernels
 // (kernels/packed.cu) are built for sm_80 and sm_90, whose headers emit different PTX for the same intrinsics;
 // results are checked bit for bit against host arithmetic.
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -16,22 +17,9 @@ namespace {
 
 using PackedTest = KernelTest;
 
-uint16_t HalfBits(_Float16 h) {
-  uint16_t b;
-  std::memcpy(&b, &h, 2);
-  return b;
-}
-_Float16 HalfOf(uint16_t b) {
-  _Float16 h;
-  std::memcpy(&h, &b, 2);
-  return h;
-}
-double Bf16Value(uint16_t b) {
-  uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+uint16_t HalfBits(_Float16 h) { return std::bit_cast<uint16_t>(h); }
+_Float16 HalfOf(uint16_t b) { return std::bit_cast<_Float16>(b); }
+double Bf16Value(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
 // Rounds to bfloat16 (8 significant bits, ties to even) by scaling: independent of the emulator's rounding code.
 // REQUIRES: v finite and within bfloat16's normal range, or zero.
 uint16_t Bf16Bits(double v) {
@@ -43,9 +31,7 @@ uint16_t Bf16Bits(double v) {
   } else {
     f = static_cast<float>(v);
   }
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>(u >> 16);
+  return static_cast<uint16_t>(std::bit_cast<uint32_t>(f) >> 16);
 }
 
 // PTX max/min: -0 below +0.

@@ -9,6 +9,7 @@
 // Surfaces: raw reads and writes at byte x coordinates, with .trap, .clamp and .zero out-of-range modes.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -23,16 +24,8 @@ namespace {
 constexpr uint32_t kBlock = 64;
 constexpr uint32_t Blocks(size_t n) { return static_cast<uint32_t>((n + kBlock - 1) / kBlock); }
 
-float F(uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-uint32_t U(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
+float F(uint32_t bits) { return std::bit_cast<float>(bits); }
+uint32_t U(float f) { return std::bit_cast<uint32_t>(f); }
 
 // IEEE half -> float (the formats test stores halves).
 float HalfBits(uint16_t h) {
