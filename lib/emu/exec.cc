@@ -44,6 +44,22 @@ inline int64_t AsInt(uint64_t v, Type t) {
   return IsSignedT(t) ? Sext(v, s) : static_cast<int64_t>(v & MaskBytes(s));
 }
 
+constexpr uint32_t kWarpLanes = 32;
+
+// One lane's registers. A warp keeps its lanes' registers side by side, register by register ([register][lane]),
+// so that an instruction the whole warp runs reads and writes each operand as one contiguous row of 32 lanes (which
+// the compiler turns into vector instructions); a lane sees its own column, kWarpLanes words apart.
+class LaneRegs {
+ public:
+  LaneRegs() = default;
+  explicit LaneRegs(uint64_t* column) : column_(column) {}
+  uint64_t& operator[](size_t i) const { return column_[i * kWarpLanes]; }
+  explicit operator bool() const { return column_ != nullptr; }
+
+ private:
+  uint64_t* column_ = nullptr;
+};
+
 struct Frame {
   int32_t fn = 0;
   uint32_t pc = 0;
@@ -60,7 +76,7 @@ struct Thread {
   uint32_t linear = 0, lane = 0, warp = 0;
   ThreadState state = ThreadState::kRunning;
   std::vector<Frame> frames;
-  std::vector<uint64_t> regs;
+  uint32_t reg_top = 0;      // Registers in use in this lane's column of its warp's register file (all frames).
   uint8_t* local = nullptr;  // This thread's local window.
   uint32_t local_top = 0;
   std::span<uint8_t> param_stack;  // In the CTA context's slab.
@@ -115,6 +131,7 @@ class Slab {
 // second CTA a worker ran.
 struct CtaContext {
   std::vector<Thread> threads;
+  std::vector<std::vector<uint64_t>> warp_regs;  // Per warp: [register][lane], kWarpLanes words per register.
   std::vector<uint8_t> shared;
   Slab locals;        // Every thread's local stack, one after another.
   Slab param_stacks;  // Every thread's parameter stack, one after another.
@@ -139,17 +156,42 @@ struct CtaContext {
     if (locals.bytes() > kKeptSlabBytes) locals.Release();
     if (param_stacks.bytes() > kKeptSlabBytes) param_stacks.Release();
     for (Thread& t : threads) {
-      if (t.regs.capacity() > kKeptRegsPerThread) std::vector<uint64_t>().swap(t.regs);
       if (t.frames.capacity() > kKeptFramesPerThread) std::vector<Frame>().swap(t.frames);
+    }
+    for (auto& regs : warp_regs) {
+      if (regs.capacity() > kKeptRegsPerThread * kWarpLanes) std::vector<uint64_t>().swap(regs);
     }
   }
 };
 
+// d = fma(a, b, c) on the f32 operands of the lanes in `act` (rows of kWarpLanes 64-bit registers): one FMA
+// instruction per lane where the host has them, else the C library's fmaf; the same correctly rounded result.
+__attribute__((target("avx2,fma"))) void FmaRowF32WithFma(uint64_t* d, const uint64_t* a, const uint64_t* b,
+                                                          const uint64_t* c, uint32_t act) {
+  for (uint32_t l = 0; l < kWarpLanes; ++l) {
+    const uint64_t v = Bits(__builtin_fmaf(F32(a[l]), F32(b[l]), F32(c[l])));
+    d[l] = ((act >> l) & 1) ? v : d[l];
+  }
+}
+void FmaRowF32Portable(uint64_t* d, const uint64_t* a, const uint64_t* b, const uint64_t* c, uint32_t act) {
+  for (uint32_t l = 0; l < kWarpLanes; ++l) {
+    if ((act >> l) & 1) d[l] = Bits(std::fmaf(F32(a[l]), F32(b[l]), F32(c[l])));
+  }
+}
+void FmaRowF32(uint64_t* d, const uint64_t* a, const uint64_t* b, const uint64_t* c, uint32_t act) {
+  static const bool has_fma = __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2");
+  if (has_fma) FmaRowF32WithFma(d, a, b, c, act);
+  else FmaRowF32Portable(d, a, b, c, act);
+}
+
 // The lanes of a warp at one instruction (same call depth, function and pc), with their register windows.
 struct WarpGroup {
   Thread* lanes[32];
-  uint64_t* regs[32];
+  LaneRegs regs[32];
   uint32_t n = 0;
+  uint32_t mask = 0;            // The lanes (bit = lane) in the group.
+  uint64_t* rows = nullptr;     // When every lane's frame starts at the same register: its register 0's row.
+  uint64_t scratch_rows[4][32];  // Operands that are not registers, as rows.
   uint32_t depth = 0;
   int32_t fn = 0;
   uint32_t pc = 0;
@@ -187,6 +229,8 @@ class CtaRunner {
     }
     threads_ = std::span<Thread>(context.threads.data(), nthreads_);
     nwarps_ = (nthreads_ + 31) / 32;
+    if (context.warp_regs.size() < nwarps_) context.warp_regs.resize(nwarps_);
+    warp_regs_ = std::span<std::vector<uint64_t>>(context.warp_regs.data(), nwarps_);
     const CtaContext::Layout layout{{launch.block.x, launch.block.y, launch.block.z}, local_size_,
                                     param_stack_bytes, locals, param_stacks};
     if (layout == context.layout) return;
@@ -211,10 +255,11 @@ class CtaRunner {
     ctaid_[2] = cz;
     std::fill(shared_.begin(), shared_.end(), 0);
     const Function& entry = prog_.functions[static_cast<size_t>(launch_.function)];
+    for (auto& regs : warp_regs_) regs.assign(size_t{entry.num_regs} * kWarpLanes, 0);
     for (Thread& t : threads_) {
       t.state = ThreadState::kRunning;
       t.frames.clear();
-      t.regs.assign(entry.num_regs, 0);
+      t.reg_top = entry.num_regs;
       t.local_top = entry.local_area;
       std::memcpy(t.param_stack.data(), launch_.params.data(), launch_.params.size());
       t.param_top = std::max<uint32_t>(entry.param_area, static_cast<uint32_t>(launch_.params.size()));
@@ -450,14 +495,19 @@ class CtaRunner {
   }
 
   // The address an instruction's [base+offset] names for thread `t` (before a 32-bit base's wrap).
-  uint64_t AddressOf(const Thread& t, const Frame& f, const uint64_t* R, const Inst& in) const {
+  uint64_t AddressOf(const Thread& t, const Frame& f, LaneRegs R, const Inst& in) const {
     uint64_t addr = static_cast<uint64_t>(in.offset);
     if (in.base.kind == Src::kReg) addr += R[in.base.reg];
     else if (in.base.kind != Src::kNone) addr += Get(t, f, R, in.base);
     return addr;
   }
   uint64_t Cvta(const Inst& in, const Thread& t, uint64_t v) const;
-  inline uint64_t Get(const Thread& t, const Frame& f, const uint64_t* R, const Operand& o) const {
+  // Thread t's registers in frame f.
+  LaneRegs RegsOf(const Thread& t, const Frame& f) const {
+    return LaneRegs(warp_regs_[t.warp].data() + size_t{f.reg_base} * kWarpLanes + t.lane);
+  }
+  LaneRegs RegsOf(const Thread& t) const { return RegsOf(t, t.frames.back()); }
+  inline uint64_t Get(const Thread& t, const Frame& f, LaneRegs R, const Operand& o) const {
     switch (o.kind) {
       case Src::kReg: return R[o.reg];
       case Src::kImm: return o.imm;
@@ -467,7 +517,7 @@ class CtaRunner {
       default: return 0;
     }
   }
-  inline bool Pred(const Thread& t, const Frame& f, const uint64_t* R, const Operand& o) const {
+  inline bool Pred(const Thread& t, const Frame& f, LaneRegs R, const Operand& o) const {
     bool v = (Get(t, f, R, o) & 1) != 0;
     return o.negated ? !v : v;
   }
@@ -477,16 +527,18 @@ class CtaRunner {
   bool RunThread(Thread& t, uint64_t budget = ~uint64_t{0});
   bool RunWarp(uint32_t w, bool* waits_only);
   int RunTogether(WarpGroup& g);
+  bool LoadStoreTogether(WarpGroup& g, const Inst& in, uint32_t act);
+  bool FullWarpTogether(WarpGroup& g, const Inst& in);
   // tex, tld4, suld, sust (exec_tex.inc); false after recording a fault.
-  bool Texture(Thread& t, Frame& fr, uint64_t* R, const Inst& in);
+  bool Texture(Thread& t, Frame& fr, LaneRegs R, const Inst& in);
   bool DoCall(Thread& t, const Inst& in);
   bool DoReturn(Thread& t);
   bool Native(Thread& t, const Inst& in, const Function& callee);
   bool CompleteCollectives(uint32_t warp);
   bool MbarrierStep(uint8_t op, const Inst& in, uint8_t* p, uint64_t a, uint64_t b, bool* complete, const Thread& t,
-                    uint64_t* R);
+                    LaneRegs R);
   // Tensor cores (exec_matrix.inc).
-  bool WmmaMemory(Thread& t, const Inst& in, const Frame& fr, uint64_t* R);
+  bool WmmaMemory(Thread& t, const Inst& in, const Frame& fr, LaneRegs R);
   bool CompleteMatrix(const Inst& in, uint32_t first, uint32_t count, uint32_t group);
   uint64_t ShuffleSource(const Inst& in, uint32_t first, uint32_t count, uint32_t group, const uint64_t* a,
                          uint32_t j) const;
@@ -511,9 +563,17 @@ class CtaRunner {
   uint32_t shared_size_ = 0, local_size_ = 0;
   uint32_t reserved_base_ = 0;
   uint64_t mbarrier_events_ = 0;  // Changes to any mbarrier object: a wait that spins with none is stuck.
+  // A warp's turn (RunWarp) ends after this many loop iterations (backward branches taken together), as a GPU
+  // interleaves a block's warps: a loop over memory then walks it warp after warp, neighbours' accesses close
+  // together in time (the host's caches and prefetchers see one stream, not one stride per warp), and a warp
+  // spinning on a flag another warp of the block sets lets that warp run.
+  static constexpr uint32_t kTurnBranches = 8;
+  uint32_t backward_branches_ = 0;  // In the current turn.
+  bool turn_over_ = false;          // The current turn ended at kTurnBranches.
   bool yielded_on_wait_ = false;  // The thread last run gave way at a wait not yet complete.  // Where the reserved shared memory starts (when the kernel uses it).
   std::span<uint8_t> shared_;   // In the context; shared_size_ bytes and a little slack.
   std::span<Thread> threads_;   // The block's threads, the context's first nthreads_.
+  std::span<std::vector<uint64_t>> warp_regs_;  // The block's warps' register files, in the context.
   Barrier barriers_[16];
   EmuStatus fault_;
   std::string output_;
