@@ -363,11 +363,19 @@ class CtaRunner {
   // ---- Memory. ----
   bool InGlobal(uint64_t addr, uint64_t size) {
     if (addr >= cache_base_ && addr + size <= cache_end_ && addr + size >= addr) return true;
+    // The allocation found before this one (kernels usually read one array and write another).
+    if (addr >= previous_base_ && addr + size <= previous_end_ && addr + size >= addr) {
+      std::swap(cache_base_, previous_base_);
+      std::swap(cache_end_, previous_end_);
+      return true;
+    }
     const auto& r = *ranges_;
     auto it = std::upper_bound(r.begin(), r.end(), std::pair<uint64_t, uint64_t>(addr, ~uint64_t{0}));
     if (it == r.begin()) return false;
     --it;
     if (addr >= it->first && addr + size <= it->second && addr + size >= addr) {
+      previous_base_ = cache_base_;
+      previous_end_ = cache_end_;
       cache_base_ = it->first;
       cache_end_ = it->second;
       return true;
@@ -557,7 +565,8 @@ class CtaRunner {
   const std::atomic<bool>* cancel_;
   ExecutionGate* gate_;
   std::shared_ptr<const std::vector<std::pair<uint64_t, uint64_t>>> ranges_;
-  uint64_t cache_base_ = 1, cache_end_ = 0;
+  uint64_t cache_base_ = 1, cache_end_ = 0;        // The allocation InGlobal found last,
+  uint64_t previous_base_ = 1, previous_end_ = 0;  // and the one before it.
   uint32_t nthreads_ = 0, nwarps_ = 0, exited_ = 0;
   uint32_t ctaid_[3] = {0, 0, 0};
   uint32_t shared_size_ = 0, local_size_ = 0;

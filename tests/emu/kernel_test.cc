@@ -586,6 +586,56 @@ TEST_P(KernelsTest, WarpShufflesInPartialWarpsReadMissingLanesAsZero) {
   }
 }
 
+// A warp spinning on a flag that another warp of its block sets sees it: a warp's turn ends after a few loop
+// iterations, as a GPU interleaves a block's warps. (Before, the first warp ran its whole bounded spin alone.)
+TEST_P(KernelsTest, WarpsOfABlockTakeTurnsSoASpinningWarpSeesAnotherWarpsFlag) {
+  for (uint32_t block : {64u, 96u, 256u, 40u}) {
+    uint64_t out = Output<int>(2 * block);
+    Launch(Kernel("warp", "warp_handoff"), {1}, {block}, 0, out, 1 << 20);
+    std::vector<int> got = Download<int>(out, 2 * block);
+    const uint32_t last = (block - 1) / 32;
+    std::vector<int> want(2 * block);
+    for (uint32_t t = 0; t < block; ++t) {
+      const uint32_t warp = t / 32;
+      want[2 * t] = 1;
+      want[2 * t + 1] = warp == 0 ? 5678 : warp == last ? 1234 : 0;
+    }
+    EXPECT_TRUE(ArraysEqual(got, want, "block of " + std::to_string(block) + ": (saw the flag, the other warp's value)"));
+  }
+}
+
+// A generic load and store whose lanes address shared memory (even lanes) and global memory (odd lanes) at once.
+TEST_P(KernelsTest, GenericAccessesOfOneWarpInstructionReachSharedAndGlobalMemory) {
+  TRACE_SEED();
+  const int n = 256;
+  std::vector<int> in(n);
+  for (int& v : in) v = Int(-100000, 100000);
+  uint64_t out = Output<int>(n), scratch = Output<int>(n);
+  Launch(Kernel("warp", "generic_mixed"), {1}, {n}, 0, Upload(in), out, scratch);
+  std::vector<int> want(n);
+  for (int t = 0; t < n; ++t) want[t] = in[t ^ 2] * ((t & 1) ? 5 : 3) + 1;
+  EXPECT_TRUE(ArraysEqual(Download<int>(out, n), want, "generic load of a neighbour's value + 1"));
+}
+
+// Lanes in one function at one instruction whose frames start at different registers (reached through callers of
+// different sizes) compute together correctly.
+TEST_P(KernelsTest, LanesWhoseFramesStartAtDifferentRegistersRunTogether) {
+  TRACE_SEED();
+  const uint32_t block = 64, grid = 3, n = block * grid;
+  std::vector<uint32_t> in(n);
+  for (uint32_t& v : in) v = static_cast<uint32_t>(Int(0, 1 << 30));
+  uint64_t out = Output<uint32_t>(n);
+  Launch(Kernel("warp", "uneven_frames"), {grid}, {block}, 0, Upload(in), out);
+  std::vector<uint32_t> want(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t x = in[i];
+    uint32_t acc = x;
+    for (uint32_t k = 0; k < 5; ++k) acc = acc * 3 + (k ^ x);
+    want[i] = (i % block) & 1 ? acc + x * 7 + (x ^ 0x55) + (x + 11) + x * x + (x - 3) : acc + 1;
+  }
+  EXPECT_TRUE(ArraysEqual(Download<uint32_t>(out, n), want, "mix() through callers of two sizes"));
+}
+
 // NVIDIA's multi-pass reduction: each pass sums pairs per thread, then in shared memory, then in one warp by
 // thread_block_tile<32>::shfl_down; the sample picks the next power of two of n/2 threads per block below 512
 // elements, so the last passes run blocks of 1, 2 and 4 threads.

@@ -119,3 +119,70 @@ extern "C" __global__ void tile_reduce(const int* in, int* out, unsigned n) {
   }
   if (block.thread_rank() == 0) out[blockIdx.x] = sum;
 }
+
+// Warps of one block hand work to each other: the first warp spins (bounded) on a flag in shared memory that the
+// last warp sets after spinning on one the first sets. A GPU interleaves a block's warps, so both see their flag at
+// once. Records per thread: whether it saw its flag, and the value the other warp left beside it.
+extern "C" __global__ void warp_handoff(int* out, int limit) {
+  __shared__ volatile int flags[2];
+  __shared__ volatile int values[2];
+  const int warp = threadIdx.x / 32, last = (blockDim.x - 1) / 32;
+  if (threadIdx.x == 0) flags[0] = flags[1] = values[0] = values[1] = 0;
+  __syncthreads();
+  int seen = 0;
+  if (warp == 0) {
+    if (threadIdx.x == 0) {
+      values[0] = 1234;
+      flags[0] = 1;
+    }
+    for (int i = 0; i < limit && !seen; ++i) seen = flags[1];
+    out[2 * threadIdx.x + 1] = values[1];
+  } else if (warp == last) {
+    for (int i = 0; i < limit && !seen; ++i) seen = flags[0];
+    if (threadIdx.x == last * 32) {
+      values[1] = 5678;
+      flags[1] = 1;
+    }
+    out[2 * threadIdx.x + 1] = values[0];
+  } else {
+    seen = 1;
+    out[2 * threadIdx.x + 1] = 0;
+  }
+  out[2 * threadIdx.x] = seen;
+}
+
+// One generic load and store whose lanes reach different memories: even lanes shared, odd lanes global (the
+// pointer's space is unknown to the compiler, so it emits ld/st without a space).
+extern "C" __global__ void generic_mixed(const int* in, int* out, int* global_scratch) {
+  __shared__ int shared_scratch[256];
+  const int t = threadIdx.x;
+  shared_scratch[t] = in[t] * 3;
+  global_scratch[t] = in[t] * 5;
+  __syncthreads();
+  int* p = (t & 1) ? global_scratch : shared_scratch;
+  const int v = p[t ^ 2];  // A neighbour's value, through the generic pointer.
+  __syncthreads();
+  p[t] = v + 1;
+  __syncthreads();
+  out[t] = (t & 1) ? global_scratch[t] : shared_scratch[t];
+}
+
+// Lanes of one warp in the same function at the same instruction, reached through callers with different
+// register needs (so their frames start at different registers): after __syncwarp they run together.
+__device__ __noinline__ unsigned mix(unsigned x, int k) {
+  __syncwarp();
+  unsigned acc = x;
+  for (int i = 0; i < k; ++i) acc = acc * 3 + (i ^ x);
+  return acc;
+}
+__device__ __noinline__ unsigned through_small(unsigned x) { return mix(x, 5) + 1; }
+__device__ __noinline__ unsigned through_large(unsigned x) {
+  unsigned a = x * 7, b = x ^ 0x55, c = x + 11, d = x * x, e = x - 3;
+  unsigned r = mix(x, 5);
+  return r + a + b + c + d + e;
+}
+extern "C" __global__ void uneven_frames(const unsigned* in, unsigned* out) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  const unsigned x = in[t];
+  out[t] = (threadIdx.x & 1) ? through_large(x) : through_small(x);
+}
