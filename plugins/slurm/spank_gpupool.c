@@ -283,14 +283,15 @@ static double now_seconds(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Waits for `pid` up to `seconds`; returns its wait status, or -1 if it is still running. */
+/* Waits for `pid` up to `seconds`; returns its wait status, -1 if it is still running, -2 if it is no child of ours
+   any more (slurmstepd reaps any child that ends while it waits for its tasks). */
 static int wait_for(pid_t pid, double seconds) {
   double deadline = now_seconds() + seconds;
   int status;
   for (;;) {
     pid_t got = waitpid(pid, &status, WNOHANG);
     if (got == pid) return status;
-    if (got < 0 && errno != EINTR) return 0;  /* Not our child any more (reaped elsewhere): nothing to wait for. */
+    if (got < 0 && errno != EINTR) return -2;
     if (now_seconds() >= deadline) return -1;
     usleep(20000);
   }
@@ -541,6 +542,7 @@ static int release_by_token(const char *token, uid_t uid, gid_t gid) {
     wait_for(pid, 5);
     return -1;
   }
+  if (status == -2) return 0; /* Reaped elsewhere: its outcome is unknown, and gp-lease release is idempotent. */
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
@@ -609,7 +611,7 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av) {
   }
   if (start_holder(sp) != 0) {
     /* Said to the user by every task (task_init writes on its stderr); here for slurmd's log. */
-    slurm_error("gpupool: job %u step %u: no GPU slices: %s", job_id, step_id, failure);
+    slurm_info("gpupool: job %u step %u: no GPU slices: %s", job_id, step_id, failure);
     return 0;
   }
   slurm_verbose("gpupool: job %u step %u holds a lease (gp-lease pid %d)", job_id, step_id, (int)holder_pid);
@@ -640,8 +642,9 @@ int slurm_spank_exit(spank_t sp, int ac, char **av) {
     kill(holder_pid, SIGKILL);
     wait_for(holder_pid, 5);
   }
-  if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    /* gp-lease was killed (a step's end may kill what slurmstepd started) or could not release: by the token. */
+  if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    /* gp-lease was killed (proctrack kills what slurmstepd started when the tasks end, before this callback), was
+       reaped by slurmstepd, or could not release: release by the token (a lease already gone counts as released). */
     if (release_by_token(lease_token, uid, gid) != 0) {
       slurm_error("gpupool: the step's lease could not be released; the agents free it when its TTL passes");
     }
