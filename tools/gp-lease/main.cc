@@ -32,30 +32,36 @@ int Fail(int status, const std::string& message) {
 }
 
 // Waits for SIGTERM/SIGINT/SIGHUP (blocked in every thread, read from `signal_fd`) or, with `watch_stdin`, for stdin
-// to reach EOF or hang up; warns on stderr while the lease is in trouble.
-void HoldUntilTold(gpupool::Lease& lease, int signal_fd, bool watch_stdin) {
+// to reach EOF or hang up; warns on stderr while the lease is in trouble. False when the lease ended meanwhile
+// (released by its token elsewhere, expired, revoked): there is nothing left to hold.
+bool HoldUntilTold(gpupool::Lease& lease, int signal_fd, bool watch_stdin) {
   bool warned = false;
   for (;;) {
     pollfd fds[2] = {{signal_fd, POLLIN, 0}, {STDIN_FILENO, POLLIN, 0}};
     int n = poll(fds, watch_stdin ? 2 : 1, 1000);
-    if (n < 0 && errno != EINTR) return;
+    if (n < 0 && errno != EINTR) return true;
     if (n > 0 && (fds[0].revents & POLLIN)) {
       signalfd_siginfo info{};
       if (read(signal_fd, &info, sizeof(info)) == sizeof(info)) {
         GP_INFO("run", "signal {}: releasing lease {}", info.ssi_signo, lease.id());
       }
-      return;
+      return true;
     }
     if (n > 0 && watch_stdin && fds[1].revents != 0) {
       char buffer[512];
       ssize_t got = read(STDIN_FILENO, buffer, sizeof(buffer));
       if (got <= 0) {  // EOF or an error: whoever held the other end is gone.
         GP_INFO("run", "standard input closed: releasing lease {}", lease.id());
-        return;
+        return true;
       }
       continue;  // Whatever is written there means nothing.
     }
     gpupool::Status health = lease.Health();
+    if (health.code() == gpupool::StatusCode::kNotFound) {
+      fmt::print(stderr, "gp-lease: lease {} ended (released elsewhere, expired or revoked): {}\n", lease.id(),
+                 health.message());
+      return false;
+    }
     if (!health.ok() && !warned) {
       fmt::print(stderr, "gp-lease: warning: lease {} is in trouble: {}\n", lease.id(), health.ToString());
       warned = true;
@@ -101,7 +107,7 @@ int Hold(const gpupool::tools::RequestArgs& args, const std::string& label, bool
                                  (released.ok() ? std::string() : ": " + released.message()));
   }
 
-  HoldUntilTold(*lease, signal_fd, watch_stdin);
+  if (!HoldUntilTold(*lease, signal_fd, watch_stdin)) return kExitFailed;
   Status released = lease->Release();
   if (!released.ok()) return Fail(kExitFailed, released.message());
   GP_INFO("run", "lease released");
