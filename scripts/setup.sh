@@ -25,6 +25,8 @@ PACKAGES=(
   libncurses-dev  # gp-top's full-screen view
   tmux curl prometheus  # the operations tests: gp-top in a terminal, /metrics checked by promtool and scraped
   openssl  # the TLS tests make their certificates
+  libslurm-dev slurmctld slurmd slurm-client munge  # the Slurm SPANK plugin, and its test's one-node cluster
+  systemd  # systemd-analyze verifies the installed gp-agent.service
 )
 
 install_packages() {

@@ -46,6 +46,10 @@ class Lease {
   // The attached handle renews the lease too; destroying it does NOT release the lease (the process that
   // allocated it owns the release), unless `take_ownership` is true.
   static Result<Lease> Attach(const std::string& token, bool take_ownership = false);
+  // Releases the lease a token names on every agent involved, without attaching to it (a holder that died, or one
+  // that cannot be reached any more). A lease some agent no longer knows (released, expired) counts as released there;
+  // an error names the agents that did not answer, whose slices are freed when the lease expires.
+  static Status ReleaseToken(const std::string& token);
 
   bool valid() const { return core_ != nullptr; }
   // Public id, as gp-ls shows it.

@@ -21,6 +21,7 @@
 #include "agent/lease_table.h"
 #include "agent/metrics.h"
 #include "agent/session_worker.h"
+#include "agent/systemd_notify.h"
 #include "agent/telemetry.h"
 #include "core/tls.h"
 #include "backend/cuda/cuda_driver.h"
@@ -43,6 +44,8 @@ struct AgentState {
   std::string cuda_error = "no physical GPU";
   // Every session runs in a worker process of its own; a lease's end kills its workers.
   kj::Own<SessionWorkers> workers;
+  // systemd's readiness protocol, when the agent runs as a Type=notify service.
+  SystemdNotifier systemd;
 
   // Per device: the table through which its sessions take turns (backend/device_turns.h); -1 until
   // the device's first session.
@@ -799,6 +802,10 @@ void EnforcePolicyOn(AgentState& state, const std::string& lease_id) {
 // does not load keeps the old policy, and the log says why.
 kj::Promise<void> ReloadLoop(AgentState& state, kj::UnixEventPort& port) {
   return port.onSignal(SIGHUP).then([&state, &port](siginfo_t) {
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    state.systemd.Notify(fmt::format("RELOADING=1\nMONOTONIC_USEC={}",
+                                     static_cast<uint64_t>(now.tv_sec) * 1000000 + now.tv_nsec / 1000));
     if (state.config.config_path.empty()) {
       GP_WARN("policy", "SIGHUP: the agent was started without --config; nothing to re-read");
     } else {
@@ -814,6 +821,7 @@ kj::Promise<void> ReloadLoop(AgentState& state, kj::UnixEventPort& port) {
                 state.config.config_path, state.config.policy.personalities().size(), state.table.entries().size());
       }
     }
+    state.systemd.Notify("READY=1");
     return ReloadLoop(state, port);
   });
 }
@@ -871,6 +879,7 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
 
   auto io = kj::setupAsyncIo();
   AgentState state(config, std::move(devices));
+  state.systemd = SystemdNotifier::FromEnvironment();  // Before any worker could inherit $NOTIFY_SOCKET.
   state.workers = kj::heap<SessionWorkers>(io);
   bool physical = false;
   for (const auto& d : state.devices) physical = physical || !d.emulated;
@@ -983,6 +992,8 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
   }
   std::fflush(stdout);
   GP_INFO("agent", "{} listening on {}", config.name, address);
+  state.systemd.Notify(fmt::format("READY=1\nSTATUS=listening on {} with {} device(s) ({} emulated)\nMAINPID={}",
+                                   address, state.devices.size(), emulated, getpid()));
 
   auto& port = io.unixEventPort;
   auto stop = port.onSignal(SIGTERM).exclusiveJoin(port.onSignal(SIGINT));
@@ -990,6 +1001,8 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
   GP_INFO("agent", "signal {}: draining (no new leases; up to {} ms for {} lease(s) to end)", first.si_signo,
           config.drain_timeout.count(), state.table.entries().size());
   state.table.SetDraining(true);
+  state.systemd.Notify(fmt::format("STOPPING=1\nSTATUS=draining: no new leases; {} lease(s) held",
+                                   state.table.entries().size()));
   auto& timer = io.provider->getTimer();
   auto drained = DrainLoop(state, timer, timer.now() + config.drain_timeout.count() * kj::MILLISECONDS);
   auto second = port.onSignal(SIGTERM).exclusiveJoin(port.onSignal(SIGINT)).then([](siginfo_t) {

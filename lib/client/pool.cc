@@ -483,4 +483,31 @@ Result<Lease> Lease::Attach(const std::string& token, bool take_ownership) {
                                                      take_ownership, interval));
 }
 
+Status Lease::ReleaseToken(const std::string& token) {
+  auto fields = internal::DecodeToken(token);
+  if (!fields.ok()) return fields.status();
+  PoolOptions options;
+  options.servers = fields->servers;
+  auto runtime = std::make_shared<Runtime>(options);
+  auto results = runtime->Run([&] {
+    kj::Vector<kj::Promise<Status>> calls;
+    for (const auto& server : fields->servers) {
+      calls.add(internal::CallRelease(*runtime, server, fields->id, fields->secret));
+    }
+    return kj::joinPromises(calls.releaseAsArray());
+  });
+  std::vector<std::string> failed;
+  Status first;
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].ok() || results[i].code() == StatusCode::kNotFound) continue;  // Gone already: as wanted.
+    failed.push_back(fields->servers[i]);
+    if (first.ok()) first = results[i];
+  }
+  if (failed.empty()) return Status::Ok();
+  return Status(first.code(), fmt::format("lease {} not released on {} of {} server(s) ({}); those slices are freed "
+                                          "when the lease expires: {}",
+                                          fields->id, failed.size(), fields->servers.size(), fmt::join(failed, ", "),
+                                          first.message()));
+}
+
 }  // namespace gpupool

@@ -30,7 +30,7 @@ step "installing $build into $prefix"
 cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" || { cat "$tmp/install.log" >&2; fail "cmake --install failed"; }
 
 step "checking the installed tree"
-for f in bin/gp-agent bin/gp-run bin/gp-ls bin/gp-top bin/gp-bench; do
+for f in bin/gp-agent bin/gp-run bin/gp-lease bin/gp-ls bin/gp-top bin/gp-bench; do
   [[ -x "$prefix/$f" ]] || fail "$f is missing or not executable"
 done
 [[ -e "$prefix/lib/gpupool/cuda/libcuda.so.1" ]] || fail "lib/gpupool/cuda/libcuda.so.1 (the interposer) is missing"
@@ -41,9 +41,23 @@ done
 if grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](capnp/|kj/|uv\.h|uv/)' "$prefix/include/gpupool"; then
   fail "the public headers include Cap'n Proto, KJ or libuv headers (above)"
 fi
-for tool in gp-agent gp-run gp-ls gp-top; do
+for tool in gp-agent gp-run gp-lease gp-ls gp-top; do
   "$prefix/bin/$tool" --help >/dev/null || fail "$tool --help failed"
 done
+
+step "checking the systemd unit, the sample agent.toml and the Slurm plugin"
+unit="$prefix/lib/systemd/system/gp-agent.service"
+[[ -f "$unit" ]] || fail "lib/systemd/system/gp-agent.service is missing"
+grep -qx "ExecStart=$prefix/bin/gp-agent --config $prefix/etc/gpupool/agent.toml" "$unit" ||
+  fail "gp-agent.service does not start this installation's gp-agent on its agent.toml: $(grep ExecStart "$unit")"
+[[ -f "$prefix/etc/gpupool/agent.toml" && -f "$prefix/share/gpupool/agent.toml.sample" ]] ||
+  fail "etc/gpupool/agent.toml or share/gpupool/agent.toml.sample is missing"
+if command -v systemd-analyze >/dev/null; then
+  systemd-analyze verify "$unit" || fail "systemd-analyze verify $unit"
+fi
+if [[ -e "$build/lib/gpupool/slurm/spank_gpupool.so" ]]; then
+  [[ -e "$prefix/lib/gpupool/slurm/spank_gpupool.so" ]] || fail "lib/gpupool/slurm/spank_gpupool.so is missing"
+fi
 
 # Where GNUInstallDirs put the library: lib/ or lib/<multiarch>/, depending on how the build was configured.
 pc_file="$(find "$prefix" -name gpupool.pc -path '*/pkgconfig/*' | head -n1)"

@@ -62,6 +62,50 @@ TEST_F(Cli, GpRunForwardsSignalsAndReleases) {
   EXPECT_EQ(run.Wait(seconds(10)), 128 + SIGINT);
 }
 
+// gp-lease hold: the token on stdout, the lease held until a signal or (--watch-stdin) stdin's EOF, then released;
+// gp-lease release: by the token, from stdin, idempotent; refusals and bad input with their exit statuses.
+TEST_F(Cli, GpLeaseHoldsAndReleases) {
+  Pool pool = Connect(agents_->Addresses());
+  {
+    Process hold({ToolPath("gp-lease"), "hold", "-n", "2", "-p", "0.5", "--servers", agents_->Servers()});
+    std::string token = hold.ReadLine(seconds(10));
+    ASSERT_EQ(token.rfind("gpl1:", 0), 0u) << hold.Stderr();
+    EXPECT_EQ(LeaseCount(pool.State()), 1u);
+    kill(hold.pid(), SIGTERM);
+    EXPECT_EQ(hold.Wait(seconds(10)), 0) << hold.Stderr();
+    EXPECT_EQ(LeaseCount(pool.State()), 0u);
+  }
+  {
+    // Killed holder: released by its token (twice: the second finds nothing and succeeds).
+    Process hold({ToolPath("gp-lease"), "hold", "-p", "0.25", "--servers", agents_->Servers()});
+    std::string token = hold.ReadLine(seconds(10));
+    ASSERT_EQ(token.rfind("gpl1:", 0), 0u) << hold.Stderr();
+    hold.Signal(SIGKILL);
+    hold.Wait(seconds(10));
+    EXPECT_EQ(LeaseCount(pool.State()), 1u);
+    for (int i = 0; i < 2; ++i) {
+      RunResult r = RunCommand({"/bin/sh", "-c", "echo \"$T\" | \"$0\" release -", ToolPath("gp-lease")}, {"T=" + token});
+      EXPECT_EQ(r.code, 0) << r.err;
+    }
+    EXPECT_EQ(LeaseCount(pool.State()), 0u);
+  }
+  {
+    // --watch-stdin: the holder goes when its stdin's writer does.
+    RunResult r = RunCommand({"/bin/sh", "-c", "\"$0\" hold --watch-stdin --servers \"$1\" < /dev/null",
+                              ToolPath("gp-lease"), agents_->Servers()});
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out.rfind("gpl1:", 0), 0u) << r.out;
+    EXPECT_EQ(LeaseCount(pool.State()), 0u);
+  }
+  RunResult never = RunCommand({ToolPath("gp-lease"), "hold", "-n", "9", "--servers", agents_->Servers()});
+  EXPECT_EQ(never.code, 1);
+  EXPECT_NE(never.err.find("can never be granted"), std::string::npos) << never.err;
+  EXPECT_EQ(RunCommand({ToolPath("gp-lease"), "hold", "-p", "0.01", "--servers", agents_->Servers()}).code, 2);
+  RunResult garbage = RunCommand({ToolPath("gp-lease"), "release"}, {"GPUPOOL_LEASE=garbage"});
+  EXPECT_EQ(garbage.code, 2) << garbage.err;
+  EXPECT_NE(garbage.err.find("malformed lease token"), std::string::npos) << garbage.err;
+}
+
 TEST_F(Cli, GpRunBusyFailsOrWaits) {
   Pool pool = Connect(agents_->Addresses());
   auto all = pool.Allocate(Slices(4, 1.0));

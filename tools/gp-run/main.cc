@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "parse_args.h"
+#include "request_args.h"
 
 #include "client/local_agent.h"
 #include "core/log.h"
@@ -87,18 +88,10 @@ int main(int argc, char** argv) {
 
   CLI::App app{"gp-run: run a command on GPU slices from the pool; they return to the pool when it exits\n"
                "usage: gp-run [-n N] [-p FRACTION | -m SIZE] [--class TAG] [--same-server] [--wait DURATION] -- CMD..."};
-  int count = 1;
-  std::string fraction, memory, wait, device_class, servers;
-  bool same_server = false, spread = false, verbose = false;
+  tools::RequestArgs request_args;
+  bool verbose = false;
   std::vector<std::string> command;
-  app.add_option("-n,--count", count, "number of slices (devices the command sees); default 1");
-  auto* p = app.add_option("-p,--fraction", fraction, "fraction of a GPU per slice: 0.05..1, 25%, 1/4; default 1");
-  app.add_option("-m,--memory", memory, "memory per slice instead of a fraction, e.g. 6GiB")->excludes(p);
-  app.add_option("--class", device_class, "only GPUs of this class tag or model name");
-  auto* same = app.add_flag("--same-server", same_server, "all slices on one server");
-  app.add_flag("--spread", spread, "slices on as many servers as possible")->excludes(same);
-  app.add_option("--wait", wait, "queue up to this long when the pool is busy, e.g. 30s, 5m");
-  app.add_option("--servers", servers, "comma-separated agent addresses (default: $GPUPOOL_SERVERS or pool file)");
+  request_args.Add(app);
   app.add_flag("-v,--verbose", verbose, "say what was allocated and released");
   app.add_option("command", command, "the command to run, after --")->required();
   GP_PARSE_ARGS(app, argc, argv, kExitFailure);
@@ -109,38 +102,13 @@ int main(int argc, char** argv) {
     return kExitFailure;
   };
   Request request;
-  request.count = count;
-  if (!fraction.empty()) {
-    auto f = ParseFraction(fraction);
-    if (!f.ok()) return fail("-p: " + f.status().message());
-    request.fraction = *f;
-  }
-  if (!memory.empty()) {
-    auto m = ParseMemorySize(memory);
-    if (!m.ok()) return fail("-m: " + m.status().message());
-    request.memory_bytes = *m;
-  }
-  if (!wait.empty()) {
-    auto d = ParseDuration(wait);
-    if (!d.ok()) return fail("--wait: " + d.status().message());
-    request.wait = *d;
-  }
-  request.device_class = device_class;
-  request.spread = same_server ? Spread::kSameServer : spread ? Spread::kSpread : Spread::kPack;
+  PoolOptions options;
+  if (Status s = request_args.Build(&request, &options); !s.ok()) return fail(s.message());
   std::string label;
   for (const auto& c : command) label += (label.empty() ? "" : " ") + c;
   request.label = label.size() > 120 ? label.substr(0, 117) + "..." : label;
   if (Status s = ValidateRequest(request); !s.ok()) return fail(s.message());
 
-  PoolOptions options;
-  if (!servers.empty()) {
-    for (size_t pos = 0; pos <= servers.size();) {
-      size_t comma = servers.find(',', pos);
-      if (comma == std::string::npos) comma = servers.size();
-      if (comma > pos) options.servers.push_back(servers.substr(pos, comma - pos));
-      pos = comma + 1;
-    }
-  }
   // No pool configured at all: a private agent for this command (local GPUs, else one emulated device).
   std::unique_ptr<LocalAgent> local_agent;
   if (options.servers.empty()) {
