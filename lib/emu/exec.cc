@@ -166,6 +166,7 @@ struct CtaContext {
 
 // d = fma(a, b, c) on the f32 operands of the lanes in `act` (rows of kWarpLanes 64-bit registers): one FMA
 // instruction per lane where the host has them, else the C library's fmaf; the same correctly rounded result.
+#if defined(__x86_64__)
 __attribute__((target("avx2,fma"))) void FmaRowF32WithFma(uint64_t* d, const uint64_t* a, const uint64_t* b,
                                                           const uint64_t* c, uint32_t act) {
   for (uint32_t l = 0; l < kWarpLanes; ++l) {
@@ -173,15 +174,21 @@ __attribute__((target("avx2,fma"))) void FmaRowF32WithFma(uint64_t* d, const uin
     d[l] = ((act >> l) & 1) ? v : d[l];
   }
 }
+#endif
 void FmaRowF32Portable(uint64_t* d, const uint64_t* a, const uint64_t* b, const uint64_t* c, uint32_t act) {
   for (uint32_t l = 0; l < kWarpLanes; ++l) {
     if ((act >> l) & 1) d[l] = Bits(std::fmaf(F32(a[l]), F32(b[l]), F32(c[l])));
   }
 }
 void FmaRowF32(uint64_t* d, const uint64_t* a, const uint64_t* b, const uint64_t* c, uint32_t act) {
+#if defined(__x86_64__)
   static const bool has_fma = __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2");
-  if (has_fma) FmaRowF32WithFma(d, a, b, c, act);
-  else FmaRowF32Portable(d, a, b, c, act);
+  if (has_fma) {
+    FmaRowF32WithFma(d, a, b, c, act);
+    return;
+  }
+#endif
+  FmaRowF32Portable(d, a, b, c, act);
 }
 
 // The lanes of a warp at one instruction (same call depth, function and pc), with their register windows.
