@@ -544,6 +544,8 @@ class CtaRunner {
   int RunTogether(WarpGroup& g);
   bool LoadStoreTogether(WarpGroup& g, const Inst& in, uint32_t act);
   bool FullWarpTogether(WarpGroup& g, const Inst& in);
+  const uint64_t* OperandRow(WarpGroup& g, const Operand& o, int k) const;
+  void ArriveAndWait(Thread& t, Frame& fr, LaneRegs R, const Inst& in, uint32_t id, uint32_t pc);
   // tex, tld4, suld, sust (exec_tex.inc); false after recording a fault.
   bool Texture(Thread& t, Frame& fr, LaneRegs R, const Inst& in);
   bool DoCall(Thread& t, const Inst& in);
