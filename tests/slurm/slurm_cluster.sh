@@ -10,14 +10,19 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 SLURM_CLUSTER_PIDS=()
 
-slurm_cluster_stop() {
+# Stops the processes given: SIGTERM to all, up to 5 s each to end, then SIGKILL; reaps them.
+stop_processes() {
   local pid
-  for pid in "${SLURM_CLUSTER_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-  for pid in "${SLURM_CLUSTER_PIDS[@]}"; do
+  for pid in "$@"; do kill -TERM "$pid" 2>/dev/null; done
+  for pid in "$@"; do
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
   done
+}
+
+slurm_cluster_stop() {
+  stop_processes "${SLURM_CLUSTER_PIDS[@]}"
   SLURM_CLUSTER_PIDS=()
 }
 

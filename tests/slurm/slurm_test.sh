@@ -18,12 +18,7 @@ agent_pids=()
 cleanup() {
   slurm_cluster_stop
   # No lease is left, so the agents' drain ends at once.
-  for pid in "${agent_pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-  for pid in "${agent_pids[@]}"; do
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-  done
+  stop_processes "${agent_pids[@]}"
   rm -rf "$work"
 }
 trap cleanup EXIT
