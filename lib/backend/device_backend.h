@@ -167,6 +167,12 @@ class DeviceBackend {
   // output waiting, no fault. May answer false whenever it cannot tell cheaply (the default).
   virtual bool Quiet() { return false; }
 
+  // Device memory [address, address + bytes) as this process can read and write it, when nothing queued on the device
+  // is left to run and no fault is pending: a copy may then happen in place, as its bytes arrive or leave (an
+  // emulated device's memory is the worker's own). Null otherwise, and where device memory is not host memory (a
+  // GPU). REQUIRES: the range lies inside memory of the caller's.
+  virtual uint8_t* IdleHostView(uint64_t address, uint64_t bytes) { return nullptr; }
+
   // The lease ended: free every allocation, module, stream and event now. Later calls never reach the backend.
   virtual void Reset() = 0;
 };

@@ -3,7 +3,12 @@
 #include <cuda.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 
+#include <chrono>
+#include <climits>
 #include <cstring>
 #include <vector>
 
@@ -20,6 +25,11 @@ namespace {
 
 using capnp::word;
 using session::FrameHeader;
+
+// How long a copy's bytes may take to come from the socket, or to go into it, straight from or to device memory;
+// what is left after that goes through a buffer. The event loop waits meanwhile: device memory is only ever touched
+// on its thread and before it serves anything else, so that no later call (a free, the lease's end) can come between.
+constexpr auto kBulkWait = std::chrono::milliseconds(20);
 
 // Small frames arrive many to a read (a run of posted launches is one write): read in pieces this large.
 constexpr size_t kReadBufferWords = (256u << 10) / sizeof(word);
@@ -46,22 +56,27 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
   kj::byte* bytes() { return buffer_.asBytes().begin(); }
 
   // Dispatches every whole frame in the buffer, then reads more; a frame longer than the buffer is read into its
-  // own array. Resolves when the client hangs up.
+  // own array, or its bulk straight to the device. Resolves when the client hangs up.
   kj::Promise<void> ReadLoop() {
     while (end_ - begin_ >= sizeof(FrameHeader)) {
+      KJ_IF_MAYBE(held, Held()) return kj::mv(*held);
       FrameHeader h;
       std::memcpy(&h, bytes() + begin_, sizeof(h));
       if (h.words > session::kMaxFrameWords) {
         return KJ_EXCEPTION(FAILED, "corrupt frame: a message of this many words", h.words);
       }
       size_t length = sizeof(h) + h.words * sizeof(word);
-      if (length > buffer_.asBytes().size()) return ReadLarge(h);
+      if (length > buffer_.asBytes().size()) {
+        KJ_IF_MAYBE(landed, ReadLanded(h)) return kj::mv(*landed);
+        return ReadLarge(h);
+      }
       if (end_ - begin_ < length) break;
       auto body = kj::heapArray<word>(h.words);
       std::memcpy(body.begin(), bytes() + begin_ + sizeof(h), h.words * sizeof(word));
       begin_ += length;
       Dispatch(h, kj::mv(body));
     }
+    KJ_IF_MAYBE(held, Held()) return kj::mv(*held);
     if (begin_ > 0) {
       std::memmove(bytes(), bytes() + begin_, end_ - begin_);
       end_ -= begin_;
@@ -77,6 +92,17 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
     });
   }
 
+  // While a reply that refers to device memory waits to be written, nothing more is served: what it carries must be
+  // the bytes as they were when its call was served.
+  kj::Maybe<kj::Promise<void>> Held() {
+    KJ_IF_MAYBE(hold, hold_) {
+      auto wait = kj::mv(*hold);
+      hold_ = nullptr;
+      return wait.then([this] { return ReadLoop(); });
+    }
+    return nullptr;
+  }
+
   kj::Promise<void> ReadLarge(FrameHeader h) {
     kj::Array<word> body = SpareArray(h.words);
     size_t have = end_ - begin_ - sizeof(h), want = h.words * sizeof(word);
@@ -87,6 +113,72 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
       Dispatch(h, kj::mv(body));
       return ReadLoop();
     });
+  }
+
+  // A large frame whose bulk (its message's second and last segment) the session takes where it goes
+  // (FramedSession::BulkLanding): the first segment is kept here, and the bulk read straight to the device memory it
+  // is for, with no buffer and no second copy. The bulk is read now, on this thread, waiting up to kBulkWait for its
+  // bytes (the session must not free the memory under a read still under way); a bulk slower than that is read on
+  // into a buffer, with what landed, and the call served as any other. Null: the frame is not one of those.
+  kj::Maybe<kj::Promise<void>> ReadLanded(FrameHeader h) {
+    int fd = -1;
+    KJ_IF_MAYBE(f, stream_->getFd()) fd = *f;  // A TLS stream has none: its bytes cannot be read straight.
+    const kj::byte* start = bytes() + begin_ + sizeof(h);
+    const size_t have = end_ - begin_ - sizeof(h);  // Less than the frame: it does not fit in the buffer.
+    uint32_t table[4];  // A two-segment message's table: count - 1, the two sizes, padding.
+    if (fd < 0 || have < sizeof(table)) return nullptr;
+    std::memcpy(table, start, sizeof(table));
+    const size_t head_bytes = sizeof(table) + size_t{table[1]} * sizeof(word);
+    const uint64_t bulk = uint64_t{table[2]} * sizeof(word);
+    if (table[0] != 1 || head_bytes > have || head_bytes + bulk != h.words * sizeof(word)) return nullptr;
+    auto head = kj::heapArray<word>(table[1]);
+    std::memcpy(head.begin(), start + sizeof(table), head.asBytes().size());
+    uint8_t* at = session_.BulkLanding(h.kind, head, bulk);
+    if (at == nullptr) return nullptr;
+    size_t landed = have - head_bytes;
+    std::memcpy(at, start + head_bytes, landed);
+    begin_ = end_ = 0;
+    landed += ReadNow(fd, at + landed, bulk - landed);
+    if (landed == bulk) {
+      auto call = kj::heap<Call>(kj::mv(head));
+      call->segments = kj::heapArray<kj::ArrayPtr<const word>>(
+          {call->body.asPtr(), kj::arrayPtr(reinterpret_cast<const word*>(at), bulk / sizeof(word))});
+      call->params = kj::heap<capnp::SegmentArrayMessageReader>(call->segments, session::FrameReaderOptions());
+      Serve(h, kj::mv(call));
+      return ReadLoop();
+    }
+    kj::Array<word> body = SpareArray(h.words);
+    kj::byte* out = body.asBytes().begin();
+    std::memcpy(out, table, sizeof(table));
+    std::memcpy(out + sizeof(table), head.begin(), head.asBytes().size());
+    std::memcpy(out + head_bytes, at, landed);
+    kj::byte* rest = out + head_bytes + landed;
+    return stream_->read(rest, bulk - landed).then([this, h, body = kj::mv(body)]() mutable {
+      Dispatch(h, kj::mv(body));
+      return ReadLoop();
+    });
+  }
+
+  // Reads up to `bytes` into `dst` now, waiting for them up to kBulkWait; answers how many came. A failure is left
+  // for the next asynchronous read to report.
+  size_t ReadNow(int fd, uint8_t* dst, size_t bytes) {
+    const auto until = std::chrono::steady_clock::now() + kBulkWait;
+    size_t got = 0;
+    while (got < bytes) {
+      ssize_t n = recv(fd, dst + got, bytes - got, MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN && WaitFor(fd, POLLIN, until)) continue;
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    return got;
+  }
+
+  // Whether `fd` became ready for `events` before `until`.
+  static bool WaitFor(int fd, short events, std::chrono::steady_clock::time_point until) {
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    pollfd p{fd, events, 0};
+    return left.count() > 0 && poll(&p, 1, static_cast<int>(left.count())) > 0;
   }
 
   // Large arrays are reused: allocating (and faulting in) 4 MiB per copy chunk costs more than the copy.
@@ -106,33 +198,52 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
 
   struct Call {
     explicit Call(kj::Array<word> words) : body(kj::mv(words)) {}
+    ~Call() {
+      if (release_hold) release_hold->fulfill();
+    }
     kj::Array<word> body;
-    kj::Own<capnp::FlatArrayMessageReader> params;
+    kj::Array<kj::ArrayPtr<const word>> segments;  // A landed call's: its first segment (body) and its bulk.
+    kj::Own<capnp::MessageReader> params;
     capnp::MallocMessageBuilder reply;
-    kj::Array<word> reply_data;  // The reply's bulk bytes (FramedSession::ReplyDataBuffer), if any.
+    kj::Array<word> reply_data;  // The reply's bulk bytes (FramedSession::ReplyData::buffer), if any.
+    // The reply refers to device memory (FramedSession::ReplyData::in_place): the connection serves nothing more
+    // until this call is gone.
+    kj::Own<kj::PromiseFulfiller<void>> release_hold;
   };
 
   void Dispatch(const FrameHeader& h, kj::Array<word> body) {
     auto call = kj::heap<Call>(kj::mv(body));
-    const bool known = FramedSession::IsCall(h.kind), posted = FramedSession::IsPosted(h.kind);
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] {
       call->params = kj::heap<capnp::FlatArrayMessageReader>(call->body, session::FrameReaderOptions());
     })) {
       (void)e;
     }
+    Serve(h, kj::mv(call));
+  }
+
+  void Serve(const FrameHeader& h, kj::Own<Call> call) {
+    const bool known = FramedSession::IsCall(h.kind), posted = FramedSession::IsPosted(h.kind);
     if (!known || !call->params) {
       // What the client did not expect a reply to: reported as a failed posted call.
       SendAsyncError({CUDA_ERROR_INVALID_VALUE, known ? "corrupt message framing" : fmt::format("unknown call {}", h.kind)});
       return;
     }
     Call* raw = call.get();
-    FramedSession::ReplyDataBuffer reply_data = [this, raw](size_t bytes) {
+    FramedSession::ReplyData reply_data;
+    reply_data.buffer = [this, raw](size_t bytes) {
       const size_t words = (bytes + sizeof(word) - 1) / sizeof(word);
       raw->reply_data = SpareArray(words);
       uint8_t* out = raw->reply_data.asBytes().begin();
       std::memset(out + bytes, 0, words * sizeof(word) - bytes);  // The last word's padding goes out too.
       return out;
     };
+    if (!posted) {
+      reply_data.in_place = [this, raw] {
+        auto paf = kj::newPromiseAndFulfiller<void>();
+        hold_ = kj::mv(paf.promise);
+        raw->release_hold = kj::mv(paf.fulfiller);
+      };
+    }
     kj::Promise<CallStatus> served = session_.ServeFramed(h.kind, *call->params, call->reply, reply_data);
     tasks_.add(served.then([this, seq = h.seq, posted, call = kj::mv(call)](CallStatus status) mutable {
       if (posted) {
@@ -146,8 +257,58 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
       Recycle(kj::mv(call->body));
       const uint32_t kind = session_.Quiet() ? session::kQuietReplyFrame : session::kReplyFrame;
       auto frame = kj::heap<session::OutgoingFrame>(kind, seq, call->reply);
+      if (call->release_hold) return SendInPlace(kj::mv(frame), kj::mv(call));
       Send(kj::mv(frame), kj::mv(call), [this](kj::Own<Call> done) { Recycle(kj::mv(done->reply_data)); });
     }));
+  }
+
+  // Writes a reply that refers to device memory now, while nothing else runs, waiting up to kBulkWait for the
+  // socket to take it; what it did not take is copied and follows as usual. Behind other replies still being
+  // written, all of it is copied. Either way the memory is not touched again once this returns.
+  void SendInPlace(kj::Own<session::OutgoingFrame> frame, kj::Own<Call> call) {
+    const auto& pieces = frame->pieces();
+    size_t written = writes_pending_ == 0 ? WriteNow(pieces) : 0;
+    auto rest = kj::heapArray<kj::byte>(frame->bytes() - written);
+    size_t at = 0;
+    for (auto p : pieces) {
+      size_t skip = std::min(written, p.size());
+      written -= skip;
+      std::memcpy(rest.begin() + at, p.begin() + skip, p.size() - skip);
+      at += p.size() - skip;
+    }
+    call = nullptr;  // Serving resumes.
+    if (rest.size() == 0) return;
+    auto piece = kj::heapArray<kj::ArrayPtr<const kj::byte>>({rest.asPtr()});
+    Write(kj::mv(piece), kj::mv(rest), [](kj::Array<kj::byte>) {});
+  }
+
+  // Writes what it can of `pieces` to the socket at once, waiting for room up to kBulkWait; answers how many
+  // bytes went. A failure is left for the asynchronous write of the rest to report.
+  size_t WriteNow(const std::vector<kj::ArrayPtr<const kj::byte>>& pieces) {
+    int fd = -1;
+    KJ_IF_MAYBE(f, stream_->getFd()) fd = *f;
+    if (fd < 0) return 0;
+    std::vector<iovec> iov;
+    for (auto p : pieces) iov.push_back({const_cast<kj::byte*>(p.begin()), p.size()});
+    const auto until = std::chrono::steady_clock::now() + kBulkWait;
+    size_t written = 0, first = 0;
+    while (first < iov.size()) {
+      msghdr m{};
+      m.msg_iov = iov.data() + first;
+      m.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
+      ssize_t n = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN && WaitFor(fd, POLLOUT, until)) continue;
+      if (n <= 0) break;
+      written += static_cast<size_t>(n);
+      auto left = static_cast<size_t>(n);
+      while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+      if (left > 0) {
+        iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+        iov[first].iov_len -= left;
+      }
+    }
+    return written;
   }
 
   // Only the first failure until the client next waits: it keeps only that one, and a client that never waits
@@ -167,19 +328,30 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
   void Send(kj::Own<session::OutgoingFrame> frame, Keep keep, Written written) {
     auto pieces = kj::heapArray<kj::ArrayPtr<const kj::byte>>(frame->pieces().size());
     for (size_t i = 0; i < pieces.size(); ++i) pieces[i] = frame->pieces()[i];
-    auto* raw = pieces.begin();
-    size_t count = pieces.size();
-    writing_ = writing_
-                   .then([this, raw, count] { return stream_->write(kj::arrayPtr(raw, count)); })
-                   .then([pieces = kj::mv(pieces), frame = kj::mv(frame), keep = kj::mv(keep),
-                          written = kj::mv(written)]() mutable { written(kj::mv(keep)); })
-                   .eagerlyEvaluate([](kj::Exception&& e) {
-                     GP_DEBUG("session", "cannot reply on the direct connection: {}", e.getDescription().cStr());
-                   });
+    Write(kj::mv(pieces), kj::mv(keep), [frame = kj::mv(frame), written = kj::mv(written)](Keep k) mutable {
+      written(kj::mv(k));
+    });
   }
   template <typename Keep>
   void Send(kj::Own<session::OutgoingFrame> frame, Keep keep) {
     Send(kj::mv(frame), kj::mv(keep), [](Keep) {});
+  }
+
+  template <typename Keep, typename Written>
+  void Write(kj::Array<kj::ArrayPtr<const kj::byte>> pieces, Keep keep, Written written) {
+    auto* raw = pieces.begin();
+    size_t count = pieces.size();
+    ++writes_pending_;
+    writing_ = writing_
+                   .then([this, raw, count] { return stream_->write(kj::arrayPtr(raw, count)); })
+                   .then([this, pieces = kj::mv(pieces), keep = kj::mv(keep), written = kj::mv(written)]() mutable {
+                     --writes_pending_;
+                     written(kj::mv(keep));
+                   })
+                   .eagerlyEvaluate([this](kj::Exception&& e) {
+                     --writes_pending_;
+                     GP_DEBUG("session", "cannot reply on the direct connection: {}", e.getDescription().cStr());
+                   });
   }
 
   kj::Own<kj::AsyncIoStream> stream_;  // First in, last out: everything below may still use it as it goes.
@@ -188,6 +360,8 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
   size_t begin_ = 0, end_ = 0;  // Bytes of buffer_ read and not yet dispatched.
   std::vector<kj::Array<word>> spares_;
   bool error_sent_ = false;
+  kj::Maybe<kj::Promise<void>> hold_;  // Resolves when the reply that holds serving back is written.
+  int writes_pending_ = 0;             // Writes queued on writing_ and not done.
   kj::Promise<void> writing_ = kj::READY_NOW;
   kj::TaskSet tasks_;  // Calls waiting for the device; dropped first, with the connection.
 };

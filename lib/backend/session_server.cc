@@ -19,6 +19,7 @@
 #include "backend/session_checks.h"
 #include "core/log.h"
 #include "core/range_map.h"
+#include "schema/session_frames.h"
 #include "schema/session_wire.h"
 
 namespace gpupool::backend {
@@ -134,7 +135,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   template <typename Call>
   kj::Promise<CallStatus> ServeMessage(typename session::Wire<Call>::Params::Reader params,
                                        typename session::Wire<Call>::ResultsStruct::Builder results,
-                                       const ReplyDataBuffer* reply_data = nullptr) {
+                                       const ReplyData* reply_data = nullptr) {
     using W = session::Wire<Call>;
     auto call = kj::heap<Pending<Call>>();
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] { W::ReadArgs(params, call->args); })) {
@@ -147,9 +148,9 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     ++in_flight_;
     if constexpr (!std::is_same_v<Call, calls::Batch>) meter_->CountCalls(1);
     if constexpr (std::is_same_v<Call, calls::CopyFromDevice>) {
-      if (reply_data && *reply_data) {
+      if (reply_data && reply_data->buffer) {
         // The bytes go to the connection's buffer, which the reply refers to (no zeroed segment, no copy).
-        call->results.data.reserve = [results, buffer = *reply_data](size_t n) mutable -> uint8_t* {
+        call->results.data.reserve = [results, buffer = reply_data->buffer](size_t n) mutable -> uint8_t* {
           if (n == 0) {
             results.initData(0);
             return nullptr;
@@ -158,6 +159,13 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
           results.adoptData(capnp::Orphanage::getForMessageContaining(results).referenceExternalData(
               capnp::Data::Reader(bytes, n)));
           return bytes;
+        };
+      }
+      if (reply_data && reply_data->in_place) {
+        call->results.data.refer = [results, in_place = reply_data->in_place](const uint8_t* bytes, size_t n) mutable {
+          results.adoptData(capnp::Orphanage::getForMessageContaining(results).referenceExternalData(
+              capnp::Data::Reader(bytes, n)));
+          in_place();
         };
       }
     }
@@ -173,10 +181,42 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
 
   void UseSharedMemory(std::shared_ptr<kj::ArrayPtr<kj::byte>> bytes) override { shared_ = std::move(bytes); }
 
+  uint8_t* BulkLanding(uint32_t kind, kj::ArrayPtr<const capnp::word> head, uint64_t bytes) override {
+    using W = session::Wire<calls::CopyToDevice>;
+    landed_at_ = nullptr;
+    if (kind != calls::CopyToDevice::kOrdinal || revoked_ || bytes == 0 || bytes % sizeof(capnp::word) != 0) {
+      return nullptr;
+    }
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] {
+      // The destination is in the first segment; the data's pointer leads to the second.
+      kj::ArrayPtr<const capnp::word> first[] = {head};
+      capnp::SegmentArrayMessageReader alone(first, session::FrameReaderOptions());
+      auto params = alone.getRoot<W::Params>();
+      const uint64_t dst = params.getDst();
+      StreamRef stream;
+      if (!FindStream(session::StreamId{params.getStream()}, &stream) || !Owned(dst, bytes, "").ok()) return;
+      uint8_t* at = backend_->IdleHostView(dst, bytes);
+      if (at == nullptr) return;
+      // Only if the data is that whole segment, read where it will land.
+      kj::ArrayPtr<const capnp::word> both[] = {
+          head, {reinterpret_cast<const capnp::word*>(at), bytes / sizeof(capnp::word)}};
+      capnp::SegmentArrayMessageReader whole(both, session::FrameReaderOptions());
+      auto data = whole.getRoot<W::Params>().getData();
+      if (data.begin() == at && data.size() == bytes) {
+        landed_at_ = at;
+        landed_bytes_ = bytes;
+      }
+    })) {
+      landed_at_ = nullptr;
+      return nullptr;  // A corrupt head: the whole message is read and fails as it is served.
+    }
+    return landed_at_;
+  }
+
   bool Quiet() const override { return in_flight_ == 0 && !revoked_ && backend_->Quiet(); }
 
   kj::Promise<CallStatus> ServeFramed(uint32_t ordinal, capnp::MessageReader& params, capnp::MessageBuilder& reply,
-                                      const ReplyDataBuffer& reply_data) override {
+                                      const ReplyData& reply_data) override {
     try {
       switch (ordinal) {
 #define GP_FRAMED(Name, method, number, mode, doc)                                                             \
@@ -323,6 +363,12 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     if (!FindStream(a.stream, &stream)) return Unknown("stream");
     if (a.data.size == 0) return Ok();
     if (CallStatus s = Owned(a.dst, a.data.size, "copy destination"); !s.ok()) return Done(s);
+    if (a.data.data == reinterpret_cast<const uint8_t*>(landed_at_) && a.data.size == landed_bytes_) {
+      // BulkLanding read the bytes straight to their destination: the copy is done.
+      landed_at_ = nullptr;
+      meter_->CountBytesToDevice(a.data.size);
+      return Ok();
+    }
     // The device reads straight from the request, which lives until this call's reply: the reply waits for the
     // copy (the client does not wait for the reply, so nothing is delayed but the acknowledgement).
     CallStatus s = Submit(stream, [&] { return backend_->CopyToDevice(a.dst, a.data.data, a.data.size, stream); });
@@ -339,6 +385,16 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     }
     if (a.bytes == 0) return Ok();
     if (CallStatus s = Owned(a.src, a.bytes, "copy source"); !s.ok()) return Done(s);
+    // With nothing left to run on the device, the reply may carry the bytes from where they are: the connection
+    // serves nothing else until they are written. Whole aligned words only: the reply's segment is whole words,
+    // and the padding of a partial one would be whatever follows in device memory.
+    if (r.data.refer && a.src % sizeof(capnp::word) == 0 && a.bytes % sizeof(capnp::word) == 0) {
+      if (const uint8_t* at = backend_->IdleHostView(a.src, a.bytes)) {
+        r.data.refer(at, a.bytes);
+        meter_->CountBytesFromDevice(a.bytes);
+        return Ok();
+      }
+    }
     // The device writes straight into the reply; nothing else touches it until the copy has run.
     uint8_t* dst = r.data.reserve(a.bytes);
     CallStatus s = Submit(stream, [&] { return backend_->CopyFromDevice(dst, a.src, a.bytes, stream); });
@@ -973,6 +1029,9 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   // Staged copies whose completion the device could not report (a faulted device): kept until the session ends.
   std::vector<std::shared_ptr<std::vector<uint8_t>>> staged_for_good_;
   bool revoked_ = false;
+  // Where BulkLanding read the bytes of the copy it answered for, until that copy is served.
+  uint8_t* landed_at_ = nullptr;
+  uint64_t landed_bytes_ = 0;
   int in_flight_ = 0;  // Calls being served (ServeMessage) whose reply is not written yet.
   std::map<uint64_t, uint64_t> allocations_;    // Start -> reserved bytes: what memAlloc returned, not yet freed.
   std::map<uint64_t, Global> globals_;          // Module variables the client asked for (moduleGetGlobal).

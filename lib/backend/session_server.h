@@ -48,15 +48,27 @@ struct SessionLimits {
 // The same server, reached by framed messages (lib/schema/session_frames.h) on a direct connection.
 class FramedSession {
  public:
-  // Where a reply's bulk bytes (a device-to-host copy's) go instead of the reply's own segments: returns `bytes`
-  // bytes, 8-byte aligned and padded to whole words, that outlive the reply's write. The reply refers to them as
-  // its last segment, so that the client can read them straight into its destination.
-  using ReplyDataBuffer = std::function<uint8_t*(size_t bytes)>;
+  // Where a reply's bulk bytes (a device-to-host copy's) go instead of the reply's own segments.
+  struct ReplyData {
+    // Returns `bytes` bytes, 8-byte aligned and padded to whole words, that outlive the reply's write. The reply
+    // refers to them as its last segment, so that the client can read them straight into its destination.
+    std::function<uint8_t*(size_t bytes)> buffer;
+    // Told, while the call is served, that the reply refers to device memory instead (IdleHostView): the connection
+    // then serves no later call until it has written the reply, and keeps no reference to the memory after that
+    // (what the socket did not take at once is copied), so that nothing can change or free the bytes under it.
+    std::function<void()> in_place;
+  };
   // Serves call `ordinal` with its Params message `params`, writing its Results struct (status included) into
   // `reply`; all three must live until the promise resolves, with the call's status. An unknown ordinal or a
   // corrupt message fails the call, not the session.
   virtual kj::Promise<CallStatus> ServeFramed(uint32_t ordinal, capnp::MessageReader& params,
-                                              capnp::MessageBuilder& reply, const ReplyDataBuffer& reply_data) = 0;
+                                              capnp::MessageBuilder& reply, const ReplyData& reply_data) = 0;
+  // Where the bulk bytes of a large call may be read straight to, as they arrive: `kind` is the frame's kind, `head`
+  // its message's first segment and `bytes` the size of its second and last, the bulk. Answers the bytes' device
+  // destination as host memory (IdleHostView) for a host-to-device copy whose bytes are that whole segment and
+  // that may happen at once; null otherwise (the message is then read whole and served as usual). A call whose
+  // bytes landed finds them in place, and copies nothing.
+  virtual uint8_t* BulkLanding(uint32_t kind, kj::ArrayPtr<const capnp::word> head, uint64_t bytes) = 0;
   // Memory shared with the client for copies (copyToDeviceShared, copyFromDeviceShared); kept until the session
   // ends, after its device work.
   virtual void UseSharedMemory(std::shared_ptr<kj::ArrayPtr<kj::byte>> bytes) = 0;

@@ -42,6 +42,8 @@ struct ByteView {
 // where to write (reserve(0) empties it again); the client reads `data`/`size`, a view into the reply.
 struct ReplyBytes {
   std::function<uint8_t*(size_t)> reserve;
+  // Where the server may instead answer bytes that stay where they are until the reply is written (null: it may not).
+  std::function<void(const uint8_t*, size_t)> refer;
   const uint8_t* data = nullptr;
   size_t size = 0;
 };

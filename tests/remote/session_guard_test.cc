@@ -18,6 +18,7 @@
 #include <iterator>
 #include <limits>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "client/lease_core.h"
@@ -928,6 +929,184 @@ TEST_F(SessionGuard, HostileTextureObjectsAreRefused) {
   EXPECT_EQ(victim_->s().Synchronize(), kOk) << victim_->s().last_error();
   victim_->s().MemFree(victim_buffer);
   s.MemFree(buffer);
+  ExpectAllUnharmed();
+}
+
+
+// A direct connection of our own to a session's worker, speaking frames by hand: what no client of ours would
+// send, or not in that order, or not at that pace.
+class RawDirect {
+ public:
+  explicit RawDirect(wire::DirectSession::Reader door) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(door.getPort());
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) return;
+    struct {
+      session::FrameHeader header{session::kEnterFrame, 0, 2};
+      char ticket[16];
+    } knock;
+    std::memcpy(knock.ticket, door.getTicket().begin(), std::min<size_t>(16, door.getTicket().size()));
+    session::FrameHeader answer{};
+    entered_ = SendBytes(&knock, sizeof(knock)) &&
+               recv(fd_, &answer, sizeof(answer), MSG_WAITALL) == static_cast<ssize_t>(sizeof(answer)) &&
+               answer.kind == session::kEnteredFrame;
+  }
+  ~RawDirect() { close(fd_); }
+
+  bool entered() const { return entered_; }
+
+  bool SendBytes(const void* bytes, size_t n) {
+    return send(fd_, bytes, n, MSG_NOSIGNAL) == static_cast<ssize_t>(n);
+  }
+  // Call `ordinal` (its reply numbered `seq`; 0: posted) as bytes of a frame, appended to `out`.
+  static void Frame(uint32_t ordinal, uint32_t seq, capnp::MessageBuilder& message, std::vector<uint8_t>* out) {
+    session::OutgoingFrame(ordinal, seq, message).AppendTo(out);
+  }
+  // The message of the reply to call `seq` (frames before it skipped); false if the connection ended first.
+  bool ReplyTo(uint32_t seq, kj::Array<capnp::word>* words) {
+    for (;;) {
+      session::FrameHeader h;
+      if (recv(fd_, &h, sizeof(h), MSG_WAITALL) != static_cast<ssize_t>(sizeof(h))) return false;
+      *words = kj::heapArray<capnp::word>(h.words);
+      const ssize_t want = static_cast<ssize_t>(h.words * sizeof(capnp::word));
+      if (want > 0 && recv(fd_, words->begin(), want, MSG_WAITALL) != want) return false;
+      if ((h.kind == session::kReplyFrame || h.kind == session::kQuietReplyFrame) && h.seq == seq) return true;
+    }
+  }
+
+  // memAlloc's address, 0 if it failed.
+  uint64_t Alloc(uint64_t bytes, uint32_t seq) {
+    capnp::MallocMessageBuilder m;
+    m.initRoot<wire::Session::MemAllocParams>().setBytes(bytes);
+    std::vector<uint8_t> frame;
+    Frame(session::calls::MemAlloc::kOrdinal, seq, m, &frame);
+    kj::Array<capnp::word> words;
+    if (!SendBytes(frame.data(), frame.size()) || !ReplyTo(seq, &words)) return 0;
+    return capnp::FlatArrayMessageReader(words).getRoot<wire::Session::MemAllocResults>().getAddress();
+  }
+  static void Memset(uint64_t dst, uint64_t bytes, uint8_t value, std::vector<uint8_t>* out) {
+    capnp::MallocMessageBuilder m;
+    auto p = m.initRoot<wire::Session::MemsetParams>();
+    p.setDst(dst);
+    p.setValue(value);
+    p.setElementSize(1);
+    p.setCount(bytes);
+    Frame(session::calls::Memset::kOrdinal, 0, m, out);
+  }
+  static void CopyBack(uint64_t src, uint64_t bytes, uint32_t seq, std::vector<uint8_t>* out) {
+    capnp::MallocMessageBuilder m;
+    auto p = m.initRoot<wire::Session::CopyFromDeviceParams>();
+    p.setSrc(src);
+    p.setBytes(bytes);
+    Frame(session::calls::CopyFromDevice::kOrdinal, seq, m, out);
+  }
+  // The bytes of the reply to copy back `seq`, or a failure.
+  ::testing::AssertionResult CopiedBack(uint32_t seq, std::vector<uint8_t>* bytes) {
+    kj::Array<capnp::word> reply;
+    if (!ReplyTo(seq, &reply)) return ::testing::AssertionFailure() << "no reply to call " << seq;
+    capnp::ReaderOptions options;
+    options.traversalLimitInWords = reply.size() * 2;
+    capnp::FlatArrayMessageReader reader(reply, options);
+    auto results = reader.getRoot<wire::Session::CopyFromDeviceResults>();
+    if (results.getStatus().getCode() != kOk) {
+      return ::testing::AssertionFailure() << results.getStatus().getMessage().cStr();
+    }
+    bytes->assign(results.getData().begin(), results.getData().end());
+    return ::testing::AssertionSuccess();
+  }
+
+ private:
+  int fd_ = -1;
+  bool entered_ = false;
+};
+
+// Where `bytes` first differs from `value` everywhere (bytes.size() if nowhere).
+size_t FirstNot(const std::vector<uint8_t>& bytes, uint8_t value) {
+  size_t i = 0;
+  while (i < bytes.size() && bytes[i] == value) ++i;
+  return i;
+}
+
+// A device-to-host copy may answer straight from device memory (an emulated device's memory is the worker's own):
+// the worker must then serve nothing more until the reply is written, or a call that came right behind it would
+// change the bytes on their way out. Here the copy and a memset of the same bytes arrive in one write, and the
+// client reads nothing for a while (the socket cannot take the whole reply at once, so its writing outlasts the
+// memset's work by far): the reply carries the bytes as they were, and the memset happens after it.
+TEST_F(SessionGuard, ACallBehindADeviceToHostCopyWaitsUntilTheCopysBytesAreOut) {
+  capnp::EzRpcClient client(agent_->address());
+  auto opened = OpenRawSession(client);
+  ASSERT_TRUE(opened && opened->hasDirect());
+  RawDirect raw(opened->getDirect());
+  ASSERT_TRUE(raw.entered());
+  constexpr uint64_t kBytes = 16u << 20;  // Far more than the socket takes while nobody reads.
+  const uint64_t buffer = raw.Alloc(kBytes, 1);
+  ASSERT_NE(buffer, 0u);
+  std::vector<uint8_t> frames, back;
+  RawDirect::Memset(buffer, kBytes, 0x5a, &frames);
+  RawDirect::CopyBack(buffer, kBytes, 2, &frames);  // Waits for the memset: the device is idle once it is answered.
+  ASSERT_TRUE(raw.SendBytes(frames.data(), frames.size()));
+  ASSERT_TRUE(raw.CopiedBack(2, &back));
+  EXPECT_EQ(FirstNot(back, 0x5a), kBytes) << "the first copy back";
+
+  frames.clear();
+  RawDirect::CopyBack(buffer, kBytes, 3, &frames);
+  RawDirect::Memset(buffer, kBytes, 0xa5, &frames);
+  ASSERT_TRUE(raw.SendBytes(frames.data(), frames.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_TRUE(raw.CopiedBack(3, &back));
+  EXPECT_EQ(FirstNot(back, 0x5a), kBytes) << "a copy back with a memset right behind it";
+
+  frames.clear();
+  RawDirect::CopyBack(buffer, kBytes, 4, &frames);
+  ASSERT_TRUE(raw.SendBytes(frames.data(), frames.size()));
+  ASSERT_TRUE(raw.CopiedBack(4, &back));
+  EXPECT_EQ(FirstNot(back, 0xa5), kBytes) << "the copy back after the memset";
+  ExpectAllUnharmed();
+}
+
+// A host-to-device copy's bytes may be read from the socket straight into device memory; when they come slowly
+// (here a pause of 100 ms half-way), the worker waits a while, then reads the rest into a buffer. Either way every
+// byte arrives, once, where it belongs.
+TEST_F(SessionGuard, AHostToDeviceCopyWhoseBytesComeSlowlyArrivesWhole) {
+  capnp::EzRpcClient client(agent_->address());
+  auto opened = OpenRawSession(client);
+  ASSERT_TRUE(opened && opened->hasDirect());
+  RawDirect raw(opened->getDirect());
+  ASSERT_TRUE(raw.entered());
+  constexpr uint64_t kBytes = 4u << 20;
+  const uint64_t buffer = raw.Alloc(kBytes + 4096, 1);
+  ASSERT_NE(buffer, 0u);
+  std::vector<uint8_t> frames, back;
+  RawDirect::Memset(buffer, kBytes + 4096, 0x00, &frames);
+  RawDirect::CopyBack(buffer, 8, 2, &frames);  // The device is idle once this is answered.
+  ASSERT_TRUE(raw.SendBytes(frames.data(), frames.size()));
+  ASSERT_TRUE(raw.CopiedBack(2, &back));
+  for (int pause_ms : {0, 100}) {
+    SCOPED_TRACE(::testing::Message() << "a pause of " << pause_ms << " ms half-way");
+    std::vector<capnp::word> data(kBytes / sizeof(capnp::word));
+    auto* bytes = reinterpret_cast<uint8_t*>(data.data());
+    for (size_t i = 0; i < kBytes; ++i) bytes[i] = static_cast<uint8_t>(i * 7 + 3 + pause_ms);
+    capnp::MallocMessageBuilder m;
+    auto p = m.initRoot<wire::Session::CopyToDeviceParams>();
+    p.setDst(buffer);
+    p.adoptData(m.getOrphanage().referenceExternalData(capnp::Data::Reader(bytes, kBytes)));  // A segment of its own.
+    frames.clear();
+    RawDirect::Frame(session::calls::CopyToDevice::kOrdinal, 0, m, &frames);
+    const size_t half = frames.size() / 2;
+    ASSERT_TRUE(raw.SendBytes(frames.data(), half));
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    ASSERT_TRUE(raw.SendBytes(frames.data() + half, frames.size() - half));
+    frames.clear();
+    RawDirect::CopyBack(buffer, kBytes + 4096, 3, &frames);
+    ASSERT_TRUE(raw.SendBytes(frames.data(), frames.size()));
+    ASSERT_TRUE(raw.CopiedBack(3, &back));
+    ASSERT_EQ(back.size(), kBytes + 4096);
+    EXPECT_EQ(std::memcmp(back.data(), bytes, kBytes), 0) << "the copied bytes";
+    EXPECT_EQ(FirstNot(std::vector<uint8_t>(back.begin() + kBytes, back.end()), 0), 4096u) << "past the copy";
+  }
   ExpectAllUnharmed();
 }
 

@@ -346,6 +346,12 @@ class EmuBackend final : public DeviceBackend {
 
   void Reset() override { device_->ResetContext(); }
 
+  // Device pointers are this process's addresses (emu::DeviceConfig::address_base).
+  uint8_t* IdleHostView(uint64_t address, uint64_t bytes) override {
+    if (!device_->Idle()) return nullptr;  // Idle: no fault either.
+    return reinterpret_cast<uint8_t*>(address);
+  }
+
   bool Quiet() override {
     if (!device_->Idle()) return false;
     // After Idle(): a kernel's output is in before its work counts as run.
