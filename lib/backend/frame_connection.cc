@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "core/log.h"
+#include "core/util.h"
 #include "schema/session_frames.h"
 #include "schema/session_wire.h"
 #include "session.capnp.h"
@@ -301,12 +302,7 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
       if (n < 0 && errno == EAGAIN && WaitFor(fd, POLLOUT, until)) continue;
       if (n <= 0) break;
       written += static_cast<size_t>(n);
-      auto left = static_cast<size_t>(n);
-      while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
-      if (left > 0) {
-        iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
-        iov[first].iov_len -= left;
-      }
+      SkipWritten(iov, &first, static_cast<size_t>(n));
     }
     return written;
   }

@@ -307,12 +307,7 @@ bool SessionChannel::WriteAll(std::vector<iovec> pieces) {
       Lose(fmt::format("the connection to the session's worker broke: {}", std::strerror(errno)));
       return false;
     }
-    auto left = static_cast<size_t>(n);
-    while (first < pieces.size() && left >= pieces[first].iov_len) left -= pieces[first++].iov_len;
-    if (left > 0) {
-      pieces[first].iov_base = static_cast<char*>(pieces[first].iov_base) + left;
-      pieces[first].iov_len -= left;
-    }
+    SkipWritten(pieces, &first, static_cast<size_t>(n));
   }
   return true;
 }

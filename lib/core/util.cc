@@ -41,6 +41,14 @@ bool HostHasSpareCpu() {
   return spare.load(std::memory_order_relaxed);
 }
 
+void SkipWritten(std::vector<iovec>& pieces, size_t* first, size_t written) {
+  while (*first < pieces.size() && written >= pieces[*first].iov_len) written -= pieces[(*first)++].iov_len;
+  if (written > 0) {
+    pieces[*first].iov_base = static_cast<char*>(pieces[*first].iov_base) + written;
+    pieces[*first].iov_len -= written;
+  }
+}
+
 bool PollReadable(int fd, std::chrono::microseconds limit) {
   const auto until = std::chrono::steady_clock::now() + limit;
   char byte;

@@ -2,6 +2,8 @@
 #ifndef GPUPOOL_CORE_UTIL_H_
 #define GPUPOOL_CORE_UTIL_H_
 
+#include <sys/uio.h>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -23,6 +25,9 @@ std::vector<std::string> SplitList(std::string_view text, char sep);
 // Whether the host runs at most two threads per CPU (/proc/loadavg's running count, the caller included): where a
 // short busy poll beats sleeping. Looked at most every 2 ms, shared by the whole process; true when unknown.
 bool HostHasSpareCpu();
+// After a write of `pieces` from `*first` on took `written` bytes: moves `*first` past the pieces it took whole and
+// trims the one it took part of, so that the next write goes on from there.
+void SkipWritten(std::vector<iovec>& pieces, size_t* first, size_t written);
 // Polls socket `fd` for bytes to read for up to `limit`, yielding the CPU at each turn; true once there are some
 // (or the socket is closed or failed: a read will not block). Keeps the core from going idle while a reply is
 // microseconds away: an idle core's wakeup (on a virtual machine an exit to the hypervisor) costs more than that.
