@@ -1,13 +1,13 @@
 #include "devices.h"
 
-#include <fmt/format.h>
-
 #include <dlfcn.h>
+#include <fmt/format.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cstdlib>
 #include <optional>
@@ -16,6 +16,7 @@
 
 #include "api.h"
 #include "client/local_agent.h"
+#include "core/log.h"
 #include "gpupool/pool.h"
 #include "gpupool/units.h"
 
@@ -122,6 +123,10 @@ class RemoteDeviceProvider : public DeviceProvider {
 
   std::vector<std::unique_ptr<internal::RemoteSession>> TakeSessions() override { return std::move(sessions_); }
 
+  // The lease from GPUPOOL_REQUEST. Not one on the private agent: that agent dies with this process (and its lease
+  // with it), and may be gone already at exit, when the thread that started it has ended.
+  Lease* OwnedLease() override { return lease_ && agent_ == nullptr ? &*lease_ : nullptr; }
+
  private:
   static std::string ProgramName() {
     char buf[PATH_MAX];
@@ -209,6 +214,44 @@ class RemoteDeviceProvider : public DeviceProvider {
   std::vector<std::unique_ptr<internal::RemoteSession>> sessions_;
 };
 
+// The lease ReleaseLeaseAtExit releases, and the process that allocated it. Published once by ReleaseAtExit.
+std::atomic<Lease*> exit_lease{nullptr};
+std::atomic<pid_t> exit_lease_pid{0};
+
+// An ELF destructor of libcuda.so.1: exit() runs it from the dynamic linker's _dl_fini, after every atexit handler
+// and every static destructor registered since the program started. That order is the point. cudart registers its
+// teardown (cuLibraryUnload, cuDevicePrimaryCtxRelease, context-local storage) while the program's static
+// constructors run, before it even loads this library; handlers run in reverse order of registration, so an atexit
+// handler registered at cuInit, or a static object of this library, would run before that teardown, and before any
+// exit handler the program registered before its first CUDA call, and pull the slices from under them. By
+// _dl_fini all of them are done. So are this library's static destructors where cudart loaded it (after the program
+// started), so this touches only what is never destroyed: the lease, its runtime and that runtime's thread belong to
+// the provider, which the driver leaks, and KJ and our logger leak their own globals. With TLS agents, OpenSSL has
+// run its own exit cleanup by then: the release still goes out on the connection the heartbeats keep open (OpenSSL
+// 3.0: no invalid access under valgrind); one that needs a new handshake fails, with a warning, and the lease ends
+// with its TTL.
+//
+// It never waits on the program's threads or on the interposer's locks: the lease has a runtime (a thread) of its
+// own, and sessions still in use on other threads just learn that their lease ended. The release waits for the
+// agents at most the call timeout (5 s), when an agent does not answer.
+[[gnu::destructor]] void ReleaseLeaseAtExit() {
+  Lease* lease = exit_lease.exchange(nullptr, std::memory_order_acq_rel);
+  if (lease == nullptr) return;
+  // A child forked after cuInit (that calls exit() rather than exec): the lease is its parent's, and the runtime
+  // thread that would carry the release does not exist here.
+  if (getpid() != exit_lease_pid.load(std::memory_order_relaxed)) return;
+  try {
+    std::string id = lease->id();
+    if (Status s = lease->Release(); !s.ok()) {
+      GP_WARN("interpose", "releasing lease {} at exit: {}", id, s.ToString());
+    } else {
+      GP_DEBUG("interpose", "lease {} released at exit", id);
+    }
+  } catch (...) {
+    // Nothing may escape into the program's exit; the lease then ends with its TTL.
+  }
+}
+
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
@@ -251,6 +294,11 @@ std::unique_ptr<DeviceProvider> MakeDeviceProviderFromEnvironment() {
     }
   }
   return std::make_unique<RemoteDeviceProvider>();
+}
+
+void ReleaseAtExit(Lease* lease) {
+  exit_lease_pid.store(getpid(), std::memory_order_relaxed);
+  exit_lease.store(lease, std::memory_order_release);
 }
 
 Result<std::vector<DeviceInfo>> ParseFakeDevices(std::string_view spec) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "client/session_client.h"
+#include "gpupool/lease.h"
 #include "gpupool/status.h"
 
 namespace gpupool::interpose {
@@ -54,12 +55,24 @@ class DeviceProvider {
   // The sessions behind the listed devices (device i = element i), handed over once after ListDevices; empty for
   // fake devices. The provider itself stays alive for the process: it owns the lease (and a private agent).
   virtual std::vector<std::unique_ptr<internal::RemoteSession>> TakeSessions() { return {}; }
+
+  // The lease this provider allocated from the pool for the process (GPUPOOL_REQUEST), or nullptr when it holds
+  // none of its own: gp-run's lease (GPUPOOL_LEASE) is gp-run's to release. Lives as long as the provider.
+  virtual Lease* OwnedLease() { return nullptr; }
 };
+
+// Has `lease` released when this process exits normally (main returns, exit()), after cudart's teardown and every
+// other exit handler and static destructor of the program (devices.cc says why that order, and how); never by a
+// child this process forked, and not at all when the process is killed: then its agents free the lease when its
+// TTL passes. REQUIRES: `lease` lives until the process ends (the driver never destroys its provider); called at
+// most once, once the slices are attached.
+void ReleaseAtExit(Lease* lease);
 
 // The provider for this process, chosen from the environment, first match wins:
 //   GPUPOOL_LEASE         the lease gp-run hands over (a gpupool::Lease token): attach its slices;
 //   GPUPOOL_REQUEST       gp-run's options ("-n 2 -p 0.5 --class x --same-server --spread --wait 10s -m 6GiB
-//                         --servers a,b"): allocate a lease from the pool at cuInit, held for the process;
+//                         --servers a,b"): allocate a lease from the pool at cuInit, held for the process and
+//                         released when it exits (ReleaseAtExit);
 //   GPUPOOL_FAKE_DEVICES  fake devices for the interposer's own tests (nothing is forwarded);
 //   otherwise             a private gp-agent (found beside this library) with one slice.
 std::unique_ptr<DeviceProvider> MakeDeviceProviderFromEnvironment();

@@ -58,6 +58,8 @@ CUresult Driver::Init(unsigned int flags) {
   }
   Remote::Get().Attach(std::move(visible_sessions));
   provider_ = std::move(provider);
+  // Only now that the provider is kept: a provider dropped above (no device) released its lease as it went.
+  if (Lease* owned = provider_->OwnedLease()) ReleaseAtExit(owned);
   unsigned long long next_id = 1;
   for (size_t i = 0; i < devices_.size(); ++i) {
     DeviceInfo& d = devices_[i];

@@ -94,7 +94,7 @@ class Driver {
   bool init_attempted_ = false;                             // Guarded by init_mu_.
   std::vector<DeviceInfo> devices_;                         // Written once under init_mu_, then read-only.
   std::vector<std::unique_ptr<Context>> primary_contexts_;  // Same.
-  std::unique_ptr<DeviceProvider> provider_;                // Same; owns the lease for the process.
+  std::unique_ptr<DeviceProvider> provider_;                // Same; owns the lease (released at exit).
 
   std::mutex mu_;
 };
