@@ -106,11 +106,16 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
 
   kj::Promise<void> ReadLarge(FrameHeader h) {
     kj::Array<word> body = SpareArray(h.words);
-    size_t have = end_ - begin_ - sizeof(h), want = h.words * sizeof(word);
+    size_t have = end_ - begin_ - sizeof(h);
     std::memcpy(body.begin(), bytes() + begin_ + sizeof(h), have);
     begin_ = end_ = 0;
+    return ReadRest(h, kj::mv(body), have);
+  }
+
+  // Reads the rest of frame `h` into `body`, whose first `have` bytes are in, then serves it.
+  kj::Promise<void> ReadRest(FrameHeader h, kj::Array<word> body, size_t have) {
     kj::byte* rest = body.asBytes().begin() + have;
-    return stream_->read(rest, want - have).then([this, h, body = kj::mv(body)]() mutable {
+    return stream_->read(rest, h.words * sizeof(word) - have).then([this, h, body = kj::mv(body)]() mutable {
       Dispatch(h, kj::mv(body));
       return ReadLoop();
     });
@@ -153,11 +158,7 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
     std::memcpy(out, table, sizeof(table));
     std::memcpy(out + sizeof(table), head.begin(), head.asBytes().size());
     std::memcpy(out + head_bytes, at, landed);
-    kj::byte* rest = out + head_bytes + landed;
-    return stream_->read(rest, bulk - landed).then([this, h, body = kj::mv(body)]() mutable {
-      Dispatch(h, kj::mv(body));
-      return ReadLoop();
-    });
+    return ReadRest(h, kj::mv(body), head_bytes + landed);
   }
 
   // Reads up to `bytes` into `dst` now, waiting for them up to kBulkWait; answers how many came. A failure is left
