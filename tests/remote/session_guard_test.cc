@@ -777,6 +777,104 @@ TEST_F(SessionGuard, QuietRepliesHoldOnlyUntilTheClientSendsMore) {
   ExpectAllUnharmed();
 }
 
+// A direct connection of our own to a session's worker, speaking frames by hand: what no client of ours would
+// send, or not in that order, or not at that pace.
+class RawDirect {
+ public:
+  explicit RawDirect(wire::DirectSession::Reader door) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(door.getPort());
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) return;
+    struct {
+      session::FrameHeader header{session::kEnterFrame, 0, 2};
+      char ticket[16];
+    } knock;
+    std::memcpy(knock.ticket, door.getTicket().begin(), std::min<size_t>(16, door.getTicket().size()));
+    session::FrameHeader answer{};
+    entered_ = SendBytes(&knock, sizeof(knock)) &&
+               recv(fd_, &answer, sizeof(answer), MSG_WAITALL) == static_cast<ssize_t>(sizeof(answer)) &&
+               answer.kind == session::kEnteredFrame;
+  }
+  ~RawDirect() { close(fd_); }
+
+  bool entered() const { return entered_; }
+  int fd() const { return fd_; }
+
+  bool SendBytes(const void* bytes, size_t n) {
+    return send(fd_, bytes, n, MSG_NOSIGNAL) == static_cast<ssize_t>(n);
+  }
+  // Call `ordinal` (its reply numbered `seq`; 0: posted) as bytes of a frame, appended to `out`.
+  static void Frame(uint32_t ordinal, uint32_t seq, capnp::MessageBuilder& message, std::vector<uint8_t>* out) {
+    session::OutgoingFrame(ordinal, seq, message).AppendTo(out);
+  }
+  // The message of the reply to call `seq` (frames before it skipped); false if the connection ended first.
+  bool ReplyTo(uint32_t seq, kj::Array<capnp::word>* words) {
+    for (;;) {
+      session::FrameHeader h;
+      if (recv(fd_, &h, sizeof(h), MSG_WAITALL) != static_cast<ssize_t>(sizeof(h))) return false;
+      *words = kj::heapArray<capnp::word>(h.words);
+      const ssize_t want = static_cast<ssize_t>(h.words * sizeof(capnp::word));
+      if (want > 0 && recv(fd_, words->begin(), want, MSG_WAITALL) != want) return false;
+      if ((h.kind == session::kReplyFrame || h.kind == session::kQuietReplyFrame) && h.seq == seq) return true;
+    }
+  }
+
+  // memAlloc's address, 0 if it failed.
+  uint64_t Alloc(uint64_t bytes, uint32_t seq) {
+    capnp::MallocMessageBuilder m;
+    m.initRoot<wire::Session::MemAllocParams>().setBytes(bytes);
+    std::vector<uint8_t> frame;
+    Frame(session::calls::MemAlloc::kOrdinal, seq, m, &frame);
+    kj::Array<capnp::word> words;
+    if (!SendBytes(frame.data(), frame.size()) || !ReplyTo(seq, &words)) return 0;
+    return capnp::FlatArrayMessageReader(words).getRoot<wire::Session::MemAllocResults>().getAddress();
+  }
+  static void Memset(uint64_t dst, uint64_t bytes, uint8_t value, std::vector<uint8_t>* out) {
+    capnp::MallocMessageBuilder m;
+    auto p = m.initRoot<wire::Session::MemsetParams>();
+    p.setDst(dst);
+    p.setValue(value);
+    p.setElementSize(1);
+    p.setCount(bytes);
+    Frame(session::calls::Memset::kOrdinal, 0, m, out);
+  }
+  static void CopyBack(uint64_t src, uint64_t bytes, uint32_t seq, std::vector<uint8_t>* out) {
+    capnp::MallocMessageBuilder m;
+    auto p = m.initRoot<wire::Session::CopyFromDeviceParams>();
+    p.setSrc(src);
+    p.setBytes(bytes);
+    Frame(session::calls::CopyFromDevice::kOrdinal, seq, m, out);
+  }
+  // The bytes of the reply to copy back `seq`, or a failure.
+  ::testing::AssertionResult CopiedBack(uint32_t seq, std::vector<uint8_t>* bytes) {
+    kj::Array<capnp::word> reply;
+    if (!ReplyTo(seq, &reply)) return ::testing::AssertionFailure() << "no reply to call " << seq;
+    capnp::ReaderOptions options;
+    options.traversalLimitInWords = reply.size() * 2;
+    capnp::FlatArrayMessageReader reader(reply, options);
+    auto results = reader.getRoot<wire::Session::CopyFromDeviceResults>();
+    if (results.getStatus().getCode() != kOk) {
+      return ::testing::AssertionFailure() << results.getStatus().getMessage().cStr();
+    }
+    bytes->assign(results.getData().begin(), results.getData().end());
+    return ::testing::AssertionSuccess();
+  }
+
+ private:
+  int fd_ = -1;
+  bool entered_ = false;
+};
+
+// Where `bytes` first differs from `value` everywhere (bytes.size() if nowhere).
+size_t FirstNot(const std::vector<uint8_t>& bytes, uint8_t value) {
+  size_t i = 0;
+  while (i < bytes.size() && bytes[i] == value) ++i;
+  return i;
+}
+
 // A client that entered and then sends what no client of ours sends: an unknown call is reported as a failed posted
 // call (the connection goes on); a frame that claims a message longer than any call ends the connection, and with
 // it the session; other tenants notice nothing.
@@ -811,29 +909,14 @@ TEST_F(SessionGuard, CorruptFramesOnTheDirectConnectionHarmNobodyElse) {
   }
   auto opened = OpenRawSession(client);
   ASSERT_TRUE(opened && opened->hasDirect());
-  auto [door, ticket] = door_of(*opened);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = htons(opened->getDirect().getPort());
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  struct {
-    session::FrameHeader header{session::kEnterFrame, 0, 2};
-    char ticket[16];
-  } knock;
-  std::memcpy(knock.ticket, ticket.data(), 16);
-  session::FrameHeader answer;
-  ASSERT_EQ(send(fd, &knock, sizeof(knock), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(knock)));
-  ASSERT_EQ(recv(fd, &answer, sizeof(answer), MSG_WAITALL), static_cast<ssize_t>(sizeof(answer)));
-  EXPECT_EQ(answer.kind, session::kEnteredFrame);
+  RawDirect raw(opened->getDirect());
+  ASSERT_TRUE(raw.entered());
   session::FrameHeader lie{session::calls::CopyToDevice::kOrdinal, 0, uint64_t{1} << 40};  // 8 TiB.
-  ASSERT_EQ(send(fd, &lie, sizeof(lie), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(lie)));
+  ASSERT_TRUE(raw.SendBytes(&lie, sizeof(lie)));
   timeval limit{10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  setsockopt(raw.fd(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   char byte = 0;
-  EXPECT_EQ(recv(fd, &byte, 1, 0), 0) << "the worker did not hang up after a corrupt frame";
-  close(fd);
+  EXPECT_EQ(recv(raw.fd(), &byte, 1, 0), 0) << "the worker did not hang up after a corrupt frame";
   ExpectAllUnharmed();
 }
 
@@ -932,103 +1015,6 @@ TEST_F(SessionGuard, HostileTextureObjectsAreRefused) {
   ExpectAllUnharmed();
 }
 
-
-// A direct connection of our own to a session's worker, speaking frames by hand: what no client of ours would
-// send, or not in that order, or not at that pace.
-class RawDirect {
- public:
-  explicit RawDirect(wire::DirectSession::Reader door) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = htons(door.getPort());
-    if (connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) return;
-    struct {
-      session::FrameHeader header{session::kEnterFrame, 0, 2};
-      char ticket[16];
-    } knock;
-    std::memcpy(knock.ticket, door.getTicket().begin(), std::min<size_t>(16, door.getTicket().size()));
-    session::FrameHeader answer{};
-    entered_ = SendBytes(&knock, sizeof(knock)) &&
-               recv(fd_, &answer, sizeof(answer), MSG_WAITALL) == static_cast<ssize_t>(sizeof(answer)) &&
-               answer.kind == session::kEnteredFrame;
-  }
-  ~RawDirect() { close(fd_); }
-
-  bool entered() const { return entered_; }
-
-  bool SendBytes(const void* bytes, size_t n) {
-    return send(fd_, bytes, n, MSG_NOSIGNAL) == static_cast<ssize_t>(n);
-  }
-  // Call `ordinal` (its reply numbered `seq`; 0: posted) as bytes of a frame, appended to `out`.
-  static void Frame(uint32_t ordinal, uint32_t seq, capnp::MessageBuilder& message, std::vector<uint8_t>* out) {
-    session::OutgoingFrame(ordinal, seq, message).AppendTo(out);
-  }
-  // The message of the reply to call `seq` (frames before it skipped); false if the connection ended first.
-  bool ReplyTo(uint32_t seq, kj::Array<capnp::word>* words) {
-    for (;;) {
-      session::FrameHeader h;
-      if (recv(fd_, &h, sizeof(h), MSG_WAITALL) != static_cast<ssize_t>(sizeof(h))) return false;
-      *words = kj::heapArray<capnp::word>(h.words);
-      const ssize_t want = static_cast<ssize_t>(h.words * sizeof(capnp::word));
-      if (want > 0 && recv(fd_, words->begin(), want, MSG_WAITALL) != want) return false;
-      if ((h.kind == session::kReplyFrame || h.kind == session::kQuietReplyFrame) && h.seq == seq) return true;
-    }
-  }
-
-  // memAlloc's address, 0 if it failed.
-  uint64_t Alloc(uint64_t bytes, uint32_t seq) {
-    capnp::MallocMessageBuilder m;
-    m.initRoot<wire::Session::MemAllocParams>().setBytes(bytes);
-    std::vector<uint8_t> frame;
-    Frame(session::calls::MemAlloc::kOrdinal, seq, m, &frame);
-    kj::Array<capnp::word> words;
-    if (!SendBytes(frame.data(), frame.size()) || !ReplyTo(seq, &words)) return 0;
-    return capnp::FlatArrayMessageReader(words).getRoot<wire::Session::MemAllocResults>().getAddress();
-  }
-  static void Memset(uint64_t dst, uint64_t bytes, uint8_t value, std::vector<uint8_t>* out) {
-    capnp::MallocMessageBuilder m;
-    auto p = m.initRoot<wire::Session::MemsetParams>();
-    p.setDst(dst);
-    p.setValue(value);
-    p.setElementSize(1);
-    p.setCount(bytes);
-    Frame(session::calls::Memset::kOrdinal, 0, m, out);
-  }
-  static void CopyBack(uint64_t src, uint64_t bytes, uint32_t seq, std::vector<uint8_t>* out) {
-    capnp::MallocMessageBuilder m;
-    auto p = m.initRoot<wire::Session::CopyFromDeviceParams>();
-    p.setSrc(src);
-    p.setBytes(bytes);
-    Frame(session::calls::CopyFromDevice::kOrdinal, seq, m, out);
-  }
-  // The bytes of the reply to copy back `seq`, or a failure.
-  ::testing::AssertionResult CopiedBack(uint32_t seq, std::vector<uint8_t>* bytes) {
-    kj::Array<capnp::word> reply;
-    if (!ReplyTo(seq, &reply)) return ::testing::AssertionFailure() << "no reply to call " << seq;
-    capnp::ReaderOptions options;
-    options.traversalLimitInWords = reply.size() * 2;
-    capnp::FlatArrayMessageReader reader(reply, options);
-    auto results = reader.getRoot<wire::Session::CopyFromDeviceResults>();
-    if (results.getStatus().getCode() != kOk) {
-      return ::testing::AssertionFailure() << results.getStatus().getMessage().cStr();
-    }
-    bytes->assign(results.getData().begin(), results.getData().end());
-    return ::testing::AssertionSuccess();
-  }
-
- private:
-  int fd_ = -1;
-  bool entered_ = false;
-};
-
-// Where `bytes` first differs from `value` everywhere (bytes.size() if nowhere).
-size_t FirstNot(const std::vector<uint8_t>& bytes, uint8_t value) {
-  size_t i = 0;
-  while (i < bytes.size() && bytes[i] == value) ++i;
-  return i;
-}
 
 // A device-to-host copy may answer straight from device memory (an emulated device's memory is the worker's own):
 // the worker must then serve nothing more until the reply is written, or a call that came right behind it would
