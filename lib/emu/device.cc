@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -148,6 +149,9 @@ struct Device::Impl : public internal::MemoryMap {
   // The executor sleeps only when it finds the queue empty; Submit wakes it only then, so a busy executor drains
   // the queue without a wakeup per piece of work.
   bool executor_sleeping = false;
+  // How long the executor waited for work the last few times it ran out (AwaitWork). Used by the executor only.
+  std::array<std::chrono::nanoseconds, 4> idle_gaps{};
+  size_t idle_gap_next = 0;
   std::atomic<uint64_t> queued_ticket{1};  // next_ticket, for AwaitWork's polling without the mutex.
   bool stopping = false;
   std::thread executor;
@@ -359,11 +363,15 @@ struct Device::Impl : public internal::MemoryMap {
     Task task;
     std::unique_lock<std::mutex> lock(q_mu);
     for (;;) {
-      if (queue.empty() && !stopping) AwaitWork(lock);
       if (queue.empty() && !stopping) {
-        executor_sleeping = true;
-        q_cv.wait(lock, [this] { return stopping || !queue.empty(); });
-        executor_sleeping = false;
+        const auto idle_since = std::chrono::steady_clock::now();
+        AwaitWork(lock);
+        if (queue.empty() && !stopping) {
+          executor_sleeping = true;
+          q_cv.wait(lock, [this] { return stopping || !queue.empty(); });
+          executor_sleeping = false;
+        }
+        idle_gaps[idle_gap_next++ % idle_gaps.size()] = std::chrono::steady_clock::now() - idle_since;
       }
       if (queue.empty()) return;  // Stopping, with everything queued done.
       queue.Pop(&task);
@@ -398,14 +406,21 @@ struct Device::Impl : public internal::MemoryMap {
     }
   }
 
-  // Polls the queue a little while before the executor goes to sleep: a client sending launches one by one (each
-  // after a message of its own) would otherwise pay a wakeup of the executor for every launch, and the launch a
-  // wakeup's latency. The poll yields the core at each turn, so that on a busy host it costs the client nothing.
+  // Polls the queue a while before the executor goes to sleep: waking it costs more than the work it is woken for
+  // (a futex wake of an idle CPU; on a virtual machine an exit to the hypervisor, 20-50 us) when work comes in
+  // small pieces, as a client's launches do one message at a time, or a training loop's next step does after its
+  // synchronisation. The poll lasts kPoll, or as long as the last few idle gaps lasted when they were all short
+  // (kMaxPoll at most): a client whose next work comes after a host-side pause of its own (checking a result,
+  // preparing the next input) finds the executor awake. It yields the core at each turn, so that on a busy host it
+  // costs the others little. REQUIRES: `lock` holds q_mu (released and taken again).
   void AwaitWork(std::unique_lock<std::mutex>& lock) {
-    constexpr auto kPoll = std::chrono::microseconds(50);
+    constexpr auto kPoll = std::chrono::microseconds(50), kMaxPoll = std::chrono::microseconds(400);
+    auto longest = *std::max_element(idle_gaps.begin(), idle_gaps.end());
+    auto poll = longest + longest / 4 <= kMaxPoll ? std::max<std::chrono::nanoseconds>(kPoll, longest + longest / 4)
+                                                  : std::chrono::nanoseconds(kPoll);
     const uint64_t seen = next_ticket;
     lock.unlock();
-    const auto until = std::chrono::steady_clock::now() + kPoll;
+    const auto until = std::chrono::steady_clock::now() + poll;
     while (queued_ticket.load(std::memory_order_relaxed) == seen && std::chrono::steady_clock::now() < until) {
       std::this_thread::yield();
     }
@@ -424,7 +439,10 @@ struct Device::Impl : public internal::MemoryMap {
     task.stream = s;
     task.ticket = ticket;
     queue.Push(std::move(task));
-    if (executor_sleeping) q_cv.notify_one();
+    if (executor_sleeping) {
+      executor_sleeping = false;  // One wakeup is enough: a futex wake costs microseconds, and a batch queues many.
+      q_cv.notify_one();
+    }
     return ticket;
   }
   uint64_t Submit(Stream* s, std::function<void()> run) {
