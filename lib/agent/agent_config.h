@@ -63,6 +63,9 @@ struct AgentConfig {
   Policy policy;            // [groups] and [[personality]] (agent/policy.h); empty: nothing restricted.
   std::string tls_cert, tls_key, tls_ca;  // [tls]; no cert: plain TCP.
   std::string config_path;  // The agent.toml it came from, re-read on SIGHUP; empty: none.
+  // A private agent (gp-run's, libcuda's, gp-bench's: --exit-with-parent): a signal that finds the process that
+  // started it gone ends it at once. Its leases were that process's; no one is left to end them, so it does not drain.
+  bool exit_with_parent = false;
 
   // Checks ranges and relations (ttl > renew interval ...): kInvalidArgument naming the field.
   Status Validate() const;

@@ -997,7 +997,14 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
 
   auto& port = io.unixEventPort;
   auto stop = port.onSignal(SIGTERM).exclusiveJoin(port.onSignal(SIGINT));
+  const pid_t parent = getppid();
   siginfo_t first = stop.wait(io.waitScope);
+  // The kernel reparents the agent before it sends PR_SET_PDEATHSIG's signal: a changed parent means the owner died.
+  if (config.exit_with_parent && getppid() != parent) {
+    GP_INFO("agent", "signal {}: the process that started this agent has ended; exiting now", first.si_signo);
+    if (config.listen.rfind("unix:", 0) == 0) unlink(config.listen.substr(5).c_str());
+    return 0;
+  }
   GP_INFO("agent", "signal {}: draining (no new leases; up to {} ms for {} lease(s) to end)", first.si_signo,
           config.drain_timeout.count(), state.table.entries().size());
   state.table.SetDraining(true);

@@ -35,26 +35,42 @@ Result<std::unique_ptr<LocalAgent>> LocalAgent::Start(const std::string& agent_b
   std::string listen = where == Listen::kTcpLoopback ? "127.0.0.1:0" : "unix:" + agent->dir_ + "/agent.sock";
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return Status(StatusCode::kInternal, "pipe failed");
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid == 0) {
-    // Only async-signal-safe calls until exec.
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(1);
-    dup2(out[1], 1);
-    int devnull = open("/dev/null", O_WRONLY);
-    if (devnull >= 0 && !getenv("GPUPOOL_LOG")) dup2(devnull, 2);
-    const char* argv[] = {agent_binary.c_str(), "--listen",     listen.c_str(), "--name", "local",
-                          "--emu-fallback", "1",  "--lease-ttl", "10s", nullptr};
-    execv(agent_binary.c_str(), const_cast<char**>(argv));
-    _exit(127);
+  const bool quiet = getenv("GPUPOOL_LOG") == nullptr;
+  const char* argv[] = {agent_binary.c_str(), "--listen",     listen.c_str(), "--name", "local",
+                        "--emu-fallback", "1",  "--lease-ttl", "10s", "--exit-with-parent", nullptr};
+  // The agent must die with this process, and only then: PR_SET_PDEATHSIG fires when the *thread* that forked it
+  // ends, and the caller may be any thread of the program (CUDA initialised on a worker thread that then ends). So
+  // a thread of our own forks it and lives until the agent is stopped; a SIGKILL of the process ends it too.
+  agent->keeper_ = std::thread([&argv, quiet, out_fd = out[1], agent = agent.get()] {
+    pid_t parent = getpid();
+    pid_t child = fork();
+    if (child == 0) {
+      // Only async-signal-safe calls until exec.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(1);
+      dup2(out_fd, 1);
+      int devnull = open("/dev/null", O_WRONLY);
+      if (devnull >= 0 && quiet) dup2(devnull, 2);
+      execv(argv[0], const_cast<char**>(argv));
+      _exit(127);
+    }
+    std::unique_lock<std::mutex> lock(agent->keeper_mu_);
+    agent->pid_ = child;
+    agent->forked_ = true;
+    agent->keeper_cv_.notify_all();
+    agent->keeper_cv_.wait(lock, [agent] { return agent->stopped_; });
+  });
+  pid_t pid;
+  {
+    std::unique_lock<std::mutex> lock(agent->keeper_mu_);
+    agent->keeper_cv_.wait(lock, [&agent] { return agent->forked_; });
+    pid = agent->pid_;
   }
   close(out[1]);
   if (pid < 0) {
     close(out[0]);
     return Status(StatusCode::kInternal, "fork failed");
   }
-  agent->pid_ = pid;
   // Wait for "gp-agent local listening on ADDRESS ..." on its stdout (port 0 has become a free port there).
   std::string line;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -78,7 +94,7 @@ Result<std::unique_ptr<LocalAgent>> LocalAgent::Start(const std::string& agent_b
 }
 
 LocalAgent::~LocalAgent() {
-  if (pid_ > 0) {
+  if (pid_ > 0) {  // Any thread may wait for a child of the process.
     kill(pid_, SIGTERM);
     for (int i = 0; i < 200; ++i) {
       if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
@@ -91,6 +107,14 @@ LocalAgent::~LocalAgent() {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
     }
+  }
+  if (keeper_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(keeper_mu_);
+      stopped_ = true;
+    }
+    keeper_cv_.notify_one();
+    keeper_.join();
   }
   std::error_code ec;
   if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);

@@ -5,8 +5,11 @@
 
 #include <sys/types.h>
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "gpupool/status.h"
 
@@ -17,7 +20,7 @@ class LocalAgent {
   enum class Listen { kUnixSocket, kTcpLoopback };
   // Starts `agent_binary` on a Unix socket in a private directory (or on a free TCP port of 127.0.0.1: gp-bench's
   // TCP figures) and waits (up to 10 s) until it listens. The agent dies with this process even if it is killed
-  // with SIGKILL (PR_SET_PDEATHSIG).
+  // with SIGKILL (PR_SET_PDEATHSIG), and lives as long as it: whichever thread calls Start may end meanwhile.
   static Result<std::unique_ptr<LocalAgent>> Start(const std::string& agent_binary,
                                                    Listen listen = Listen::kUnixSocket);
   ~LocalAgent();  // SIGTERM, then SIGKILL after 2 s; removes the socket directory.
@@ -28,6 +31,12 @@ class LocalAgent {
   LocalAgent() = default;
   pid_t pid_ = -1;
   std::string dir_, address_;
+  // The thread that forked the agent, kept until the agent is stopped (its end would signal the agent).
+  std::thread keeper_;
+  std::mutex keeper_mu_;
+  std::condition_variable keeper_cv_;
+  bool forked_ = false;   // Guarded by keeper_mu_, as pid_ is until then.
+  bool stopped_ = false;  // Guarded by keeper_mu_.
 };
 
 // The directory holding a sibling of this executable, e.g. SiblingPath("gp-agent") -> "/usr/bin/gp-agent".

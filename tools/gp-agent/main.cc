@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
       idle_after, tokens, tls_cert, tls_key, tls_ca;
   bool require_auth = false;
   int emu = -1, emu_fallback = -1;
-  bool no_nvml = false;
+  bool no_nvml = false, exit_with_parent = false;
   app.add_option("--config", config_path, "agent.toml; flags override its values");
   app.add_option("--listen", listen, "host:port or unix:/path (default *:7450; port 0 picks a free one)");
   app.add_option("--name", name, "name shown in the pool (default: host name)");
@@ -160,6 +160,8 @@ int main(int argc, char** argv) {
   app.add_option("--tls-key", tls_key, "the private key of --tls-cert (PEM)");
   app.add_option("--tls-ca", tls_ca, "require client certificates signed by this CA; their common name is the user");
   app.add_flag("--no-nvml", no_nvml, "do not look for physical GPUs through NVML (nor the CUDA driver unless --cuda-driver names one)");
+  app.add_flag("--exit-with-parent", exit_with_parent,
+               "a private agent: once the process that started it is gone, a signal ends it at once, without draining");
   GP_PARSE_ARGS(app, argc, argv, 2);
 
   agent::AgentConfig config;
@@ -175,6 +177,7 @@ int main(int argc, char** argv) {
   if (!cuda_driver.empty()) config.cuda_driver = cuda_driver;
   if (emu >= 0) config.emulated_count = emu;
   if (no_nvml) config.nvml = false;
+  if (exit_with_parent) config.exit_with_parent = true;
   if (!emu_memory.empty()) {
     auto m = ParseMemorySize(emu_memory);
     if (!Report(m, "--emu-memory")) return 2;
