@@ -1002,20 +1002,19 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
   // The kernel reparents the agent before it sends PR_SET_PDEATHSIG's signal: a changed parent means the owner died.
   if (config.exit_with_parent && getppid() != parent) {
     GP_INFO("agent", "signal {}: the process that started this agent has ended; exiting now", first.si_signo);
-    if (config.listen.rfind("unix:", 0) == 0) unlink(config.listen.substr(5).c_str());
-    return 0;
+  } else {
+    GP_INFO("agent", "signal {}: draining (no new leases; up to {} ms for {} lease(s) to end)", first.si_signo,
+            config.drain_timeout.count(), state.table.entries().size());
+    state.table.SetDraining(true);
+    state.systemd.Notify(fmt::format("STOPPING=1\nSTATUS=draining: no new leases; {} lease(s) held",
+                                     state.table.entries().size()));
+    auto& timer = io.provider->getTimer();
+    auto drained = DrainLoop(state, timer, timer.now() + config.drain_timeout.count() * kj::MILLISECONDS);
+    auto second = port.onSignal(SIGTERM).exclusiveJoin(port.onSignal(SIGINT)).then([](siginfo_t) {
+      GP_WARN("agent", "second signal: exiting now");
+    });
+    drained.exclusiveJoin(kj::mv(second)).wait(io.waitScope);
   }
-  GP_INFO("agent", "signal {}: draining (no new leases; up to {} ms for {} lease(s) to end)", first.si_signo,
-          config.drain_timeout.count(), state.table.entries().size());
-  state.table.SetDraining(true);
-  state.systemd.Notify(fmt::format("STOPPING=1\nSTATUS=draining: no new leases; {} lease(s) held",
-                                   state.table.entries().size()));
-  auto& timer = io.provider->getTimer();
-  auto drained = DrainLoop(state, timer, timer.now() + config.drain_timeout.count() * kj::MILLISECONDS);
-  auto second = port.onSignal(SIGTERM).exclusiveJoin(port.onSignal(SIGINT)).then([](siginfo_t) {
-    GP_WARN("agent", "second signal: exiting now");
-  });
-  drained.exclusiveJoin(kj::mv(second)).wait(io.waitScope);
   if (config.listen.rfind("unix:", 0) == 0) unlink(config.listen.substr(5).c_str());
   return 0;
 }
