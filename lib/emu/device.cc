@@ -415,9 +415,9 @@ struct Device::Impl : public internal::MemoryMap {
   // costs the others little. REQUIRES: `lock` holds q_mu (released and taken again).
   void AwaitWork(std::unique_lock<std::mutex>& lock) {
     constexpr auto kPoll = std::chrono::microseconds(50), kMaxPoll = std::chrono::microseconds(400);
-    auto longest = *std::max_element(idle_gaps.begin(), idle_gaps.end());
-    auto poll = longest + longest / 4 <= kMaxPoll ? std::max<std::chrono::nanoseconds>(kPoll, longest + longest / 4)
-                                                  : std::chrono::nanoseconds(kPoll);
+    const auto longest = *std::max_element(idle_gaps.begin(), idle_gaps.end());
+    const auto fitting = longest + longest / 4;
+    const auto poll = fitting <= kMaxPoll ? std::max<std::chrono::nanoseconds>(kPoll, fitting) : kPoll;
     const uint64_t seen = next_ticket;
     lock.unlock();
     const auto until = std::chrono::steady_clock::now() + poll;
