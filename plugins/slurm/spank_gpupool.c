@@ -549,28 +549,23 @@ static int release_by_token(const char *token, uid_t uid, gid_t gid) {
 /* ---- SPANK callbacks --------------------------------------------------------------------------------------- */
 
 int slurm_spank_init(spank_t sp, int ac, char **av) {
+  /* plugstack.conf's arguments: NAME=VALUE, each kept in its variable (the last one given wins). */
+  static const struct {
+    const char *prefix;
+    char **value;
+  } known[] = {{"servers=", &arg_servers}, {"pool=", &arg_pool}, {"gp_lease=", &arg_gp_lease},
+               {"libdir=", &arg_libdir},   {"wait=", &arg_wait}};
   for (int i = 0; i < ac; ++i) {
     const char *a = av[i];
-    if (strncmp(a, "servers=", 8) == 0) {
-      free(arg_servers);
-      arg_servers = xstrdup_or_null(a + 8);
-    } else if (strncmp(a, "pool=", 5) == 0) {
-      free(arg_pool);
-      arg_pool = xstrdup_or_null(a + 5);
-    } else if (strncmp(a, "gp_lease=", 9) == 0) {
-      free(arg_gp_lease);
-      arg_gp_lease = xstrdup_or_null(a + 9);
-    } else if (strncmp(a, "libdir=", 7) == 0) {
-      free(arg_libdir);
-      arg_libdir = xstrdup_or_null(a + 7);
-    } else if (strncmp(a, "wait=", 5) == 0) {
-      free(arg_wait);
-      arg_wait = xstrdup_or_null(a + 5);
-    } else {
+    size_t k = 0;
+    while (k < sizeof(known) / sizeof(known[0]) && strncmp(a, known[k].prefix, strlen(known[k].prefix)) != 0) ++k;
+    if (k == sizeof(known) / sizeof(known[0])) {
       slurm_error("gpupool: unknown plugstack.conf argument '%s' (known: servers=, pool=, gp_lease=, libdir=, wait=)",
                   a);
       return -1;
     }
+    free(*known[k].value);
+    *known[k].value = xstrdup_or_null(a + strlen(known[k].prefix));
   }
   for (struct spank_option *o = options; o->name != NULL; ++o) {
     if (spank_option_register(sp, o) != ESPANK_SUCCESS) {
