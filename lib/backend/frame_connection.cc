@@ -7,9 +7,12 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include <capnp/serialize.h>
@@ -26,6 +29,7 @@ namespace {
 
 using capnp::word;
 using session::FrameHeader;
+using Clock = std::chrono::steady_clock;
 
 // How long a copy's bytes may take to come from the socket, or to go into it, straight from or to device memory;
 // what is left after that goes through a buffer. The event loop waits meanwhile: device memory is only ever touched
@@ -84,6 +88,10 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
       begin_ = 0;
     }
     return stream_->tryRead(bytes() + end_, 1, buffer_.asBytes().size() - end_).then([this](size_t n) {
+      if (replied_at_) {
+        call_gaps_[next_gap_++ % call_gaps_.size()] = Clock::now() - *replied_at_;
+        replied_at_.reset();
+      }
       if (n == 0) {
         if (end_ > 0) GP_DEBUG("session", "direct connection closed inside a frame");
         return kj::Promise<void>(kj::READY_NOW);
@@ -279,7 +287,7 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
       at += p.size() - skip;
     }
     call = nullptr;  // Serving resumes.
-    if (rest.size() == 0) return;
+    if (rest.size() == 0) return AfterReply();
     auto piece = kj::heapArray<kj::ArrayPtr<const kj::byte>>({rest.asPtr()});
     Write(kj::mv(piece), kj::mv(rest), [](kj::Array<kj::byte>) {});
   }
@@ -306,6 +314,28 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
       SkipWritten(iov, &first, static_cast<size_t>(n));
     }
     return written;
+  }
+
+  // A client that answers a reply with its next call within microseconds (a program's synchronous calls back to
+  // back, a training loop's next step) finds this thread awake if it polls the socket for that long: sleeping in
+  // the kernel instead costs a wakeup of an idle CPU when the call comes, more than the round trip itself (on a
+  // virtual machine, an exit to the hypervisor: 10-40 us). Only while the session is quiet (no device work to
+  // follow up on: the event loop is not needed meanwhile), the host has a CPU to spare, and the client's last few
+  // gaps were all short: a client that pauses longer, or one that waits its turn on a busy host, costs no poll. A
+  // probe now and then measures again what the last gaps, slept through, overstated.
+  void AfterReply() {
+    if (writes_pending_ != 0 || !session_.Quiet()) return;
+    int fd = -1;
+    KJ_IF_MAYBE(f, stream_->getFd()) fd = *f;
+    if (fd < 0) return;
+    replied_at_ = Clock::now();
+    constexpr auto kMinCallPoll = std::chrono::microseconds(5), kMaxCallPoll = std::chrono::microseconds(30);
+    constexpr uint32_t kProbeEvery = 16;
+    const auto longest = *std::max_element(call_gaps_.begin(), call_gaps_.end());
+    const bool probe = ++quiet_replies_ % kProbeEvery == 0;
+    if ((longest > kMaxCallPoll && !probe) || !HostHasSpareCpu()) return;
+    const Clock::duration fitting = std::clamp<Clock::duration>(longest + longest / 2, kMinCallPoll, kMaxCallPoll);
+    PollReadable(fd, std::chrono::duration_cast<std::chrono::microseconds>(probe ? kMaxCallPoll : fitting));
   }
 
   // Only the first failure until the client next waits: it keeps only that one, and a client that never waits
@@ -344,6 +374,7 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
                    .then([this, pieces = kj::mv(pieces), keep = kj::mv(keep), written = kj::mv(written)]() mutable {
                      --writes_pending_;
                      written(kj::mv(keep));
+                     AfterReply();
                    })
                    .eagerlyEvaluate([this](kj::Exception&& e) {
                      --writes_pending_;
@@ -358,6 +389,11 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
   std::vector<kj::Array<word>> spares_;
   bool error_sent_ = false;
   kj::Maybe<kj::Promise<void>> hold_;  // Resolves when the reply that holds serving back is written.
+  // When the last reply left a quiet session, and how long the client took to send more the last few times.
+  std::optional<Clock::time_point> replied_at_;
+  std::array<Clock::duration, 4> call_gaps_{};
+  size_t next_gap_ = 0;
+  uint32_t quiet_replies_ = 0;
   int writes_pending_ = 0;             // Writes queued on writing_ and not done.
   kj::Promise<void> writing_ = kj::READY_NOW;
   kj::TaskSet tasks_;  // Calls waiting for the device; dropped first, with the connection.
