@@ -87,8 +87,12 @@ Status StatusFromException(const kj::Exception& e, const std::string& address, s
                                                "GPUPOOL_TLS_KEY)",
                               desc.substr(desc.rfind("= ") == std::string::npos ? 0 : desc.rfind("= ") + 2)));
   }
-  if (desc.find("gpupool-handshake") != std::string::npos && desc.find("Peer disconnected") != std::string::npos &&
-      address.rfind("tls:", 0) != 0 && address.rfind("unix:", 0) != 0) {
+  // A TLS server closes on the plaintext hello: with a FIN, or with a reset when the hello's bytes were still unread
+  // in its socket as it closed (the kernel's choice, a race).
+  const bool closed_at_hello = desc.find("Peer disconnected") != std::string::npos ||
+                               desc.find("Connection reset by peer") != std::string::npos;
+  if (desc.find("gpupool-handshake") != std::string::npos && closed_at_hello && address.rfind("tls:", 0) != 0 &&
+      address.rfind("unix:", 0) != 0) {
     return Status(StatusCode::kProtocolMismatch,
                   fmt::format("server {} closed the connection at the gpupool handshake: if it serves TLS, name it "
                               "tls:{}", address, address));
