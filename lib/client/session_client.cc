@@ -1,5 +1,6 @@
 #include "client/session_client.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstring>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include <capnp/serialize.h>
 
@@ -30,7 +32,9 @@ constexpr uint64_t kGiB = 1ull << 30;
 constexpr size_t kChunk = 4u << 20;  // Copies travel in 4 MiB messages, pipelined.
 constexpr size_t kChunksInFlight = 4;  // Copies back: chunks asked for ahead of the one being read.
 constexpr size_t kBatchBytes = 16u << 20;  // A batch this large is sent, and gathering goes on in a new one.
-// Address windows live in [32 TiB, 96 TiB): far from where Linux places ordinary mappings.
+// Address windows live in [32 TiB, 96 TiB), below where Linux places shared libraries and stacks. A PIE program and
+// its heap may be in that range too (around 85 TiB): each window is reserved in the client's address space
+// (RemoteSession::Reservation), and a range already in use is not taken.
 constexpr uint64_t kWindowLow = 32ull << 40, kWindowHigh = 96ull << 40;
 constexpr int kCudaErrorDeviceUnavailable = 46;
 constexpr int kCudaErrorLaunchFailure = 719;
@@ -113,6 +117,34 @@ uint64_t WholeGiB(uint64_t bytes) { return (bytes + kGiB - 1) / kGiB * kGiB; }
 uint64_t MemoryPart(const Slice& slice) { return WholeGiB(slice.memory_bytes + (64ull << 20)); }
 
 }  // namespace
+
+RemoteSession::Reservation& RemoteSession::Reservation::operator=(Reservation&& other) noexcept {
+  if (this != &other) {
+    Release();
+    base = std::exchange(other.base, 0);
+    bytes = std::exchange(other.bytes, 0);
+  }
+  return *this;
+}
+
+void RemoteSession::Reservation::Release() {
+  if (bytes != 0) munmap(reinterpret_cast<void*>(base), bytes);
+  base = bytes = 0;
+}
+
+bool RemoteSession::Reservation::Take(uint64_t at, uint64_t size) {
+  Release();
+  void* p = mmap(reinterpret_cast<void*>(at), size, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+  if (p == MAP_FAILED) return false;
+  if (p != reinterpret_cast<void*>(at)) {  // Kernels before 4.17 ignore MAP_FIXED_NOREPLACE and map elsewhere.
+    munmap(p, size);
+    return false;
+  }
+  base = at;
+  bytes = size;
+  return true;
+}
 
 Status RemoteSession::OpenAt(uint64_t base, uint64_t window) {
   auto impl = std::make_unique<Impl>();
@@ -215,7 +247,13 @@ Result<std::vector<std::unique_ptr<RemoteSession>>> RemoteSession::OpenLease(con
                                 other->window_base_ < base + window);
       }
       if (overlaps) continue;
+      Reservation reservation;
+      if (!reservation.Take(base, window)) {
+        last = Status(StatusCode::kResourceExhausted, "this process already uses the addresses of every window tried");
+        continue;
+      }
       last = rs->OpenAt(base, window);
+      if (last.ok()) rs->window_reservation_ = std::move(reservation);
       if (last.ok() || last.code() != StatusCode::kResourceExhausted) break;  // Only "window taken" is worth another try.
     }
     if (!last.ok()) {
@@ -236,8 +274,25 @@ Status RemoteSession::Relocate(uint64_t address, uint64_t bytes) {
     return Status(StatusCode::kInvalidArgument, "a window is placed at a 1 GiB boundary");
   }
   uint64_t reservations = std::max<uint64_t>(window_bytes_ - memory_part, WholeGiB(bytes));
+  // The window's present range may overlap the new one: it is let go first, and taken again if the move fails.
+  const uint64_t old_base = window_reservation_.base, old_bytes = window_reservation_.bytes;
+  window_reservation_.Release();
+  auto keep_old = [&] {
+    if (old_bytes != 0) window_reservation_.Take(old_base, old_bytes);
+  };
+  Reservation reservation;
+  if (!reservation.Take(address - memory_part, memory_part + reservations)) {
+    keep_old();
+    return Status(StatusCode::kResourceExhausted,
+                  fmt::format("this process already uses addresses in [0x{:x}, 0x{:x})", address - memory_part,
+                              address + reservations));
+  }
   Status s = OpenAt(address - memory_part, memory_part + reservations);
-  if (s.ok()) {
+  if (!s.ok()) {
+    reservation.Release();
+    keep_old();
+  } else {
+    window_reservation_ = std::move(reservation);
     GP_DEBUG("session", "{} GPU {}: window moved to 0x{:x} for a reservation at 0x{:x}", slice_.server_name,
              slice_.device, window_base_, address);
   }

@@ -124,6 +124,20 @@ class RemoteSession {
   RemoteProps props_;
   Slice slice_;
   uint64_t window_base_ = 0, window_bytes_ = 0;
+  // The window's address range, held in this process (PROT_NONE, nothing committed) while the session lives: no host
+  // memory of the program may be placed inside it, where its pointers would read as the device's.
+  struct Reservation {
+    Reservation() = default;
+    Reservation(Reservation&& other) noexcept { *this = std::move(other); }
+    Reservation& operator=(Reservation&& other) noexcept;
+    ~Reservation() { Release(); }
+    // Takes [base, base + bytes), letting go of what was held; false if any of it is mapped already (nothing is
+    // then held).
+    bool Take(uint64_t base, uint64_t bytes);
+    void Release();
+    uint64_t base = 0, bytes = 0;
+  };
+  Reservation window_reservation_;
   std::string last_error_;
 };
 

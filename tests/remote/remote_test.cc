@@ -1,10 +1,13 @@
 // The remote data path end to end: unmodified nvcc-built programs run under gp-run on slices of real agents.
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+
+#include <fmt/format.h>
 
 #include "client/session_client.h"
 #include "integration/helpers.h"
@@ -128,6 +131,53 @@ TEST(Remote, SessionsAreAuthenticatedByTheLeaseAndIsolatedFromEachOther) {
   uint64_t free_bytes = 0, total = 0;
   ASSERT_EQ(tb.MemGetInfo(&free_bytes, &total), 0);
   EXPECT_EQ(total, 1ull << 30);
+}
+
+// A slice's window holds the program's device pointers, so no host memory of the program may lie inside it: a host
+// pointer there is taken for the device's (interpose.remote.arrays, about 1 run in 100, copied the wrong side when the
+// random window fell on the program's heap). Windows are drawn in [32 TiB, 96 TiB); the test maps that range but a
+// 16 TiB hole, so a session opens where nothing else is, or fails saying why.
+TEST(Remote, ASessionsWindowNeverCoversMemoryTheProgramUses) {
+  Agent agent(AgentOptions{.name = "windows", .emulated = 1, .emulated_memory = "2GiB"});
+  Pool pool = Connect({agent.address()});
+  auto lease = pool.Allocate(Slices(1, 1.0));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  constexpr uint64_t kTiB = 1ull << 40;
+  std::vector<uint64_t> chunks;  // Mapped by the test, a TiB each.
+  for (uint64_t at = 32 * kTiB; at < 96 * kTiB; at += kTiB) {
+    if (at >= 40 * kTiB && at < 56 * kTiB) continue;  // The hole.
+    void* p = mmap(reinterpret_cast<void*>(at), kTiB, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == reinterpret_cast<void*>(at)) {
+      chunks.push_back(at);
+    } else if (p != MAP_FAILED) {
+      munmap(p, kTiB);
+    }  // MAP_FAILED: partly in use already (this binary, its heap), which counts below.
+  }
+  ASSERT_GT(chunks.size(), 30u);
+  std::vector<std::pair<uint64_t, uint64_t>> taken;  // [start, end): the test's chunks and the program's memory.
+  for (uint64_t at : chunks) taken.emplace_back(at, at + kTiB);
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    unsigned long long start = 0, end = 0;
+    char perms[5] = {};
+    if (std::sscanf(line.c_str(), "%llx-%llx %4s", &start, &end, perms) == 3 && std::string(perms) != "---p") {
+      taken.emplace_back(start, end);
+    }
+  }
+  auto sessions = internal::RemoteSession::OpenLease(lease->Token());
+  if (sessions.ok()) {
+    const internal::RemoteSession& s = *sessions->front();
+    for (const auto& [start, end] : taken) {
+      EXPECT_FALSE(s.window_base() < end && start < s.window_base() + s.window_bytes())
+          << fmt::format("window [0x{:x}, 0x{:x}) covers [0x{:x}, 0x{:x})", s.window_base(),
+                         s.window_base() + s.window_bytes(), start, end);
+    }
+  } else {
+    EXPECT_NE(sessions.status().message().find("already uses the addresses"), std::string::npos)
+        << sessions.status().ToString();
+  }
+  for (uint64_t at : chunks) munmap(reinterpret_cast<void*>(at), kTiB);
 }
 
 TEST(Remote, DevicePrintfReachesTheProgramsStdout) {
