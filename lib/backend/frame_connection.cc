@@ -59,6 +59,11 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
 
  private:
   kj::byte* bytes() { return buffer_.asBytes().begin(); }
+  // The connection's socket, or -1 where the stream has none (TLS).
+  int SocketFd() {
+    KJ_IF_MAYBE(fd, stream_->getFd()) return *fd;
+    return -1;
+  }
 
   // Dispatches every whole frame in the buffer, then reads more; a frame longer than the buffer is read into its
   // own array, or its bulk straight to the device. Resolves when the client hangs up.
@@ -135,8 +140,7 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
   // bytes (the session must not free the memory under a read still under way); a bulk slower than that is read on
   // into a buffer, with what landed, and the call served as any other. Null: the frame is not one of those.
   kj::Maybe<kj::Promise<void>> ReadLanded(FrameHeader h) {
-    int fd = -1;
-    KJ_IF_MAYBE(f, stream_->getFd()) fd = *f;  // A TLS stream has none: its bytes cannot be read straight.
+    const int fd = SocketFd();  // A TLS stream has none: its bytes cannot be read straight.
     const kj::byte* start = bytes() + begin_ + sizeof(h);
     const size_t have = end_ - begin_ - sizeof(h);  // Less than the frame: it does not fit in the buffer.
     uint32_t table[4];  // A two-segment message's table: count - 1, the two sizes, padding.
@@ -295,8 +299,7 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
   // Writes what it can of `pieces` to the socket at once, waiting for room up to kBulkWait; answers how many
   // bytes went. A failure is left for the asynchronous write of the rest to report.
   size_t WriteNow(const std::vector<kj::ArrayPtr<const kj::byte>>& pieces) {
-    int fd = -1;
-    KJ_IF_MAYBE(f, stream_->getFd()) fd = *f;
+    const int fd = SocketFd();
     if (fd < 0) return 0;
     std::vector<iovec> iov;
     for (auto p : pieces) iov.push_back({const_cast<kj::byte*>(p.begin()), p.size()});
@@ -325,8 +328,7 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
   // probe now and then measures again what the last gaps, slept through, overstated.
   void AfterReply() {
     if (writes_pending_ != 0 || !session_.Quiet()) return;
-    int fd = -1;
-    KJ_IF_MAYBE(f, stream_->getFd()) fd = *f;
+    const int fd = SocketFd();
     if (fd < 0) return;
     replied_at_ = Clock::now();
     constexpr auto kMinCallPoll = std::chrono::microseconds(5), kMaxCallPoll = std::chrono::microseconds(30);

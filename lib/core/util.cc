@@ -20,11 +20,15 @@
 
 namespace gpupool {
 
+long OnlineCpus() {
+  static const long cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  return cpus;
+}
+
 bool HostHasSpareCpu() {
   using Clock = std::chrono::steady_clock;
   static std::atomic<int64_t> checked_at{0};
   static std::atomic<bool> spare{true};
-  static const long cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
   constexpr int64_t kRecheckNanos = 2'000'000;
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
   int64_t last = checked_at.load(std::memory_order_relaxed);
@@ -37,7 +41,7 @@ bool HostHasSpareCpu() {
   ssize_t n = read(fd, text, sizeof(text) - 1);
   close(fd);
   long running = 0;  // "0.12 0.34 0.56 RUNNING/TOTAL LASTPID"
-  if (n > 0 && std::sscanf(text, "%*f %*f %*f %ld/", &running) == 1) spare.store(running <= 2 * cpus);
+  if (n > 0 && std::sscanf(text, "%*f %*f %*f %ld/", &running) == 1) spare.store(running <= 2 * OnlineCpus());
   return spare.load(std::memory_order_relaxed);
 }
 

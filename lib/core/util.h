@@ -22,6 +22,8 @@ double RandomUnit();
 // Splits on `sep`, trimming whitespace and dropping empty pieces.
 std::vector<std::string> SplitList(std::string_view text, char sep);
 
+// The CPUs online, at least 1; read once.
+long OnlineCpus();
 // Whether the host runs at most two threads per CPU (/proc/loadavg's running count, the caller included): where a
 // short busy poll beats sleeping. Looked at most every 2 ms, shared by the whole process; true when unknown.
 bool HostHasSpareCpu();
