@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -586,6 +587,7 @@ Status MeasureLoad(RemoteSession& s, const BenchOptions& options, std::vector<Be
   std::vector<std::vector<double>> samples(sessions.size());
   std::vector<std::string> errors(sessions.size());
   std::latch start(static_cast<std::ptrdiff_t>(sessions.size()));
+  std::atomic<int> measuring(static_cast<int>(sessions.size()));  // Clients still taking their samples.
   std::vector<std::thread> clients;
   for (size_t c = 0; c < sessions.size(); ++c) {
     clients.emplace_back([&, c] {
@@ -594,13 +596,19 @@ Status MeasureLoad(RemoteSession& s, const BenchOptions& options, std::vector<Be
       for (int i = 0; i < 50; ++i) mine.MemGetInfo(&f, &t);
       start.arrive_and_wait();  // Measured only while every client is at it.
       samples[c].reserve(kLoadRoundTrips);
-      for (int i = 0; i < kLoadRoundTrips; ++i) {
+      // A client that has its samples goes on calling, unmeasured, until every client has its own: the load stays
+      // at all the clients for every measured call, and each client counts as much as any other.
+      for (int i = 0; i < kLoadRoundTrips || measuring.load(std::memory_order_relaxed) > 0; ++i) {
         auto t0 = Clock::now();
         if (mine.MemGetInfo(&f, &t) != 0) {
           errors[c] = mine.last_error();
+          measuring.fetch_sub(i < kLoadRoundTrips ? 1 : 0);
           return;
         }
-        samples[c].push_back(Micros(Clock::now() - t0));
+        if (i < kLoadRoundTrips) {
+          samples[c].push_back(Micros(Clock::now() - t0));
+          if (i + 1 == kLoadRoundTrips) measuring.fetch_sub(1);
+        }
       }
     });
   }
