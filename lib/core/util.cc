@@ -56,11 +56,13 @@ void SkipWritten(std::vector<iovec>& pieces, size_t* first, size_t written) {
 bool PollReadable(int fd, std::chrono::microseconds limit) {
   const auto until = std::chrono::steady_clock::now() + limit;
   char byte;
-  while (std::chrono::steady_clock::now() < until) {
+  for (;;) {
     if (recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) != -1 || errno != EAGAIN) return true;
+    // Looked at once more after the limit: a poller that yielded to the very thread that sent the bytes may get
+    // the CPU back only after the limit, and would otherwise sleep on bytes already there.
+    if (std::chrono::steady_clock::now() >= until) return false;
     sched_yield();
   }
-  return false;
 }
 
 std::string RandomBytes(size_t bytes) {
