@@ -602,7 +602,7 @@ Status MeasureLoad(RemoteSession& s, const BenchOptions& options, std::vector<Be
         auto t0 = Clock::now();
         if (mine.MemGetInfo(&f, &t) != 0) {
           errors[c] = mine.last_error();
-          measuring.fetch_sub(i < kLoadRoundTrips ? 1 : 0);
+          if (i < kLoadRoundTrips) measuring.fetch_sub(1);
           return;
         }
         if (i < kLoadRoundTrips) {
