@@ -10,6 +10,7 @@
 #ifndef GPUPOOL_BACKEND_DEVICE_BACKEND_H_
 #define GPUPOOL_BACKEND_DEVICE_BACKEND_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -146,6 +147,14 @@ class DeviceBackend {
   virtual CallStatus WhenReached(StreamRef stream, std::function<void()> done) = 0;
   // The same for the work before the event's last record.
   virtual CallStatus WhenRecorded(EventRef event, std::function<void()> done) = 0;
+  // Calls `soon` (on any thread, this one included) once the work queued on `stream` so far (null: on the device) is
+  // expected to have run within about `lead`: a waiter that sleeps until WhenReached's callback can be woken that
+  // much ahead, so that its wakeup overlaps the work's last moments instead of following them. A hint, for backends
+  // that CanTellNearlyReached: one whose work runs first drops `soon` instead.
+  virtual void WhenNearlyReached(StreamRef stream, std::chrono::nanoseconds lead, std::function<void()> soon) {
+    (void)stream, (void)lead, (void)soon;
+  }
+  virtual bool CanTellNearlyReached() const { return false; }
   // The status of the stream's work once reached (null: the whole device): a fault of an earlier kernel or copy.
   virtual CallStatus Settled(StreamRef stream) = 0;
   virtual CallStatus SettledEvent(EventRef event) = 0;

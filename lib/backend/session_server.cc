@@ -2,12 +2,15 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -19,6 +22,7 @@
 #include "backend/session_checks.h"
 #include "core/log.h"
 #include "core/range_map.h"
+#include "core/util.h"
 #include "schema/session_frames.h"
 #include "schema/session_wire.h"
 
@@ -27,6 +31,7 @@ namespace {
 
 namespace calls = session::calls;
 using Reply = kj::Promise<CallStatus>;
+using Clock = std::chrono::steady_clock;
 
 constexpr char kRevokedMessage[] =
     "the lease of this session ended (released, expired, or ended by an administrator or the agent's policy); its "
@@ -169,7 +174,11 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
         };
       }
     }
+    const bool outer_awaited = awaited_;
+    // A shared host-to-device copy's client collects the reply later (as it reuses the slot, or synchronises).
+    awaited_ = Call::kMode != session::Mode::kPosted && !std::is_same_v<Call, calls::CopyToDeviceShared>;
     Reply reply = revoked_ ? Done(Revoked()) : Handle(call->args, call->results);
+    awaited_ = outer_awaited;
     return reply.then([this, results, call = kj::mv(call)](CallStatus status) mutable {
       --in_flight_;
       if (revoked_ && status.ok()) status = Revoked();  // The lease ended while the call waited for the device.
@@ -846,7 +855,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     uint64_t id = a.event.value;
     EventRef event = e->second;
     auto recorded = [&](std::function<void()> done) { return backend_->WhenRecorded(event, std::move(done)); };
-    return CalledBack(recorded).then([this, &r, id]() {
+    return CalledBack(StreamRef(), recorded).then([this, &r, id]() {
       r.output = backend_->TakeOutput();
       if (revoked_) return Revoked();
       // Looked up again: destroyed while we waited means it had completed (or was never waited on) as well.
@@ -939,19 +948,64 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
 
   // Resolves once the device has run everything queued on `stream` so far, without blocking the event loop.
   kj::Promise<void> Reached(StreamRef stream) {
-    return CalledBack([&](std::function<void()> done) { return backend_->WhenReached(stream, std::move(done)); });
+    auto reached = [&](std::function<void()> done) { return backend_->WhenReached(stream, std::move(done)); };
+    return CalledBack(stream, reached);
   }
 
   // Resolves once the callback that `start` hands to the device has run. The callback owns only a fulfiller, never
   // the session, and travels to the device's thread, which fulfils it there: the session, its objects or its lease
   // may end meanwhile. If `start` fails nothing will run (a faulted device: Settled reports why); a callback the
-  // device dropped (the session was reset under it) ends the wait, not the call.
+  // device dropped (the session was reset under it) ends the wait, not the call. The event loop sleeps meanwhile,
+  // but is woken a little ahead of the callback where the device can tell when `stream`'s work (null: the device's)
+  // will end (DeviceBackend::WhenNearlyReached), and then polls for it (AwaitCallback), when a client waits for the
+  // call's reply.
   template <typename Start>
-  static kj::Promise<void> CalledBack(Start start) {
+  kj::Promise<void> CalledBack(StreamRef stream, Start start) {
     auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
-    auto fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(paf.fulfiller));
-    if (!start([fulfiller] { (*fulfiller)->fulfill(); }).ok()) return kj::READY_NOW;
-    return paf.promise.catch_([](kj::Exception&&) {});
+    auto wait = std::make_shared<DeviceWait>();
+    wait->done = kj::mv(paf.fulfiller);
+    if (!start([wait] { wait->Fulfil(); }).ok()) return kj::READY_NOW;
+    kj::Promise<void> done = paf.promise.catch_([](kj::Exception&&) {});
+    // A posted call's client waits for nothing: its wait may be slept through.
+    if (!awaited_ || !backend_->CanTellNearlyReached() || wait->reached.load(std::memory_order_acquire)) return done;
+    auto soon = kj::newPromiseAndCrossThreadFulfiller<void>();
+    auto soon_fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(soon.fulfiller));
+    backend_->WhenNearlyReached(stream, wake_lead_, [wait, soon_fulfiller] {
+      wait->soon_at.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+      (*soon_fulfiller)->fulfill();
+    });
+    // Told at once, the wait takes no wakeup: nothing to learn of the thread's wakeups.
+    const bool at_once = wait->soon_at.load(std::memory_order_relaxed) != 0;
+    auto awake = soon.promise.then([this, wait, at_once] { AwaitCallback(*wait, !at_once); }, [](kj::Exception&&) {});
+    return done.attach(awake.eagerlyEvaluate(nullptr));
+  }
+
+  // A wait for the device's callback, shared by the callbacks that end it (on the device's thread) and the session.
+  struct DeviceWait {
+    kj::Own<kj::CrossThreadPromiseFulfiller<void>> done;
+    std::atomic<bool> reached{false};    // Set once `done` is fulfilled: the event loop has the news by then.
+    std::atomic<int64_t> soon_at{0};     // When the device said the wait was about to end (steady clock ticks).
+    void Fulfil() {
+      done->fulfill();
+      reached.store(true, std::memory_order_release);
+    }
+  };
+
+  // The device said that `wait` ends within wake_lead_: polls for its callback rather than sleep through the wait's
+  // last microseconds (and pay a wakeup after them, 10-50 us where an idle CPU must be woken, on a virtual machine
+  // an exit to the hypervisor), for about as long as the lead, yielding the CPU at each turn, and only while the
+  // host has a CPU to spare. The lead follows how long this thread took to wake for the hint: its wakeup must fit
+  // in it.
+  void AwaitCallback(const DeviceWait& wait, bool woken) {
+    const auto woke = Clock::now();
+    const auto took = woke - Clock::time_point(Clock::duration(wait.soon_at.load(std::memory_order_relaxed)));
+    if (woken) {
+      wake_latency_ += (std::clamp<Clock::duration>(took, Clock::duration(0), kMaxWakeLead) - wake_latency_) / 4;
+      wake_lead_ = std::clamp<Clock::duration>(wake_latency_ * 3 / 2 + kWakeMargin, kMinWakeLead, kMaxWakeLead);
+    }
+    if (!HostHasSpareCpu()) return;
+    const auto until = woke + wake_lead_ + kWakeMargin;
+    while (!wait.reached.load(std::memory_order_acquire) && Clock::now() < until) std::this_thread::yield();
   }
 
   // The status of a call that waited for `stream` (handle `id`): the lease may have ended, or the stream been
@@ -1029,6 +1083,15 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   // Staged copies whose completion the device could not report (a faulted device): kept until the session ends.
   std::vector<std::shared_ptr<std::vector<uint8_t>>> staged_for_good_;
   bool revoked_ = false;
+  // Whether the call being handled has a client waiting for its reply (not a posted call).
+  bool awaited_ = false;
+  // How long the event loop took to wake for the device's hint that a wait ends soon (a moving average), and how far
+  // ahead of the end the hint is asked for (AwaitCallback).
+  static constexpr Clock::duration kMinWakeLead = std::chrono::microseconds(20);
+  static constexpr Clock::duration kMaxWakeLead = std::chrono::microseconds(200);
+  static constexpr Clock::duration kWakeMargin = std::chrono::microseconds(10);
+  Clock::duration wake_latency_ = std::chrono::microseconds(30);
+  Clock::duration wake_lead_ = std::chrono::microseconds(55);
   // Where BulkLanding read the bytes of the copy it answered for, until that copy is served.
   uint8_t* landed_at_ = nullptr;
   uint64_t landed_bytes_ = 0;

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -153,6 +154,16 @@ struct Device::Impl : public internal::MemoryMap {
   std::array<std::chrono::nanoseconds, 4> idle_gaps{};
   size_t idle_gap_next = 0;
   std::atomic<uint64_t> queued_ticket{1};  // next_ticket, for AwaitWork's polling without the mutex.
+  // Waiters to wake ahead of their work's end (WhenNearlyReached), in ticket order.
+  struct SoonNotice {
+    uint64_t ticket;  // The last piece of work the waiter waits for.
+    std::chrono::nanoseconds lead;
+    std::function<void()> soon;
+  };
+  std::deque<SoonNotice> soon_notices;
+  // How long a piece of work has taken lately (a moving average, in nanoseconds), to tell how far a waiter's end is.
+  // Written by the executor only.
+  std::atomic<int64_t> piece_estimate{0};
   bool stopping = false;
   std::thread executor;
   std::unique_ptr<internal::LaunchRunner> runner;  // Used by the executor only.
@@ -361,6 +372,7 @@ struct Device::Impl : public internal::MemoryMap {
   // -- Queue. --
   void Loop() {
     Task task;
+    std::vector<std::function<void()>> due;
     std::unique_lock<std::mutex> lock(q_mu);
     for (;;) {
       if (queue.empty() && !stopping) {
@@ -375,6 +387,13 @@ struct Device::Impl : public internal::MemoryMap {
       }
       if (queue.empty()) return;  // Stopping, with everything queued done.
       queue.Pop(&task);
+      if (!soon_notices.empty()) {
+        TakeDueSoon(task, &due);
+        lock.unlock();
+        for (auto& soon : due) soon();
+        due.clear();  // What the dropped ones hold is released outside the lock too.
+        lock.lock();
+      }
       if (task.notice) {
         MarkDone(lock, task.ticket);
         lock.unlock();
@@ -384,14 +403,42 @@ struct Device::Impl : public internal::MemoryMap {
         continue;
       }
       lock.unlock();
+      const auto started = std::chrono::steady_clock::now();
       if (task.run) {
         task.run();
         task.run = nullptr;  // What it holds is released outside the lock, as it may call back into the device.
       } else {
         RunLaunch(task.launch);
       }
+      const int64_t took = std::chrono::nanoseconds(std::chrono::steady_clock::now() - started).count();
+      const int64_t estimate = piece_estimate.load(std::memory_order_relaxed);
+      piece_estimate.store(estimate + (took - estimate) / 4, std::memory_order_relaxed);
       lock.lock();
       MarkDone(lock, task.ticket);
+    }
+  }
+
+  // How long `pieces` pieces of work may take, judging by the last few. REQUIRES: q_mu.
+  std::chrono::nanoseconds PiecesTake(uint64_t pieces) const {
+    return std::chrono::nanoseconds(piece_estimate.load(std::memory_order_relaxed)) *
+           static_cast<int64_t>(std::min<uint64_t>(pieces, 1u << 20));
+  }
+
+  // Takes into `due` the soon notices to act on as `task` starts: those whose work is expected to be done within
+  // their lead, to be run, and those whose work is done by now (their waiters wake anyway), to be dropped (as
+  // functions that do nothing, so that what they hold is released with `due`, outside the lock). REQUIRES: q_mu.
+  void TakeDueSoon(const Task& task, std::vector<std::function<void()>>* due) {
+    while (!soon_notices.empty()) {
+      SoonNotice& n = soon_notices.front();
+      if (n.ticket < task.ticket || (n.ticket == task.ticket && task.notice)) {
+        due->push_back([dropped = std::move(n.soon)] {});
+      } else {
+        // Looked at as a piece starts, not again until it ends: the waiter is told as soon as the pieces after this
+        // one (its last included) fit in its lead, which is no later than the lead and at most one piece earlier.
+        if (PiecesTake(n.ticket - task.ticket) > n.lead) return;
+        due->push_back(std::move(n.soon));
+      }
+      soon_notices.pop_front();
     }
   }
 
@@ -1022,6 +1069,22 @@ EmuStatus Device::WhenReached(Stream* stream, std::function<void()> callback) {
   // (one queue for every stream), and callers count on that (memory a free on the default stream gives back is
   // back once a wait on another stream returns).
   return impl_->CallWhenDone(impl_->StreamOf(stream), std::move(callback));
+}
+
+void Device::WhenNearlyReached(Stream* stream, std::chrono::nanoseconds lead, std::function<void()> soon) {
+  (void)stream;  // One queue for every stream: the work queued so far is the stream's and whatever came before.
+  {
+    std::lock_guard<std::mutex> lock(impl_->q_mu);
+    if (impl_->DrainedLocked()) return;
+    const uint64_t last = impl_->next_ticket - 1, left = last - impl_->done_ticket;  // The running piece included.
+    // The executor looks only as it starts each piece: work whose end may be within the lead once the running piece
+    // is done (a copy's wait, a few small kernels) is near now.
+    if (impl_->PiecesTake(left - 1) > lead) {
+      impl_->soon_notices.push_back({last, lead, std::move(soon)});
+      return;
+    }
+  }
+  soon();
 }
 
 EmuStatus Device::CreateStream(Stream** stream) {

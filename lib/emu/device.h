@@ -7,6 +7,7 @@
 #define GPUPOOL_EMU_DEVICE_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -188,6 +189,13 @@ class Device {
   // it as done before it runs it. For a caller's own waits (no thread hop when nothing is queued); a
   // program's host function goes through LaunchHostFunc, which never runs it on the caller's thread.
   EmuStatus WhenReached(Stream* stream, std::function<void()> callback);
+  // Runs `soon` once the work queued on `stream` so far is expected to have run within `lead`, judging by how long
+  // recent pieces of work took: a waiter that sleeps until WhenReached's callback can be woken that much ahead of
+  // it, so that its wakeup (tens of microseconds on a virtual machine) overlaps the last of the work instead of
+  // following it. Runs it on the stream's worker as a piece of work starts (no later than `lead` before the end, at
+  // most one piece earlier), or at once on this thread when the end is that near already; drops it, never run,
+  // where nothing is queued or the work runs first.
+  void WhenNearlyReached(Stream* stream, std::chrono::nanoseconds lead, std::function<void()> soon);
 
   // ---- Streams and events. ----
   EmuStatus CreateStream(Stream** stream);

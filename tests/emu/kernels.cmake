@@ -101,6 +101,7 @@ add_executable(emu_kernel_tests
   kernel_tensor_test.cc
   kernel_texture_test.cc
   device_memory_test.cc
+  device_queue_test.cc
   kernel_harness.cc)
 add_dependencies(emu_kernel_tests emu_kernel_fatbins)
 target_include_directories(emu_kernel_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR} ${GPUPOOL_EMU_KERNEL_SRC_DIR})

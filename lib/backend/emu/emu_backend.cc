@@ -328,6 +328,11 @@ class EmuBackend final : public DeviceBackend {
     return From(device_->WhenReached(stream.as<emu::Stream>(), std::move(done)));
   }
 
+  void WhenNearlyReached(StreamRef stream, std::chrono::nanoseconds lead, std::function<void()> soon) override {
+    device_->WhenNearlyReached(stream.as<emu::Stream>(), lead, std::move(soon));
+  }
+  bool CanTellNearlyReached() const override { return true; }
+
   // All streams share one in-order queue: everything before the record is done when the queue gets here.
   CallStatus WhenRecorded(EventRef, std::function<void()> done) override {
     return From(device_->WhenReached(nullptr, std::move(done)));
