@@ -970,13 +970,16 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     if (!awaited_ || !backend_->CanTellNearlyReached() || wait->reached.load(std::memory_order_acquire)) return done;
     auto soon = kj::newPromiseAndCrossThreadFulfiller<void>();
     auto soon_fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(soon.fulfiller));
-    backend_->WhenNearlyReached(stream, wake_lead_, [wait, soon_fulfiller] {
+    const Clock::duration lead = std::clamp<Clock::duration>(TypicalWakeup(kFirstWakeup) * 3 / 2 + kWakeMargin,
+                                                             kMinWakeLead, kMaxWakeLead);
+    backend_->WhenNearlyReached(stream, lead, [wait, soon_fulfiller] {
       wait->soon_at.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
       (*soon_fulfiller)->fulfill();
     });
     // Told at once, the wait takes no wakeup: nothing to learn of the thread's wakeups.
     const bool at_once = wait->soon_at.load(std::memory_order_relaxed) != 0;
-    auto awake = soon.promise.then([this, wait, at_once] { AwaitCallback(*wait, !at_once); }, [](kj::Exception&&) {});
+    auto awake = soon.promise.then([wait, at_once, lead] { AwaitCallback(*wait, !at_once, lead); },
+                                   [](kj::Exception&&) {});
     return done.attach(awake.eagerlyEvaluate(nullptr));
   }
 
@@ -991,20 +994,16 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     }
   };
 
-  // The device said that `wait` ends within wake_lead_: polls for its callback rather than sleep through the wait's
-  // last microseconds (and pay a wakeup after them, 10-50 us where an idle CPU must be woken, on a virtual machine
-  // an exit to the hypervisor), for about as long as the lead, yielding the CPU at each turn, and only while the
-  // host has a CPU to spare. The lead follows how long this thread took to wake for the hint: its wakeup must fit
-  // in it.
-  void AwaitCallback(const DeviceWait& wait, bool woken) {
+  // The device said that `wait` ends within `lead`: polls for its callback rather than sleep through the wait's last
+  // microseconds (and pay a wakeup after them, 10-50 us where an idle CPU must be woken, on a virtual machine an
+  // exit to the hypervisor), for about as long as the lead, yielding the CPU at each turn, and only while the host
+  // has a CPU to spare. The lead follows how long this process's threads take to wake (`woken`: this one was woken
+  // for the hint, and tells how long that took): the wakeup must fit in it.
+  static void AwaitCallback(const DeviceWait& wait, bool woken, Clock::duration lead) {
     const auto woke = Clock::now();
-    const auto took = woke - Clock::time_point(Clock::duration(wait.soon_at.load(std::memory_order_relaxed)));
-    if (woken) {
-      wake_latency_ += (std::clamp<Clock::duration>(took, Clock::duration(0), kMaxWakeLead) - wake_latency_) / 4;
-      wake_lead_ = std::clamp<Clock::duration>(wake_latency_ * 3 / 2 + kWakeMargin, kMinWakeLead, kMaxWakeLead);
-    }
+    if (woken) NoteWakeup(woke - Clock::time_point(Clock::duration(wait.soon_at.load(std::memory_order_relaxed))));
     if (!HostHasSpareCpu()) return;
-    const auto until = woke + wake_lead_ + kWakeMargin;
+    const auto until = woke + lead + kWakeMargin;
     while (!wait.reached.load(std::memory_order_acquire) && Clock::now() < until) std::this_thread::yield();
   }
 
@@ -1085,13 +1084,12 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   bool revoked_ = false;
   // Whether the call being handled has a client waiting for its reply (not a posted call).
   bool awaited_ = false;
-  // How long the event loop took to wake for the device's hint that a wait ends soon (a moving average), and how far
-  // ahead of the end the hint is asked for (AwaitCallback).
+  // How far ahead of a wait's end the event loop asks to be woken (CalledBack): the typical wakeup and a half, and a
+  // margin, within these bounds; what is assumed before any wakeup was measured.
   static constexpr Clock::duration kMinWakeLead = std::chrono::microseconds(20);
   static constexpr Clock::duration kMaxWakeLead = std::chrono::microseconds(200);
   static constexpr Clock::duration kWakeMargin = std::chrono::microseconds(10);
-  Clock::duration wake_latency_ = std::chrono::microseconds(30);
-  Clock::duration wake_lead_ = std::chrono::microseconds(55);
+  static constexpr Clock::duration kFirstWakeup = std::chrono::microseconds(30);
   // Where BulkLanding read the bytes of the copy it answered for, until that copy is served.
   uint8_t* landed_at_ = nullptr;
   uint64_t landed_bytes_ = 0;

@@ -45,6 +45,24 @@ bool HostHasSpareCpu() {
   return spare.load(std::memory_order_relaxed);
 }
 
+namespace {
+std::atomic<int64_t> typical_wakeup_nanos{0};  // 0: none noted yet.
+}  // namespace
+
+void NoteWakeup(std::chrono::nanoseconds took) {
+  // Longer, the thread waited its turn behind others (a busy host), which no poll saves.
+  constexpr int64_t kMaxNanos = 200'000;
+  const int64_t sample = std::clamp<int64_t>(took.count(), 1, kMaxNanos);
+  int64_t last = typical_wakeup_nanos.load(std::memory_order_relaxed);
+  // Racing notes may lose one sample: it is an average.
+  typical_wakeup_nanos.store(last == 0 ? sample : last + (sample - last) / 4, std::memory_order_relaxed);
+}
+
+std::chrono::nanoseconds TypicalWakeup(std::chrono::nanoseconds fallback) {
+  const int64_t typical = typical_wakeup_nanos.load(std::memory_order_relaxed);
+  return typical == 0 ? fallback : std::chrono::nanoseconds(typical);
+}
+
 void SkipWritten(std::vector<iovec>& pieces, size_t* first, size_t written) {
   while (*first < pieces.size() && written >= pieces[*first].iov_len) written -= pieces[(*first)++].iov_len;
   if (written > 0) {

@@ -34,6 +34,11 @@ void SkipWritten(std::vector<iovec>& pieces, size_t* first, size_t written);
 // (or the socket is closed or failed: a read will not block). Keeps the core from going idle while a reply is
 // microseconds away: an idle core's wakeup (on a virtual machine an exit to the hypervisor) costs more than that.
 bool PollReadable(int fd, std::chrono::microseconds limit);
+// How long this process's threads have lately taken to run once another thread told them to (a moving average of
+// what NoteWakeup saw; `fallback` until something was): what sleeping through a short wait costs here, from a few
+// microseconds on a host's own CPUs to tens where an idle virtual CPU must be woken.
+void NoteWakeup(std::chrono::nanoseconds took);
+std::chrono::nanoseconds TypicalWakeup(std::chrono::nanoseconds fallback);
 
 // Who is asking: shown next to leases.
 struct Identity {
