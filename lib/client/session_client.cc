@@ -19,6 +19,7 @@
 #include "client/runtime.h"
 #include "client/session_channel.h"
 #include "core/log.h"
+#include "core/mapping.h"
 #include "core/util.h"
 #include "schema/session_frames.h"
 #include "schema/session_wire.h"
@@ -134,13 +135,7 @@ void RemoteSession::Reservation::Release() {
 
 bool RemoteSession::Reservation::Take(uint64_t at, uint64_t size) {
   Release();
-  void* p = mmap(reinterpret_cast<void*>(at), size, PROT_NONE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-  if (p == MAP_FAILED) return false;
-  if (p != reinterpret_cast<void*>(at)) {  // Kernels before 4.17 ignore MAP_FIXED_NOREPLACE and map elsewhere.
-    munmap(p, size);
-    return false;
-  }
+  if (MapAnonymousAt(at, size, PROT_NONE) == nullptr) return false;
   base = at;
   bytes = size;
   return true;

@@ -20,6 +20,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "core/mapping.h"
 #include "core/range_allocator.h"
 #include "core/range_map.h"
 #include "emu/exec.h"
@@ -227,14 +228,14 @@ struct Device::Impl : public internal::MemoryMap {
     workers = options.worker_threads > 0 ? options.worker_threads
                                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     arena_size = AlignUp(options.memory_bytes + kHeapBytes, 1 << 20);
-    int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
-    if (options.base_address) flags |= MAP_FIXED_NOREPLACE;
-    void* p = mmap(reinterpret_cast<void*>(options.base_address), arena_size, PROT_READ | PROT_WRITE, flags, -1, 0);
-    if (p != MAP_FAILED && options.base_address && p != reinterpret_cast<void*>(options.base_address)) {
-      munmap(p, arena_size);  // Kernels before 4.17 ignore MAP_FIXED_NOREPLACE and map elsewhere.
-      p = MAP_FAILED;
+    void* p = nullptr;
+    if (options.base_address) {
+      p = MapAnonymousAt(options.base_address, arena_size, PROT_READ | PROT_WRITE);
+    } else {
+      p = mmap(nullptr, arena_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) p = nullptr;
     }
-    arena = p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
+    arena = static_cast<uint8_t*>(p);
     if (arena) free_.Reset(arena_size);
     ReserveVirtualRegion();
     // A stable, distinct UUID per device object.
@@ -269,13 +270,8 @@ struct Device::Impl : public internal::MemoryMap {
     uint64_t start = AlignUp(arena_size, Device::kMappingGranularity);
     if (options.address_space_bytes <= start + Device::kMappingGranularity) return;
     uint64_t size = (options.address_space_bytes - start) / Device::kMappingGranularity * Device::kMappingGranularity;
-    void* want = arena + start;
-    void* p = mmap(want, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-    if (p == MAP_FAILED) return;
-    if (p != want) {
-      munmap(p, size);
-      return;
-    }
+    void* p = MapAnonymousAt(reinterpret_cast<uint64_t>(arena + start), size, PROT_NONE);
+    if (p == nullptr) return;
     vmm_base = static_cast<uint8_t*>(p);
     vmm_size = size;
     vmm_free_.Reset(size);
