@@ -90,9 +90,28 @@ int Least(const TurnsTable* t, int exclude, Counts counts) {
   return best;
 }
 
-// With the table locked: the waiting member other than `exclude` that has used least, or -1.
+// With the table locked: the waiting member other than `exclude` that has used least, or -1. Without looking
+// through the slots when `waiters` says nobody else waits: the usual case (one session at a time wants the device)
+// then costs no more than a kernel launch should, rather than two walks over every slot per kernel.
 int LeastWaiting(const TurnsTable* t, int exclude) {
+  const int others = t->waiters - (exclude >= 0 && t->slots[exclude].waiting != 0 ? 1 : 0);
+  if (others <= 0) return -1;
   return Least(t, exclude, [](int, const TurnsTable::Slot& o) { return o.waiting != 0; });
+}
+
+// With the table locked: slot `s` waits, or no longer does. `waiters` may count more members than wait, never
+// fewer (LeastWaiting relies on that): it grows before a slot's flag is set and shrinks after the flag is cleared,
+// so that a member killed between the two leaves it too high (a walk over the slots the next time), not too low.
+void StartWaiting(TurnsTable* t, TurnsTable::Slot& s) {
+  ++t->waiters;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  s.waiting = 1;
+}
+void StopWaiting(TurnsTable* t, TurnsTable::Slot& s) {
+  if (s.waiting == 0) return;
+  s.waiting = 0;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  --t->waiters;
 }
 
 // With the table locked: whether slot `i`'s member lives; a dead one's slot is freed (and its turn, if held).
@@ -101,7 +120,7 @@ bool Alive(TurnsTable* t, int i) {
   if (s.pid == 0) return false;
   if (MemberLives(&s.life)) return true;
   s.pid = 0;
-  s.waiting = 0;
+  StopWaiting(t, s);  // A member killed while it waited for a turn.
   if (t->holder == i) {
     t->holder = -1;
     WakeAll(t);
@@ -137,7 +156,7 @@ Result<std::unique_ptr<DeviceTurns>> DeviceTurns::Join(int fd, uint32_t share_mi
     LockRobustMutex(&s.life);
     s.pid = getpid();
     s.weight = std::max(1u, std::min(1000000u, share_micros));
-    s.waiting = 0;
+    StopWaiting(t, s);
     s.used_nanos = 0;
     s.last_used = 0;
     // A newcomer starts level with the member that has used least: no credit, no debt.
@@ -157,7 +176,7 @@ DeviceTurns::~DeviceTurns() {
       table_->holder = -1;
       WakeAll(table_);
     }
-    s.waiting = 0;
+    StopWaiting(table_, s);
     s.pid = 0;
     pthread_mutex_unlock(&s.life);
   }
@@ -182,8 +201,7 @@ void DeviceTurns::AcquireLocked(const std::atomic<bool>& cancel) {
     int least = Least(t, slot_, [t](int j, const TurnsTable::Slot& o) { return o.waiting || t->holder == j; });
     if (least >= 0) me.vtime = std::max(me.vtime, t->slots[least].vtime - kIdleCreditNanos / me.weight);
   }
-  me.waiting = 1;
-  ++t->waiters;
+  StartWaiting(t, me);
   for (;;) {
     if (cancel.load(std::memory_order_relaxed)) break;
     if (t->holder >= 0 && t->holder != slot_) Alive(t, t->holder);
@@ -218,8 +236,7 @@ void DeviceTurns::AcquireLocked(const std::atomic<bool>& cancel) {
       }
     }
   }
-  me.waiting = 0;
-  --t->waiters;
+  StopWaiting(t, me);
 }
 
 void DeviceTurns::Enter(const std::atomic<bool>& cancel) {

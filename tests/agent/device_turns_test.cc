@@ -131,6 +131,55 @@ TEST_F(DeviceTurnsTest, AMemberKilledWhileHoldingTheTurnGivesItBack) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
 }
 
+// A member killed while it waits for a turn must not leave the table thinking nobody else waits: its neighbours
+// would then stop seeing each other (LeastWaiting skips the slots when the count of waiters says it may).
+TEST_F(DeviceTurnsTest, AMemberKilledWhileWaitingLeavesItsNeighboursTheirShares) {
+  std::atomic<bool> no_cancel{false};
+  auto turns = DeviceTurns::Join(fd_, 500000);
+  ASSERT_TRUE(turns.ok());
+  (*turns)->Enter(no_cancel);
+  pid_t waiter = Member(500000, [&](DeviceTurns& t) {
+    ++report_->ready;
+    t.Enter(no_cancel);  // Waits: the parent holds the turn.
+    pause();
+  });
+  while (report_->ready.load() < 1) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // Inside its wait by now.
+  kill(waiter, SIGKILL);
+  waitpid(waiter, nullptr, 0);
+  children_.clear();
+  (*turns)->Leave(false);
+
+  // Two live members, equal shares, both busy: each gets about half of the device's time.
+  Member(500000, [&](DeviceTurns& t) {
+    ++report_->ready;
+    auto end = Clock::now() + std::chrono::milliseconds(1000);
+    while (Clock::now() < end) {
+      t.Enter(no_cancel);
+      Work(t, std::chrono::microseconds(3000), no_cancel);
+      t.Leave(true);
+    }
+    report_->used[1] = t.used_nanos();
+  });
+  while (report_->ready.load() < 2) std::this_thread::yield();
+  const uint64_t before = (*turns)->used_nanos();
+  auto end = Clock::now() + std::chrono::milliseconds(1000);
+  while (Clock::now() < end) {
+    (*turns)->Enter(no_cancel);
+    Work(**turns, std::chrono::microseconds(3000), no_cancel);
+    (*turns)->Leave(true);
+  }
+  const double mine = static_cast<double>((*turns)->used_nanos() - before);
+  int status = 0;
+  ASSERT_EQ(waitpid(children_.back(), &status, 0), children_.back());
+  children_.clear();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const double theirs = static_cast<double>(report_->used[1].load());
+  ASSERT_GT(mine + theirs, 0);
+  EXPECT_NEAR(mine / (mine + theirs), 0.5, 0.1) << "used: this member " << mine / 1e6 << " ms, the other "
+                                                 << theirs / 1e6 << " ms";
+}
+
 TEST_F(DeviceTurnsTest, CancelEndsAWaitForATurnThatNeverComes) {
   std::atomic<bool> no_cancel{false};
   Member(1000000, [&](DeviceTurns& t) {
