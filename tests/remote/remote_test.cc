@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "client/session_client.h"
+#include "core/mapping.h"
 #include "integration/helpers.h"
 
 namespace gpupool::testing {
@@ -146,13 +147,8 @@ TEST(Remote, ASessionsWindowNeverCoversMemoryTheProgramUses) {
   std::vector<uint64_t> chunks;  // Mapped by the test, a TiB each.
   for (uint64_t at = 32 * kTiB; at < 96 * kTiB; at += kTiB) {
     if (at >= 40 * kTiB && at < 56 * kTiB) continue;  // The hole.
-    void* p = mmap(reinterpret_cast<void*>(at), kTiB, PROT_NONE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-    if (p == reinterpret_cast<void*>(at)) {
-      chunks.push_back(at);
-    } else if (p != MAP_FAILED) {
-      munmap(p, kTiB);
-    }  // MAP_FAILED: partly in use already (this binary, its heap), which counts below.
+    // Not taken where part of it is in use already (this binary, its heap), which counts below.
+    if (MapAnonymousAt(at, kTiB, PROT_NONE) != nullptr) chunks.push_back(at);
   }
   ASSERT_GT(chunks.size(), 30u);
   std::vector<std::pair<uint64_t, uint64_t>> taken;  // [start, end): the test's chunks and the program's memory.
