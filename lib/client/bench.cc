@@ -550,6 +550,47 @@ Status MeasureLoop(RemoteSession& s, const BenchOptions& options, std::vector<Be
 
 constexpr int kLoadRoundTrips = 1000;  // Per client.
 
+// Runs `round_trip` from `clients` threads at once, kLoadRoundTrips measured calls each, and answers every call's
+// time in microseconds. A thread that has its samples goes on calling, unmeasured, until every thread has its own:
+// the load stays at all the threads for every measured call, and each thread counts as much as any other.
+// `round_trip(c)` runs one call of thread c and answers its time, or a negative figure on failure; `failure(c)`
+// then says why, and the thread stops.
+template <typename RoundTrip, typename Failure>
+Status RoundTripsAtOnce(size_t clients, RoundTrip round_trip, Failure failure, std::vector<double>* all) {
+  std::vector<std::vector<double>> samples(clients);
+  std::vector<std::string> errors(clients);
+  std::latch start(static_cast<std::ptrdiff_t>(clients));
+  std::atomic<int> measuring(static_cast<int>(clients));  // Threads still taking their samples.
+  std::vector<std::thread> threads;
+  for (size_t c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      for (int i = 0; i < 50; ++i) round_trip(c);
+      start.arrive_and_wait();  // Measured only while every thread is at it.
+      samples[c].reserve(kLoadRoundTrips);
+      for (int i = 0; i < kLoadRoundTrips || measuring.load(std::memory_order_relaxed) > 0; ++i) {
+        const double took = round_trip(c);
+        if (took < 0) {
+          errors[c] = failure(c);
+          if (i < kLoadRoundTrips) measuring.fetch_sub(1);
+          return;
+        }
+        if (i < kLoadRoundTrips) {
+          samples[c].push_back(took);
+          if (i + 1 == kLoadRoundTrips) measuring.fetch_sub(1);
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t c = 0; c < clients; ++c) {
+    if (!errors[c].empty()) {
+      return Status(StatusCode::kInternal, fmt::format("load: client {} failed: {}", c + 1, errors[c]));
+    }
+    all->insert(all->end(), samples[c].begin(), samples[c].end());
+  }
+  return Status::Ok();
+}
+
 Status MeasureLoad(RemoteSession& s, const BenchOptions& options, std::vector<BenchFigure>* out) {
   if (options.load_clients < 1) return Status(StatusCode::kInvalidArgument, "load: at least one client");
   uint64_t free_bytes = 0, total = 0;
@@ -584,48 +625,44 @@ Status MeasureLoad(RemoteSession& s, const BenchOptions& options, std::vector<Be
     sessions.push_back(std::move(opened->front()));
   }
 
-  std::vector<std::vector<double>> samples(sessions.size());
-  std::vector<std::string> errors(sessions.size());
-  std::latch start(static_cast<std::ptrdiff_t>(sessions.size()));
-  std::atomic<int> measuring(static_cast<int>(sessions.size()));  // Clients still taking their samples.
-  std::vector<std::thread> clients;
-  for (size_t c = 0; c < sessions.size(); ++c) {
-    clients.emplace_back([&, c] {
-      RemoteSession& mine = *sessions[c];
-      uint64_t f = 0, t = 0;
-      for (int i = 0; i < 50; ++i) mine.MemGetInfo(&f, &t);
-      start.arrive_and_wait();  // Measured only while every client is at it.
-      samples[c].reserve(kLoadRoundTrips);
-      // A client that has its samples goes on calling, unmeasured, until every client has its own: the load stays
-      // at all the clients for every measured call, and each client counts as much as any other.
-      for (int i = 0; i < kLoadRoundTrips || measuring.load(std::memory_order_relaxed) > 0; ++i) {
-        auto t0 = Clock::now();
-        if (mine.MemGetInfo(&f, &t) != 0) {
-          errors[c] = mine.last_error();
-          if (i < kLoadRoundTrips) measuring.fetch_sub(1);
-          return;
-        }
-        if (i < kLoadRoundTrips) {
-          samples[c].push_back(Micros(Clock::now() - t0));
-          if (i + 1 == kLoadRoundTrips) measuring.fetch_sub(1);
-        }
-      }
-    });
-  }
-  for (auto& t : clients) t.join();
   std::vector<double> all;
-  for (size_t c = 0; c < sessions.size(); ++c) {
-    if (!errors[c].empty()) {
-      return Status(StatusCode::kInternal, fmt::format("load: client {} failed: {}", c + 1, errors[c]));
-    }
-    all.insert(all.end(), samples[c].begin(), samples[c].end());
-  }
+  Status measured = RoundTripsAtOnce(
+      sessions.size(),
+      [&](size_t c) {
+        uint64_t f = 0, t = 0;
+        auto t0 = Clock::now();
+        return sessions[c]->MemGetInfo(&f, &t) == 0 ? Micros(Clock::now() - t0) : -1.0;
+      },
+      [&](size_t c) { return sessions[c]->last_error(); }, &all);
+  if (!measured.ok()) return measured;
+
+  // What the host itself gives under the same load: as many raw ping-pongs at once over the same transport, each
+  // with a thread at its far end as each session has a worker. Not a target, a reference: on a small host, the
+  // scheduler's spread of many threads over few CPUs sets the tail, and that spread is the same for both.
   const std::string transport = TransportOf(s.slice().server);
+  const std::string raw_transport = transport == "unix" ? "unix" : "tcp";
+  std::vector<std::unique_ptr<RawLink>> links;
+  for (size_t c = 0; c < sessions.size(); ++c) {
+    links.push_back(std::make_unique<RawLink>(raw_transport));
+    if (!links.back()->ok()) {
+      return Status(StatusCode::kInternal, "cannot open a raw " + raw_transport + " connection for the reference");
+    }
+  }
+  std::vector<double> raw;
+  Status raw_measured = RoundTripsAtOnce(
+      links.size(), [&](size_t c) { return links[c]->PingMicros(); },
+      [&](size_t) { return "the raw " + raw_transport + " ping-pong failed"; }, &raw);
+  if (!raw_measured.ok()) return raw_measured;
+
   const double p50 = Percentile(all, 0.5);
   out->push_back(Figure("load_rtt_p50", p50, "us", Percentile(alone, 0.5), "one client alone, p50", false, 0,
                         transport));
   out->push_back(Figure("load_rtt_p99", Percentile(all, 0.99), "us", p50,
                         fmt::format("p50 of the same {} clients", sessions.size()), false, 1 / 3.0, transport));
+  out->push_back(Figure("load_raw_rtt_p99", Percentile(raw, 0.99), "us", Percentile(raw, 0.5),
+                        fmt::format("p50 of {} raw {} ping-pongs at once (the host's own spread, no target)",
+                                    links.size(), raw_transport == "unix" ? "Unix socket" : "TCP loopback"),
+                        false, 0, raw_transport));
   return Status::Ok();
 }
 

@@ -188,6 +188,24 @@ TEST_F(Cli, GpBenchLoopJsonReportsBothVariants) {
   EXPECT_EQ(j.find("\"baseline\":null"), std::string::npos) << j;
 }
 
+// Eight clients at once through an agent over TCP, and the host's reference under the same load: eight raw TCP
+// ping-pongs at once, its ratio that of its own p99 to its own p50, with no target.
+TEST_F(Cli, GpBenchLoadJsonReportsTheClientsAndTheRawReference) {
+  RunResult bench = RunCommand({ToolPath("gp-bench"), "load", "--json", "--servers", agents_->Servers()});
+  ASSERT_EQ(bench.code, 0) << bench.err;
+  const std::string& j = bench.out;
+  EXPECT_NE(j.find("{\"name\":\"load_rtt_p99\",\"value\":"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"baseline_name\":\"p50 of the same 8 clients\""), std::string::npos) << j;
+  const size_t raw = j.find("{\"name\":\"load_raw_rtt_p99\",\"value\":");
+  ASSERT_NE(raw, std::string::npos) << j;
+  const std::string figure = j.substr(raw, j.find('}', raw) - raw);
+  EXPECT_NE(figure.find("\"baseline_name\":\"p50 of 8 raw TCP loopback ping-pongs at once"), std::string::npos)
+      << figure;
+  EXPECT_NE(figure.find("\"target\":null"), std::string::npos) << figure;
+  EXPECT_NE(figure.find("\"transport\":\"tcp\""), std::string::npos) << figure;
+  EXPECT_EQ(figure.find("\"baseline\":null"), std::string::npos) << figure;
+}
+
 TEST_F(Cli, LibraryExampleAllocatesAndReleases) {
   RunResult r = RunCommand({std::string(GPUPOOL_EXAMPLES_DIR) + "/allocate", "2", "0.5"},
                     {"GPUPOOL_SERVERS=" + agents_->Servers()});
