@@ -593,14 +593,16 @@ Status RoundTripsAtOnce(size_t clients, RoundTrip round_trip, Failure failure, s
 
 Status MeasureLoad(RemoteSession& s, const BenchOptions& options, std::vector<BenchFigure>* out) {
   if (options.load_clients < 1) return Status(StatusCode::kInvalidArgument, "load: at least one client");
-  uint64_t free_bytes = 0, total = 0;
-  std::vector<double> alone;
-  for (int i = 0; i < 50; ++i) s.MemGetInfo(&free_bytes, &total);
-  for (int i = 0; i < kLoadRoundTrips; ++i) {
+  // One session's synchronous call, timed in microseconds; negative if it failed.
+  auto timed_call = [](RemoteSession& session) {
+    uint64_t free_bytes = 0, total = 0;
     auto t0 = Clock::now();
-    if (s.MemGetInfo(&free_bytes, &total) != 0) return Failed(s, "a synchronous call");
-    alone.push_back(Micros(Clock::now() - t0));
-  }
+    return session.MemGetInfo(&free_bytes, &total) == 0 ? Micros(Clock::now() - t0) : -1.0;
+  };
+  std::vector<double> alone;  // The measured session's calls with nothing else calling: the p50's baseline.
+  Status measured_alone = RoundTripsAtOnce(
+      1, [&](size_t) { return timed_call(s); }, [&](size_t) { return s.last_error(); }, &alone);
+  if (!measured_alone.ok()) return measured_alone;
 
   // Every client on the measured slice's agent, whatever else the pool holds.
   PoolOptions pool_options;
@@ -627,12 +629,7 @@ Status MeasureLoad(RemoteSession& s, const BenchOptions& options, std::vector<Be
 
   std::vector<double> all;
   Status measured = RoundTripsAtOnce(
-      sessions.size(),
-      [&](size_t c) {
-        uint64_t f = 0, t = 0;
-        auto t0 = Clock::now();
-        return sessions[c]->MemGetInfo(&f, &t) == 0 ? Micros(Clock::now() - t0) : -1.0;
-      },
+      sessions.size(), [&](size_t c) { return timed_call(*sessions[c]); },
       [&](size_t c) { return sessions[c]->last_error(); }, &all);
   if (!measured.ok()) return measured;
 
