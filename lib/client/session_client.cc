@@ -82,6 +82,9 @@ struct RemoteSession::Impl : public kj::TaskSet::ErrorHandler {
   // The thread gathering posted calls into `batch` (BeginBatch), or none. Only that thread touches `batch`.
   std::atomic<std::thread::id> batch_thread{};
   std::vector<uint8_t> batch;
+  // Where the batch's messages are kept (BeginBatch's `record`), or null; whether they still hold all of it.
+  RecordedBatch* recording = nullptr;
+  bool recording_whole = false;
 
   void taskFailed(kj::Exception&& e) override { Record(kCudaErrorLaunchFailure, e.getDescription().cStr()); }
   void Record(int code, const std::string& message) {
@@ -525,19 +528,44 @@ int ChannelCopyFromDevice(SessionChannel& channel, uint8_t* dst, uint64_t src, s
 
 bool RemoteSession::Batching() const { return impl_->batch_thread.load() == std::this_thread::get_id(); }
 
-void RemoteSession::BeginBatch() { impl_->batch_thread.store(std::this_thread::get_id()); }
-
-void RemoteSession::EndBatch() {
-  if (!Batching()) return;
-  FlushBatch();
-  impl_->batch_thread.store(std::thread::id());
+void RemoteSession::BeginBatch(RecordedBatch* record) {
+  impl_->batch_thread.store(std::this_thread::get_id());
+  impl_->recording = record;
+  impl_->recording_whole = record != nullptr;
+  if (record) record->messages.clear();
 }
 
-void RemoteSession::FlushBatch() {
+bool RemoteSession::EndBatch(bool send) {
+  if (!Batching()) return false;
+  if (send) {
+    SendGathered();
+  } else {
+    impl_->batch.clear();
+    impl_->recording_whole = false;
+  }
+  impl_->batch_thread.store(std::thread::id());
+  const bool whole = impl_->recording && impl_->recording_whole && !impl_->recording->messages.empty();
+  impl_->recording = nullptr;
+  return whole;
+}
+
+void RemoteSession::SendGathered() {
   if (!Batching() || impl_->batch.empty()) return;
   auto bytes = std::make_shared<std::vector<uint8_t>>(std::move(impl_->batch));
   impl_->batch.clear();
+  if (impl_->recording) impl_->recording->messages.push_back(bytes);
   Invoke<calls::Batch>({{bytes->data(), bytes->size()}}, nullptr, bytes);
+}
+
+void RemoteSession::FlushBatch() {
+  if (!Batching()) return;
+  impl_->recording_whole = false;
+  SendGathered();
+}
+
+void RemoteSession::SendRecorded(const RecordedBatch& batch) {
+  FlushBatch();  // What this thread gathered goes first.
+  for (const auto& bytes : batch.messages) Invoke<calls::Batch>({{bytes->data(), bytes->size()}}, nullptr, bytes);
 }
 
 template <typename C>
@@ -547,8 +575,10 @@ int RemoteSession::Invoke(const typename C::Args& args, typename C::Results* res
   Impl* impl = impl_.get();
   if constexpr (C::kMode == session::Mode::kPosted) {
     if (!std::is_same_v<C, calls::Batch> && Batching()) {
+      // Any other posted call's message depends on more than its arguments (a copy's on the host bytes then).
+      if (!std::is_same_v<C, calls::Launch> && !std::is_same_v<C, calls::Memset>) impl->recording_whole = false;
       AppendToBatch<C>(args, &impl->batch);
-      if (impl->batch.size() >= kBatchBytes) FlushBatch();
+      if (impl->batch.size() >= kBatchBytes) SendGathered();  // In parts; a recording keeps each.
       return 0;
     }
     if (impl->channel) {

@@ -58,13 +58,26 @@ class RemoteSession {
   int Invoke(const typename Call::Args& args, typename Call::Results* results = nullptr,
              std::shared_ptr<const void> owner = nullptr);
 
+  // A batch's messages as they were sent, to be sent again as they are (SendRecorded).
+  struct RecordedBatch {
+    std::vector<std::shared_ptr<const std::vector<uint8_t>>> messages;
+  };
+
   // Gathers the posted calls the calling thread makes on this session into one message (session call `batch`)
   // until EndBatch sends it: a graph launch travels as one message. Any call of this thread that waits sends the
   // gathered calls first, so their order is kept; other threads' calls are not gathered. Not nested.
-  void BeginBatch();
-  void EndBatch();
-  // Sends what this thread gathered so far, if anything (gathering goes on): before another thread waits on the
-  // session for work this thread queued.
+  // With `record`, the batch's messages are also kept there, and EndBatch answers whether they hold the whole batch:
+  // only launches and memsets are kept (their messages depend on nothing but their arguments), so a batch that
+  // gathered any other call, or that a call of this thread that waits cut in two, answers false.
+  // `send` false: what the batch gathered and has not sent yet is dropped instead (a graph launch that failed on
+  // one of its nodes runs none of those it gathered).
+  void BeginBatch(RecordedBatch* record = nullptr);
+  bool EndBatch(bool send = true);
+  // Sends a recorded batch again (a graph launched again with nothing of it changed), without building its calls.
+  void SendRecorded(const RecordedBatch& batch);
+  // Sends what this thread gathered so far, if anything (gathering goes on, and a recording of the batch is then
+  // not whole): before a call of this thread that waits, or before another thread waits on the session for work
+  // this thread queued.
   void FlushBatch();
 
   int MemGetInfo(uint64_t* free_bytes, uint64_t* total);
@@ -117,6 +130,8 @@ class RemoteSession {
   // Opens the slice's session in [base, base + window), replacing the one open, if any, on success.
   Status OpenAt(uint64_t base, uint64_t window);
   bool Batching() const;
+  // Sends what the batch gathered so far (EndBatch, and a batch too large for one message, in parts).
+  void SendGathered();
   std::shared_ptr<Runtime> runtime_;
   std::shared_ptr<Lease> lease_;  // Keeps the lease attached (renewed) while sessions live.
   std::string lease_id_, lease_secret_;

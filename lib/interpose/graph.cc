@@ -35,10 +35,32 @@ struct Graph {
   std::vector<std::unique_ptr<GraphNode>> nodes;  // Destroyed nodes stay (alive = false): indexes are stable.
 };
 
+// What a launch of an executable graph sent, kept to be sent again as it was (GraphLaunch): a graph of kernels and
+// memsets only, whose messages depend on nothing but the nodes, the launch stream, and what `kernels` and `memsets`
+// name, which a later launch checks (StillHolds) before it sends them.
+struct RecordedLaunch {
+  int dev = -1;
+  uint64_t sid = 0;
+  RemoteSession* session = nullptr;
+  RemoteSession::RecordedBatch batch;
+  struct KernelUse {
+    Kernel* kernel;
+    uint64_t handle;          // The function on the slice that the launches name.
+    unsigned int max_shared;  // The most dynamic shared memory a launch of it asks for.
+  };
+  std::vector<KernelUse> kernels;
+  std::vector<CUdeviceptr> memsets;  // Each memset's memory: on the launch stream's slice.
+};
+
 struct GraphExec {
   std::shared_ptr<Graph> graph;        // A copy of the instantiated graph.
   std::vector<GraphNode*> order;       // Its live nodes, dependencies first.
   unsigned long long flags = 0;
+  // The last launch's messages, if they can be sent again; dropped whenever a node of the executable graph is
+  // touched or the graph updated, which also gives `generation` a new number, never used before (so a launch that
+  // recorded meanwhile, or one of an executable graph destroyed since, keeps nothing).
+  std::shared_ptr<const RecordedLaunch> recorded;
+  uint64_t generation = 0;
 };
 
 namespace {
@@ -343,10 +365,20 @@ CUresult ResolveExec(CUgraphExec handle, GraphExec** exec) {
   return CUDA_SUCCESS;
 }
 
-// The node of executable graph `exec_handle` made from the program's node `node` (mu held).
+uint64_t exec_generations = 0;  // mu held.
+
+// `exec` may be about to change: what its launches recorded no longer counts (mu held).
+void Touched(GraphExec* exec) {
+  exec->recorded.reset();
+  exec->generation = ++exec_generations;
+}
+
+// The node of executable graph `exec_handle` made from the program's node `node`, which the caller may change
+// (mu held).
 CUresult NodeInExec(CUgraphExec exec_handle, CUgraphNode node, GraphNode** out) {
   GraphExec* exec;
   if (CUresult r = ResolveExec(exec_handle, &exec); r != CUDA_SUCCESS) return r;
+  Touched(exec);
   *out = LiveNode(N(node)) ? InExec(exec, N(node)) : nullptr;
   return *out != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
@@ -390,6 +422,70 @@ CUresult Run(const std::vector<GraphNode*>& order, CUstream stream) {
     if (CUresult r = RunNode(*n, stream); r != CUDA_SUCCESS) return r;
   }
   return CUDA_SUCCESS;
+}
+
+// Whether the nodes' work is only kernels and memsets (and nodes that send nothing), whose messages a launch can
+// record and a later one send again; collects the kernels and the memsets' memory into `record` (mu held). Other
+// work reads the host's memory or state when it runs (copies, host functions, events).
+bool Replayable(const std::vector<GraphNode*>& order, RecordedLaunch* record) {
+  for (const GraphNode* n : order) {
+    if (!n->enabled) continue;
+    const NodeWork& w = n->work;
+    switch (w.type) {
+      case CU_GRAPH_NODE_TYPE_KERNEL: {
+        auto use = std::find_if(record->kernels.begin(), record->kernels.end(),
+                                [&](const RecordedLaunch::KernelUse& k) { return k.kernel == w.kernel; });
+        if (use == record->kernels.end()) {
+          record->kernels.push_back({w.kernel, 0, w.shared_bytes});
+        } else {
+          use->max_shared = std::max(use->max_shared, w.shared_bytes);
+        }
+        break;
+      }
+      case CU_GRAPH_NODE_TYPE_MEMSET:
+        record->memsets.push_back(w.memset.dst);
+        break;
+      case CU_GRAPH_NODE_TYPE_EMPTY:
+      case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+      case CU_GRAPH_NODE_TYPE_MEM_FREE:
+        break;
+      case CU_GRAPH_NODE_TYPE_GRAPH: {
+        std::vector<GraphNode*> child;
+        if (!TopologicalOrder(*w.child, &child) || !Replayable(child, record)) return false;
+        break;
+      }
+      default:
+        return false;
+    }
+  }
+  return true;
+}
+
+// Whether a launch would send `r`'s messages now: its kernels resolve to the functions they named then, with room
+// for the shared memory they ask, and its memsets' memory is on the stream's slice still (no lock held).
+bool StillHolds(const RecordedLaunch& r) {
+  Remote& remote = Remote::Get();
+  for (const auto& k : r.kernels) {
+    RemoteFunctionInfo info;
+    if (remote.FunctionOn(k.kernel, r.dev, &info) != CUDA_SUCCESS || info.handle != k.handle ||
+        k.max_shared > static_cast<unsigned int>(MaxDynamicShared(*k.kernel, r.dev, info))) {
+      return false;
+    }
+  }
+  for (CUdeviceptr d : r.memsets) {
+    if (remote.DeviceOf(d) != r.dev) return false;
+  }
+  return true;
+}
+
+// After a launch that recorded `r`: the functions its kernels resolved to (no lock held).
+bool NoteFunctions(RecordedLaunch* r) {
+  for (auto& k : r->kernels) {
+    RemoteFunctionInfo info;
+    if (Remote::Get().FunctionOn(k.kernel, r->dev, &info) != CUDA_SUCCESS) return false;
+    k.handle = info.handle;
+  }
+  return true;
 }
 
 // ---- Capture helpers (mu held).
@@ -1194,6 +1290,7 @@ CUresult GraphInstantiate(CUgraphExec* out, CUgraph graph, unsigned long long fl
   auto exec = std::make_unique<GraphExec>();
   exec->flags = flags;
   Lock lock(mu);
+  exec->generation = ++exec_generations;
   Graph* g = reinterpret_cast<Graph*>(graph);
   if (!LiveGraph(g)) return CUDA_ERROR_INVALID_VALUE;
   exec->graph = CloneGraph(*g);
@@ -1247,12 +1344,16 @@ CUresult GraphLaunch(CUgraphExec exec_handle, CUstream stream) {
   if (CUresult r = Remote::Get().ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
   std::shared_ptr<Graph> graph;
   std::vector<GraphNode*> order;
+  std::shared_ptr<const RecordedLaunch> recorded;
+  uint64_t generation;
   {
     Lock lock(mu);
     GraphExec* exec;
     if (CUresult r = ResolveExec(exec_handle, &exec); r != CUDA_SUCCESS) return r;
     graph = exec->graph;  // Kept alive while it runs, even if the program updates or destroys the exec meanwhile.
     order = exec->order;
+    recorded = exec->recorded;
+    generation = exec->generation;
   }
   if (Capturing(stream)) {
     NodeWork w;
@@ -1266,9 +1367,36 @@ CUresult GraphLaunch(CUgraphExec exec_handle, CUstream stream) {
   // The nodes' work for the launch stream's slice travels as one message (work on other slices, and anything
   // that waits, such as a copy back to the host or a host node, is sent as it comes, after what was gathered).
   RemoteSession* session = Remote::Get().session(dev);
-  session->BeginBatch();
+  // Launched again as it was: the messages the last launch built are sent as they are, without a walk of the nodes
+  // (a graph of many kernels costs its launching thread microseconds, not a fraction of one per node).
+  if (recorded && recorded->dev == dev && recorded->sid == sid && recorded->session == session &&
+      StillHolds(*recorded)) {
+    session->SendRecorded(recorded->batch);
+    return CUDA_SUCCESS;
+  }
+  auto record = std::make_shared<RecordedLaunch>();
+  record->dev = dev;
+  record->sid = sid;
+  record->session = session;
+  bool replayable;
+  {
+    Lock lock(mu);
+    replayable = Replayable(order, record.get());
+  }
+  session->BeginBatch(replayable ? &record->batch : nullptr);
   CUresult r = Run(order, stream);
-  session->EndBatch();
+  // A launch refused on one of its nodes sends none of what it gathered. Whole: every message of the launch is in
+  // the record (a kernel's first launch on the slice, which loads its module with a call that waits, is not).
+  const bool whole = session->EndBatch(r == CUDA_SUCCESS);
+  if (r == CUDA_SUCCESS && replayable && whole && NoteFunctions(record.get()) && StillHolds(*record)) {
+    Lock lock(mu);
+    GraphExec* exec;
+    if (ResolveExec(exec_handle, &exec) == CUDA_SUCCESS && exec->generation == generation) {
+      GP_DEBUG("interpose", "graph launch recorded ({} message(s), {} kernel(s)): launched again unchanged, it sends them",
+               record->batch.messages.size(), record->kernels.size());
+      exec->recorded = std::move(record);
+    }
+  }
   return r;
 }
 
@@ -1330,6 +1458,7 @@ CUresult GraphExecUpdate(CUgraphExec exec_handle, CUgraph graph, CUgraphExecUpda
   for (size_t i = 0; i < copy->nodes.size(); ++i) copy->nodes[i]->enabled = exec->graph->nodes[i]->enabled;
   std::vector<GraphNode*> order;
   if (!TopologicalOrder(*copy, &order)) return CUDA_ERROR_INVALID_VALUE;
+  Touched(exec);
   exec->graph = std::move(copy);
   exec->order = std::move(order);
   if (info != nullptr) info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;

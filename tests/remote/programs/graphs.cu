@@ -6,12 +6,16 @@
 //   - stream capture across two streams (fork and join through events), capture status and info, the captured
 //     graph's structure, replays with new input;
 //   - an executable graph launched into a capture (a child graph node), graph memory (allocation and free nodes);
-//   - the refusals: synchronising a capturing stream invalidates the capture, an unjoined fork fails the capture.
+//   - the refusals: synchronising a capturing stream invalidates the capture, an unjoined fork fails the capture;
+//   - a graph of kernels and a memset launched again and again (whose launches send the messages the last one
+//     built), with each change that must show in the next launch: kernel arguments, a disabled node, an update from
+//     an edited graph, another stream, a function's shared memory limit (`graphs replay` runs only this part).
 // Prints "N failure(s): PASSED/FAILED".
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #define PROGRAM_NAME "graphs"
@@ -400,12 +404,136 @@ void CapturePerThreadStream() {
   CHECK(cudaFree(d));
 }
 
-int main() {
+__global__ void AddConstShared(int* p, int c, int n) {
+  extern __shared__ int scratch[];
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  scratch[threadIdx.x] = c;
+  __syncthreads();
+  if (i < n) p[i] += scratch[threadIdx.x];
+}
+
+// Launches `exec` on `s`, then reads the counters back: each must be `want`, and the memset's region zero again
+// (the host set it to 99 before the launch).
+void LaunchAndCheck(cudaGraphExec_t exec, cudaStream_t s, int* counters, int* cleared, int want, const char* what) {
+  std::vector<int> host(kN, 99);
+  CHECK(cudaMemcpy(cleared, host.data(), kN * sizeof(int), cudaMemcpyHostToDevice));
+  CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+  std::vector<int> got(kN, -1), zeros(kN, -1);
+  CHECK(cudaMemcpy(got.data(), counters, kN * sizeof(int), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(zeros.data(), cleared, kN * sizeof(int), cudaMemcpyDeviceToHost));
+  bool ok = true;
+  for (int i = 0; i < kN; ++i) ok = ok && got[i] == want && zeros[i] == 0;
+  if (!ok) std::printf(PROGRAM_NAME ": %s: counters[0] %d (want %d), cleared[0] %d\n", what, got[0], want, zeros[0]);
+  EXPECT(ok, what);
+}
+
+void ReplayedGraph() {
+  int *counters, *cleared;
+  CHECK(cudaMalloc(&counters, kN * sizeof(int)));
+  CHECK(cudaMalloc(&cleared, kN * sizeof(int)));
+  CHECK(cudaMemset(counters, 0, kN * sizeof(int)));
+  // cleared = 0 (memset); counters += 1, += 2 (in a child graph), += 4, += 8 (with dynamic shared memory).
+  cudaGraph_t g, sub;
+  CHECK(cudaGraphCreate(&g, 0));
+  CHECK(cudaGraphCreate(&sub, 0));
+  cudaMemsetParams ms{};
+  ms.dst = cleared;
+  ms.elementSize = 4;
+  ms.width = kN;
+  ms.height = 1;
+  cudaGraphNode_t set, first, child, third, fourth, in_sub;
+  CHECK(cudaGraphAddMemsetNode(&set, g, nullptr, 0, &ms));
+  int one = 1, two = 2, four = 4, eight = 8, n = kN;
+  void* first_args[] = {&counters, &one, &n};
+  cudaKernelNodeParams p1 = KernelParams(reinterpret_cast<void*>(AddConst), first_args);
+  CHECK(cudaGraphAddKernelNode(&first, g, &set, 1, &p1));
+  void* sub_args[] = {&counters, &two, &n};
+  cudaKernelNodeParams p2 = KernelParams(reinterpret_cast<void*>(AddConst), sub_args);
+  CHECK(cudaGraphAddKernelNode(&in_sub, sub, nullptr, 0, &p2));
+  CHECK(cudaGraphAddChildGraphNode(&child, g, &first, 1, sub));
+  void* third_args[] = {&counters, &four, &n};
+  cudaKernelNodeParams p3 = KernelParams(reinterpret_cast<void*>(AddConst), third_args);
+  CHECK(cudaGraphAddKernelNode(&third, g, &child, 1, &p3));
+  void* fourth_args[] = {&counters, &eight, &n};
+  cudaKernelNodeParams p4 = KernelParams(reinterpret_cast<void*>(AddConstShared), fourth_args);
+  p4.sharedMemBytes = 256 * sizeof(int);
+  CHECK(cudaGraphAddKernelNode(&fourth, g, &third, 1, &p4));
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, g, 0));
+  cudaStream_t s, other;
+  CHECK(cudaStreamCreate(&s));
+  CHECK(cudaStreamCreate(&other));
+
+  int want = 0;
+  for (int launch = 0; launch < 4; ++launch) {
+    want += 15;
+    LaunchAndCheck(exec, s, counters, cleared, want, "graph launched again");
+  }
+  // The third kernel adds 40 instead of 4 (the executable graph's own copy of the node).
+  int forty = 40;
+  void* third40_args[] = {&counters, &forty, &n};
+  cudaKernelNodeParams p40 = KernelParams(reinterpret_cast<void*>(AddConst), third40_args);
+  CHECK(cudaGraphExecKernelNodeSetParams(exec, third, &p40));
+  for (int launch = 0; launch < 2; ++launch) {
+    want += 51;
+    LaunchAndCheck(exec, s, counters, cleared, want, "new kernel arguments");
+  }
+  // The child graph is skipped, then runs again.
+  CHECK(cudaGraphNodeSetEnabled(exec, child, 0));
+  want += 49;
+  LaunchAndCheck(exec, s, counters, cleared, want, "child node disabled");
+  want += 49;
+  LaunchAndCheck(exec, s, counters, cleared, want, "child node disabled, launched again");
+  CHECK(cudaGraphNodeSetEnabled(exec, child, 1));
+  want += 51;
+  LaunchAndCheck(exec, s, counters, cleared, want, "child node enabled again");
+  // An update from the graph edited: the first kernel adds 100 (and the third 4 again, as the graph says).
+  int hundred = 100;
+  void* first100_args[] = {&counters, &hundred, &n};
+  cudaKernelNodeParams p100 = KernelParams(reinterpret_cast<void*>(AddConst), first100_args);
+  CHECK(cudaGraphKernelNodeSetParams(first, &p100));
+  cudaGraphExecUpdateResultInfo info{};
+  CHECK(cudaGraphExecUpdate(exec, g, &info));
+  for (int launch = 0; launch < 2; ++launch) {
+    want += 114;
+    LaunchAndCheck(exec, s, counters, cleared, want, "executable graph updated");
+  }
+  // Another stream, then the first again.
+  want += 114;
+  LaunchAndCheck(exec, other, counters, cleared, want, "launched on another stream");
+  want += 114;
+  LaunchAndCheck(exec, s, counters, cleared, want, "back on the first stream");
+  // A dynamic shared memory limit below what the fourth kernel asks: the launch is refused, as the first was not.
+  CHECK(cudaFuncSetAttribute(AddConstShared, cudaFuncAttributeMaxDynamicSharedMemorySize, 16));
+  EXPECT_ERR(cudaGraphLaunch(exec, s), cudaErrorInvalidValue);
+  cudaGetLastError();
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaFuncSetAttribute(AddConstShared, cudaFuncAttributeMaxDynamicSharedMemorySize, 48 * 1024));
+  want += 114;
+  LaunchAndCheck(exec, s, counters, cleared, want, "shared memory limit raised again");
+
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(sub));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaStreamDestroy(other));
+  CHECK(cudaFree(counters));
+  CHECK(cudaFree(cleared));
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "replay") {
+    ReplayedGraph();
+    std::printf("graphs: %d failure(s): %s\n", failures, failures ? "FAILED" : "PASSED");
+    return failures ? 1 : 0;
+  }
   CHECK(cudaProfilerStart());  // Accepted without effect, as the driver does with no profiler attached.
   ExplicitGraph();
   Capture();
   GraphMemory();
   CapturePerThreadStream();
+  ReplayedGraph();
   CHECK(cudaProfilerStop());
   std::printf("graphs: %d failure(s): %s\n", failures, failures ? "FAILED" : "PASSED");
   return failures ? 1 : 0;
