@@ -374,7 +374,8 @@ class LoopDevice {
   virtual Status Step(const std::vector<float>& in, std::vector<float>* out) = 0;
 };
 
-// Through the slice's session; `graph`: the launches of a step go as one batch message, as a graph launch does.
+// Through the slice's session; `graph`: the launches of a step go as one batch message, recorded by the first step
+// and sent again as they are by the others, as a graph launch does.
 class RemoteLoop : public LoopDevice {
  public:
   RemoteLoop(RemoteSession& s, bool graph) : s_(s), graph_(graph) {}
@@ -398,9 +399,13 @@ class RemoteLoop : public LoopDevice {
   Status Step(const std::vector<float>& in, std::vector<float>* out) override {
     const uint32_t grid[3] = {1, 1, 1}, block[3] = {kLoopThreads, 1, 1};
     s_.CopyToDevice(buffer_, in.data(), kLoopBytes, 0);
-    if (graph_) s_.BeginBatch();
-    for (const auto& p : params_) s_.Launch(function_, grid, block, 0, 0, p.data(), p.size());
-    if (graph_) s_.EndBatch();
+    if (graph_ && recorded_) {
+      s_.SendRecorded(launches_);  // A graph launched again unchanged, as the interposer's cuGraphLaunch sends it.
+    } else {
+      if (graph_) s_.BeginBatch(&launches_);
+      for (const auto& p : params_) s_.Launch(function_, grid, block, 0, 0, p.data(), p.size());
+      if (graph_) recorded_ = s_.EndBatch();
+    }
     if (s_.CopyFromDevice(out->data(), buffer_, kLoopBytes, 0) != 0) return Failed(s_, "a loop step");
     if (s_.Synchronize() != 0) return Failed(s_, "a loop step's synchronisation");
     return Status::Ok();
@@ -409,6 +414,8 @@ class RemoteLoop : public LoopDevice {
  private:
   RemoteSession& s_;
   const bool graph_;
+  RemoteSession::RecordedBatch launches_;  // The graph variant's launches, as its first step sent them.
+  bool recorded_ = false;
   uint64_t module_ = 0, function_ = 0, buffer_ = 0;
   std::vector<std::vector<uint8_t>> params_;
 };
