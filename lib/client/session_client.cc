@@ -565,7 +565,18 @@ void RemoteSession::FlushBatch() {
 
 void RemoteSession::SendRecorded(const RecordedBatch& batch) {
   FlushBatch();  // What this thread gathered goes first.
-  for (const auto& bytes : batch.messages) Invoke<calls::Batch>({{bytes->data(), bytes->size()}}, nullptr, bytes);
+  for (const auto& bytes : batch.messages) {
+    if (!impl_->channel || bytes->size() % sizeof(capnp::word) != 0 ||
+        reinterpret_cast<uintptr_t>(bytes->data()) % sizeof(capnp::word) != 0) {
+      Invoke<calls::Batch>({{bytes->data(), bytes->size()}}, nullptr, bytes);
+      continue;
+    }
+    // The message refers to the recorded bytes, which outlive the write, instead of copying them in.
+    capnp::MallocMessageBuilder message(kFirstSegmentWords);
+    auto params = message.initRoot<session::Wire<calls::Batch>::Params>();
+    params.adoptCalls(message.getOrphanage().referenceExternalData(capnp::Data::Reader(bytes->data(), bytes->size())));
+    impl_->channel->Post(calls::Batch::kOrdinal, message);
+  }
 }
 
 template <typename C>
