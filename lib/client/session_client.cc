@@ -387,6 +387,12 @@ void AppendToBatch(const typename Call::Args& args, std::vector<uint8_t>* batch)
 // A message builder for one call: small first segment (most calls are a few words), grown as needed.
 constexpr unsigned kFirstSegmentWords = 64;
 
+// Whether a message may refer to `bytes` outside it instead of copying them in: Cap'n Proto refers to outside bytes
+// only as whole, aligned words (it would write a partial word's neighbours too).
+bool WholeWords(const uint8_t* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % sizeof(capnp::word) == 0 && bytes % sizeof(capnp::word) == 0;
+}
+
 // Waits for the reply to call `seq` on the direct channel; `use(results_reader)` reads it.
 template <typename Call, typename Use>
 int ChannelCall(SessionChannel& channel, uint32_t seq, Use use, std::string* error) {
@@ -566,8 +572,7 @@ void RemoteSession::FlushBatch() {
 void RemoteSession::SendRecorded(const RecordedBatch& batch) {
   FlushBatch();  // What this thread gathered goes first.
   for (const auto& bytes : batch.messages) {
-    if (!impl_->channel || bytes->size() % sizeof(capnp::word) != 0 ||
-        reinterpret_cast<uintptr_t>(bytes->data()) % sizeof(capnp::word) != 0) {
+    if (!impl_->channel || !WholeWords(bytes->data(), bytes->size())) {
       Invoke<calls::Batch>({{bytes->data(), bytes->size()}}, nullptr, bytes);
       continue;
     }
@@ -673,10 +678,8 @@ int RemoteSession::CopyToDevice(uint64_t dst, const void* src, size_t bytes, uin
       size_t n = std::min(kChunk, bytes - off);
       capnp::MallocMessageBuilder message(kFirstSegmentWords);
       auto params = message.initRoot<W::Params>();
-      // Cap'n Proto refers to outside bytes only as whole, aligned words (it would write a partial word's
-      // neighbours too): other chunks are copied into the message.
-      bool whole_words = reinterpret_cast<uintptr_t>(p + off) % sizeof(capnp::word) == 0 &&
-                         n % sizeof(capnp::word) == 0;
+      // Referred to where Cap'n Proto can (WholeWords), copied into the message otherwise.
+      const bool whole_words = WholeWords(p + off, n);
       W::WriteArgs({dst + off, {whole_words ? nullptr : p + off, whole_words ? 0 : n}, {stream}}, params);
       if (whole_words) {
         params.adoptData(message.getOrphanage().referenceExternalData(capnp::Data::Reader(p + off, n)));
