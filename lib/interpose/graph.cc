@@ -432,16 +432,9 @@ bool Replayable(const std::vector<GraphNode*>& order, RecordedLaunch* record) {
     if (!n->enabled) continue;
     const NodeWork& w = n->work;
     switch (w.type) {
-      case CU_GRAPH_NODE_TYPE_KERNEL: {
-        auto use = std::find_if(record->kernels.begin(), record->kernels.end(),
-                                [&](const RecordedLaunch::KernelUse& k) { return k.kernel == w.kernel; });
-        if (use == record->kernels.end()) {
-          record->kernels.push_back({w.kernel, 0, w.shared_bytes});
-        } else {
-          use->max_shared = std::max(use->max_shared, w.shared_bytes);
-        }
+      case CU_GRAPH_NODE_TYPE_KERNEL:
+        record->kernels.push_back({w.kernel, 0, w.shared_bytes});  // One per node: NoteFunctions merges them.
         break;
-      }
       case CU_GRAPH_NODE_TYPE_MEMSET:
         record->memsets.push_back(w.memset.dst);
         break;
@@ -478,9 +471,22 @@ bool StillHolds(const RecordedLaunch& r) {
   return true;
 }
 
-// After a launch that recorded `r`: the functions its kernels resolved to (no lock held).
+// After a launch that recorded `r`: one entry per kernel, asking the most shared memory any of its nodes asks, with
+// the function it resolved to (no lock held). Only once a recording is whole: a launch that cannot be sent again
+// pays nothing for it.
 bool NoteFunctions(RecordedLaunch* r) {
-  for (auto& k : r->kernels) {
+  auto& kernels = r->kernels;
+  std::sort(kernels.begin(), kernels.end(), [](const auto& a, const auto& b) { return a.kernel < b.kernel; });
+  size_t kept = 0;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    if (kept > 0 && kernels[kept - 1].kernel == kernels[i].kernel) {
+      kernels[kept - 1].max_shared = std::max(kernels[kept - 1].max_shared, kernels[i].max_shared);
+    } else {
+      kernels[kept++] = kernels[i];
+    }
+  }
+  kernels.resize(kept);
+  for (auto& k : kernels) {
     RemoteFunctionInfo info;
     if (Remote::Get().FunctionOn(k.kernel, r->dev, &info) != CUDA_SUCCESS) return false;
     k.handle = info.handle;
