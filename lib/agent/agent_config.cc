@@ -12,7 +12,7 @@ namespace {
 Status Read(const TomlFile& file, AgentConfig* c) {
   const toml::table& root = file.root();
   if (Status s = file.CheckKeys(root, {"name", "listen", "class", "nvml", "cuda_driver", "emulated", "leases", "drain",
-                                       "metrics", "telemetry", "auth", "groups", "personality", "tls"},
+                                       "metrics", "telemetry", "auth", "groups", "personality", "tls", "limits"},
                                 "the agent config");
       !s.ok())
     return s;
@@ -81,6 +81,11 @@ Status Read(const TomlFile& file, AgentConfig* c) {
     if (!(s = file.GetBool(*t, "require", &c->require_auth)).ok()) return s;
     if (!(s = file.GetString(*t, "tokens", &c->tokens_file)).ok()) return s;
   }
+  if (!(s = section("limits", &t)).ok()) return s;
+  if (t) {
+    if (!(s = file.CheckKeys(*t, {"session_bytes_in_flight"}, "[limits]")).ok()) return s;
+    if (!(s = file.GetMemory(*t, "session_bytes_in_flight", &c->session_bytes_in_flight)).ok()) return s;
+  }
   if (!(s = section("telemetry", &t)).ok()) return s;
   if (t) {
     if (!(s = file.CheckKeys(*t, {"idle_after"}, "[telemetry]")).ok()) return s;
@@ -117,6 +122,10 @@ Status AgentConfig::Validate() const {
   if (!tls_ca.empty() && tls_cert.empty()) return bad("[tls] ca needs the agent's own cert and key");
   if (!tls_cert.empty() && listen.rfind("unix:", 0) == 0) {
     return bad("[tls] is for a TCP listen address (on a Unix socket the kernel authenticates peers)");
+  }
+  if (session_bytes_in_flight < (1ull << 20) || session_bytes_in_flight > (4ull << 30)) {
+    return bad(fmt::format("[limits] session_bytes_in_flight must be within 1MiB..4GiB, not {} bytes",
+                           session_bytes_in_flight));
   }
   if (idle_after.count() < 1000) return bad("[telemetry] idle_after must be at least 1s");
   if (!metrics_listen.empty() && metrics_listen.rfind("unix:", 0) == 0) {

@@ -37,6 +37,9 @@ inline constexpr const char* kDefaultListen = "*:7450";
 //   require = false                # refuse clients the agent cannot authenticate
 //   tokens = "/etc/gpupool/tokens.toml"  # TCP clients' per-user tokens ([tokens] user = "token"; mode 0600)
 //   admins = ["alice"]             # may cordon, uncordon and revoke (besides root and the agent's own user)
+//   [limits]
+//   session_bytes_in_flight = "64MiB"  # what one session holds for calls not yet done before it stops reading its
+//                                      # client's calls (back-pressure); 1MiB..4GiB
 //   [tls]                          # serve a TCP listen address over TLS (sessions then go through the agent)
 //   cert = "/etc/gpupool/agent.crt"
 //   key = "/etc/gpupool/agent.key"
@@ -62,6 +65,8 @@ struct AgentConfig {
   std::vector<std::string> admins;  // Authenticated users who may administer the agent (root and its own user too).
   Policy policy;            // [groups] and [[personality]] (agent/policy.h); empty: nothing restricted.
   std::string tls_cert, tls_key, tls_ca;  // [tls]; no cert: plain TCP.
+  // [limits] session_bytes_in_flight: see backend::SessionLimits::bytes_in_flight.
+  uint64_t session_bytes_in_flight = 64ull << 20;
   std::string config_path;  // The agent.toml it came from, re-read on SIGHUP; empty: none.
   // A private agent (gp-run's, libcuda's, gp-bench's: --exit-with-parent): a signal that finds the process that
   // started it gone ends it at once. Its leases were that process's; no one is left to end them, so it does not drain.

@@ -541,6 +541,7 @@ class AgentImpl final : public wire::Agent::Server {
     spec.cuda_driver = state_.config.cuda_driver;
     // Over TLS the session stays on this (encrypted, authenticated) connection: a worker's door would be neither.
     spec.direct_listen = state_.config.tls_cert.empty() ? DirectListen(state_.config.listen) : "";
+    spec.bytes_in_flight = state_.config.session_bytes_in_flight;
     // Every device's sessions take turns by their compute shares (a worker on a GPU under MPS leaves the table).
     auto turns = state_.TurnsFd(device);
     if (!turns.ok()) {
@@ -687,6 +688,10 @@ class AgentImpl final : public wire::Agent::Server {
   bool token_refused_ = false;  // The client presented a token the agent does not know.
 };
 
+// How many sessions' worth of calls in flight (AgentConfig::session_bytes_in_flight) the agent holds for one client
+// connection before it stops reading it.
+constexpr uint64_t kAgentFlowSessions = 4;
+
 // One client connection: its own AgentImpl, which knows who the client is.
 struct AgentConnection {
   AgentConnection(kj::Own<kj::AsyncIoStream> s, kj::Own<AgentImpl> impl)
@@ -712,6 +717,10 @@ kj::Promise<void> AcceptLoop(kj::ConnectionReceiver& receiver, AgentState& state
       [&receiver, &state, &connections, unix_socket, tls](kj::AuthenticatedStream&& accepted) {
         auto serve = [&state, &connections](kj::Own<kj::AsyncIoStream> stream, Peer peer) {
           auto connection = kj::heap<AgentConnection>(kj::mv(stream), kj::heap<AgentImpl>(state, kj::mv(peer)));
+          // The agent buffers no more for a client than its sessions' workers do: calls it forwarded and that are
+          // not answered yet (a worker answers a posted copy once done) stop it reading more from that client.
+          // Room for a few sessions of the client that go through the agent (over TLS, every session does).
+          connection->rpc.setFlowLimit(kAgentFlowSessions * state.config.session_bytes_in_flight / sizeof(capnp::word));
           auto ended = connection->network.onDisconnect();
           connections.add(ended.attach(kj::mv(connection)));
         };

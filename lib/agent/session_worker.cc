@@ -93,8 +93,14 @@ constexpr kj::Duration kDoorOpenFor = 10 * kj::SECONDS;
 // the session's calls as framed messages (schema/session_frames.h) until it breaks; then the listener closes.
 class Door {
  public:
-  Door(kj::AsyncIoContext& io, wire::Session::Client session, backend::FramedSession& framed)
-      : io_(io), session_(kj::mv(session)), framed_(framed), ticket_(RandomBytes(kTicketBytes)), tasks_(errors_) {}
+  Door(kj::AsyncIoContext& io, wire::Session::Client session, backend::FramedSession& framed,
+       uint64_t bytes_in_flight)
+      : io_(io),
+        session_(kj::mv(session)),
+        framed_(framed),
+        bytes_in_flight_(bytes_in_flight),
+        ticket_(RandomBytes(kTicketBytes)),
+        tasks_(errors_) {}
   ~Door() { Close(); }
 
   // Listens at `where` ("host:0" or "unix:PATH"); fills `direct` with the port or path and the ticket.
@@ -180,7 +186,7 @@ class Door {
               return s->write(pieces.begin(), pieces.size())
                   .attach(kj::mv(entered))
                   .then([this, stream = kj::mv(stream)]() mutable {
-                    return backend::ServeFrames(kj::mv(stream), framed_);
+                    return backend::ServeFrames(kj::mv(stream), framed_, bytes_in_flight_);
                   })
                   .attach(kj::mv(held));
             }
@@ -225,6 +231,7 @@ class Door {
   kj::AsyncIoContext& io_;
   kj::Maybe<wire::Session::Client> session_;
   backend::FramedSession& framed_;  // The session's server: lives as long as a reference to it (held above).
+  const uint64_t bytes_in_flight_;
   std::string ticket_;  // From the kernel's random source: whoever holds it gets the session.
   std::string unix_path_;
   kj::Own<kj::ConnectionReceiver> listener_;
@@ -236,7 +243,10 @@ class Door {
 
 class WorkerImpl final : public wire::SessionWorker::Server {
  public:
-  WorkerImpl(kj::AsyncIoContext& io, kj::Own<kj::PromiseFulfiller<void>> closed) : io_(io), closed_(kj::mv(closed)) {}
+  // `flow_limit(bytes)` bounds the calls in flight on the connection from the agent (RpcSystem::setFlowLimit).
+  WorkerImpl(kj::AsyncIoContext& io, kj::Own<kj::PromiseFulfiller<void>> closed,
+             std::function<void(uint64_t)> flow_limit)
+      : io_(io), closed_(kj::mv(closed)), flow_limit_(std::move(flow_limit)) {}
 
   kj::Promise<void> open(OpenContext context) override {
     auto results = context.getResults();
@@ -252,6 +262,10 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     limits.memory_bytes = c.getMemoryBytes();
     limits.window_base = c.getWindowBase();
     limits.window_bytes = c.getWindowBytes();
+    if (c.getBytesInFlight() != 0) limits.bytes_in_flight = c.getBytesInFlight();
+    // Calls that come through the agent are bounded the same way: Cap'n Proto stops reading the agent's connection
+    // while the calls it has not answered (a posted copy is answered once done) hold that many bytes.
+    flow_limit_(limits.bytes_in_flight);
     // The worker exits once the session has closed; should freeing it wait on the device for long (a GPU waits for
     // a kernel that never ends), the worker exits anyway, and the driver frees what the process held.
     limits.closing = [] {
@@ -374,7 +388,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     results.setSession(client);
     std::string where = c.getDirectListen();
     if (where.empty()) return kj::READY_NOW;
-    door_ = kj::heap<Door>(io_, kj::mv(client), *framed);
+    door_ = kj::heap<Door>(io_, kj::mv(client), *framed, limits.bytes_in_flight);
     return door_->Open(where, results.initDirect()).catch_([this, results](kj::Exception&& e) mutable {
       // The client still has the session through the agent.
       GP_WARN("session", "cannot listen for a direct connection: {}", e.getDescription().cStr());
@@ -392,6 +406,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
  private:
   kj::AsyncIoContext& io_;
   kj::Own<kj::PromiseFulfiller<void>> closed_;
+  std::function<void(uint64_t)> flow_limit_;
   kj::Own<Door> door_;
   std::shared_ptr<backend::SessionControl> control_ = std::make_shared<backend::SessionControl>();
   bool opened_ = false;
@@ -431,7 +446,13 @@ int RunSessionWorker(int fd) {
     auto stream = io.lowLevelProvider->wrapUnixSocketFd(fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
     capnp::TwoPartyVatNetwork network(*stream, capnp::rpc::twoparty::Side::SERVER);
     auto closed = kj::newPromiseAndFulfiller<void>();
-    auto rpc = capnp::makeRpcServer(network, kj::heap<WorkerImpl>(io, kj::mv(closed.fulfiller)));
+    // The RPC system exists only once it has its bootstrap; the worker sets its flow limit when the session opens.
+    capnp::RpcSystem<capnp::rpc::twoparty::VatId>* rpc_system = nullptr;
+    auto flow_limit = [&rpc_system](uint64_t bytes) {
+      if (rpc_system != nullptr) rpc_system->setFlowLimit(std::max<uint64_t>(bytes / sizeof(capnp::word), 1));
+    };
+    auto rpc = capnp::makeRpcServer(network, kj::heap<WorkerImpl>(io, kj::mv(closed.fulfiller), flow_limit));
+    rpc_system = &rpc;
     // Ends when the session is gone (its destructor freed memory and modules) or the agent hung up.
     kj::mv(closed.promise).exclusiveJoin(network.onDisconnect()).wait(io.waitScope);
     // Let the last reply (a failed open) reach the agent before the socket closes.
@@ -563,6 +584,7 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   c.setSliceQuota(quota_fd >= 0);
   c.setSessionMeter(meter_fd >= 0);
   c.setDirectListen(spec.direct_listen);
+  c.setBytesInFlight(spec.bytes_in_flight);
   return req.send()
       .then([this, pid](capnp::Response<wire::SessionWorker::OpenResults>&& r) -> OpenedSession {
         if (r.getCode() != 0) {

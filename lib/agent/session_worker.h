@@ -55,6 +55,7 @@ struct WorkerSpec {
   int quota_fd = -1;  // The slice's quota table (SliceQuota::CreateSegment), or -1: the session's own quota.
   // Where the worker listens for its client's direct connection ("host:0", "unix:PATH"); empty: nowhere.
   std::string direct_listen;
+  uint64_t bytes_in_flight = 0;  // backend::SessionLimits::bytes_in_flight; 0: its default.
 };
 
 // Where the client reaches the worker itself (wire::DirectSession).

@@ -39,10 +39,22 @@ constexpr auto kBulkWait = std::chrono::milliseconds(20);
 // Small frames arrive many to a read (a run of posted launches is one write): read in pieces this large.
 constexpr size_t kReadBufferWords = (256u << 10) / sizeof(word);
 
+// What a call in flight costs besides its message, counted against the bytes in flight: its promise chain, its
+// reply's builder, the device queue's entry. So that a flood of small posted calls (launches) is bounded too.
+constexpr uint64_t kCallOverheadBytes = 1024;
+
+// Spare arrays for large frames are kept only up to this size: a client's copies travel in 4 MiB chunks, and a
+// hostile client's 512 MiB frames must not stay behind in the spares once served.
+constexpr size_t kMaxSpareBytes = 8u << 20;
+
 class FrameConnection final : public kj::TaskSet::ErrorHandler {
  public:
-  FrameConnection(kj::Own<kj::AsyncIoStream> stream, FramedSession& session)
-      : stream_(kj::mv(stream)), session_(session), buffer_(kj::heapArray<word>(kReadBufferWords)), tasks_(*this) {
+  FrameConnection(kj::Own<kj::AsyncIoStream> stream, FramedSession& session, uint64_t max_held_bytes)
+      : stream_(kj::mv(stream)),
+        session_(session),
+        max_held_bytes_(max_held_bytes),
+        buffer_(kj::heapArray<word>(kReadBufferWords)),
+        tasks_(*this) {
     const int one = 1;
     try {
       stream_->setsockopt(IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // Replies leave at once.
@@ -70,6 +82,7 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
   kj::Promise<void> ReadLoop() {
     while (end_ - begin_ >= sizeof(FrameHeader)) {
       KJ_IF_MAYBE(held, Held()) return kj::mv(*held);
+      if (held_bytes_ >= max_held_bytes_) return WaitForRoom();
       FrameHeader h;
       std::memcpy(&h, bytes() + begin_, sizeof(h));
       if (h.words > session::kMaxFrameWords) {
@@ -87,6 +100,7 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
       Dispatch(h, kj::mv(body));
     }
     KJ_IF_MAYBE(held, Held()) return kj::mv(*held);
+    if (held_bytes_ >= max_held_bytes_) return WaitForRoom();
     if (begin_ > 0) {
       std::memmove(bytes(), bytes() + begin_, end_ - begin_);
       end_ -= begin_;
@@ -115,6 +129,24 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
       return wait.then([this] { return ReadLoop(); });
     }
     return nullptr;
+  }
+
+  // Back-pressure: the calls read and not yet done (their messages, and their replies until written) hold
+  // max_held_bytes_ or more, so nothing more is read until some are done. The client's writes then block in its
+  // socket, as a GPU's driver blocks a submitting thread whose queue is full, instead of this process buffering
+  // whatever the client sends ahead of the device.
+  kj::Promise<void> WaitForRoom() {
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    room_ = kj::mv(paf.fulfiller);
+    return paf.promise.then([this] { return ReadLoop(); });
+  }
+  void Hold(uint64_t bytes) { held_bytes_ += bytes; }
+  void Release(uint64_t bytes) {
+    held_bytes_ -= std::min(held_bytes_, bytes);
+    if (room_ && held_bytes_ < max_held_bytes_) {
+      room_->fulfill();
+      room_ = nullptr;
+    }
   }
 
   kj::Promise<void> ReadLarge(FrameHeader h) {
@@ -158,7 +190,7 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
     begin_ = end_ = 0;
     landed += ReadNow(fd, at + landed, bulk - landed);
     if (landed == bulk) {
-      auto call = kj::heap<Call>(kj::mv(head));
+      auto call = kj::heap<Call>(this, kj::mv(head));
       call->segments = kj::heapArray<kj::ArrayPtr<const word>>(
           {call->body.asPtr(), kj::arrayPtr(reinterpret_cast<const word*>(at), bulk / sizeof(word))});
       call->params = kj::heap<capnp::SegmentArrayMessageReader>(call->segments, session::FrameReaderOptions());
@@ -207,15 +239,30 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
     return kj::heapArray<word>(words);
   }
   void Recycle(kj::Array<word> a) {
-    if (a.size() * sizeof(word) > buffer_.asBytes().size() && spares_.size() < 4) spares_.push_back(kj::mv(a));
+    const size_t bytes = a.size() * sizeof(word);
+    if (bytes > buffer_.asBytes().size() && bytes <= kMaxSpareBytes && spares_.size() < 4) {
+      spares_.push_back(kj::mv(a));
+    }
   }
 
   struct Call {
-    explicit Call(kj::Array<word> words) : body(kj::mv(words)) {}
+    // Counts its message's bytes as held (back-pressure) from now until it is gone: done, and its reply written.
+    Call(FrameConnection* connection, kj::Array<word> words)
+        : owner(connection), body(kj::mv(words)), held(body.asBytes().size() + kCallOverheadBytes) {
+      owner->Hold(held);
+    }
     ~Call() {
       if (release_hold) release_hold->fulfill();
+      owner->Release(held);
     }
+    // Counts `bytes` more as held (the reply's bulk) until the call is gone.
+    void HoldMore(uint64_t bytes) {
+      held += bytes;
+      owner->Hold(bytes);
+    }
+    FrameConnection* owner;
     kj::Array<word> body;
+    uint64_t held;
     kj::Array<kj::ArrayPtr<const word>> segments;  // A landed call's: its first segment (body) and its bulk.
     kj::Own<capnp::MessageReader> params;
     capnp::MallocMessageBuilder reply;
@@ -226,7 +273,7 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
   };
 
   void Dispatch(const FrameHeader& h, kj::Array<word> body) {
-    auto call = kj::heap<Call>(kj::mv(body));
+    auto call = kj::heap<Call>(this, kj::mv(body));
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] {
       call->params = kj::heap<capnp::FlatArrayMessageReader>(call->body, session::FrameReaderOptions());
     })) {
@@ -247,6 +294,7 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
     reply_data.buffer = [this, raw](size_t bytes) {
       const size_t words = (bytes + sizeof(word) - 1) / sizeof(word);
       raw->reply_data = SpareArray(words);
+      raw->HoldMore(raw->reply_data.asBytes().size());
       uint8_t* out = raw->reply_data.asBytes().begin();
       std::memset(out + bytes, 0, words * sizeof(word) - bytes);  // The last word's padding goes out too.
       return out;
@@ -293,7 +341,11 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
     call = nullptr;  // Serving resumes.
     if (rest.size() == 0) return AfterReply();
     auto piece = kj::heapArray<kj::ArrayPtr<const kj::byte>>({rest.asPtr()});
-    Write(kj::mv(piece), kj::mv(rest), [](kj::Array<kj::byte>) {});
+    // What the socket did not take is held until written: a client that never reads its replies must not make
+    // this process copy device memory for it without end.
+    const uint64_t unsent = rest.size();
+    Hold(unsent);
+    Write(kj::mv(piece), kj::mv(rest), [this, unsent](kj::Array<kj::byte>) { Release(unsent); });
   }
 
   // Writes what it can of `pieces` to the socket at once, waiting for room up to kBulkWait; answers how many
@@ -386,6 +438,9 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
 
   kj::Own<kj::AsyncIoStream> stream_;  // First in, last out: everything below may still use it as it goes.
   FramedSession& session_;
+  const uint64_t max_held_bytes_;
+  uint64_t held_bytes_ = 0;  // Of calls read and not yet gone (Call), and of replies' copies not yet written.
+  kj::Own<kj::PromiseFulfiller<void>> room_;  // Set while reading waits for held_bytes_ to fall (WaitForRoom).
   kj::Array<word> buffer_;
   size_t begin_ = 0, end_ = 0;  // Bytes of buffer_ read and not yet dispatched.
   std::vector<kj::Array<word>> spares_;
@@ -403,8 +458,8 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
 
 }  // namespace
 
-kj::Promise<void> ServeFrames(kj::Own<kj::AsyncIoStream> stream, FramedSession& session) {
-  auto connection = kj::heap<FrameConnection>(kj::mv(stream), session);
+kj::Promise<void> ServeFrames(kj::Own<kj::AsyncIoStream> stream, FramedSession& session, uint64_t max_held_bytes) {
+  auto connection = kj::heap<FrameConnection>(kj::mv(stream), session, std::max<uint64_t>(max_held_bytes, 1));
   auto run = connection->Run();
   return run.attach(kj::mv(connection));
 }

@@ -40,6 +40,11 @@ struct SessionLimits {
   uint64_t window_base = 0;   // The session's device addresses lie in [window_base, window_base + window_bytes).
   uint64_t window_bytes = 0;
   std::string description;    // Names the session in log lines ("emulated GPU 0, window 0x...").
+  // Most bytes the session holds for calls in flight (messages read whose work is not done, replies not yet
+  // written) before it stops reading its client's calls (back-pressure, not failure): the agent's
+  // `[limits] session_bytes_in_flight`.
+  uint64_t bytes_in_flight = kDefaultBytesInFlight;
+  static constexpr uint64_t kDefaultBytesInFlight = 64ull << 20;
   // Called as the session closes, before the device frees what the session holds (which waits for its work: on a
   // GPU, a kernel that never ends would hold it forever). A session worker arms its exit timer here.
   std::function<void()> closing;

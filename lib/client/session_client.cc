@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <deque>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <utility>
@@ -105,6 +107,31 @@ struct RemoteSession::Impl : public kj::TaskSet::ErrorHandler {
   // The framed connection straight to the session's worker, when the agent offered one and it let us in: it
   // carries every call; `session` (through the agent) is dropped then.
   std::unique_ptr<SessionChannel> channel;
+  // Posted calls sent through the agent and not answered yet (the worker answers one once it is done): their bytes.
+  // A thread that posts waits while they reach kPostedBytesInFlight, as a GPU's driver blocks a thread whose queue
+  // is full, instead of this process (and the agent, and the worker) buffering all a program queues ahead of its
+  // device. The direct connection needs none of this: the worker stops reading it (ServeFrames), so its socket
+  // blocks the writer.
+  static constexpr uint64_t kPostedBytesInFlight = 64ull << 20;
+  std::mutex posted_mu;
+  std::condition_variable posted_cv;
+  uint64_t posted_bytes = 0;  // Guarded by posted_mu.
+  void PostedOut(uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(posted_mu);
+    posted_bytes += bytes;
+  }
+  void PostedDone(uint64_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(posted_mu);
+      posted_bytes -= std::min(posted_bytes, bytes);
+    }
+    posted_cv.notify_all();
+  }
+  // Not on the loop thread: it is what answers them.
+  void AwaitPostedRoom() {
+    std::unique_lock<std::mutex> lock(posted_mu);
+    posted_cv.wait(lock, [this] { return posted_bytes < kPostedBytesInFlight; });
+  }
   // Host-to-device copies through the shared slots whose replies nobody has read yet (0: none), by slot: the call
   // returned once its bytes were in the slot, as cuMemcpyHtoD may once pageable memory is staged; the slot is
   // reused only after its reply. `shared_next`: the slot the next copy starts at. Guarded by channel->shared_mu().
@@ -329,7 +356,9 @@ void SendPosted(RemoteSession::Impl* impl, const typename Call::Args& args) {
   if (!impl->tasks) return;
   auto req = session::Wire<Call>::Request(impl->S());
   session::Wire<Call>::WriteArgs(args, req);
-  impl->tasks->add(req.send().then(RecordReply(impl)));
+  const uint64_t bytes = req.totalSize().wordCount * sizeof(capnp::word);
+  impl->PostedOut(bytes);
+  impl->tasks->add(req.send().then(RecordReply(impl)).attach(kj::defer([impl, bytes] { impl->PostedDone(bytes); })));
 }
 
 // Sends a request and waits for its reply; `use(r)` reads the reply on the loop thread.
@@ -604,9 +633,11 @@ int RemoteSession::Invoke(const typename C::Args& args, typename C::Results* res
     } else if (C::kArgsView && !owner) {
       // The caller's bytes go into the message on the loop thread before this returns (no extra copy).
       runtime_->Run([&] { SendPosted<C>(impl, args); });
+      impl->AwaitPostedRoom();
     } else {
       // Posted: the caller does not even wait for the hand-off to the loop thread.
       runtime_->Post([impl, args, owner] { SendPosted<C>(impl, args); });
+      impl->AwaitPostedRoom();
     }
     return 0;
   } else {

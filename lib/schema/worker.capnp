@@ -29,6 +29,8 @@ struct WorkerConfig {
   sessionMeter @14 :Bool;     # The session's meter (backend/session_meter.h), which the agent reads for its
                               # telemetry, is the worker's fd 6.
   computeCapability @15 :UInt16;  # Emulated devices: major * 10 + minor; 0 = 7.5.
+  bytesInFlight @16 :UInt64;  # Most bytes the session holds for calls not yet done before it stops reading its
+                              # client (backend::SessionLimits::bytes_in_flight); 0 = the default.
 }
 
 interface SessionWorker {

@@ -31,6 +31,8 @@ timeout = "1m"
 listen = "*:9450"
 [telemetry]
 idle_after = "30m"
+[limits]
+session_bytes_in_flight = "16MiB"
 )", "agent.toml", &c);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(c.name, "gpu-a");
@@ -52,6 +54,11 @@ idle_after = "30m"
   EXPECT_EQ(c.timing.renew_interval.count(), 3000);
   EXPECT_EQ(c.timing.reservation_ttl.count(), 2000);
   EXPECT_EQ(c.drain_timeout.count(), 60000);
+  EXPECT_EQ(c.session_bytes_in_flight, 16ull << 20);
+  EXPECT_TRUE(c.Validate().ok());
+  c.session_bytes_in_flight = 1024;
+  EXPECT_NE(c.Validate().message().find("session_bytes_in_flight"), std::string::npos);
+  c.session_bytes_in_flight = 16ull << 20;
   EXPECT_TRUE(c.Validate().ok());
 }
 

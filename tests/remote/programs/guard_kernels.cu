@@ -13,3 +13,11 @@ extern "C" __global__ void with_shared(int* out) {
 }
 
 __device__ int guard_counter;
+
+// Keeps its device busy for a while: each thread counts to `iterations` (the sum is written only in a case that never
+// happens, so that the loop is not dead code).
+extern "C" __global__ void spin(unsigned long long iterations, int* out) {
+  unsigned long long sum = 0;
+  for (unsigned long long i = 0; i < iterations; ++i) sum += i ^ threadIdx.x;
+  if (sum == 42) out[0] = 1;
+}
