@@ -362,9 +362,19 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     }
     uint64_t reserved = it->second;
     allocations_.erase(it);
-    quota_->Give(reserved);
-    MemoryChanged();
-    return Done(backend_->Free(a.address, reserved));
+    CallStatus s = backend_->Free(a.address, reserved);
+    if (!s.ok()) {
+      quota_->Give(reserved);
+      MemoryChanged();
+      return Done(s);
+    }
+    // cuMemFree returns with the memory free: the device may free it in its own order (the emulated device frees
+    // in stream order, after the work queued before), so the reply, and the quota's room, come once it has.
+    return Reached(StreamRef()).then([this, reserved] {
+      quota_->Give(reserved);
+      MemoryChanged();
+      return CallStatus::Ok();
+    });
   }
 
   Reply Handle(const calls::CopyToDevice::Args& a, calls::CopyToDevice::Results&) {

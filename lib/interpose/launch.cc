@@ -62,6 +62,26 @@ CUresult PrepareLaunch(CUfunction f, const uint32_t grid[3], const uint32_t bloc
   for (int i = 0; i < 3; ++i) {
     if (grid[i] == 0 || block[i] == 0) return CUDA_ERROR_INVALID_VALUE;
   }
+  // The shape is refused here, by the call, as the driver refuses it: a launch is posted, and the slice's own check
+  // would report it only at the next synchronising call, as if the kernel had run and failed.
+  static constexpr CUdevice_attribute kBlockDims[3] = {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X,
+                                                       CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,
+                                                       CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z};
+  static constexpr CUdevice_attribute kGridDims[3] = {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X,
+                                                      CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
+                                                      CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z};
+  static constexpr int kBlockDimDefaults[3] = {1024, 1024, 64};
+  static constexpr int kGridDimDefaults[3] = {2147483647, 65535, 65535};
+  for (int i = 0; i < 3; ++i) {
+    if (block[i] > static_cast<uint32_t>(DeviceAttribute(dev, kBlockDims[i], kBlockDimDefaults[i])) ||
+        grid[i] > static_cast<uint32_t>(DeviceAttribute(dev, kGridDims[i], kGridDimDefaults[i]))) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  const uint64_t threads = uint64_t{block[0]} * block[1] * block[2];
+  if (threads > static_cast<uint64_t>(DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024))) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   if (CUresult r = remote.FunctionOn(kernel, dev, info); r != CUDA_SUCCESS) return r;
   // The driver refuses more dynamic shared memory than the function opted into (cuFuncSetAttribute).
   if (shared > static_cast<unsigned int>(MaxDynamicShared(*kernel, dev, *info))) return CUDA_ERROR_INVALID_VALUE;

@@ -229,7 +229,9 @@ CUresult MemFree(CUdeviceptr p) {
     if (remote.allocations.erase(p) == 0) return CUDA_ERROR_INVALID_VALUE;
   }
   MemoryFreedOutsideGraphs(p);
-  remote.session(dev)->MemFree(p);
+  // Waited for: cuMemFree returns with the memory free (the next allocation, of any thread or process of the
+  // lease, may take it).
+  if (int code = remote.session(dev)->MemFree(p); code != 0) return remote.Fail(dev, code, "cuMemFree");
   return CUDA_SUCCESS;
 }
 

@@ -152,7 +152,10 @@ CUresult MemRelease(CUmemGenericAllocationHandle handle) {
     memory->alive = false;  // Kept: a stale handle is recognised, never freed memory.
   }
   // The slice frees it once its last mapping is unmapped, as the driver does.
-  remote.session(memory->device)->Invoke<calls::MemRelease>({session::PhysicalId{memory->remote}});
+  if (int code = remote.session(memory->device)->Invoke<calls::MemRelease>({session::PhysicalId{memory->remote}});
+      code != 0) {
+    return remote.Fail(memory->device, code, "cuMemRelease");
+  }
   return CUDA_SUCCESS;
 }
 
@@ -201,7 +204,9 @@ CUresult MemUnmap(CUdeviceptr ptr, size_t size) {
     dev = first->second.memory->device;
     remote.mappings.erase(first, last);
   }
-  remote.session(dev)->Invoke<calls::MemUnmap>({ptr, size});
+  if (int code = remote.session(dev)->Invoke<calls::MemUnmap>({ptr, size}); code != 0) {
+    return remote.Fail(dev, code, "cuMemUnmap");
+  }
   return CUDA_SUCCESS;
 }
 

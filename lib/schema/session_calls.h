@@ -22,7 +22,11 @@
 // CALL(Name, method, ordinal, mode, doc). `Name` is `method` capitalised (Cap'n Proto's generated names use it).
 // Modes, for the client:
 //   kReply:  waits for the reply.
-//   kPosted: sent without waiting; an error surfaces at the next kSync call, in its status.
+//   kPosted: sent without waiting; an error surfaces at the next kSync call, in its status. Only calls whose effect
+//            CUDA itself leaves to the device's order (work on a stream, and what no later call can tell apart from
+//            done: destroying a handle) are posted. A call that gives memory back to the slice is not: cuMemFree
+//            returns with the memory free, and a process of the same lease, or a thread told so, may take it at
+//            once; its reply comes when it is free.
 //   kSync:   waits; reports first the error of an earlier posted call, if any; the reply carries the device's
 //            printf output (`output`), which the client writes to its stdout. A kSync call that waits for the
 //            device may be cancelled by a caller that goes away.
@@ -30,7 +34,8 @@
   CALL(Properties, properties, 0, kReply, "The slice as a device: identity, attributes, the slice's memory.")       \
   CALL(MemGetInfo, memGetInfo, 1, kReply, "Free and total memory of the slice.")                                   \
   CALL(MemAlloc, memAlloc, 2, kReply, "Device memory of the session, inside its window.")                          \
-  CALL(MemFree, memFree, 3, kPosted, "Frees what memAlloc returned (0: nothing).")                                 \
+  CALL(MemFree, memFree, 3, kReply,                                                                                 \
+       "Frees what memAlloc returned (0: nothing); answered once the memory is free (cuMemFree returns then).")     \
   CALL(CopyToDevice, copyToDevice, 4, kPosted, "Host bytes into one allocation or module variable of the session.") \
   CALL(CopyFromDevice, copyFromDevice, 5, kReply, "At most 64 MiB of the session's device memory, in the reply.")  \
   CALL(CopyOnDevice, copyOnDevice, 6, kPosted, "Device to device, both ranges the session's own.")                 \
@@ -63,12 +68,12 @@
        "Reserves device address space (no memory) in the session's window; hint: a wanted address, or 0.")         \
   CALL(AddressFree, addressFree, 28, kPosted, "Returns a whole reservation; nothing may be mapped in it.")          \
   CALL(MemCreate, memCreate, 29, kReply, "Physical device memory to map (cuMemCreate), counted against the slice.") \
-  CALL(MemRelease, memRelease, 30, kPosted,                                                                         \
+  CALL(MemRelease, memRelease, 30, kReply,                                                                          \
        "Gives up a physical allocation; its memory goes when its last mapping is unmapped.")                       \
   CALL(MemMap, memMap, 31, kReply,                                                                                  \
        "Maps bytes [offset, offset + bytes) of a physical allocation at `address`, inside one reservation, "        \
        "readable and writable by the slice.")                                                                       \
-  CALL(MemUnmap, memUnmap, 32, kPosted, "Unmaps whole mappings covering [address, address + bytes) exactly.")   \
+  CALL(MemUnmap, memUnmap, 32, kReply, "Unmaps whole mappings covering [address, address + bytes) exactly.")    \
   CALL(Batch, batch, 33, kPosted,                                                                                   \
        "Posted calls gathered into one message (a graph launch), handled in order as if sent one by one. `calls`: " \
        "for each, its ordinal (u32), the byte length of its arguments (u32) and its arguments as a flat Cap'n "     \
