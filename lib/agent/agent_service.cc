@@ -65,12 +65,14 @@ struct AgentState {
   // Leases the policy ended, and why: what a renewal of one is told (bounded: the oldest reasons go first).
   std::map<std::string, std::string> ended_by_policy;
 
-  void EndSessions(const std::string& lease_id) {
-    workers->KillLease(lease_id);
+  // Resolves once the lease's sessions are revoked (their clients' next calls fail), or after a bounded wait.
+  kj::Promise<void> EndSessions(const std::string& lease_id) {
+    kj::Promise<void> revoked = workers->KillLease(lease_id);
     for (auto it = quota_fds.lower_bound({lease_id, 0}); it != quota_fds.end() && it->first.first == lease_id;) {
       close(it->second);
       it = quota_fds.erase(it);
     }
+    return revoked;
   }
 
   AgentState(const AgentConfig& c, std::vector<DeviceRecord> d)
@@ -484,12 +486,11 @@ class AgentImpl final : public wire::Agent::Server {
     if (!Admitted(context.getResults().initOutcome())) return kj::READY_NOW;
     auto key = context.getParams().getLease();
     Status status = state_.table.Release(key.getId(), key.getSecret());
-    if (status.ok()) {
-      GP_INFO("agent", "lease {} released", key.getId().cStr());
-      state_.EndSessions(key.getId());
-    }
     SetOutcome(context.getResults().initOutcome(), status);
-    return kj::READY_NOW;
+    if (!status.ok()) return kj::READY_NOW;
+    GP_INFO("agent", "lease {} released", key.getId().cStr());
+    // Answered once its sessions are revoked: after Release returns, no call of the lease's sessions is served.
+    return state_.EndSessions(key.getId());
   }
 
   kj::Promise<void> openSession(OpenSessionContext context) override {
@@ -573,7 +574,7 @@ class AgentImpl final : public wire::Agent::Server {
       auto results = context.getResults();
       // The lease may have ended while the worker started: then the worker goes too.
       if (opened.status.ok() && !state_.table.Find(lease_id)) {
-        state_.workers->KillLease(lease_id);
+        (void)state_.workers->KillLease(lease_id);  // Its revocation is not awaited: the session was never handed out.
         opened.status = Status(StatusCode::kNotFound, "the lease ended while its session was opening");
       }
       if (!opened.status.ok()) {
@@ -620,13 +621,11 @@ class AgentImpl final : public wire::Agent::Server {
     if (!AdminOnly(out, "revoke")) return kj::READY_NOW;
     std::string id = context.getParams().getLeaseId();
     Status status = state_.table.Revoke(id);
-    if (status.ok()) {
-      GP_INFO("admin", "{} revoked lease {}", peer_.user, id);
-      ++state_.counters.lease_revocations;
-      state_.EndSessions(id);
-    }
     SetOutcome(out, status);
-    return kj::READY_NOW;
+    if (!status.ok()) return kj::READY_NOW;
+    GP_INFO("admin", "{} revoked lease {}", peer_.user, id);
+    ++state_.counters.lease_revocations;
+    return state_.EndSessions(id);
   }
 
   kj::Promise<void> cancel(CancelContext context) override {
@@ -780,7 +779,7 @@ void EndByPolicy(AgentState& state, const std::string& id, const std::string& wh
   state.ended_by_policy[id] = why;
   if (state.table.Revoke(id).ok()) {
     ++state.counters.lease_revocations;
-    state.EndSessions(id);
+    (void)state.EndSessions(id);  // Nobody waits for the policy's revocations.
   }
 }
 
@@ -844,7 +843,7 @@ kj::Promise<void> SweepLoop(AgentState& state, kj::Timer& timer) {
         GP_INFO("agent", "reservation {} expired: never committed; freed", e.id);
       }
       ++state.counters.lease_expirations[e.committed ? "not_renewed" : "not_committed"];
-      state.EndSessions(e.id);
+      (void)state.EndSessions(e.id);  // Nobody waits for an expiry's revocations.
     }
     EnforcePolicy(state);
     return SweepLoop(state, timer);

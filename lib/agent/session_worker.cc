@@ -617,7 +617,8 @@ std::vector<SessionWorkers::SessionView> SessionWorkers::Sessions() const {
   return out;
 }
 
-void SessionWorkers::KillLease(const std::string& lease_id) {
+kj::Promise<void> SessionWorkers::KillLease(const std::string& lease_id) {
+  kj::Vector<kj::Promise<void>> revoked;
   for (auto& [pid, worker] : workers_) {
     if (worker->lease_id != lease_id || worker->killed) continue;
     worker->killed = true;
@@ -625,11 +626,16 @@ void SessionWorkers::KillLease(const std::string& lease_id) {
     // after whatever state it is in: a hung driver call cannot keep it alive.
     // A worker that already ended (its client went away first) has nothing left to revoke: not an error.
     KJ_IF_MAYBE(control, worker->control) {
-      reapers_->add(control->revokeRequest().send().ignoreResult().catch_([](kj::Exception&&) {}));
+      auto sent = control->revokeRequest().send().ignoreResult().catch_([](kj::Exception&&) {}).fork();
+      reapers_->add(sent.addBranch());
+      revoked.add(sent.addBranch());
     }
     pid_t victim = pid;
     reapers_->add(io_.provider->getTimer().afterDelay(kRevokeGrace).then([victim] { kill(victim, SIGKILL); }));
   }
+  // Bounded: a worker stuck in its device is killed after kRevokeGrace anyway.
+  return io_.provider->getTimer().timeoutAfter(kRevokeGrace, kj::joinPromises(revoked.releaseAsArray()))
+      .catch_([](kj::Exception&&) {});
 }
 
 void SessionWorkers::Reap(pid_t pid, int status) {

@@ -80,8 +80,10 @@ class SessionWorkers {
 
   // Spawns a worker and opens the session in it.
   kj::Promise<OpenedSession> Open(const WorkerSpec& spec);
-  // Kills (SIGKILL) every worker of the lease: its sessions end, the OS frees their memory and contexts.
-  void KillLease(const std::string& lease_id);
+  // Kills (SIGKILL) every worker of the lease: its sessions end, the OS frees their memory and contexts. Each is
+  // first told to revoke its session (every later call of its client answers "the lease ended"); resolves once
+  // all have, or after a bounded wait.
+  kj::Promise<void> KillLease(const std::string& lease_id);
   size_t running() const { return workers_.size(); }
 
   // A running session as the agent's telemetry sees it.

@@ -42,6 +42,18 @@ bool FindDeviceRange(uint64_t address, uint64_t* base, uint64_t* size) {
   return true;
 }
 
+// Refuses `bytes` at device address `p` when `p` lies in an allocation (cuMemAlloc's) that they run past, as the
+// driver refuses such a copy or memset in the call. The call is posted, and the slice's own check would report
+// the error only at the next synchronising call. Memory the table does not hold (pools, mappings, module
+// variables) is left to the slice.
+CUresult WithinItsAllocation(uint64_t p, uint64_t bytes) {
+  Remote& remote = Remote::Get();
+  std::lock_guard<std::mutex> lock(remote.mu());
+  uint64_t base = 0, size = 0;
+  if (!FindDeviceRange(p, &base, &size)) return CUDA_SUCCESS;
+  return bytes <= size - (p - base) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 // The stream a piece of work on `device` goes to: the given stream when it belongs to that slice, else the
 // slice's default stream (a copy between slices cannot be ordered on one stream anyway).
 struct Route {
@@ -100,6 +112,9 @@ CUresult Copy(uint64_t dst, uint64_t src, size_t n, CUstream stream, int dst_sid
     return CUDA_ERROR_INVALID_VALUE;
   }
   if ((dst == 0 || src == 0) && n != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (WithinItsAllocation(dst, n) != CUDA_SUCCESS || WithinItsAllocation(src, n) != CUDA_SUCCESS) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   if (Capturing(stream)) {
     // Recorded with unified addressing (each side routes by its address when the graph runs, as here).
     CUDA_MEMCPY3D copy{};
@@ -488,6 +503,7 @@ CUresult Memset2D(CUdeviceptr d, size_t pitch, unsigned int value, int element, 
   if (dev < 0 || d % element != 0) return CUDA_ERROR_INVALID_VALUE;
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (height > 1 && pitch < width * element) return CUDA_ERROR_INVALID_VALUE;
+  if (WithinItsAllocation(d, (height - 1) * pitch + width * element) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_VALUE;
   if (Capturing(stream)) {
     NodeWork work;
     work.type = CU_GRAPH_NODE_TYPE_MEMSET;

@@ -378,14 +378,13 @@ TEST_F(SessionGuard, PointersOutsideTheSessionAnswerInvalidValue) {
   // Frees of anything but an allocation's start.
   for (uint64_t address : {mine + 256, theirs, base - 4096, end, kMax}) {
     SCOPED_TRACE(address);
-    a().MemFree(address);
-    EXPECT_EQ(a().Synchronize(), kInvalidValue);
+    EXPECT_EQ(a().MemFree(address), kInvalidValue);  // Waited for: its own error, not the next synchronisation's.
+    EXPECT_EQ(a().Synchronize(), kOk);
   }
   // A module variable is not the client's to free (the emulated device would free it under its module).
   uint64_t global = 0, global_bytes = 0;
   ASSERT_EQ(a().GetGlobal(attacker_->module, "guard_counter", &global, &global_bytes), kOk);
-  a().MemFree(global);
-  EXPECT_EQ(a().Synchronize(), kInvalidValue);
+  EXPECT_EQ(a().MemFree(global), kInvalidValue);
 
   // Nothing of the victim's changed; the attacker's own allocation is intact and freeable.
   std::vector<uint8_t> seen(4096, 0);
@@ -554,14 +553,12 @@ TEST_F(SessionGuard, HostileVirtualMemoryCallsAreRefused) {
   EXPECT_EQ(s.CopyFromDevice(back.data(), va + kGran, 2 * kGran, 0), kInvalidValue) << "past the mapping";
   s.TakeAsyncError();
 
-  s.Invoke<calls::MemUnmap>({va, kGran});  // Half a mapping.
-  EXPECT_EQ(AsyncError(s), kInvalidValue);
+  EXPECT_EQ(s.Invoke<calls::MemUnmap>({va, kGran}), kInvalidValue) << "half a mapping";
   s.Invoke<calls::AddressFree>({va, 4 * kGran});  // Still mapped.
   EXPECT_EQ(AsyncError(s), kInvalidValue);
-  s.Invoke<calls::MemRelease>({memory});  // Released while mapped: kept until unmapped.
-  EXPECT_EQ(AsyncError(s), kOk) << s.last_error();
+  EXPECT_EQ(s.Invoke<calls::MemRelease>({memory}), kOk) << "released while mapped: kept until unmapped";
   EXPECT_EQ(s.Invoke<calls::MemMap>({va + 2 * kGran, 2 * kGran, 0, memory}), kInvalidHandle) << "released";
-  s.Invoke<calls::MemUnmap>({va, 2 * kGran});
+  EXPECT_EQ(s.Invoke<calls::MemUnmap>({va, 2 * kGran}), kOk) << s.last_error();
   s.Invoke<calls::AddressFree>({va, 4 * kGran});
   EXPECT_EQ(AsyncError(s), kOk) << s.last_error();
   uint64_t free_after = 0;
@@ -703,8 +700,7 @@ TEST_F(SessionGuard, EveryCallAfterTheLeaseIsReleasedAnswersInvalidContext) {
   EXPECT_EQ(AsyncError(a()), kRevoked) << "streamDestroy";
   a().EventDestroy(event);
   EXPECT_EQ(AsyncError(a()), kRevoked) << "eventDestroy";
-  a().MemFree(buffer);
-  EXPECT_EQ(AsyncError(a()), kRevoked) << "memFree";
+  EXPECT_EQ(a().MemFree(buffer), kRevoked) << "memFree";
   EXPECT_EQ(AsyncError(a()), 0) << "every error was taken";
   // The device (the attacker's session is the only one that failed) still serves its other tenant.
   ExpectOthersUnharmed();

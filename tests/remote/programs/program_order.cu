@@ -437,8 +437,19 @@ void NonStickyErrorsAreReportedOnce() {
   cudaError_t bad = cudaFree(&dummy);
   if (bad == cudaSuccess) FAIL("cudaFree of a host address succeeded");
   cudaGetLastError();
-  void* p = nullptr;
+  // A posted call on memory past the end of an allocation: CUDA refuses it in the call (the driver knows its
+  // allocations); the error is that call's, and the next synchronisation is clean.
+  char* p = nullptr;
   CHECK(cudaMalloc(&p, 4096));
+  cudaError_t memset = cudaMemsetAsync(p + 2048, 0, 4096, 0);
+  if (memset == cudaSuccess) FAIL("a memset past the end of its allocation was accepted");
+  cudaGetLastError();
+  std::vector<char> host(4096);
+  cudaError_t copy = cudaMemcpyAsync(p + 4000, host.data(), 4096, cudaMemcpyHostToDevice, 0);
+  if (copy == cudaSuccess) FAIL("a copy past the end of its allocation was accepted");
+  cudaGetLastError();
+  cudaError_t after = cudaDeviceSynchronize();
+  if (after != cudaSuccess) FAIL("the synchronisation after refused calls reports %s", cudaGetErrorString(after));
   CHECK(cudaFree(p));
   CHECK(cudaDeviceSynchronize());
 }
