@@ -156,37 +156,45 @@ TEST(Auth, WithoutRequirementAnUnverifiedClaimIsAnonymousAndToldSo) {
       << agent.process().Stderr();
 }
 
-// Without --require-auth, policy rules naming alice apply to a client only once the agent verified it is alice (her
-// token): a TCP client merely claiming to be alice is user "anonymous" for the policy, with neither alice's rights
-// nor alice's holdings.
-TEST(Auth, PoliciesForAUserApplyOnlyToClientsVerifiedAsThatUser) {
-  TempDir dir;
+// The agent's token file: alice's token.
+std::string AliceTokens(const TempDir& dir) {
   std::string tokens = dir.Write("tokens.toml", std::string("[tokens]\nalice = \"") + kAliceToken + "\"\n");
   chmod(tokens.c_str(), 0600);
-  // Rights: GPUs of class a100 are alice's alone.
+  return tokens;
+}
+
+// Without --require-auth, policy rules naming alice apply to a client only once the agent verified it is alice (her
+// token): a TCP client merely claiming to be alice is user "anonymous" for the policy, without alice's rights.
+TEST(Auth, PoliciesForAUserGiveTheirRightsOnlyToClientsVerifiedAsThatUser) {
+  TempDir dir;
+  std::string tokens = AliceTokens(dir);
+  // GPUs of class a100 are alice's alone.
   std::string only_alice = dir.Write("only_alice.toml", R"(
 [[personality]]
 name = "always"
 [personality.classes]
 a100 = ["alice"]
 )");
-  {
-    Agent agent(AgentOptions{.name = "rights", .emulated = 1, .emulated_memory = "4GiB", .device_class = "a100",
-                             .extra_args = {"--config", only_alice, "--tokens", tokens}});
-    Status claimed = ReserveClaiming(agent.address(), "alice", "claim-1");
-    EXPECT_EQ(claimed.code(), StatusCode::kPermissionDenied);
-    EXPECT_NE(claimed.message().find("GPUs of class a100 are for alice; anonymous is not among them"),
-              std::string::npos)
-        << claimed.message();
-    EXPECT_TRUE(ReserveClaiming(agent.address(), "whoever", "proved-1", kAliceToken).ok());
-    PoolState state = Connect({agent.address()}).State();
-    const LeaseInfo* lease = Only(state);
-    ASSERT_NE(lease, nullptr);
-    EXPECT_EQ(lease->user, "alice");
-    EXPECT_TRUE(lease->user_verified);
-  }
-  // Holdings: one slice per user at once; alice (verified) holds one. A claim to be alice counts as anonymous's,
-  // neither refused for alice's lease nor adding to it, and anonymous's own limit applies to it.
+  Agent agent(AgentOptions{.name = "rights", .emulated = 1, .emulated_memory = "4GiB", .device_class = "a100",
+                           .extra_args = {"--config", only_alice, "--tokens", tokens}});
+  Status claimed = ReserveClaiming(agent.address(), "alice", "claim-1");
+  EXPECT_EQ(claimed.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(claimed.message().find("GPUs of class a100 are for alice; anonymous is not among them"),
+            std::string::npos)
+      << claimed.message();
+  EXPECT_TRUE(ReserveClaiming(agent.address(), "whoever", "proved-1", kAliceToken).ok());
+  PoolState state = Connect({agent.address()}).State();
+  const LeaseInfo* lease = Only(state);
+  ASSERT_NE(lease, nullptr);
+  EXPECT_EQ(lease->user, "alice");
+  EXPECT_TRUE(lease->user_verified);
+}
+
+// Holdings: one slice per user at once; alice (verified) holds one. A claim to be alice counts as anonymous's,
+// neither refused for alice's lease nor adding to it, and anonymous's own limit applies to it.
+TEST(Auth, PoliciesCountAClaimInAnonymousHoldingsNotInTheClaimedUsers) {
+  TempDir dir;
+  std::string tokens = AliceTokens(dir);
   std::string one_each = dir.Write("one_each.toml", R"(
 [[personality]]
 name = "always"
