@@ -102,8 +102,8 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       std::lock_guard<std::mutex> lock(control_->mu);
       control_->revoke = [this] { Revoke(); };
     }
-    // The driver's memory for the context itself (heap, printf buffer) is the slice's from the start. Where the
-    // lease's other sessions leave no room for it, the first module load asks again and is refused.
+    // The driver's memory for the context itself (heap, printf buffer, the threads' stacks) is the slice's from the
+    // start. Where the lease's other sessions leave no room for it, the first module load asks again, refused.
     if (!ChargeDriver(backend_->DriverHeldBytes())) {
       GP_INFO("session", "the driver's memory for the session does not fit in the slice yet: {}",
               QuotaMessage(backend_->DriverHeldBytes()));
@@ -664,7 +664,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     LaunchShape shape{a.grid, a.block, a.shared_bytes, a.cluster, a.cooperative != 0};
     const Function& f = it->second;
     // Local memory grows at launch, for every thread the device can hold: refused before it runs if the growth
-    // does not fit (the charge stays, as the driver never shrinks it, once the launch was submitted).
+    // does not fit, charged before it runs if it does (the driver never shrinks it again).
     if (const uint64_t held = backend_->DriverHeldBytesWithLaunch(f.info); held > driver_charged_) {
       if (!ChargeDriver(held)) {
         return Done({CUDA_ERROR_OUT_OF_MEMORY,
@@ -673,9 +673,11 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
                                  f.info.local_bytes, QuotaMessage(held - driver_charged_))});
       }
     }
-    return Done(Submit(stream, [&] {
+    CallStatus s = Submit(stream, [&] {
       return backend_->Launch(f.fn, f.info, shape, stream, a.params.data, a.params.size);
-    }));
+    });
+    if (!s.ok()) ChargeDriver(backend_->DriverHeldBytes());  // A launch the driver refused grew nothing.
+    return Done(s);
   }
 
   Reply Handle(const calls::OccupancyMaxActiveClusters::Args& a, calls::OccupancyMaxActiveClusters::Results& r) {

@@ -497,8 +497,9 @@ class Stacked : public ::testing::Test {
     return children.size() == 1 ? children[0] : -1;
   }
   // A whole stacked GPU's memory can be had again (once the sessions below have noticed their client's end):
-  // nothing of an earlier session stays held on the device below. All of it but the driver's heap and printf
-  // buffer (8 + 1 MiB), which the slice pays for from the session's start.
+  // nothing of an earlier session stays held on the device below. All of it but what the driver holds for the
+  // context from the session's start, which the slice pays for: heap and printf buffer (8 + 1 MiB) and 1 KiB stacks
+  // for the 40 x 1024 threads the emulated device holds at once (40 MiB).
   void ExpectTheWholeGpuAllocatable() {
     Pool pool = Connect({agent_.address()});
     auto lease = pool.Allocate(Slices(1, 1.0));
@@ -508,7 +509,7 @@ class Stacked : public ::testing::Test {
     internal::RemoteSession& session = *sessions->front();
     uint64_t free_bytes = 0, total = 0;
     ASSERT_EQ(session.MemGetInfo(&free_bytes, &total), 0) << session.last_error();
-    EXPECT_EQ(free_bytes, (4ull << 30) - (9ull << 20));
+    EXPECT_EQ(free_bytes, (4ull << 30) - (49ull << 20));
     // In whole 2 MiB pieces, the granularity of the device below.
     const uint64_t whole_pieces = free_bytes / (2ull << 20) * (2ull << 20);
     uint64_t address = 0;
@@ -568,9 +569,9 @@ TEST_F(Stacked, AKilledWorkerEndsOnlyItsOwnSession) {
 }
 
 // What the CUDA driver takes for a session beyond its allocations is the slice's memory too (issue "Tenant
-// isolation, hardened", item 7): the heap and printf buffer from the start, a module's variables at its load, local
-// memory for every resident thread at a launch; past the slice, the load or the launch is refused, naming the
-// slice. Through the cuda backend for real: the stacked agent's driver is gpupool's libcuda over emulated devices.
+// isolation, hardened", item 7): the heap, printf buffer and stacks from the start, a module's variables at its
+// load, a kernel's local memory for every resident thread at its launch; past the slice, the load or the launch is
+// refused, naming the slice. Through the cuda backend for real: the stacked agent's driver is gpupool's libcuda over emulated devices.
 constexpr char kDriverMemoryPtx[] = R"(
 .version 7.0
 .target sm_50
@@ -626,8 +627,9 @@ TEST_F(Stacked, TheDriversMemoryForASessionIsChargedToTheSliceAndRefusedPastIt) 
   uint64_t free_bytes = 0, total = 0;
   ASSERT_EQ(session.MemGetInfo(&free_bytes, &total), 0) << session.last_error();
   ASSERT_EQ(total, 512 * kMiB);
-  // The heap (8 MiB) and the printf buffer (1 MiB) the backend set when the session began.
-  EXPECT_EQ(free_bytes, total - 9 * kMiB);
+  // The heap (8 MiB) and the printf buffer (1 MiB) the backend set when the session began, and a 1 KiB stack for
+  // every thread the device holds at once (40 SMs x 1024 threads on the emulated device).
+  EXPECT_EQ(free_bytes, total - 9 * kMiB - 40 * kMiB);
 
   // The module's 64 MiB variable, as the device's free memory below moved at its load.
   uint64_t module = 0;
@@ -637,8 +639,7 @@ TEST_F(Stacked, TheDriversMemoryForASessionIsChargedToTheSliceAndRefusedPastIt) 
   EXPECT_GE(free_bytes - after_load, 64 * kMiB);
   EXPECT_LT(free_bytes - after_load, 72 * kMiB);
 
-  // A launch: local memory for every thread the device holds at once (40 SMs x 1024 threads on the emulated
-  // device), at the stack (1 KiB) plus the kernel's own 1 KiB.
+  // A launch: the kernel's own 1 KiB of local memory, for every thread the device holds at once.
   internal::RemoteFunctionInfo small, big;
   ASSERT_EQ(session.GetFunction(module, "small_local", &small), 0) << session.last_error();
   ASSERT_EQ(session.GetFunction(module, "big_local", &big), 0) << session.last_error();
@@ -654,10 +655,10 @@ TEST_F(Stacked, TheDriversMemoryForASessionIsChargedToTheSliceAndRefusedPastIt) 
   EXPECT_EQ(value, 7u);
   uint64_t after_launch = 0;
   ASSERT_EQ(session.MemGetInfo(&after_launch, &total), 0);
-  EXPECT_EQ(after_alloc - after_launch, 40ull * 1024 * (1024 + 1024));
+  EXPECT_EQ(after_alloc - after_launch, 40ull * 1024 * 1024);
 
-  // 16 KiB of local memory a thread: 680 MiB for the device's threads, past the 512 MiB slice. Refused before it
-  // runs; the session goes on.
+  // 16 KiB of local memory a thread (and the stack): 680 MiB for the device's threads, past the 512 MiB slice.
+  // Refused before it runs; the session goes on.
   ASSERT_EQ(session.Launch(big.handle, one, one, 0, 0, &out, sizeof(out)), 0);  // Not waited for.
   EXPECT_EQ(session.Synchronize(), kOutOfMemory);
   EXPECT_NE(session.last_error().find("16384 bytes per thread"), std::string::npos) << session.last_error();

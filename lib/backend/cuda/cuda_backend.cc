@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <utility>
 #include <string>
 #include <vector>
@@ -363,13 +362,14 @@ class CudaBackend final : public DeviceBackend {
   }
 
   // Per context where the driver says it: the heap and printf buffer at the sizes set when the session began, and
-  // local memory as the driver reserves it, for every thread the device can hold at once (SMs x threads per SM) at
-  // the stack size plus the most local memory a launched function needs; modules as LoadModule measured them.
+  // local memory as the driver reserves it, for every thread the device can hold at once (SMs x threads per SM):
+  // the stack from the context's start, grown at a launch by the most local memory a launched function needs (and
+  // never shrunk again); modules as LoadModule measured them.
   uint64_t DriverHeldBytes() override { return HeldWithLocal(launched_local_); }
 
   uint64_t DriverHeldBytesWithLaunch(const KernelInfo& info) override {
     const uint64_t local = static_cast<uint64_t>(std::max(info.local_bytes, 0));
-    return HeldWithLocal(std::max(launched_local_.value_or(0), local));
+    return HeldWithLocal(std::max(launched_local_, local));
   }
 
   CallStatus GetFunction(ModuleRef module, const std::string& name, FunctionRef* function, KernelInfo* info) override {
@@ -421,7 +421,7 @@ class CudaBackend final : public DeviceBackend {
     }
     if (res == CUDA_SUCCESS) {  // The driver has grown local memory for it (and never shrinks it).
       const uint64_t local = static_cast<uint64_t>(std::max(info.local_bytes, 0));
-      launched_local_ = std::max(launched_local_.value_or(0), local);
+      launched_local_ = std::max(launched_local_, local);
     }
     return From(res);
   }
@@ -645,12 +645,10 @@ class CudaBackend final : public DeviceBackend {
     return true;
   }
 
-  // What the driver holds with local memory sized for `local` bytes per thread (nullopt: nothing launched yet, so
-  // the driver has reserved no local memory).
-  uint64_t HeldWithLocal(std::optional<uint64_t> local) const {
-    uint64_t held = context_memory_.heap_bytes + context_memory_.printf_bytes + modules_total_;
-    if (local) held += context_memory_.resident_threads * (context_memory_.stack_bytes + *local);
-    return held;
+  // What the driver holds once local memory has grown by `local` bytes per thread beyond the stack.
+  uint64_t HeldWithLocal(uint64_t local) const {
+    return context_memory_.heap_bytes + context_memory_.printf_bytes + modules_total_ +
+           context_memory_.resident_threads * (context_memory_.stack_bytes + local);
   }
 
   CUmemAllocationProp Prop() const {
@@ -740,7 +738,7 @@ class CudaBackend final : public DeviceBackend {
   std::map<CUmodule, uint64_t> module_bytes_;  // What each module took on the device, as LoadModule measured.
   uint64_t modules_total_ = 0;
   ContextMemory context_memory_;
-  std::optional<uint64_t> launched_local_;  // The most local memory per thread a launched function needs.
+  uint64_t launched_local_ = 0;  // The most local memory per thread a launched function needs, beyond the stack.
   std::vector<CUstream> streams_;
   std::vector<CUevent> events_;
   std::vector<CUtexObject> textures_;
