@@ -22,8 +22,9 @@ constexpr char kAliceToken[] = "alice-token-0123456789abcdef";
 
 // A reservation (committed) of half of device 0 whose owner claims to be `claimed`, sent over the wire as a modified
 // client would; `token`, if any, goes in the handshake. `note`: what the agent said with its grant.
-Status ReserveClaiming(const std::string& address, const std::string& claimed, const std::string& lease_id = "claimed-lease",
-                       const std::string& token = "", std::string* note = nullptr) {
+Status ReserveClaiming(const std::string& address, const std::string& claimed,
+                       const std::string& lease_id = "claimed-lease", const std::string& token = "",
+                       std::string* note = nullptr) {
   auto io = kj::setupAsyncIo();
   auto addr = io.provider->getNetwork().parseAddress(address).wait(io.waitScope);
   auto stream = addr->connect().wait(io.waitScope);

@@ -571,7 +571,8 @@ TEST_F(Stacked, AKilledWorkerEndsOnlyItsOwnSession) {
 // What the CUDA driver takes for a session beyond its allocations is the slice's memory too (issue "Tenant
 // isolation, hardened", item 7): the heap, printf buffer and stacks from the start, a module's variables at its
 // load, a kernel's local memory for every resident thread at its launch; past the slice, the load or the launch is
-// refused, naming the slice. Through the cuda backend for real: the stacked agent's driver is gpupool's libcuda over emulated devices.
+// refused, naming the slice. Through the cuda backend for real: the stacked agent's driver is gpupool's libcuda
+// over emulated devices.
 constexpr char kDriverMemoryPtx[] = R"(
 .version 7.0
 .target sm_50
