@@ -56,7 +56,10 @@ struct SessionInfo {
 struct LeaseInfo {
   std::string id;
   std::string user, host, label;
-  bool user_verified = false;  // The agent authenticated `user` (Unix socket peer, or token); else as claimed.
+  // The agent authenticated `user` (Unix socket peer, token, TLS client certificate). Else `user` is "anonymous"
+  // (policies apply to it as that user) and `user_claimed` the name the client gave, which nothing trusts.
+  bool user_verified = false;
+  std::string user_claimed;
   uint32_t pid = 0;
   bool committed = false;
   double expires_in_s = 0;  // Until the agent frees it unless renewed.

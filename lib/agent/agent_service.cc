@@ -304,6 +304,7 @@ void Describe(const AgentState& state, wire::AgentState::Builder out, bool with_
     owner.setPid(e.owner.pid);
     owner.setLabel(e.owner.label);
     l.setUserVerified(e.owner.verified);
+    l.setUserClaimed(e.owner.claimed_user);
     FillSlices(l.initSlices(static_cast<unsigned>(e.slices.size())), e.slices);
     l.setCommitted(e.committed);
     l.setExpiresInMs(e.expires > now ? static_cast<uint64_t>(
@@ -412,6 +413,10 @@ class AgentImpl final : public wire::Agent::Server {
     if (peer_.authenticated) {  // Who the client is, not who it says it is.
       owner.user = peer_.user;
       owner.verified = true;
+    } else {
+      // A name the agent cannot verify is anyone's to claim: it earns no user's rules or holdings, only anonymous's.
+      owner.claimed_user = owner.user;
+      owner.user = kAnonymousUser;
     }
     auto results = context.getResults();
     if (!Admitted(results.initOutcome())) {
@@ -442,6 +447,15 @@ class AgentImpl final : public wire::Agent::Server {
     }
     SetOutcome(results.initOutcome(), status);
     results.getOutcome().setByPolicy(by_policy);
+    if (status.ok() && !owner.verified) {
+      // Said to the client (gp-run -v prints it), not only in gp-ls: its lease is not its user's.
+      results.getOutcome().setMessage(fmt::format(
+          "agent {} could not verify {}: the lease is held as user {} (give the client a token, a TLS client "
+          "certificate, or the agent's Unix socket)",
+          state_.config.name,
+          owner.claimed_user.empty() ? "who this client is" : "that this client is " + owner.claimed_user,
+          kAnonymousUser));
+    }
     results.setReservationTtlMs(Ms(state_.table.timing().reservation_ttl));
     return kj::READY_NOW;
   }
@@ -499,7 +513,7 @@ class AgentImpl final : public wire::Agent::Server {
     auto key = params.getLease();
     auto results = context.getResults();
     const LeaseEntry* e = state_.table.Find(key.getId());
-    if (!e || e->secret != key.getSecret().cStr() || !e->committed) {
+    if (!e || !ConstantTimeEquals(e->secret, key.getSecret().cStr()) || !e->committed) {
       RefuseSession(results.initOutcome(),
                  Status(e ? StatusCode::kPermissionDenied : StatusCode::kNotFound,
                         e ? "this lease may not open a session here (wrong secret or not committed)"
@@ -936,7 +950,8 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
   } else {
     GP_INFO("auth", "authentication not required: {}",
             unix_socket ? "users are who the kernel says they are on this Unix socket"
-                        : "TCP clients without a token are taken at their word for their user name ([auth])");
+                        : fmt::format("TCP clients without a token are served as user '{}' (policies for the user "
+                                      "they claim do not apply to them; [auth])", kAnonymousUser));
   }
   kj::Own<TlsSetup> tls;
   if (!config.tls_cert.empty()) {

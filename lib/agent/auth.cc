@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/toml_config.h"
+#include "core/util.h"
 
 namespace gpupool::agent {
 
@@ -75,11 +76,9 @@ Result<TokenTable> TokenTable::Load(const std::string& path) {
 
 std::string TokenTable::UserOf(const std::string& token) const {
   std::string found;
+  // Every token is compared, and each in constant time: how long the answer takes tells nothing of a guess.
   for (const auto& [user, t] : users_) {
-    // Constant time in the token's bytes: a timing difference must not tell how much of a guess was right.
-    unsigned char diff = static_cast<unsigned char>(t.size() != token.size());
-    for (size_t i = 0; i < t.size(); ++i) diff |= static_cast<unsigned char>(t[i] ^ (i < token.size() ? token[i] : 0));
-    if (diff == 0) found = user;
+    if (ConstantTimeEquals(t, token)) found = user;
   }
   return found;
 }

@@ -1,8 +1,9 @@
 // Who is on the other end of a connection to the agent. On a Unix socket the kernel says (SO_PEERCRED: the
 // connecting process's uid, which no client can forge); over TCP a client proves who it is with a per-user token
 // that the agent's token file maps to a user name. An agent with `[auth] require = true` refuses clients it cannot
-// authenticate; without it, a client it cannot authenticate is taken at its word (today's behaviour, logged once at
-// start), and one it can is recorded as the user it proved to be, whatever it claims.
+// authenticate; without it, a client it cannot authenticate is served as the user kAnonymousUser: the name it claims
+// is kept for display only (gp-ls shows "anonymous (claims alice)"), never given a user's policy rights nor counted
+// in that user's holdings; one it can authenticate is recorded as the user it proved to be, whatever it claims.
 #ifndef GPUPOOL_AGENT_AUTH_H_
 #define GPUPOOL_AGENT_AUTH_H_
 
@@ -17,6 +18,10 @@
 #include "gpupool/status.h"
 
 namespace gpupool::agent {
+
+// Who a client the agent could not authenticate is, for policies (rules naming "anonymous" apply to it), holdings,
+// gp-ls and metrics.
+inline constexpr const char* kAnonymousUser = "anonymous";
 
 struct Peer {
   bool unix_socket = false;

@@ -76,7 +76,7 @@ Result<LeaseEntry*> LeaseTable::Lookup(const std::string& id, const std::string&
     return Status(StatusCode::kNotFound,
                   fmt::format("lease {} is not held here (released, expired, or the agent restarted)", id));
   }
-  if (it->second.secret != secret) {
+  if (!ConstantTimeEquals(it->second.secret, secret)) {
     return Status(StatusCode::kPermissionDenied, fmt::format("wrong secret for lease {}", id));
   }
   return &it->second;

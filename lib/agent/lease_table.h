@@ -28,7 +28,8 @@ struct SliceGrant {
 struct LeaseOwner {
   std::string user, host, label;
   uint32_t pid = 0;
-  bool verified = false;  // `user` was authenticated by the agent, not claimed by the client.
+  bool verified = false;  // `user` was authenticated by the agent; else `user` is kAnonymousUser (agent/auth.h).
+  std::string claimed_user;  // Unverified: the name the client gave, shown beside "anonymous" and used for nothing.
   std::string personality;  // The policy personality it was granted under; empty: none.
 };
 

@@ -171,12 +171,11 @@ class Door {
               -> kj::Promise<void> {
           KJ_IF_MAYBE(session, session_) {
             // Constant time: a wrong guess learns nothing of the right bytes.
-            kj::byte diff = n == kFixed && knock->header.kind == session::kEnterFrame &&
-                                    (knock->header.words == 2 || knock->header.words == 3)
-                                ? 0
-                                : 1;
-            for (size_t i = 0; i < kTicketBytes; ++i) diff |= knock->ticket[i] ^ static_cast<kj::byte>(ticket_[i]);
-            if (diff == 0) {
+            const bool well_formed = n == kFixed && knock->header.kind == session::kEnterFrame &&
+                                     (knock->header.words == 2 || knock->header.words == 3);
+            const bool right = ConstantTimeEquals(
+                std::string_view(reinterpret_cast<const char*>(knock->ticket), kTicketBytes), ticket_);
+            if (well_formed && right) {
               wire::Session::Client held = *session;  // The connection keeps the session; the door lets go.
               Close();
               bool shares = knock->shared_bytes > 0 && ShareMemory(*fd, knock->shared_bytes);

@@ -122,6 +122,16 @@ class DeviceBackend {
   virtual CallStatus Launch(FunctionRef function, const KernelInfo& info, const LaunchShape& shape, StreamRef stream,
                             const uint8_t* params, size_t param_bytes) = 0;
   virtual CallStatus SetFunctionAttribute(FunctionRef function, int attribute, int value) = 0;
+
+  // Device memory the driver holds for the session beyond its allocations (module code and variables, local memory
+  // for every thread the device can run at once, the device heap of in-kernel malloc, the printf buffer), as the
+  // backend reckons it. The session server charges it to the slice's quota when the session opens and after each
+  // module load or unload, and refuses what does not fit. 0 (the default): the backend holds nothing outside what
+  // the server charges already.
+  virtual uint64_t DriverHeldBytes() { return 0; }
+  // DriverHeldBytes once a launch of `info` has run (the driver grows local memory at launch to the most any
+  // launched function needs), so that the server can refuse, before it runs, a launch whose growth does not fit.
+  virtual uint64_t DriverHeldBytesWithLaunch(const KernelInfo& info) { return DriverHeldBytes(); }
   // `shape.cluster` all zero: the function's own cluster dimensions.
   virtual CallStatus MaxActiveClusters(FunctionRef function, const LaunchShape& shape, int* clusters) = 0;
 

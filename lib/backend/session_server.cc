@@ -102,6 +102,12 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       std::lock_guard<std::mutex> lock(control_->mu);
       control_->revoke = [this] { Revoke(); };
     }
+    // The driver's memory for the context itself (heap, printf buffer, the threads' stacks) is the slice's from the
+    // start. Where the lease's other sessions leave no room for it, the first module load asks again, refused.
+    if (!ChargeDriver(backend_->DriverHeldBytes())) {
+      GP_INFO("session", "the driver's memory for the session does not fit in the slice yet: {}",
+              QuotaMessage(backend_->DriverHeldBytes()));
+    }
   }
 
   ~SessionServer() noexcept(false) {
@@ -602,6 +608,15 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       GP_INFO("session", "module load refused: {}", s.message);
       return Done(s);
     }
+    // What the driver took for it (code, constants, variables) is the slice's memory like an allocation.
+    const uint64_t held = backend_->DriverHeldBytes();
+    if (!ChargeDriver(held)) {
+      backend_->UnloadModule(module);
+      std::string why = "module load: the driver's memory for the module and the session's context: " +
+                        QuotaMessage(held - driver_charged_);
+      GP_INFO("session", "{}", why);
+      return Done({CUDA_ERROR_OUT_OF_MEMORY, why});
+    }
     r.module.value = modules_.Add(module);
     return Ok();
   }
@@ -615,7 +630,9 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     for (auto g = globals_.begin(); g != globals_.end();) {
       g = g->second.module == handle ? globals_.erase(g) : std::next(g);
     }
-    return Done(backend_->UnloadModule(module));
+    CallStatus s = backend_->UnloadModule(module);
+    ChargeDriver(backend_->DriverHeldBytes());  // Less than before: always fits.
+    return Done(s);
   }
 
   Reply Handle(const calls::ModuleGetFunction::Args& a, calls::ModuleGetFunction::Results& r) {
@@ -656,9 +673,21 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     if (a.cooperative > 1) return Invalid(fmt::format("cooperative flag {}", a.cooperative));
     LaunchShape shape{a.grid, a.block, a.shared_bytes, a.cluster, a.cooperative != 0};
     const Function& f = it->second;
-    return Done(Submit(stream, [&] {
+    // Local memory grows at launch, for every thread the device can hold: refused before it runs if the growth
+    // does not fit, charged before it runs if it does (the driver never shrinks it again).
+    if (const uint64_t held = backend_->DriverHeldBytesWithLaunch(f.info); held > driver_charged_) {
+      if (!ChargeDriver(held)) {
+        return Done({CUDA_ERROR_OUT_OF_MEMORY,
+                     fmt::format("launch: the local memory of a kernel needing {} bytes per thread, for every thread "
+                                 "the device holds at once: {}",
+                                 f.info.local_bytes, QuotaMessage(held - driver_charged_))});
+      }
+    }
+    CallStatus s = Submit(stream, [&] {
       return backend_->Launch(f.fn, f.info, shape, stream, a.params.data, a.params.size);
-    }));
+    });
+    if (!s.ok()) ChargeDriver(backend_->DriverHeldBytes());  // A launch the driver refused grew nothing.
+    return Done(s);
   }
 
   Reply Handle(const calls::OccupancyMaxActiveClusters::Args& a, calls::OccupancyMaxActiveClusters::Results& r) {
@@ -1071,7 +1100,23 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     textures_.clear();
     backend_->Reset();
     quota_->GiveAll();  // After the device freed it.
+    driver_charged_ = 0;
     MemoryChanged();
+  }
+
+  // Brings the slice's charge for the driver's own memory for the session (DeviceBackend::DriverHeldBytes) to
+  // `held`: takes the growth, gives back what shrank. False, with nothing changed, when the growth does not fit.
+  bool ChargeDriver(uint64_t held) {
+    if (held > driver_charged_) {
+      if (!quota_->Take(held - driver_charged_)) return false;
+    } else if (held < driver_charged_) {
+      quota_->Give(driver_charged_ - held);
+    }
+    if (held != driver_charged_) {
+      driver_charged_ = held;
+      MemoryChanged();
+    }
+    return true;
   }
 
   // The session's device memory changed: the agent's telemetry reads it from the meter.
@@ -1081,6 +1126,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   SessionLimits limits_;
   // The slice's memory quota: this session's allocations and physical memory take from it.
   std::shared_ptr<SliceQuota> quota_;
+  uint64_t driver_charged_ = 0;  // Of quota_: the driver's own memory for the session (ChargeDriver).
   std::shared_ptr<SessionMeter> meter_;  // What the session does, for the agent's telemetry.
   std::shared_ptr<SessionControl> control_;
   std::shared_ptr<SubmissionTurns> turns_;  // Null: the device shares itself (or the session is alone).

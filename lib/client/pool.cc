@@ -77,6 +77,7 @@ void FillServerInfo(wire::AgentState::Reader st, ServerInfo* info) {
     lease.pid = l.getOwner().getPid();
     lease.label = l.getOwner().getLabel();
     lease.user_verified = l.getUserVerified();
+    lease.user_claimed = l.getUserClaimed();
     lease.committed = l.getCommitted();
     lease.expires_in_s = static_cast<double>(l.getExpiresInMs()) / 1000.0;
     lease.age_s = static_cast<double>(l.getAgeMs()) / 1000.0;
@@ -213,6 +214,10 @@ static Result<Lease> ReserveAndCommit(const std::shared_ptr<Runtime>& runtime, c
             [address, refused_by_policy](capnp::Response<wire::Agent::ReserveResults>&& r) {
               Status status = internal::StatusFromOutcome(r.getOutcome(), address);
               if (r.getOutcome().getByPolicy()) (*refused_by_policy)[address] = status;
+              // A grant with a note: the agent could not verify who this client is (gp-run -v shows it).
+              if (status.ok() && r.getOutcome().getMessage().size() > 0) {
+                GP_INFO("auth", "{}: {}", address, r.getOutcome().getMessage().cStr());
+              }
               return status;
             });
         if (order.size() > 1) return reserved;

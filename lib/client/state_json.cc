@@ -91,6 +91,7 @@ std::string PoolStateJson(const PoolState& state, const StateJsonOptions& option
             .Key("id").String(l.id)
             .Key("user").String(l.user)
             .Key("user_verified").Bool(l.user_verified)
+            .Key("user_claimed").String(l.user_claimed)
             .Key("host").String(l.host)
             .Key("pid").UInt(l.pid)
             .Key("label").String(l.label)
@@ -123,6 +124,12 @@ std::string PoolStateJson(const PoolState& state, const StateJsonOptions& option
   }
   w.EndArray().EndObject();
   return w.str();
+}
+
+std::string ShownUser(const LeaseInfo& lease) {
+  if (lease.user_verified) return lease.user;
+  return lease.user_claimed.empty() ? lease.user + " (unverified)"
+                                    : lease.user + " (claims " + lease.user_claimed + ")";
 }
 
 }  // namespace gpupool

@@ -19,6 +19,10 @@ struct StateJsonOptions {
 
 std::string PoolStateJson(const PoolState& state, const StateJsonOptions& options);
 
+// A lease's user as the tools print it: the verified user, or "anonymous (claims alice)" for a client its agent
+// could not authenticate, so that nobody reads a claim as a fact.
+std::string ShownUser(const LeaseInfo& lease);
+
 }  // namespace gpupool
 
 #endif  // GPUPOOL_CLIENT_STATE_JSON_H_

@@ -106,6 +106,15 @@ std::string RandomHex(size_t bytes) {
   return out;
 }
 
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  // Every byte of `a` is looked at whatever the other holds; volatile keeps the compiler from returning early.
+  volatile unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = diff | static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  }
+  return diff == 0;
+}
+
 double RandomUnit() {
   thread_local std::mt19937_64 gen(std::random_device{}());
   return std::uniform_real_distribution<double>(0.0, 1.0)(gen);

@@ -16,6 +16,10 @@ namespace gpupool {
 std::string RandomBytes(size_t bytes);
 // RandomBytes as lowercase hex (2 * bytes characters).
 std::string RandomHex(size_t bytes);
+// Whether `a` and `b` hold the same bytes, in a time that depends on their lengths alone, never on where they first
+// differ: for lease secrets, tokens and tickets, where an early "no" would tell a guesser how much of a guess was
+// right. (Their lengths are no secret: secrets and tickets have one fixed length, tokens at least 16 characters.)
+bool ConstantTimeEquals(std::string_view a, std::string_view b);
 // A uniformly random double in [0, 1), for jitter.
 double RandomUnit();
 

@@ -94,7 +94,9 @@ struct LeaseView {
   bytesFromDeviceTotal @11 :UInt64;
   idleMs @12 :UInt64;             # Since its last call or device work (or its grant, if none).
   idle @13 :Bool;                 # idleMs has reached the agent's idle threshold.
-  userVerified @15 :Bool;         # owner.user was authenticated (kernel or token), not taken from the client.
+  userVerified @15 :Bool;         # owner.user was authenticated (kernel, token, TLS certificate); else it is
+                                  # "anonymous", whatever the client claimed.
+  userClaimed @16 :Text;          # Unverified: the user name the client claimed (shown, trusted for nothing).
   sessionList @14 :List(SessionView);  # Each running session's latest sample.
 }
 

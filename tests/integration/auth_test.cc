@@ -20,8 +20,11 @@ using std::chrono::seconds;
 
 constexpr char kAliceToken[] = "alice-token-0123456789abcdef";
 
-// A reservation whose owner claims to be `claimed`, sent over the wire as a modified client would.
-Status ReserveClaiming(const std::string& address, const std::string& claimed) {
+// A reservation (committed) of half of device 0 whose owner claims to be `claimed`, sent over the wire as a modified
+// client would; `token`, if any, goes in the handshake. `note`: what the agent said with its grant.
+Status ReserveClaiming(const std::string& address, const std::string& claimed,
+                       const std::string& lease_id = "claimed-lease", const std::string& token = "",
+                       std::string* note = nullptr) {
   auto io = kj::setupAsyncIo();
   auto addr = io.provider->getNetwork().parseAddress(address).wait(io.waitScope);
   auto stream = addr->connect().wait(io.waitScope);
@@ -29,10 +32,11 @@ Status ReserveClaiming(const std::string& address, const std::string& claimed) {
   auto agent = rpc.bootstrap().castAs<wire::Agent>();
   auto hello = agent.helloRequest();
   hello.setClientVersion(wire::PROTOCOL_VERSION);
+  if (!token.empty()) hello.setToken(token);
   auto said = hello.send().wait(io.waitScope);
   if (said.getRefused().size() > 0) return Status(StatusCode::kPermissionDenied, said.getRefused());
   auto req = agent.reserveRequest();
-  req.initLease().setId("claimed-lease");
+  req.initLease().setId(lease_id);
   req.getLease().setSecret("claimed-secret");
   auto owner = req.initOwner();
   owner.setUser(claimed);
@@ -40,13 +44,14 @@ Status ReserveClaiming(const std::string& address, const std::string& claimed) {
   auto slices = req.initSlices(1);
   slices[0].setDevice(0);
   slices[0].setMemoryBytes(1u << 30);
-  slices[0].setShareMicros(500000);
+  slices[0].setShareMicros(250000);
   auto r = req.send().wait(io.waitScope);
   if (r.getOutcome().getCode() != wire::Outcome::Code::OK) {
     return Status(StatusCode::kPermissionDenied, r.getOutcome().getMessage());
   }
+  if (note) *note = r.getOutcome().getMessage();
   auto commit = agent.commitRequest();
-  commit.initLease().setId("claimed-lease");
+  commit.initLease().setId(lease_id);
   commit.getLease().setSecret("claimed-secret");
   commit.send().wait(io.waitScope);
   return Status::Ok();
@@ -129,16 +134,87 @@ TEST(Auth, TcpClientsProveWhoTheyAreWithATokenOrAreRefused) {
   unsetenv("GPUPOOL_TOKEN");
 }
 
-TEST(Auth, WithoutRequirementClaimsAreKeptButMarkedUnverified) {
+TEST(Auth, WithoutRequirementAnUnverifiedClaimIsAnonymousAndToldSo) {
   Agent agent(AgentOptions{.name = "open", .emulated = 1, .emulated_memory = "4GiB"});
-  ASSERT_TRUE(ReserveClaiming(agent.address(), "mallory").ok());
+  std::string note;
+  ASSERT_TRUE(ReserveClaiming(agent.address(), "mallory", "claimed-lease", "", &note).ok());
+  EXPECT_NE(note.find("agent open could not verify that this client is mallory: the lease is held as user anonymous"),
+            std::string::npos)
+      << note;
   PoolState state = Connect({agent.address()}).State();
   const LeaseInfo* lease = Only(state);
   ASSERT_NE(lease, nullptr);
-  EXPECT_EQ(lease->user, "mallory");
+  EXPECT_EQ(lease->user, "anonymous");
+  EXPECT_EQ(lease->user_claimed, "mallory");
   EXPECT_FALSE(lease->user_verified);
+  RunResult ls = RunCommand({ToolPath("gp-ls"), "--servers", agent.address(), "--leases"});
+  EXPECT_NE(ls.out.find("anonymous (claims mallory)"), std::string::npos) << ls.out;
+  RunResult json = RunCommand({ToolPath("gp-ls"), "--servers", agent.address(), "--leases", "--json"});
+  EXPECT_NE(json.out.find("\"user\":\"anonymous\",\"user_verified\":false,\"user_claimed\":\"mallory\""),
+            std::string::npos)
+      << json.out;
   EXPECT_NE(agent.process().Stderr().find("authentication not required"), std::string::npos)
       << agent.process().Stderr();
+}
+
+// The agent's token file: alice's token.
+std::string AliceTokens(const TempDir& dir) {
+  std::string tokens = dir.Write("tokens.toml", std::string("[tokens]\nalice = \"") + kAliceToken + "\"\n");
+  chmod(tokens.c_str(), 0600);
+  return tokens;
+}
+
+// Without --require-auth, policy rules naming alice apply to a client only once the agent verified it is alice (her
+// token): a TCP client merely claiming to be alice is user "anonymous" for the policy, without alice's rights.
+TEST(Auth, PoliciesForAUserGiveTheirRightsOnlyToClientsVerifiedAsThatUser) {
+  TempDir dir;
+  std::string tokens = AliceTokens(dir);
+  // GPUs of class a100 are alice's alone.
+  std::string only_alice = dir.Write("only_alice.toml", R"(
+[[personality]]
+name = "always"
+[personality.classes]
+a100 = ["alice"]
+)");
+  Agent agent(AgentOptions{.name = "rights", .emulated = 1, .emulated_memory = "4GiB", .device_class = "a100",
+                           .extra_args = {"--config", only_alice, "--tokens", tokens}});
+  Status claimed = ReserveClaiming(agent.address(), "alice", "claim-1");
+  EXPECT_EQ(claimed.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(claimed.message().find("GPUs of class a100 are for alice; anonymous is not among them"),
+            std::string::npos)
+      << claimed.message();
+  EXPECT_TRUE(ReserveClaiming(agent.address(), "whoever", "proved-1", kAliceToken).ok());
+  PoolState state = Connect({agent.address()}).State();
+  const LeaseInfo* lease = Only(state);
+  ASSERT_NE(lease, nullptr);
+  EXPECT_EQ(lease->user, "alice");
+  EXPECT_TRUE(lease->user_verified);
+}
+
+// Holdings: one slice per user at once; alice (verified) holds one. A claim to be alice counts as anonymous's,
+// neither refused for alice's lease nor adding to it, and anonymous's own limit applies to it.
+TEST(Auth, PoliciesCountAClaimInAnonymousHoldingsNotInTheClaimedUsers) {
+  TempDir dir;
+  std::string tokens = AliceTokens(dir);
+  std::string one_each = dir.Write("one_each.toml", R"(
+[[personality]]
+name = "always"
+max_gpus_per_user = 1
+)");
+  Agent agent(AgentOptions{.name = "holdings", .emulated = 1, .emulated_memory = "4GiB",
+                           .extra_args = {"--config", one_each, "--tokens", tokens}});
+  ASSERT_TRUE(ReserveClaiming(agent.address(), "alice", "alice-1", kAliceToken).ok());
+  Status first = ReserveClaiming(agent.address(), "alice", "claim-1");
+  EXPECT_TRUE(first.ok()) << first.ToString();
+  Status second = ReserveClaiming(agent.address(), "alice", "claim-2");
+  EXPECT_EQ(second.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(second.message().find("allows anonymous at most 1 GPU slice(s) at once on this agent; 1 held"),
+            std::string::npos)
+      << second.message();
+  Status alice_again = ReserveClaiming(agent.address(), "alice", "alice-2", kAliceToken);
+  EXPECT_NE(alice_again.message().find("allows alice at most 1 GPU slice(s) at once on this agent; 1 held"),
+            std::string::npos)
+      << alice_again.ToString();
 }
 
 // A CA, an agent certificate for localhost and client certificates, made with openssl in `dir`.

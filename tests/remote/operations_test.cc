@@ -500,8 +500,10 @@ TEST(Policy, DayAndNightPersonalitiesWithAnInjectedClock) {
   std::string config = dir.Write("agent.toml", PolicyFile(CurrentIdentity().user, 0.5));
   std::string clock = dir.path() + "/clock";
   SetClock(clock, "2026-11-23 10:00");  // A Monday morning: day.
+  // On a Unix socket, where the kernel tells the agent who this user is: a rule naming a user applies to verified
+  // clients only (over plain TCP without a token this test's user would be "anonymous").
   Agent agent(AgentOptions{.name = "policy", .emulated = 2, .emulated_memory = "4GiB", .device_class = "a100",
-                           .extra_args = {"--config", config},
+                           .listen = "unix:" + dir.path() + "/agent.sock", .extra_args = {"--config", config},
                            .env = {"GPUPOOL_POLICY_CLOCK=" + clock, "TZ=UTC"}});
   const std::string server = agent.address();
   Pool pool = Connect({server});

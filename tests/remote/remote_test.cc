@@ -497,7 +497,9 @@ class Stacked : public ::testing::Test {
     return children.size() == 1 ? children[0] : -1;
   }
   // A whole stacked GPU's memory can be had again (once the sessions below have noticed their client's end):
-  // nothing of an earlier session stays held on the device below.
+  // nothing of an earlier session stays held on the device below. All of it but what the driver holds for the
+  // context from the session's start, which the slice pays for: heap and printf buffer (8 + 1 MiB) and 1 KiB stacks
+  // for the 40 x 1024 threads the emulated device holds at once (40 MiB).
   void ExpectTheWholeGpuAllocatable() {
     Pool pool = Connect({agent_.address()});
     auto lease = pool.Allocate(Slices(1, 1.0));
@@ -505,8 +507,13 @@ class Stacked : public ::testing::Test {
     auto sessions = internal::RemoteSession::OpenLease(lease->Token());
     ASSERT_TRUE(sessions.ok()) << sessions.status().ToString();
     internal::RemoteSession& session = *sessions->front();
+    uint64_t free_bytes = 0, total = 0;
+    ASSERT_EQ(session.MemGetInfo(&free_bytes, &total), 0) << session.last_error();
+    EXPECT_EQ(free_bytes, (4ull << 30) - (49ull << 20));
+    // In whole 2 MiB pieces, the granularity of the device below.
+    const uint64_t whole_pieces = free_bytes / (2ull << 20) * (2ull << 20);
     uint64_t address = 0;
-    EXPECT_TRUE(Eventually([&] { return session.MemAlloc(4ull << 30, &address) == 0; }, seconds(10)))
+    EXPECT_TRUE(Eventually([&] { return session.MemAlloc(whole_pieces, &address) == 0; }, seconds(10)))
         << session.last_error() << "\n" << gpus_.process().Stderr();
   }
 };
@@ -559,6 +566,121 @@ TEST_F(Stacked, AKilledWorkerEndsOnlyItsOwnSession) {
            }
            return out;
          }();
+}
+
+// What the CUDA driver takes for a session beyond its allocations is the slice's memory too (issue "Tenant
+// isolation, hardened", item 7): the heap, printf buffer and stacks from the start, a module's variables at its
+// load, a kernel's local memory for every resident thread at its launch; past the slice, the load or the launch is
+// refused, naming the slice. Through the cuda backend for real: the stacked agent's driver is gpupool's libcuda
+// over emulated devices.
+constexpr char kDriverMemoryPtx[] = R"(
+.version 7.0
+.target sm_50
+.address_size 64
+.global .align 8 .b8 table[67108864];
+.visible .entry small_local(.param .u64 out)
+{
+  .local .align 4 .b8 scratch[1024];
+  .reg .b64 %rd<3>;
+  .reg .b32 %r<2>;
+  mov.u32 %r1, 7;
+  st.local.u32 [scratch], %r1;
+  ld.local.u32 %r1, [scratch];
+  ld.param.u64 %rd2, [out];
+  cvta.to.global.u64 %rd2, %rd2;
+  st.global.u32 [%rd2], %r1;
+  ret;
+}
+.visible .entry big_local(.param .u64 out)
+{
+  .local .align 4 .b8 scratch[16384];
+  .reg .b64 %rd<3>;
+  .reg .b32 %r<2>;
+  mov.u32 %r1, 9;
+  st.local.u32 [scratch], %r1;
+  ld.local.u32 %r1, [scratch];
+  ld.param.u64 %rd2, [out];
+  cvta.to.global.u64 %rd2, %rd2;
+  st.global.u32 [%rd2], %r1;
+  ret;
+}
+)";
+constexpr char kHugeModulePtx[] = R"(
+.version 7.0
+.target sm_50
+.address_size 64
+.global .align 8 .b8 huge[629145600];
+.visible .entry nothing()
+{
+  ret;
+}
+)";
+
+TEST_F(Stacked, TheDriversMemoryForASessionIsChargedToTheSliceAndRefusedPastIt) {
+  constexpr uint64_t kMiB = 1ull << 20;
+  constexpr int kOutOfMemory = 2;  // CUDA_ERROR_OUT_OF_MEMORY.
+  Pool pool = Connect({agent_.address()});
+  auto lease = pool.Allocate(Slices(1, 0.125));  // 512 MiB of a 4 GiB GPU.
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  auto sessions = internal::RemoteSession::OpenLease(lease->Token());
+  ASSERT_TRUE(sessions.ok()) << sessions.status().ToString();
+  internal::RemoteSession& session = *sessions->front();
+  uint64_t free_bytes = 0, total = 0;
+  ASSERT_EQ(session.MemGetInfo(&free_bytes, &total), 0) << session.last_error();
+  ASSERT_EQ(total, 512 * kMiB);
+  // The heap (8 MiB) and the printf buffer (1 MiB) the backend set when the session began, and a 1 KiB stack for
+  // every thread the device holds at once (40 SMs x 1024 threads on the emulated device).
+  EXPECT_EQ(free_bytes, total - 9 * kMiB - 40 * kMiB);
+
+  // The module's 64 MiB variable, as the device's free memory below moved at its load.
+  uint64_t module = 0;
+  ASSERT_EQ(session.ModuleLoad(kDriverMemoryPtx, sizeof(kDriverMemoryPtx), &module), 0) << session.last_error();
+  uint64_t after_load = 0;
+  ASSERT_EQ(session.MemGetInfo(&after_load, &total), 0);
+  EXPECT_GE(free_bytes - after_load, 64 * kMiB);
+  EXPECT_LT(free_bytes - after_load, 72 * kMiB);
+
+  // A launch: the kernel's own 1 KiB of local memory, for every thread the device holds at once.
+  internal::RemoteFunctionInfo small, big;
+  ASSERT_EQ(session.GetFunction(module, "small_local", &small), 0) << session.last_error();
+  ASSERT_EQ(session.GetFunction(module, "big_local", &big), 0) << session.last_error();
+  uint64_t out = 0;
+  ASSERT_EQ(session.MemAlloc(4096, &out), 0) << session.last_error();
+  uint64_t after_alloc = 0;
+  ASSERT_EQ(session.MemGetInfo(&after_alloc, &total), 0);
+  const uint32_t one[3] = {1, 1, 1};
+  ASSERT_EQ(session.Launch(small.handle, one, one, 0, 0, &out, sizeof(out)), 0) << session.last_error();
+  ASSERT_EQ(session.Synchronize(), 0) << session.last_error();
+  uint32_t value = 0;
+  ASSERT_EQ(session.CopyFromDevice(&value, out, sizeof(value), 0), 0) << session.last_error();
+  EXPECT_EQ(value, 7u);
+  uint64_t after_launch = 0;
+  ASSERT_EQ(session.MemGetInfo(&after_launch, &total), 0);
+  EXPECT_EQ(after_alloc - after_launch, 40ull * 1024 * 1024);
+
+  // 16 KiB of local memory a thread (and the stack): 680 MiB for the device's threads, past the 512 MiB slice.
+  // Refused before it runs; the session goes on.
+  ASSERT_EQ(session.Launch(big.handle, one, one, 0, 0, &out, sizeof(out)), 0);  // Not waited for.
+  EXPECT_EQ(session.Synchronize(), kOutOfMemory);
+  EXPECT_NE(session.last_error().find("16384 bytes per thread"), std::string::npos) << session.last_error();
+  EXPECT_NE(session.last_error().find("do not fit in the slice's memory"), std::string::npos) << session.last_error();
+  ASSERT_EQ(session.CopyFromDevice(&value, out, sizeof(value), 0), 0) << session.last_error();
+  EXPECT_EQ(value, 7u) << "the refused kernel ran";
+
+  // A module whose 600 MiB variable does not fit: refused, and nothing of it stays charged.
+  uint64_t huge = 0;
+  EXPECT_EQ(session.ModuleLoad(kHugeModulePtx, sizeof(kHugeModulePtx), &huge), kOutOfMemory);
+  EXPECT_NE(session.last_error().find("module load"), std::string::npos) << session.last_error();
+  EXPECT_NE(session.last_error().find("do not fit in the slice's memory"), std::string::npos) << session.last_error();
+  uint64_t after_refusal = 0;
+  ASSERT_EQ(session.MemGetInfo(&after_refusal, &total), 0);
+  EXPECT_EQ(after_refusal, after_launch);
+
+  // Unloaded, the module's memory is the slice's again.
+  ASSERT_EQ(session.ModuleUnload(module), 0) << session.last_error();
+  uint64_t after_unload = 0;
+  ASSERT_EQ(session.MemGetInfo(&after_unload, &total), 0);
+  EXPECT_EQ(after_unload - after_launch, free_bytes - after_load);
 }
 
 }  // namespace

@@ -101,8 +101,9 @@ else
 fi
 expect_no_lease "srun --gpupool=4x25%"
 
-# 3. --gpupool-mem and --gpupool-class: two 1 GiB slices, on agent B (green) only; the lease is the job's user's
-# and named after the job step.
+# 3. --gpupool-mem and --gpupool-class: two 1 GiB slices, on agent B (green) only; the lease claims the job's user
+# (agent B, on plain TCP without tokens, cannot verify it: the lease is held as "anonymous") and is named after the
+# job step.
 run srun_class srun --gpupool=2 --gpupool-mem=1GiB --gpupool-class=green \
   sh -c "'$cuda_devices' && '$tools/gp-ls' --json --leases --servers '$servers' > '$work/class.json'"
 verdict=$(python3 - "$work/class.json" <<'PY'
@@ -111,12 +112,13 @@ servers = json.load(open(sys.argv[1]))["servers"]
 held = {s["name"]: s.get("leases") or [] for s in servers}
 ok = len(held["gp-a"]) == 0 and len(held["gp-b"]) == 1
 lease = held["gp-b"][0] if held["gp-b"] else {}
-ok = ok and lease.get("user") == "root" and lease.get("label", "").startswith("slurm job ") and lease.get("memory_bytes") == 2 << 30
+ok = ok and lease.get("user") == "anonymous" and lease.get("user_claimed") == "root" and not lease.get("user_verified")
+ok = ok and lease.get("label", "").startswith("slurm job ") and lease.get("memory_bytes") == 2 << 30
 print("ok" if ok else "bad: " + json.dumps(held))
 PY
 )
 if ((status == 0)) && [[ $(grep -c "1024 MiB" "$work/srun_class.out") == 2 && $verdict == ok ]]; then
-  pass "srun --gpupool=2 --gpupool-mem=1GiB --gpupool-class=green: two 1 GiB slices on the green agent, lease 'slurm job N step M' of root"
+  pass "srun --gpupool=2 --gpupool-mem=1GiB --gpupool-class=green: two 1 GiB slices on the green agent, lease 'slurm job N step M' claiming root"
 else
   fail "srun --gpupool-mem/--gpupool-class (status $status): $verdict"; show srun_class
 fi

@@ -12,6 +12,7 @@
 #include "agent/inventory.h"
 #include "agent/session_worker.h"
 #include "client/admin.h"
+#include "client/state_json.h"
 #include "core/log.h"
 #include "gpupool/gpupool.h"
 #include "gpupool/units.h"
@@ -107,7 +108,7 @@ int Ctl(int argc, char** argv) {
       fmt::print("  GPU {}  {}  {}\n", d.index, d.model, d.cordoned ? "cordoned" : "open");
     }
     for (const LeaseInfo& l : info.leases) {
-      fmt::print("  lease {}  {}{}  GPUs {}  {}\n", l.id, l.user, l.user_verified ? "" : " (unverified)",
+      fmt::print("  lease {}  {}  GPUs {}  {}\n", l.id, ShownUser(l),
                  fmt::join(l.devices, ","), l.label);
     }
     return 0;

@@ -55,7 +55,7 @@ void PrintText(const PoolState& state, bool leases) {
       for (const SliceInfo& slice : d.slices) {
         std::string user = "?";
         for (const LeaseInfo& l : s.leases) {
-          if (l.id == slice.lease_id) user = l.user;
+          if (l.id == slice.lease_id) user = ShownUser(l);
         }
         holders += fmt::format("{}{} {}{}", holders.empty() ? "" : ", ", user, FormatMemorySize(slice.memory_bytes),
                                slice.committed ? "" : " (reserving)");
@@ -85,7 +85,7 @@ void PrintText(const PoolState& state, bool leases) {
       std::string state_text = !l.committed ? "reserved"
                                : l.idle     ? "idle " + FormatDuration(std::chrono::milliseconds(static_cast<int64_t>(l.idle_s * 1000)))
                                             : "active";
-      lrows.push_back({l.id, s.name, l.user, l.host, std::to_string(l.pid), devices, FormatMemorySize(l.memory_bytes),
+      lrows.push_back({l.id, s.name, ShownUser(l), l.host, std::to_string(l.pid), devices, FormatMemorySize(l.memory_bytes),
                        FormatMemorySize(l.activity.memory_used), Percent(l.activity.utilization),
                        fmt::format("{:.0f}", l.activity.calls_per_s), state_text,
                        fmt::format("{:.1f}s", l.expires_in_s), l.label});

@@ -31,7 +31,7 @@ namespace {
   X(cuOccupancyMaxActiveClusters) X(cuLaunchHostFunc) X(cuStreamCreate) X(cuStreamDestroy)               \
   X(cuStreamQuery) X(cuStreamWaitEvent) X(cuStreamWaitValue32) X(cuStreamWaitValue64) X(cuEventCreate)    \
   X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuEventElapsedTime) X(cuEventSynchronize)         \
-  X(cuGetErrorString) X(cuTexObjectCreate) X(cuTexObjectDestroy)
+  X(cuGetErrorString) X(cuTexObjectCreate) X(cuTexObjectDestroy) X(cuMemGetInfo) X(cuCtxSetLimit) X(cuCtxGetLimit)
 
 struct Api {
 #define GP_FIELD(name) decltype(&::name) name = nullptr;
@@ -111,12 +111,26 @@ void CUDA_CB RunOnce(void* data) {
   delete fn;
 }
 
+// The driver's own memory for a session's context that does not depend on its modules, read when it begins.
+struct ContextMemory {
+  uint64_t heap_bytes = 0;        // CU_LIMIT_MALLOC_HEAP_SIZE: in-kernel malloc's heap.
+  uint64_t printf_bytes = 0;      // CU_LIMIT_PRINTF_FIFO_SIZE: device printf's buffer.
+  uint64_t stack_bytes = 0;       // CU_LIMIT_STACK_SIZE: per thread, part of its local memory.
+  uint64_t resident_threads = 0;  // SMs x most threads per SM: local memory is reserved for all of them.
+};
+
+// The heap and printf buffer a slice's context runs with, whatever the driver's defaults: charged to the slice
+// when its session opens. A tenant's cuCtxSetLimit stays with its client library (lib/interpose/context.cc) and
+// never reaches this context, so these are the sizes for the session's whole life.
+constexpr size_t kSliceHeapBytes = 8u << 20;
+constexpr size_t kSlicePrintfBytes = 1u << 20;
+
 class CudaBackend final : public DeviceBackend {
  public:
   CudaBackend(std::shared_ptr<CudaDriver> driver, std::unique_ptr<Api> api, const CudaBackendConfig& config,
-              CUdevice device, CUcontext ctx, size_t granularity)
+              CUdevice device, CUcontext ctx, size_t granularity, const ContextMemory& context_memory)
       : driver_(std::move(driver)), api_(std::move(api)), config_(config), device_(device), ctx_(ctx),
-        granularity_(granularity) {
+        granularity_(granularity), context_memory_(context_memory) {
     window_.Reset(config_.window_bytes);
   }
 
@@ -317,11 +331,22 @@ class CudaBackend final : public DeviceBackend {
     std::vector<uint8_t> copy(image, image + bytes);
     copy.push_back(0);
     Current();
+    // The driver gives no per-context figure for a module's code, constants and variables: the device's free
+    // memory before and after the load tells it (cuMemGetInfo is per device, so another process allocating or
+    // freeing on the GPU meanwhile moves it too: the charge is then off by that much until the module goes).
+    size_t free_before = 0, free_after = 0, total = 0;
+    const bool measured = api_->cuMemGetInfo(&free_before, &total) == CUDA_SUCCESS;
     CUmodule m;
     CUresult res = api_->cuModuleLoadData(&m, copy.data());
     if (res == CUDA_SUCCESS) {
       module->p = m;
       modules_.push_back(m);
+      uint64_t bytes = 0;
+      if (measured && api_->cuMemGetInfo(&free_after, &total) == CUDA_SUCCESS && free_after < free_before) {
+        bytes = free_before - free_after;
+      }
+      module_bytes_[m] = bytes;
+      modules_total_ += bytes;
     }
     return From(res);
   }
@@ -329,7 +354,22 @@ class CudaBackend final : public DeviceBackend {
   CallStatus UnloadModule(ModuleRef module) override {
     Current();
     Forget(modules_, M(module));
+    if (auto it = module_bytes_.find(M(module)); it != module_bytes_.end()) {
+      modules_total_ -= it->second;
+      module_bytes_.erase(it);
+    }
     return From(api_->cuModuleUnload(M(module)));
+  }
+
+  // Per context where the driver says it: the heap and printf buffer at the sizes set when the session began, and
+  // local memory as the driver reserves it, for every thread the device can hold at once (SMs x threads per SM):
+  // the stack from the context's start, grown at a launch by the most local memory a launched function needs (and
+  // never shrunk again); modules as LoadModule measured them.
+  uint64_t DriverHeldBytes() override { return HeldWithLocal(launched_local_); }
+
+  uint64_t DriverHeldBytesWithLaunch(const KernelInfo& info) override {
+    const uint64_t local = static_cast<uint64_t>(std::max(info.local_bytes, 0));
+    return HeldWithLocal(std::max(launched_local_, local));
   }
 
   CallStatus GetFunction(ModuleRef module, const std::string& name, FunctionRef* function, KernelInfo* info) override {
@@ -369,15 +409,21 @@ class CudaBackend final : public DeviceBackend {
     for (const KernelParam& p : info.params) args.push_back(const_cast<uint8_t*>(params) + p.offset);
     void** kernel_params = args.empty() ? nullptr : args.data();
     Current();
+    CUresult res;
     if (shape.cluster || shape.cooperative) {  // Only cuLaunchKernelEx takes clusters and the cooperative flag.
       DriverLaunch launch(shape, S(stream));
       if (shape.cluster) launch.SetCluster(*shape.cluster);
       if (shape.cooperative) launch.SetCooperative();
-      return From(api_->cuLaunchKernelEx(&launch.config, F(function), kernel_params, nullptr));
+      res = api_->cuLaunchKernelEx(&launch.config, F(function), kernel_params, nullptr);
+    } else {
+      res = api_->cuLaunchKernel(F(function), shape.grid.x, shape.grid.y, shape.grid.z, shape.block.x,
+                                 shape.block.y, shape.block.z, shape.shared_bytes, S(stream), kernel_params, nullptr);
     }
-    return From(api_->cuLaunchKernel(F(function), shape.grid.x, shape.grid.y, shape.grid.z, shape.block.x,
-                                     shape.block.y, shape.block.z, shape.shared_bytes, S(stream), kernel_params,
-                                     nullptr));
+    if (res == CUDA_SUCCESS) {  // The driver has grown local memory for it (and never shrinks it).
+      const uint64_t local = static_cast<uint64_t>(std::max(info.local_bytes, 0));
+      launched_local_ = std::max(launched_local_, local);
+    }
+    return From(res);
   }
 
   CallStatus SetFunctionAttribute(FunctionRef function, int attribute, int value) override {
@@ -599,6 +645,12 @@ class CudaBackend final : public DeviceBackend {
     return true;
   }
 
+  // What the driver holds once local memory has grown by `local` bytes per thread beyond the stack.
+  uint64_t HeldWithLocal(uint64_t local) const {
+    return context_memory_.heap_bytes + context_memory_.printf_bytes + modules_total_ +
+           context_memory_.resident_threads * (context_memory_.stack_bytes + local);
+  }
+
   CUmemAllocationProp Prop() const {
     CUmemAllocationProp prop = {};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -640,6 +692,8 @@ class CudaBackend final : public DeviceBackend {
     Current();
     for (CUmodule m : modules_) api_->cuModuleUnload(m);
     modules_.clear();
+    module_bytes_.clear();
+    modules_total_ = 0;
     // Pending waits on it still complete; their callbacks own nothing of the session.
     if (sync_stream_) api_->cuStreamDestroy(sync_stream_);
     sync_stream_ = nullptr;
@@ -681,6 +735,10 @@ class CudaBackend final : public DeviceBackend {
   std::vector<CUmemGenericAllocationHandle> physical_;  // Created, not released.
   // What the session created and has not destroyed: Reset and the destructor free them.
   std::vector<CUmodule> modules_;
+  std::map<CUmodule, uint64_t> module_bytes_;  // What each module took on the device, as LoadModule measured.
+  uint64_t modules_total_ = 0;
+  ContextMemory context_memory_;
+  uint64_t launched_local_ = 0;  // The most local memory per thread a launched function needs, beyond the stack.
   std::vector<CUstream> streams_;
   std::vector<CUevent> events_;
   std::vector<CUtexObject> textures_;
@@ -733,8 +791,28 @@ Result<std::unique_ptr<DeviceBackend>> NewCudaBackend(std::shared_ptr<CudaDriver
     api->cuDevicePrimaryCtxRelease(device);
     return Status(StatusCode::kResourceExhausted, "the address window is taken on this GPU server");
   }
-  return std::unique_ptr<DeviceBackend>(
-      std::make_unique<CudaBackend>(std::move(driver), std::move(api), config, device, ctx, granularity));
+  // Explicit sizes, not whatever the driver defaults to, since the slice is charged for them; read back, as the
+  // driver may round them.
+  ContextMemory context_memory;
+  size_t value = 0;
+  if (api->cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, kSliceHeapBytes) != CUDA_SUCCESS ||
+      api->cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, kSlicePrintfBytes) != CUDA_SUCCESS) {
+    api->cuMemAddressFree(config.window_base, config.window_bytes);
+    api->cuDevicePrimaryCtxRelease(device);
+    return Status(StatusCode::kUnavailable, "the CUDA driver refused the slice's heap and printf buffer sizes");
+  }
+  context_memory.heap_bytes = api->cuCtxGetLimit(&value, CU_LIMIT_MALLOC_HEAP_SIZE) == CUDA_SUCCESS ? value
+                                                                                                  : kSliceHeapBytes;
+  context_memory.printf_bytes = api->cuCtxGetLimit(&value, CU_LIMIT_PRINTF_FIFO_SIZE) == CUDA_SUCCESS
+                                    ? value
+                                    : kSlicePrintfBytes;
+  context_memory.stack_bytes = api->cuCtxGetLimit(&value, CU_LIMIT_STACK_SIZE) == CUDA_SUCCESS ? value : 1024;
+  int sms = 0, threads_per_sm = 0;
+  api->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
+  api->cuDeviceGetAttribute(&threads_per_sm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, device);
+  context_memory.resident_threads = static_cast<uint64_t>(std::max(sms, 0)) * std::max(threads_per_sm, 0);
+  return std::unique_ptr<DeviceBackend>(std::make_unique<CudaBackend>(std::move(driver), std::move(api), config,
+                                                                      device, ctx, granularity, context_memory));
 }
 
 }  // namespace gpupool::backend

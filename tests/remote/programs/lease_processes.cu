@@ -1,10 +1,12 @@
 // lease_processes: several processes of one lease (torchrun's ranks, torch.multiprocessing children) each attach
 // to the lease's slice, and share its memory quota: together they hold at most the slice. A child's memory comes
-// back to the others when it exits, and when it is killed.
+// back to the others when it exits, and when it is killed. Each process reckons by what cudaMemGetInfo shows it
+// free, not by the slice's total: on a GPU each process's context costs memory of the slice too (its heap, printf
+// buffer and stacks).
 //
 // usage: lease_processes                (the parent; starts its children with exec, as the 'spawn' start method)
 //        lease_processes crowded BYTES  (a child: BYTES of the slice are held by the parent)
-//        lease_processes holder BYTES   (a child: takes BYTES, says so on stdout, waits to be killed)
+//        lease_processes holder         (a child: takes all it finds free, says so on stdout, waits to be killed)
 #define PROGRAM_NAME "lease_processes"
 #include <signal.h>
 #include <spawn.h>
@@ -21,6 +23,10 @@
 #include "program_checks.h"
 
 extern char** environ;
+
+constexpr size_t kPiece = 1 << 21;  // The device's allocation granularity: sizes in whole pieces fit exactly.
+
+size_t WholePieces(size_t bytes) { return bytes / kPiece * kPiece; }
 
 // Allocation attempts for up to `seconds`: a process that just exited leaves its session (and its bytes) a moment
 // later, once its worker has seen it go.
@@ -43,13 +49,13 @@ int Crowded(size_t held) {
   CHECK(cudaMemGetInfo(&free_bytes, &total));
   EXPECT(free_bytes <= total - held, "the child sees the parent's memory as used");
   void* p = nullptr;
-  // What would fit in the slice alone, but not beside the parent's memory.
-  cudaError_t err = cudaMalloc(&p, total - held + (1 << 21));
+  // A piece more than the lease has left does not fit beside the parent's memory.
+  cudaError_t err = cudaMalloc(&p, WholePieces(free_bytes) + kPiece);
   cudaGetLastError();
   std::printf("lease_processes: child: allocating past what the lease has left: %s\n", cudaGetErrorName(err));
   EXPECT(err == cudaErrorMemoryAllocation, "the lease's quota holds across its processes");
   // What is left works, and is really usable memory.
-  size_t left = total - held - (1 << 21);
+  size_t left = WholePieces(free_bytes) - kPiece;
   CHECK(cudaMalloc(&p, left));
   CHECK(cudaMemset(p, 0x5a, left));
   unsigned char last = 0;
@@ -58,9 +64,12 @@ int Crowded(size_t held) {
   return failures ? 1 : 0;
 }
 
-int Holder(size_t bytes) {
+int Holder() {
+  size_t free_bytes = 0, total = 0;
   void* p = nullptr;
-  if (cudaMalloc(&p, bytes) != cudaSuccess) return 1;
+  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess || cudaMalloc(&p, WholePieces(free_bytes)) != cudaSuccess) {
+    return 1;
+  }
   std::printf("holding\n");
   std::fflush(stdout);
   pause();
@@ -87,15 +96,17 @@ pid_t Spawn(const char* mode, size_t bytes, int out_fd) {
 
 int main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[1], "crowded") == 0) return Crowded(std::strtoull(argv[2], nullptr, 10));
-  if (argc == 3 && std::strcmp(argv[1], "holder") == 0) return Holder(std::strtoull(argv[2], nullptr, 10));
+  if (argc == 3 && std::strcmp(argv[1], "holder") == 0) return Holder();
 
   size_t free_bytes = 0, total = 0;
   CHECK(cudaMemGetInfo(&free_bytes, &total));
-  std::printf("lease_processes: slice of %zu bytes\n", total);
-  const size_t held = total / 2;
+  std::printf("lease_processes: slice of %zu bytes, %zu free\n", total, free_bytes);
+  const size_t held = WholePieces(free_bytes / 2);
   void* mine = nullptr;
   CHECK(cudaMalloc(&mine, held));
   CHECK(cudaMemset(mine, 0x11, held));
+  size_t others = 0;  // What the parent leaves to the lease's other processes.
+  CHECK(cudaMemGetInfo(&others, &total));
 
   // 1. A second process of the lease finds the parent's half taken.
   pid_t child = Spawn("crowded", held, -1);
@@ -104,27 +115,27 @@ int main(int argc, char** argv) {
          "the crowded child passes");
   // Its memory came back when it exited.
   void* rest = nullptr;
-  EXPECT(AllocWithin(&rest, total - held, 10), "the parent gets the rest of the slice after the child exited");
+  EXPECT(AllocWithin(&rest, WholePieces(others), 10), "the parent gets the rest of the slice after the child exited");
   CHECK(cudaFree(rest));
 
   // 2. A child killed while it holds memory: the memory comes back all the same.
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) return 2;
-  child = Spawn("holder", total - held, pipe_fds[1]);
+  child = Spawn("holder", 0, pipe_fds[1]);
   close(pipe_fds[1]);
   char line[16] = {};
   ssize_t got = read(pipe_fds[0], line, sizeof(line) - 1);
   close(pipe_fds[0]);
   EXPECT(got > 0 && std::strncmp(line, "holding", 7) == 0, "the holder took the rest of the slice");
   void* none = nullptr;
-  cudaError_t err = cudaMalloc(&none, 1 << 21);
+  cudaError_t err = cudaMalloc(&none, kPiece);
   cudaGetLastError();
   EXPECT(err == cudaErrorMemoryAllocation, "nothing is left while the holder lives");
   if (child > 0) {
     kill(child, SIGKILL);
     waitpid(child, &status, 0);
   }
-  EXPECT(AllocWithin(&rest, total - held, 10), "the killed child's memory comes back");
+  EXPECT(AllocWithin(&rest, WholePieces(others), 10), "the killed child's memory comes back");
   CHECK(cudaFree(rest));
 
   // The parent's own memory was never touched.
