@@ -52,6 +52,7 @@ struct WorkerSpec {
   uint32_t share_micros = 1000000;
   std::string cuda_driver;
   int turns_fd = -1;  // The device's turns table (DeviceTurns::CreateSegment), or -1: none.
+  uint64_t turns_group = 0;  // The lease's group in it (DeviceTurns::Join): one weight for the lease's sessions.
   int quota_fd = -1;  // The slice's quota table (SliceQuota::CreateSegment), or -1: the session's own quota.
   // Where the worker listens for its client's direct connection ("host:0", "unix:PATH"); empty: nowhere.
   std::string direct_listen;
@@ -82,6 +83,10 @@ class SessionWorkers {
   // Kills (SIGKILL) every worker of the lease: its sessions end, the OS frees their memory and contexts.
   void KillLease(const std::string& lease_id);
   size_t running() const { return workers_.size(); }
+  // Workers of `device`, and of the lease `lease_id` on it, that hold or may still hold a place in its turns and
+  // quota tables: starting, serving, or ended but not yet reaped.
+  size_t OnDevice(uint32_t device) const;
+  size_t OfLease(const std::string& lease_id, uint32_t device) const;
 
   // A running session as the agent's telemetry sees it.
   struct SessionView {

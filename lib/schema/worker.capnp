@@ -29,6 +29,8 @@ struct WorkerConfig {
   sessionMeter @14 :Bool;     # The session's meter (backend/session_meter.h), which the agent reads for its
                               # telemetry, is the worker's fd 6.
   computeCapability @15 :UInt16;  # Emulated devices: major * 10 + minor; 0 = 7.5.
+  turnsGroup @16 :UInt64;     # The agent's number for the lease on this device: the sessions of one lease share one
+                              # weight in the turns table (DeviceTurns::Join's group).
 }
 
 interface SessionWorker {

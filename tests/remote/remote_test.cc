@@ -344,6 +344,60 @@ TEST(Remote, AKilledWorkerOrAFaultingKernelEndsOnlyItsOwnSession) {
       << "every session worker exits with its session";
 }
 
+// Two 0.05 leases with 65 processes each (130 sessions on one device) overflowed the device's 128-slot turns table:
+// the extra sessions died as their workers started ("Broken pipe"; the program read "no CUDA-capable device").
+// Capacity is declared ([limits] sessions_per_device, sessions_per_lease; 128 and 64 by default) and checked
+// before a worker starts: each extra session is refused with a message naming its limit, and the device serves on.
+TEST(Remote, SessionsBeyondTheDeclaredLimitsAreRefusedNamingThemAndTheDeviceServesOn) {
+  Agent agent(AgentOptions{.name = "crowd", .emulated = 1, .emulated_memory = "8GiB"});
+  Pool pool = Connect({agent.address()});
+  auto a = pool.Allocate(Slices(1, 0.05));
+  auto b = pool.Allocate(Slices(1, 0.05));
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->slices()[0].device, b->slices()[0].device);
+  std::vector<std::unique_ptr<internal::RemoteSession>> of_a, of_b;
+  for (auto [lease, held] : {std::make_pair(&*a, &of_a), std::make_pair(&*b, &of_b)}) {
+    std::vector<Status> refused;
+    for (int i = 0; i < 65; ++i) {  // As 65 processes of the lease would, one session each.
+      auto opened = internal::RemoteSession::OpenLease(lease->Token());
+      if (opened.ok()) {
+        held->push_back(std::move(opened->front()));
+      } else {
+        refused.push_back(opened.status());
+      }
+    }
+    EXPECT_EQ(held->size(), 64u);
+    ASSERT_EQ(refused.size(), 1u);
+    EXPECT_EQ(refused[0].code(), StatusCode::kResourceExhausted) << refused[0].ToString();
+    EXPECT_NE(refused[0].message().find("[limits] sessions_per_lease = 64"), std::string::npos)
+        << refused[0].ToString();
+  }
+  // 128 sessions on the device: a third lease's first is refused by the device's limit, before any worker starts.
+  auto c = pool.Allocate(Slices(1, 0.5));
+  ASSERT_TRUE(c.ok());
+  auto refused = internal::RemoteSession::OpenLease(c->Token());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("[limits] sessions_per_device = 128"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_EQ(SessionWorkers(agent.process().pid()).size(), 128u) << "a refused session started a worker";
+  // The sessions held all serve.
+  for (auto* held : {&of_a, &of_b}) {
+    for (auto& session : *held) {
+      uint64_t address = 0;
+      ASSERT_EQ(session->MemAlloc(4096, &address), 0);
+    }
+  }
+  // Room again: the device computes for the next tenant, taking turns with the sessions still open.
+  of_a.clear();
+  RunResult next = RunCommand({ToolPath("gp-run"), "--servers", agent.address(), "-p", "0.25", "--", Program("busy"),
+                               "1"},
+                              {}, seconds(120));
+  EXPECT_EQ(next.code, 0) << next.out << next.err;
+  EXPECT_NE(next.out.find("busy: "), std::string::npos) << next.out << next.err;
+  EXPECT_TRUE(agent.process().running()) << agent.process().Stderr();
+}
+
 // Clients reach their session's worker directly: once the session is open, its calls no longer pass through the
 // agent, so a program keeps computing while the agent process is stopped (SIGSTOP), and gets its results.
 // GPUPOOL_DIRECT_SESSIONS=0 keeps every call on the agent's connection: then the stopped agent holds it up.
@@ -393,6 +447,23 @@ TEST(Remote, TheBiggerComputeShareGetsMoreWorkDone) { ExpectTheBiggerShareGetsMo
 // The session server takes turns per submission, as it does for a physical GPU without MPS.
 TEST(Remote, TheBiggerComputeShareGetsMoreWorkDoneWhenTheServerTakesTurnsPerSubmission) {
   ExpectTheBiggerShareGetsMoreWork({"GPUPOOL_EMU_SUBMISSION_TURNS=1"});
+}
+
+// With turns per submission (a GPU without MPS), a turn was handed back only once the running work completed: a
+// 0.05 tenant's kernel that runs for minutes kept a 0.5 tenant's short program waiting as long. Now the work of
+// both runs side by side (the device time-slicing, as a GPU's driver does between contexts) and only a lease over
+// its share is held back: the short program finishes while the long kernel still runs.
+TEST(Remote, ANeighboursLongKernelHoldsNoWorkBackWhenTheServerTakesTurnsPerSubmission) {
+  Agent agent(AgentOptions{.name = "long-kernel", .emulated = 1, .emulated_memory = "4GiB",
+                           .env = {"GPUPOOL_EMU_SUBMISSION_TURNS=1"}});
+  Process spin({ToolPath("gp-run"), "--servers", agent.address(), "-p", "0.05", "--", Program("spin")});
+  ASSERT_EQ(spin.ReadLine(seconds(60)), "spin: running") << spin.Stderr();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // Its kernel is on the device.
+  Process quick({ToolPath("gp-run"), "--servers", agent.address(), "-p", "0.5", "--", Program("busy"), "0.3"});
+  EXPECT_EQ(quick.Wait(seconds(60)), 0) << "the 0.5 tenant waited on its neighbour's kernel: " << quick.Stderr();
+  EXPECT_TRUE(spin.running()) << "the long kernel ended: the test proves nothing";
+  std::string out = quick.ReadAll();
+  EXPECT_NE(out.find("busy: "), std::string::npos) << out << quick.Stderr();
 }
 
 // Two agents in two network namespaces joined to this one by veth pairs: a real network between client and
