@@ -356,7 +356,10 @@ TEST(Remote, SessionsBeyondTheDeclaredLimitsAreRefusedNamingThemAndTheDeviceServ
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_EQ(a->slices()[0].device, b->slices()[0].device);
   std::vector<std::unique_ptr<internal::RemoteSession>> of_a, of_b;
-  for (auto [lease, held] : {std::make_pair(&*a, &of_a), std::make_pair(&*b, &of_b)}) {
+  // Lease a's 65th session passes its lease's limit; lease b's 65th would be the device's 129th, and the device's
+  // limit is checked first.
+  for (auto [lease, held, limit] : {std::make_tuple(&*a, &of_a, "[limits] sessions_per_lease = 64"),
+                                    std::make_tuple(&*b, &of_b, "[limits] sessions_per_device = 128")}) {
     std::vector<Status> refused;
     for (int i = 0; i < 65; ++i) {  // As 65 processes of the lease would, one session each.
       auto opened = internal::RemoteSession::OpenLease(lease->Token());
@@ -369,8 +372,7 @@ TEST(Remote, SessionsBeyondTheDeclaredLimitsAreRefusedNamingThemAndTheDeviceServ
     EXPECT_EQ(held->size(), 64u);
     ASSERT_EQ(refused.size(), 1u);
     EXPECT_EQ(refused[0].code(), StatusCode::kResourceExhausted) << refused[0].ToString();
-    EXPECT_NE(refused[0].message().find("[limits] sessions_per_lease = 64"), std::string::npos)
-        << refused[0].ToString();
+    EXPECT_NE(refused[0].message().find(limit), std::string::npos) << refused[0].ToString();
   }
   // 128 sessions on the device: a third lease's first is refused by the device's limit, before any worker starts.
   auto c = pool.Allocate(Slices(1, 0.5));
