@@ -4,11 +4,12 @@
 // the client (Cap'n Proto forwards the calls), kills the worker when the lease ends, and reaps it.
 //
 // Compute share: the workers of one emulated device take turns on it through a table the agent shares with them
-// (backend/device_turns.h): under contention each gets device time in proportion to its share, a session alone
-// gets all of it, and a kernel that never ends is paused at its time slice's end. On a physical GPU served by an
-// MPS daemon the worker sets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE to its share; without MPS the GPU's own
-// time-slicing decides (equal turns per context) and the worker only runs at the CFS weight (nice value) nearest
-// its share, which orders its CPU side alone.
+// (backend/device_turns.h): under contention each lease gets device time in proportion to its share (all its
+// sessions on the device together), a session alone gets all of it, and a kernel that never ends is paused at its
+// time slice's end. On a physical GPU served by an MPS daemon the worker sets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE to
+// its share; without MPS the GPU's driver time-slices the contexts and the session server holds back the
+// submissions of a lease over its share (DeviceTurns::WaitForShare). A worker without a turns table only runs at
+// the CFS weight (nice value) nearest its share, which orders its CPU side alone.
 #ifndef GPUPOOL_AGENT_SESSION_WORKER_H_
 #define GPUPOOL_AGENT_SESSION_WORKER_H_
 
