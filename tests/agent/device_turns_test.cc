@@ -131,7 +131,10 @@ TEST_F(DeviceTurnsTest, TheSessionsOfOneLeaseShareItsShare) {
   double big = report_->used[0].load(), small = 0;
   for (int i = 1; i < kMembers; ++i) small += report_->used[i].load();
   ASSERT_GT(big + small, 0);
-  EXPECT_NEAR(big / (big + small), 0.5 / 0.55, 0.05)
+  // Ideally 0.5 / 0.55 = 0.909, and so it comes out on a quiet host; on a loaded one (ctest -j2 beside other
+  // builds) the 0.5 member is now and then kept off the CPU past its reserved next turn, and one of the eight takes
+  // it: 0.79-0.91 seen. Eight shares of 0.05 would give 0.5 / 0.9 = 0.556 (0.55 measured).
+  EXPECT_GT(big / (big + small), 0.72)
       << "used: the 0.5 lease " << big / 1e6 << " ms, the 0.05 lease's " << kSmallMembers << " sessions "
       << small / 1e6 << " ms";
   // Within the lease, its sessions take turns: none is starved.
