@@ -101,7 +101,8 @@ Status Read(const TomlFile& file, AgentConfig* c) {
       int64_t v = *limit.value;
       if (!(s = file.GetInt(*t, limit.key, &v)).ok()) return s;
       if (v < 1 || v > limit.ceiling) {
-        return file.Error(*t->get(limit.key), fmt::format("[limits] {} must be within 1..{}", limit.key, limit.ceiling));
+        return file.Error(*t->get(limit.key),
+                          fmt::format("[limits] {} must be within 1..{}", limit.key, limit.ceiling));
       }
       *limit.value = static_cast<int>(v);
     }

@@ -62,7 +62,8 @@ Status LeaseTable::Reserve(const std::string& id, const std::string& secret, con
       return Status(StatusCode::kResourceExhausted,
                     fmt::format("device {} has {} and {:.0f}% compute free; asked for {} and {:.0f}%", d,
                                 FormatMemorySize(free_memory), static_cast<double>(free_share) / kShareWhole * 100,
-                                FormatMemorySize(wanted[d].memory_bytes), static_cast<double>(wanted[d].share) / kShareWhole * 100));
+                                FormatMemorySize(wanted[d].memory_bytes),
+                                static_cast<double>(wanted[d].share) / kShareWhole * 100));
     }
   }
   for (size_t d = 0; d < devices_.size(); ++d) {

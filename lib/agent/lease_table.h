@@ -62,7 +62,8 @@ class LeaseTable {
   static constexpr size_t kMaxSlicesPerDevice = 20;
 
   // All-or-nothing: kInvalidArgument (bad device, slice below 1/20 of a device or bigger than it, more than
-  // kMaxSlicesPerDevice slices of one device, id in use), kResourceExhausted (does not fit beside what is granted now), kUnavailable (draining).
+  // kMaxSlicesPerDevice slices of one device, id in use), kResourceExhausted (does not fit beside what is granted
+  // now), kUnavailable (draining).
   Status Reserve(const std::string& id, const std::string& secret, const LeaseOwner& owner,
                  const std::vector<SliceGrant>& slices, Clock::time_point now);
   // Turns a reservation into a lease. Committing twice is OK (idempotent for retries).
