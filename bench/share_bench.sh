@@ -1,20 +1,30 @@
 #!/usr/bin/env bash
-# share_bench: does `-p` buy compute? Two tenants on one emulated GPU, each running back-to-back kernels of fixed
-# work for the same wall time (tests/remote/programs/busy.cu), with shares 0.75 and 0.25; prints the share of the
-# work each got, beside a baseline measured in the same run: the same program alone on the whole device and alone
-# on a 0.25 slice (work-conserving: a tenant alone should get the whole device).
+# share_bench: does `-p` buy compute? Tenants on one emulated GPU, each running back-to-back kernels of fixed work
+# for the same wall time (tests/remote/programs/busy.cu); prints the share of the work each got while all ran,
+# beside a baseline measured in the same run: the same program alone on the whole device and alone on a 0.25 slice
+# (work-conserving: a tenant alone should get the whole device).
 #
-#   bench/share_bench.sh [BUILD_DIR] [SECONDS] [kernel|submission]     (default: build, 6, kernel)
+#   bench/share_bench.sh [BUILD_DIR] [SECONDS] [kernel|submission] [MIX]     (default: build, 6, kernel, pair)
 # kernel: the emulated device takes turns per kernel, pausing running kernels at its checkpoints (how emulated
-# devices are shared). submission: the session server takes turns per submitted kernel or copy, as it does for a
-# physical GPU without MPS (GPUPOOL_EMU_SUBMISSION_TURNS=1 in the agent's environment).
-# Targets (issue "Sessions, rebuilt"): contended shares within 5 points of 0.75/0.25; alone on 0.25 >= 90 % of
-# alone on the whole device.
+# devices are shared). submission: kernels of several sessions run at once and the session server throttles the
+# submissions of a lease over its share, as it does for a physical GPU without MPS (GPUPOOL_EMU_SUBMISSION_TURNS=1
+# in the agent's environment).
+# MIX: pair: 0.75 and 0.25, one process each. crowd: 0.5 (one process) against one 0.05 lease used by 8 processes
+# at once. burst: 0.5 against a 0.05 tenant whose session idles for SECONDS/2 before it runs. long: 0.5 against a
+# 0.05 tenant whose one kernel never ends (tests/remote/programs/spin), counting the 0.5 tenant's work against its
+# rate alone on the whole device.
+# Targets: contended shares within 5 points of the shares' ratio (pair 75 %, crowd and burst 0.5 / 0.55 = 90.9 %,
+# long: the 0.5 tenant at >= 85.9 % of its rate alone); alone on 0.25 >= 90 % of alone on the whole device.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUILD_DIR="${1:-build}"
 SECONDS_EACH="${2:-6}"
 TURNS="${3:-kernel}"
+MIX="${4:-pair}"
+case "$MIX" in
+  pair|crowd|burst|long) ;;
+  *) echo "share_bench: the mix must be 'pair', 'crowd', 'burst' or 'long', not '$MIX'" >&2; exit 2 ;;
+esac
 case "$TURNS" in
   kernel) ;;
   submission) export GPUPOOL_EMU_SUBMISSION_TURNS=1 ;;
@@ -23,7 +33,8 @@ esac
 AGENT="$BUILD_DIR/tools/gp-agent"
 RUN="$BUILD_DIR/tools/gp-run"
 BUSY="$BUILD_DIR/tests/remote/programs/busy"
-for f in "$AGENT" "$RUN" "$BUSY"; do
+SPIN="$BUILD_DIR/tests/remote/programs/spin"
+for f in "$AGENT" "$RUN" "$BUSY" "$SPIN"; do
   [[ -x "$f" ]] || { echo "share_bench: $f is missing: build the tree first (scripts/setup.sh)" >&2; exit 1; }
 done
 
@@ -38,16 +49,60 @@ server=$(sed -nE 's/.* listening on ([^ ]+) .*/\1/p' "$out/agent.out")
 kernels() { sed -nE 's/^busy: ([0-9]+) kernels.*/\1/p' "$1"; }
 run_busy() { "$RUN" --servers "$server" -p "$1" -- "$BUSY" "$SECONDS_EACH" trace >"$2"; }
 
-echo "share_bench: $(nproc) CPU(s), ${SECONDS_EACH} s per run, one emulated GPU, turns per $TURNS"
+echo "share_bench: $(nproc) CPU(s), ${SECONDS_EACH} s per run, one emulated GPU, turns per $TURNS, mix $MIX"
 run_busy 1 "$out/whole"
 run_busy 0.25 "$out/alone"
-run_busy 0.75 "$out/big" &
-big_pid=$!
-run_busy 0.25 "$out/small"
-wait $big_pid
+case "$MIX" in
+  pair)
+    big_share=0.75 small_share=0.25
+    run_busy 0.75 "$out/big" &
+    big_pid=$!
+    run_busy 0.25 "$out/small.0"
+    ;;
+  crowd)
+    big_share=0.5 small_share=0.05
+    run_busy 0.5 "$out/big" &
+    big_pid=$!
+    # One lease, eight processes: each opens a session of its own on the lease's slice.
+    "$RUN" --servers "$server" -p 0.05 -- bash -c \
+      'for i in 0 1 2 3 4 5 6 7; do "$0" "$1" trace >"$2.$i" & done; wait' "$BUSY" "$SECONDS_EACH" "$out/small"
+    ;;
+  burst)
+    big_share=0.5 small_share=0.05
+    run_busy 0.5 "$out/big" &
+    big_pid=$!
+    idle=$(awk -v s="$SECONDS_EACH" 'BEGIN { print s / 2 }')
+    "$RUN" --servers "$server" -p 0.05 -- "$BUSY" "$SECONDS_EACH" trace "$idle" >"$out/small.0"
+    ;;
+  long)
+    big_share=0.5 small_share=0.05
+    "$RUN" --servers "$server" -p 0.05 -- "$SPIN" >"$out/spin" &
+    spin_pid=$!
+    for _ in $(seq 600); do grep -q running "$out/spin" 2>/dev/null && break; sleep 0.1; done
+    sleep 0.5  # Its kernel is running.
+    run_busy 0.5 "$out/big"
+    kill "$spin_pid" 2>/dev/null || true
+    wait "$spin_pid" 2>/dev/null || true
+    ;;
+esac
+[[ "$MIX" == long ]] || wait $big_pid
 whole=$(kernels "$out/whole") alone=$(kernels "$out/alone")
+awk -v whole="$whole" -v alone="$alone" 'BEGIN {
+  printf "baseline  alone on the whole GPU (-p 1):   %6d kernels\n", whole
+  printf "alone     on a 0.25 slice:                 %6d kernels = %.1f %% of the baseline (target >= 90 %%: %s)\n",
+         alone, 100 * alone / whole, (alone >= 0.9 * whole ? "MET" : "MISSED")
+}'
+if [[ "$MIX" == long ]]; then
+  big=$(kernels "$out/big")
+  awk -v whole="$whole" -v big="$big" 'BEGIN {
+    target = 0.5 / 0.55 - 0.05
+    printf "0.5 tenant beside a 0.05 kernel that never ends: %d kernels = %.1f %% of its rate alone (target >= %.1f %%: %s)\n",
+           big, 100 * big / whole, 100 * target, (big / whole >= target ? "MET" : "MISSED")
+  }'
+  exit 0
+fi
 # The contended tenants start and stop at different moments (each alone on the device meanwhile): count only the
-# work each did while both ran, interpolating between their per-batch progress lines.
+# work each did while all ran, interpolating between their per-batch progress lines.
 read -r big small window < <(awk '
   /^busy: at / { t[FILENAME, ++n[FILENAME]] = $3; k[FILENAME, n[FILENAME]] = $4 }
   function at(f, x,   i) {  # kernels done by time x, linear between progress lines
@@ -56,20 +111,26 @@ read -r big small window < <(awk '
     return k[f, n[f]]
   }
   END {
-    a = ARGV[1]; b = ARGV[2]
-    lo = t[a, 1] > t[b, 1] ? t[a, 1] : t[b, 1]
-    hi = t[a, n[a]] < t[b, n[b]] ? t[a, n[a]] : t[b, n[b]]
-    printf "%.1f %.1f %.2f\n", at(a, hi) - at(a, lo), at(b, hi) - at(b, lo), (hi - lo) / 1000
-  }' "$out/big" "$out/small")
-awk -v whole="$whole" -v alone="$alone" -v big="$big" -v small="$small" -v window="$window" -v each="$SECONDS_EACH" 'BEGIN {
-  printf "baseline  alone on the whole GPU (-p 1):   %6d kernels\n", whole
-  printf "alone     on a 0.25 slice:                 %6d kernels = %.1f %% of the baseline (target >= 90 %%: %s)\n",
-         alone, 100 * alone / whole, (alone >= 0.9 * whole ? "MET" : "MISSED")
+    # The idle tenant of "burst" starts its clock (its first line) only once it runs.
+    lo = 0; hi = -1
+    for (i = 1; i < ARGC; ++i) {
+      f = ARGV[i]
+      if (t[f, 1] > lo) lo = t[f, 1]
+      if (hi < 0 || t[f, n[f]] < hi) hi = t[f, n[f]]
+    }
+    small = 0
+    for (i = 2; i < ARGC; ++i) small += at(ARGV[i], hi) - at(ARGV[i], lo)
+    printf "%.1f %.1f %.2f\n", at(ARGV[1], hi) - at(ARGV[1], lo), small, (hi - lo) / 1000
+  }' "$out/big" "$out"/small.*)
+awk -v whole="$whole" -v big="$big" -v small="$small" -v window="$window" -v each="$SECONDS_EACH" \
+    -v bs="$big_share" -v ss="$small_share" 'BEGIN {
   total = big + small
-  printf "contended, while both ran (%.2f s):\n", window
-  printf "          0.75 slice:                      %8.1f kernels = %.1f %% of the work (target 70..80 %%: %s)\n",
-         big, 100 * big / total, (big / total >= 0.70 && big / total <= 0.80) ? "MET" : "MISSED"
-  printf "          0.25 slice:                      %8.1f kernels = %.1f %% of the work\n", small, 100 * small / total
-  printf "contended total: %.1f %% of the baseline rate; ratio 0.75/0.25 = %.2f (target 3)\n",
-         100 * (total / window) / (whole / each), big / small
+  want = bs / (bs + ss)
+  printf "contended, while all ran (%.2f s):\n", window
+  printf "          %-4s lease:                      %8.1f kernels = %.1f %% of the work (target %.1f..%.1f %%: %s)\n",
+         bs, big, 100 * big / total, 100 * want - 5, 100 * want + 5,
+         (big / total >= want - 0.05 && big / total <= want + 0.05) ? "MET" : "MISSED"
+  printf "          %-4s lease:                      %8.1f kernels = %.1f %% of the work\n", ss, small, 100 * small / total
+  printf "contended total: %.1f %% of the baseline rate; ratio %s/%s = %.2f (target %.2f)\n",
+         100 * (total / window) / (whole / each), bs, ss, big / small, bs / ss
 }'

@@ -4,15 +4,22 @@
 
 #include <fmt/format.h>
 
+#include "backend/device_turns.h"
+#include "backend/slice_quota.h"
 #include "core/toml_config.h"
 
 namespace gpupool::agent {
+
+static_assert(kMaxSessionsPerDevice == backend::DeviceTurns::kMaxMembers,
+              "[limits] sessions_per_device is at most what a device's turns table holds");
+static_assert(kMaxSessionsPerLease == backend::SliceQuota::kMaxMembers,
+              "[limits] sessions_per_lease is at most what a slice's quota table holds");
 namespace {
 
 Status Read(const TomlFile& file, AgentConfig* c) {
   const toml::table& root = file.root();
   if (Status s = file.CheckKeys(root, {"name", "listen", "class", "nvml", "cuda_driver", "emulated", "leases", "drain",
-                                       "metrics", "telemetry", "auth", "groups", "personality", "tls", "limits"},
+                                       "metrics", "telemetry", "limits", "auth", "groups", "personality", "tls"},
                                 "the agent config");
       !s.ok())
     return s;
@@ -83,7 +90,22 @@ Status Read(const TomlFile& file, AgentConfig* c) {
   }
   if (!(s = section("limits", &t)).ok()) return s;
   if (t) {
-    if (!(s = file.CheckKeys(*t, {"session_bytes_in_flight"}, "[limits]")).ok()) return s;
+    if (!(s = file.CheckKeys(*t, {"sessions_per_device", "sessions_per_lease", "session_bytes_in_flight"}, "[limits]")).ok()) return s;
+    struct Limit {
+      const char* key;
+      int ceiling;
+      int* value;
+    };
+    for (const Limit& limit : {Limit{"sessions_per_device", kMaxSessionsPerDevice, &c->sessions_per_device},
+                               Limit{"sessions_per_lease", kMaxSessionsPerLease, &c->sessions_per_lease}}) {
+      int64_t v = *limit.value;
+      if (!(s = file.GetInt(*t, limit.key, &v)).ok()) return s;
+      if (v < 1 || v > limit.ceiling) {
+        return file.Error(*t->get(limit.key),
+                          fmt::format("[limits] {} must be within 1..{}", limit.key, limit.ceiling));
+      }
+      *limit.value = static_cast<int>(v);
+    }
     if (!(s = file.GetMemory(*t, "session_bytes_in_flight", &c->session_bytes_in_flight)).ok()) return s;
   }
   if (!(s = section("telemetry", &t)).ok()) return s;
@@ -126,6 +148,12 @@ Status AgentConfig::Validate() const {
   if (session_bytes_in_flight < (1ull << 20) || session_bytes_in_flight > (4ull << 30)) {
     return bad(fmt::format("[limits] session_bytes_in_flight must be within 1MiB..4GiB, not {} bytes",
                            session_bytes_in_flight));
+  }
+  if (sessions_per_device < 1 || sessions_per_device > kMaxSessionsPerDevice) {
+    return bad(fmt::format("[limits] sessions_per_device must be within 1..{}", kMaxSessionsPerDevice));
+  }
+  if (sessions_per_lease < 1 || sessions_per_lease > kMaxSessionsPerLease) {
+    return bad(fmt::format("[limits] sessions_per_lease must be within 1..{}", kMaxSessionsPerLease));
   }
   if (idle_after.count() < 1000) return bad("[telemetry] idle_after must be at least 1s");
   if (!metrics_listen.empty() && metrics_listen.rfind("unix:", 0) == 0) {

@@ -15,6 +15,10 @@
 namespace gpupool::agent {
 
 inline constexpr const char* kDefaultListen = "*:7450";
+// The most sessions a device's turns table (backend/device_turns.h) and a slice's quota table
+// (backend/slice_quota.h) hold: the ceilings of [limits].
+inline constexpr int kMaxSessionsPerDevice = 128;
+inline constexpr int kMaxSessionsPerLease = 64;
 
 //   name = "gpu-a"                 # default: the host name
 //   listen = "*:7450"              # "host:port" or "unix:/path"; port 0 picks a free one
@@ -31,15 +35,17 @@ inline constexpr const char* kDefaultListen = "*:7450";
 //   timeout = "5m"                 # after SIGTERM, exit once leases are gone or this passes
 //   [metrics]
 //   listen = "*:9450"              # serve Prometheus metrics at http://ADDRESS/metrics; default: not served
+//   [limits]
+//   sessions_per_device = 128      # sessions open at once on one device, 1..128; default 128
+//   sessions_per_lease = 64        # sessions one lease holds open at once on one device, 1..64; default 64
+//   session_bytes_in_flight = "64MiB"  # what one session holds for calls not yet done before it stops reading its
+//                                      # client's calls (back-pressure); 1MiB..4GiB
 //   [telemetry]
 //   idle_after = "10m"             # flag a lease whose sessions made no call for this long
 //   [auth]
 //   require = false                # refuse clients the agent cannot authenticate
 //   tokens = "/etc/gpupool/tokens.toml"  # TCP clients' per-user tokens ([tokens] user = "token"; mode 0600)
 //   admins = ["alice"]             # may cordon, uncordon and revoke (besides root and the agent's own user)
-//   [limits]
-//   session_bytes_in_flight = "64MiB"  # what one session holds for calls not yet done before it stops reading its
-//                                      # client's calls (back-pressure); 1MiB..4GiB
 //   [tls]                          # serve a TCP listen address over TLS (sessions then go through the agent)
 //   cert = "/etc/gpupool/agent.crt"
 //   key = "/etc/gpupool/agent.key"
@@ -60,6 +66,10 @@ struct AgentConfig {
   std::chrono::milliseconds sweep_interval{250};  // How often expiry is checked.
   std::string metrics_listen;                     // "host:port" for /metrics; empty: none.
   std::chrono::milliseconds idle_after{600000};
+  // [limits]: a session beyond either is refused before its worker starts, with a message naming the limit. At
+  // most what a device's turns table and a slice's quota table hold (kMaxSessionsPerDevice, kMaxSessionsPerLease).
+  int sessions_per_device = kMaxSessionsPerDevice;
+  int sessions_per_lease = kMaxSessionsPerLease;
   bool require_auth = false;
   std::string tokens_file;  // Empty: no TCP client can authenticate.
   std::vector<std::string> admins;  // Authenticated users who may administer the agent (root and its own user too).

@@ -52,6 +52,10 @@ struct AgentState {
   std::vector<int> turns_fds;
   // Per (lease, device): the quota table the lease's sessions on that slice share (backend/slice_quota.h).
   std::map<std::pair<std::string, uint32_t>, int> quota_fds;
+  // Per (lease, device): the lease's group in the device's turns table, whose share its sessions share. Numbered by
+  // the agent, never by a client: two leases never share a weight.
+  std::map<std::pair<std::string, uint32_t>, uint64_t> turns_groups;
+  uint64_t next_turns_group = 1;
   // What each device and lease is doing (sampled every kSampleInterval), and NVML for the physical GPUs (null:
   // none, or no NVML).
   Telemetry telemetry;
@@ -72,6 +76,7 @@ struct AgentState {
       close(it->second);
       it = quota_fds.erase(it);
     }
+    turns_groups.erase(turns_groups.lower_bound({lease_id, 0}), turns_groups.lower_bound({lease_id + '\0', 0}));
     return revoked;
   }
 
@@ -106,6 +111,13 @@ struct AgentState {
       turns_fds[device] = *fd;
     }
     return turns_fds[device];
+  }
+
+  // The lease's group in `device`'s turns table, numbered by its first session there.
+  uint64_t TurnsGroup(const std::string& lease_id, uint32_t device) {
+    auto [it, added] = turns_groups.emplace(std::make_pair(lease_id, device), next_turns_group);
+    if (added) ++next_turns_group;
+    return it->second;
   }
 
   // The quota table of the lease's slice on `device`, created by its first session.
@@ -288,7 +300,7 @@ void Describe(const AgentState& state, wire::AgentState::Builder out, bool with_
     d.setEmulated(r.emulated);
     d.setMemoryTotal(r.memory_bytes);
     d.setMemoryAllocated(table.usage()[i].memory_bytes);
-    d.setShareAllocatedMicros(table.usage()[i].share);
+    d.setShareAllocatedMicros(static_cast<uint32_t>(std::min<uint64_t>(kShareWhole, table.usage()[i].share)));
     d.setCordoned(table.cordoned(static_cast<uint32_t>(i)));
     FillTelemetry(d, state.telemetry.device(i), history_seconds);
   }
@@ -542,6 +554,25 @@ class AgentImpl final : public wire::Agent::Server {
                  Status(StatusCode::kInternal, "cannot run CUDA on this server's GPUs: " + state_.cuda_error));
       return kj::READY_NOW;
     }
+    // Capacity is checked before a worker starts: past it, a worker could not join its device's tables, and a
+    // tenant would meet a failed start instead of the limit.
+    if (state_.workers->OnDevice(device) >= static_cast<size_t>(state_.config.sessions_per_device)) {
+      RefuseSession(results.initOutcome(),
+                    Status(StatusCode::kResourceExhausted,
+                           fmt::format("device {} has {} sessions open, the most this agent allows on one device "
+                                       "([limits] sessions_per_device = {}): close some first",
+                                       device, state_.workers->OnDevice(device), state_.config.sessions_per_device)));
+      return kj::READY_NOW;
+    }
+    if (state_.workers->OfLease(e->id, device) >= static_cast<size_t>(state_.config.sessions_per_lease)) {
+      RefuseSession(results.initOutcome(),
+                    Status(StatusCode::kResourceExhausted,
+                           fmt::format("lease {} has {} sessions open on device {}, the most this agent allows one "
+                                       "lease on one device ([limits] sessions_per_lease = {}): close some first",
+                                       e->id, state_.workers->OfLease(e->id, device), device,
+                                       state_.config.sessions_per_lease)));
+      return kj::READY_NOW;
+    }
     WorkerSpec spec;
     spec.lease_id = e->id;
     spec.device = device;
@@ -564,6 +595,7 @@ class AgentImpl final : public wire::Agent::Server {
       return kj::READY_NOW;
     }
     spec.turns_fd = *turns;
+    spec.turns_group = state_.TurnsGroup(e->id, device);
     // Every process of the lease opens sessions of its own; the slice's memory is the lease's, shared by them.
     auto quota = state_.QuotaFd(e->id, device, slice->memory_bytes);
     if (!quota.ok()) {

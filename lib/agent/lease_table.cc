@@ -1,5 +1,7 @@
 #include "agent/lease_table.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/util.h"
@@ -20,6 +22,7 @@ Status LeaseTable::Reserve(const std::string& id, const std::string& secret, con
 
   // Sum per device first, so a request with two slices on one device is checked as a whole.
   std::vector<DeviceUsage> wanted(devices_.size());
+  std::vector<size_t> slices_of(devices_.size(), 0);
   const uint32_t min_share = ShareFromFraction(kMinFraction);
   for (const SliceGrant& s : slices) {
     if (s.device >= devices_.size()) {
@@ -41,18 +44,26 @@ Status LeaseTable::Reserve(const std::string& id, const std::string& secret, con
                     fmt::format("slice of {} on device {} does not fit its {} of memory",
                                 FormatMemorySize(s.memory_bytes), s.device, FormatMemorySize(total)));
     }
+    // A count no request can need is refused before anything is summed: with it the sums below stay far from
+    // wrapping (20 whole devices' memory and shares per device at most).
+    if (++slices_of[s.device] > kMaxSlicesPerDevice) {
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("more than {} slices of device {} in one reservation (a slice is at least 1/{} of a "
+                                "device)", kMaxSlicesPerDevice, s.device, kMaxSlicesPerDevice));
+    }
     wanted[s.device].memory_bytes += s.memory_bytes;
     wanted[s.device].share += s.share;
   }
   for (size_t d = 0; d < devices_.size(); ++d) {
     if (wanted[d].memory_bytes == 0 && wanted[d].share == 0) continue;
-    const uint64_t free_memory = devices_[d].memory_bytes - usage_[d].memory_bytes;
-    const uint32_t free_share = kShareWhole - usage_[d].share;
+    const uint64_t free_memory = devices_[d].memory_bytes - std::min(devices_[d].memory_bytes, usage_[d].memory_bytes);
+    const uint64_t free_share = kShareWhole - std::min<uint64_t>(kShareWhole, usage_[d].share);
     if (wanted[d].memory_bytes > free_memory || wanted[d].share > free_share) {
       return Status(StatusCode::kResourceExhausted,
                     fmt::format("device {} has {} and {:.0f}% compute free; asked for {} and {:.0f}%", d,
-                                FormatMemorySize(free_memory), FractionFromShare(free_share) * 100,
-                                FormatMemorySize(wanted[d].memory_bytes), FractionFromShare(wanted[d].share) * 100));
+                                FormatMemorySize(free_memory), static_cast<double>(free_share) / kShareWhole * 100,
+                                FormatMemorySize(wanted[d].memory_bytes),
+                                static_cast<double>(wanted[d].share) / kShareWhole * 100));
     }
   }
   for (size_t d = 0; d < devices_.size(); ++d) {

@@ -49,7 +49,9 @@ struct LeaseEntry {
 
 struct DeviceUsage {
   uint64_t memory_bytes = 0;
-  uint32_t share = 0;
+  // Millionths of the device granted. 64 bits: the slices of one request are summed before they are checked, and a
+  // sum of millionths in 32 bits wraps past 4,294 whole devices.
+  uint64_t share = 0;
 };
 
 // Thread safety: none; the agent uses it from its event loop only.
@@ -57,8 +59,12 @@ class LeaseTable {
  public:
   LeaseTable(std::vector<DeviceCapacity> devices, LeaseTiming timing);
 
-  // All-or-nothing: kInvalidArgument (bad device, slice below 1/20 of a device or bigger than it, id in use),
-  // kResourceExhausted (does not fit beside what is granted now), kUnavailable (draining).
+  // Most slices one reservation may ask of one device: each is at least 1/20 of it.
+  static constexpr size_t kMaxSlicesPerDevice = 20;
+
+  // All-or-nothing: kInvalidArgument (bad device, slice below 1/20 of a device or bigger than it, more than
+  // kMaxSlicesPerDevice slices of one device, id in use), kResourceExhausted (does not fit beside what is granted
+  // now), kUnavailable (draining).
   Status Reserve(const std::string& id, const std::string& secret, const LeaseOwner& owner,
                  const std::vector<SliceGrant>& slices, Clock::time_point now);
   // Turns a reservation into a lease. Committing twice is OK (idempotent for retries).

@@ -306,7 +306,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     if (c.getDeviceTurns()) {
       if (!mps) {
         // Joined on this thread, which lives as long as the worker: membership is held by it.
-        auto joined = backend::DeviceTurns::Join(kTurnsFd, c.getShareMicros());
+        auto joined = backend::DeviceTurns::Join(kTurnsFd, c.getShareMicros(), c.getTurnsGroup());
         if (joined.ok()) {
           turns = std::move(joined).value();
           if (limits.meter) turns->MeterInto(limits.meter);
@@ -323,10 +323,11 @@ class WorkerImpl final : public wire::SessionWorker::Server {
         GP_WARN("session", "cannot lower the worker's priority to nice {}: {}", nice, std::strerror(errno));
       }
     }
-    // Who takes the turns: the emulated device itself, per kernel, preempting at its checkpoints; for a physical
-    // GPU the session server, per submission (a GPU's kernels cannot be paused from outside).
+    // Who shares the device: the emulated device itself, per kernel, preempting at its checkpoints; for a physical
+    // GPU the session server, throttling the submissions of a lease over its share while the driver time-slices
+    // the contexts (a GPU's kernels cannot be paused from outside).
     // GPUPOOL_EMU_SUBMISSION_TURNS=1 shares an emulated device the GPU's way, so that path runs without a GPU.
-    std::shared_ptr<emu::ExecutionGate> submission_turns;
+    std::shared_ptr<backend::DeviceTurns> submission_turns;
     if (!c.getEmulated() || EnvFlag("GPUPOOL_EMU_SUBMISSION_TURNS")) submission_turns = turns;
     if (!joined_turns.ok()) {
       device = joined_turns;
@@ -580,6 +581,7 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   c.setShareMicros(spec.share_micros);
   c.setCudaDriver(spec.cuda_driver);
   c.setDeviceTurns(turns_fd >= 0);
+  c.setTurnsGroup(spec.turns_group);
   c.setSliceQuota(quota_fd >= 0);
   c.setSessionMeter(meter_fd >= 0);
   c.setDirectListen(spec.direct_listen);
@@ -614,6 +616,18 @@ std::vector<SessionWorkers::SessionView> SessionWorkers::Sessions() const {
     out.push_back({worker->lease_id, worker->device, pid, worker->meter->Read()});
   }
   return out;
+}
+
+size_t SessionWorkers::OnDevice(uint32_t device) const {
+  size_t n = 0;
+  for (const auto& [pid, worker] : workers_) n += worker->device == device ? 1 : 0;
+  return n;
+}
+
+size_t SessionWorkers::OfLease(const std::string& lease_id, uint32_t device) const {
+  size_t n = 0;
+  for (const auto& [pid, worker] : workers_) n += worker->device == device && worker->lease_id == lease_id ? 1 : 0;
+  return n;
 }
 
 kj::Promise<void> SessionWorkers::KillLease(const std::string& lease_id) {

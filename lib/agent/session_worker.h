@@ -4,11 +4,12 @@
 // the client (Cap'n Proto forwards the calls), kills the worker when the lease ends, and reaps it.
 //
 // Compute share: the workers of one emulated device take turns on it through a table the agent shares with them
-// (backend/device_turns.h): under contention each gets device time in proportion to its share, a session alone
-// gets all of it, and a kernel that never ends is paused at its time slice's end. On a physical GPU served by an
-// MPS daemon the worker sets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE to its share; without MPS the GPU's own
-// time-slicing decides (equal turns per context) and the worker only runs at the CFS weight (nice value) nearest
-// its share, which orders its CPU side alone.
+// (backend/device_turns.h): under contention each lease gets device time in proportion to its share (all its
+// sessions on the device together), a session alone gets all of it, and a kernel that never ends is paused at its
+// time slice's end. On a physical GPU served by an MPS daemon the worker sets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE to
+// its share; without MPS the GPU's driver time-slices the contexts and the session server holds back the
+// submissions of a lease over its share (DeviceTurns::WaitForShare). A worker without a turns table only runs at
+// the CFS weight (nice value) nearest its share, which orders its CPU side alone.
 #ifndef GPUPOOL_AGENT_SESSION_WORKER_H_
 #define GPUPOOL_AGENT_SESSION_WORKER_H_
 
@@ -52,6 +53,7 @@ struct WorkerSpec {
   uint32_t share_micros = 1000000;
   std::string cuda_driver;
   int turns_fd = -1;  // The device's turns table (DeviceTurns::CreateSegment), or -1: none.
+  uint64_t turns_group = 0;  // The lease's group in it (DeviceTurns::Join): one weight for the lease's sessions.
   int quota_fd = -1;  // The slice's quota table (SliceQuota::CreateSegment), or -1: the session's own quota.
   // Where the worker listens for its client's direct connection ("host:0", "unix:PATH"); empty: nowhere.
   std::string direct_listen;
@@ -85,6 +87,10 @@ class SessionWorkers {
   // all have, or after a bounded wait.
   kj::Promise<void> KillLease(const std::string& lease_id);
   size_t running() const { return workers_.size(); }
+  // Workers of `device`, and of the lease `lease_id` on it, that hold or may still hold a place in its turns and
+  // quota tables: starting, serving, or ended but not yet reaped.
+  size_t OnDevice(uint32_t device) const;
+  size_t OfLease(const std::string& lease_id, uint32_t device) const;
 
   // A running session as the agent's telemetry sees it.
   struct SessionView {

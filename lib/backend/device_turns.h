@@ -2,11 +2,16 @@
 // their compute shares (`gp-run -p`).
 //
 // The agent creates one shared table per device (CreateSegment) and hands its descriptor to every session worker
-// of that device; each worker joins the table with its share (Join) and asks for a turn before each kernel. One
-// session runs at a time (a kernel of the emulated device already uses every core); the next turn goes to the
-// waiting session that has used the least device time for its share (stride scheduling: time used / share), and a
-// running kernel yields at its next checkpoint once its time slice is over and a neighbour waits. So two busy
-// tenants with 0.75 and 0.25 get 3:1 of the device's time, and a tenant alone gets all of it (work-conserving).
+// of that device; each worker joins the table with its share and its lease (Join) and asks for a turn before each
+// kernel. One session runs at a time (a kernel of the emulated device already uses every core); the next turn goes
+// to the waiting session whose lease has used the least device time for its share (stride scheduling: time used /
+// share), and a running kernel yields at its next checkpoint once its time slice is over and a neighbour waits. So
+// two busy tenants with 0.75 and 0.25 get 3:1 of the device's time, and a tenant alone gets all of it
+// (work-conserving).
+//
+// The weight is the lease's, not the session's: every session of one lease on the device is a member of one group
+// that is charged for all their device time, so eight processes of a 0.05 lease get 0.05 together, not eight
+// times that. Within a group the member that has used least goes first.
 //
 // A worker may die at any moment (SIGKILL mid-kernel): the table notices through a robust mutex each member holds
 // for its life, and the dead member's turn and slot are taken back. Nothing of this is trusted for isolation: a
@@ -31,18 +36,42 @@ class DeviceTurns final : public emu::ExecutionGate {
  public:
   // Longest a running kernel keeps the device while another session waits for it.
   static constexpr int64_t kSliceNanos = 10'000'000;
+  // Most members one table holds (sessions on one device): the agent refuses a session beyond its
+  // [limits] sessions_per_device before it starts a worker, so this is never what a tenant meets.
+  static constexpr int kMaxMembers = 128;
 
   // A new, empty table in anonymous shared memory: returns its descriptor (close-on-exec; the caller passes it to
   // each worker of the device and closes it when the device goes).
   static Result<int> CreateSegment();
-  // Joins the table behind `fd` (the worker's end) with a share of `share_micros` millionths of the device. Called
-  // on the thread that lives as long as the process (membership is held by that thread).
-  static Result<std::unique_ptr<DeviceTurns>> Join(int fd, uint32_t share_micros);
+  // Joins the table behind `fd` (the worker's end) with a share of `share_micros` millionths of the device, in the
+  // group `group` (the agent's number for the lease on this device: members of one group share its share; 0: a
+  // group of this member alone). The group's first member sets its share. Called on the thread that lives as long
+  // as the process (membership is held by that thread). kResourceExhausted when kMaxMembers live members hold the
+  // table.
+  static Result<std::unique_ptr<DeviceTurns>> Join(int fd, uint32_t share_micros, uint64_t group = 0);
+  // Tests only: locks the table behind `fd` and never unlocks it, as a member killed while it holds the lock
+  // leaves it.
+  static void LockTableForTesting(int fd);
   ~DeviceTurns() override;
 
   void Enter(const std::atomic<bool>& cancel) override;
   void Leave(bool more_queued) override;
   void Checkpoint(const std::atomic<bool>& cancel) override;
+
+  // The submission path, for a device whose running work cannot be paused from outside (a GPU without MPS; an
+  // emulated device with GPUPOOL_EMU_SUBMISSION_TURNS=1). No turn is held while work runs: the work of several
+  // sessions runs at once and the device time-slices between them (a GPU's driver between contexts), so a long
+  // kernel delays its neighbours by no more than the device's own slicing. Each member is charged the time its
+  // work is in flight, divided among the members with work in flight then (what a time-slicing device gives each),
+  // and shares are enforced by throttling: a submission of a lease more than one time slice (kSliceNanos of its
+  // own device time) ahead of a neighbouring lease that wants the device waits until it no longer is, or until
+  // `cancel` is set. Not mixed with Enter/Leave on one table.
+  //
+  // Before work reaches the device: waits while this member's lease is over its share (throttled).
+  void WaitForShare(const std::atomic<bool>& cancel);
+  // This member has work in flight from now (its first submission since it had none), or none any more.
+  void WorkStarted();
+  void WorkDrained();
 
   // Device time this member has used, in nanoseconds (for tests and telemetry).
   uint64_t used_nanos() const;
@@ -58,6 +87,11 @@ class DeviceTurns final : public emu::ExecutionGate {
   void AcquireLocked(const std::atomic<bool>& cancel);
   // With the table locked: charges the time since the turn began.
   void ChargeLocked(int64_t now);
+  // With the table locked: charges `nanos` of device time to this member and its lease.
+  void ChargeNanosLocked(int64_t nanos, int64_t now);
+  // With the table locked, on the submission path: charges the share of the device this member's work in flight
+  // had since its last charge.
+  void ChargeInFlightLocked(int64_t now);
 
   TurnsTable* table_;
   int slot_;

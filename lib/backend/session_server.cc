@@ -43,55 +43,45 @@ Reply Invalid(std::string message) { return Done({CUDA_ERROR_INVALID_VALUE, std:
 Reply Unknown(const char* what) { return Done({CUDA_ERROR_INVALID_HANDLE, fmt::format("unknown {} handle", what)}); }
 CallStatus Revoked() { return {CUDA_ERROR_INVALID_CONTEXT, kRevokedMessage}; }
 
-// Takes turns on a device for work submitted to it (see NewSessionServer): holds the turn from the first submission
-// until no submitted work is left running, and gives it up early at a submission once its slice is over and a
-// neighbour with less use waits. Thread-safe: submissions come from the session's thread, completions from the
-// device's.
+// Shares a device that cannot pause running work (see NewSessionServer) by throttling this session's submissions
+// through the device's turns table: the table learns when the session has work in flight (from its first
+// submission until none is left) and holds a submission back while the session's lease is over its share.
+// Thread-safe: submissions come from the session's thread, completions from the device's.
 class SubmissionTurns {
  public:
-  explicit SubmissionTurns(std::shared_ptr<emu::ExecutionGate> gate) : gate_(std::move(gate)) {}
+  explicit SubmissionTurns(std::shared_ptr<DeviceTurns> turns) : turns_(std::move(turns)) {}
 
   ~SubmissionTurns() {
     std::lock_guard<std::mutex> lock(mu_);
-    if (holding_) gate_->Leave(false);
+    if (in_flight_ > 0) turns_->WorkDrained();
   }
 
-  // Before work reaches the device: waits for the turn (or yields it, if the slice is over and someone waits).
+  // Before work reaches the device: waits while the lease is over its share.
   void BeforeSubmit() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (holding_) {
-      gate_->Checkpoint(cancel_);  // Holds the turn, or yields and waits for it back.
-    } else {
-      lock.unlock();  // Completions (which only ever give the turn up) must not wait behind the wait.
-      gate_->Enter(cancel_);
-      lock.lock();
-      holding_ = true;
-    }
-    ++in_flight_;
+    // Not under mu_: completions (which only ever end the work in flight) must not wait behind a throttled
+    // submission. The work counts as in flight only once it is let through: a throttled session is not charged.
+    turns_->WaitForShare(cancel_);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (in_flight_++ == 0) turns_->WorkStarted();
   }
 
-  // The submitted work has run: the last one out hands the turn on (keeping the next an instant, since a client
-  // that just waited for its work usually submits more at once).
+  // The submitted work has run: the last one out tells the table that none of this session's work is left.
   void Completed() {
     std::lock_guard<std::mutex> lock(mu_);
-    if (in_flight_ > 0 && --in_flight_ == 0 && holding_) {
-      holding_ = false;
-      gate_->Leave(true);
-    }
+    if (in_flight_ > 0 && --in_flight_ == 0) turns_->WorkDrained();
   }
 
  private:
-  std::shared_ptr<emu::ExecutionGate> gate_;
+  std::shared_ptr<DeviceTurns> turns_;
   std::atomic<bool> cancel_{false};
   std::mutex mu_;
-  bool holding_ = false;  // Guarded by mu_.
-  int in_flight_ = 0;     // Guarded by mu_.
+  int in_flight_ = 0;  // Guarded by mu_.
 };
 
 class SessionServer final : public wire::Session::Server, public FramedSession {
  public:
   SessionServer(std::unique_ptr<DeviceBackend> backend, const SessionLimits& limits,
-                std::shared_ptr<SessionControl> control, std::shared_ptr<emu::ExecutionGate> submission_turns)
+                std::shared_ptr<SessionControl> control, std::shared_ptr<DeviceTurns> submission_turns)
       : backend_(std::move(backend)),
         limits_(limits),
         quota_(limits.quota ? limits.quota : SliceQuota::Private(limits.memory_bytes)),
@@ -1166,7 +1156,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
 
 kj::Own<wire::Session::Server> NewSessionServer(std::unique_ptr<DeviceBackend> backend, const SessionLimits& limits,
                                                 std::shared_ptr<SessionControl> control,
-                                                std::shared_ptr<emu::ExecutionGate> submission_turns,
+                                                std::shared_ptr<DeviceTurns> submission_turns,
                                                 FramedSession** framed) {
   auto server = kj::heap<SessionServer>(std::move(backend), limits, std::move(control), std::move(submission_turns));
   if (framed) *framed = server.get();

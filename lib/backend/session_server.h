@@ -17,6 +17,7 @@
 #include <kj/memory.h>
 
 #include "backend/device_backend.h"
+#include "backend/device_turns.h"
 #include "backend/session_meter.h"
 #include "backend/slice_quota.h"
 #include "emu/device.h"
@@ -93,13 +94,15 @@ class FramedSession {
 
 // The server for one session over `backend`. `control` (may be null) receives the session's revoke function.
 // `framed` (may be null) receives the same server's framed entry, valid as long as the returned server lives.
-// `submission_turns` (may be null) shares a device that does not share itself by its compute shares (a physical GPU
-// without MPS): the session submits work (kernels, copies, memsets) only while it holds the device's turn, keeps it
-// while that work runs and for one time slice at most while a neighbour waits, then hands it on. The wait happens
-// before a submission reaches the device, on the session's own thread: a session waits, its neighbours do not.
+// `submission_turns` (may be null) shares a device that does not share itself by its compute shares and cannot pause
+// running work (a physical GPU without MPS): the sessions' work runs side by side, the device time-slicing between
+// them, and the table (DeviceTurns::WaitForShare) charges each session its part of the device while its work is in
+// flight and holds back the submissions (kernels, copies, memsets) of a lease more than one time slice over its
+// share until its neighbours catch up. The wait happens before a submission reaches the device, on the session's
+// own thread: a session waits, its neighbours do not, and no neighbour's long kernel holds another's work back.
 kj::Own<wire::Session::Server> NewSessionServer(std::unique_ptr<DeviceBackend> backend, const SessionLimits& limits,
                                                 std::shared_ptr<SessionControl> control,
-                                                std::shared_ptr<emu::ExecutionGate> submission_turns = nullptr,
+                                                std::shared_ptr<DeviceTurns> submission_turns = nullptr,
                                                 FramedSession** framed = nullptr);
 
 }  // namespace gpupool::backend

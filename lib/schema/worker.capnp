@@ -29,7 +29,9 @@ struct WorkerConfig {
   sessionMeter @14 :Bool;     # The session's meter (backend/session_meter.h), which the agent reads for its
                               # telemetry, is the worker's fd 6.
   computeCapability @15 :UInt16;  # Emulated devices: major * 10 + minor; 0 = 7.5.
-  bytesInFlight @16 :UInt64;  # Most bytes the session holds for calls not yet done before it stops reading its
+  turnsGroup @16 :UInt64;     # The agent's number for the lease on this device: the sessions of one lease share one
+                              # weight in the turns table (DeviceTurns::Join's group).
+  bytesInFlight @17 :UInt64;  # Most bytes the session holds for calls not yet done before it stops reading its
                               # client (backend::SessionLimits::bytes_in_flight); 0 = the default.
 }
 

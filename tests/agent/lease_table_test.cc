@@ -59,6 +59,20 @@ TEST_F(LeaseTableTest, RejectsAbsurdSlices) {
   EXPECT_EQ(Reserve("f", {{1, kGiB, kShareWhole / 20}}).code(), StatusCode::kInvalidArgument);
 }
 
+// 4,295 whole-device slices summed in 32 bits of millionths wrapped to 3.3 % of the device, and were granted.
+TEST_F(LeaseTableTest, ThousandsOfWholeSlicesAreNotAccountedAsAFewPercent) {
+  std::vector<SliceGrant> whole(4295, SliceGrant{0, 1, kShareWhole});
+  Status s = Reserve("a", whole);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("more than 20 slices of device 0"), std::string::npos) << s.message();
+  EXPECT_EQ(table_.usage()[0].share, 0u);
+  EXPECT_EQ(table_.usage()[0].memory_bytes, 0u);
+  // Twenty slices of a twentieth fill a device; one more is one too many, however it is asked for.
+  ASSERT_TRUE(Reserve("b", std::vector<SliceGrant>(20, SliceGrant{0, kGiB / 2, kShareWhole / 20})).ok());
+  EXPECT_EQ(table_.usage()[0].share, kShareWhole);
+  EXPECT_EQ(Reserve("c", {{0, 1, kShareWhole / 20}}).code(), StatusCode::kResourceExhausted);
+}
+
 TEST_F(LeaseTableTest, ReservationExpiresUnlessCommitted) {
   ASSERT_TRUE(Reserve("a", {{0, kGiB, kShareWhole / 4}}).ok());
   ASSERT_TRUE(Reserve("b", {{1, kGiB, kShareWhole / 4}}).ok());

@@ -88,6 +88,23 @@ TEST(AgentConfig, WrongTypesAndValuesAreErrors) {
   EXPECT_FALSE(bad.Validate().ok());
 }
 
+TEST(AgentConfig, SessionLimitsAreReadAndKeptWithinWhatTheTablesHold) {
+  agent::AgentConfig c;
+  EXPECT_EQ(c.sessions_per_device, 128);
+  EXPECT_EQ(c.sessions_per_lease, 64);
+  ASSERT_TRUE(agent::ParseAgentConfig("[limits]\nsessions_per_device = 12\nsessions_per_lease = 3\n", "a.toml", &c)
+                  .ok());
+  EXPECT_EQ(c.sessions_per_device, 12);
+  EXPECT_EQ(c.sessions_per_lease, 3);
+  Status s = agent::ParseAgentConfig("[limits]\nsessions_per_device = 129\n", "a.toml", &c);
+  EXPECT_NE(s.message().find("[limits] sessions_per_device must be within 1..128"), std::string::npos) << s.message();
+  s = agent::ParseAgentConfig("[limits]\nsessions_per_lease = 0\n", "a.toml", &c);
+  EXPECT_NE(s.message().find("[limits] sessions_per_lease must be within 1..64"), std::string::npos) << s.message();
+  agent::AgentConfig bad;
+  bad.sessions_per_lease = 65;
+  EXPECT_FALSE(bad.Validate().ok());
+}
+
 class PoolFileTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -3,10 +3,13 @@
 //   busy SECONDS  ->  "busy: N kernels in S s"
 //   busy SECONDS trace  ->  also "busy: at MS N" after each batch (MS: CLOCK_REALTIME milliseconds, N: kernels so
 //   far), so that a benchmark can count the work two tenants did while both were running.
+//   busy SECONDS trace IDLE  ->  the same, after IDLE seconds with its session open and idle (an idle tenant that
+//   then bursts).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 __global__ void Work(unsigned long long* out, int iterations) {
   unsigned long long x = blockIdx.x * blockDim.x + threadIdx.x;
@@ -17,6 +20,7 @@ __global__ void Work(unsigned long long* out, int iterations) {
 int main(int argc, char** argv) {
   double seconds = argc > 1 ? std::atof(argv[1]) : 3.0;
   bool trace = argc > 2 && std::strcmp(argv[2], "trace") == 0;
+  double idle = argc > 3 ? std::atof(argv[3]) : 0.0;
   auto now_ms = [] {
     return std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count();
   };
@@ -24,6 +28,7 @@ int main(int argc, char** argv) {
   if (cudaMalloc(&out, 8 * 64 * sizeof(unsigned long long)) != cudaSuccess) return 2;
   Work<<<8, 64>>>(out, 10);  // Loads the module before the clock starts.
   if (cudaDeviceSynchronize() != cudaSuccess) return 2;
+  if (idle > 0) std::this_thread::sleep_for(std::chrono::duration<double>(idle));
   auto start = std::chrono::steady_clock::now();
   double elapsed = 0;
   long kernels = 0;
