@@ -12,7 +12,7 @@ namespace {
 Status Read(const TomlFile& file, AgentConfig* c) {
   const toml::table& root = file.root();
   if (Status s = file.CheckKeys(root, {"name", "listen", "class", "nvml", "cuda_driver", "emulated", "leases", "drain",
-                                       "metrics", "telemetry", "auth", "groups", "personality", "tls"},
+                                       "metrics", "telemetry", "auth", "groups", "personality", "tls", "workers"},
                                 "the agent config");
       !s.ok())
     return s;
@@ -80,6 +80,23 @@ Status Read(const TomlFile& file, AgentConfig* c) {
     if (!(s = file.GetStringList(*t, "admins", &c->admins)).ok()) return s;
     if (!(s = file.GetBool(*t, "require", &c->require_auth)).ok()) return s;
     if (!(s = file.GetString(*t, "tokens", &c->tokens_file)).ok()) return s;
+  }
+  if (!(s = section("workers", &t)).ok()) return s;
+  if (t) {
+    if (!(s = file.CheckKeys(*t, {"user", "seccomp", "memory_limit"}, "[workers]")).ok()) return s;
+    if (t->get("user")) {
+      if (!(s = file.GetString(*t, "user", &c->workers.user)).ok()) return s;
+      if (c->workers.user.empty()) return file.Error(*t->get("user"), "[workers] user must not be empty");
+      c->workers.user_set = true;
+    }
+    if (!(s = file.GetBool(*t, "seccomp", &c->workers.seccomp)).ok()) return s;
+    if (!(s = file.GetMemory(*t, "memory_limit", &c->workers.memory_limit)).ok()) return s;
+    if (c->workers.memory_limit != 0 && c->workers.memory_limit < kMinWorkerMemoryLimit) {
+      return file.Error(*t->get("memory_limit"),
+                        fmt::format("[workers] memory_limit must be 0 (no cap) or at least {} MiB: a worker needs "
+                                    "that much for its code, threads and buffers",
+                                    kMinWorkerMemoryLimit >> 20));
+    }
   }
   if (!(s = section("telemetry", &t)).ok()) return s;
   if (t) {

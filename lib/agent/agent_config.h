@@ -10,6 +10,7 @@
 
 #include "agent/lease_table.h"
 #include "agent/policy.h"
+#include "agent/worker_sandbox.h"
 #include "gpupool/status.h"
 
 namespace gpupool::agent {
@@ -41,6 +42,10 @@ inline constexpr const char* kDefaultListen = "*:7450";
 //   cert = "/etc/gpupool/agent.crt"
 //   key = "/etc/gpupool/agent.key"
 //   ca = "/etc/gpupool/ca.crt"     # require client certificates signed by it; their common name is the user
+//   [workers]                      # session workers (agent/worker_sandbox.h)
+//   user = "gpupool"               # who they run as under a root agent; "root" only if said; default gpupool
+//   seccomp = true                 # their syscall allow-list; false only to debug; default true
+//   memory_limit = "8GiB"          # address space besides an emulated device's window; "0": none; default 8GiB
 struct AgentConfig {
   std::string name;
   std::string listen = kDefaultListen;
@@ -62,6 +67,7 @@ struct AgentConfig {
   std::vector<std::string> admins;  // Authenticated users who may administer the agent (root and its own user too).
   Policy policy;            // [groups] and [[personality]] (agent/policy.h); empty: nothing restricted.
   std::string tls_cert, tls_key, tls_ca;  // [tls]; no cert: plain TCP.
+  WorkersConfig workers;                  // [workers]: who session workers run as, their filter and memory cap.
   std::string config_path;  // The agent.toml it came from, re-read on SIGHUP; empty: none.
   // A private agent (gp-run's, libcuda's, gp-bench's: --exit-with-parent): a signal that finds the process that
   // started it gone ends it at once. Its leases were that process's; no one is left to end them, so it does not drain.
