@@ -608,7 +608,7 @@ TEST(Remote, SessionWorkersOfARootAgentRunAsTheWorkersUserConfinedAndCapped) {
   ASSERT_EQ(workers.size(), 1u);
   const pid_t worker = workers[0];
   EXPECT_EQ(ProcStatusField(agent.process().pid(), "Uid").substr(0, 2), "0\t") << "the agent itself stays root";
-  RunResult ps = RunCommand({"ps", "-o", "uid=", "-p", std::to_string(worker)});
+  RunResult ps = RunCommand({"/bin/sh", "-c", "ps -o uid= -p " + std::to_string(worker)});
   EXPECT_EQ(std::atoi(ps.out.c_str()), static_cast<int>(uid)) << ps.out << ps.err;
   EXPECT_EQ(ProcStatusField(worker, "Uid"), fmt::format("{0}\t{0}\t{0}\t{0}", uid));
   EXPECT_EQ(ProcStatusField(worker, "Gid"), fmt::format("{0}\t{0}\t{0}\t{0}", user->pw_gid));
