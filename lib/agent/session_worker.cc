@@ -584,7 +584,7 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   // An emulated device's memory is the worker's own: its window counts against the cap, besides the limit. A
   // physical GPU's driver reserves address space far beyond its use: no RLIMIT_AS there.
   if (spec.emulated && memory_limit_ > 0) sandbox.address_space_limit = spec.window_bytes + memory_limit_;
-  if (!DoorSocketPath(spec.direct_listen, 0).empty()) sandbox.door_listen = spec.direct_listen;
+  if (spec.direct_listen.rfind("unix:", 0) == 0) sandbox.door_listen = spec.direct_listen;  // Bound as root.
   std::string sandbox_arg = sandbox.Encode();
   char* argv[] = {exe, const_cast<char*>(kSessionWorkerFlag), fd_arg.data(), sandbox_arg.data(), nullptr};
   posix_spawn_file_actions_t actions;

@@ -256,6 +256,9 @@ TEST(WorkerSandbox, AgentConfigReadsWorkers) {
   EXPECT_FALSE(defaults.workers.user_set);
   EXPECT_TRUE(defaults.workers.seccomp);
   EXPECT_EQ(defaults.workers.memory_limit, kDefaultWorkerMemoryLimit);
+  AgentConfig uncapped;
+  ASSERT_TRUE(ParseAgentConfig("[workers]\nmemory_limit = \"0\"\n", "t", &uncapped).ok());
+  EXPECT_EQ(uncapped.workers.memory_limit, 0u);
   AgentConfig small;
   Status s = ParseAgentConfig("[workers]\nmemory_limit = \"1MiB\"\n", "t", &small);
   EXPECT_FALSE(s.ok());
