@@ -8,6 +8,7 @@
 #   BUILD_TYPE  CMAKE_BUILD_TYPE for a fresh configure (default: RelWithDebInfo)
 #   JOBS        parallel build jobs (default: the build tool's own default)
 #   SKIP_APT=1  do not install packages, only configure and build
+#   SKIP_USER=1 do not create the 'gpupool' user session workers run as (tools/gp-agent/create-user.sh)
 # Re-running it is cheap: apt is skipped when every package is already installed, and the build is incremental.
 set -euo pipefail
 
@@ -26,7 +27,8 @@ PACKAGES=(
   tmux curl prometheus  # the operations tests: gp-top in a terminal, /metrics checked by promtool and scraped
   openssl  # the TLS tests make their certificates
   libslurm-dev slurmctld slurmd slurm-client munge  # the Slurm SPANK plugin, and its test's one-node cluster
-  systemd  # systemd-analyze verifies the installed gp-agent.service
+  systemd  # systemd-analyze verifies the installed gp-agent.service and scores its sandboxing
+  passwd procps  # useradd: the 'gpupool' user session workers run as; ps, which shows them as that user
 )
 
 install_packages() {
@@ -60,6 +62,15 @@ if [[ "${SKIP_APT:-0}" != 1 ]]; then
     exit 1
   fi
   install_packages
+fi
+
+# The user gp-agent's session workers run as under a root agent (tests start root agents in CI): created when absent.
+if [[ "${SKIP_USER:-0}" != 1 ]]; then
+  if ((EUID == 0)); then
+    tools/gp-agent/create-user.sh gpupool
+  elif command -v sudo >/dev/null && ! getent passwd gpupool >/dev/null; then
+    sudo tools/gp-agent/create-user.sh gpupool
+  fi
 fi
 
 # Choose the generator only for a fresh build directory: CMake refuses to switch generators later.

@@ -19,7 +19,8 @@ namespace {
 Status Read(const TomlFile& file, AgentConfig* c) {
   const toml::table& root = file.root();
   if (Status s = file.CheckKeys(root, {"name", "listen", "class", "nvml", "cuda_driver", "emulated", "leases", "drain",
-                                       "metrics", "telemetry", "limits", "auth", "groups", "personality", "tls"},
+                                       "metrics", "telemetry", "limits", "auth", "groups", "personality", "tls",
+                                       "workers"},
                                 "the agent config");
       !s.ok())
     return s;
@@ -107,6 +108,23 @@ Status Read(const TomlFile& file, AgentConfig* c) {
       *limit.value = static_cast<int>(v);
     }
     if (!(s = file.GetMemory(*t, "session_bytes_in_flight", &c->session_bytes_in_flight)).ok()) return s;
+  }
+  if (!(s = section("workers", &t)).ok()) return s;
+  if (t) {
+    if (!(s = file.CheckKeys(*t, {"user", "seccomp", "memory_limit"}, "[workers]")).ok()) return s;
+    if (t->get("user")) {
+      if (!(s = file.GetString(*t, "user", &c->workers.user)).ok()) return s;
+      if (c->workers.user.empty()) return file.Error(*t->get("user"), "[workers] user must not be empty");
+      c->workers.user_set = true;
+    }
+    if (!(s = file.GetBool(*t, "seccomp", &c->workers.seccomp)).ok()) return s;
+    if (!(s = file.GetMemory(*t, "memory_limit", &c->workers.memory_limit)).ok()) return s;
+    if (c->workers.memory_limit != 0 && c->workers.memory_limit < kMinWorkerMemoryLimit) {
+      return file.Error(*t->get("memory_limit"),
+                        fmt::format("[workers] memory_limit must be 0 (no cap) or at least {} MiB: a worker needs "
+                                    "that much for its code, threads and buffers",
+                                    kMinWorkerMemoryLimit >> 20));
+    }
   }
   if (!(s = section("telemetry", &t)).ok()) return s;
   if (t) {

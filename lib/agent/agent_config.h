@@ -10,6 +10,7 @@
 
 #include "agent/lease_table.h"
 #include "agent/policy.h"
+#include "agent/worker_sandbox.h"
 #include "gpupool/status.h"
 
 namespace gpupool::agent {
@@ -50,6 +51,10 @@ inline constexpr int kMaxSessionsPerLease = 64;
 //   cert = "/etc/gpupool/agent.crt"
 //   key = "/etc/gpupool/agent.key"
 //   ca = "/etc/gpupool/ca.crt"     # require client certificates signed by it; their common name is the user
+//   [workers]                      # session workers (agent/worker_sandbox.h)
+//   user = "gpupool"               # who they run as under a root agent; "root" only if said; default gpupool
+//   seccomp = true                 # their syscall allow-list; false only to debug; default true
+//   memory_limit = "8GiB"          # address space besides an emulated device's window; "0": none; default 8GiB
 struct AgentConfig {
   std::string name;
   std::string listen = kDefaultListen;
@@ -77,6 +82,7 @@ struct AgentConfig {
   std::string tls_cert, tls_key, tls_ca;  // [tls]; no cert: plain TCP.
   // [limits] session_bytes_in_flight: see backend::SessionLimits::bytes_in_flight.
   uint64_t session_bytes_in_flight = 64ull << 20;
+  WorkersConfig workers;                  // [workers]: who session workers run as, their filter and memory cap.
   std::string config_path;  // The agent.toml it came from, re-read on SIGHUP; empty: none.
   // A private agent (gp-run's, libcuda's, gp-bench's: --exit-with-parent): a signal that finds the process that
   // started it gone ends it at once. Its leases were that process's; no one is left to end them, so it does not drain.

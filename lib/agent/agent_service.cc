@@ -934,7 +934,12 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
   auto io = kj::setupAsyncIo();
   AgentState state(config, std::move(devices));
   state.systemd = SystemdNotifier::FromEnvironment();  // Before any worker could inherit $NOTIFY_SOCKET.
-  state.workers = kj::heap<SessionWorkers>(io);
+  auto sandbox = ResolveWorkerSandbox(config.workers);
+  if (!sandbox.ok()) {
+    GP_ERROR("agent", "{}", sandbox.status().message());
+    return 2;
+  }
+  state.workers = kj::heap<SessionWorkers>(io, std::move(sandbox).value(), config.workers.memory_limit);
   bool physical = false;
   for (const auto& d : state.devices) physical = physical || !d.emulated;
   if (physical) {

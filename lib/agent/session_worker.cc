@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -86,6 +87,35 @@ std::string DoorSocketPath(const std::string& direct_listen, pid_t pid) {
   return fmt::format("{}.{}", direct_listen.substr(5), pid);
 }
 
+// A Unix-socket door bound by the worker before it gave up root (BindDoor); the Door takes it over.
+struct PreboundDoor {
+  std::string path;
+  kj::AutoCloseFd fd;
+};
+
+// Binds and listens on the worker's Unix-socket door for `where` ("unix:PATH.session"), with the agent's socket's
+// permissions. Run before the worker gives up root: the directory beside the agent's socket may be the agent's
+// alone, and the door's file stays root's (the agent removes it when it reaps the worker).
+Result<PreboundDoor> BindDoor(const std::string& where) {
+  PreboundDoor door;
+  door.path = DoorSocketPath(where, getpid());
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (door.path.size() >= sizeof(address.sun_path)) {
+    return Status(StatusCode::kInvalidArgument, fmt::format("the session door's path {} is longer than {} bytes",
+                                                            door.path, sizeof(address.sun_path) - 1));
+  }
+  std::memcpy(address.sun_path, door.path.c_str(), door.path.size() + 1);
+  door.fd = kj::AutoCloseFd(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (door.fd.get() < 0 || bind(door.fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      chmod(door.path.c_str(), AgentSocketMode(where)) != 0 || listen(door.fd.get(), SOMAXCONN) != 0) {
+    Status failed(StatusCode::kInternal, fmt::format("cannot listen at {}: {}", door.path, std::strerror(errno)));
+    unlink(door.path.c_str());
+    return failed;
+  }
+  return door;
+}
+
 // How long a worker waits for its client's direct connection before it serves through the agent alone.
 constexpr kj::Duration kDoorOpenFor = 10 * kj::SECONDS;
 
@@ -103,13 +133,31 @@ class Door {
         tasks_(errors_) {}
   ~Door() { Close(); }
 
-  // Listens at `where` ("host:0" or "unix:PATH"); fills `direct` with the port or path and the ticket.
-  kj::Promise<void> Open(const std::string& where, wire::DirectSession::Builder direct) {
+  // Listens at `where` ("host:0" or "unix:PATH"), on `prebound` if it is that Unix door; fills `direct` with the
+  // port or path and the ticket.
+  kj::Promise<void> Open(const std::string& where, kj::Maybe<PreboundDoor>& prebound,
+                         wire::DirectSession::Builder direct) {
     unix_path_ = DoorSocketPath(where, getpid());
     bool is_unix = !unix_path_.empty();
-    return io_.provider->getNetwork().parseAddress(is_unix ? "unix:" + unix_path_ : where).then(
-        [this, direct, is_unix, mode = AgentSocketMode(where)](kj::Own<kj::NetworkAddress> a) mutable {
-          listener_ = a->listen();
+    kj::Maybe<kj::Own<kj::ConnectionReceiver>> bound;
+    KJ_IF_MAYBE(door, prebound) {
+      if (is_unix && door->path == unix_path_) {
+        bound = io_.lowLevelProvider->wrapListenSocketFd(
+            kj::mv(door->fd), kj::LowLevelAsyncIoProvider::ALREADY_CLOEXEC | kj::LowLevelAsyncIoProvider::ALREADY_NONBLOCK);
+      }
+    }
+    prebound = nullptr;
+    kj::Promise<kj::Own<kj::ConnectionReceiver>> listening = nullptr;
+    KJ_IF_MAYBE(receiver, bound) {
+      listening = kj::mv(*receiver);
+    } else {
+      listening = io_.provider->getNetwork()
+                      .parseAddress(is_unix ? "unix:" + unix_path_ : where)
+                      .then([](kj::Own<kj::NetworkAddress> a) { return a->listen(); });
+    }
+    return listening.then(
+        [this, direct, is_unix, mode = AgentSocketMode(where)](kj::Own<kj::ConnectionReceiver> listener) mutable {
+          listener_ = kj::mv(listener);
           if (is_unix) {
             // Whoever may connect to the agent's own socket may knock (0600 by default; 0666 on an agent that
             // authenticates its peers): the ticket, not the mode, says who enters.
@@ -244,8 +292,8 @@ class WorkerImpl final : public wire::SessionWorker::Server {
  public:
   // `flow_limit(bytes)` bounds the calls in flight on the connection from the agent (RpcSystem::setFlowLimit).
   WorkerImpl(kj::AsyncIoContext& io, kj::Own<kj::PromiseFulfiller<void>> closed,
-             std::function<void(uint64_t)> flow_limit)
-      : io_(io), closed_(kj::mv(closed)), flow_limit_(std::move(flow_limit)) {}
+             std::function<void(uint64_t)> flow_limit, kj::Maybe<PreboundDoor> door)
+      : io_(io), closed_(kj::mv(closed)), flow_limit_(std::move(flow_limit)), prebound_door_(kj::mv(door)) {}
 
   kj::Promise<void> open(OpenContext context) override {
     auto results = context.getResults();
@@ -389,7 +437,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     std::string where = c.getDirectListen();
     if (where.empty()) return kj::READY_NOW;
     door_ = kj::heap<Door>(io_, kj::mv(client), *framed, limits.bytes_in_flight);
-    return door_->Open(where, results.initDirect()).catch_([this, results](kj::Exception&& e) mutable {
+    return door_->Open(where, prebound_door_, results.initDirect()).catch_([this, results](kj::Exception&& e) mutable {
       // The client still has the session through the agent.
       GP_WARN("session", "cannot listen for a direct connection: {}", e.getDescription().cStr());
       results.disownDirect();
@@ -408,6 +456,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
   kj::Own<kj::PromiseFulfiller<void>> closed_;
   std::function<void(uint64_t)> flow_limit_;
   kj::Own<Door> door_;
+  kj::Maybe<PreboundDoor> prebound_door_;
   std::shared_ptr<backend::SessionControl> control_ = std::make_shared<backend::SessionControl>();
   bool opened_ = false;
 };
@@ -436,11 +485,33 @@ int NiceForShare(uint32_t share_micros) {
   return best;
 }
 
-int RunSessionWorker(int fd) {
+int RunSessionWorker(int fd, std::string_view sandbox_word) {
   log::SetProgramName("gp-agent[session]");
   // The worker must not outlive its agent: the lease table that accounts for its memory lives there.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() == 1) return 1;  // The agent died before the line above.
+  // Confined before it reads a byte from the agent (a tenant's session config comes through it) and before any
+  // thread exists (setuid and the filter are per thread). A worker that cannot be confined does not run.
+  kj::Maybe<PreboundDoor> door;
+  if (!sandbox_word.empty()) {
+    auto sandbox = WorkerSandbox::Parse(sandbox_word);
+    Status confined = sandbox.status();
+    if (sandbox.ok() && !sandbox->door_listen.empty()) {
+      auto bound = BindDoor(sandbox->door_listen);
+      // Without its door the session still runs, through the agent.
+      if (bound.ok()) {
+        door = std::move(bound).value();
+      } else {
+        GP_WARN("session", "no direct connection: {}", bound.status().message());
+      }
+    }
+    if (sandbox.ok()) confined = ApplyWorkerSandbox(*sandbox);
+    if (!confined.ok()) {
+      GP_ERROR("session", "session worker not started: {}", confined.message());
+      std::fflush(stderr);
+      return 1;
+    }
+  }
+  if (getppid() == 1) return 1;  // The agent died before its death signal was (last) set.
   try {
     auto io = kj::setupAsyncIo();
     auto stream = io.lowLevelProvider->wrapUnixSocketFd(fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
@@ -451,7 +522,8 @@ int RunSessionWorker(int fd) {
     auto flow_limit = [&rpc_system](uint64_t bytes) {
       if (rpc_system != nullptr) rpc_system->setFlowLimit(std::max<uint64_t>(bytes / sizeof(capnp::word), 1));
     };
-    auto rpc = capnp::makeRpcServer(network, kj::heap<WorkerImpl>(io, kj::mv(closed.fulfiller), flow_limit));
+    auto rpc = capnp::makeRpcServer(network, kj::heap<WorkerImpl>(io, kj::mv(closed.fulfiller), flow_limit,
+                                                                  kj::mv(door)));
     rpc_system = &rpc;
     // Ends when the session is gone (its destructor freed memory and modules) or the agent hung up.
     kj::mv(closed.promise).exclusiveJoin(network.onDisconnect()).wait(io.waitScope);
@@ -480,8 +552,8 @@ struct SessionWorkers::Worker {
   bool killed = false;  // By the agent, because its lease ended.
 };
 
-SessionWorkers::SessionWorkers(kj::AsyncIoContext& io)
-    : io_(io), reaper_errors_(kj::heap<ReaperErrors>()) {
+SessionWorkers::SessionWorkers(kj::AsyncIoContext& io, WorkerSandbox sandbox, uint64_t memory_limit)
+    : io_(io), sandbox_(std::move(sandbox)), memory_limit_(memory_limit), reaper_errors_(kj::heap<ReaperErrors>()) {
   reapers_ = kj::heap<kj::TaskSet>(*reaper_errors_);
 }
 
@@ -529,7 +601,13 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   }
   exe[n] = 0;
   std::string fd_arg = std::to_string(kWorkerFd);
-  char* argv[] = {exe, const_cast<char*>(kSessionWorkerFlag), fd_arg.data(), nullptr};
+  WorkerSandbox sandbox = sandbox_;
+  // An emulated device's memory is the worker's own: its window counts against the cap, besides the limit. A
+  // physical GPU's driver reserves address space far beyond its use: no RLIMIT_AS there.
+  if (spec.emulated && memory_limit_ > 0) sandbox.address_space_limit = spec.window_bytes + memory_limit_;
+  if (spec.direct_listen.rfind("unix:", 0) == 0) sandbox.door_listen = spec.direct_listen;  // Bound as root.
+  std::string sandbox_arg = sandbox.Encode();
+  char* argv[] = {exe, const_cast<char*>(kSessionWorkerFlag), fd_arg.data(), sandbox_arg.data(), nullptr};
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, child_fd, kWorkerFd);

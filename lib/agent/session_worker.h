@@ -19,10 +19,12 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <kj/async-io.h>
 
+#include "agent/worker_sandbox.h"
 #include "backend/session_meter.h"
 #include "gpupool/status.h"
 #include "session.capnp.h"
@@ -32,9 +34,9 @@ namespace gpupool::agent {
 // The argument that makes gp-agent run as a session worker: `gp-agent --session-worker FD`.
 inline constexpr const char kSessionWorkerFlag[] = "--session-worker";
 
-// Runs the session worker on the connected socket `fd` until its session is closed or the agent goes away.
-// Returns the process exit code.
-int RunSessionWorker(int fd);
+// Runs the session worker on the connected socket `fd` until its session is closed or the agent goes away, confined
+// first as `sandbox` (WorkerSandbox::Encode; "" for none) says. Returns the process exit code.
+int RunSessionWorker(int fd, std::string_view sandbox);
 
 // The nice value whose CFS weight is closest to `share_micros` millionths of nice 0's weight (0 for a whole
 // device, 19 at most).
@@ -76,8 +78,10 @@ struct OpenedSession {
 // The agent's side: spawns, tracks, kills and reaps workers. Lives on the agent's event-loop thread.
 class SessionWorkers {
  public:
+  // Each worker confines itself as `sandbox` says (ResolveWorkerSandbox), with an address-space cap of its
+  // emulated device's window plus `memory_limit` bytes (0: none; [workers] memory_limit).
   // REQUIRES: kj::UnixEventPort::captureChildExit() was called before any thread started.
-  explicit SessionWorkers(kj::AsyncIoContext& io);
+  SessionWorkers(kj::AsyncIoContext& io, WorkerSandbox sandbox, uint64_t memory_limit);
   ~SessionWorkers();
 
   // Spawns a worker and opens the session in it.
@@ -110,6 +114,8 @@ class SessionWorkers {
   void Reap(pid_t pid, int status);
 
   kj::AsyncIoContext& io_;
+  WorkerSandbox sandbox_;
+  uint64_t memory_limit_ = 0;
   std::map<pid_t, kj::Own<Worker>> workers_;
   std::map<std::string, backend::MeterReading> retired_;
   kj::Own<kj::TaskSet> reapers_;

@@ -52,7 +52,11 @@ start_agent() {
 }
 
 if [ -n "$stacked" ]; then
-  start_agent gpus "$agent" --no-nvml --emu 2 --emu-memory 4GiB --name gpus
+  # The stacked agent's session workers reach their "GPUs" (the agent below) as the workers' user ([workers] user,
+  # gpupool, under a root agent), as they reach /dev/nvidia* on a real server: the directory may be passed through
+  # and the socket is open to all (0666, which --require-auth sets), the kernel telling the agent below who calls.
+  chmod 711 "$dir"
+  start_agent gpus "$agent" --no-nvml --emu 2 --emu-memory 4GiB --name gpus --require-auth
   start_agent a "$gprun" --servers "unix:$dir/gpus.sock" -n 2 -- "$agent" --no-nvml --cuda-driver "$stacked" \
     --name stacked
   grep -q "found 2 GPU" "$dir/a.err" || { echo "run_remote: the stacked agent has no GPUs:" >&2; cat "$dir/a.err" >&2; exit 1; }

@@ -1,4 +1,5 @@
 // The remote data path end to end: unmodified nvcc-built programs run under gp-run on slices of real agents.
+#include <pwd.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -824,6 +825,100 @@ TEST_F(Stacked, TheDriversMemoryForASessionIsChargedToTheSliceAndRefusedPastIt) 
   uint64_t after_unload = 0;
   ASSERT_EQ(session.MemGetInfo(&after_unload, &total), 0);
   EXPECT_EQ(after_unload - after_launch, free_bytes - after_load);
+
+// /proc/PID/status's `field` ("Uid", "Seccomp"...), its value without the leading blanks; "" if absent.
+std::string ProcStatusField(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(field + ":", 0) == 0) {
+      std::string value = line.substr(field.size() + 1);
+      value.erase(0, value.find_first_not_of(" \t"));
+      return value;
+    }
+  }
+  return "";
+}
+
+// The soft and hard RLIMIT_AS of `pid` as /proc/PID/limits shows them ("unlimited" or bytes).
+std::pair<std::string, std::string> AddressSpaceLimit(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/limits");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("Max address space", 0) == 0) {
+      std::istringstream words(line.substr(std::string("Max address space").size()));
+      std::string soft, hard;
+      words >> soft >> hard;
+      return {soft, hard};
+    }
+  }
+  return {"", ""};
+}
+
+// The done-criterion: under a root agent, `ps` shows the session workers as the workers' user, confined
+// (no new privileges, the seccomp filter, no capabilities, not in root's group) and capped, while a program runs
+// through them; on a Unix-socket agent, whose door the worker bound before it gave up root.
+TEST(Remote, SessionWorkersOfARootAgentRunAsTheWorkersUserConfinedAndCapped) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs a root agent: a non-root agent's workers run as the agent's own user";
+  struct passwd* user = getpwnam("gpupool");
+  if (user == nullptr) GTEST_SKIP() << "no 'gpupool' user: scripts/setup.sh (or cmake --install) creates it";
+  const uid_t uid = user->pw_uid;
+  TempDir dir;
+  std::string config = dir.Write("agent.toml", "[workers]\nmemory_limit = \"1GiB\"\n");
+  Agent agent(AgentOptions{.name = "confined", .emulated = 1, .emulated_memory = "2GiB",
+                           .listen = "unix:" + dir.path() + "/agent.sock", .extra_args = {"--config", config}});
+  Process spin({ToolPath("gp-run"), "--servers", agent.address(), "-p", "0.5", "--", Program("spin")});
+  ASSERT_EQ(spin.ReadLine(seconds(60)), "spin: running") << spin.Stderr() << agent.process().Stderr();
+  std::vector<pid_t> workers = SessionWorkers(agent.process().pid());
+  ASSERT_EQ(workers.size(), 1u);
+  const pid_t worker = workers[0];
+  EXPECT_EQ(ProcStatusField(agent.process().pid(), "Uid").substr(0, 2), "0\t") << "the agent itself stays root";
+  RunResult ps = RunCommand({"/bin/sh", "-c", "ps -o uid= -p " + std::to_string(worker)});
+  EXPECT_EQ(std::atoi(ps.out.c_str()), static_cast<int>(uid)) << ps.out << ps.err;
+  EXPECT_EQ(ProcStatusField(worker, "Uid"), fmt::format("{0}\t{0}\t{0}\t{0}", uid));
+  EXPECT_EQ(ProcStatusField(worker, "Gid"), fmt::format("{0}\t{0}\t{0}\t{0}", user->pw_gid));
+  std::istringstream groups(ProcStatusField(worker, "Groups"));
+  for (std::string g; groups >> g;) EXPECT_NE(g, "0") << "a worker in root's group";
+  EXPECT_EQ(ProcStatusField(worker, "NoNewPrivs"), "1");
+  EXPECT_EQ(ProcStatusField(worker, "Seccomp"), "2");
+  EXPECT_EQ(ProcStatusField(worker, "CapEff"), "0000000000000000");
+  EXPECT_EQ(ProcStatusField(worker, "CapPrm"), "0000000000000000");
+  // RLIMIT_AS: the device's window (at least the slice's 1 GiB) plus the configured 1 GiB, soft and hard.
+  auto [soft, hard] = AddressSpaceLimit(worker);
+  EXPECT_EQ(soft, hard);
+  EXPECT_GE(std::strtoull(soft.c_str(), nullptr, 10), 2ull << 30) << soft;
+  EXPECT_LT(std::strtoull(soft.c_str(), nullptr, 10), 1ull << 40) << soft;
+  // The client entered through the worker's own door, which the worker bound as root, beside the agent's socket.
+  EXPECT_EQ(agent.process().Stderr().find("direct connection"), std::string::npos) << agent.process().Stderr();
+  spin.Signal(SIGTERM);  // gp-run passes it on and releases the lease.
+  EXPECT_TRUE(Eventually([&] { return SessionWorkers(agent.process().pid()).empty(); }, seconds(30)))
+      << "the worker still ends with its session: " << agent.process().Stderr();
+}
+
+// A root agent whose workers' user does not exist refuses to start, saying how to create it; told to run them as
+// root it does (still with no new privileges), and `seccomp = false` turns the filter off for debugging.
+TEST(Remote, ARootAgentRunsWorkersAsRootOnlyWhenTold) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs a root agent";
+  TempDir dir;
+  std::string missing = dir.Write("missing.toml", "[workers]\nuser = \"gpupool-no-such-user\"\n");
+  RunResult refused = RunCommand({ToolPath("gp-agent"), "--config", missing, "--listen", "unix:" + dir.path() + "/a.sock",
+                                  "--no-nvml", "--emu", "1", "--emu-memory", "1GiB"},
+                                 {}, seconds(30));
+  EXPECT_EQ(refused.code, 2) << refused.out << refused.err;
+  EXPECT_NE(refused.err.find("user 'gpupool-no-such-user' ([workers] user) does not exist"), std::string::npos)
+      << refused.err;
+  EXPECT_NE(refused.err.find("useradd --system --no-create-home"), std::string::npos) << refused.err;
+
+  std::string as_root = dir.Write("root.toml", "[workers]\nuser = \"root\"\nseccomp = false\n");
+  Agent agent(AgentOptions{.name = "rootworkers", .emulated = 1, .emulated_memory = "1GiB",
+                           .extra_args = {"--config", as_root}});
+  Process spin({ToolPath("gp-run"), "--servers", agent.address(), "--", Program("spin")});
+  ASSERT_EQ(spin.ReadLine(seconds(60)), "spin: running") << spin.Stderr() << agent.process().Stderr();
+  std::vector<pid_t> workers = SessionWorkers(agent.process().pid());
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_EQ(ProcStatusField(workers[0], "Uid"), "0\t0\t0\t0");
+  EXPECT_EQ(ProcStatusField(workers[0], "NoNewPrivs"), "1");
+  EXPECT_EQ(ProcStatusField(workers[0], "Seccomp"), "0");
+  EXPECT_NE(agent.process().Stderr().find("session workers run as root"), std::string::npos)
+      << agent.process().Stderr();
 }
 
 }  // namespace

@@ -123,8 +123,8 @@ int main(int argc, char** argv) {
   log::SetProgramName("gp-agent");
   log::SetDefaultLevel(log::Level::kInfo);
   // A session worker started by an agent (agent/session_worker.h), not a command a user types.
-  if (argc == 3 && std::string_view(argv[1]) == agent::kSessionWorkerFlag) {
-    return agent::RunSessionWorker(std::atoi(argv[2]));
+  if ((argc == 3 || argc == 4) && std::string_view(argv[1]) == agent::kSessionWorkerFlag) {
+    return agent::RunSessionWorker(std::atoi(argv[2]), argc == 4 ? argv[3] : "");
   }
 
   if (argc >= 2 && std::string_view(argv[1]) == "ctl") return Ctl(argc - 1, argv + 1);
