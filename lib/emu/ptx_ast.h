@@ -58,8 +58,9 @@ struct Instruction {
 };
 
 struct Initializer {
-  // Byte image of the initial value (little-endian, as the variable's storage), and addresses of symbols to patch
-  // in at load time: {byte offset, symbol name, addend}. "generic(sym)" and "sym" both land here.
+  // Byte image of the initial value (little-endian, as the variable's storage) up to the last byte the initialiser
+  // writes (the rest of the variable is zero), and addresses of symbols to patch in at load time: {byte offset,
+  // symbol name, addend}. "generic(sym)" and "sym" both land here.
   std::vector<uint8_t> bytes;
   struct SymbolRef {
     uint64_t offset;

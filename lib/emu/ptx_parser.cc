@@ -56,6 +56,14 @@ constexpr uint64_t kMaxInitializedBytes = uint64_t{1} << 30;
 constexpr int64_t kMaxRegisterRange = int64_t{1} << 24;
 constexpr int64_t kMaxBlockRegisterRange = int64_t{1} << 16;  // Ranges in nested blocks are expanded by name.
 constexpr int kMaxInitializerDepth = 64;
+// What a few bytes of text must not multiply into (issue "Tenant isolation, hardened", item 5: a 250-byte module
+// declaring a million registers took a worker to 777 MB). PTX registers are virtual: ptxas maps them onto at most
+// 255 per thread, and nvcc's output declares a few hundred per function, a few thousand for the largest kernels;
+// the interpreter gives each one a 64-bit slot per thread. Nested blocks cost a scope each, and every name is
+// looked up through all of them.
+constexpr int64_t kMaxRegistersPerFunction = int64_t{1} << 16;
+constexpr int kMaxBlockDepth = 256;
+constexpr size_t kMaxFunctions = size_t{1} << 16;
 
 struct ParseError {
   int line;
@@ -675,11 +683,9 @@ class Parser {
       init_.strides[i] = init_.strides[i + 1] * init_.dims[i + 1];
     }
     init_.unsized = v->array_size < 0;
-    if (!init_.unsized) {
-      uint64_t bytes = v->ByteSize();
-      if (bytes > kMaxInitializedBytes) Fail(line, "initialized variable '" + v->name + "' is too large");
-      v->init.bytes.assign(bytes, 0);
-    }
+    // The bytes hold what the initialiser writes, up to its last element: the rest of the variable is zero, so
+    // "= {1}" on a huge array costs what its text does, not what the array does.
+    v->init.bytes.clear();
     if (PeekPunct('{')) {
       if (init_.dims.empty()) Fail(lex_.Peek().line, "brace initializer for scalar '" + v->name + "'");
       InitList(0, 0, 0);
@@ -691,7 +697,6 @@ class Parser {
       int64_t inner = init_.dims.size() > 1 ? init_.strides[0] : 1;  // Leaves per outermost element.
       int64_t outer = (init_.max_leaf + inner - 1) / inner;
       v->array_size = outer * (inner / std::max(v->vector_width, 1));
-      v->init.bytes.resize(v->ByteSize(), 0);
     }
   }
 
@@ -847,6 +852,9 @@ class Parser {
 
   void ParseFunction(const Linkage& linkage, int line) {
     Token kw = lex_.Next();
+    if (module_.functions.size() >= kMaxFunctions) {
+      Fail(line, "more than " + std::to_string(kMaxFunctions) + " functions in one module (the emulator's limit)");
+    }
     Function& f = module_.functions.emplace_back();
     f.line = line;
     f.is_entry = kw.text == ".entry";
@@ -899,6 +907,7 @@ class Parser {
   void Body(Function* f) {
     Token open = lex_.Next();  // '{'
     scopes_.clear();
+    registers_ = 0;
     int blocks = 0;
     for (;;) {
       const Token& t = lex_.Peek();
@@ -914,6 +923,10 @@ class Parser {
             break;
           }
           if (t.punct == '{') {
+            if (scopes_.size() >= kMaxBlockDepth) {
+              Fail(t.line, "blocks nested more than " + std::to_string(kMaxBlockDepth) + " deep in '" + f->name +
+                               "' (the emulator's limit)");
+            }
             lex_.Next();
             scopes_.push_back(Scope{++blocks, {}});
             break;
@@ -1024,6 +1037,12 @@ class Parser {
         if (n < 0 || n > kMaxRegisterRange) Fail(name.line, "register range out of bounds");
         r.is_range = true;
         r.count = static_cast<int>(n);
+      }
+      registers_ += r.count;
+      if (registers_ > kMaxRegistersPerFunction) {
+        Fail(name.line, "'" + f->name + "' declares more than " + std::to_string(kMaxRegistersPerFunction) +
+                            " registers (the emulator's limit on PTX virtual registers per function; a GPU maps "
+                            "them onto at most 255 per thread)");
       }
       if (scope == nullptr) {
         f->registers.push_back(std::move(r));
@@ -1213,6 +1232,7 @@ class Parser {
   Lexer lex_;
   Module module_;
   std::vector<Scope> scopes_;      // Nested blocks of the function body being parsed, innermost last.
+  int64_t registers_ = 0;          // Registers the function body being parsed declared so far.
   std::vector<Operand> operands_;  // Scratch for the instruction being parsed.
   InitState init_;
 };
