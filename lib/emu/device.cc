@@ -1061,6 +1061,13 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
                                          static_cast<uint64_t>(p.max_threads_per_multiprocessor) / threads);
     if (shared > 0) per_sm = std::min<uint64_t>(per_sm, p.shared_memory_per_multiprocessor / shared);
     uint64_t ctas = static_cast<uint64_t>(g.x) * g.y * g.z;
+    // Every block is held at once, each in a context of its own (exec.h).
+    if (ctas * layout.footprint > internal::kMaxLaunchFootprintBytes) {
+      return EmuStatus(Code::kCooperativeLaunchTooLarge,
+                       "a cooperative grid of " + std::to_string(ctas) + " blocks of " +
+                           std::to_string(layout.footprint) + " bytes of emulator memory each does not fit the " +
+                           std::to_string(internal::kMaxLaunchFootprintBytes) + " the emulator holds at once");
+    }
     if (ctas > per_sm * static_cast<uint64_t>(p.multiprocessor_count)) {
       return EmuStatus(Code::kCooperativeLaunchTooLarge,
                        "a cooperative grid of " + std::to_string(ctas) + " blocks does not fit the device at once (" +

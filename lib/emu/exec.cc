@@ -217,8 +217,7 @@ class CtaRunner {
     // The device checked that the block fits (LayBlock) before it queued the launch.
     BlockLayout block;
     LayBlock(prog_, launch.function, launch.block, launch.dynamic_shared, launch.params.size(), &block);
-    shared_size_ = prog_.static_shared_bytes + launch.dynamic_shared;
-    reserved_base_ = (shared_size_ + 15) / 16 * 16;
+    reserved_base_ = (prog_.static_shared_bytes + launch.dynamic_shared + 15) / 16 * 16;
     shared_size_ = block.shared_bytes;
     if (context.shared.size() < shared_size_ + 16) context.shared.resize(shared_size_ + 16);
     shared_ = std::span<uint8_t>(context.shared.data(), shared_size_ + 16);
@@ -789,6 +788,14 @@ LaunchOutcome LaunchRunner::Run(const Launch& launch, MemoryMap& memory, const s
   // the OS shares the cores among them. The launch checked that the grid fits the device at once. Workers beyond
   // the parked ones get a thread and a context of their own for this launch only.
   if (launch.cooperative) workers = static_cast<int>(ctas);
+  // Each worker holds a block: together no more than kMaxLaunchFootprintBytes, however many cores the host has (a
+  // cooperative grid was checked against it as a whole).
+  BlockLayout block;
+  LayBlock(*launch.program, launch.function, launch.block, launch.dynamic_shared, launch.params.size(), &block);
+  if (!launch.cooperative) {
+    const uint64_t fit = std::max<uint64_t>(1, kMaxLaunchFootprintBytes / std::max<uint64_t>(block.footprint, 1));
+    workers = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(workers), fit));
+  }
   st.launch = &launch;
   st.memory = &memory;
   st.cancel = cancel;

@@ -78,6 +78,11 @@ struct BlockLayout {
   uint64_t footprint = 0;           // Bytes of host memory for the whole block, with its registers at their limit.
 };
 inline constexpr uint64_t kMaxBlockFootprintBytes = 256ull << 20;
+// And all the blocks a launch runs at once (one per worker; a cooperative grid's all): a launch of large blocks runs
+// on fewer workers, and a cooperative grid beyond it is refused (kCooperativeLaunchTooLarge). Stacks are zeroed
+// pages the host commits only as a kernel touches them, so these bound what a kernel can make resident; the
+// largest cooperative grids of nvcc-built kernels with calls take about 1 GiB.
+inline constexpr uint64_t kMaxLaunchFootprintBytes = 4ull << 30;
 // The layout of a block of `block` threads of `program`'s function `function`; false when it does not fit
 // kMaxBlockFootprintBytes (the layout is then filled in as far as it goes, for the message).
 bool LayBlock(const Program& program, int function, const Dim3& block, uint32_t dynamic_shared, size_t param_bytes,

@@ -747,7 +747,8 @@ TEST_P(TextureTest, ForgedDescriptorInTenantMemoryIsNoObject) {
   constexpr uint64_t kOldTextureMagic = 0x4f58455450475047ull, kOldSurfaceMagic = 0x4f46525350475047ull;
   std::vector<std::function<void(TextureDesc&)>> forgeries = {
       [](TextureDesc& d) { d.channels = 200; },
-      [](TextureDesc& d) { d.width = 0; },
+      // A zero width with normalised coordinates and wrap: the wrap's i % 0 was a SIGFPE.
+      [](TextureDesc& d) { d.width = 0; d.normalized_coords = true; d.address[0] = TexAddress::kWrap; },
       [](TextureDesc& d) { d.dims = 9; },
       [](TextureDesc& d) { d.format = static_cast<TexFormat>(77); },
       [](TextureDesc& d) { d.address[0] = static_cast<TexAddress>(200); },
@@ -759,6 +760,7 @@ TEST_P(TextureTest, ForgedDescriptorInTenantMemoryIsNoObject) {
       OldRecord record{};
       record.magic = surface ? kOldSurfaceMagic : kOldTextureMagic;
       record.desc.surface = surface;
+      record.desc.dims = surface ? 2 : 1;  // The geometry of the kernel below: the fetch reaches the fields.
       record.desc.width = 8;
       record.desc.base = Output<float>(8, 0);
       forgeries[k](record.desc);

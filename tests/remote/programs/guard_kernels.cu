@@ -1,4 +1,6 @@
 // Kernels for session_guard_test: built into a fatbin (PTX only) that the test loads through raw sessions.
+#include <cuda_runtime.h>
+
 extern "C" __global__ void add_one(int* data, unsigned n) {
   unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) data[i] += 1;
@@ -13,3 +15,6 @@ extern "C" __global__ void with_shared(int* out) {
 }
 
 __device__ int guard_counter;
+
+// One texel of a texture object the host names: a forged handle must fail the launch, not the worker.
+extern "C" __global__ void fetch1d(cudaTextureObject_t t, float x, float4* out) { out[0] = tex1D<float4>(t, x); }
