@@ -11,8 +11,9 @@
 #              Default: build-fuzz at the repository root.
 #   SEED_DIR   a folder of *.fatbin, *.cubin and *.ptx files (ctest passes the fatbin tests' nvcc outputs).
 #              Without it, seeds are made here with nvcc when it is installed.
-# Environment: FUZZ_SECONDS per target (default 30), FUZZ_TARGETS (default "fatbin ptx texture"; "texture" runs
-# texture and surface instructions of the emulated device on random descriptions and handles; "wire" fuzzes a live
+# Environment: FUZZ_SECONDS per target (default 30), FUZZ_TARGETS (default "fatbin ptx"; "texture" runs texture and
+# surface instructions of the emulated device on random descriptions and handles, building the whole emulator with
+# the sanitizers first, which takes minutes; "wire" fuzzes a live
 # gp-agent's pool and session services and needs GPUPOOL_FUZZ_AGENT, the gp-agent to run, and GPUPOOL_SCHEMA_DIR,
 # the build's generated *.capnp.c++), CXX_FUZZ (clang++).
 set -euo pipefail
@@ -21,7 +22,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$root/build-fuzz}
 seed_dir=${2:-}
 seconds=${FUZZ_SECONDS:-30}
-targets=${FUZZ_TARGETS:-fatbin ptx texture}
+targets=${FUZZ_TARGETS:-fatbin ptx}
 cxx=${CXX_FUZZ:-clang++}
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer

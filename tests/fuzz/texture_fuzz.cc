@@ -186,7 +186,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const uint64_t magic = d.surface ? 0x4f46525350475047ull : 0x4f58455450475047ull;
       uint8_t record[256] = {};
       std::memcpy(record, &magic, sizeof(magic));
-      std::memcpy(record + sizeof(magic), texels.data(), std::min(texels.size(), sizeof(record) - sizeof(magic)));
+      if (!texels.empty()) {
+        std::memcpy(record + sizeof(magic), texels.data(), std::min(texels.size(), sizeof(record) - sizeof(magic)));
+      }
       // A tenant knows its own pointers: the forgery's texels may lie in its real memory.
       if (noise >> 63) std::memcpy(record + sizeof(magic) + offsetof(TextureDesc, base), &fx.texels, 8);
       if (EmuStatus s = device.CopyToDevice(fx.forged, record, sizeof(record)); !s.ok()) Die("forged", s);
