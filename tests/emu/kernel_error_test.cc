@@ -248,13 +248,27 @@ TEST_F(RefuseTest, ResourcesBeyondAGpusLimitsAreRefusedAtLoad) {
     EXPECT_EQ(status.code(), Code::kInvalidPtx) << Describe(status);
     EXPECT_NE(status.message().find(limit), std::string::npos) << "should name the limit: " << status.message();
   }
-  // At the limits, modules load.
-  for (const char* body : {".visible .entry k() { .local .align 4 .b8 a[524288]; ret; }",
-                           ".visible .entry k() { .shared .align 4 .b8 s[49152]; ret; }",
-                           ".visible .entry k(.param .align 4 .b8 p[32764]) { ret; }"}) {
+  // At the limits, modules load, and cuFuncGetAttribute's values (Device::Attributes) and cuDeviceGetAttribute's
+  // (DeviceProperties) agree with the limits.
+  struct AtLimit {
+    const char* body;
+    int shared, local, registers;
+  };
+  for (const AtLimit& c : {AtLimit{".visible .entry k() { .local .align 4 .b8 a[524288]; ret; }", 0, 524288, 16},
+                           AtLimit{".visible .entry k() { .shared .align 4 .b8 s[49152]; ret; }", 49152, 0, 16},
+                           AtLimit{".visible .entry k(.param .align 4 .b8 p[32764]) { ret; }", 0, 0, 16},
+                           AtLimit{".visible .entry k() { .reg .b32 %r<65536>; ret; }", 0, 0, 255}}) {
+    SCOPED_TRACE(c.body);
     Module* module = nullptr;
-    EXPECT_TRUE(device().LoadPtx(Ptx(body), &module).ok()) << body;
+    ASSERT_TRUE(device().LoadPtx(Ptx(c.body), &module).ok());
+    int shared = -1, local = -1, registers = -1;
+    Device::Attributes(Get(module, "k"), &shared, &local, &registers);
+    EXPECT_EQ(shared, c.shared);
+    EXPECT_EQ(local, c.local);
+    EXPECT_EQ(registers, c.registers) << "NUM_REGS: at least 16, at most a GPU's 255 per thread";
   }
+  EXPECT_EQ(device().properties().shared_memory_per_block, 48 * 1024) << "the static shared limit at load";
+  EXPECT_GE(device().properties().shared_memory_per_block_optin, device().properties().shared_memory_per_block);
   EXPECT_TRUE(device().StickyError().ok());
 }
 
