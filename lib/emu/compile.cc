@@ -1380,25 +1380,24 @@ EmuResult<Program> ModuleCompiler::Run() {
     placed.push_back(&v);
   }
   // The variable is zeroed in device memory, then what its initialiser wrote goes over it: the host holds no copy
-  // of the whole variable, only of the initialiser (as long as its text).
+  // of the whole variable, only the initialiser's runs of bytes (as long as its text).
   for (const ptx::Variable* v : placed) {
     uint64_t addr = prog_.globals[v->name].address;
     const uint64_t size = std::max<uint64_t>(v->ByteSize(), 1);
     alloc_.Zero(addr, size);
     if (!v->has_initializer) continue;
-    std::vector<uint8_t> image(v->init.bytes.begin(),
-                               v->init.bytes.begin() + static_cast<ptrdiff_t>(std::min<uint64_t>(
-                                                           size, v->init.bytes.size())));
+    for (const auto& run : v->init.runs) {
+      if (run.offset >= size) continue;
+      alloc_.Write(addr + run.offset, run.bytes.data(), std::min<uint64_t>(run.bytes.size(), size - run.offset));
+    }
     for (const auto& ref : v->init.symbols) {
       auto it = module_symbols_.find(ref.symbol);
       if (it == module_symbols_.end()) return Err(v->line, "initialiser refers to unknown symbol " + ref.symbol);
       uint64_t value = it->second.value + static_cast<uint64_t>(ref.addend);
       if (it->second.kind == Symbol::kFunction) value = kFunctionAddressBase + it->second.value;
       if (ref.offset > size || size - ref.offset < 8) continue;
-      if (image.size() < ref.offset + 8) image.resize(ref.offset + 8, 0);
-      std::memcpy(image.data() + ref.offset, &value, 8);
+      alloc_.Write(addr + ref.offset, &value, 8);
     }
-    if (!image.empty()) alloc_.Write(addr, image.data(), image.size());
   }
   // Code.
   for (const auto& f : m_.functions) {

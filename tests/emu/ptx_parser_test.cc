@@ -25,11 +25,13 @@ using ptx::Type;
 using ptx::Variable;
 using Kind = ptx::Operand::Kind;
 
-// What a variable holds at load: its initialiser's bytes, which stop at the last one it writes, then zeros to its
-// size (ptx_ast.h).
+// What a variable holds at load: zeros to its size, with its initialiser's runs of bytes over them (ptx_ast.h).
 std::vector<uint8_t> InitialImage(const ptx::Variable& v) {
-  std::vector<uint8_t> image = v.init.bytes;
-  image.resize(v.ByteSize(), 0);
+  std::vector<uint8_t> image(v.ByteSize(), 0);
+  for (const auto& run : v.init.runs) {
+    if (image.size() < run.offset + run.bytes.size()) image.resize(run.offset + run.bytes.size(), 0);
+    std::copy(run.bytes.begin(), run.bytes.end(), image.begin() + static_cast<ptrdiff_t>(run.offset));
+  }
   return image;
 }
 
@@ -728,11 +730,22 @@ TEST(PtxParser, FewBytesCannotDeclareUnboundedMemory) {
   for (int i = 0; i <= 65536; ++i) functions += ".func f" + std::to_string(i) + ";";
   EXPECT_NE(ParseError(functions).find("more than 65536 functions"), std::string::npos);
 
-  Module m = Parse(".global .b8 big[1073741824] = {1};\n.global .u32 tail[4] = {0, 0, 9};");
+  Module m = Parse(".global .b8 big[1073741824] = {1};\n.global .u32 tail[4] = {0, 0, 9};\n"
+                   ".global .b8 gaps[4][268435456] = {{1}, {2}, {3, 4}, {5}};");
   const Variable* big = FindVariable(m.globals, "big");
   ASSERT_NE(big, nullptr);
   EXPECT_EQ(big->ByteSize(), 1073741824u);
-  EXPECT_EQ(big->init.bytes, std::vector<uint8_t>{1}) << "the zeros after the initialiser are not held";
+  ASSERT_EQ(big->init.runs.size(), 1u);
+  EXPECT_EQ(big->init.runs[0].bytes, std::vector<uint8_t>{1}) << "the zeros after the initialiser are not held";
+  // Braces that skip elements start new runs: four runs of 1, 1, 2 and 1 bytes, not 768 MiB of zeros between them.
+  const Variable* gaps = FindVariable(m.globals, "gaps");
+  ASSERT_NE(gaps, nullptr);
+  ASSERT_EQ(gaps->init.runs.size(), 4u);
+  EXPECT_EQ(gaps->init.runs[2].offset, 2u * 268435456u);
+  EXPECT_EQ(gaps->init.runs[2].bytes, (std::vector<uint8_t>{3, 4}));
+  uint64_t held = 0;
+  for (const auto& run : gaps->init.runs) held += run.bytes.size();
+  EXPECT_EQ(held, 5u);
   EXPECT_EQ(InitialImage(*FindVariable(m.globals, "tail")), (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0,
                                                                                    0, 0, 0, 0}));
 }
