@@ -1421,6 +1421,7 @@ EmuResult<Program> ModuleCompiler::Run() {
   }
   // Calls must land somewhere.
   for (auto& f : prog_.functions) {
+    prog_.needs_local = prog_.needs_local || f.uses_local;
     for (const auto& in : f.code) {
       if (in.op == Op::kCall) prog_.has_calls = true;
       for (const Operand& o : in.s) {
@@ -1437,6 +1438,7 @@ EmuResult<Program> ModuleCompiler::Run() {
       }
     }
   }
+  prog_.needs_local = prog_.needs_local || prog_.has_calls;
   return std::move(prog_);
 }
 

@@ -615,8 +615,7 @@ bool LayBlock(const Program& program, int function, const Dim3& block, uint32_t 
   uint64_t shared = uint64_t{program.static_shared_bytes} + dynamic_shared;
   if (program.uses_reserved_shared) shared = (shared + 15) / 16 * 16 + kReservedSharedBytes;
   const bool has_calls = program.has_calls;
-  bool needs_local = has_calls;
-  for (const auto& f : program.functions) needs_local = needs_local || f.uses_local;
+  const bool needs_local = program.needs_local;
   // The kernel's own locals (up to kMaxLocalBytesPerThread), and a stack for its calls' beyond them.
   const uint64_t local = needs_local ? std::max<uint64_t>(kLocalStackBytes, uint64_t{entry.local_area} +
                                                                                 (has_calls ? kLocalStackBytes : 0))

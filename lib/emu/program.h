@@ -164,6 +164,7 @@ struct Program {
   std::map<std::string, GlobalVar> globals;
   uint32_t static_shared_bytes = 0;  // All .shared variables of the module; dynamic shared starts after.
   bool has_calls = false;            // Any call instruction: threads then need call-frame stacks.
+  bool needs_local = false;          // Calls, or .local variables in any function: threads need local stacks.
   bool uses_reserved_shared = false;  // Reads a %reserved_smem_* register: CTAs get the reserved region.
   int version_major = 0, version_minor = 0;
 };
