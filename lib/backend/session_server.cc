@@ -753,9 +753,10 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   }
 
   // ---- Texture and surface objects. The session checks the description and that every texel lies in its own
-  // memory; the backend makes the object (on the emulated device a descriptor in device memory, whose bytes count
-  // against the quota like an allocation). Handles are the backend's values, which kernels receive as they are,
-  // so the server keeps the set this session created: only those may be destroyed.
+  // memory; the backend makes the object (device memory it reserves for one counts against the quota like an
+  // allocation; the emulated device keeps its objects in a table of its own and reserves none). Handles are the
+  // backend's values, which kernels receive as they are, so the server keeps the set this session created: only
+  // those may be destroyed.
 
   Reply Handle(const calls::TexObjectCreate::Args& a, calls::TexObjectCreate::Results& r) {
     TextureSpec spec;

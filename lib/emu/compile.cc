@@ -53,6 +53,8 @@ EmuStatus Err(int line, const std::string& what) {
 
 uint64_t AlignUp(uint64_t v, uint64_t a) { return a <= 1 ? v : (v + a - 1) / a * a; }
 
+std::string KiB(uint64_t bytes) { return std::to_string(bytes / 1024) + " KiB"; }
+
 uint64_t VarAlign(const ptx::Variable& v) {
   if (v.align > 0) return static_cast<uint64_t>(v.align);
   int s = ptx::TypeSize(v.type) * v.vector_width;
@@ -65,7 +67,13 @@ class FunctionCompiler {
       : mc_(mc), f_(f), out_(out), index_(index) {}
 
   EmuStatus Run() {
-    // Registers.
+    // Registers (the parser bounds them too; a module may come from elsewhere, as the fuzz targets build them).
+    uint64_t declared = 0;
+    for (const auto& r : f_.registers) declared += r.is_range ? static_cast<uint64_t>(std::max(r.count, 0)) : 1;
+    if (declared > kMaxRegistersPerFunction) {
+      return Err(f_.line, "'" + f_.name + "' declares " + std::to_string(declared) + " registers; the emulator " +
+                              "allows at most " + std::to_string(kMaxRegistersPerFunction) + " per function");
+    }
     for (const auto& r : f_.registers) {
       int bytes = r.type == Type::kPred ? 1 : ptx::TypeSize(r.type) * r.vector_width;
       if (r.is_range) {
@@ -97,6 +105,10 @@ class FunctionCompiler {
       for (size_t i = 0; i < f_.params.size(); ++i) {
         out_.kernel_params[i].align = static_cast<uint32_t>(VarAlign(f_.params[i]));
       }
+      if (off > kMaxKernelParamBytes) {
+        return Err(f_.line, "kernel '" + f_.name + "' takes " + std::to_string(off) + " bytes of parameters; a " +
+                                "GPU allows at most " + std::to_string(kMaxKernelParamBytes));
+      }
       out_.kernel_param_bytes = static_cast<uint32_t>(off);
     }
     for (const auto& p : f_.returns) place_param(p, out_.returns);
@@ -123,6 +135,15 @@ class FunctionCompiler {
         default:
           return Err(v.line, "variables of this state space cannot be declared inside a function: " + v.name);
       }
+    }
+    // A GPU's limits, refused at load as ptxas refuses them, before a size is narrowed to the 32 bits it is kept in.
+    if (local > kMaxLocalBytesPerThread) {
+      return Err(f_.line, "'" + f_.name + "' needs " + std::to_string(local) + " bytes of local memory per thread; " +
+                              "a GPU allows at most " + KiB(kMaxLocalBytesPerThread));
+    }
+    if (off > kMaxParamAreaBytes) {
+      return Err(f_.line, "'" + f_.name + "' declares " + std::to_string(off) + " bytes of .param space; the " +
+                              "emulator allows at most " + KiB(kMaxParamAreaBytes) + " per function");
     }
     out_.param_area = static_cast<uint32_t>(AlignUp(off, 16));
     out_.local_area = static_cast<uint32_t>(AlignUp(local, 16));
@@ -1278,17 +1299,28 @@ EmuResult<Program> ModuleCompiler::Run() {
     shared += v.ByteSize();
     return off;
   };
+  auto too_much_shared = [](int line, const std::string& what, uint64_t bytes, uint64_t limit) {
+    return Err(line, what + " takes " + std::to_string(bytes) + " bytes of static shared memory; " +
+                         (limit == kMaxStaticSharedBytes
+                              ? "a GPU allows at most " + KiB(limit) + " per block (more only as dynamic shared memory)"
+                              : "the emulator allows at most " + KiB(limit) + " per module"));
+  };
   for (const auto& v : m_.globals) {
     if (v.space != ptx::Space::kShared) continue;
     if (v.array_size < 0 || (v.is_extern && v.ByteSize() == 0)) {
       extern_shared_.push_back({&v, 0});
       continue;
     }
+    if (v.ByteSize() > kMaxStaticSharedBytes) {
+      return too_much_shared(v.line, "'" + v.name + "'", v.ByteSize(), kMaxStaticSharedBytes);
+    }
     module_symbols_[v.name] = {Symbol::kShared, place_shared(v)};
+    if (shared > kMaxModuleSharedBytes) return too_much_shared(v.line, "the module", shared, kMaxModuleSharedBytes);
   }
   for (size_t fi = 0; fi < m_.functions.size(); ++fi) {
     const auto& f = m_.functions[fi];
     int index = prog_.function_index[f.name];
+    const uint64_t function_start = shared;
     for (const auto& v : f.locals) {
       if (v.space != ptx::Space::kShared) continue;
       if (v.array_size < 0) {
@@ -1296,7 +1328,14 @@ EmuResult<Program> ModuleCompiler::Run() {
         function_shared_[{index, v.name}] = 0;  // Patched below.
         continue;
       }
+      if (v.ByteSize() > kMaxStaticSharedBytes) {
+        return too_much_shared(v.line, "'" + v.name + "'", v.ByteSize(), kMaxStaticSharedBytes);
+      }
       function_shared_[{index, v.name}] = place_shared(v);
+      if (shared - function_start > kMaxStaticSharedBytes) {
+        return too_much_shared(v.line, "'" + f.name + "'", shared - function_start, kMaxStaticSharedBytes);
+      }
+      if (shared > kMaxModuleSharedBytes) return too_much_shared(v.line, "the module", shared, kMaxModuleSharedBytes);
     }
   }
   uint64_t dynamic_base = AlignUp(shared, 16);
@@ -1340,20 +1379,25 @@ EmuResult<Program> ModuleCompiler::Run() {
     module_symbols_[v.name] = {Symbol::kGlobalAddr, addr};
     placed.push_back(&v);
   }
+  // The variable is zeroed in device memory, then what its initialiser wrote goes over it: the host holds no copy
+  // of the whole variable, only the initialiser's runs of bytes (as long as its text).
   for (const ptx::Variable* v : placed) {
     uint64_t addr = prog_.globals[v->name].address;
-    std::vector<uint8_t> image(std::max<uint64_t>(v->ByteSize(), 1), 0);
-    if (v->has_initializer) {
-      std::memcpy(image.data(), v->init.bytes.data(), std::min(image.size(), v->init.bytes.size()));
-      for (const auto& ref : v->init.symbols) {
-        auto it = module_symbols_.find(ref.symbol);
-        if (it == module_symbols_.end()) return Err(v->line, "initialiser refers to unknown symbol " + ref.symbol);
-        uint64_t value = it->second.value + static_cast<uint64_t>(ref.addend);
-        if (it->second.kind == Symbol::kFunction) value = kFunctionAddressBase + it->second.value;
-        if (ref.offset + 8 <= image.size()) std::memcpy(image.data() + ref.offset, &value, 8);
-      }
+    const uint64_t size = std::max<uint64_t>(v->ByteSize(), 1);
+    alloc_.Zero(addr, size);
+    if (!v->has_initializer) continue;
+    for (const auto& run : v->init.runs) {
+      if (run.offset >= size) continue;
+      alloc_.Write(addr + run.offset, run.bytes.data(), std::min<uint64_t>(run.bytes.size(), size - run.offset));
     }
-    alloc_.Write(addr, image.data(), image.size());
+    for (const auto& ref : v->init.symbols) {
+      auto it = module_symbols_.find(ref.symbol);
+      if (it == module_symbols_.end()) return Err(v->line, "initialiser refers to unknown symbol " + ref.symbol);
+      uint64_t value = it->second.value + static_cast<uint64_t>(ref.addend);
+      if (it->second.kind == Symbol::kFunction) value = kFunctionAddressBase + it->second.value;
+      if (ref.offset > size || size - ref.offset < 8) continue;
+      alloc_.Write(addr + ref.offset, &value, 8);
+    }
   }
   // Code.
   for (const auto& f : m_.functions) {
@@ -1377,6 +1421,7 @@ EmuResult<Program> ModuleCompiler::Run() {
   }
   // Calls must land somewhere.
   for (auto& f : prog_.functions) {
+    prog_.needs_local = prog_.needs_local || f.uses_local;
     for (const auto& in : f.code) {
       if (in.op == Op::kCall) prog_.has_calls = true;
       for (const Operand& o : in.s) {
@@ -1393,6 +1438,7 @@ EmuResult<Program> ModuleCompiler::Run() {
       }
     }
   }
+  prog_.needs_local = prog_.needs_local || prog_.has_calls;
   return std::move(prog_);
 }
 

@@ -85,8 +85,15 @@ struct Device::Impl : public internal::MemoryMap {
   uint64_t used = 0;
   uint64_t heap_used = 0;
   std::set<uint64_t> heap_blocks;
-  std::set<uint64_t> textures;  // Live texture and surface objects (their descriptors' addresses).
   mutable std::shared_ptr<const std::vector<std::pair<uint64_t, uint64_t>>> ranges_cache;
+  // Texture and surface objects (texture.h). The host's books, guarded by mem_mu: per slot handed out, the
+  // generation of its object (live or last), whether it is live, and the free slots, longest free first.
+  std::vector<uint32_t> texture_generations;
+  std::vector<bool> texture_live;
+  std::deque<uint32_t> texture_free;
+  // What kernels read: written only by the queue's executor (CreateTextureObject and DestroyTextureObject queue
+  // the change), or by ResetContext once the queue is idle.
+  TextureTable texture_table;
 
   // ---- Virtual memory: reservations in [vmm_base, vmm_base + vmm_size), kept PROT_NONE until mapped; physical
   // memory is one memfd (created at first use) whose ranges are the physical allocations. ----
@@ -237,6 +244,9 @@ struct Device::Impl : public internal::MemoryMap {
     }
     arena = static_cast<uint8_t*>(p);
     if (arena) free_.Reset(arena_size);
+    // A device of a remote slice sits in a window of its own, GiB-aligned and disjoint from the program's other
+    // windows: the GiB its memory starts in tells its texture handles from theirs (texture.h).
+    texture_table = TextureTable(static_cast<uint16_t>(reinterpret_cast<uint64_t>(arena) >> 30));
     ReserveVirtualRegion();
     // A stable, distinct UUID per device object.
     uint64_t seed = reinterpret_cast<uint64_t>(this) ^ static_cast<uint64_t>(getpid()) * 0x9E3779B97F4A7C15ull;
@@ -345,6 +355,8 @@ struct Device::Impl : public internal::MemoryMap {
     }
     return a;
   }
+
+  const TextureTable& Textures() const override { return texture_table; }
 
   void HeapFree(uint64_t address) override {
     std::lock_guard<std::mutex> lock(mem_mu);
@@ -611,6 +623,7 @@ class ArenaAllocator : public internal::GlobalAllocator {
   void Write(uint64_t address, const void* data, uint64_t bytes) override {
     std::memcpy(reinterpret_cast<void*>(address), data, bytes);
   }
+  void Zero(uint64_t address, uint64_t bytes) override { std::memset(reinterpret_cast<void*>(address), 0, bytes); }
   std::vector<uint64_t> made;
 
  private:
@@ -1025,6 +1038,21 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
                                                       std::to_string(prog.static_shared_bytes + config.shared_bytes) +
                                                       " bytes exceeds the per-block limit");
   }
+  const internal::Function& entry = prog.functions[static_cast<size_t>(function->index)];
+  if (bytes > std::max<uint64_t>(entry.kernel_param_bytes, internal::kMaxKernelParamBytes)) {
+    return BadValue("a parameter buffer of " + std::to_string(bytes) + " bytes for '" + function->name +
+                    "', which takes " + std::to_string(entry.kernel_param_bytes) + "; a GPU takes at most " +
+                    std::to_string(internal::kMaxKernelParamBytes));
+  }
+  internal::BlockLayout layout;
+  if (!internal::LayBlock(prog, function->index, b, config.shared_bytes, bytes, &layout)) {
+    return EmuStatus(Code::kLaunchOutOfResources,
+                     "too many resources requested for launch: a block of " + std::to_string(threads) +
+                         " threads of '" + function->name + "' needs " + std::to_string(layout.footprint) +
+                         " bytes of emulator memory (registers, local and parameter stacks, shared memory); the "
+                         "emulator holds at most " + std::to_string(internal::kMaxBlockFootprintBytes) +
+                         " per block: use smaller blocks");
+  }
   if (config.cooperative) {
     // Blocks one multiprocessor holds at once, by threads (the emulated device has no register limit) and shared
     // memory, times the multiprocessors: what cudaOccupancyMaxActiveBlocksPerMultiprocessor answers for it.
@@ -1033,6 +1061,13 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
                                          static_cast<uint64_t>(p.max_threads_per_multiprocessor) / threads);
     if (shared > 0) per_sm = std::min<uint64_t>(per_sm, p.shared_memory_per_multiprocessor / shared);
     uint64_t ctas = static_cast<uint64_t>(g.x) * g.y * g.z;
+    // Every block is held at once, each in a context of its own (exec.h).
+    if (ctas * layout.footprint > internal::kMaxLaunchFootprintBytes) {
+      return EmuStatus(Code::kCooperativeLaunchTooLarge,
+                       "a cooperative grid of " + std::to_string(ctas) + " blocks of " +
+                           std::to_string(layout.footprint) + " bytes of emulator memory each does not fit the " +
+                           std::to_string(internal::kMaxLaunchFootprintBytes) + " the emulator holds at once");
+    }
     if (ctas > per_sm * static_cast<uint64_t>(p.multiprocessor_count)) {
       return EmuStatus(Code::kCooperativeLaunchTooLarge,
                        "a cooperative grid of " + std::to_string(ctas) + " blocks does not fit the device at once (" +
@@ -1274,7 +1309,13 @@ void Device::ResetContext() {
     impl_->used = 0;
     impl_->heap_used = 0;
     impl_->heap_blocks.clear();
-    impl_->textures.clear();
+    // Every object goes; the generations stay, so that no handle from before the reset names a later object.
+    for (uint32_t slot = 0; slot < impl_->texture_live.size(); ++slot) {
+      if (!impl_->texture_live[slot]) continue;
+      impl_->texture_live[slot] = false;
+      impl_->texture_free.push_back(slot);
+    }
+    impl_->texture_table.Reset();  // The queue is idle: nothing reads it now.
     impl_->ranges_cache.reset();
     madvise(impl_->arena, impl_->arena_size, MADV_DONTNEED);
     // Virtual memory: every mapping, reservation and physical allocation goes.
@@ -1294,9 +1335,6 @@ void Device::ResetContext() {
 }
 
 // ---- Texture and surface objects (texture.h). ----
-
-static_assert(sizeof(TextureRecord) <= Device::kTextureObjectBytes, "a texture descriptor fits its allocation");
-static_assert(std::is_trivially_copyable_v<TextureRecord>, "descriptors are copied into device memory as bytes");
 
 EmuStatus Device::CreateTextureObject(const TextureDesc& desc, uint64_t* handle) {
   if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
@@ -1327,29 +1365,51 @@ EmuStatus Device::CreateTextureObject(const TextureDesc& desc, uint64_t* handle)
   if (!AddressRange(desc.base, &base, &size).ok() || desc.base - base > size || span > size - (desc.base - base)) {
     return BadValue("the texture's texels do not lie inside one allocation of this device");
   }
-  TextureRecord record;
-  record.magic = desc.surface ? TextureRecord::kSurfaceMagic : TextureRecord::kTextureMagic;
-  record.desc = desc;
-  uint64_t address = 0;
-  if (EmuStatus s = Malloc(kTextureObjectBytes, &address); !s.ok()) return s;
-  // In stream order, like any copy: a kernel queued after this call sees the descriptor.
-  if (EmuStatus s = CopyToDevice(address, &record, sizeof(record)); !s.ok()) {
-    Free(address);
-    return s;
+  Impl* impl = impl_.get();
+  uint32_t slot = 0, generation = 0;
+  {
+    std::lock_guard<std::mutex> lock(impl->mem_mu);
+    // Fresh slots first, then the one free longest: a slot's generation wraps as late as it can.
+    if (impl->texture_generations.size() < TextureTable::kCapacity) {
+      slot = static_cast<uint32_t>(impl->texture_generations.size());
+      impl->texture_generations.push_back(0);
+      impl->texture_live.push_back(false);
+    } else if (!impl->texture_free.empty()) {
+      slot = impl->texture_free.front();
+      impl->texture_free.pop_front();
+    } else {
+      return EmuStatus(Code::kOutOfMemory, "too many texture and surface objects: a device holds at most " +
+                                               std::to_string(TextureTable::kCapacity) + " at once");
+    }
+    generation = (impl->texture_generations[slot] & TextureTable::kGenerationMask) + 1;
+    if (generation > TextureTable::kGenerationMask) generation = 1;
+    impl->texture_generations[slot] = generation;
+    impl->texture_live[slot] = true;
   }
-  std::lock_guard<std::mutex> lock(impl_->mem_mu);
-  impl_->textures.insert(address);
-  *handle = address;
+  // In stream order: a kernel queued after this call sees the object, one queued before does not.
+  impl->Submit(&impl->default_stream, [impl, slot, generation, desc] {
+    impl->texture_table.Set(slot, generation, desc);
+  });
+  *handle = TextureTable::Handle(impl->texture_table.salt(), slot, generation);
   return EmuStatus::Ok();
 }
 
 EmuStatus Device::DestroyTextureObject(uint64_t handle) {
   if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+  Impl* impl = impl_.get();
+  uint32_t slot = 0, generation = 0;
   {
-    std::lock_guard<std::mutex> lock(impl_->mem_mu);
-    if (impl_->textures.erase(handle) == 0) return BadValue("not a texture or surface object of this device");
+    std::lock_guard<std::mutex> lock(impl->mem_mu);
+    if (!impl->texture_table.Decode(handle, &slot, &generation) || slot >= impl->texture_live.size() ||
+        !impl->texture_live[slot] || impl->texture_generations[slot] != generation) {
+      return BadValue("not a texture or surface object of this device");
+    }
+    impl->texture_live[slot] = false;
+    impl->texture_free.push_back(slot);
   }
-  return FreeAsync(handle);
+  // In stream order: kernels queued before may still sample the object.
+  impl->Submit(&impl->default_stream, [impl, slot, generation] { impl->texture_table.Clear(slot, generation); });
+  return EmuStatus::Ok();
 }
 
 void Device::SetPrintfSink(std::function<void(std::string_view)> sink) {

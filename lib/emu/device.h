@@ -154,10 +154,9 @@ class Device {
   EmuStatus Memset(uint64_t dst, uint32_t value, size_t element_size, size_t count, Stream* stream = nullptr,
                    bool async = false);
 
-  // ---- Texture and surface objects (texture.h): the descriptor is written into device memory of the device's
-  // own (kTextureObjectBytes, counted like an allocation) and its address is the handle. The resource's texels
-  // must lie inside one allocation. ----
-  static constexpr uint64_t kTextureObjectBytes = 256;
+  // ---- Texture and surface objects (texture.h): the description goes into the device's TextureTable, which only
+  // the device writes, and the handle is an opaque number naming it (never an address). The resource's texels must
+  // lie inside one allocation. At most TextureTable::kCapacity objects live at once (kOutOfMemory beyond). ----
   EmuStatus CreateTextureObject(const TextureDesc& desc, uint64_t* handle);
   // Frees in stream order: kernels queued before may still sample the object.
   EmuStatus DestroyTextureObject(uint64_t handle);

@@ -212,22 +212,19 @@ class CtaRunner {
       : launch_(launch), prog_(*launch.program), memory_(memory), sm_(sm), abort_(abort), cancel_(cancel),
         gate_(gate) {
     ranges_ = memory.Ranges();
-    const Function& entry = prog_.functions[static_cast<size_t>(launch.function)];
+    textures_ = &memory.Textures();
     nthreads_ = launch.block.x * launch.block.y * launch.block.z;
-    shared_size_ = prog_.static_shared_bytes + launch.dynamic_shared;
-    reserved_base_ = (shared_size_ + 15) / 16 * 16;
-    if (prog_.uses_reserved_shared) shared_size_ = reserved_base_ + kReservedSharedBytes;
+    // The device checked that the block fits (LayBlock) before it queued the launch.
+    BlockLayout block;
+    LayBlock(prog_, launch.function, launch.block, launch.dynamic_shared, launch.params.size(), &block);
+    reserved_base_ = (prog_.static_shared_bytes + launch.dynamic_shared + 15) / 16 * 16;
+    shared_size_ = block.shared_bytes;
     if (context.shared.size() < shared_size_ + 16) context.shared.resize(shared_size_ + 16);
     shared_ = std::span<uint8_t>(context.shared.data(), shared_size_ + 16);
-    const bool has_calls = prog_.has_calls;
-    bool needs_local = has_calls;
-    for (const auto& f : prog_.functions) needs_local = needs_local || f.uses_local;
-    local_size_ = needs_local ? kLocalStackBytes : 0;
+    local_size_ = block.local_bytes;
+    register_limit_ = block.registers;
     uint8_t* locals = context.locals.Reserve(static_cast<size_t>(local_size_) * nthreads_ + 16);
-    // Call frames need room beyond the kernel's own parameters; a module without calls does not. Every thread's
-    // stack starts 16-byte aligned, as its own allocation did.
-    const size_t param_stack_bytes =
-        std::max<size_t>(entry.param_area, launch.params.size()) + (has_calls ? kParamStackBytes : 16);
+    const size_t param_stack_bytes = block.param_stack_bytes;
     const size_t param_stack_stride = (param_stack_bytes + 15) / 16 * 16;
     uint8_t* param_stacks = context.param_stacks.Reserve(param_stack_stride * nthreads_);
     if (context.threads.size() < nthreads_) {
@@ -574,11 +571,13 @@ class CtaRunner {
   const std::atomic<bool>* cancel_;
   ExecutionGate* gate_;
   std::shared_ptr<const std::vector<std::pair<uint64_t, uint64_t>>> ranges_;
+  const TextureTable* textures_ = nullptr;  // The device's texture and surface objects (texture.h).
   uint64_t cache_base_ = 1, cache_end_ = 0;        // The allocation InGlobal found last,
   uint64_t previous_base_ = 1, previous_end_ = 0;  // and the one before it.
   uint32_t nthreads_ = 0, nwarps_ = 0, exited_ = 0;
   uint32_t ctaid_[3] = {0, 0, 0};
   uint32_t shared_size_ = 0, local_size_ = 0;
+  uint32_t register_limit_ = 0;  // Register slots per thread, calls included (BlockLayout::registers).
   uint32_t reserved_base_ = 0;
   uint64_t mbarrier_events_ = 0;  // Changes to any mbarrier object: a wait that spins with none is stuck.
   // A warp's turn (RunWarp) ends after this many loop iterations (backward branches taken together), as a GPU
@@ -607,6 +606,36 @@ class CtaRunner {
 #include "emu/exec_warp.inc"
 
 }  // namespace
+
+bool LayBlock(const Program& program, int function, const Dim3& block, uint32_t dynamic_shared, size_t param_bytes,
+              BlockLayout* layout) {
+  const Function& entry = program.functions[static_cast<size_t>(function)];
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  const uint64_t warps = (threads + kWarpLanes - 1) / kWarpLanes;
+  uint64_t shared = uint64_t{program.static_shared_bytes} + dynamic_shared;
+  if (program.uses_reserved_shared) shared = (shared + 15) / 16 * 16 + kReservedSharedBytes;
+  const bool has_calls = program.has_calls;
+  const bool needs_local = program.needs_local;
+  // The kernel's own locals (up to kMaxLocalBytesPerThread), and a stack for its calls' beyond them.
+  const uint64_t local = needs_local ? std::max<uint64_t>(kLocalStackBytes, uint64_t{entry.local_area} +
+                                                                                (has_calls ? kLocalStackBytes : 0))
+                                     : 0;
+  // Call frames need room beyond the kernel's own parameters; a module without calls does not. Every thread's
+  // stack starts 16-byte aligned, as its own allocation did.
+  const uint64_t params =
+      std::max<uint64_t>(entry.param_area, param_bytes) + (has_calls ? kParamStackBytes : 16);
+  layout->shared_bytes = static_cast<uint32_t>(std::min<uint64_t>(shared, UINT32_MAX));
+  layout->local_bytes = static_cast<uint32_t>(local);
+  layout->param_stack_bytes = static_cast<size_t>(params);
+  const uint64_t fixed = shared + threads * (local + (params + 15) / 16 * 16 + sizeof(Thread));
+  // Registers are 64-bit slots, kept for every lane of every warp.
+  layout->footprint = fixed + uint64_t{entry.num_regs} * 8 * warps * kWarpLanes;
+  if (layout->footprint > kMaxBlockFootprintBytes) return false;
+  // What is left holds the registers of calls, as many as fit.
+  const uint64_t per_thread = (kMaxBlockFootprintBytes - fixed) / (8 * warps * kWarpLanes);
+  layout->registers = static_cast<uint32_t>(std::min<uint64_t>(per_thread, UINT32_MAX / 2));
+  return true;
+}
 
 void ParamBuffer::Assign(const void* data, size_t bytes, size_t at_least) {
   size_ = std::max(bytes, at_least);
@@ -758,6 +787,14 @@ LaunchOutcome LaunchRunner::Run(const Launch& launch, MemoryMap& memory, const s
   // the OS shares the cores among them. The launch checked that the grid fits the device at once. Workers beyond
   // the parked ones get a thread and a context of their own for this launch only.
   if (launch.cooperative) workers = static_cast<int>(ctas);
+  // Each worker holds a block: together no more than kMaxLaunchFootprintBytes, however many cores the host has (a
+  // cooperative grid was checked against it as a whole).
+  BlockLayout block;
+  LayBlock(*launch.program, launch.function, launch.block, launch.dynamic_shared, launch.params.size(), &block);
+  if (!launch.cooperative) {
+    const uint64_t fit = std::max<uint64_t>(1, kMaxLaunchFootprintBytes / std::max<uint64_t>(block.footprint, 1));
+    workers = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(workers), fit));
+  }
   st.launch = &launch;
   st.memory = &memory;
   st.cancel = cancel;

@@ -12,6 +12,7 @@
 
 #include "emu/device.h"
 #include "emu/program.h"
+#include "emu/texture.h"
 
 namespace gpupool::emu::internal {
 
@@ -24,6 +25,8 @@ class MemoryMap {
   // Device-side malloc/free (from kernels). 0 when the heap is exhausted.
   virtual uint64_t HeapAlloc(uint64_t bytes) = 0;
   virtual void HeapFree(uint64_t address) = 0;
+  // The device's texture and surface objects (texture.h); not written while a launch runs.
+  virtual const TextureTable& Textures() const = 0;
 };
 
 // A launch's parameter buffer, packed at the kernel's ParamInfo offsets. Held inline up to kInlineBytes (nearly
@@ -61,6 +64,29 @@ struct LaunchOutcome {
   std::string printf_output;       // In CTA order, each CTA's lines in the order its threads printed them.
   uint64_t instructions = 0;       // Dynamic thread-instructions executed.
 };
+
+// What the interpreter sets up for each block of a launch, per thread and in all. A GPU refuses a launch whose
+// block needs more registers, shared or local memory than a multiprocessor holds; the interpreter holds a block in
+// host memory, and refuses a launch whose block would take more than kMaxBlockFootprintBytes (issue "Tenant
+// isolation, hardened", item 5: what a module declares times the block size must not grow a worker without
+// bound). Calls made while the block runs are bounded by the same budget (registers) and by the stacks below.
+struct BlockLayout {
+  uint32_t shared_bytes = 0;        // The shared window (static, dynamic, reserved), without slack.
+  uint32_t local_bytes = 0;         // Local stack per thread.
+  size_t param_stack_bytes = 0;     // Parameter stack per thread.
+  uint32_t registers = 0;           // Register slots per thread the block may use, its calls included.
+  uint64_t footprint = 0;           // Bytes of host memory for the whole block, with its registers at their limit.
+};
+inline constexpr uint64_t kMaxBlockFootprintBytes = 256ull << 20;
+// And all the blocks a launch runs at once (one per worker; a cooperative grid's all): a launch of large blocks runs
+// on fewer workers, and a cooperative grid beyond it is refused (kCooperativeLaunchTooLarge). Stacks are zeroed
+// pages the host commits only as a kernel touches them, so these bound what a kernel can make resident; the
+// largest cooperative grids of nvcc-built kernels with calls take about 1 GiB.
+inline constexpr uint64_t kMaxLaunchFootprintBytes = 4ull << 30;
+// The layout of a block of `block` threads of `program`'s function `function`; false when it does not fit
+// kMaxBlockFootprintBytes (the layout is then filled in as far as it goes, for the message).
+bool LayBlock(const Program& program, int function, const Dim3& block, uint32_t dynamic_shared, size_t param_bytes,
+              BlockLayout* layout);
 
 // Runs kernel launches one at a time: the CTAs in parallel on `workers` host threads (the caller's thread is one
 // of them), the threads of a CTA as cooperatively scheduled contexts that switch at barriers and warp collectives.

@@ -164,6 +164,7 @@ struct Program {
   std::map<std::string, GlobalVar> globals;
   uint32_t static_shared_bytes = 0;  // All .shared variables of the module; dynamic shared starts after.
   bool has_calls = false;            // Any call instruction: threads then need call-frame stacks.
+  bool needs_local = false;          // Calls, or .local variables in any function: threads need local stacks.
   bool uses_reserved_shared = false;  // Reads a %reserved_smem_* register: CTAs get the reserved region.
   int version_major = 0, version_minor = 0;
 };
@@ -181,15 +182,34 @@ inline constexpr uint64_t kMbarCountMask = (1u << 21) - 1;  // Counts are 21-bit
 // 288 bytes at %reserved_smem_offset_1; GPUs of compute capability 8.0 and later reserve 1 KiB).
 inline constexpr uint32_t kReservedSharedBytes = 1024;
 
+// What a module may ask for, refused at load (compile.cc, ptx_parser.cc) with the limit named, as ptxas refuses
+// it for a GPU of compute capability 7.x-9.x, and what the emulator adds where a GPU's limit is not the
+// interpreter's (issue "Tenant isolation, hardened", item 5: nothing a few bytes of PTX declare may make a worker
+// allocate without bound). A launch is bounded too: see kMaxBlockFootprintBytes (exec.h).
+inline constexpr uint64_t kMaxLocalBytesPerThread = 512 * 1024;  // A GPU's local memory per thread.
+// A GPU's static shared memory per block: more comes only as dynamic shared memory, up to the device's opt-in
+// maximum. The emulator lays out every .shared variable of a module in one window (all of them count against a
+// launch's opt-in maximum), so it checks each variable, and each function's own, against this, and the module's
+// sum against kMaxModuleSharedBytes.
+inline constexpr uint64_t kMaxStaticSharedBytes = 48 * 1024;
+inline constexpr uint64_t kMaxModuleSharedBytes = 64ull << 20;
+inline constexpr uint64_t kMaxKernelParamBytes = 32764;       // A GPU's kernel parameters (CUDA 12.1, Volta+).
+inline constexpr uint64_t kMaxParamAreaBytes = 64 * 1024;     // Parameters and .param variables of one function.
+// PTX registers are virtual (ptxas maps them onto at most 255 per thread): the interpreter gives each a 64-bit
+// slot per thread. nvcc declares a few hundred per function, a few thousand in the largest kernels.
+inline constexpr uint64_t kMaxRegistersPerFunction = 1u << 16;
+
 // Address of function `index` when taken as a value (function pointers): far from any real address.
 inline constexpr uint64_t kFunctionAddressBase = 0xF00D000000000000ull;
 
 // Lays out and compiles `module`. `allocate` places module-scope .global/.const variables in device memory
-// (returns the address or 0 when out of memory); their initialisers are written by the caller through `write`.
+// (returns the address or 0 when out of memory); the compiler zeroes them (`Zero`) and writes their initialisers
+// (`Write`).
 struct GlobalAllocator {
   virtual ~GlobalAllocator() = default;
   virtual uint64_t Allocate(uint64_t bytes, uint64_t align) = 0;
   virtual void Write(uint64_t address, const void* data, uint64_t bytes) = 0;
+  virtual void Zero(uint64_t address, uint64_t bytes) = 0;
 };
 EmuResult<Program> Compile(const ptx::Module& module, GlobalAllocator& allocator);
 

@@ -58,9 +58,15 @@ struct Instruction {
 };
 
 struct Initializer {
-  // Byte image of the initial value (little-endian, as the variable's storage), and addresses of symbols to patch
-  // in at load time: {byte offset, symbol name, addend}. "generic(sym)" and "sym" both land here.
-  std::vector<uint8_t> bytes;
+  // The initial value's bytes (little-endian, as the variable's storage) in runs, at increasing offsets, not
+  // overlapping: the variable is zero between and after them. A brace initializer that skips elements starts a
+  // new run, so the bytes held grow with the initializer's text, never with the variable's size. Addresses of
+  // symbols to patch in at load time: {byte offset, symbol name, addend}. "generic(sym)" and "sym" both land here.
+  struct Run {
+    uint64_t offset = 0;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<Run> runs;
   struct SymbolRef {
     uint64_t offset;
     std::string symbol;

@@ -56,6 +56,15 @@ constexpr uint64_t kMaxInitializedBytes = uint64_t{1} << 30;
 constexpr int64_t kMaxRegisterRange = int64_t{1} << 24;
 constexpr int64_t kMaxBlockRegisterRange = int64_t{1} << 16;  // Ranges in nested blocks are expanded by name.
 constexpr int kMaxInitializerDepth = 64;
+constexpr uint64_t kMaxInitializerGap = 64;  // Zeros a run of initial bytes holds rather than starting another.
+// What a few bytes of text must not multiply into (issue "Tenant isolation, hardened", item 5: a 250-byte module
+// declaring a million registers took a worker to 777 MB). PTX registers are virtual: ptxas maps them onto at most
+// 255 per thread, and nvcc's output declares a few hundred per function, a few thousand for the largest kernels;
+// the interpreter gives each one a 64-bit slot per thread. Nested blocks cost a scope each, and every name is
+// looked up through all of them.
+constexpr int64_t kMaxRegistersPerFunction = int64_t{1} << 16;
+constexpr int kMaxBlockDepth = 256;
+constexpr size_t kMaxFunctions = size_t{1} << 16;
 
 struct ParseError {
   int line;
@@ -675,11 +684,7 @@ class Parser {
       init_.strides[i] = init_.strides[i + 1] * init_.dims[i + 1];
     }
     init_.unsized = v->array_size < 0;
-    if (!init_.unsized) {
-      uint64_t bytes = v->ByteSize();
-      if (bytes > kMaxInitializedBytes) Fail(line, "initialized variable '" + v->name + "' is too large");
-      v->init.bytes.assign(bytes, 0);
-    }
+    v->init.runs.clear();
     if (PeekPunct('{')) {
       if (init_.dims.empty()) Fail(lex_.Peek().line, "brace initializer for scalar '" + v->name + "'");
       InitList(0, 0, 0);
@@ -691,7 +696,6 @@ class Parser {
       int64_t inner = init_.dims.size() > 1 ? init_.strides[0] : 1;  // Leaves per outermost element.
       int64_t outer = (init_.max_leaf + inner - 1) / inner;
       v->array_size = outer * (inner / std::max(v->vector_width, 1));
-      v->init.bytes.resize(v->ByteSize(), 0);
     }
   }
 
@@ -739,7 +743,16 @@ class Parser {
     const int elem = init_.elem;
     const uint64_t offset = static_cast<uint64_t>(index) * elem;
     if (offset + elem > kMaxInitializedBytes) Fail(lex_.Peek().line, "initializer too large");
-    if (v->init.bytes.size() < offset + elem) v->init.bytes.resize(offset + elem, 0);
+    // Leaves come at increasing offsets: each extends the last run, or starts one past a gap of zeros (a brace
+    // initializer that skips elements), so "= {{1}, {1}}" on a huge array costs what its text does.
+    std::vector<ptx::Initializer::Run>& runs = v->init.runs;
+    if (!runs.empty() && offset < runs.back().offset) Fail(lex_.Peek().line, "initializer out of order");
+    if (runs.empty() || offset > runs.back().offset + runs.back().bytes.size() + kMaxInitializerGap) {
+      runs.push_back({offset, {}});
+    }
+    std::vector<uint8_t>& b = runs.back().bytes;
+    const uint64_t at = offset - runs.back().offset;
+    if (b.size() < at + elem) b.resize(at + elem, 0);
     const Token& t = lex_.Peek();
     if (t.kind == Tok::kWord) {
       Token name = lex_.Next();
@@ -765,18 +778,17 @@ class Parser {
     Token nt = lex_.Next();
     Operand op = ParseNumber(nt, negative);
     if (PeekPunct('(')) Fail(nt.line, "masked address initializers such as 0xFF(sym) are not supported");
-    std::vector<uint8_t>& b = v->init.bytes;
     switch (v->type) {
       case Type::kF32: {
         float f = op.kind == Operand::Kind::kImmInt     ? static_cast<float>(op.int_value)
                   : op.kind == Operand::Kind::kImmFloat ? std::bit_cast<float>(op.float_bits)
                                                         : static_cast<float>(op.double_value);
-        PutLittleEndian(b, offset, 4, std::bit_cast<uint32_t>(f));
+        PutLittleEndian(b, at, 4, std::bit_cast<uint32_t>(f));
         break;
       }
       case Type::kF64: {
         double d = op.kind == Operand::Kind::kImmInt ? static_cast<double>(op.int_value) : op.double_value;
-        PutLittleEndian(b, offset, 8, std::bit_cast<uint64_t>(d));
+        PutLittleEndian(b, at, 8, std::bit_cast<uint64_t>(d));
         break;
       }
       case Type::kF16:
@@ -787,7 +799,7 @@ class Parser {
                                                         : static_cast<float>(op.double_value);
           bits = v->type == Type::kF16 ? FloatToHalfBits(f) : FloatToBf16Bits(f);
         }
-        PutLittleEndian(b, offset, 2, bits);
+        PutLittleEndian(b, at, 2, bits);
         break;
       }
       default: {
@@ -809,7 +821,7 @@ class Parser {
             bits = d < 0 ? static_cast<uint64_t>(static_cast<int64_t>(d)) : static_cast<uint64_t>(d);
           }
         }
-        PutLittleEndian(b, offset, elem, bits);
+        PutLittleEndian(b, at, elem, bits);
         break;
       }
     }
@@ -847,6 +859,9 @@ class Parser {
 
   void ParseFunction(const Linkage& linkage, int line) {
     Token kw = lex_.Next();
+    if (module_.functions.size() >= kMaxFunctions) {
+      Fail(line, "more than " + std::to_string(kMaxFunctions) + " functions in one module (the emulator's limit)");
+    }
     Function& f = module_.functions.emplace_back();
     f.line = line;
     f.is_entry = kw.text == ".entry";
@@ -899,6 +914,7 @@ class Parser {
   void Body(Function* f) {
     Token open = lex_.Next();  // '{'
     scopes_.clear();
+    registers_ = 0;
     int blocks = 0;
     for (;;) {
       const Token& t = lex_.Peek();
@@ -914,6 +930,10 @@ class Parser {
             break;
           }
           if (t.punct == '{') {
+            if (scopes_.size() >= kMaxBlockDepth) {
+              Fail(t.line, "blocks nested more than " + std::to_string(kMaxBlockDepth) + " deep in '" + f->name +
+                               "' (the emulator's limit)");
+            }
             lex_.Next();
             scopes_.push_back(Scope{++blocks, {}});
             break;
@@ -1024,6 +1044,12 @@ class Parser {
         if (n < 0 || n > kMaxRegisterRange) Fail(name.line, "register range out of bounds");
         r.is_range = true;
         r.count = static_cast<int>(n);
+      }
+      registers_ += r.count;
+      if (registers_ > kMaxRegistersPerFunction) {
+        Fail(name.line, "'" + f->name + "' declares more than " + std::to_string(kMaxRegistersPerFunction) +
+                            " registers (the emulator's limit on PTX virtual registers per function; a GPU maps "
+                            "them onto at most 255 per thread)");
       }
       if (scope == nullptr) {
         f->registers.push_back(std::move(r));
@@ -1213,6 +1239,7 @@ class Parser {
   Lexer lex_;
   Module module_;
   std::vector<Scope> scopes_;      // Nested blocks of the function body being parsed, innermost last.
+  int64_t registers_ = 0;          // Registers the function body being parsed declared so far.
   std::vector<Operand> operands_;  // Scratch for the instruction being parsed.
   InitState init_;
 };

@@ -5,7 +5,7 @@
 // must come from the slice, not from this library. The client resolves the resource to device memory of one slice
 // (a CUDA array is pitched memory there, array.cc; linear and pitch2D memory are the program's own allocations)
 // and sends the description to the slice's session (texObjectCreate), whose backend makes the object: the
-// emulated device writes a descriptor into its memory and answers its address (emu/texture.h); a GPU's driver
+// emulated device enters it in a table of its own and answers an opaque handle (emu/texture.h); a GPU's driver
 // answers its own CUtexObject. The handle goes to the program as it came. The client keeps what the program
 // described, for the cuTexObjectGet* queries, which never travel.
 //

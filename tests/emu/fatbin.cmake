@@ -70,6 +70,11 @@ if(GPUPOOL_FUZZ_USABLE)
     COMMAND ${CMAKE_SOURCE_DIR}/tests/fuzz/run.sh ${CMAKE_CURRENT_BINARY_DIR}/fuzz ${GPUPOOL_FATBIN_DATA_DIR})
   set_tests_properties(fuzz_fatbin_and_ptx PROPERTIES TIMEOUT 900 LABELS fuzz
     ENVIRONMENT "CXX_FUZZ=${GPUPOOL_CLANGXX}")
+  # Texture and surface objects on the emulated device (tests/fuzz/texture_fuzz.cc): the whole emulator built with
+  # the sanitizers (minutes on two cores), then 30 s of random descriptions and handles.
+  add_test(NAME fuzz_texture_objects COMMAND ${CMAKE_SOURCE_DIR}/tests/fuzz/run.sh ${CMAKE_CURRENT_BINARY_DIR}/fuzz)
+  set_tests_properties(fuzz_texture_objects PROPERTIES TIMEOUT 1500 LABELS fuzz
+    ENVIRONMENT "CXX_FUZZ=${GPUPOOL_CLANGXX};FUZZ_TARGETS=texture;FUZZ_SECONDS=30")
   # Both wire services of a live gp-agent (tests/fuzz/wire_fuzz.cc): 30 s, then no lease, memory or worker left.
   add_test(NAME fuzz_wire_services COMMAND ${CMAKE_SOURCE_DIR}/tests/fuzz/run.sh ${CMAKE_CURRENT_BINARY_DIR}/fuzz)
   set_tests_properties(fuzz_wire_services PROPERTIES TIMEOUT 600 LABELS fuzz RUN_SERIAL TRUE

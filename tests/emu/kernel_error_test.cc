@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "emu/exec.h"
 #include "kernel_check.h"
 #include "kernel_harness.h"
 
@@ -217,6 +218,143 @@ TEST_F(RefuseTest, UnknownKernelNameIsNotFound) {
   Module* module = LoadFile(FatbinPath("basic", "default"));
   Function* f = nullptr;
   EXPECT_EQ(device().GetFunction(module, "no_such_kernel", &f).code(), Code::kNotFound);
+}
+
+// ---- Issue "Tenant isolation, hardened", item 5: what a module declares, and what a launch multiplies it by,
+// is bounded as a GPU bounds it, each refused naming the limit, and never reaches the interpreter unbounded. ----
+
+std::string Ptx(const std::string& body) {
+  return ".version 7.0\n.target sm_75\n.address_size 64\n" + body;
+}
+
+// What ptxas refuses for a GPU of compute capability 7.x-9.x is refused at load, with the limit in the message.
+TEST_F(RefuseTest, ResourcesBeyondAGpusLimitsAreRefusedAtLoad) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {".visible .entry k() { .local .align 4 .b8 a[524305]; ret; }", "at most 512 KiB"},
+      // A terabyte of locals once wrapped to nothing in the 32-bit frame size and loaded.
+      {".visible .entry k() { .local .align 4 .b8 a[1099511627776]; ret; }", "at most 512 KiB"},
+      {".shared .align 4 .b8 s[49153];\n.visible .entry k() { ret; }", "at most 48 KiB per block"},
+      {".visible .entry k() { .shared .align 4 .b8 s[30000]; .shared .align 4 .b8 t[30000]; ret; }",
+       "'k' takes 60000 bytes of static shared memory; a GPU allows at most 48 KiB per block"},
+      {".visible .entry k(.param .align 4 .b8 p[32768]) { ret; }", "at most 32764"},
+      {".visible .entry k(.param .align 4 .b8 p[4294967312]) { ret; }", "at most 32764"},
+      {".visible .entry k() { .param .b8 p[70000]; ret; }", "at most 64 KiB per function"},
+      {".visible .entry k() { .reg .b32 %r<65537>; ret; }", "65536 registers"},
+  };
+  for (const auto& [body, limit] : cases) {
+    SCOPED_TRACE(body);
+    Module* module = nullptr;
+    EmuStatus status = device().LoadPtx(Ptx(body), &module);
+    EXPECT_EQ(status.code(), Code::kInvalidPtx) << Describe(status);
+    EXPECT_NE(status.message().find(limit), std::string::npos) << "should name the limit: " << status.message();
+  }
+  // At the limits, modules load, and cuFuncGetAttribute's values (Device::Attributes) and cuDeviceGetAttribute's
+  // (DeviceProperties) agree with the limits.
+  struct AtLimit {
+    const char* body;
+    int shared, local, registers;
+  };
+  for (const AtLimit& c : {AtLimit{".visible .entry k() { .local .align 4 .b8 a[524288]; ret; }", 0, 524288, 16},
+                           AtLimit{".visible .entry k() { .shared .align 4 .b8 s[49152]; ret; }", 49152, 0, 16},
+                           AtLimit{".visible .entry k(.param .align 4 .b8 p[32764]) { ret; }", 0, 0, 16},
+                           AtLimit{".visible .entry k() { .reg .b32 %r<65536>; ret; }", 0, 0, 255}}) {
+    SCOPED_TRACE(c.body);
+    Module* module = nullptr;
+    ASSERT_TRUE(device().LoadPtx(Ptx(c.body), &module).ok());
+    int shared = -1, local = -1, registers = -1;
+    Device::Attributes(Get(module, "k"), &shared, &local, &registers);
+    EXPECT_EQ(shared, c.shared);
+    EXPECT_EQ(local, c.local);
+    EXPECT_EQ(registers, c.registers) << "NUM_REGS: at least 16, at most a GPU's 255 per thread";
+  }
+  EXPECT_EQ(device().properties().shared_memory_per_block, 48 * 1024) << "the static shared limit at load";
+  EXPECT_GE(device().properties().shared_memory_per_block_optin, device().properties().shared_memory_per_block);
+  EXPECT_TRUE(device().StickyError().ok());
+}
+
+// A kernel at the local memory limit runs with small blocks (its locals reach their last byte), and a block whose
+// registers, stacks and shared memory would take more than the emulator holds for a block is refused at launch,
+// as a GPU refuses a block it cannot hold, without a fault.
+TEST_F(RefuseTest, BlocksBeyondTheEmulatorsFootprintAreRefusedAtLaunch) {
+  Module* module = LoadPtxText(Ptx(R"(
+.visible .entry big_local(.param .u64 out)
+{
+  .local .align 4 .b8 a[524288];
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<4>;
+  mov.u32 %r1, 7;
+  st.local.u32 [a+524284], %r1;
+  ld.local.u32 %r2, [a+524284];
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd2, %rd1;
+  st.global.u32 [%rd2], %r2;
+  ret;
+}
+.visible .entry many_registers(.param .u64 out)
+{
+  .reg .b32 %r<65530>;
+  .reg .b64 %rd<4>;
+  mov.u32 %r65529, 9;
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd2, %rd1;
+  st.global.u32 [%rd2], %r65529;
+  ret;
+}
+)"));
+  uint64_t out = Zeros<uint32_t>(1);
+  Launch(Get(module, "big_local"), {2}, {32}, 0, out);
+  EXPECT_EQ(DownloadValue<uint32_t>(out), 7u);
+  Launch(Get(module, "many_registers"), {2}, {32}, 0, out);
+  EXPECT_EQ(DownloadValue<uint32_t>(out), 9u);
+  for (const char* kernel : {"big_local", "many_registers"}) {
+    SCOPED_TRACE(kernel);
+    EmuStatus status = TryLaunch(Get(module, kernel), {1}, {1024}, 0, out);
+    EXPECT_EQ(status.code(), Code::kLaunchOutOfResources) << Describe(status);
+    EXPECT_NE(status.message().find("too many resources requested for launch"), std::string::npos)
+        << status.message();
+    EXPECT_NE(status.message().find(std::to_string(internal::kMaxBlockFootprintBytes)), std::string::npos)
+        << "should name the limit: " << status.message();
+    EXPECT_TRUE(device().StickyError().ok()) << "a refused launch is not a fault";
+  }
+  // A parameter buffer far beyond what the kernel takes is refused, not copied to every thread.
+  std::vector<uint8_t> huge(1 << 20, 0);
+  EmuStatus status = device().LaunchPacked(Get(module, "big_local"), LaunchConfig{{1}, {1}, 0, nullptr},
+                                           huge.data(), huge.size());
+  EXPECT_EQ(status.code(), Code::kInvalidValue) << Describe(status);
+  EXPECT_NE(status.message().find("32764"), std::string::npos) << status.message();
+}
+
+// Recursion grows every lane's registers by the callee's: it stops at the block's register budget with a launch
+// failure naming it, instead of growing the warp's register file toward 4096 frames of 60000 registers (60 GiB).
+TEST_F(RefuseTest, DeepRecursionOfLargeFramesStopsAtTheRegisterBudget) {
+  Module* module = LoadPtxText(Ptx(R"(
+.func deep(.param .b32 n)
+{
+  .reg .b32 %r<60000>;
+  ld.param.b32 %r1, [n];
+  add.s32 %r2, %r1, 1;
+  {
+    .param .b32 arg;
+    st.param.b32 [arg], %r2;
+    call deep, (arg);
+  }
+  ret;
+}
+.visible .entry recurse()
+{
+  .reg .b32 %r<2>;
+  mov.u32 %r1, 0;
+  {
+    .param .b32 arg;
+    st.param.b32 [arg], %r1;
+    call deep, (arg);
+  }
+  ret;
+}
+)"));
+  EmuStatus status = TryLaunch(Get(module, "recurse"), {1}, {32}, 0);
+  EXPECT_EQ(status.code(), Code::kLaunchFailed) << Describe(status);
+  EXPECT_NE(status.message().find("register stack overflow"), std::string::npos) << status.message();
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -734,6 +735,120 @@ TEST_P(TextureTest, SurfaceIsNoTextureObject) {
   EXPECT_EQ(s.code(), Code::kIllegalAddress) << Describe(s);
 }
 
+// Issue "Tenant isolation, hardened", item 1. Handles were once the addresses of descriptors in device memory,
+// trusted after a magic word: a kernel handed the address of a record it wrote itself, in that layout, with 200
+// channels made the interpreter write ~800 bytes past a stack object (SIGSEGV), with a zero width divide by zero
+// (SIGFPE). Memory a tenant writes is never an object now, whatever it holds; the device works on after a reset.
+TEST_P(TextureTest, ForgedDescriptorInTenantMemoryIsNoObject) {
+  struct OldRecord {  // The descriptor's layout when handles were addresses: a magic word, then the description.
+    uint64_t magic;
+    TextureDesc desc;
+  };
+  constexpr uint64_t kOldTextureMagic = 0x4f58455450475047ull, kOldSurfaceMagic = 0x4f46525350475047ull;
+  std::vector<std::function<void(TextureDesc&)>> forgeries = {
+      [](TextureDesc& d) { d.channels = 200; },
+      // A zero width with normalised coordinates and wrap: the wrap's i % 0 was a SIGFPE.
+      [](TextureDesc& d) { d.width = 0; d.normalized_coords = true; d.address[0] = TexAddress::kWrap; },
+      [](TextureDesc& d) { d.dims = 9; },
+      [](TextureDesc& d) { d.format = static_cast<TexFormat>(77); },
+      [](TextureDesc& d) { d.address[0] = static_cast<TexAddress>(200); },
+      [](TextureDesc& d) { d.layers = 0xffffffffu; d.base = 0x1000; },
+  };
+  for (size_t k = 0; k < forgeries.size(); ++k) {
+    for (bool surface : {false, true}) {
+      SCOPED_TRACE("forgery " + std::to_string(k) + (surface ? " (surface)" : " (texture)"));
+      OldRecord record{};
+      record.magic = surface ? kOldSurfaceMagic : kOldTextureMagic;
+      record.desc.surface = surface;
+      record.desc.dims = surface ? 2 : 1;  // The geometry of the kernel below: the fetch reaches the fields.
+      record.desc.width = 8;
+      record.desc.base = Output<float>(8, 0);
+      forgeries[k](record.desc);
+      std::vector<uint8_t> bytes(sizeof(record));
+      std::memcpy(bytes.data(), &record, sizeof(record));
+      const uint64_t forged = Upload(bytes);
+      std::vector<int> c = {1};
+      EmuStatus s = surface ? TryLaunch(Kernel("texture", "surf2d_read_trap"), {1}, {1}, 0, forged, Upload(c),
+                                        Upload(c), Output<uint32_t>(1), 1)
+                            : TryLaunch(Kernel("texture", "tex1d_f4"), {1}, {1}, 0, forged,
+                                        Upload(std::vector<float>{1.0f}), Output<float>(4), 1);
+      EXPECT_EQ(s.code(), Code::kIllegalAddress) << Describe(s);
+      EXPECT_NE(s.message().find(surface ? "is not a surface object" : "is not a texture object"), std::string::npos)
+          << s.message();
+      device().ResetContext();
+    }
+  }
+  // The device still samples a real object.
+  TextureDesc d;
+  d.width = 8;
+  HostTexture t = MakeFloat(d);
+  std::vector<float> x = {2.5f};
+  uint64_t out = Output<float>(4);
+  Launch(Kernel("texture", "tex1d_f4"), {1}, {1}, 0, Object(t.desc), Upload(x), out, 1);
+  EXPECT_EQ(U(Download<float>(out, 4)[0]), t.Fetch(x.data(), 0)[0]);
+}
+
+// Values near a live handle (every bit flipped, neighbours) and random values name no object: each launch fails
+// with an illegal address, never reaches undefined behaviour, and the next launch after a reset works.
+TEST_P(TextureTest, RandomAndNeighbouringHandlesAreRefused) {
+  TRACE_SEED();
+  TextureDesc d;
+  d.width = 8;
+  std::vector<std::function<uint64_t(uint64_t)>> candidates;
+  for (int bit = 0; bit < 64; ++bit) candidates.push_back([bit](uint64_t h) { return h ^ (uint64_t{1} << bit); });
+  candidates.push_back([](uint64_t h) { return h + 1; });
+  candidates.push_back([](uint64_t h) { return h - 1; });
+  candidates.push_back([](uint64_t) { return uint64_t{0}; });
+  candidates.push_back([](uint64_t) { return ~uint64_t{0}; });
+  for (int i = 0; i < 16; ++i) candidates.push_back([this](uint64_t) { return U64(); });
+  Function* fetch = Kernel("texture", "tex1d_f4");
+  for (size_t k = 0; k < candidates.size(); ++k) {
+    HostTexture t = MakeFloat(d);
+    const uint64_t live = Object(t.desc);
+    const uint64_t handle = candidates[k](live);
+    if (handle == live) continue;
+    SCOPED_TRACE("candidate " + std::to_string(k) + ": handle " + std::to_string(handle) + " next to " +
+                 std::to_string(live));
+    EmuStatus s = TryLaunch(fetch, {1}, {1}, 0, handle, Upload(std::vector<float>{1.0f}), Output<float>(4), 1);
+    EXPECT_EQ(s.code(), Code::kIllegalAddress) << Describe(s);
+    device().ResetContext();
+    fetch = Kernel("texture", "tex1d_f4");
+  }
+}
+
+// A kernel queued before an object's destruction still samples it; one queued after a creation sees the new
+// object; a destroyed object's handle names nothing once its kernels ran. The queue is held by a host function
+// until everything is queued, so the order is the queue's, not the timing's.
+TEST_P(TextureTest, ObjectsFollowStreamOrder) {
+  TextureDesc d;
+  d.width = 8;
+  HostTexture first = MakeFloat(d), second = MakeFloat(d);
+  Function* fetch = Kernel("texture", "tex1d_f4");
+  std::vector<float> x = {3.5f};
+  const uint64_t coords = Upload(x);
+  const uint64_t out_first = Output<float>(4), out_second = Output<float>(4);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  Check(device().LaunchHostFunc(nullptr, [released] { released.wait(); }), "hold the queue");
+  auto launch = [&](uint64_t handle, uint64_t out) {
+    int n = 1;
+    void* params[] = {&handle, const_cast<uint64_t*>(&coords), &out, &n};
+    LaunchConfig config{{1}, {1}, 0, nullptr};
+    Check(device().Launch(fetch, config, params), "launch");
+  };
+  const uint64_t a = Object(first.desc);
+  launch(a, out_first);
+  Check(device().DestroyTextureObject(a), "destroy while a kernel that samples it is queued");
+  const uint64_t b = Object(second.desc);
+  launch(b, out_second);
+  release.set_value();
+  Check(device().Synchronize(), "sync");
+  EXPECT_EQ(U(Download<float>(out_first, 4)[0]), first.Fetch(x.data(), 0)[0]);
+  EXPECT_EQ(U(Download<float>(out_second, 4)[0]), second.Fetch(x.data(), 0)[0]);
+  EmuStatus s = TryLaunch(fetch, {1}, {1}, 0, a, coords, Output<float>(4), 1);
+  EXPECT_EQ(s.code(), Code::kIllegalAddress) << "a destroyed object: " << Describe(s);
+}
+
 GPUPOOL_INSTANTIATE_VARIANTS(TextureTest);
 
 // The device API's own checks (no kernel).
@@ -762,8 +877,8 @@ TEST_F(TextureObjectTest, TexelsMustLieInsideOneAllocation) {
   EXPECT_EQ(device().CreateTextureObject(d, &handle).code(), Code::kInvalidValue);
 }
 
-TEST_F(TextureObjectTest, DestroyOnceAndMemoryReturns) {
-  uint64_t free_before = 0, free_after = 0, free_end = 0;
+TEST_F(TextureObjectTest, DestroyOnceAndTakesNoDeviceMemory) {
+  uint64_t free_before = 0, free_after = 0;
   uint64_t memory = Alloc(256);
   device().MemInfo(&free_before, nullptr);
   TextureDesc d;
@@ -772,13 +887,35 @@ TEST_F(TextureObjectTest, DestroyOnceAndMemoryReturns) {
   uint64_t handle = 0;
   Check(device().CreateTextureObject(d, &handle), "create");
   device().MemInfo(&free_after, nullptr);
-  EXPECT_EQ(free_before - free_after, Device::kTextureObjectBytes) << "the descriptor is device memory";
+  EXPECT_EQ(free_before, free_after) << "the description lives in the device's table, not in its memory";
+  EXPECT_EQ(handle >> 56, TextureTable::kHandleTag) << "a handle is never an address";
   Check(device().DestroyTextureObject(handle), "destroy");
   EXPECT_EQ(device().DestroyTextureObject(handle).code(), Code::kInvalidValue) << "destroyed twice";
   EXPECT_EQ(device().DestroyTextureObject(memory).code(), Code::kInvalidValue) << "not an object";
+  EXPECT_EQ(device().DestroyTextureObject(0).code(), Code::kInvalidValue) << "not an object";
+}
+
+// The table holds TextureTable::kCapacity objects at once, and refuses one more naming the limit. Slots are reused
+// once every one was handed out, under a new generation: the old handle of a reused slot stays refused.
+TEST_F(TextureObjectTest, AtMostCapacityObjectsAndReusedSlotsRefuseOldHandles) {
+  TextureDesc d;
+  d.width = 64;
+  d.base = Alloc(256);
+  std::vector<uint64_t> handles(TextureTable::kCapacity);
+  for (uint64_t& h : handles) Check(device().CreateTextureObject(d, &h), "create");
+  uint64_t extra = 0;
+  EmuStatus s = device().CreateTextureObject(d, &extra);
+  EXPECT_EQ(s.code(), Code::kOutOfMemory) << Describe(s);
+  EXPECT_NE(s.message().find(std::to_string(TextureTable::kCapacity)), std::string::npos) << s.message();
+  Check(device().DestroyTextureObject(handles[5]), "destroy");
+  Check(device().CreateTextureObject(d, &extra), "create in the freed slot");
+  EXPECT_NE(extra, handles[5]) << "a reused slot gets a new generation";
+  EXPECT_EQ(device().DestroyTextureObject(handles[5]).code(), Code::kInvalidValue) << "the old handle";
+  Check(device().DestroyTextureObject(extra), "destroy the new one");
+  for (size_t i = 0; i < handles.size(); ++i) {
+    if (i != 5) Check(device().DestroyTextureObject(handles[i]), "destroy");
+  }
   Check(device().Synchronize(), "sync");
-  device().MemInfo(&free_end, nullptr);
-  EXPECT_EQ(free_end, free_before);
 }
 
 }  // namespace

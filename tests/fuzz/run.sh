@@ -11,7 +11,9 @@
 #              Default: build-fuzz at the repository root.
 #   SEED_DIR   a folder of *.fatbin, *.cubin and *.ptx files (ctest passes the fatbin tests' nvcc outputs).
 #              Without it, seeds are made here with nvcc when it is installed.
-# Environment: FUZZ_SECONDS per target (default 30), FUZZ_TARGETS (default "fatbin ptx"; "wire" fuzzes a live
+# Environment: FUZZ_SECONDS per target (default 30), FUZZ_TARGETS (default "fatbin ptx"; "texture" runs texture and
+# surface instructions of the emulated device on random descriptions and handles, building the whole emulator with
+# the sanitizers first, which takes minutes; "wire" fuzzes a live
 # gp-agent's pool and session services and needs GPUPOOL_FUZZ_AGENT, the gp-agent to run, and GPUPOOL_SCHEMA_DIR,
 # the build's generated *.capnp.c++), CXX_FUZZ (clang++).
 set -euo pipefail
@@ -34,7 +36,7 @@ build() {
   local srcs=() libs=()
   while (($#)) && [[ $1 != -- ]]; do [[ $1 == /* ]] && srcs+=("$1") || srcs+=("$root/$1"); shift; done
   (($#)) && shift && libs=("$@")
-  if [[ -x $bin && -z $(find "${srcs[@]}" "$root"/lib/emu/*.h -newer "$bin" 2>/dev/null) ]]; then return 0; fi
+  if [[ -x $bin && -z $(find "${srcs[@]}" "$root"/lib/emu/*.h "$root"/lib/emu/*.inc -newer "$bin" 2>/dev/null) ]]; then return 0; fi
   echo "== building $name fuzzer"
   "$cxx" "${flags[@]}" "${srcs[@]}" "${libs[@]}" -o "$bin.tmp"
   mv "$bin.tmp" "$bin"
@@ -67,7 +69,11 @@ fi
 
 fatbin_corpus=$build/corpus/fatbin
 ptx_corpus=$build/corpus/ptx
-mkdir -p "$fatbin_corpus" "$ptx_corpus"
+mkdir -p "$fatbin_corpus" "$ptx_corpus" "$build/corpus/texture"
+# Texture inputs (layout in texture_fuzz.cc): a real object fetched, forged records, random and stale handles.
+for f in "$root/tests/fuzz/seeds/texture"/*; do
+  [[ -e $f ]] && cp -f "$f" "$build/corpus/texture/seed-$(basename "$f")"
+done
 for f in "$seeds"/*.fatbin "$seeds"/*.cubin; do
   [[ -e $f ]] || continue
   cp -f "$f" "$fatbin_corpus/seed-$(basename "$f")"
@@ -80,7 +86,7 @@ while IFS= read -r -d '' f; do
 done < <(find "$seeds" "$root/tests/emu" -name '*.ptx' -print0)
 for f in "$seeds"/*.ptx; do [[ -e $f ]] && cp -f "$f" "$fatbin_corpus/seed-$(basename "$f")"; done
 # Inputs that once crashed a target, named after the bug: replayed first on every run.
-for target in fatbin ptx; do
+for target in fatbin ptx texture; do
   for f in "$root/tests/fuzz/regressions/$target"/*; do
     [[ -e $f ]] && cp -f "$f" "$build/corpus/$target/regression-$(basename "$f")"
   done
@@ -93,6 +99,11 @@ for target in $targets; do
   case $target in
     fatbin) build fatbin tests/fuzz/fatbin_fuzz.cc lib/emu/fatbin.cc lib/emu/lz4.cc -- -lzstd ;;
     ptx) build ptx tests/fuzz/ptx_fuzz.cc lib/emu/ptx_parser.cc lib/emu/ptx_ast.cc ;;
+    texture)
+      build texture tests/fuzz/texture_fuzz.cc lib/emu/device.cc lib/emu/exec.cc lib/emu/compile.cc \
+        lib/emu/ptx_parser.cc lib/emu/ptx_ast.cc lib/emu/ptx_link.cc lib/emu/printf.cc lib/emu/fatbin.cc \
+        lib/emu/lz4.cc -- -lzstd -lpthread -rtlib=compiler-rt
+      ;;
     wire)
       schema=${GPUPOOL_SCHEMA_DIR:?set GPUPOOL_SCHEMA_DIR to the folder of the generated schema code}
       : "${GPUPOOL_FUZZ_AGENT:?set GPUPOOL_FUZZ_AGENT to the gp-agent to fuzz}"

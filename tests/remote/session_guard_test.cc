@@ -25,6 +25,7 @@
 #include "client/lease_core.h"
 #include "client/session_channel.h"
 #include "client/session_client.h"
+#include "emu/texture.h"
 #include "integration/helpers.h"
 #include "pool.capnp.h"
 #include "session.capnp.h"
@@ -1012,6 +1013,70 @@ TEST_F(SessionGuard, HostileTextureObjectsAreRefused) {
   ExpectAllUnharmed();
 }
 
+
+// Issue "Tenant isolation, hardened", item 1: texture handles were the addresses of descriptors in the tenant's
+// device memory, trusted after a magic word. A kernel handed the address of a record the tenant wrote itself, in
+// that layout, with a zero width under wrap addressing (i % 0: the worker died of SIGFPE), or 200 channels (800
+// bytes written past a stack object), took the worker down. Now the launch fails with an illegal address naming
+// the handle; the worker lives on (its session answers, with the fault, as a CUDA context does after one), and
+// the other tenant computes.
+TEST_F(SessionGuard, ForgedTextureHandleFailsTheLaunchNotTheWorker) {
+  namespace calls = session::calls;
+  RemoteSession& s = a();
+  RemoteFunctionInfo fetch;
+  ASSERT_EQ(s.GetFunction(attacker_->module, "fetch1d", &fetch), kOk) << s.last_error();
+  ASSERT_EQ(fetch.params.size(), 3u);
+  uint64_t texels = 0, record = 0, out = 0;
+  ASSERT_EQ(s.MemAlloc(4096, &texels), kOk);
+  ASSERT_EQ(s.MemAlloc(4096, &record), kOk);
+  ASSERT_EQ(s.MemAlloc(64, &out), kOk);
+  std::vector<float> values(16);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) + 0.5f;
+  s.CopyToDevice(texels, values.data(), values.size() * sizeof(float), 0);
+  auto launch = [&](uint64_t handle) {
+    std::vector<uint8_t> params(fetch.params[2].offset + fetch.params[2].size, 0);
+    const float x = 3.0f;
+    std::memcpy(params.data() + fetch.params[0].offset, &handle, sizeof(handle));
+    std::memcpy(params.data() + fetch.params[1].offset, &x, sizeof(x));
+    std::memcpy(params.data() + fetch.params[2].offset, &out, sizeof(out));
+    const uint32_t one[3] = {1, 1, 1};
+    s.Launch(fetch.handle, one, one, 0, 0, params.data(), params.size());
+    return s.Synchronize();
+  };
+  // A real object: the kernel samples it.
+  calls::TexObjectCreate::Args t;
+  t.dims = 1;
+  t.format = CU_AD_FORMAT_FLOAT;
+  t.channels = 1;
+  t.address = texels;
+  t.width = 16;
+  t.height = 1;
+  t.depth = 1;
+  t.resource = 0;
+  calls::TexObjectCreate::Results real;
+  ASSERT_EQ(s.Invoke<calls::TexObjectCreate>(t, &real), kOk) << s.last_error();
+  ASSERT_EQ(launch(real.handle), kOk) << s.last_error();
+  float got[4] = {};
+  ASSERT_EQ(s.CopyFromDevice(got, out, sizeof(got), 0), kOk) << s.last_error();
+  EXPECT_EQ(got[0], 3.5f);
+
+  // The forgery: the old layout (a magic word, then the description), at an address the tenant owns.
+  struct OldRecord {
+    uint64_t magic;
+    emu::TextureDesc desc;
+  } forged{};
+  forged.magic = 0x4f58455450475047ull;  // "GPGPTEXO"
+  forged.desc.width = 0;
+  forged.desc.normalized_coords = true;
+  forged.desc.address[0] = emu::TexAddress::kWrap;
+  forged.desc.base = texels;
+  s.CopyToDevice(record, &forged, sizeof(forged), 0);
+  EXPECT_EQ(launch(record), CUDA_ERROR_ILLEGAL_ADDRESS) << s.last_error();
+  EXPECT_NE(s.last_error().find("is not a texture object"), std::string::npos) << s.last_error();
+  // The worker lives: its session still answers, with the sticky fault.
+  EXPECT_EQ(s.Synchronize(), CUDA_ERROR_ILLEGAL_ADDRESS) << s.last_error();
+  ExpectOthersUnharmed();
+}
 
 // A device-to-host copy may answer straight from device memory (an emulated device's memory is the worker's own):
 // the worker must then serve nothing more until the reply is written, or a call that came right behind it would

@@ -247,8 +247,8 @@ class EmuBackend final : public DeviceBackend {
 
   CallStatus QueryStream(StreamRef stream) override { return From(device_->StreamQuery(stream.as<emu::Stream>())); }
 
-  // The emulated device resolves texture objects itself (emu/texture.h): the descriptor it writes into its memory
-  // takes Device::kTextureObjectBytes, counted against the quota, and its address is the handle.
+  // The emulated device resolves texture objects itself (emu/texture.h): the description goes into a table of the
+  // device that kernels cannot write, bounded by emu::TextureTable::kCapacity objects, and takes no device memory.
   CallStatus CreateTexture(const TextureSpec& spec, uint64_t* handle, uint64_t* reserved) override {
     emu::TextureDesc d;
     d.surface = spec.surface;
@@ -281,7 +281,7 @@ class EmuBackend final : public DeviceBackend {
     for (int i = 0; i < 4; ++i) d.border[i] = spec.border[i];
     EmuStatus s = device_->CreateTextureObject(d, handle);
     if (!s.ok()) return From(s);
-    *reserved = emu::Device::kTextureObjectBytes;
+    *reserved = 0;
     return CallStatus::Ok();
   }
 

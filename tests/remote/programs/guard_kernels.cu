@@ -1,4 +1,6 @@
 // Kernels for session_guard_test: built into a fatbin (PTX only) that the test loads through raw sessions.
+#include <cuda_runtime.h>
+
 extern "C" __global__ void add_one(int* data, unsigned n) {
   unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) data[i] += 1;
@@ -21,3 +23,6 @@ extern "C" __global__ void spin(unsigned long long iterations, int* out) {
   for (unsigned long long i = 0; i < iterations; ++i) sum += i ^ threadIdx.x;
   if (sum == 42) out[0] = 1;
 }
+
+// One texel of a texture object the host names: a forged handle must fail the launch, not the worker.
+extern "C" __global__ void fetch1d(cudaTextureObject_t t, float x, float4* out) { out[0] = tex1D<float4>(t, x); }
