@@ -825,6 +825,7 @@ TEST_F(Stacked, TheDriversMemoryForASessionIsChargedToTheSliceAndRefusedPastIt) 
   uint64_t after_unload = 0;
   ASSERT_EQ(session.MemGetInfo(&after_unload, &total), 0);
   EXPECT_EQ(after_unload - after_launch, free_bytes - after_load);
+}
 
 // /proc/PID/status's `field` ("Uid", "Seccomp"...), its value without the leading blanks; "" if absent.
 std::string ProcStatusField(pid_t pid, const std::string& field) {

@@ -640,8 +640,10 @@ int main(int argc, char** argv) {
   if (argc == 4 && std::strcmp(argv[1], "neighbour") == 0) return Neighbour(std::atoi(argv[2]), std::atoi(argv[3]));
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 3;
   const unsigned seed = argc > 2 ? static_cast<unsigned>(std::strtoul(argv[2], nullptr, 10)) : 1;
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // Each failure and progress line as it happens (runs are long).
   CHECK(cudaFree(nullptr));
   for (int r = 0; r < repeats; ++r) {
+    if (r > 0 && r % 10 == 0) std::printf("program_order: %d repeat(s) done, %d failure(s) so far\n", r, failures);
     for (bool other : {false, true}) {
       FreeThenAlloc(other);
       FreeThenMemGetInfo(other);
