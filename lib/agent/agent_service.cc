@@ -556,21 +556,22 @@ class AgentImpl final : public wire::Agent::Server {
     }
     // Capacity is checked before a worker starts: past it, a worker could not join its device's tables, and a
     // tenant would meet a failed start instead of the limit.
-    if (state_.workers->OnDevice(device) >= static_cast<size_t>(state_.config.sessions_per_device)) {
+    if (const size_t open = state_.workers->OnDevice(device);
+        open >= static_cast<size_t>(state_.config.sessions_per_device)) {
       RefuseSession(results.initOutcome(),
                     Status(StatusCode::kResourceExhausted,
                            fmt::format("device {} has {} sessions open, the most this agent allows on one device "
                                        "([limits] sessions_per_device = {}): close some first",
-                                       device, state_.workers->OnDevice(device), state_.config.sessions_per_device)));
+                                       device, open, state_.config.sessions_per_device)));
       return kj::READY_NOW;
     }
-    if (state_.workers->OfLease(e->id, device) >= static_cast<size_t>(state_.config.sessions_per_lease)) {
+    if (const size_t open = state_.workers->OfLease(e->id, device);
+        open >= static_cast<size_t>(state_.config.sessions_per_lease)) {
       RefuseSession(results.initOutcome(),
                     Status(StatusCode::kResourceExhausted,
                            fmt::format("lease {} has {} sessions open on device {}, the most this agent allows one "
                                        "lease on one device ([limits] sessions_per_lease = {}): close some first",
-                                       e->id, state_.workers->OfLease(e->id, device), device,
-                                       state_.config.sessions_per_lease)));
+                                       e->id, open, device, state_.config.sessions_per_lease)));
       return kj::READY_NOW;
     }
     WorkerSpec spec;
