@@ -64,8 +64,8 @@ struct AgentConfig {
   int emulated_count = 0;
   uint64_t emulated_memory = 16ull << 30;
   // Compute capability the emulated devices report and pick PTX by, major * 10 + minor ([emulated]
-  // compute_capability = "8.0", --emu-cc, $GPUPOOL_EMU_CC). Default 75.
-  int emulated_compute_capability = 75;
+  // compute_capability = "8.0", --emu-cc, $GPUPOOL_EMU_CC). Default 121 (12.1): the newest the emulator implements.
+  int emulated_compute_capability = 121;
   LeaseTiming timing;
   std::chrono::milliseconds drain_timeout{300000};
   std::chrono::milliseconds sweep_interval{250};  // How often expiry is checked.

@@ -150,6 +150,9 @@ struct Function {
   std::vector<std::vector<uint32_t>> jump_tables;  // brx.idx targets (pcs), one table per .branchtargets list.
   std::vector<MatrixOp> matrix_ops;      // Tensor-core instructions' shapes, types and registers.
   bool uses_local = false;          // Needs a local stack.
+  // Entries: the static shared memory this kernel and the functions it calls use (what ptxas reports for it and a
+  // GPU gives each of its blocks). Variables of kernels that never run together share offsets.
+  uint32_t static_shared_bytes = 0;
 };
 
 struct GlobalVar {
@@ -159,10 +162,13 @@ struct GlobalVar {
 };
 
 struct Program {
+  int target = 0;  // `.target sm_XX[a|f]`: XX (major * 10 + minor); 0 when the module names none.
   std::vector<Function> functions;
   std::map<std::string, int> function_index;
   std::map<std::string, GlobalVar> globals;
-  uint32_t static_shared_bytes = 0;  // All .shared variables of the module; dynamic shared starts after.
+  // Where dynamic shared memory starts: past every kernel's static shared variables (the largest kernel's, as
+  // their variables overlap). A block's shared memory is this plus its dynamic bytes.
+  uint32_t static_shared_bytes = 0;
   bool has_calls = false;            // Any call instruction: threads then need call-frame stacks.
   bool needs_local = false;          // Calls, or .local variables in any function: threads need local stacks.
   bool uses_reserved_shared = false;  // Reads a %reserved_smem_* register: CTAs get the reserved region.

@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
   app.add_option("--emu-memory", emu_memory, "memory of each emulated device, e.g. 16GiB");
   app.add_option("--emu-cc", emu_cc,
                  "compute capability the emulated devices report and pick PTX by, e.g. 8.0 (default $GPUPOOL_EMU_CC, "
-                 "else 7.5)");
+                 "else 12.1)");
   app.add_option("--cuda-driver", cuda_driver, "CUDA driver library for sessions on physical GPUs (default libcuda.so.1)");
   app.add_option("--class", device_class, "class tag of this agent's devices (clients select with --class)");
   app.add_option("--lease-ttl", lease_ttl, "free leases not renewed for this long (default 20s)");
