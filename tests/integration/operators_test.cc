@@ -204,6 +204,39 @@ TEST(OperatorsTrust, GpRunKeepsItsProgramAndLeaseWhenItsOutputIsGone) {
   ExpectAllFree(Connect({agent.address()}).State());
 }
 
+TEST(OperatorsTrust, GpLeaseHoldsAndReleasesWhenItsStderrIsGone) {
+  Agent agent(AgentOptions{.name = "hold", .emulated = 1, .emulated_memory = "1GiB"});
+  int out[2], gone[2];
+  ASSERT_EQ(pipe(out), 0);
+  ASSERT_EQ(pipe(gone), 0);
+  close(gone[0]);
+  const std::vector<std::string> argv = {ToolPath("gp-lease"), "hold", "-v", "--servers", agent.address()};
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGPIPE, SIG_DFL);
+    dup2(out[1], 1);
+    dup2(gone[1], 2);  // -v: it logs what it holds, and what it releases, on a stderr nobody reads.
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(out[1]);
+  close(gone[1]);
+  std::string token;
+  char c;
+  while (read(out[0], &c, 1) == 1 && c != '\n') token += c;
+  close(out[0]);
+  EXPECT_EQ(token.rfind("gpl1:", 0), 0u) << token;
+  EXPECT_EQ(LeaseCount(Connect({agent.address()}).State()), 1u);
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  ExpectAllFree(Connect({agent.address()}).State());
+}
+
 // No pool from the caller's environment or home directory: unset, which is not the same as set but empty.
 std::vector<std::string> NoPool(const TempDir& home) {
   return {"GPUPOOL_SERVERS", "GPUPOOL_POOL", "HOME=" + home.path()};
