@@ -25,6 +25,9 @@ std::string ProcessName(pid_t pid) {
 }  // namespace
 
 Status UnixSocketClaim::Prepare(const std::string& path) {
+  if (path.empty()) {
+    return Status(StatusCode::kInvalidArgument, "unix: names no socket path; give one, e.g. unix:/run/gpupool/agent.sock");
+  }
   struct stat st;
   if (lstat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return Status::Ok();

@@ -91,6 +91,10 @@ TEST(OperatorsTrust, AnAgentReplacesADeadSocketButNoOtherFile) {
   std::getline(kept, content);
   EXPECT_EQ(content, "precious");
 
+  RunResult no_path = RunCommand(AgentArgs("unix:", "nowhere"), {}, seconds(20));
+  EXPECT_EQ(no_path.code, 1) << no_path.err;
+  EXPECT_NE(no_path.err.find("unix: names no socket path"), std::string::npos) << no_path.err;
+
   const std::string sub = dir.path() + "/sub";
   ASSERT_EQ(mkdir(sub.c_str(), 0700), 0);
   RunResult on_dir = RunCommand(AgentArgs("unix:" + sub, "dir"), {}, seconds(20));
@@ -281,7 +285,7 @@ TEST(OperatorsTrust, APrivateAgentSaysWhereTheCommandRuns) {
   RunResult r = RunCommand({ToolPath("gp-run"), "--", "/bin/echo", "ran"}, NoPool(home));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, "ran\n");
-  EXPECT_EQ(r.err.rfind("gp-run: no pool configured: the command runs on ", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.rfind("gp-run: no pool configured, so a private gp-agent runs the command on ", 0), 0u) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line:\n" << r.err;
   RunResult quiet = RunCommand({ToolPath("gp-run"), "-q", "--", "/bin/echo", "ran"}, NoPool(home));
   ASSERT_EQ(quiet.code, 0) << quiet.err;

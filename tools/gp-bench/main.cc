@@ -96,7 +96,7 @@ int ToolMain(int argc, char** argv) {
       local = std::move(started).value();
       primary.servers = {local->address()};
       if (!quiet) {
-        PrintError("gp-bench: no pool configured: measuring {} through private gp-agents (-q hides this line)\n",
+        PrintError("gp-bench: no pool configured, so private gp-agents are measured, on {}; -q hides this line\n",
                    local->Devices());
       }
     }

@@ -173,8 +173,8 @@ int ToolMain(int argc, char** argv) {
       local_agent = std::move(started).value();
       options.servers = {local_agent->address()};
       if (!quiet) {
-        PrintError("gp-run: no pool configured: the command runs on {} (a private gp-agent{}; -q hides this line)\n",
-                   local_agent->Devices(), verbose ? " at " + local_agent->address() : "");
+        PrintError("gp-run: no pool configured, so a private gp-agent{} runs the command on {}; -q hides this line\n",
+                   verbose ? " at " + local_agent->address() : "", local_agent->Devices());
       }
     }
   }
