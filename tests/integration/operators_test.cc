@@ -179,6 +179,7 @@ TEST(OperatorsTrust, ToolsEndQuietlyWhenTheirReaderIsGone) {
       {ToolPath("gp-top"), "--json", "--servers", server},
       {ToolPath("gp-top"), "--once", "--servers", server},
       {ToolPath("gp-agent"), "ctl", "--server", server, "list"},
+      {ToolPath("gp-bench"), "latency", "--servers", server},  // Short output, which stdio holds until exit.
   };
   for (const auto& argv : tools) {
     ClosedRun r = RunWithClosedOutput(argv, true, false);

@@ -76,7 +76,7 @@ int Ctl(int argc, char** argv) {
     Status s = admin::Cordon(server, device, cordon->parsed());
     if (!s.ok()) return fail(s);
     Print("{} {}\n", cordon->parsed() ? "cordoned" : "uncordoned",
-               device ? fmt::format("GPU {} of {}", *device, server) : "every GPU of " + server);
+          device ? fmt::format("GPU {} of {}", *device, server) : "every GPU of " + server);
     return 0;
   }
   if (revoke->parsed()) {
@@ -120,7 +120,7 @@ int Ctl(int argc, char** argv) {
       Print("  policy: none (every user may use every GPU, any share, for any time)\n");
     } else {
       Print("  personality in force: {}{}\n", info.personality.empty() ? "none" : info.personality,
-                 info.personality_next.empty() ? "" : " (" + info.personality_next + ")");
+            info.personality_next.empty() ? "" : " (" + info.personality_next + ")");
       std::istringstream lines(info.policy);
       for (std::string line; std::getline(lines, line);) Print("  policy {}\n", line);
     }
@@ -129,7 +129,7 @@ int Ctl(int argc, char** argv) {
     }
     for (const LeaseInfo& l : info.leases) {
       Print("  lease {}  {}  GPUs {}  {}\n", l.id, ShownUser(l),
-                 fmt::join(l.devices, ","), l.label);
+            fmt::join(l.devices, ","), l.label);
     }
     return 0;
   }

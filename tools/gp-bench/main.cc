@@ -155,18 +155,18 @@ int ToolMain(int argc, char** argv) {
   }
   for (const Target& t : targets) {
     Print("gp-bench: {} GPU {} ({}) at {} ({})\n", t.slice.server_name, t.slice.device, t.slice.model,
-               t.slice.server, TransportOf(t.slice.server));
+          t.slice.server, TransportOf(t.slice.server));
   }
   // Ratios are "at least as good as the baseline" when >= 1; a target applies to the ratio, or to the value when
   // there is no baseline.
   Print("  {:<18} {:<4} {:>11} {:<10} {:>10} {:>6} {:>7} {:<6}  {}\n", "figure", "via", "value", "unit",
-             "baseline", "ratio", "target", "result", "baseline is");
+        "baseline", "ratio", "target", "result", "baseline is");
   for (const Target& t : targets) {
     for (const auto& f : t.figures) {
       Print("  {:<18} {:<4} {:>11.2f} {:<10} {:>10} {:>6} {:>7} {:<6}  {}\n", f.name, f.transport, f.value, f.unit,
-                 f.baseline > 0 ? fmt::format("{:.2f}", f.baseline) : "-", f.ratio > 0 ? Number(f.ratio) : "-",
-                 f.target > 0 ? Number(f.target) : "-", f.target > 0 ? (f.met ? "MET" : "MISSED") : "",
-                 f.baseline_name);
+            f.baseline > 0 ? fmt::format("{:.2f}", f.baseline) : "-", f.ratio > 0 ? Number(f.ratio) : "-",
+            f.target > 0 ? Number(f.target) : "-", f.target > 0 ? (f.met ? "MET" : "MISSED") : "",
+            f.baseline_name);
     }
   }
   return 0;

@@ -75,7 +75,7 @@ void PrintText(const PoolState& state, bool leases) {
   for (const ServerInfo& s : state.servers) {
     if (s.up && (!s.personality.empty() || !s.policy.empty())) {
       Print("{}: personality {}{}\n", s.name, s.personality.empty() ? "none (nothing restricted)" : s.personality,
-                 s.personality_next.empty() ? "" : "; " + s.personality_next);
+            s.personality_next.empty() ? "" : "; " + s.personality_next);
     }
   }
   if (!leases) return;

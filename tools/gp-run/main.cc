@@ -212,7 +212,7 @@ int ToolMain(int argc, char** argv) {
     env_storage.push_back("LD_LIBRARY_PATH=" + path);
   } else {
     PrintError("gp-run: warning: gpupool's libcuda.so.1 was not found (set GPUPOOL_INTERPOSER_DIR); "
-                       "the command's CUDA calls will not reach the lease\n");
+               "the command's CUDA calls will not reach the lease\n");
   }
   std::vector<char*> env;
   for (auto& e : env_storage) env.push_back(e.data());
