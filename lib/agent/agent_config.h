@@ -87,6 +87,9 @@ struct AgentConfig {
   // A private agent (gp-run's, libcuda's, gp-bench's: --exit-with-parent): a signal that finds the process that
   // started it gone ends it at once. Its leases were that process's; no one is left to end them, so it does not drain.
   bool exit_with_parent = false;
+  // A private agent whose Unix socket sits in a directory made for it (gp-run's, --remove-socket-dir): on exit it also
+  // removes that directory once it is empty, as the process that made it cannot after a SIGKILL.
+  bool remove_socket_dir = false;
 
   // Checks ranges and relations (ttl > renew interval ...): kInvalidArgument naming the field.
   Status Validate() const;

@@ -25,7 +25,7 @@ std::string Program(const std::string& name) { return std::string(GPUPOOL_REMOTE
 
 // A clean environment for gp-run: no pool from the caller's environment or home directory.
 std::vector<std::string> NoPoolEnv(const TempDir& home) {
-  return {"GPUPOOL_SERVERS=", "GPUPOOL_POOL=", "HOME=" + home.path()};
+  return {"GPUPOOL_SERVERS", "GPUPOOL_POOL", "HOME=" + home.path()};
 }
 
 TEST(Remote, VectorAddRunsOnTheEmbeddedDefault) {
