@@ -7,6 +7,7 @@ include(GoogleTest)
 
 add_executable(emu_ptx_tests
   ${CMAKE_CURRENT_LIST_DIR}/load_extension_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/conformance/conformance_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/kernel_harness.cc)
 target_include_directories(emu_ptx_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 # kernel_harness.cc names the fatbin and source folders of the kernel suite; these tests load none of them.
