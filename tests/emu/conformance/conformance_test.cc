@@ -174,6 +174,10 @@ struct Want {
   uint64_t d0 = 0, d1 = 0;
   double relative = 0, absolute = 0;  // kWithin: |got - d0| <= relative * |d0| + absolute (d0 as a float).
   std::vector<uint64_t> also;         // Other values of d0 the ISA allows.
+  // Packed results (d0 two halves of this format, kPred for none): each half compared on its own, any NaN for a
+  // NaN; with either_zero_sign, +0 and -0 for a zero.
+  Ty halves = Ty::kPred;
+  bool either_zero_sign = false;
 };
 using Inputs = std::vector<uint64_t>;
 
@@ -299,6 +303,14 @@ uint64_t HalfOp(Ty t, const std::string& op, const Inputs& in, Rounding r) {
   else if (op == "mul") x = Multiply(a, b);
   else x = Add(Multiply(a, b), Decode(in[2], f), r);  // fma: one rounding.
   return Encode(x, f, r);
+}
+
+// The register type a kernel declares for a value of type t.
+std::string RegTypeName(Ty t) {
+  if (t == Ty::kPred) return "pred";
+  if (t == Ty::kF32) return "f32";
+  if (t == Ty::kF64) return "f64";
+  return "b" + std::to_string(Info(t).reg_bits);
 }
 
 // ---- Building the table. ----
@@ -1151,6 +1163,241 @@ void LoadForms(Table& t) {
   }
 }
 
+// Atomics (atom returns the old value, red none): the memory word starts as %a0, the operand is %a1 (and %a2 for
+// cas); %d0 is what atom returned and %d1 what the word holds after. The ISA: inc gives 0 when old >= b, else
+// old + 1; dec gives b when old is 0 or old > b, else old - 1; cas stores c when old == b; atom.add.f32 rounds to
+// nearest even and flushes subnormal inputs and results to sign-preserving zero; atom.add.f64 rounds to nearest
+// even; atom.{min,max}.f32 as min/max.f32.
+void AtomicForms(Table& t) {
+  struct Case {
+    std::string op;
+    std::vector<Ty> types;
+  };
+  const std::vector<Case> cases = {
+      {"add", {Ty::kU32, Ty::kS32, Ty::kU64, Ty::kF32, Ty::kF64}}, {"min", {Ty::kU32, Ty::kS32, Ty::kU64, Ty::kS64}},
+      {"max", {Ty::kU32, Ty::kS32, Ty::kU64, Ty::kS64}},          {"inc", {Ty::kU32}},
+      {"dec", {Ty::kU32}},                                         {"and", {Ty::kB32, Ty::kB64}},
+      {"or", {Ty::kB32, Ty::kB64}},                                {"xor", {Ty::kB32, Ty::kB64}},
+      {"exch", {Ty::kB32, Ty::kB64}},                              {"cas", {Ty::kB32, Ty::kB64}}};
+  for (const Case& c : cases) {
+    for (Ty ty : c.types) {
+      for (bool is_red : {false, true}) {
+        if (is_red && (c.op == "exch" || c.op == "cas")) continue;
+        const std::string n = Name(ty);
+        const std::string bits = "b" + std::to_string(Info(ty).bits);
+        Form f;
+        f.family = "atomic";
+        f.name = (is_red ? "red.global." : "atom.global.") + c.op + "." + n;
+        const std::string operands = c.op == "cas" ? "%a1, %a2" : "%a1";
+        f.body = "st.global." + bits + " [%rd5], %a0;\n  ";
+        if (is_red) f.body += "red.global." + c.op + "." + n + " [%rd5], " + operands + ";\n  mov." + bits + " %d0, 0;\n  ";
+        else f.body += "atom.global." + c.op + "." + n + " %d0, [%rd5], " + operands + ";\n  ";
+        f.body += "ld.global." + bits + " %d1, [%rd5];";
+        f.sources = {ty, ty};
+        if (c.op == "cas") f.sources.push_back(ty);
+        f.d0 = ty;
+        f.has_d1 = true;
+        f.d1 = ty;
+        if (c.op == "cas") {
+          const std::vector<uint64_t> e = FewEdges(ty);
+          f.inputs = Product({e, e, {0x5a5a5a5a5a5a5a5a & Mask(Info(ty).bits)}});
+          for (uint64_t v : e) f.inputs.push_back({v, v, 0x1234});  // old == b: swapped.
+        }
+        const std::string op = c.op;
+        f.reference = [=](const Inputs& i) {
+          const int w = Info(ty).bits;
+          const uint64_t m = Mask(w), old = i[0] & m, b = i[1] & m;
+          uint64_t next = old;
+          const bool s = Info(ty).is_signed;
+          if (op == "add") {
+            if (ty == Ty::kF32) {
+              const uint64_t x = Flush32(old), y = Flush32(b);
+              next = Flush32(Bits(InMode(Rounding::kNearestEven, [&] { volatile float q = F32(x) + F32(y); return q; })));
+            } else if (ty == Ty::kF64) {
+              next = Bits(F64(old) + F64(b));
+            } else {
+              next = (old + b) & m;
+            }
+          } else if (op == "min" || op == "max") {
+            const bool less = s ? SignExtend(b, w) < SignExtend(old, w) : b < old;
+            const bool greater = s ? SignExtend(b, w) > SignExtend(old, w) : b > old;
+            next = (op == "min" ? less : greater) ? b : old;
+          } else if (op == "inc") {
+            next = old >= b ? 0 : old + 1;
+          } else if (op == "dec") {
+            next = (old == 0 || old > b) ? b : old - 1;
+          } else if (op == "and") {
+            next = old & b;
+          } else if (op == "or") {
+            next = old | b;
+          } else if (op == "xor") {
+            next = old ^ b;
+          } else if (op == "exch") {
+            next = b;
+          } else {
+            next = old == b ? (i[2] & m) : old;
+          }
+          Want want = Exactly(is_red ? 0 : old, next);
+          return want;
+        };
+        t.Push(f);
+      }
+    }
+  }
+}
+
+// Packed halves: f16x2 and bf16x2 arithmetic is the scalar operation on each half; cvt.rn{.relu}{.satfinite}
+// .{f16x2,bf16x2}.f32 d, a, b puts a in the upper half and b in the lower, .relu turning negatives into +0 and
+// .satfinite infinities (of a finite input) into the largest finite value; mov packs and unpacks little-endian.
+uint64_t PackedEdge(size_t i, Ty half) {
+  const std::vector<uint64_t> e = Edges(half);
+  return e[i % e.size()] | (e[(i * 7 + 3) % e.size()] << 16);
+}
+void PackedForms(Table& t) {
+  for (Ty half : {Ty::kF16, Ty::kBF16}) {
+    const std::string n = half == Ty::kF16 ? "f16x2" : "bf16x2";
+    std::vector<uint64_t> packed;
+    for (size_t i = 0; i < 40; ++i) packed.push_back(PackedEdge(i, half));
+    for (const std::string& op : {"add", "sub", "mul", "fma"}) {
+      for (int variant = 0; variant < 4; ++variant) {
+        const bool ftz = variant & 1, sat = variant & 2;
+        if (half == Ty::kBF16 && (ftz || sat)) continue;
+        const std::string name = op + ".rn" + (ftz ? ".ftz" : "") + (sat ? ".sat" : "") + "." + n;
+        std::vector<Inputs> in = op == "fma" ? Product({std::vector<uint64_t>(packed.begin(), packed.begin() + 12),
+                                                         std::vector<uint64_t>(packed.begin() + 12, packed.begin() + 24),
+                                                         std::vector<uint64_t>(packed.begin() + 24, packed.begin() + 32)})
+                                             : Product({packed, packed});
+        const Format f = FormatOf(half);
+        const uint64_t min_normal = uint64_t{1} << f.mantissa;
+        t.Add("packed", name, Ty::kB32, std::vector<Ty>(op == "fma" ? 3 : 2, Ty::kB32), [=](const Inputs& i) {
+          uint64_t out = 0;
+          for (int h = 0; h < 2; ++h) {
+            Inputs part;
+            for (uint64_t v : i) {
+              uint64_t x = (v >> (16 * h)) & 0xffff;
+              if (ftz && (x & 0x7fff) < min_normal) x &= 0x8000;
+              part.push_back(x);
+            }
+            uint64_t r = HalfOp(half, op, part, Rounding::kNearestEven);
+            if (ftz && (r & 0x7fff) < min_normal) r &= 0x8000;
+            if (sat) r = Saturate(r, half);
+            out |= r << (16 * h);
+          }
+          Want w = Exactly(out);
+          w.halves = half;
+          return w;
+        }, in);
+      }
+    }
+    for (bool is_max : {false, true}) {
+      for (bool nan_mode : {false, true}) {
+        const std::string name = std::string(is_max ? "max" : "min") + (nan_mode ? ".NaN." : ".") + n;
+        const Format f = FormatOf(half);
+        t.Add("packed", name, Ty::kB32, {Ty::kB32, Ty::kB32}, [=](const Inputs& i) {
+          uint64_t out = 0;
+          for (int h = 0; h < 2; ++h) {
+            const uint64_t a = (i[0] >> (16 * h)) & 0xffff, b = (i[1] >> (16 * h)) & 0xffff;
+            const Exact x = Decode(a, f), y = Decode(b, f);
+            uint64_t r;
+            if (x.nan || y.nan) {
+              r = (nan_mode || (x.nan && y.nan)) ? QuietNanBits(f) : (x.nan ? b : a);
+            } else {
+              const bool a_less = Compare("lt", x, y) || (Compare("eq", x, y) && x.negative && !y.negative);
+              r = is_max ? (a_less ? b : a) : (a_less ? a : b);
+            }
+            out |= r << (16 * h);
+          }
+          Want w = Exactly(out);
+          w.halves = half;
+          return w;
+        }, Product({packed, packed}));
+      }
+    }
+    t.Add("packed", "neg." + n, Ty::kB32, {Ty::kB32}, [](const Inputs& i) { return Exactly((i[0] ^ 0x80008000) & 0xffffffff); },
+          Product({packed}));
+    t.Add("packed", "abs." + n, Ty::kB32, {Ty::kB32}, [](const Inputs& i) { return Exactly(i[0] & 0x7fff7fff); },
+          Product({packed}));
+    for (bool relu : {false, true}) {
+      for (bool satfinite : {false, true}) {
+        const std::string name = std::string("cvt.rn") + (relu ? ".relu" : "") + (satfinite ? ".satfinite" : "") +
+                                 "." + n + ".f32";
+        const Format f = FormatOf(half);
+        Form form;
+        form.family = "packed";
+        form.name = name;
+        form.body = name + " %d0, %a0, %a1;";
+        form.sources = {Ty::kF32, Ty::kF32};
+        form.d0 = Ty::kB32;
+        form.inputs = Product({Edges(Ty::kF32), {Bits(1.0f), Bits(-70000.0f), 0x7fc00000}});
+        form.reference = [=](const Inputs& i) {
+          uint64_t out = 0;
+          for (int k = 0; k < 2; ++k) {
+            Exact x = Decode(i[k], kSingle);
+            if (relu && x.negative && !x.nan) x = Exact{};
+            uint64_t r = Encode(x, f, Rounding::kNearestEven);
+            if (x.nan) r = QuietNanBits(f);
+            if (satfinite && !x.nan && (r & 0x7fff) == (InfinityBits(f, false) & 0x7fff)) r = MaxFiniteBits(f, x.negative);
+            out |= r << (16 * (1 - k));  // a (k = 0) to the upper half.
+          }
+          // Unsettled: whether .relu makes -0.0 (not less than zero) +0.0; either zero is accepted.
+          Want w = Exactly(out);
+          w.halves = half;
+          w.either_zero_sign = relu;
+          return w;
+        };
+        t.Push(form);
+      }
+    }
+  }
+  // mov packing and unpacking.
+  {
+    Form pack;
+    pack.family = "packed";
+    pack.name = "mov.b64 {b32, b32}";
+    pack.body = "mov.b64 %d0, {%a0, %a1};";
+    pack.sources = {Ty::kB32, Ty::kB32};
+    pack.d0 = Ty::kB64;
+    pack.reference = [](const Inputs& i) { return Exactly((i[0] & 0xffffffff) | (i[1] << 32)); };
+    t.Push(pack);
+    Form pack16 = pack;
+    pack16.name = "mov.b32 {b16, b16}";
+    pack16.body = "mov.b32 %d0, {%a0, %a1};";
+    pack16.sources = {Ty::kB16, Ty::kB16};
+    pack16.d0 = Ty::kB32;
+    pack16.inputs.clear();
+    pack16.reference = [](const Inputs& i) { return Exactly((i[0] & 0xffff) | ((i[1] & 0xffff) << 16)); };
+    t.Push(pack16);
+    Form unpack;
+    unpack.family = "packed";
+    unpack.name = "mov.b64 {b32, b32} unpack";
+    unpack.body = "mov.b64 {%d0, %d1}, %a0;";
+    unpack.sources = {Ty::kB64};
+    unpack.d0 = Ty::kB32;
+    unpack.has_d1 = true;
+    unpack.d1 = Ty::kB32;
+    unpack.reference = [](const Inputs& i) { return Exactly(i[0] & 0xffffffff, i[0] >> 32); };
+    t.Push(unpack);
+  }
+  // Predicate logic.
+  for (const char* op : {"and", "or", "xor"}) {
+    const std::string o = op;
+    t.Add("packed", o + ".pred", Ty::kPred, {Ty::kPred, Ty::kPred}, [o](const Inputs& i) {
+      const bool a = i[0] != 0, b = i[1] != 0;
+      return Exactly((o == "and" ? a && b : o == "or" ? a || b : a != b) ? 1 : 0);
+    });
+  }
+  t.Add("packed", "not.pred", Ty::kPred, {Ty::kPred}, [](const Inputs& i) { return Exactly(i[0] ? 0 : 1); });
+  // Half comparisons.
+  for (Ty half : {Ty::kF16, Ty::kBF16}) {
+    for (const char* cmp : {"eq", "ne", "lt", "le", "gt", "ge", "equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan"}) {
+      const std::string c = cmp;
+      t.Add("packed", "setp." + c + "." + Name(half), Ty::kPred, {half, half}, [=](const Inputs& i) {
+        return Exactly(Compare(c, Decode(i[0] & 0xffff, FormatOf(half)), Decode(i[1] & 0xffff, FormatOf(half))) ? 1 : 0);
+      });
+    }
+  }
+}
+
 Table BuildTable() {
   Table t;
   IntegerForms(t);
@@ -1162,17 +1409,14 @@ Table BuildTable() {
   HalfForms(t);
   ConvertForms(t);
   LoadForms(t);
+  AtomicForms(t);
+  PackedForms(t);
   return t;
 }
 
 // ---- The generator: one kernel per form. ----
 
-std::string RegType(Ty t) {
-  if (t == Ty::kPred) return "pred";
-  if (t == Ty::kF32) return "f32";
-  if (t == Ty::kF64) return "f64";
-  return "b" + std::to_string(Info(t).reg_bits);
-}
+std::string RegType(Ty t) { return RegTypeName(t); }
 
 // Thread i reads the form's sources from in[i * 4 + k] (8-byte slots), runs the form's body, and writes %d0 to
 // out[i * 2] and %d1 to out[i * 2 + 1] (predicates as 0 or 1 in a .u32).
@@ -1242,6 +1486,15 @@ bool Accepts(const Want& w, Ty t, uint64_t got) {
   got &= mask;
   if (w.kind == Want::kAny) return true;
   if ((w.d0 & mask) == got) return true;
+  if (w.halves != Ty::kPred) {
+    for (int h = 0; h < 2; ++h) {
+      const uint64_t want = (w.d0 >> (16 * h)) & 0xffff, have = (got >> (16 * h)) & 0xffff;
+      const bool same = want == have || (IsNan(want, w.halves) && IsNan(have, w.halves)) ||
+                        (w.either_zero_sign && (want & 0x7fff) == 0 && (have & 0x7fff) == 0);
+      if (!same) return false;
+    }
+    return true;
+  }
   for (uint64_t v : w.also) {
     if ((v & mask) == got) return true;
   }
@@ -1323,7 +1576,7 @@ TEST_P(ConformanceTest, EveryFormMatchesTheIsaReference) {
 
 INSTANTIATE_TEST_SUITE_P(Families, ConformanceTest,
                          ::testing::Values("integer", "bits", "carry", "compare", "float", "approx", "half", "convert",
-                                           "load"),
+                                           "load", "atomic", "packed"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace
