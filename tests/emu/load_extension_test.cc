@@ -15,15 +15,26 @@ namespace {
 std::string Ptx(const std::string& body) { return ".version 8.0\n.target sm_90\n.address_size 64\n" + body; }
 
 // The words every kernel reads, one per thread; 13 threads: a partial warp, all lanes in one group.
-const std::vector<int32_t> kWords = {-3, INT_MIN, -1, 0, 1, INT_MAX, INT_MIN + 1, -32768, 32767, -129, 128, 0x12348765,
+const std::vector<int32_t> kWords = {-3,
+                                     INT_MIN,
+                                     -1,
+                                     0,
+                                     1,
+                                     INT_MAX,
+                                     INT_MIN + 1,
+                                     -32768,
+                                     32767,
+                                     -129,
+                                     128,
+                                     0x12348765,
                                      static_cast<int32_t>(0x8000ff80)};
 
 // One kernel per way of loading: thread i loads the 32-bit word i of `in` (where `stage` puts it: as read, in
 // shared or local memory) with `load` into %rd10 (and %rd11..13 for vectors), and stores %rd10 to out[i].
 struct LoadCase {
   std::string name;
-  std::string load;         // Loads from the address in %rd5 (a 32-bit one in %r5 for the *32 forms).
-  std::string stage;        // Copies the word at %rd5 elsewhere and points %rd5 (and %r5) there.
+  std::string load;   // Loads from the address in %rd5 (a 32-bit one in %r5 for the *32 forms).
+  std::string stage;  // Copies the word at %rd5 elsewhere and points %rd5 (and %r5) there.
   int64_t (*expect)(int32_t word);
 };
 

@@ -107,29 +107,71 @@ bool IsNan(uint64_t v, Ty t) { return Info(t).is_float && Decode(v & Mask(Info(t
 std::vector<uint64_t> Edges(Ty t) {
   switch (t) {
     case Ty::kPred: return {0, 1};
-    case Ty::kS8: case Ty::kU8: return {0, 1, 0xff, 2, 0xfe, 7, 8, 9, 0x7f, 0x80, 0x81, 0x12};
-    case Ty::kB16: case Ty::kS16: case Ty::kU16:
-      return {0, 1, 0xffff, 2, 0xfffe, 7, 15, 16, 17, 0x7fff, 0x8000, 0x8001, 0x1234, 0xff, 0x80};
-    case Ty::kB32: case Ty::kS32: case Ty::kU32:
+    case Ty::kS8:
+    case Ty::kU8: return {0, 1, 0xff, 2, 0xfe, 7, 8, 9, 0x7f, 0x80, 0x81, 0x12};
+    case Ty::kB16:
+    case Ty::kS16:
+    case Ty::kU16: return {0, 1, 0xffff, 2, 0xfffe, 7, 15, 16, 17, 0x7fff, 0x8000, 0x8001, 0x1234, 0xff, 0x80};
+    case Ty::kB32:
+    case Ty::kS32:
+    case Ty::kU32:
       return {0, 1, 0xffffffff, 2, 0xfffffffe, 7, 0xfffffff9, 31, 32, 33, 0x7fffffff, 0x80000000, 0x80000001,
               0x7ffffffe, 0x12345678, 0xedcba988, 0x10000, 0xffff, 0x8000,
               0x01010001 /* just above a bf16 tie, on one in float */};
-    case Ty::kB64: case Ty::kS64: case Ty::kU64:
-      return {0, 1, ~uint64_t{0}, 2, ~uint64_t{1}, 7, 63, 64, 65, 0x7fffffffffffffff, 0x8000000000000000,
-              0x8000000000000001, 0x123456789abcdef0, 0xffffffff, 0x100000000, 0x80000000, 0xffffffff80000000,
+    case Ty::kB64:
+    case Ty::kS64:
+    case Ty::kU64:
+      return {0,
+              1,
+              ~uint64_t{0},
+              2,
+              ~uint64_t{1},
+              7,
+              63,
+              64,
+              65,
+              0x7fffffffffffffff,
+              0x8000000000000000,
+              0x8000000000000001,
+              0x123456789abcdef0,
+              0xffffffff,
+              0x100000000,
+              0x80000000,
+              0xffffffff80000000,
               0x0101000000000001 /* just above a bf16 tie, on one in float */};
     case Ty::kF16:
-      return {0x0000, 0x8000, 0x3c00, 0xbc00, 0x3800, 0x3e00, 0x4100, 0xc100, 0x7bff, 0xfbff, 0x0400, 0x8400,
-              0x0001, 0x03ff, 0x8001, 0x7c00, 0xfc00, 0x7e00, 0x3555, 0x5640};
+      return {0x0000, 0x8000, 0x3c00, 0xbc00, 0x3800, 0x3e00, 0x4100, 0xc100, 0x7bff, 0xfbff,
+              0x0400, 0x8400, 0x0001, 0x03ff, 0x8001, 0x7c00, 0xfc00, 0x7e00, 0x3555, 0x5640};
     case Ty::kBF16:
-      return {0x0000, 0x8000, 0x3f80, 0xbf80, 0x3f00, 0x3fc0, 0x4020, 0xc020, 0x7f7f, 0xff7f, 0x0080, 0x8080,
-              0x0001, 0x007f, 0x8001, 0x7f80, 0xff80, 0x7fc0, 0x3eab, 0x4b80};
+      return {0x0000, 0x8000, 0x3f80, 0xbf80, 0x3f00, 0x3fc0, 0x4020, 0xc020, 0x7f7f, 0xff7f,
+              0x0080, 0x8080, 0x0001, 0x007f, 0x8001, 0x7f80, 0xff80, 0x7fc0, 0x3eab, 0x4b80};
     case Ty::kF32: {
       std::vector<uint64_t> v;
-      for (float f : {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, -0.5f, 1.5f, 2.5f, -2.5f, 3.0f, 0.1f, 1.0f / 3, -7.75f, 1e10f,
-                      -1e10f, 2147483648.0f, -2147483648.0f, 4294967296.0f, 9.2233720e18f, 65504.0f, 65520.0f,
-                      std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
-                      std::numeric_limits<float>::min(), -std::numeric_limits<float>::min()}) {
+      for (float f : {0.0f,
+                      -0.0f,
+                      1.0f,
+                      -1.0f,
+                      0.5f,
+                      -0.5f,
+                      1.5f,
+                      2.5f,
+                      -2.5f,
+                      3.0f,
+                      0.1f,
+                      1.0f / 3,
+                      -7.75f,
+                      1e10f,
+                      -1e10f,
+                      2147483648.0f,
+                      -2147483648.0f,
+                      4294967296.0f,
+                      9.2233720e18f,
+                      65504.0f,
+                      65520.0f,
+                      std::numeric_limits<float>::max(),
+                      -std::numeric_limits<float>::max(),
+                      std::numeric_limits<float>::min(),
+                      -std::numeric_limits<float>::min()}) {
         v.push_back(Bits(f));
       }
       for (uint64_t b : {0x00000001ull, 0x807fffffull, 0x00400000ull, 0x7f800000ull, 0xff800000ull, 0x7fc00000ull,
@@ -140,10 +182,32 @@ std::vector<uint64_t> Edges(Ty t) {
     }
     case Ty::kF64: {
       std::vector<uint64_t> v;
-      for (double d : {0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, 2.5, -2.5, 3.0, 0.1, 1.0 / 3, -7.75, 1e10, -1e300,
-                       2147483648.0, -2147483649.0, 4294967296.0, 9223372036854775808.0, -9223372036854775808.0,
-                       18446744073709551616.0, 3.4028235677973366e38, 1e-40, std::numeric_limits<double>::max(),
-                       std::numeric_limits<double>::min(), 1.0000000596046448 /* 1 + 2^-24 + 2^-52 */}) {
+      for (double d : {0.0,
+                       -0.0,
+                       1.0,
+                       -1.0,
+                       0.5,
+                       -0.5,
+                       1.5,
+                       2.5,
+                       -2.5,
+                       3.0,
+                       0.1,
+                       1.0 / 3,
+                       -7.75,
+                       1e10,
+                       -1e300,
+                       2147483648.0,
+                       -2147483649.0,
+                       4294967296.0,
+                       9223372036854775808.0,
+                       -9223372036854775808.0,
+                       18446744073709551616.0,
+                       3.4028235677973366e38,
+                       1e-40,
+                       std::numeric_limits<double>::max(),
+                       std::numeric_limits<double>::min(),
+                       1.0000000596046448 /* 1 + 2^-24 + 2^-52 */}) {
         v.push_back(Bits(d));
       }
       for (uint64_t b : {0x0000000000000001ull, 0x800fffffffffffffull, 0x7ff0000000000000ull, 0xfff0000000000000ull,
@@ -164,7 +228,9 @@ std::vector<uint64_t> FewEdges(Ty t) {
   return few;
 }
 // Shift counts and bit positions: below, at and past every width.
-std::vector<uint64_t> Counts() { return {0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 255, 256, 0x80000000, 0xffffffff}; }
+std::vector<uint64_t> Counts() {
+  return {0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 255, 256, 0x80000000, 0xffffffff};
+}
 
 // ---- The table. ----
 
@@ -298,10 +364,14 @@ uint64_t HalfOp(Ty t, const std::string& op, const Inputs& in, Rounding r) {
   const Format f = FormatOf(t);
   const Exact a = Decode(in[0], f), b = in.size() > 1 ? Decode(in[1], f) : Exact{};
   Exact x;
-  if (op == "add") x = Add(a, b, r);
-  else if (op == "sub") x = Add(a, Negate(b), r);
-  else if (op == "mul") x = Multiply(a, b);
-  else x = Add(Multiply(a, b), Decode(in[2], f), r);  // fma: one rounding.
+  if (op == "add")
+    x = Add(a, b, r);
+  else if (op == "sub")
+    x = Add(a, Negate(b), r);
+  else if (op == "mul")
+    x = Multiply(a, b);
+  else
+    x = Add(Multiply(a, b), Decode(in[2], f), r);  // fma: one rounding.
   return Encode(x, f, r);
 }
 
@@ -362,12 +432,17 @@ void IntegerForms(Table& t) {
       if (V(i[1]) == -1) return Exactly(0);
       return Exactly(Out(static_cast<uint64_t>(V(i[0]) % V(i[1]))));
     });
-    auto Less = [=](uint64_t a, uint64_t b) { return s ? AsSigned(a, ty) < AsSigned(b, ty) : AsUnsigned(a, ty) < AsUnsigned(b, ty); };
-    t.Add("integer", "min." + n, ty, {ty, ty}, [=](const Inputs& i) { return Exactly(Out(Less(i[1], i[0]) ? i[1] : i[0])); });
-    t.Add("integer", "max." + n, ty, {ty, ty}, [=](const Inputs& i) { return Exactly(Out(Less(i[0], i[1]) ? i[1] : i[0])); });
+    auto Less = [=](uint64_t a, uint64_t b) {
+      return s ? AsSigned(a, ty) < AsSigned(b, ty) : AsUnsigned(a, ty) < AsUnsigned(b, ty);
+    };
+    t.Add("integer", "min." + n, ty, {ty, ty},
+          [=](const Inputs& i) { return Exactly(Out(Less(i[1], i[0]) ? i[1] : i[0])); });
+    t.Add("integer", "max." + n, ty, {ty, ty},
+          [=](const Inputs& i) { return Exactly(Out(Less(i[0], i[1]) ? i[1] : i[0])); });
     if (s) {
       // abs and neg of the most negative value give it back (two's complement of the type's width).
-      t.Add("integer", "abs." + n, ty, {ty}, [=](const Inputs& i) { return Exactly(Out(V(i[0]) < 0 ? 0 - i[0] : i[0])); });
+      t.Add("integer", "abs." + n, ty, {ty},
+            [=](const Inputs& i) { return Exactly(Out(V(i[0]) < 0 ? 0 - i[0] : i[0])); });
       t.Add("integer", "neg." + n, ty, {ty}, [=](const Inputs& i) { return Exactly(Out(0 - i[0])); });
     }
     t.Add("integer", "sad." + n, ty, {ty, ty, ty}, [=](const Inputs& i) {
@@ -377,11 +452,15 @@ void IntegerForms(Table& t) {
   }
   // Saturating forms: .s32 only; the result clamps to [INT_MIN, INT_MAX].
   auto Clamp32 = [](__int128 v) {
-    return Exactly(static_cast<uint32_t>(static_cast<int32_t>(v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : v)));
+    return Exactly(static_cast<uint32_t>(static_cast<int32_t>(v > INT32_MAX   ? INT32_MAX
+                                                              : v < INT32_MIN ? INT32_MIN
+                                                                              : v)));
   };
   auto S = [](uint64_t v) { return static_cast<__int128>(SignExtend(v, 32)); };
-  t.Add("integer", "add.sat.s32", Ty::kS32, {Ty::kS32, Ty::kS32}, [=](const Inputs& i) { return Clamp32(S(i[0]) + S(i[1])); });
-  t.Add("integer", "sub.sat.s32", Ty::kS32, {Ty::kS32, Ty::kS32}, [=](const Inputs& i) { return Clamp32(S(i[0]) - S(i[1])); });
+  t.Add("integer", "add.sat.s32", Ty::kS32, {Ty::kS32, Ty::kS32},
+        [=](const Inputs& i) { return Clamp32(S(i[0]) + S(i[1])); });
+  t.Add("integer", "sub.sat.s32", Ty::kS32, {Ty::kS32, Ty::kS32},
+        [=](const Inputs& i) { return Clamp32(S(i[0]) - S(i[1])); });
   t.Add("integer", "mad.hi.sat.s32", Ty::kS32, {Ty::kS32, Ty::kS32, Ty::kS32},
         [=](const Inputs& i) { return Clamp32(((S(i[0]) * S(i[1])) >> 32) + S(i[2])); });
   // mul24/mad24: the low 24 bits of each source, as signed or unsigned 24-bit values; .lo the low 32 bits of the
@@ -414,24 +493,31 @@ void BitForms(Table& t) {
     t.Add("bits", "cnot." + n, ty, {ty}, [=](const Inputs& i) { return Exactly((i[0] & m) == 0 ? 1 : 0); });
     // Shifts: the amount is a .u32; amounts past the width shift everything out (shr.s: copies of the sign).
     std::vector<Inputs> shifts = Product({Edges(ty), Counts()});
-    t.Add("bits", "shl." + n, ty, {ty, Ty::kU32},
-          [=](const Inputs& i) { return Exactly(i[1] >= static_cast<uint64_t>(bits) ? 0 : (i[0] << i[1]) & m); }, shifts);
+    t.Add(
+        "bits", "shl." + n, ty, {ty, Ty::kU32},
+        [=](const Inputs& i) { return Exactly(i[1] >= static_cast<uint64_t>(bits) ? 0 : (i[0] << i[1]) & m); }, shifts);
     const Ty u = bits == 16 ? Ty::kU16 : bits == 32 ? Ty::kU32 : Ty::kU64;
     const Ty s = bits == 16 ? Ty::kS16 : bits == 32 ? Ty::kS32 : Ty::kS64;
     for (Ty shr : {ty, u}) {
-      t.Add("bits", "shr." + Name(shr), shr, {shr, Ty::kU32},
-            [=](const Inputs& i) { return Exactly(i[1] >= static_cast<uint64_t>(bits) ? 0 : (i[0] & m) >> i[1]); }, shifts);
+      t.Add(
+          "bits", "shr." + Name(shr), shr, {shr, Ty::kU32},
+          [=](const Inputs& i) { return Exactly(i[1] >= static_cast<uint64_t>(bits) ? 0 : (i[0] & m) >> i[1]); },
+          shifts);
     }
-    t.Add("bits", "shr." + Name(s), s, {s, Ty::kU32}, [=](const Inputs& i) {
-      const int64_t v = SignExtend(i[0], bits);
-      return Exactly(static_cast<uint64_t>(v >> (i[1] >= static_cast<uint64_t>(bits) ? bits - 1 : i[1])) & m);
-    }, shifts);
+    t.Add(
+        "bits", "shr." + Name(s), s, {s, Ty::kU32},
+        [=](const Inputs& i) {
+          const int64_t v = SignExtend(i[0], bits);
+          return Exactly(static_cast<uint64_t>(v >> (i[1] >= static_cast<uint64_t>(bits) ? bits - 1 : i[1])) & m);
+        },
+        shifts);
   }
   for (Ty ty : {Ty::kB32, Ty::kB64}) {
     const std::string n = Name(ty);
     const int bits = Info(ty).bits;
     const uint64_t m = Mask(bits);
-    t.Add("bits", "popc." + n, Ty::kU32, {ty}, [=](const Inputs& i) { return Exactly(__builtin_popcountll(i[0] & m)); });
+    t.Add("bits", "popc." + n, Ty::kU32, {ty},
+          [=](const Inputs& i) { return Exactly(__builtin_popcountll(i[0] & m)); });
     t.Add("bits", "clz." + n, Ty::kU32, {ty}, [=](const Inputs& i) {
       uint32_t c = 0;
       for (int b = bits - 1; b >= 0 && !((i[0] >> b) & 1); --b) ++c;
@@ -444,7 +530,9 @@ void BitForms(Table& t) {
     });
     // bfi: the low `len` bits of a into b at `pos`; pos and len are the low 8 bits of their operands (0..255);
     // nothing is inserted when len is 0 or pos is past the width.
-    std::vector<Inputs> fields = Product({FewEdges(ty), {0, ~uint64_t{0} & m, 0x12345678}, {0, 1, 8, 31, 32, 63, 64, 255, 256},
+    std::vector<Inputs> fields = Product({FewEdges(ty),
+                                          {0, ~uint64_t{0} & m, 0x12345678},
+                                          {0, 1, 8, 31, 32, 63, 64, 255, 256},
                                           {0, 1, 8, 31, 32, 33, 64, 255, 256}});
     const Ty bfi_ty = ty;
     Form bfi;
@@ -494,8 +582,8 @@ void BitForms(Table& t) {
     bfe.body = "bfe." + n + " %d0, %a0, %a1, %a2;";
     bfe.sources = {ty, Ty::kU32, Ty::kU32};
     bfe.d0 = ty;
-    bfe.inputs = Product({FewEdges(ty), {0, 1, 7, 8, 31, 32, 63, 64, 255, 256, 0x101},
-                          {0, 1, 7, 8, 16, 31, 32, 33, 63, 64, 255, 256}});
+    bfe.inputs = Product(
+        {FewEdges(ty), {0, 1, 7, 8, 31, 32, 63, 64, 255, 256, 0x101}, {0, 1, 7, 8, 16, 31, 32, 33, 63, 64, 255, 256}});
     bfe.reference = [=](const Inputs& i) {
       const uint64_t pos = i[1] & 0xff, len = i[2] & 0xff;
       const uint64_t a = i[0] & Mask(bits);
@@ -504,8 +592,10 @@ void BitForms(Table& t) {
       uint64_t d = 0;
       for (int k = 0; k < bits; ++k) {
         uint64_t bit;
-        if (static_cast<uint64_t>(k) < len && pos + k <= static_cast<uint64_t>(bits - 1)) bit = (a >> (pos + k)) & 1;
-        else bit = sbit;
+        if (static_cast<uint64_t>(k) < len && pos + k <= static_cast<uint64_t>(bits - 1))
+          bit = (a >> (pos + k)) & 1;
+        else
+          bit = sbit;
         d |= bit << k;
       }
       return Exactly(d);
@@ -515,19 +605,23 @@ void BitForms(Table& t) {
   // prmt: bytes of {b, a} picked by the selector c (default mode: the low 3 bits of each nibble pick a byte, the
   // nibble's top bit replicates that byte's sign); the named modes by their tables in the ISA.
   {
-    const std::vector<Inputs> in = Product({{0x03020100, 0x80ff7f01, 0x12345678}, {0x07060504, 0xfedcba98},
+    const std::vector<Inputs> in = Product({{0x03020100, 0x80ff7f01, 0x12345678},
+                                            {0x07060504, 0xfedcba98},
                                             {0x3210, 0x7654, 0x0123, 0x8888, 0xf9e1, 0x0, 0x1, 0x2, 0x3, 0xffff}});
-    t.Add("bits", "prmt.b32", Ty::kB32, {Ty::kB32, Ty::kB32, Ty::kB32}, [](const Inputs& i) {
-      const uint64_t src = (i[1] << 32) | (i[0] & 0xffffffff);
-      uint64_t d = 0;
-      for (int k = 0; k < 4; ++k) {
-        const uint64_t sel = (i[2] >> (4 * k)) & 0xf;
-        uint64_t byte = (src >> ((sel & 7) * 8)) & 0xff;
-        if (sel & 8) byte = (byte & 0x80) ? 0xff : 0;
-        d |= byte << (8 * k);
-      }
-      return Exactly(d);
-    }, in);
+    t.Add(
+        "bits", "prmt.b32", Ty::kB32, {Ty::kB32, Ty::kB32, Ty::kB32},
+        [](const Inputs& i) {
+          const uint64_t src = (i[1] << 32) | (i[0] & 0xffffffff);
+          uint64_t d = 0;
+          for (int k = 0; k < 4; ++k) {
+            const uint64_t sel = (i[2] >> (4 * k)) & 0xf;
+            uint64_t byte = (src >> ((sel & 7) * 8)) & 0xff;
+            if (sel & 8) byte = (byte & 0x80) ? 0xff : 0;
+            d |= byte << (8 * k);
+          }
+          return Exactly(d);
+        },
+        in);
     struct Mode {
       const char* name;
       uint8_t table[4][4];
@@ -539,45 +633,51 @@ void BitForms(Table& t) {
                           {"ecr", {{0, 0, 0, 0}, {0, 1, 1, 1}, {0, 1, 2, 2}, {0, 1, 2, 3}}},
                           {"rc16", {{0, 1, 0, 1}, {2, 3, 2, 3}, {0, 1, 0, 1}, {2, 3, 2, 3}}}};
     for (const Mode& mode : modes) {
-      t.Add("bits", std::string("prmt.b32.") + mode.name, Ty::kB32, {Ty::kB32, Ty::kB32, Ty::kB32},
-            [mode](const Inputs& i) {
-              const uint64_t src = (i[1] << 32) | (i[0] & 0xffffffff);
-              uint64_t d = 0;
-              for (int k = 0; k < 4; ++k) d |= ((src >> (mode.table[i[2] & 3][k] * 8)) & 0xff) << (8 * k);
-              return Exactly(d);
-            }, in);
+      t.Add(
+          "bits", std::string("prmt.b32.") + mode.name, Ty::kB32, {Ty::kB32, Ty::kB32, Ty::kB32},
+          [mode](const Inputs& i) {
+            const uint64_t src = (i[1] << 32) | (i[0] & 0xffffffff);
+            uint64_t d = 0;
+            for (int k = 0; k < 4; ++k) d |= ((src >> (mode.table[i[2] & 3][k] * 8)) & 0xff) << (8 * k);
+            return Exactly(d);
+          },
+          in);
     }
   }
   // shf: a funnel shift of the 64-bit {b, a}; .wrap takes the amount modulo 32, .clamp caps it at 32.
   for (const char* dir : {"l", "r"}) {
     for (const char* mode : {"wrap", "clamp"}) {
       const bool left = dir[0] == 'l', clamp = mode[0] == 'c';
-      t.Add("bits", std::string("shf.") + dir + "." + mode + ".b32", Ty::kB32, {Ty::kB32, Ty::kB32, Ty::kU32},
-            [=](const Inputs& i) {
-              const uint64_t n = clamp ? std::min<uint64_t>(i[2] & 0xffffffff, 32) : (i[2] & 31);
-              const uint64_t v = ((i[1] & 0xffffffff) << 32) | (i[0] & 0xffffffff);
-              if (left) return Exactly(((v << n) >> 32) & 0xffffffff);
-              return Exactly((v >> n) & 0xffffffff);
-            },
-            Product({{0x12345678, 0xffffffff, 0x80000001, 0}, {0x9abcdef0, 0, 0xffffffff}, Counts()}));
+      t.Add(
+          "bits", std::string("shf.") + dir + "." + mode + ".b32", Ty::kB32, {Ty::kB32, Ty::kB32, Ty::kU32},
+          [=](const Inputs& i) {
+            const uint64_t n = clamp ? std::min<uint64_t>(i[2] & 0xffffffff, 32) : (i[2] & 31);
+            const uint64_t v = ((i[1] & 0xffffffff) << 32) | (i[0] & 0xffffffff);
+            if (left) return Exactly(((v << n) >> 32) & 0xffffffff);
+            return Exactly((v >> n) & 0xffffffff);
+          },
+          Product({{0x12345678, 0xffffffff, 0x80000001, 0}, {0x9abcdef0, 0, 0xffffffff}, Counts()}));
     }
   }
   // bmsk: ones in bits [a, a + b) of 32; .clamp caps a and b at 32, .wrap takes them modulo 32.
   for (const char* mode : {"clamp", "wrap"}) {
     const bool wrap = mode[0] == 'w';
-    t.Add("bits", std::string("bmsk.") + mode + ".b32", Ty::kB32, {Ty::kB32, Ty::kU32}, [=](const Inputs& i) {
-      uint64_t a = i[0] & 0xffffffff, b = i[1] & 0xffffffff;
-      if (wrap) {
-        a &= 31;
-        b &= 31;
-      } else {
-        a = std::min<uint64_t>(a, 32);
-        b = std::min<uint64_t>(b, 32);
-      }
-      uint64_t d = 0;
-      for (uint64_t k = a; k < a + b && k < 32; ++k) d |= uint64_t{1} << k;
-      return Exactly(d);
-    }, Product({Counts(), Counts()}));
+    t.Add(
+        "bits", std::string("bmsk.") + mode + ".b32", Ty::kB32, {Ty::kB32, Ty::kU32},
+        [=](const Inputs& i) {
+          uint64_t a = i[0] & 0xffffffff, b = i[1] & 0xffffffff;
+          if (wrap) {
+            a &= 31;
+            b &= 31;
+          } else {
+            a = std::min<uint64_t>(a, 32);
+            b = std::min<uint64_t>(b, 32);
+          }
+          uint64_t d = 0;
+          for (uint64_t k = a; k < a + b && k < 32; ++k) d |= uint64_t{1} << k;
+          return Exactly(d);
+        },
+        Product({Counts(), Counts()}));
   }
   // lop3: bit k of the result is bit (a_k*4 + b_k*2 + c_k) of the table.
   for (int lut : {0x00, 0xff, 0x96, 0xe8, 0x80, 0xfe, 0x1e, 0xca}) {
@@ -605,27 +705,33 @@ void BitForms(Table& t) {
       const bool as = at == Ty::kS32, bs = bt == Ty::kS32;
       const std::vector<Inputs> in =
           Product({{0x01020304, 0x80ff7f01, 0xffffffff}, {0x7f80ff01, 0x01010101}, {0, 0xffffffff, 0x7fffffff}});
-      t.Add("bits", "dp4a." + Name(at) + "." + Name(bt), Ty::kS32, {Ty::kB32, Ty::kB32, Ty::kB32},
-            [=](const Inputs& i) {
-              int64_t sum = SignExtend(i[2], 32);
-              for (int k = 0; k < 4; ++k) {
-                const uint64_t x = (i[0] >> (8 * k)) & 0xff, y = (i[1] >> (8 * k)) & 0xff;
-                sum += (as ? SignExtend(x, 8) : static_cast<int64_t>(x)) * (bs ? SignExtend(y, 8) : static_cast<int64_t>(y));
-              }
-              return Exactly(static_cast<uint64_t>(sum) & 0xffffffff);
-            }, in);
+      t.Add(
+          "bits", "dp4a." + Name(at) + "." + Name(bt), Ty::kS32, {Ty::kB32, Ty::kB32, Ty::kB32},
+          [=](const Inputs& i) {
+            int64_t sum = SignExtend(i[2], 32);
+            for (int k = 0; k < 4; ++k) {
+              const uint64_t x = (i[0] >> (8 * k)) & 0xff, y = (i[1] >> (8 * k)) & 0xff;
+              sum +=
+                  (as ? SignExtend(x, 8) : static_cast<int64_t>(x)) * (bs ? SignExtend(y, 8) : static_cast<int64_t>(y));
+            }
+            return Exactly(static_cast<uint64_t>(sum) & 0xffffffff);
+          },
+          in);
       for (const char* half : {"lo", "hi"}) {
         const int first = half[0] == 'h' ? 2 : 0;
-        t.Add("bits", std::string("dp2a.") + half + "." + Name(at) + "." + Name(bt), Ty::kS32,
-              {Ty::kB32, Ty::kB32, Ty::kB32}, [=](const Inputs& i) {
-                int64_t sum = SignExtend(i[2], 32);
-                for (int k = 0; k < 2; ++k) {
-                  const uint64_t x = (i[0] >> (16 * k)) & 0xffff, y = (i[1] >> (8 * (first + k))) & 0xff;
-                  sum += (as ? SignExtend(x, 16) : static_cast<int64_t>(x)) *
-                         (bs ? SignExtend(y, 8) : static_cast<int64_t>(y));
-                }
-                return Exactly(static_cast<uint64_t>(sum) & 0xffffffff);
-              }, in);
+        t.Add(
+            "bits", std::string("dp2a.") + half + "." + Name(at) + "." + Name(bt), Ty::kS32,
+            {Ty::kB32, Ty::kB32, Ty::kB32},
+            [=](const Inputs& i) {
+              int64_t sum = SignExtend(i[2], 32);
+              for (int k = 0; k < 2; ++k) {
+                const uint64_t x = (i[0] >> (16 * k)) & 0xffff, y = (i[1] >> (8 * (first + k))) & 0xff;
+                sum += (as ? SignExtend(x, 16) : static_cast<int64_t>(x)) *
+                       (bs ? SignExtend(y, 8) : static_cast<int64_t>(y));
+              }
+              return Exactly(static_cast<uint64_t>(sum) & 0xffffffff);
+            },
+            in);
       }
     }
   }
@@ -642,13 +748,14 @@ void CarryForms(Table& t) {
       std::string text;
       bool sub, carry_in, carry_out;
     };
-    for (const Op& op : {Op{"add.cc", false, false, true}, Op{"addc", false, true, false}, Op{"addc.cc", false, true, true},
-                         Op{"sub.cc", true, false, true}, Op{"subc", true, true, false}, Op{"subc.cc", true, true, true}}) {
+    for (const Op& op :
+         {Op{"add.cc", false, false, true}, Op{"addc", false, true, false}, Op{"addc.cc", false, true, true},
+          Op{"sub.cc", true, false, true}, Op{"subc", true, true, false}, Op{"subc.cc", true, true, true}}) {
       Form f;
       f.family = "carry";
       f.name = op.text + "." + n + " (carry in from a2)";
-      f.body = "add.cc." + n + " %d1, %a2, -1;\n  " + op.text + "." + n + " %d0, %a0, %a1;\n  addc." + n +
-               " %d1, 0, 0;";
+      f.body =
+          "add.cc." + n + " %d1, %a2, -1;\n  " + op.text + "." + n + " %d0, %a0, %a1;\n  addc." + n + " %d1, 0, 0;";
       f.sources = {ty, ty, ty};
       f.d0 = ty;
       f.has_d1 = true;
@@ -691,9 +798,12 @@ bool Compare(const std::string& cmp, const Exact& a, const Exact& b) {
   int order;  // -1: a < b, 0: equal, 1: a > b.
   if (a.inf || b.inf) {
     const long double va = a.inf ? value(a) : 0, vb = b.inf ? value(b) : 0;
-    if (a.inf && b.inf) order = va < vb ? -1 : va > vb ? 1 : 0;
-    else if (a.inf) order = a.negative ? -1 : 1;
-    else order = b.negative ? 1 : -1;
+    if (a.inf && b.inf)
+      order = va < vb ? -1 : va > vb ? 1 : 0;
+    else if (a.inf)
+      order = a.negative ? -1 : 1;
+    else
+      order = b.negative ? 1 : -1;
   } else {
     const Quad x = a.negative ? -a.magnitude : a.magnitude, y = b.negative ? -b.magnitude : b.magnitude;
     order = x < y ? -1 : x > y ? 1 : 0;
@@ -729,8 +839,8 @@ Exact DecodeForCompare(uint64_t v, Ty t, bool ftz) {
 }
 
 void CompareForms(Table& t) {
-  const std::vector<std::string> kFloatCmps = {"eq", "ne", "lt", "le", "gt", "ge", "equ", "neu",
-                                               "ltu", "leu", "gtu", "geu", "num", "nan"};
+  const std::vector<std::string> kFloatCmps = {"eq",  "ne",  "lt",  "le",  "gt",  "ge",  "equ",
+                                               "neu", "ltu", "leu", "gtu", "geu", "num", "nan"};
   for (Ty ty : {Ty::kF32, Ty::kF64}) {
     for (const std::string& cmp : kFloatCmps) {
       for (bool ftz : {false, true}) {
@@ -742,10 +852,12 @@ void CompareForms(Table& t) {
       }
       // set: 0xffffffff (integer destination) or 1.0f (f32 destination) when true, else 0.
       t.Add("compare", "set." + cmp + ".u32." + Name(ty), Ty::kU32, {ty, ty}, [=](const Inputs& i) {
-        return Exactly(Compare(cmp, DecodeForCompare(i[0], ty, false), DecodeForCompare(i[1], ty, false)) ? 0xffffffff : 0);
+        return Exactly(Compare(cmp, DecodeForCompare(i[0], ty, false), DecodeForCompare(i[1], ty, false)) ? 0xffffffff
+                                                                                                          : 0);
       });
       t.Add("compare", "set." + cmp + ".f32." + Name(ty), Ty::kF32, {ty, ty}, [=](const Inputs& i) {
-        return Exactly(Compare(cmp, DecodeForCompare(i[0], ty, false), DecodeForCompare(i[1], ty, false)) ? 0x3f800000 : 0);
+        return Exactly(Compare(cmp, DecodeForCompare(i[0], ty, false), DecodeForCompare(i[1], ty, false)) ? 0x3f800000
+                                                                                                          : 0);
       });
     }
   }
@@ -780,22 +892,25 @@ void CompareForms(Table& t) {
   }
   // selp: a when the predicate is true, else b.
   for (Ty ty : {Ty::kB16, Ty::kB32, Ty::kB64, Ty::kS32, Ty::kU64, Ty::kF32, Ty::kF64}) {
-    t.Add("compare", "selp." + Name(ty), ty, {ty, ty, Ty::kPred},
-          [](const Inputs& i) { return Exactly(i[2] ? i[0] : i[1]); },
-          Product({FewEdges(ty), {0x5a5a5a5a5a5a5a5a & Mask(Info(ty).bits)}, {0, 1}}));
+    t.Add(
+        "compare", "selp." + Name(ty), ty, {ty, ty, Ty::kPred},
+        [](const Inputs& i) { return Exactly(i[2] ? i[0] : i[1]); },
+        Product({FewEdges(ty), {0x5a5a5a5a5a5a5a5a & Mask(Info(ty).bits)}, {0, 1}}));
   }
   // slct: a when c >= 0, else b; with an f32 c, -0.0 counts as >= 0 and NaN as not; .ftz flushes a subnormal c.
   for (Ty ty : {Ty::kB32, Ty::kS32, Ty::kF32}) {
     const std::vector<Inputs> in = Product({{0x11111111}, {0x22222222}, Edges(Ty::kS32)});
-    t.Add("compare", "slct." + Name(ty) + ".s32", ty, {ty, ty, Ty::kS32},
-          [](const Inputs& i) { return Exactly(SignExtend(i[2], 32) >= 0 ? i[0] : i[1]); }, in);
+    t.Add(
+        "compare", "slct." + Name(ty) + ".s32", ty, {ty, ty, Ty::kS32},
+        [](const Inputs& i) { return Exactly(SignExtend(i[2], 32) >= 0 ? i[0] : i[1]); }, in);
     for (bool ftz : {false, true}) {
-      t.Add("compare", std::string("slct") + (ftz ? ".ftz." : ".") + Name(ty) + ".f32", ty, {ty, ty, Ty::kF32},
-            [](const Inputs& i) {
-              const Exact c = Decode(i[2], kSingle);
-              return Exactly(!c.nan && (!c.negative || (c.magnitude == 0 && !c.inf)) ? i[0] : i[1]);
-            },
-            Product({{0x11111111}, {0x22222222}, Edges(Ty::kF32)}));
+      t.Add(
+          "compare", std::string("slct") + (ftz ? ".ftz." : ".") + Name(ty) + ".f32", ty, {ty, ty, Ty::kF32},
+          [](const Inputs& i) {
+            const Exact c = Decode(i[2], kSingle);
+            return Exactly(!c.nan && (!c.negative || (c.magnitude == 0 && !c.inf)) ? i[0] : i[1]);
+          },
+          Product({{0x11111111}, {0x22222222}, Edges(Ty::kF32)}));
     }
   }
   // testp.
@@ -838,11 +953,12 @@ void FloatForms(Table& t) {
     const bool f32 = ty == Ty::kF32;
     auto In = [f32](uint64_t v, bool ftz) { return f32 && ftz ? Flush32(v) : v; };
     for (const std::string& op : {"add", "sub", "mul"}) {
-      for (const std::string& rnd : {std::string(), std::string("rn"), std::string("rz"), std::string("rm"),
-                                     std::string("rp")}) {
+      for (const std::string& rnd :
+           {std::string(), std::string("rn"), std::string("rz"), std::string("rm"), std::string("rp")}) {
         for (int variant = 0; variant < (f32 ? 4 : 1); ++variant) {
           const bool ftz = variant & 1, sat = variant & 2;
-          const std::string name = op + (rnd.empty() ? "" : "." + rnd) + (ftz ? ".ftz" : "") + (sat ? ".sat" : "") + "." + n;
+          const std::string name =
+              op + (rnd.empty() ? "" : "." + rnd) + (ftz ? ".ftz" : "") + (sat ? ".sat" : "") + "." + n;
           const Rounding r = RoundingOf(rnd);
           t.Add("float", name, ty, {ty, ty}, [=](const Inputs& i) {
             const uint64_t a = In(i[0], ftz), b = In(i[1], ftz);
@@ -873,28 +989,62 @@ void FloatForms(Table& t) {
         for (const std::string& op : {"fma", "mad"}) {
           t.Add("float", op + mods, ty, {ty, ty, ty}, [=](const Inputs& i) {
             const uint64_t a = In(i[0], ftz), b = In(i[1], ftz), c = In(i[2], ftz);
-            const uint64_t bits = f32 ? Bits(InMode(r, [&] { volatile float q = std::fma(F32(a), F32(b), F32(c)); return q; }))
-                                      : Bits(InMode(r, [&] { volatile double q = std::fma(F64(a), F64(b), F64(c)); return q; }));
+            const uint64_t bits = f32 ? Bits(InMode(r,
+                                                    [&] {
+                                                      volatile float q = std::fma(F32(a), F32(b), F32(c));
+                                                      return q;
+                                                    }))
+                                      : Bits(InMode(r, [&] {
+                                          volatile double q = std::fma(F64(a), F64(b), F64(c));
+                                          return q;
+                                        }));
             return FloatResult(ty, bits, ftz, sat);
           });
         }
         if (sat) continue;
         t.Add("float", "div" + mods, ty, {ty, ty}, [=](const Inputs& i) {
           const uint64_t a = In(i[0], ftz), b = In(i[1], ftz);
-          const uint64_t bits = f32 ? Bits(InMode(r, [&] { volatile float x = F32(a), y = F32(b); volatile float q = x / y; return q; }))
-                                    : Bits(InMode(r, [&] { volatile double x = F64(a), y = F64(b); volatile double q = x / y; return q; }));
+          const uint64_t bits = f32 ? Bits(InMode(r,
+                                                  [&] {
+                                                    volatile float x = F32(a), y = F32(b);
+                                                    volatile float q = x / y;
+                                                    return q;
+                                                  }))
+                                    : Bits(InMode(r, [&] {
+                                        volatile double x = F64(a), y = F64(b);
+                                        volatile double q = x / y;
+                                        return q;
+                                      }));
           return FloatResult(ty, bits, ftz, false);
         });
         t.Add("float", "rcp" + mods, ty, {ty}, [=](const Inputs& i) {
           const uint64_t a = In(i[0], ftz);
-          const uint64_t bits = f32 ? Bits(InMode(r, [&] { volatile float x = F32(a); volatile float q = 1.0f / x; return q; }))
-                                    : Bits(InMode(r, [&] { volatile double x = F64(a); volatile double q = 1.0 / x; return q; }));
+          const uint64_t bits = f32 ? Bits(InMode(r,
+                                                  [&] {
+                                                    volatile float x = F32(a);
+                                                    volatile float q = 1.0f / x;
+                                                    return q;
+                                                  }))
+                                    : Bits(InMode(r, [&] {
+                                        volatile double x = F64(a);
+                                        volatile double q = 1.0 / x;
+                                        return q;
+                                      }));
           return FloatResult(ty, bits, ftz, false);
         });
         t.Add("float", "sqrt" + mods, ty, {ty}, [=](const Inputs& i) {
           const uint64_t a = In(i[0], ftz);
-          const uint64_t bits = f32 ? Bits(InMode(r, [&] { volatile float x = F32(a); volatile float q = std::sqrt(x); return q; }))
-                                    : Bits(InMode(r, [&] { volatile double x = F64(a); volatile double q = std::sqrt(x); return q; }));
+          const uint64_t bits = f32 ? Bits(InMode(r,
+                                                  [&] {
+                                                    volatile float x = F32(a);
+                                                    volatile float q = std::sqrt(x);
+                                                    return q;
+                                                  }))
+                                    : Bits(InMode(r, [&] {
+                                        volatile double x = F64(a);
+                                        volatile double q = std::sqrt(x);
+                                        return q;
+                                      }));
           return FloatResult(ty, bits, ftz, false);
         });
       }
@@ -911,7 +1061,8 @@ void FloatForms(Table& t) {
       for (bool is_max : {false, true}) {
         for (bool nan_mode : {false, true}) {
           if (nan_mode && !f32) continue;
-          const std::string name = std::string(is_max ? "max" : "min") + (ftz ? ".ftz" : "") + (nan_mode ? ".NaN" : "") + "." + n;
+          const std::string name =
+              std::string(is_max ? "max" : "min") + (ftz ? ".ftz" : "") + (nan_mode ? ".NaN" : "") + "." + n;
           t.Add("float", name, ty, {ty, ty}, [=](const Inputs& i) {
             const uint64_t a = In(i[0], ftz), b = In(i[1], ftz);
             const Exact x = Decode(a, FormatOf(ty)), y = Decode(b, FormatOf(ty));
@@ -1017,7 +1168,8 @@ void HalfForms(Table& t) {
         std::vector<Ty> sources(op == "fma" ? 3 : 2, ty);
         t.Add("half", name, ty, sources, [=](const Inputs& i) {
           Inputs in = i;
-          if (ftz) for (uint64_t& v : in) v = Flush(v);
+          if (ftz)
+            for (uint64_t& v : in) v = Flush(v);
           uint64_t bits = HalfOp(ty, op, in, Rounding::kNearestEven);
           if (ftz) bits = Flush(bits);
           if (sat) bits = Saturate(bits, ty);
@@ -1061,8 +1213,10 @@ void ConvertForms(Table& t) {
     if (Info(dt).is_signed) {
       const __int128 hi = (static_cast<__int128>(1) << (bits - 1)) - 1, lo = -hi - 1;
       __int128 v;
-      if (x.inf || x.magnitude >= Pow2(bits)) v = x.negative ? lo : hi;
-      else v = x.negative ? -static_cast<__int128>(x.magnitude) : static_cast<__int128>(x.magnitude);
+      if (x.inf || x.magnitude >= Pow2(bits))
+        v = x.negative ? lo : hi;
+      else
+        v = x.negative ? -static_cast<__int128>(x.magnitude) : static_cast<__int128>(x.magnitude);
       v = v > hi ? hi : v < lo ? lo : v;
       return InRegister(static_cast<uint64_t>(v), dt);
     }
@@ -1145,8 +1299,7 @@ void LoadForms(Table& t) {
         Form f;
         f.family = "load";
         f.name = std::string("ld") + qualifier + ".global." + Name(ty) + " into ." + Name(reg);
-        f.body = "st.global.b64 [%rd5], %a0;\n  ld" + std::string(qualifier) + ".global." + Name(ty) +
-                 " %d0, [%rd5];";
+        f.body = "st.global.b64 [%rd5], %a0;\n  ld" + std::string(qualifier) + ".global." + Name(ty) + " %d0, [%rd5];";
         f.sources = {Ty::kB64};
         f.d0 = reg;
         for (uint64_t v : Edges(Ty::kB64)) f.inputs.push_back({v});
@@ -1173,12 +1326,16 @@ void AtomicForms(Table& t) {
     std::string op;
     std::vector<Ty> types;
   };
-  const std::vector<Case> cases = {
-      {"add", {Ty::kU32, Ty::kS32, Ty::kU64, Ty::kF32, Ty::kF64}}, {"min", {Ty::kU32, Ty::kS32, Ty::kU64, Ty::kS64}},
-      {"max", {Ty::kU32, Ty::kS32, Ty::kU64, Ty::kS64}},          {"inc", {Ty::kU32}},
-      {"dec", {Ty::kU32}},                                         {"and", {Ty::kB32, Ty::kB64}},
-      {"or", {Ty::kB32, Ty::kB64}},                                {"xor", {Ty::kB32, Ty::kB64}},
-      {"exch", {Ty::kB32, Ty::kB64}},                              {"cas", {Ty::kB32, Ty::kB64}}};
+  const std::vector<Case> cases = {{"add", {Ty::kU32, Ty::kS32, Ty::kU64, Ty::kF32, Ty::kF64}},
+                                   {"min", {Ty::kU32, Ty::kS32, Ty::kU64, Ty::kS64}},
+                                   {"max", {Ty::kU32, Ty::kS32, Ty::kU64, Ty::kS64}},
+                                   {"inc", {Ty::kU32}},
+                                   {"dec", {Ty::kU32}},
+                                   {"and", {Ty::kB32, Ty::kB64}},
+                                   {"or", {Ty::kB32, Ty::kB64}},
+                                   {"xor", {Ty::kB32, Ty::kB64}},
+                                   {"exch", {Ty::kB32, Ty::kB64}},
+                                   {"cas", {Ty::kB32, Ty::kB64}}};
   for (const Case& c : cases) {
     for (Ty ty : c.types) {
       for (bool is_red : {false, true}) {
@@ -1190,8 +1347,10 @@ void AtomicForms(Table& t) {
         f.name = (is_red ? "red.global." : "atom.global.") + c.op + "." + n;
         const std::string operands = c.op == "cas" ? "%a1, %a2" : "%a1";
         f.body = "st.global." + bits + " [%rd5], %a0;\n  ";
-        if (is_red) f.body += "red.global." + c.op + "." + n + " [%rd5], " + operands + ";\n  mov." + bits + " %d0, 0;\n  ";
-        else f.body += "atom.global." + c.op + "." + n + " %d0, [%rd5], " + operands + ";\n  ";
+        if (is_red)
+          f.body += "red.global." + c.op + "." + n + " [%rd5], " + operands + ";\n  mov." + bits + " %d0, 0;\n  ";
+        else
+          f.body += "atom.global." + c.op + "." + n + " %d0, [%rd5], " + operands + ";\n  ";
         f.body += "ld.global." + bits + " %d1, [%rd5];";
         f.sources = {ty, ty};
         if (c.op == "cas") f.sources.push_back(ty);
@@ -1212,7 +1371,10 @@ void AtomicForms(Table& t) {
           if (op == "add") {
             if (ty == Ty::kF32) {
               const uint64_t x = Flush32(old), y = Flush32(b);
-              next = Flush32(Bits(InMode(Rounding::kNearestEven, [&] { volatile float q = F32(x) + F32(y); return q; })));
+              next = Flush32(Bits(InMode(Rounding::kNearestEven, [&] {
+                volatile float q = F32(x) + F32(y);
+                return q;
+              })));
             } else if (ty == Ty::kF64) {
               next = Bits(F64(old) + F64(b));
             } else {
@@ -1263,64 +1425,73 @@ void PackedForms(Table& t) {
         const bool ftz = variant & 1, sat = variant & 2;
         if (half == Ty::kBF16 && (ftz || sat)) continue;
         const std::string name = op + ".rn" + (ftz ? ".ftz" : "") + (sat ? ".sat" : "") + "." + n;
-        std::vector<Inputs> in = op == "fma" ? Product({std::vector<uint64_t>(packed.begin(), packed.begin() + 12),
-                                                         std::vector<uint64_t>(packed.begin() + 12, packed.begin() + 24),
-                                                         std::vector<uint64_t>(packed.begin() + 24, packed.begin() + 32)})
-                                             : Product({packed, packed});
+        std::vector<Inputs> in = op == "fma"
+                                     ? Product({std::vector<uint64_t>(packed.begin(), packed.begin() + 12),
+                                                std::vector<uint64_t>(packed.begin() + 12, packed.begin() + 24),
+                                                std::vector<uint64_t>(packed.begin() + 24, packed.begin() + 32)})
+                                     : Product({packed, packed});
         const Format f = FormatOf(half);
         const uint64_t min_normal = uint64_t{1} << f.mantissa;
-        t.Add("packed", name, Ty::kB32, std::vector<Ty>(op == "fma" ? 3 : 2, Ty::kB32), [=](const Inputs& i) {
-          uint64_t out = 0;
-          for (int h = 0; h < 2; ++h) {
-            Inputs part;
-            for (uint64_t v : i) {
-              uint64_t x = (v >> (16 * h)) & 0xffff;
-              if (ftz && (x & 0x7fff) < min_normal) x &= 0x8000;
-              part.push_back(x);
-            }
-            uint64_t r = HalfOp(half, op, part, Rounding::kNearestEven);
-            if (ftz && (r & 0x7fff) < min_normal) r &= 0x8000;
-            if (sat) r = Saturate(r, half);
-            out |= r << (16 * h);
-          }
-          Want w = Exactly(out);
-          w.halves = half;
-          return w;
-        }, in);
+        t.Add(
+            "packed", name, Ty::kB32, std::vector<Ty>(op == "fma" ? 3 : 2, Ty::kB32),
+            [=](const Inputs& i) {
+              uint64_t out = 0;
+              for (int h = 0; h < 2; ++h) {
+                Inputs part;
+                for (uint64_t v : i) {
+                  uint64_t x = (v >> (16 * h)) & 0xffff;
+                  if (ftz && (x & 0x7fff) < min_normal) x &= 0x8000;
+                  part.push_back(x);
+                }
+                uint64_t r = HalfOp(half, op, part, Rounding::kNearestEven);
+                if (ftz && (r & 0x7fff) < min_normal) r &= 0x8000;
+                if (sat) r = Saturate(r, half);
+                out |= r << (16 * h);
+              }
+              Want w = Exactly(out);
+              w.halves = half;
+              return w;
+            },
+            in);
       }
     }
     for (bool is_max : {false, true}) {
       for (bool nan_mode : {false, true}) {
         const std::string name = std::string(is_max ? "max" : "min") + (nan_mode ? ".NaN." : ".") + n;
         const Format f = FormatOf(half);
-        t.Add("packed", name, Ty::kB32, {Ty::kB32, Ty::kB32}, [=](const Inputs& i) {
-          uint64_t out = 0;
-          for (int h = 0; h < 2; ++h) {
-            const uint64_t a = (i[0] >> (16 * h)) & 0xffff, b = (i[1] >> (16 * h)) & 0xffff;
-            const Exact x = Decode(a, f), y = Decode(b, f);
-            uint64_t r;
-            if (x.nan || y.nan) {
-              r = (nan_mode || (x.nan && y.nan)) ? QuietNanBits(f) : (x.nan ? b : a);
-            } else {
-              const bool a_less = Compare("lt", x, y) || (Compare("eq", x, y) && x.negative && !y.negative);
-              r = is_max ? (a_less ? b : a) : (a_less ? a : b);
-            }
-            out |= r << (16 * h);
-          }
-          Want w = Exactly(out);
-          w.halves = half;
-          return w;
-        }, Product({packed, packed}));
+        t.Add(
+            "packed", name, Ty::kB32, {Ty::kB32, Ty::kB32},
+            [=](const Inputs& i) {
+              uint64_t out = 0;
+              for (int h = 0; h < 2; ++h) {
+                const uint64_t a = (i[0] >> (16 * h)) & 0xffff, b = (i[1] >> (16 * h)) & 0xffff;
+                const Exact x = Decode(a, f), y = Decode(b, f);
+                uint64_t r;
+                if (x.nan || y.nan) {
+                  r = (nan_mode || (x.nan && y.nan)) ? QuietNanBits(f) : (x.nan ? b : a);
+                } else {
+                  const bool a_less = Compare("lt", x, y) || (Compare("eq", x, y) && x.negative && !y.negative);
+                  r = is_max ? (a_less ? b : a) : (a_less ? a : b);
+                }
+                out |= r << (16 * h);
+              }
+              Want w = Exactly(out);
+              w.halves = half;
+              return w;
+            },
+            Product({packed, packed}));
       }
     }
-    t.Add("packed", "neg." + n, Ty::kB32, {Ty::kB32}, [](const Inputs& i) { return Exactly((i[0] ^ 0x80008000) & 0xffffffff); },
-          Product({packed}));
-    t.Add("packed", "abs." + n, Ty::kB32, {Ty::kB32}, [](const Inputs& i) { return Exactly(i[0] & 0x7fff7fff); },
-          Product({packed}));
+    t.Add(
+        "packed", "neg." + n, Ty::kB32, {Ty::kB32},
+        [](const Inputs& i) { return Exactly((i[0] ^ 0x80008000) & 0xffffffff); }, Product({packed}));
+    t.Add(
+        "packed", "abs." + n, Ty::kB32, {Ty::kB32}, [](const Inputs& i) { return Exactly(i[0] & 0x7fff7fff); },
+        Product({packed}));
     for (bool relu : {false, true}) {
       for (bool satfinite : {false, true}) {
-        const std::string name = std::string("cvt.rn") + (relu ? ".relu" : "") + (satfinite ? ".satfinite" : "") +
-                                 "." + n + ".f32";
+        const std::string name =
+            std::string("cvt.rn") + (relu ? ".relu" : "") + (satfinite ? ".satfinite" : "") + "." + n + ".f32";
         const Format f = FormatOf(half);
         Form form;
         form.family = "packed";
@@ -1336,7 +1507,8 @@ void PackedForms(Table& t) {
             if (relu && x.negative && !x.nan) x = Exact{};
             uint64_t r = Encode(x, f, Rounding::kNearestEven);
             if (x.nan) r = QuietNanBits(f);
-            if (satfinite && !x.nan && (r & 0x7fff) == (InfinityBits(f, false) & 0x7fff)) r = MaxFiniteBits(f, x.negative);
+            if (satfinite && !x.nan && (r & 0x7fff) == (InfinityBits(f, false) & 0x7fff))
+              r = MaxFiniteBits(f, x.negative);
             out |= r << (16 * (1 - k));  // a (k = 0) to the upper half.
           }
           // Unsettled: whether .relu makes -0.0 (not less than zero) +0.0; either zero is accepted.
@@ -1389,10 +1561,12 @@ void PackedForms(Table& t) {
   t.Add("packed", "not.pred", Ty::kPred, {Ty::kPred}, [](const Inputs& i) { return Exactly(i[0] ? 0 : 1); });
   // Half comparisons.
   for (Ty half : {Ty::kF16, Ty::kBF16}) {
-    for (const char* cmp : {"eq", "ne", "lt", "le", "gt", "ge", "equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan"}) {
+    for (const char* cmp :
+         {"eq", "ne", "lt", "le", "gt", "ge", "equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan"}) {
       const std::string c = cmp;
       t.Add("packed", "setp." + c + "." + Name(half), Ty::kPred, {half, half}, [=](const Inputs& i) {
-        return Exactly(Compare(c, Decode(i[0] & 0xffff, FormatOf(half)), Decode(i[1] & 0xffff, FormatOf(half))) ? 1 : 0);
+        return Exactly(Compare(c, Decode(i[0] & 0xffff, FormatOf(half)), Decode(i[1] & 0xffff, FormatOf(half))) ? 1
+                                                                                                                : 0);
       });
     }
   }
@@ -1424,7 +1598,8 @@ std::string GenerateKernel(const Form& f) {
   std::string s = ".version 8.0\n.target sm_90\n.address_size 64\n";
   s += ".visible .entry conformance(.param .u64 in, .param .u64 out, .param .u32 n)\n{\n";
   s += "  .reg .pred %p<2>;\n  .reg .b32 %r<8>;\n  .reg .b64 %rd<8>;\n";
-  for (size_t k = 0; k < f.sources.size(); ++k) s += "  .reg ." + RegType(f.sources[k]) + " %a" + std::to_string(k) + ";\n";
+  for (size_t k = 0; k < f.sources.size(); ++k)
+    s += "  .reg ." + RegType(f.sources[k]) + " %a" + std::to_string(k) + ";\n";
   s += "  .reg ." + RegType(f.d0) + " %d0;\n";
   if (f.has_d1) s += "  .reg ." + RegType(f.d1) + " %d1;\n";
   s += "  mov.u32 %r1, %ctaid.x;\n  mov.u32 %r2, %ntid.x;\n  mov.u32 %r3, %tid.x;\n  mad.lo.u32 %r1, %r1, %r2, %r3;\n";
@@ -1444,8 +1619,10 @@ std::string GenerateKernel(const Form& f) {
   s += "  " + f.body + "\n";
   auto store = [&](const std::string& d, Ty t, int slot) {
     const std::string at = "[%rd5+" + std::to_string(8 * slot) + "]";
-    if (t == Ty::kPred) s += "  selp.u32 %r5, 1, 0, " + d + ";\n  st.global.u32 " + at + ", %r5;\n";
-    else s += "  st.global." + RegType(t) + " " + at + ", " + d + ";\n";
+    if (t == Ty::kPred)
+      s += "  selp.u32 %r5, 1, 0, " + d + ";\n  st.global.u32 " + at + ", %r5;\n";
+    else
+      s += "  st.global." + RegType(t) + " " + at + ", " + d + ";\n";
   };
   store("%d0", f.d0, 0);
   if (f.has_d1) store("%d1", f.d1, 1);

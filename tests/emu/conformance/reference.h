@@ -101,8 +101,9 @@ inline uint64_t Encode(const Exact& x, Format f, Rounding r) {
   const Quad fraction = scaled - static_cast<Quad>(whole);
   bool up = false;
   switch (r) {
-    case Rounding::kNearestEven: up = fraction > static_cast<Quad>(0.5) ||
-                                      (fraction == static_cast<Quad>(0.5) && (whole & 1)); break;
+    case Rounding::kNearestEven:
+      up = fraction > static_cast<Quad>(0.5) || (fraction == static_cast<Quad>(0.5) && (whole & 1));
+      break;
     case Rounding::kNearestAway: up = fraction >= static_cast<Quad>(0.5); break;
     case Rounding::kTowardZero: up = false; break;
     case Rounding::kDown: up = x.negative && fraction > 0; break;
@@ -132,8 +133,9 @@ inline Exact RoundIntegral(Exact x, Rounding r) {
   const Quad fraction = x.magnitude - static_cast<Quad>(whole);
   bool up = false;
   switch (r) {
-    case Rounding::kNearestEven: up = fraction > static_cast<Quad>(0.5) ||
-                                      (fraction == static_cast<Quad>(0.5) && (whole & 1)); break;
+    case Rounding::kNearestEven:
+      up = fraction > static_cast<Quad>(0.5) || (fraction == static_cast<Quad>(0.5) && (whole & 1));
+      break;
     case Rounding::kNearestAway: up = fraction >= static_cast<Quad>(0.5); break;
     case Rounding::kTowardZero: up = false; break;
     case Rounding::kDown: up = x.negative && fraction > 0; break;
@@ -147,8 +149,8 @@ inline Exact RoundIntegral(Exact x, Rounding r) {
 inline Exact FromInteger(int64_t v) {
   Exact x;
   x.negative = v < 0;
-  x.magnitude = v < 0 ? static_cast<Quad>(-static_cast<unsigned __int128>(static_cast<__int128>(v)))
-                      : static_cast<Quad>(v);
+  x.magnitude =
+      v < 0 ? static_cast<Quad>(-static_cast<unsigned __int128>(static_cast<__int128>(v))) : static_cast<Quad>(v);
   return x;
 }
 inline Exact FromUnsigned(uint64_t v) {
@@ -170,8 +172,10 @@ inline Exact Add(const Exact& a, const Exact& b, Rounding r) {
   if (s == 0) {
     // IEEE 754 6.3: an exact zero sum is +0 (-0 when rounding down), but x + x keeps the sign of a zero x.
     const bool both_zero = a.magnitude == 0 && b.magnitude == 0;
-    if (both_zero && a.negative == b.negative) out.negative = a.negative;
-    else out.negative = r == Rounding::kDown;
+    if (both_zero && a.negative == b.negative)
+      out.negative = a.negative;
+    else
+      out.negative = r == Rounding::kDown;
     return out;
   }
   out.negative = s < 0;
