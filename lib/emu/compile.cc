@@ -1005,6 +1005,7 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
       return Resolve(in.operands[2], Type::kF32, in.line, &inst.s[1]);
     }
     if (packed(inst.type) || packed(inst.type2)) return Unsupported(in, "this packed conversion");
+    if (m.flags.count("satfinite")) inst.mode = 1;  // cvt.rn.satfinite.{f16,bf16}.{f32,f64}.
     return Simple(in, inst, 1, inst.type2);
   }
 

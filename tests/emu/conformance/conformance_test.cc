@@ -1572,6 +1572,107 @@ void PackedForms(Table& t) {
   }
 }
 
+// More forms: the multiply-add carry chain, min/max.relu, set with integer sources, scalar cvt.relu to half and
+// bfloat16, and cvt.rna.tf32.f32 (f32 rounded to nearest, ties away, to 10 mantissa bits, the low 13 bits zero).
+void MoreForms(Table& t) {
+  for (Ty ty : {Ty::kU32, Ty::kU64, Ty::kS32}) {
+    const std::string n = Name(ty);
+    const int bits = Info(ty).bits;
+    const uint64_t m = Mask(bits);
+    const bool s = Info(ty).is_signed;
+    struct Op {
+      std::string text;
+      bool hi, carry_in, carry_out;
+    };
+    for (const Op& op : {Op{"mad.lo.cc", false, false, true}, Op{"mad.hi.cc", true, false, true},
+                         Op{"madc.lo", false, true, false}, Op{"madc.hi.cc", true, true, true}}) {
+      Form f;
+      f.family = "more";
+      f.name = op.text + "." + n + " (carry in from a3)";
+      f.body = "add.cc." + n + " %d1, %a3, -1;\n  " + op.text + "." + n + " %d0, %a0, %a1, %a2;\n  addc." + n +
+               " %d1, 0, 0;";
+      f.sources = {ty, ty, ty, ty};
+      f.d0 = ty;
+      f.has_d1 = true;
+      f.d1 = ty;
+      f.inputs = Product({FewEdges(ty), FewEdges(ty), {0, 1, m, m - 1}, {0, 1}});
+      f.reference = [=](const Inputs& i) {
+        uint64_t product;
+        if (op.hi) {
+          product = s ? static_cast<uint64_t>((static_cast<__int128>(AsSigned(i[0], ty)) * AsSigned(i[1], ty)) >> bits)
+                      : static_cast<uint64_t>((static_cast<unsigned __int128>(i[0] & m) * (i[1] & m)) >> bits);
+        } else {
+          product = i[0] * i[1];
+        }
+        const unsigned __int128 sum =
+            static_cast<unsigned __int128>(product & m) + (i[2] & m) + (op.carry_in ? i[3] : 0);
+        const uint64_t flag = static_cast<uint64_t>(sum >> bits) & 1;
+        return Exactly(static_cast<uint64_t>(sum) & m, op.carry_out ? flag : i[3]);
+      };
+      t.Push(f);
+    }
+  }
+  // min/max.relu.s32: the result, if negative, is 0.
+  for (const char* op : {"min", "max"}) {
+    const bool is_max = op[1] == 'a';
+    t.Add("more", std::string(op) + ".relu.s32", Ty::kS32, {Ty::kS32, Ty::kS32}, [=](const Inputs& i) {
+      const int64_t a = SignExtend(i[0], 32), b = SignExtend(i[1], 32);
+      const int64_t r = is_max ? std::max(a, b) : std::min(a, b);
+      return Exactly(static_cast<uint64_t>(std::max<int64_t>(r, 0)) & 0xffffffff);
+    });
+  }
+  // set with integer sources: 0xffffffff or 1.0f when true.
+  for (const auto& [cmp, st] : std::vector<std::pair<std::string, Ty>>{{"lt", Ty::kS32},
+                                                                       {"ge", Ty::kS64},
+                                                                       {"hi", Ty::kU32},
+                                                                       {"ls", Ty::kU64},
+                                                                       {"ne", Ty::kB16},
+                                                                       {"gt", Ty::kS16}}) {
+    const std::string c = cmp;
+    const Ty source = st;
+    t.Add("more", "set." + c + ".u32." + Name(st), Ty::kU32, {st, st},
+          [=](const Inputs& i) { return Exactly(CompareInt(c, i[0], i[1], source) ? 0xffffffff : 0); });
+    t.Add("more", "set." + c + ".f32." + Name(st), Ty::kF32, {st, st},
+          [=](const Inputs& i) { return Exactly(CompareInt(c, i[0], i[1], source) ? 0x3f800000 : 0); });
+  }
+  // Scalar cvt.rn.relu to f16 and bf16: negative results (NaN excepted) become +0. Unsettled, as for the packed
+  // forms: whether -0.0 (not less than zero) becomes +0.0; either zero is accepted.
+  for (Ty half : {Ty::kF16, Ty::kBF16}) {
+    t.Add("more", "cvt.rn.relu." + Name(half) + ".f32", half, {Ty::kF32}, [=](const Inputs& i) {
+      Exact x = Decode(i[0], kSingle);
+      if (x.negative && !x.nan && (x.inf || x.magnitude != 0)) x = Exact{};
+      Want w = Exactly(x.nan ? QuietNanBits(FormatOf(half)) : Encode(x, FormatOf(half), Rounding::kNearestEven));
+      if (x.magnitude == 0 && !x.nan && !x.inf) w.also = {0, 0x8000};
+      return w;
+    });
+  }
+  // Scalar cvt.rn.satfinite to f16 and bf16: a result that would be infinite is the largest finite value of its
+  // sign; NaN stays NaN.
+  for (Ty half : {Ty::kF16, Ty::kBF16}) {
+    for (Ty source : {Ty::kF32, Ty::kF64}) {
+      if (half == Ty::kBF16 && source == Ty::kF64) continue;
+      t.Add("more", "cvt.rn.satfinite." + Name(half) + "." + Name(source), half, {source}, [=](const Inputs& i) {
+        const Format f = FormatOf(half);
+        const Exact x = Decode(i[0], FormatOf(source));
+        if (x.nan) return Exactly(QuietNanBits(f));
+        const uint64_t r = Encode(x, f, Rounding::kNearestEven);
+        return Exactly((r & 0x7fff) == InfinityBits(f, false) ? MaxFiniteBits(f, x.negative) : r);
+      });
+    }
+  }
+  // cvt.rna.tf32.f32: a tf32 is an f32 whose low 13 mantissa bits are zero.
+  t.Add("more", "cvt.rna.tf32.f32", Ty::kB32, {Ty::kF32}, [](const Inputs& i) {
+    const Format tf32{10, -126, 127, 19};
+    const Exact x = Decode(i[0], kSingle);
+    if (x.nan) {
+      Want w = Exactly(0x7fffffff);
+      w.kind = Want::kAny;  // NaN: the ISA leaves the payload open; checked below as any NaN would be.
+      return w;
+    }
+    return Exactly(Encode(x, tf32, Rounding::kNearestAway) << 13);
+  });
+}
+
 Table BuildTable() {
   Table t;
   IntegerForms(t);
@@ -1585,6 +1686,7 @@ Table BuildTable() {
   LoadForms(t);
   AtomicForms(t);
   PackedForms(t);
+  MoreForms(t);
   return t;
 }
 
@@ -1753,7 +1855,7 @@ TEST_P(ConformanceTest, EveryFormMatchesTheIsaReference) {
 
 INSTANTIATE_TEST_SUITE_P(Families, ConformanceTest,
                          ::testing::Values("integer", "bits", "carry", "compare", "float", "approx", "half", "convert",
-                                           "load", "atomic", "packed"),
+                                           "load", "atomic", "packed", "more"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace
