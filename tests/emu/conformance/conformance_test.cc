@@ -21,10 +21,13 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "conformance/reference.h"
+#include "emu/program.h"
+#include "emu/ptx_parser.h"
 #include "kernel_harness.h"
 
 namespace gpupool::emu::test::conformance {
@@ -1660,6 +1663,12 @@ void MoreForms(Table& t) {
       });
     }
   }
+  // mov copies the type's bits (16-bit and predicate moves take the interpreter's general form, wider ones its
+  // fast one).
+  for (Ty ty : {Ty::kPred, Ty::kB16, Ty::kU16, Ty::kS16, Ty::kB32, Ty::kF32, Ty::kB64, Ty::kS64, Ty::kF64}) {
+    t.Add("more", "mov." + Name(ty), ty, {ty},
+          [ty](const Inputs& i) { return Exactly(ty == Ty::kPred ? (i[0] != 0) : (i[0] & Mask(Info(ty).reg_bits))); });
+  }
   // cvt.rna.tf32.f32: a tf32 is an f32 whose low 13 mantissa bits are zero.
   t.Add("more", "cvt.rna.tf32.f32", Ty::kB32, {Ty::kF32}, [](const Inputs& i) {
     const Format tf32{10, -126, 127, 19};
@@ -1857,6 +1866,63 @@ INSTANTIATE_TEST_SUITE_P(Families, ConformanceTest,
                          ::testing::Values("integer", "bits", "carry", "compare", "float", "approx", "half", "convert",
                                            "load", "atomic", "packed", "more"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// The interpreter's instructions (internal::Op, what lib/emu/compile.cc decodes PTX into) that compute values each
+// run in the body of at least one form above, so an instruction added to the decoder without a form here fails this
+// test until the table covers it. The ops a form's kernel runs outside its body (loading the sources, storing the
+// results) do not count: each form is compiled once more with an empty body and those ops are taken away.
+class NoGlobals : public internal::GlobalAllocator {
+ public:
+  uint64_t Allocate(uint64_t, uint64_t) override { return 0; }
+  void Write(uint64_t, const void*, uint64_t) override {}
+  void Zero(uint64_t, uint64_t) override {}
+};
+
+std::multiset<internal::Op> OpsOf(const std::string& ptx) {
+  auto parsed = ParsePtx(ptx);
+  if (!parsed.ok()) throw HarnessError("ParsePtx: " + parsed.status().message());
+  NoGlobals globals;
+  auto program = internal::Compile(parsed.value(), globals);
+  if (!program.ok()) throw HarnessError("Compile: " + program.status().message());
+  std::multiset<internal::Op> ops;
+  for (const internal::Function& f : program.value().functions) {
+    for (const internal::Inst& inst : f.code) ops.insert(inst.op);
+  }
+  return ops;
+}
+
+TEST(ConformanceCoverage, EveryValueComputingInstructionOfTheInterpreterRunsInSomeForm) {
+  using internal::Op;
+  std::set<Op> in_bodies;
+  const Table table = BuildTable();
+  for (const Form& f : table.forms()) {
+    Form empty = f;
+    empty.body.clear();
+    std::multiset<Op> ops = OpsOf(GenerateKernel(f));
+    for (Op op : OpsOf(GenerateKernel(empty))) {
+      auto it = ops.find(op);
+      if (it != ops.end()) ops.erase(it);
+    }
+    in_bodies.insert(ops.begin(), ops.end());
+  }
+  // Control flow, warp collectives, barriers, asynchronous copies, tensor cores, textures and address-space
+  // conversions: no values of an operand type to run on edge values; the kernel tests (tests/emu) cover them.
+  const std::set<Op> elsewhere = {
+      Op::kNop,      Op::kCvta,      Op::kCvtaTo,      Op::kIsspacep,   Op::kBra,       Op::kCall,      Op::kRet,
+      Op::kExit,     Op::kTrap,      Op::kBar,         Op::kBarArrive,  Op::kBarRed,    Op::kWarpSync,  Op::kShfl,
+      Op::kVote,     Op::kMatch,     Op::kRedux,       Op::kActivemask, Op::kFence,     Op::kNanosleep, Op::kBrxIdx,
+      Op::kCpAsync,  Op::kMbarrier,  Op::kCpAsyncBulk, Op::kWmmaLoad,   Op::kWmmaStore, Op::kWmmaMma,   Op::kMma,
+      Op::kLdmatrix, Op::kMovmatrix, Op::kTex,         Op::kTld4,       Op::kSuld,      Op::kSust,      Op::kFastMov};
+  std::string missing;
+  for (int op = 0; op <= static_cast<int>(Op::kSust); ++op) {
+    if (in_bodies.count(static_cast<Op>(op)) || elsewhere.count(static_cast<Op>(op))) continue;
+    missing += " " + std::to_string(op);
+  }
+  EXPECT_TRUE(missing.empty()) << "internal::Op values (lib/emu/program.h, counting from kNop = 0) that no form's "
+                               << "body runs: add a form for each, or list it as covered elsewhere:" << missing;
+  EXPECT_TRUE(in_bodies.count(Op::kSetp) && in_bodies.count(Op::kCvt) && in_bodies.count(Op::kFastAddF32))
+      << "the forms' bodies were not told apart from the rest of their kernels";
+}
 
 }  // namespace
 }  // namespace gpupool::emu::test::conformance
