@@ -714,6 +714,12 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     if (m.flags.count("wide")) inst.flags |= kWide;
     if (m.flags.count("shiftamt")) inst.flags |= kShiftAmt;
     if (op == "mul24" || op == "mad24") inst.flags |= kBits24;
+    if (m.flags.count("xorsign")) {
+      if ((op != "min" && op != "max") || !m.flags.count("abs")) {
+        return Unsupported(in, ".xorsign other than min/max.xorsign.abs");
+      }
+      inst.flags |= kXorSignAbs;
+    }
     if (inst.type == Type::kB128) return Unsupported(in, "128-bit arithmetic");
     size_t nsrc = 2;
     switch (inst.op) {

@@ -1669,6 +1669,104 @@ void MoreForms(Table& t) {
     t.Add("more", "mov." + Name(ty), ty, {ty},
           [ty](const Inputs& i) { return Exactly(ty == Ty::kPred ? (i[0] != 0) : (i[0] & Mask(Info(ty).reg_bits))); });
   }
+  // fma.rn.relu on f16 and bf16 (scalar and packed): the rounded result, if negative, is +0; NaN stays NaN.
+  for (Ty half : {Ty::kF16, Ty::kBF16}) {
+    const Format f = FormatOf(half);
+    auto relu = [f](uint64_t r) {
+      const Exact x = Decode(r, f);
+      return (!x.nan && x.negative && (x.inf || x.magnitude != 0)) ? uint64_t{0} : r;
+    };
+    t.Add("more", "fma.rn.relu." + Name(half), half, {half, half, half}, [=](const Inputs& i) {
+      Want w = Exactly(relu(HalfOp(half, "fma", i, Rounding::kNearestEven)));
+      w.halves = half;  // One half: any NaN for NaN, either zero for a zero (-0.0 is not negative).
+      w.either_zero_sign = true;
+      return w;
+    });
+    // min/max.xorsign.abs (the ISA's pseudocode): the magnitudes compared by min/max's NaN rules (one NaN: the
+    // other operand), then, unless the result is NaN, its sign set to the sign of a XOR the sign of b.
+    for (bool is_max : {false, true}) {
+      const std::string name = std::string(is_max ? "max" : "min") + ".xorsign.abs." + Name(half);
+      t.Add("more", name, half, {half, half}, [=](const Inputs& i) {
+        const uint64_t a = i[0] & 0x7fff, b = i[1] & 0x7fff;
+        const Exact x = Decode(a, f), y = Decode(b, f);
+        Want w;
+        if (x.nan && y.nan) {
+          w = Exactly(QuietNanBits(f));
+        } else if (x.nan || y.nan) {
+          w = Exactly((x.nan ? b : a) | ((i[0] ^ i[1]) & 0x8000));
+        } else {
+          const bool a_less = Compare("lt", x, y);
+          w = Exactly((is_max ? (a_less ? b : a) : (a_less ? a : b)) | ((i[0] ^ i[1]) & 0x8000));
+        }
+        w.halves = half;
+        return w;
+      });
+    }
+  }
+  for (bool is_max : {false, true}) {
+    const std::string name = std::string(is_max ? "max" : "min") + ".xorsign.abs.f32";
+    t.Add("more", name, Ty::kF32, {Ty::kF32, Ty::kF32}, [=](const Inputs& i) {
+      const uint64_t a = i[0] & 0x7fffffff, b = i[1] & 0x7fffffff;
+      const Exact x = Decode(a, kSingle), y = Decode(b, kSingle);
+      if (x.nan && y.nan) return Exactly(QuietNanBits(kSingle));
+      if (x.nan || y.nan) return Exactly((x.nan ? b : a) | ((i[0] ^ i[1]) & 0x80000000));
+      const bool a_less = Compare("lt", x, y);
+      return Exactly((is_max ? (a_less ? b : a) : (a_less ? a : b)) | ((i[0] ^ i[1]) & 0x80000000));
+    });
+  }
+  // .ftz on f16 neg/abs/min/max: a subnormal input is a zero of its sign.
+  {
+    auto flush = [](uint64_t v) { return (v & 0x7c00) == 0 ? (v & 0x8000) : (v & 0xffff); };
+    t.Add("more", "neg.ftz.f16", Ty::kF16, {Ty::kF16}, [=](const Inputs& i) { return Exactly(flush(i[0]) ^ 0x8000); });
+    t.Add("more", "abs.ftz.f16", Ty::kF16, {Ty::kF16}, [=](const Inputs& i) { return Exactly(flush(i[0]) & 0x7fff); });
+    for (bool is_max : {false, true}) {
+      t.Add("more", std::string(is_max ? "max" : "min") + ".ftz.f16", Ty::kF16, {Ty::kF16, Ty::kF16},
+            [=](const Inputs& i) {
+              const uint64_t a = flush(i[0]), b = flush(i[1]);
+              const Exact x = Decode(a, kHalf), y = Decode(b, kHalf);
+              if (x.nan || y.nan) return Exactly(x.nan && y.nan ? QuietNanBits(kHalf) : (x.nan ? b : a));
+              const bool a_less = Compare("lt", x, y) || (Compare("eq", x, y) && x.negative && !y.negative);
+              return Exactly(is_max ? (a_less ? b : a) : (a_less ? a : b));
+            });
+    }
+  }
+  // mad24.hi: bits 16..47 of the 48-bit product of the low 24 bits, plus c.
+  for (Ty ty : {Ty::kS32, Ty::kU32}) {
+    const bool s = ty == Ty::kS32;
+    t.Add("more", "mad24.hi." + Name(ty), ty, {ty, ty, ty}, [=](const Inputs& i) {
+      const int64_t x = s ? SignExtend(i[0], 24) : static_cast<int64_t>(i[0] & 0xffffff);
+      const int64_t y = s ? SignExtend(i[1], 24) : static_cast<int64_t>(i[1] & 0xffffff);
+      return Exactly(((static_cast<uint64_t>(x * y) >> 16) + i[2]) & 0xffffffff);
+    });
+  }
+  // setp on f16x2: each half compared, the lower into p and the upper into q.
+  {
+    Form f;
+    f.family = "more";
+    f.name = "setp.ltu.f16x2 p|q";
+    f.body = "setp.ltu.f16x2 %d0|%d1, %a0, %a1;";
+    f.sources = {Ty::kB32, Ty::kB32};
+    f.d0 = Ty::kPred;
+    f.has_d1 = true;
+    f.d1 = Ty::kPred;
+    for (size_t k = 0; k < 40; ++k) {
+      for (size_t j = 0; j < 40; j += 3) f.inputs.push_back({PackedEdge(k, Ty::kF16), PackedEdge(j + 1, Ty::kF16)});
+    }
+    f.reference = [](const Inputs& i) {
+      auto lt = [&](int h) {
+        return Compare("ltu", Decode((i[0] >> (16 * h)) & 0xffff, kHalf), Decode((i[1] >> (16 * h)) & 0xffff, kHalf));
+      };
+      return Exactly(lt(0) ? 1 : 0, lt(1) ? 1 : 0);
+    };
+    t.Push(f);
+  }
+  // cvt.f32.f32 with .ftz and .sat only (no rounding: the value is already an f32).
+  t.Add("more", "cvt.ftz.f32.f32", Ty::kF32, {Ty::kF32}, [](const Inputs& i) {
+    const Exact x = Decode(i[0], kSingle);
+    return Exactly(x.nan ? QuietNanBits(kSingle) : Flush32(i[0]));
+  });
+  t.Add("more", "cvt.sat.f32.f32", Ty::kF32, {Ty::kF32},
+        [](const Inputs& i) { return Exactly(Saturate(i[0], Ty::kF32)); });
   // cvt.rna.tf32.f32: a tf32 is an f32 whose low 13 mantissa bits are zero.
   t.Add("more", "cvt.rna.tf32.f32", Ty::kB32, {Ty::kF32}, [](const Inputs& i) {
     const Format tf32{10, -126, 127, 19};
