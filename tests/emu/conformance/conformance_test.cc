@@ -1767,15 +1767,12 @@ void MoreForms(Table& t) {
   });
   t.Add("more", "cvt.sat.f32.f32", Ty::kF32, {Ty::kF32},
         [](const Inputs& i) { return Exactly(Saturate(i[0], Ty::kF32)); });
-  // cvt.rna.tf32.f32: a tf32 is an f32 whose low 13 mantissa bits are zero.
-  t.Add("more", "cvt.rna.tf32.f32", Ty::kB32, {Ty::kF32}, [](const Inputs& i) {
+  // cvt.rna.tf32.f32: a tf32 is an f32 whose low 13 mantissa bits are zero (held in an f32 register, so that a NaN
+  // is compared as any NaN: the ISA leaves its payload open).
+  t.Add("more", "cvt.rna.tf32.f32", Ty::kF32, {Ty::kF32}, [](const Inputs& i) {
     const Format tf32{10, -126, 127, 19};
     const Exact x = Decode(i[0], kSingle);
-    if (x.nan) {
-      Want w = Exactly(0x7fffffff);
-      w.kind = Want::kAny;  // NaN: the ISA leaves the payload open; checked below as any NaN would be.
-      return w;
-    }
+    if (x.nan) return Exactly(QuietNanBits(kSingle));
     return Exactly(Encode(x, tf32, Rounding::kNearestAway) << 13);
   });
 }
