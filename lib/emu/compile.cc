@@ -726,6 +726,12 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     if (m.flags.count("wide")) inst.flags |= kWide;
     if (m.flags.count("shiftamt")) inst.flags |= kShiftAmt;
     if (op == "mul24" || op == "mad24") inst.flags |= kBits24;
+    if (m.flags.count("xorsign")) {
+      if ((op != "min" && op != "max") || !m.flags.count("abs")) {
+        return Unsupported(in, ".xorsign other than min/max.xorsign.abs");
+      }
+      inst.flags |= kXorSignAbs;
+    }
     if (inst.type == Type::kB128) return Unsupported(in, "128-bit arithmetic");
     size_t nsrc = 2;
     switch (inst.op) {
@@ -1017,6 +1023,7 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
       return Resolve(in.operands[2], Type::kF32, in.line, &inst.s[1]);
     }
     if (packed(inst.type) || packed(inst.type2)) return Unsupported(in, "this packed conversion");
+    if (m.flags.count("satfinite")) inst.mode = 1;  // cvt.rn.satfinite.{f16,bf16}.{f32,f64}.
     return Simple(in, inst, 1, inst.type2);
   }
 

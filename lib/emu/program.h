@@ -95,6 +95,7 @@ enum class Space : uint8_t { kGeneric, kGlobal, kShared, kLocal, kParam, kConst 
 enum : uint16_t {
   kFtz = 1, kSat = 2, kApprox = 4, kCarryOut = 8, kHi = 16, kWide = 32, kNan = 64, kFull = 128, kRelu = 256,
   kShiftAmt = 512, kClamp = 1024, kLeft = 2048, kVolatile = 4096, kHasRound = 8192, kBits24 = 16384,
+  kXorSignAbs = 32768,  // min/max.xorsign.abs.
 };
 
 enum class Round : uint8_t { kNone, kRn, kRz, kRm, kRp, kRni, kRzi, kRmi, kRpi, kRna };
