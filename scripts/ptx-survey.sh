@@ -6,7 +6,7 @@
 # Environment: PTX_SURVEY_CC (default 12.1), PTX_SURVEY_DIR (where the images go; default a temporary folder).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=${1:-$root/build}
+build=$(cd "${1:-$root/build}" && pwd)
 shift || true
 libs=("$@")
 ((${#libs[@]})) || libs=(cublas cublasLt cusparse curand cusolver)
