@@ -29,6 +29,8 @@ uint64_t Mask(int bytes) { return bytes >= 8 ? ~0ull : (1ull << (bytes * 8)) - 1
 struct Symbol {
   enum Kind { kGlobalAddr, kShared, kLocal, kParam, kFunction } kind;
   uint64_t value;  // Address, shared offset, frame offset, or function index.
+  // kShared: the variable's bytes and alignment (0 bytes: the dynamic area, which the launch sizes).
+  uint64_t bytes = 0, align = 1;
 };
 
 class FunctionCompiler;
@@ -37,6 +39,7 @@ class ModuleCompiler {
  public:
   ModuleCompiler(const Module& m, GlobalAllocator& alloc) : m_(m), alloc_(alloc) {}
   EmuResult<Program> Run();
+  void KernelSharedBytes();
 
   const Module& m_;
   GlobalAllocator& alloc_;
@@ -127,7 +130,8 @@ class FunctionCompiler {
           off += std::max<uint64_t>(v.ByteSize(), 1);
           break;
         case ptx::Space::kShared:
-          symbols_[v.name] = {Symbol::kShared, mc_.function_shared_.at({index_, v.name})};
+          symbols_[v.name] = {Symbol::kShared, mc_.function_shared_.at({index_, v.name}), v.ByteSize(), VarAlign(v)};
+          UsesShared(symbols_[v.name]);  // Its own variables count, referred to or not.
           break;
         case ptx::Space::kReg:
           AddReg(v.name, ptx::TypeSize(v.type));
@@ -169,10 +173,32 @@ class FunctionCompiler {
     ret.line = f_.body.empty() ? f_.line : f_.body.back().line;
     out_.code.push_back(ret);
     out_.num_regs = static_cast<uint32_t>(out_.reg_bytes.size());
+    ReadLaunchBounds();
     return EmuStatus::Ok();
   }
 
  private:
+  // The launch bounds among the function's performance directives. Values a GPU's compiler would reject (zero,
+  // negative) bound nothing; products saturate.
+  void ReadLaunchBounds() {
+    auto product = [&](const char* directive) -> uint32_t {
+      auto it = f_.directives.find(directive);
+      if (it == f_.directives.end() || it->second.empty()) return 0;
+      uint64_t p = 1;
+      for (int64_t v : it->second) {
+        if (v <= 0) return 0;
+        p = std::min<uint64_t>(p * std::min<uint64_t>(static_cast<uint64_t>(v), UINT32_MAX), UINT32_MAX);
+      }
+      return static_cast<uint32_t>(p);
+    };
+    out_.bound_threads = product("maxntid");
+    if (uint32_t required = product("reqntid"); required != 0) {
+      out_.bound_threads = out_.bound_threads == 0 ? required : std::min(out_.bound_threads, required);
+    }
+    out_.bound_blocks_per_sm = product("minnctapersm");
+    out_.bound_registers = product("maxnreg");
+  }
+
   uint32_t AddReg(const std::string& name, int bytes) {
     auto it = regs_.find(name);
     if (it != regs_.end()) return it->second;
@@ -218,6 +244,15 @@ class FunctionCompiler {
       return true;
     }
     return false;
+  }
+
+  // Notes a static shared variable the function refers to (kernels report those they reach, as a GPU does).
+  void UsesShared(const Symbol& sym) {
+    if (sym.bytes == 0) return;
+    for (const SharedUse& u : out_.shared_uses) {
+      if (u.offset == sym.value) return;
+    }
+    out_.shared_uses.push_back({sym.value, sym.bytes, sym.align});
   }
 
   bool LookupSymbol(const std::string& name, Symbol* out) const {
@@ -309,7 +344,11 @@ class FunctionCompiler {
           uint64_t offset = o.has_offset ? static_cast<uint64_t>(o.int_value) : 0;
           switch (sym.kind) {
             case Symbol::kGlobalAddr: out->kind = Src::kImm; out->imm = sym.value + offset; break;
-            case Symbol::kShared: out->kind = Src::kImm; out->imm = sym.value + offset; break;
+            case Symbol::kShared:
+              out->kind = Src::kImm;
+              out->imm = sym.value + offset;
+              UsesShared(sym);
+              break;
             case Symbol::kLocal: out->kind = Src::kLocalSym; out->imm = sym.value + offset; break;
             case Symbol::kParam: out->kind = Src::kParamSym; out->imm = sym.value + offset; break;
             case Symbol::kFunction: out->kind = Src::kImm; out->imm = kFunctionAddressBase + sym.value; break;
@@ -356,6 +395,7 @@ class FunctionCompiler {
     }
     Symbol sym;
     if (!LookupSymbol(o.name, &sym)) return Err(line, "unknown address base '" + o.name + "'");
+    if (sym.kind == Symbol::kShared) UsesShared(sym);
     switch (sym.kind) {
       case Symbol::kGlobalAddr:
       case Symbol::kShared:
@@ -1277,6 +1317,62 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
 
 #include "emu/compile_tex.inc"
 
+// Each kernel's static shared memory, as a GPU counts it: the variables that it and the functions it may call
+// refer to, each at its alignment. (The emulator's layout holds every kernel's variables at once, and dynamic shared
+// memory starts after all of them; counting them all would refuse kernels of large modules, such as Thrust's, that
+// a GPU runs.) The walk of the call graph is bounded: past kCallGraphSteps the remaining kernels count the whole
+// module's variables, as before, so a module built to make the walk quadratic loads in bounded time.
+void ModuleCompiler::KernelSharedBytes() {
+  constexpr uint64_t kCallGraphSteps = uint64_t{1} << 24;
+  const size_t n = prog_.functions.size();
+  std::vector<std::vector<uint32_t>> callees(n);
+  std::vector<bool> calls_indirectly(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    for (const Inst& in : prog_.functions[i].code) {
+      if (in.op != Op::kCall) continue;
+      if (in.target < 0) {
+        calls_indirectly[i] = true;
+      } else {
+        callees[i].push_back(static_cast<uint32_t>(in.target));
+      }
+    }
+  }
+  uint64_t steps = 0;
+  std::vector<uint32_t> visited_in(n, UINT32_MAX);  // The kernel whose walk last reached each function.
+  for (size_t k = 0; k < n; ++k) {
+    Function& kernel = prog_.functions[k];
+    if (!kernel.is_entry) continue;
+    kernel.static_shared_bytes = prog_.static_shared_bytes;
+    if (steps > kCallGraphSteps) continue;
+    std::vector<SharedUse> uses;
+    bool indirect = false;
+    std::vector<uint32_t> todo{static_cast<uint32_t>(k)};
+    visited_in[k] = static_cast<uint32_t>(k);
+    while (!todo.empty() && !indirect) {
+      const uint32_t f = todo.back();
+      todo.pop_back();
+      ++steps;
+      indirect = calls_indirectly[f];
+      uses.insert(uses.end(), prog_.functions[f].shared_uses.begin(), prog_.functions[f].shared_uses.end());
+      for (uint32_t callee : callees[f]) {
+        ++steps;
+        if (visited_in[callee] == k) continue;
+        visited_in[callee] = static_cast<uint32_t>(k);
+        todo.push_back(callee);
+      }
+    }
+    if (indirect || steps > kCallGraphSteps) continue;  // A call through a pointer may reach any function.
+    std::sort(uses.begin(), uses.end(), [](const SharedUse& a, const SharedUse& b) { return a.offset < b.offset; });
+    uint64_t bytes = 0, last_offset = UINT64_MAX;
+    for (const SharedUse& u : uses) {
+      if (u.offset == last_offset) continue;
+      last_offset = u.offset;
+      bytes = AlignUp(bytes, u.align) + u.bytes;
+    }
+    kernel.static_shared_bytes = static_cast<uint32_t>(std::min<uint64_t>(bytes, prog_.static_shared_bytes));
+  }
+}
+
 EmuResult<Program> ModuleCompiler::Run() {
   prog_.version_major = m_.version_major;
   prog_.version_minor = m_.version_minor;
@@ -1314,7 +1410,7 @@ EmuResult<Program> ModuleCompiler::Run() {
     if (v.ByteSize() > kMaxStaticSharedBytes) {
       return too_much_shared(v.line, "'" + v.name + "'", v.ByteSize(), kMaxStaticSharedBytes);
     }
-    module_symbols_[v.name] = {Symbol::kShared, place_shared(v)};
+    module_symbols_[v.name] = {Symbol::kShared, place_shared(v), v.ByteSize(), VarAlign(v)};
     if (shared > kMaxModuleSharedBytes) return too_much_shared(v.line, "the module", shared, kMaxModuleSharedBytes);
   }
   for (size_t fi = 0; fi < m_.functions.size(); ++fi) {
@@ -1439,6 +1535,7 @@ EmuResult<Program> ModuleCompiler::Run() {
     }
   }
   prog_.needs_local = prog_.needs_local || prog_.has_calls;
+  KernelSharedBytes();
   return std::move(prog_);
 }
 

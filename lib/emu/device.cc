@@ -987,11 +987,40 @@ EmuStatus Device::GetGlobal(Module* module, const std::string& name, uint64_t* d
 const std::vector<ParamInfo>& Device::Params(const Function* function) { return function->params; }
 const std::string& Device::Name(const Function* function) { return function->name; }
 
-void Device::Attributes(const Function* function, int* static_shared_bytes, int* local_bytes, int* num_regs) {
+namespace {
+
+// Registers per thread that let `blocks` blocks of `threads` threads share `register_file` registers, allocated
+// per warp in units of 256 as GPUs of compute capability 5.0 to 9.0 allocate them (NVIDIA's occupancy calculator,
+// cuda_occupancy.h), in the whole multiples of 8 a warp's 256-register unit divides into.
+uint32_t RegistersThatFit(uint64_t register_file, uint64_t threads, uint64_t blocks) {
+  constexpr uint64_t kWarpAllocationUnit = 256, kLanes = 32;
+  const uint64_t warps = (threads + kLanes - 1) / kLanes * std::max<uint64_t>(blocks, 1);
+  const uint64_t per_warp = register_file / std::max<uint64_t>(warps, 1) / kWarpAllocationUnit * kWarpAllocationUnit;
+  return static_cast<uint32_t>(std::min<uint64_t>(per_warp / kLanes, UINT32_MAX));
+}
+
+}  // namespace
+
+void Device::Attributes(const Function* function, int* static_shared_bytes, int* local_bytes, int* num_regs) const {
   const internal::Function& f = function->module->program.functions[static_cast<size_t>(function->index)];
-  if (static_shared_bytes) *static_shared_bytes = static_cast<int>(function->module->program.static_shared_bytes);
+  if (static_shared_bytes) *static_shared_bytes = static_cast<int>(f.static_shared_bytes);
   if (local_bytes) *local_bytes = static_cast<int>(f.local_area);
-  if (num_regs) *num_regs = static_cast<int>(std::min<uint32_t>(255, std::max<uint32_t>(16, f.num_regs)));
+  if (!num_regs) return;
+  constexpr uint32_t kMinRegisters = 16, kMaxRegisters = 255;  // What ptxas gives a thread, at least and at most.
+  uint32_t registers = std::min(kMaxRegisters, std::max(kMinRegisters, f.num_regs));
+  // A bounded kernel always launches at its bounds on a GPU: ptxas spills rather than exceed them. Reporting the
+  // virtual count instead makes the occupancy calculator find no block fits (CUB then divides by zero blocks).
+  const DeviceProperties& p = impl_->props;
+  if (f.bound_threads != 0) {
+    const uint64_t threads = std::min<uint64_t>(f.bound_threads, static_cast<uint64_t>(p.max_threads_per_block));
+    registers = std::min(registers, RegistersThatFit(static_cast<uint64_t>(p.registers_per_block), threads, 1));
+    if (f.bound_blocks_per_sm != 0) {
+      registers = std::min(registers, RegistersThatFit(static_cast<uint64_t>(p.registers_per_multiprocessor), threads,
+                                                       f.bound_blocks_per_sm));
+    }
+  }
+  if (f.bound_registers != 0) registers = std::min(registers, f.bound_registers);
+  *num_regs = static_cast<int>(std::max(registers, kMinRegisters));
 }
 
 EmuStatus Device::Launch(Function* function, const LaunchConfig& config, void** params) {
@@ -1033,12 +1062,14 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
     return BadValue("grid dimensions exceed the device's limits");
   }
   const internal::Program& prog = function->module->program;
-  if (uint64_t{prog.static_shared_bytes} + config.shared_bytes > static_cast<uint64_t>(p.shared_memory_per_block_optin)) {
-    return EmuStatus(Code::kLaunchOutOfResources, "shared memory of " +
-                                                      std::to_string(prog.static_shared_bytes + config.shared_bytes) +
-                                                      " bytes exceeds the per-block limit");
-  }
   const internal::Function& entry = prog.functions[static_cast<size_t>(function->index)];
+  // The kernel's own static shared memory, as a GPU counts it (not the module's, which the emulator lays out at once).
+  if (uint64_t{entry.static_shared_bytes} + config.shared_bytes >
+      static_cast<uint64_t>(p.shared_memory_per_block_optin)) {
+    return EmuStatus(Code::kLaunchOutOfResources,
+                     "shared memory of " + std::to_string(uint64_t{entry.static_shared_bytes} + config.shared_bytes) +
+                         " bytes exceeds the per-block limit of " + std::to_string(p.shared_memory_per_block_optin));
+  }
   if (bytes > std::max<uint64_t>(entry.kernel_param_bytes, internal::kMaxKernelParamBytes)) {
     return BadValue("a parameter buffer of " + std::to_string(bytes) + " bytes for '" + function->name +
                     "', which takes " + std::to_string(entry.kernel_param_bytes) + "; a GPU takes at most " +
@@ -1056,7 +1087,7 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
   if (config.cooperative) {
     // Blocks one multiprocessor holds at once, by threads (the emulated device has no register limit) and shared
     // memory, times the multiprocessors: what cudaOccupancyMaxActiveBlocksPerMultiprocessor answers for it.
-    uint64_t shared = uint64_t{prog.static_shared_bytes} + config.shared_bytes;
+    uint64_t shared = uint64_t{entry.static_shared_bytes} + config.shared_bytes;
     uint64_t per_sm = std::min<uint64_t>(p.max_blocks_per_multiprocessor,
                                          static_cast<uint64_t>(p.max_threads_per_multiprocessor) / threads);
     if (shared > 0) per_sm = std::min<uint64_t>(per_sm, p.shared_memory_per_multiprocessor / shared);

@@ -132,6 +132,11 @@ struct ParamSlot {
   int32_t reg = -1;  // .reg parameters: the register slot instead of param memory.
 };
 
+// A static .shared variable a function refers to: its offset in the module's shared layout, bytes and alignment.
+struct SharedUse {
+  uint64_t offset = 0, bytes = 0, align = 1;
+};
+
 struct Function {
   std::string name;
   bool is_entry = false;
@@ -150,6 +155,15 @@ struct Function {
   std::vector<std::vector<uint32_t>> jump_tables;  // brx.idx targets (pcs), one table per .branchtargets list.
   std::vector<MatrixOp> matrix_ops;      // Tensor-core instructions' shapes, types and registers.
   bool uses_local = false;          // Needs a local stack.
+  // Launch bounds that a GPU's compiler fits the kernel's registers to (0: not given): the threads of the largest
+  // block (.maxntid or .reqntid, all dimensions multiplied), the blocks a multiprocessor must hold at once
+  // (.minnctapersm) and registers per thread (.maxnreg).
+  uint32_t bound_threads = 0, bound_blocks_per_sm = 0, bound_registers = 0;
+  std::vector<SharedUse> shared_uses;  // The static shared variables its own code refers to.
+  // Kernels: the static shared memory of the variables it and its callees refer to, as a GPU reports and limits
+  // it (cuFuncGetAttribute, launch checks). The CTA's shared window still holds the module's whole layout
+  // (Program::static_shared_bytes), where dynamic shared memory begins.
+  uint32_t static_shared_bytes = 0;
 };
 
 struct GlobalVar {

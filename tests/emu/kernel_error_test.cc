@@ -262,7 +262,7 @@ TEST_F(RefuseTest, ResourcesBeyondAGpusLimitsAreRefusedAtLoad) {
     Module* module = nullptr;
     ASSERT_TRUE(device().LoadPtx(Ptx(c.body), &module).ok());
     int shared = -1, local = -1, registers = -1;
-    Device::Attributes(Get(module, "k"), &shared, &local, &registers);
+    device().Attributes(Get(module, "k"), &shared, &local, &registers);
     EXPECT_EQ(shared, c.shared);
     EXPECT_EQ(local, c.local);
     EXPECT_EQ(registers, c.registers) << "NUM_REGS: at least 16, at most a GPU's 255 per thread";
@@ -322,6 +322,100 @@ TEST_F(RefuseTest, BlocksBeyondTheEmulatorsFootprintAreRefusedAtLaunch) {
                                            huge.data(), huge.size());
   EXPECT_EQ(status.code(), Code::kInvalidValue) << Describe(status);
   EXPECT_NE(status.message().find("32764"), std::string::npos) << status.message();
+}
+
+// A module's kernels each report and are limited by their own static shared memory (the variables they and their
+// callees refer to), as on a GPU, not by the module's: Thrust's modules hold hundreds of kernels whose shared
+// variables add up to far more than a block may have (their occupancy came out as zero blocks and their launches
+// were refused). A kernel's registers fit its launch bounds, as ptxas fits them.
+TEST_F(RefuseTest, KernelsReportTheirOwnSharedMemoryAndRegistersWithinTheirLaunchBounds) {
+  Module* module = LoadPtxText(Ptx(R"(
+.shared .align 4 .b8 big_tile[40960];
+.shared .align 8 .b8 helper_tile[1024];
+.extern .shared .align 16 .b8 dynamic_area[];
+.func (.reg .b32 out) helper_sum(.reg .b32 in)
+{
+  .reg .b32 %r<3>;
+  st.shared.u32 [helper_tile+1020], in;
+  ld.shared.u32 %r1, [helper_tile+1020];
+  add.u32 out, %r1, 1;
+  ret;
+}
+.visible .entry big(.param .u64 out)
+{
+  .reg .b32 %r<3>;
+  .reg .b64 %rd<3>;
+  mov.u32 %r1, 5;
+  st.shared.u32 [big_tile+40956], %r1;
+  ld.shared.u32 %r2, [big_tile+40956];
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd2, %rd1;
+  st.global.u32 [%rd2], %r2;
+  ret;
+}
+.visible .entry small(.param .u64 out, .param .u32 last)
+{
+  .reg .b32 %r<5>;
+  .reg .b64 %rd<5>;
+  ld.param.u32 %r1, [last];
+  call (%r2), helper_sum, (%r1);
+  mov.u64 %rd3, dynamic_area;
+  cvt.u64.u32 %rd4, %r1;
+  add.u64 %rd3, %rd3, %rd4;
+  st.shared.u8 [%rd3], %r2;
+  ld.shared.u8 %r3, [%rd3];
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd2, %rd1;
+  st.global.u32 [%rd2], %r3;
+  ret;
+}
+.visible .entry bounded_1024(.param .u64 out) .maxntid 1024, 1, 1
+{
+  .reg .b32 %r<300>;
+  ret;
+}
+.visible .entry bounded_256_twice(.param .u64 out) .maxntid 128, 2, 1 .minnctapersm 2
+{
+  .reg .b32 %r<300>;
+  ret;
+}
+.visible .entry bounded_maxnreg(.param .u64 out) .maxnreg 40
+{
+  .reg .b32 %r<300>;
+  ret;
+}
+.visible .entry unbounded(.param .u64 out)
+{
+  .reg .b32 %r<300>;
+  ret;
+}
+)"));
+  struct Expected {
+    const char* kernel;
+    int shared, registers;
+  };
+  for (const Expected& e : {Expected{"big", 40960, 16}, Expected{"small", 1024, 16},
+                            Expected{"bounded_1024", 0, 64}, Expected{"bounded_256_twice", 0, 128},
+                            Expected{"bounded_maxnreg", 0, 40}, Expected{"unbounded", 0, 255}}) {
+    SCOPED_TRACE(e.kernel);
+    int shared = -1, local = -1, registers = -1;
+    device().Attributes(Get(module, e.kernel), &shared, &local, &registers);
+    EXPECT_EQ(shared, e.shared) << "SHARED_SIZE_BYTES: the kernel's own variables and its callees'";
+    EXPECT_EQ(registers, e.registers) << "NUM_REGS within the launch bounds";
+  }
+  // `small` may take the rest of the opt-in limit as dynamic shared memory, and uses its last byte.
+  const uint32_t optin = static_cast<uint32_t>(device().properties().shared_memory_per_block_optin);
+  const uint32_t dynamic = optin - 1024;
+  uint64_t out = Zeros<uint32_t>(1);
+  Launch(Get(module, "small"), {2}, {32}, dynamic, out, dynamic - 1);
+  EXPECT_EQ(DownloadValue<uint32_t>(out), dynamic & 0xffu) << "helper_sum(last) + 1, stored in the last byte";
+  Launch(Get(module, "big"), {2}, {32}, optin - 40960, out);
+  EXPECT_EQ(DownloadValue<uint32_t>(out), 5u);
+  // One byte more than the limit is refused, naming it.
+  EmuStatus status = TryLaunch(Get(module, "small"), {1}, {32}, dynamic + 1, out, 0u);
+  EXPECT_EQ(status.code(), Code::kLaunchOutOfResources) << Describe(status);
+  EXPECT_NE(status.message().find(std::to_string(optin)), std::string::npos) << status.message();
+  EXPECT_TRUE(device().StickyError().ok()) << "a refused launch is not a fault";
 }
 
 // Recursion grows every lane's registers by the callee's: it stops at the block's register budget with a launch
