@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "emu/program.h"
+#include "emu/ptx_link.h"
 
 namespace gpupool::emu::internal {
 namespace {
@@ -1528,6 +1529,11 @@ EmuResult<Program> ModuleCompiler::Run() {
       }
       if (in.op != Op::kCall || in.target < 0) continue;
       const Function& callee = prog_.functions[static_cast<size_t>(in.target)];
+      // A device-side launch, whether libcudadevrt's PTX was linked in or not, is refused here: declared, it would
+      // fail only when reached; defined, it would launch nothing.
+      if (IsDeviceLaunchFunction(callee.name) && !IsDeviceLaunchFunction(f.name)) {
+        return EmuStatus(Code::kNotSupported, DeviceLaunchRefusal(f.name, callee.name));
+      }
       if (!callee.defined && callee.native == Native::kNone) {
         // Kernels that never reach the call still run, as on a GPU; one that does fails naming the function.
         prog_.functions[static_cast<size_t>(in.target)].native = Native::kUndefined;

@@ -418,6 +418,70 @@ TEST_F(RefuseTest, KernelsReportTheirOwnSharedMemoryAndRegistersWithinTheirLaunc
   EXPECT_TRUE(device().StickyError().ok()) << "a refused launch is not a fault";
 }
 
+// A module that launches kernels from the device (dynamic parallelism: calls of the device runtime's
+// cudaGetParameterBuffer / cudaLaunchDevice, under their CUDA 12 names too) is refused at load, naming the kernel
+// and the call, whether the device runtime's definitions came with it or not; a module that only declares them,
+// or whose device runtime calls itself, loads.
+TEST_F(RefuseTest, DeviceSideLaunchesAreRefusedAtLoadNamingThem) {
+  const std::string declarations = R"(
+.extern .func (.param .b64 buffer) __cudaCDP2GetParameterBufferV2(.param .b64 f, .param .align 4 .b8 g[12],
+                                                                  .param .align 4 .b8 b[12], .param .b32 s);
+.extern .func (.param .b32 status) __cudaCDP2LaunchDeviceV2(.param .b64 buffer, .param .b64 stream);
+.visible .entry child(.param .u64 out) { ret; }
+)";
+  const std::string parent = R"(
+.visible .entry parent(.param .u64 out)
+{
+  .reg .b64 %rd<4>;
+  .reg .b32 %r<2>;
+  mov.u64 %rd1, child;
+  mov.u64 %rd2, 0;
+  { .param .b64 f; .param .align 4 .b8 g[12]; .param .align 4 .b8 b[12]; .param .b32 s; .param .b64 buffer;
+    st.param.b64 [f], %rd1;
+    call.uni (buffer), __cudaCDP2GetParameterBufferV2, (f, g, b, s);
+    ld.param.b64 %rd3, [buffer]; }
+  { .param .b64 buffer; .param .b64 stream; .param .b32 status;
+    st.param.b64 [buffer], %rd3;
+    st.param.b64 [stream], %rd2;
+    call.uni (status), __cudaCDP2LaunchDeviceV2, (buffer, stream);
+    ld.param.b32 %r1, [status]; }
+  ret;
+}
+)";
+  Module* module = nullptr;
+  EmuStatus status = device().LoadPtx(Ptx(declarations + parent), &module);
+  EXPECT_EQ(status.code(), Code::kNotSupported) << Describe(status);
+  for (const char* part : {"'parent' launches kernels from the device", "__cudaCDP2GetParameterBufferV2",
+                           "dynamic parallelism", "launch the kernels from the host"}) {
+    EXPECT_NE(status.message().find(part), std::string::npos) << "should say " << part << ": " << status.message();
+  }
+  // The device runtime's own definitions (as libcudadevrt's PTX would bring them) do not make it run.
+  const std::string defined = R"(
+.visible .func (.param .b64 buffer) cudaGetParameterBuffer(.param .b64 align, .param .b64 size)
+{
+  .reg .b64 %rd<2>;
+  mov.u64 %rd1, 0;
+  st.param.b64 [buffer], %rd1;
+  ret;
+}
+.visible .entry old_parent(.param .u64 out)
+{
+  { .param .b64 align; .param .b64 size; .param .b64 buffer;
+    call.uni (buffer), cudaGetParameterBuffer, (align, size); }
+  ret;
+}
+)";
+  status = device().LoadPtx(Ptx(defined), &module);
+  EXPECT_EQ(status.code(), Code::kNotSupported) << Describe(status);
+  EXPECT_NE(status.message().find("'old_parent' launches kernels from the device (it calls cudaGetParameterBuffer"),
+            std::string::npos)
+      << status.message();
+  // Declared only, never called: the module loads and its kernels run.
+  ASSERT_TRUE(device().LoadPtx(Ptx(declarations), &module).ok());
+  Launch(Get(module, "child"), {1}, {32}, 0, uint64_t{0});
+  EXPECT_TRUE(device().StickyError().ok());
+}
+
 // Recursion grows every lane's registers by the callee's: it stops at the block's register budget with a launch
 // failure naming it, instead of growing the warp's register file toward 4096 frames of 60000 registers (60 GiB).
 TEST_F(RefuseTest, DeepRecursionOfLargeFramesStopsAtTheRegisterBudget) {
