@@ -13,6 +13,11 @@
 # at once. burst: 0.5 against a 0.05 tenant whose session idles for SECONDS/2 before it runs. long: 0.5 against a
 # 0.05 tenant whose one kernel never ends (tests/remote/programs/spin), counting the 0.5 tenant's work against its
 # rate alone on the whole device.
+# On the submission path a kernel that never ends cannot be held back once it runs: the device time-slices it
+# equally with the neighbour's work (the 0.5 tenant gets about half), as a GPU without MPS does; on a GPU, MPS
+# (which the agent uses when it runs) is what holds shares against such kernels.
+# Run it on an otherwise idle machine: with the kernel's autogroup scheduling every other session's processes take
+# an equal part of the CPUs (the emulated device's compute) whatever their nice value, and the figures are noise.
 # Targets: contended shares within 5 points of the shares' ratio (pair 75 %, crowd and burst 0.5 / 0.55 = 90.9 %,
 # long: the 0.5 tenant at >= 85.9 % of its rate alone); alone on 0.25 >= 90 % of alone on the whole device.
 set -euo pipefail
@@ -50,6 +55,10 @@ kernels() { sed -nE 's/^busy: ([0-9]+) kernels.*/\1/p' "$1"; }
 run_busy() { "$RUN" --servers "$server" -p "$1" -- "$BUSY" "$SECONDS_EACH" trace >"$2"; }
 
 echo "share_bench: $(nproc) CPU(s), ${SECONDS_EACH} s per run, one emulated GPU, turns per $TURNS, mix $MIX"
+read -r load _ </proc/loadavg
+if awk -v l="$load" -v n="$(nproc)" 'BEGIN { exit !(l > n / 2) }'; then
+  echo "share_bench: note: the machine is busy (load average $load on $(nproc) CPUs): the figures are noisy" >&2
+fi
 run_busy 1 "$out/whole"
 run_busy 0.25 "$out/alone"
 case "$MIX" in

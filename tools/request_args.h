@@ -1,5 +1,6 @@
 // Shared by gp-run and gp-lease: the flags that say what to take from the pool (-n, -p, -m, --class, --same-server,
-// --spread, --wait, --servers) and their conversion into a Request and PoolOptions.
+// --spread, --wait, --servers) and their conversion into a Request and PoolOptions. gp-ls, gp-top and gp-bench read
+// their --servers with ServersFlag too.
 #ifndef GPUPOOL_TOOLS_REQUEST_ARGS_H_
 #define GPUPOOL_TOOLS_REQUEST_ARGS_H_
 
@@ -11,6 +12,23 @@
 #include "gpupool/gpupool.h"
 
 namespace gpupool::tools {
+
+// The agents that `flag` (--servers) names in `text`. Given but naming none is an error (kInvalidArgument): an explicit
+// empty pool is a mistake, never a reason to use the configured pool or a private agent instead.
+inline Status ServersFlag(const CLI::Option* flag, const std::string& text, std::vector<std::string>* servers) {
+  for (size_t pos = 0; pos <= text.size() && !text.empty();) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    if (comma > pos) servers->push_back(text.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  if (flag && flag->count() > 0 && servers->empty()) {
+    return Status(StatusCode::kInvalidArgument,
+                  "--servers names no servers: give agent addresses (host:port or unix:/path), or leave the flag out "
+                  "to use $GPUPOOL_SERVERS or the pool file");
+  }
+  return Status::Ok();
+}
 
 struct RequestArgs {
   int count = 1;
@@ -26,7 +44,8 @@ struct RequestArgs {
     auto* same = app.add_flag("--same-server", same_server, "all slices on one server");
     app.add_flag("--spread", spread, "slices on as many servers as possible")->excludes(same);
     app.add_option("--wait", wait, "queue up to this long when the pool is busy, e.g. 30s, 5m");
-    app.add_option("--servers", servers, "comma-separated agent addresses (default: $GPUPOOL_SERVERS or pool file)");
+    servers_flag = app.add_option("--servers", servers,
+                                  "comma-separated agent addresses (default: $GPUPOOL_SERVERS or pool file)");
   }
 
   // Fills `request` (all but its label) and `options`; kInvalidArgument names the flag at fault.
@@ -49,15 +68,12 @@ struct RequestArgs {
     }
     request->device_class = device_class;
     request->spread = same_server ? Spread::kSameServer : spread ? Spread::kSpread : Spread::kPack;
-    for (size_t pos = 0; pos <= servers.size() && !servers.empty();) {
-      size_t comma = servers.find(',', pos);
-      if (comma == std::string::npos) comma = servers.size();
-      if (comma > pos) options->servers.push_back(servers.substr(pos, comma - pos));
-      pos = comma + 1;
-    }
-    return Status::Ok();
+    return ServersFlag(servers_flag, servers, &options->servers);
   }
+
+  CLI::Option* servers_flag = nullptr;
 };
+
 
 }  // namespace gpupool::tools
 

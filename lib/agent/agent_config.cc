@@ -1,5 +1,6 @@
 #include "agent/agent_config.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include <fmt/format.h>
@@ -137,17 +138,21 @@ Status Read(const TomlFile& file, AgentConfig* c) {
 }  // namespace
 
 Result<int> ParseComputeCapability(std::string_view text) {
-  static constexpr int kKnown[] = {50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90};
-  if (text.size() == 3 && text[1] == '.' && std::isdigit(static_cast<unsigned char>(text[0])) &&
-      std::isdigit(static_cast<unsigned char>(text[2]))) {
-    int cc = (text[0] - '0') * 10 + (text[2] - '0');
+  static constexpr int kKnown[] = {50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90, 120, 121};
+  const size_t dot = text.find('.');
+  auto digits = [](std::string_view d) {
+    return !d.empty() && std::all_of(d.begin(), d.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  };
+  if (dot != std::string_view::npos && dot <= 2 && text.size() == dot + 2 && digits(text.substr(0, dot)) &&
+      digits(text.substr(dot + 1))) {
+    int cc = std::stoi(std::string(text.substr(0, dot))) * 10 + (text[dot + 1] - '0');
     for (int known : kKnown) {
       if (cc == known) return cc;
     }
   }
   return Status(StatusCode::kInvalidArgument,
                 fmt::format("compute capability '{}' is not one of 5.0, 5.2, 5.3, 6.0, 6.1, 6.2, 7.0, 7.2, 7.5, 8.0, "
-                            "8.6, 8.7, 8.9, 9.0",
+                            "8.6, 8.7, 8.9, 9.0, 12.0, 12.1",
                             text));
 }
 

@@ -64,8 +64,8 @@ struct AgentConfig {
   int emulated_count = 0;
   uint64_t emulated_memory = 16ull << 30;
   // Compute capability the emulated devices report and pick PTX by, major * 10 + minor ([emulated]
-  // compute_capability = "8.0", --emu-cc, $GPUPOOL_EMU_CC). Default 75.
-  int emulated_compute_capability = 75;
+  // compute_capability = "8.0", --emu-cc, $GPUPOOL_EMU_CC). Default 121 (12.1): the newest the emulator implements.
+  int emulated_compute_capability = 121;
   LeaseTiming timing;
   std::chrono::milliseconds drain_timeout{300000};
   std::chrono::milliseconds sweep_interval{250};  // How often expiry is checked.
@@ -87,6 +87,9 @@ struct AgentConfig {
   // A private agent (gp-run's, libcuda's, gp-bench's: --exit-with-parent): a signal that finds the process that
   // started it gone ends it at once. Its leases were that process's; no one is left to end them, so it does not drain.
   bool exit_with_parent = false;
+  // A private agent whose Unix socket sits in a directory made for it (gp-run's, --remove-socket-dir): on exit it also
+  // removes that directory once it is empty, as the process that made it cannot after a SIGKILL.
+  bool remove_socket_dir = false;
 
   // Checks ranges and relations (ttl > renew interval ...): kInvalidArgument naming the field.
   Status Validate() const;

@@ -21,6 +21,7 @@
 #include "agent/lease_table.h"
 #include "agent/metrics.h"
 #include "agent/session_worker.h"
+#include "agent/socket_claim.h"
 #include "agent/systemd_notify.h"
 #include "agent/telemetry.h"
 #include "core/tls.h"
@@ -645,7 +646,7 @@ class AgentImpl final : public wire::Agent::Server {
   kj::Promise<void> cordon(CordonContext context) override {
     auto params = context.getParams();
     auto out = context.getResults().initOutcome();
-    if (!AdminOnly(out, "cordon")) return kj::READY_NOW;
+    if (!AdminOnly(out, params.getCordoned() ? "cordon" : "uncordon")) return kj::READY_NOW;
     int32_t device = params.getDevice();
     if (device < -1 || device >= static_cast<int32_t>(state_.devices.size())) {
       SetOutcome(out, Status(StatusCode::kInvalidArgument,
@@ -697,22 +698,37 @@ class AgentImpl final : public wire::Agent::Server {
                        "(GPUPOOL_TOKEN, or ~/.config/gpupool/token readable by you alone), or use its Unix socket",
                        state_.config.name);
   }
-  // Whether the peer administers this agent: an authenticated root, the agent's own user, or one of [auth] admins.
+  // Whether the peer administers this agent: an authenticated root, the agent's own user, or one of [auth] admins. If
+  // not, `out` says that `verb` was refused and how to be allowed: on the Unix socket the kernel says who the peer
+  // is; over TCP only a token (or a TLS client certificate) does, whoever the peer is on its own host, root included.
   bool AdminOnly(wire::Outcome::Builder out, const char* verb) {
-    if (!Admitted(out)) return false;
     if (peer_.authenticated) {
       const auto& admins = state_.config.admins;
       if (peer_.user == "root" || peer_.user == state_.own_user ||
           std::find(admins.begin(), admins.end(), peer_.user) != admins.end()) {
         return true;
       }
+      SetOutcome(out, Status(StatusCode::kPermissionDenied,
+                             fmt::format("{} refused: it is for agent {}'s administrators (root, {}, and the users "
+                                         "of [auth] admins in its agent.toml); {} is not one: ask for {} to be added "
+                                         "to [auth] admins",
+                                         verb, state_.config.name, state_.own_user, peer_.user, peer_.user)));
+      return false;
+    }
+    std::string why;
+    if (peer_.unix_socket) {
+      why = "the agent cannot tell who is on this Unix socket";
+    } else if (token_refused_) {
+      why = "over TCP an administrator proves who they are with a token, and agent " + state_.config.name +
+            " does not know this client's (GPUPOOL_TOKEN or ~/.config/gpupool/token)";
+    } else {
+      why = "over TCP an administrator proves who they are with a token, root included, and this client gave none";
     }
     SetOutcome(out, Status(StatusCode::kPermissionDenied,
-                           peer_.authenticated
-                               ? fmt::format("{} is for this agent's administrators ([auth] admins); {} is not one", verb,
-                                             peer_.user)
-                               : fmt::format("{} is for this agent's administrators, and this connection is not "
-                                             "authenticated (use the agent's Unix socket, or a token)", verb)));
+                           fmt::format("{} refused: {}. Run it on the agent's host against its Unix socket "
+                                       "(--listen unix:PATH), where the kernel says who you are, or give it an "
+                                       "administrator's token from the agent's --tokens file (GPUPOOL_TOKEN)",
+                                       verb, why)));
     return false;
   }
 
@@ -955,13 +971,17 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
   }
   kj::Own<kj::ConnectionReceiver> receiver;
   std::string address;
-  try {
-    if (config.listen.rfind("unix:", 0) == 0) {
-      // A socket file left by a dead agent would make bind fail; remove it, but never a regular file.
-      std::string path = config.listen.substr(5);
-      struct stat st;
-      if (lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(path.c_str());
+  const bool unix_socket = config.listen.rfind("unix:", 0) == 0;
+  UnixSocketClaim socket_claim;
+  if (unix_socket) {
+    // A socket file left by a dead agent would make bind fail, so it goes; a live agent's socket, or any other file,
+    // stays where it is and this agent does not start.
+    if (Status s = UnixSocketClaim::Prepare(config.listen.substr(5)); !s.ok()) {
+      GP_ERROR("agent", "will not listen on {}: {}", config.listen, s.message());
+      return 1;
     }
+  }
+  try {
     auto addr = io.provider->getNetwork().parseAddress(config.listen, 7450).wait(io.waitScope);
     receiver = addr->listen();
     address = DisplayAddress(config.listen, receiver->getPort());
@@ -969,8 +989,8 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
     GP_ERROR("agent", "cannot listen on {}: {}", config.listen, e.getDescription().cStr());
     return 1;
   }
+  if (unix_socket) socket_claim.Bound(config.listen.substr(5));
 
-  const bool unix_socket = config.listen.rfind("unix:", 0) == 0;
   if (!config.tokens_file.empty()) {
     auto tokens = TokenTable::Load(config.tokens_file);
     if (!tokens.ok()) {
@@ -1076,7 +1096,13 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
     });
     drained.exclusiveJoin(kj::mv(second)).wait(io.waitScope);
   }
-  if (config.listen.rfind("unix:", 0) == 0) unlink(config.listen.substr(5).c_str());
+  socket_claim.Remove();  // Only if the file there is still ours: a later agent may have taken the path.
+  if (unix_socket && config.remove_socket_dir) {
+    std::string path = config.listen.substr(5);
+    if (size_t slash = path.rfind('/'); slash != std::string::npos && slash > 0) {
+      rmdir(path.substr(0, slash).c_str());  // Only when empty: whatever else is there is not ours to remove.
+    }
+  }
   return 0;
 }
 

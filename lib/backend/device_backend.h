@@ -48,6 +48,7 @@ using PhysicalRef = Ref<struct PhysicalRefTag>;
 struct KernelInfo {
   std::vector<KernelParam> params;
   int shared_bytes = 0, local_bytes = 0, num_regs = 0;
+  int ptx_version = 0;  // The compute capability the kernel's PTX was written for (major * 10 + minor); 0: unknown.
 };
 
 struct LaunchShape {

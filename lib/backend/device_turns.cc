@@ -320,10 +320,11 @@ void DeviceTurns::WaitForShare(const std::atomic<bool>& cancel) {
   int64_t now = NowNanos();
   AdvanceShared(t, now);
   ChargeInFlightLocked(now);
-  // Nobody else has work in flight, waits, or had work in flight within the last slice: nothing to share (the
-  // usual case costs no walk over the slots).
+  // Nobody else has work in flight or waits, and no other lease had work in flight lately (its member that drained
+  // last may be between two submissions: see below): nothing to share (the usual case costs no walk over the
+  // slots).
   if (t->in_flight - me.in_flight <= 0 && LeastWaiting(t, slot_) < 0 &&
-      (now - t->last_drained >= kSliceNanos || t->last_drained_group == me.group)) {
+      (now - t->last_drained >= kIdleNanos || t->last_drained_group == me.group)) {
     return;
   }
   if (me.in_flight == 0 && now - mine.last_used > kIdleNanos) {
@@ -338,24 +339,46 @@ void DeviceTurns::WaitForShare(const std::atomic<bool>& cancel) {
     if (cancel.load(std::memory_order_relaxed)) break;
     // Each lease's use so far, counting what its work in flight has had and is not charged yet.
     double vtime[kSlots];
-    bool wants[kSlots] = {};
+    bool wants[kSlots] = {}, owed[kSlots] = {};
+    int mine_in_flight = me.in_flight != 0 ? 1 : 0;  // Members of this lease with work in flight.
+    bool sibling_first = false;  // A member of this lease that has used less waits too.
     for (int g = 0; g < kSlots; ++g) vtime[g] = t->groups[g].vtime;
     for (int j = 0; j < kSlots; ++j) {
       TurnsTable::Slot& o = t->slots[j];
       if (o.pid == 0 || j == slot_) continue;
       if (polls % 16 == 15 && !Alive(t, j)) continue;  // Now and then: members that died.
       if (o.in_flight) vtime[o.group] += (t->shared_nanos - o.in_flight_from) / t->groups[o.group].weight;
+      if (o.group == me.group) {
+        mine_in_flight += o.in_flight != 0 ? 1 : 0;
+        sibling_first = sibling_first || (o.waiting && o.vtime < me.vtime);
+      }
       // A lease whose work ran within the last slice still wants the device: its client is between two
       // submissions (or its process waits for a CPU), and would otherwise lose its share in every such gap.
-      wants[o.group] = wants[o.group] || o.waiting || o.in_flight || now - t->groups[o.group].last_used < kSliceNanos;
+      const int64_t since = now - t->groups[o.group].last_used;
+      wants[o.group] = wants[o.group] || o.waiting || o.in_flight || since < kSliceNanos;
+      // One that ran within kIdleNanos is still owed its share (past that, it is levelled when it comes back).
+      owed[o.group] = owed[o.group] || wants[o.group] || since < kIdleNanos;
     }
-    double least_other = -1;
+    double least_other = -1, least_owed = -1;
     for (int g = 0; g < kSlots; ++g) {
-      if (g != me.group && wants[g] && (least_other < 0 || vtime[g] < least_other)) least_other = vtime[g];
+      if (g == me.group) continue;
+      if (wants[g] && (least_other < 0 || vtime[g] < least_other)) least_other = vtime[g];
+      if (owed[g] && (least_owed < 0 || vtime[g] < least_owed)) least_owed = vtime[g];
     }
     // vtime[me.group] counts this member's charges and its siblings' work in flight.
-    if (least_other < 0 || vtime[me.group] <= least_other + static_cast<double>(kSliceNanos) / mine.weight) break;
-    // Ahead by more than a slice: the neighbours catch up as their work runs.
+    const bool over_slice =
+        least_other >= 0 && vtime[me.group] > least_other + static_cast<double>(kSliceNanos) / mine.weight;
+    // A lease ahead of a neighbour that is owed device time keeps one submission's work in flight at most. Work
+    // cannot be paused once it runs, and a time-slicing device gives every context with work an equal part: the
+    // eight processes of one small lease, let through together in the moment their neighbour was between two
+    // submissions, would take 8/9 of the device until all their work had run, whatever its share. One at a time,
+    // a lease's overrun is bounded by one submission's work.
+    // Which of its members goes next: the one that has used least (else the member whose process ran last, its
+    // next submission ready at once, would take every turn and its siblings wait for seconds).
+    const bool ahead = least_owed >= 0 && vtime[me.group] > least_owed;
+    const bool over_depth = ahead && (mine_in_flight > 0 || sibling_first);
+    if (!over_slice && !over_depth) break;
+    // Ahead: the neighbours catch up as their work runs, and this lease's own work drains.
     uint32_t seen = __atomic_load_n(&t->sequence, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&t->mu);
     timespec timeout{0, kThrottlePollNanos};

@@ -65,7 +65,9 @@ class DeviceTurns final : public emu::ExecutionGate {
   // work is in flight, divided among the members with work in flight then (what a time-slicing device gives each),
   // and shares are enforced by throttling: a submission of a lease more than one time slice (kSliceNanos of its
   // own device time) ahead of a neighbouring lease that wants the device waits until it no longer is, or until
-  // `cancel` is set. Not mixed with Enter/Leave on one table.
+  // `cancel` is set. A lease ahead at all of a neighbour that used the device lately keeps one submission's work in
+  // flight at most, its members taking turns by their own use: work cannot be paused once it runs, so a lease's
+  // overrun stays one submission's work, however many processes it has. Not mixed with Enter/Leave on one table.
   //
   // Before work reaches the device: waits while this member's lease is over its share (throttled).
   void WaitForShare(const std::atomic<bool>& cancel);

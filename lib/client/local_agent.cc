@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -28,16 +29,21 @@ Result<std::unique_ptr<LocalAgent>> LocalAgent::Start(const std::string& agent_b
   if (access(agent_binary.c_str(), X_OK) != 0) {
     return Status(StatusCode::kUnavailable, fmt::format("no pool configured and {} is missing", agent_binary));
   }
-  char tmpl[] = "/tmp/gpupool-local-XXXXXX";
-  if (!mkdtemp(tmpl)) return Status(StatusCode::kInternal, "cannot create a directory for the local agent");
   auto agent = std::unique_ptr<LocalAgent>(new LocalAgent());
-  agent->dir_ = tmpl;
+  if (where == Listen::kUnixSocket) {  // A directory of its own, that only this user may enter.
+    char tmpl[] = "/tmp/gpupool-local-XXXXXX";
+    if (!mkdtemp(tmpl)) return Status(StatusCode::kInternal, "cannot create a directory for the local agent");
+    agent->dir_ = tmpl;
+  }
   std::string listen = where == Listen::kTcpLoopback ? "127.0.0.1:0" : "unix:" + agent->dir_ + "/agent.sock";
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return Status(StatusCode::kInternal, "pipe failed");
   const bool quiet = getenv("GPUPOOL_LOG") == nullptr;
+  // In its own directory, the agent removes that directory when it ends: after a SIGKILL of this process nobody else
+  // would (the destructor below does otherwise).
   const char* argv[] = {agent_binary.c_str(), "--listen",     listen.c_str(), "--name", "local",
-                        "--emu-fallback", "1",  "--lease-ttl", "10s", "--exit-with-parent", nullptr};
+                        "--emu-fallback", "1",  "--lease-ttl", "10s", "--exit-with-parent",
+                        where == Listen::kUnixSocket ? "--remove-socket-dir" : nullptr, nullptr};
   // The agent must die with this process, and only then: PR_SET_PDEATHSIG fires when the *thread* that forked it
   // ends, and the caller may be any thread of the program (CUDA initialised on a worker thread that then ends). So
   // a thread of our own forks it and lives until the agent is stopped; a SIGKILL of the process ends it too.
@@ -90,7 +96,23 @@ Result<std::unique_ptr<LocalAgent>> LocalAgent::Start(const std::string& agent_b
   }
   at += marker.size();
   agent->address_ = line.substr(at, line.find_first_of(" \n", at) - at);
+  // "... with N device(s) (M emulated)"
+  std::sscanf(line.c_str() + at + agent->address_.size(), " with %d device(s) (%d emulated)", &agent->devices_,
+              &agent->emulated_);
   return agent;
+}
+
+std::string LocalAgent::Devices() const {
+  auto count = [](int n, const char* what) {
+    return n == 1 ? fmt::format("one {}", what) : fmt::format("{} {}s", n, what);
+  };
+  const int physical = devices_ - emulated_;
+  if (physical > 0 && emulated_ > 0) {
+    return fmt::format("this machine's {} and {}", count(physical, "GPU"), count(emulated_, "emulated GPU"));
+  }
+  if (physical > 0) return fmt::format("this machine's {}", count(physical, "GPU"));
+  if (emulated_ == 1) return "an emulated GPU (no NVIDIA GPU found here)";
+  return fmt::format("{} (no NVIDIA GPU found here)", count(emulated_, "emulated GPU"));
 }
 
 LocalAgent::~LocalAgent() {

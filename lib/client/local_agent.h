@@ -26,11 +26,14 @@ class LocalAgent {
   ~LocalAgent();  // SIGTERM, then SIGKILL after 2 s; removes the socket directory.
 
   const std::string& address() const { return address_; }  // "unix:/tmp/gpupool-XXXX/agent.sock", "127.0.0.1:N"
+  // What the agent serves, in a user's words: "an emulated GPU", "this machine's 2 GPUs".
+  std::string Devices() const;
 
  private:
   LocalAgent() = default;
   pid_t pid_ = -1;
   std::string dir_, address_;
+  int devices_ = 0, emulated_ = 0;  // As the agent said when it started listening.
   // The thread that forked the agent, kept until the agent is stopped (its end would signal the agent).
   std::thread keeper_;
   std::mutex keeper_mu_;

@@ -30,7 +30,10 @@ Status CheckAddress(const std::string& address, const std::string& source) {
 }
 
 Result<std::vector<std::string>> Checked(std::vector<std::string> servers, const std::string& source) {
-  if (servers.empty()) return Status(StatusCode::kInvalidArgument, fmt::format("{} names no servers", source));
+  if (servers.empty()) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("{} names no servers: name at least one agent (host:port or unix:/path)", source));
+  }
   for (const auto& s : servers) {
     if (Status st = CheckAddress(s, source); !st.ok()) return st;
   }
@@ -56,8 +59,15 @@ Result<std::vector<std::string>> ResolveServers(const PoolOptions& options, std:
     set_source("the server list");
     return Checked(options.servers, "the server list");
   }
-  if (const char* env = std::getenv("GPUPOOL_SERVERS"); env && *env) {
+  // Set at all, these are the pool the user chose: set but empty is a mistake to report, never a reason to fall back
+  // to a pool file or to a private agent (a command would run on an emulated GPU where a pool was meant).
+  if (const char* env = std::getenv("GPUPOOL_SERVERS"); env) {
     set_source("$GPUPOOL_SERVERS");
+    if (!*env) {
+      return Status(StatusCode::kInvalidArgument,
+                    "GPUPOOL_SERVERS is set but empty: name the pool's agents (GPUPOOL_SERVERS=host:port,...), or "
+                    "unset it to use a pool file");
+    }
     return Checked(SplitList(env, ','), "$GPUPOOL_SERVERS");
   }
   std::vector<std::string> candidates;
@@ -65,7 +75,12 @@ Result<std::vector<std::string>> ResolveServers(const PoolOptions& options, std:
     set_source(options.pool_file);
     return ReadPoolFile(options.pool_file);
   }
-  if (const char* env = std::getenv("GPUPOOL_POOL"); env && *env) {
+  if (const char* env = std::getenv("GPUPOOL_POOL"); env) {
+    set_source("$GPUPOOL_POOL");
+    if (!*env) {
+      return Status(StatusCode::kInvalidArgument,
+                    "GPUPOOL_POOL is set but empty: name a pool file (GPUPOOL_POOL=/path/pool.toml), or unset it");
+    }
     set_source(env);
     return ReadPoolFile(env);  // Named explicitly: its absence is an error, not a fall-through.
   }

@@ -28,6 +28,7 @@ struct RemoteFunctionInfo {
   uint64_t handle = 0;
   std::vector<RemoteParam> params;
   int shared_bytes = 0, local_bytes = 0, num_regs = 0;
+  int ptx_version = 0;  // Of the kernel's PTX (120 for compute_120); 0: an agent that does not say.
 };
 
 class RemoteSession {

@@ -73,7 +73,10 @@ bool Enabled(Level level, std::string_view subsystem) {
 void Write(Level level, std::string_view subsystem, std::string_view message) {
   Config& c = GetConfig();
   std::lock_guard<std::mutex> lock(c.mu);
-  fmt::print(c.out, "{}[{}] {} {}: {}\n", c.program, getpid(), LevelName(level), subsystem, message);
+  // Never fmt::print, which throws when the write fails: a log line to a closed pipe must not end the program
+  // (gp-run's stderr read by `| head`, an agent whose terminal went away).
+  std::string line = fmt::format("{}[{}] {} {}: {}\n", c.program, getpid(), LevelName(level), subsystem, message);
+  (void)!std::fwrite(line.data(), 1, line.size(), c.out);
   std::fflush(c.out);
 }
 

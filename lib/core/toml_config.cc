@@ -22,6 +22,10 @@ Result<TomlFile> TomlFile::Load(const std::string& path) {
   if (!std::filesystem::exists(path, ec)) {
     return Status(StatusCode::kNotFound, fmt::format("{}: no such file", path));
   }
+  // A directory reads as no text at all, which would pass for an empty file: every key at its default, silently.
+  if (std::filesystem::is_directory(path, ec)) {
+    return Status(StatusCode::kInvalidArgument, fmt::format("{} is a directory; name the TOML file itself", path));
+  }
   TomlFile file;
   file.path_ = path;
   try {

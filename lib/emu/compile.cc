@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -30,8 +32,6 @@ uint64_t Mask(int bytes) { return bytes >= 8 ? ~0ull : (1ull << (bytes * 8)) - 1
 struct Symbol {
   enum Kind { kGlobalAddr, kShared, kLocal, kParam, kFunction } kind;
   uint64_t value;  // Address, shared offset, frame offset, or function index.
-  // kShared: the variable's bytes and alignment (0 bytes: the dynamic area, which the launch sizes).
-  uint64_t bytes = 0, align = 1;
 };
 
 class FunctionCompiler;
@@ -40,7 +40,6 @@ class ModuleCompiler {
  public:
   ModuleCompiler(const Module& m, GlobalAllocator& alloc) : m_(m), alloc_(alloc) {}
   EmuResult<Program> Run();
-  void KernelSharedBytes();
 
   const Module& m_;
   GlobalAllocator& alloc_;
@@ -131,8 +130,7 @@ class FunctionCompiler {
           off += std::max<uint64_t>(v.ByteSize(), 1);
           break;
         case ptx::Space::kShared:
-          symbols_[v.name] = {Symbol::kShared, mc_.function_shared_.at({index_, v.name}), v.ByteSize(), VarAlign(v)};
-          UsesShared(symbols_[v.name]);  // Its own variables count, referred to or not.
+          symbols_[v.name] = {Symbol::kShared, mc_.function_shared_.at({index_, v.name})};
           break;
         case ptx::Space::kReg:
           AddReg(v.name, ptx::TypeSize(v.type));
@@ -247,15 +245,6 @@ class FunctionCompiler {
     return false;
   }
 
-  // Notes a static shared variable the function refers to (kernels report those they reach, as a GPU does).
-  void UsesShared(const Symbol& sym) {
-    if (sym.bytes == 0) return;
-    for (const SharedUse& u : out_.shared_uses) {
-      if (u.offset == sym.value) return;
-    }
-    out_.shared_uses.push_back({sym.value, sym.bytes, sym.align});
-  }
-
   bool LookupSymbol(const std::string& name, Symbol* out) const {
     auto it = symbols_.find(name);
     if (it != symbols_.end()) {
@@ -345,11 +334,7 @@ class FunctionCompiler {
           uint64_t offset = o.has_offset ? static_cast<uint64_t>(o.int_value) : 0;
           switch (sym.kind) {
             case Symbol::kGlobalAddr: out->kind = Src::kImm; out->imm = sym.value + offset; break;
-            case Symbol::kShared:
-              out->kind = Src::kImm;
-              out->imm = sym.value + offset;
-              UsesShared(sym);
-              break;
+            case Symbol::kShared: out->kind = Src::kImm; out->imm = sym.value + offset; break;
             case Symbol::kLocal: out->kind = Src::kLocalSym; out->imm = sym.value + offset; break;
             case Symbol::kParam: out->kind = Src::kParamSym; out->imm = sym.value + offset; break;
             case Symbol::kFunction: out->kind = Src::kImm; out->imm = kFunctionAddressBase + sym.value; break;
@@ -396,7 +381,6 @@ class FunctionCompiler {
     }
     Symbol sym;
     if (!LookupSymbol(o.name, &sym)) return Err(line, "unknown address base '" + o.name + "'");
-    if (sym.kind == Symbol::kShared) UsesShared(sym);
     switch (sym.kind) {
       case Symbol::kGlobalAddr:
       case Symbol::kShared:
@@ -750,6 +734,16 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
   auto arith = kArith.find(op);
   if (arith != kArith.end()) {
     inst.op = arith->second;
+    // min/max of two packed 16-bit integers (PTX ISA 8.0, sm_90: CUB's reductions use them): 32-bit registers,
+    // each half on its own. mode 1: signed halves, 2: unsigned.
+    const bool s16x2 = std::find(in.modifiers.begin(), in.modifiers.end(), "s16x2") != in.modifiers.end();
+    const bool u16x2 = std::find(in.modifiers.begin(), in.modifiers.end(), "u16x2") != in.modifiers.end();
+    if ((s16x2 || u16x2) && inst.type == Type::kNone) {
+      if (inst.op != Op::kMin && inst.op != Op::kMax) return Unsupported(in, "this packed 16-bit integer operation");
+      inst.type = Type::kB32;
+      inst.mode = s16x2 ? 1 : 2;
+      return Simple(in, inst, 2);
+    }
     if (EmuStatus s = need_type(); !s.ok()) return s;
     if (m.flags.count("hi")) inst.flags |= kHi;
     if (m.flags.count("wide")) inst.flags |= kWide;
@@ -1318,65 +1312,16 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
 
 #include "emu/compile_tex.inc"
 
-// Each kernel's static shared memory, as a GPU counts it: the variables that it and the functions it may call
-// refer to, each at its alignment. (The emulator's layout holds every kernel's variables at once, and dynamic shared
-// memory starts after all of them; counting them all would refuse kernels of large modules, such as Thrust's, that
-// a GPU runs.) The walk of the call graph is bounded: past kCallGraphSteps the remaining kernels count the whole
-// module's variables, as before, so a module built to make the walk quadratic loads in bounded time.
-void ModuleCompiler::KernelSharedBytes() {
-  constexpr uint64_t kCallGraphSteps = uint64_t{1} << 24;
-  const size_t n = prog_.functions.size();
-  std::vector<std::vector<uint32_t>> callees(n);
-  std::vector<bool> calls_indirectly(n, false);
-  for (size_t i = 0; i < n; ++i) {
-    for (const Inst& in : prog_.functions[i].code) {
-      if (in.op != Op::kCall) continue;
-      if (in.target < 0) {
-        calls_indirectly[i] = true;
-      } else {
-        callees[i].push_back(static_cast<uint32_t>(in.target));
-      }
-    }
-  }
-  uint64_t steps = 0;
-  std::vector<uint32_t> visited_in(n, UINT32_MAX);  // The kernel whose walk last reached each function.
-  for (size_t k = 0; k < n; ++k) {
-    Function& kernel = prog_.functions[k];
-    if (!kernel.is_entry) continue;
-    kernel.static_shared_bytes = prog_.static_shared_bytes;
-    if (steps > kCallGraphSteps) continue;
-    std::vector<SharedUse> uses;
-    bool indirect = false;
-    std::vector<uint32_t> todo{static_cast<uint32_t>(k)};
-    visited_in[k] = static_cast<uint32_t>(k);
-    while (!todo.empty() && !indirect) {
-      const uint32_t f = todo.back();
-      todo.pop_back();
-      ++steps;
-      indirect = calls_indirectly[f];
-      uses.insert(uses.end(), prog_.functions[f].shared_uses.begin(), prog_.functions[f].shared_uses.end());
-      for (uint32_t callee : callees[f]) {
-        ++steps;
-        if (visited_in[callee] == k) continue;
-        visited_in[callee] = static_cast<uint32_t>(k);
-        todo.push_back(callee);
-      }
-    }
-    if (indirect || steps > kCallGraphSteps) continue;  // A call through a pointer may reach any function.
-    std::sort(uses.begin(), uses.end(), [](const SharedUse& a, const SharedUse& b) { return a.offset < b.offset; });
-    uint64_t bytes = 0, last_offset = UINT64_MAX;
-    for (const SharedUse& u : uses) {
-      if (u.offset == last_offset) continue;
-      last_offset = u.offset;
-      bytes = AlignUp(bytes, u.align) + u.bytes;
-    }
-    kernel.static_shared_bytes = static_cast<uint32_t>(std::min<uint64_t>(bytes, prog_.static_shared_bytes));
-  }
-}
-
 EmuResult<Program> ModuleCompiler::Run() {
   prog_.version_major = m_.version_major;
   prog_.version_minor = m_.version_minor;
+  if (m_.target.size() > 3 && m_.target.compare(0, 3, "sm_") == 0) {
+    int target = 0;
+    for (size_t i = 3; i < m_.target.size() && i < 7 && std::isdigit(static_cast<unsigned char>(m_.target[i])); ++i) {
+      target = target * 10 + (m_.target[i] - '0');
+    }
+    prog_.target = target;
+  }
   // Functions first, so variables' initialisers and code can refer to them.
   for (const auto& f : m_.functions) {
     auto it = prog_.function_index.find(f.name);
@@ -1388,20 +1333,24 @@ EmuResult<Program> ModuleCompiler::Run() {
       module_symbols_[f.name] = {Symbol::kFunction, static_cast<uint64_t>(index)};
     }
   }
-  // Shared memory: module-scope, then function-scope variables, then dynamic (extern unsized) at the end.
-  uint64_t shared = 0;
-  auto place_shared = [&](const ptx::Variable& v) -> uint64_t {
-    shared = AlignUp(shared, VarAlign(v));
-    uint64_t off = shared;
-    shared += v.ByteSize();
-    return off;
-  };
+  // Shared memory, laid out as ptxas lays it out: each kernel's blocks hold only the variables the kernel and the
+  // functions it calls use, so that variables of kernels that never run together share offsets (a library's module
+  // holds hundreds of kernels, each with its own temporary storage: their sum is no kernel's). A variable used by a
+  // function that several kernels call has one offset for all of them. Dynamic (extern unsized) shared memory
+  // starts past the largest kernel's variables.
   auto too_much_shared = [](int line, const std::string& what, uint64_t bytes, uint64_t limit) {
     return Err(line, what + " takes " + std::to_string(bytes) + " bytes of static shared memory; " +
                          (limit == kMaxStaticSharedBytes
                               ? "a GPU allows at most " + KiB(limit) + " per block (more only as dynamic shared memory)"
                               : "the emulator allows at most " + KiB(limit) + " per module"));
   };
+  struct SharedVar {
+    const ptx::Variable* v;
+    int owner;  // The function that declares it; -1: module scope.
+    uint64_t offset;
+  };
+  std::vector<SharedVar> shared_vars;
+  std::map<std::string, size_t> module_shared_index;
   for (const auto& v : m_.globals) {
     if (v.space != ptx::Space::kShared) continue;
     if (v.array_size < 0 || (v.is_extern && v.ByteSize() == 0)) {
@@ -1411,29 +1360,133 @@ EmuResult<Program> ModuleCompiler::Run() {
     if (v.ByteSize() > kMaxStaticSharedBytes) {
       return too_much_shared(v.line, "'" + v.name + "'", v.ByteSize(), kMaxStaticSharedBytes);
     }
-    module_symbols_[v.name] = {Symbol::kShared, place_shared(v), v.ByteSize(), VarAlign(v)};
-    if (shared > kMaxModuleSharedBytes) return too_much_shared(v.line, "the module", shared, kMaxModuleSharedBytes);
+    module_shared_index[v.name] = shared_vars.size();
+    shared_vars.push_back({&v, -1, 0});
   }
-  for (size_t fi = 0; fi < m_.functions.size(); ++fi) {
-    const auto& f = m_.functions[fi];
-    int index = prog_.function_index[f.name];
-    const uint64_t function_start = shared;
+  const size_t nfuncs = prog_.functions.size();
+  // What each function uses directly: module-scope shared variables, and functions (called, or their address
+  // taken); and whether it calls through a register (which may reach any function).
+  std::vector<std::vector<size_t>> uses_shared(nfuncs);
+  std::vector<std::vector<int>> calls(nfuncs);
+  std::vector<bool> calls_indirectly(nfuncs, false);
+  std::vector<int> entries;  // Function indices of the kernels.
+  for (const auto& f : m_.functions) {
+    const size_t fi = static_cast<size_t>(prog_.function_index[f.name]);
+    if (f.is_entry) entries.push_back(static_cast<int>(fi));
+    std::function<void(const ptx::Operand&)> visit = [&](const ptx::Operand& o) {
+      if (!o.name.empty()) {
+        if (auto it = module_shared_index.find(o.name); it != module_shared_index.end()) {
+          uses_shared[fi].push_back(it->second);
+        } else if (auto fit = prog_.function_index.find(o.name); fit != prog_.function_index.end()) {
+          calls[fi].push_back(fit->second);
+        }
+      }
+      for (const auto& e : o.elements) visit(e);
+    };
+    for (const auto& in : f.body) {
+      for (const auto& o : in.operands) {
+        visit(o);
+        if (in.opcode == "call" && o.kind == ptx::Operand::Kind::kRegister && !o.name.empty() && o.name[0] == '%') {
+          calls_indirectly[fi] = true;
+        }
+      }
+    }
     for (const auto& v : f.locals) {
       if (v.space != ptx::Space::kShared) continue;
       if (v.array_size < 0) {
         extern_shared_.push_back({&v, 0});
-        function_shared_[{index, v.name}] = 0;  // Patched below.
+        function_shared_[{static_cast<int>(fi), v.name}] = 0;  // Patched below.
         continue;
       }
       if (v.ByteSize() > kMaxStaticSharedBytes) {
         return too_much_shared(v.line, "'" + v.name + "'", v.ByteSize(), kMaxStaticSharedBytes);
       }
-      function_shared_[{index, v.name}] = place_shared(v);
-      if (shared - function_start > kMaxStaticSharedBytes) {
-        return too_much_shared(v.line, "'" + f.name + "'", shared - function_start, kMaxStaticSharedBytes);
-      }
-      if (shared > kMaxModuleSharedBytes) return too_much_shared(v.line, "the module", shared, kMaxModuleSharedBytes);
+      shared_vars.push_back({&v, static_cast<int>(fi), 0});
     }
+  }
+  // Which kernels use each variable, a bitset over the kernels. A module too big for that to be cheap (thousands
+  // of kernels and variables: a hostile one) has every variable used by every kernel, laid end to end.
+  const size_t words = (entries.size() + 63) / 64;
+  constexpr uint64_t kLayoutBudget = uint64_t{1} << 24;  // Kernels x (variables + functions) walked at most.
+  const bool separate = uint64_t{entries.size()} * (shared_vars.size() + nfuncs) <= kLayoutBudget;
+  std::vector<std::vector<uint64_t>> used_by(separate ? shared_vars.size() : 0, std::vector<uint64_t>(words, 0));
+  if (separate) {
+    std::vector<bool> reached(nfuncs);
+    std::vector<int> stack;
+    for (size_t k = 0; k < entries.size(); ++k) {
+      std::fill(reached.begin(), reached.end(), false);
+      stack.assign(1, entries[k]);
+      reached[static_cast<size_t>(entries[k])] = true;
+      bool everything = false;
+      while (!stack.empty() && !everything) {
+        const size_t f = static_cast<size_t>(stack.back());
+        stack.pop_back();
+        everything = calls_indirectly[f];
+        for (int g : calls[f]) {
+          if (!reached[static_cast<size_t>(g)]) {
+            reached[static_cast<size_t>(g)] = true;
+            stack.push_back(g);
+          }
+        }
+      }
+      if (everything) std::fill(reached.begin(), reached.end(), true);
+      const uint64_t bit = uint64_t{1} << (k % 64);
+      for (size_t f = 0; f < nfuncs; ++f) {
+        if (!reached[f]) continue;
+        for (size_t i : uses_shared[f]) used_by[i][k / 64] |= bit;
+      }
+      for (size_t i = 0; i < shared_vars.size(); ++i) {
+        const int owner = shared_vars[i].owner;
+        if (owner >= 0 && reached[static_cast<size_t>(owner)]) used_by[i][k / 64] |= bit;
+      }
+    }
+  }
+  auto together = [&](size_t a, size_t b) {
+    if (!separate) return true;
+    for (size_t w = 0; w < words; ++w) {
+      if (used_by[a][w] & used_by[b][w]) return true;
+    }
+    return false;
+  };
+  // Each variable at the lowest offset where it overlaps none placed before it that a kernel uses with it.
+  uint64_t shared = 0;
+  for (size_t i = 0; i < shared_vars.size(); ++i) {
+    SharedVar& sv = shared_vars[i];
+    const uint64_t align = VarAlign(*sv.v), size = sv.v->ByteSize();
+    uint64_t offset = separate ? 0 : AlignUp(shared, align);
+    for (bool moved = separate; moved;) {
+      moved = false;
+      for (size_t j = 0; j < i; ++j) {
+        const SharedVar& w = shared_vars[j];
+        const uint64_t wend = w.offset + w.v->ByteSize();
+        if (offset < wend && w.offset < offset + size && together(i, j)) {
+          offset = AlignUp(wend, align);
+          moved = true;
+        }
+      }
+    }
+    sv.offset = offset;
+    shared = std::max(shared, offset + size);
+    if (shared > kMaxModuleSharedBytes) return too_much_shared(sv.v->line, "the module", shared, kMaxModuleSharedBytes);
+    if (sv.owner < 0) {
+      module_symbols_[sv.v->name] = {Symbol::kShared, offset};
+    } else {
+      function_shared_[{sv.owner, sv.v->name}] = offset;
+    }
+  }
+  // Each kernel's static shared memory: what a GPU gives each of its blocks, at most 48 KiB.
+  for (size_t k = 0; k < entries.size(); ++k) {
+    Function& kernel = prog_.functions[static_cast<size_t>(entries[k])];
+    uint64_t footprint = 0;
+    for (size_t i = 0; i < shared_vars.size(); ++i) {
+      if (!separate || (used_by[i][k / 64] >> (k % 64) & 1) != 0) {
+        footprint = std::max(footprint, shared_vars[i].offset + shared_vars[i].v->ByteSize());
+      }
+    }
+    if (footprint > kMaxStaticSharedBytes) {
+      return too_much_shared(0, "kernel '" + kernel.name + "'", footprint, kMaxStaticSharedBytes);
+    }
+    kernel.static_shared_bytes = static_cast<uint32_t>(footprint);
   }
   uint64_t dynamic_base = AlignUp(shared, 16);
   prog_.static_shared_bytes = static_cast<uint32_t>(dynamic_base);
@@ -1541,7 +1594,6 @@ EmuResult<Program> ModuleCompiler::Run() {
     }
   }
   prog_.needs_local = prog_.needs_local || prog_.has_calls;
-  KernelSharedBytes();
   return std::move(prog_);
 }
 

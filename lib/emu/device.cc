@@ -71,6 +71,59 @@ uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 }  // namespace
 
+// Per capability: the multiprocessor limits from NVIDIA's own table (CCCL's cuda/__device/arch_traits.h, shipped
+// with CUDA 13; the CUDA C++ Programming Guide's "Technical Specifications per Compute Capability" for 5.x and 7.2),
+// and the multiprocessor count and L2 size of the product named.
+DeviceProperties PropertiesOfCapability(int cc_major, int cc_minor) {
+  struct Row {
+    int cc;
+    const char* product;
+    int multiprocessors;
+    int shared_per_sm_kib, shared_optin_kib, threads_per_sm, blocks_per_sm, registers_per_block;
+    int l2_kib;
+  };
+  static constexpr Row kRows[] = {
+      {50, "GeForce GTX 750 Ti", 5, 64, 48, 2048, 32, 65536, 2048},
+      {52, "Tesla M40", 24, 96, 48, 2048, 32, 65536, 3072},
+      {53, "Jetson TX1", 2, 64, 48, 2048, 32, 32768, 256},
+      {60, "Tesla P100", 56, 64, 48, 2048, 32, 65536, 4096},
+      {61, "Tesla P40", 30, 96, 48, 2048, 32, 65536, 3072},
+      {62, "Jetson TX2", 2, 64, 48, 2048, 32, 32768, 512},
+      {70, "Tesla V100", 80, 96, 96, 2048, 32, 65536, 6144},
+      {72, "Jetson AGX Xavier", 8, 96, 96, 2048, 32, 65536, 512},
+      {75, "Tesla T4", 40, 64, 64, 1024, 16, 65536, 4096},
+      {80, "A100", 108, 164, 163, 2048, 32, 65536, 40960},
+      {86, "A10", 72, 100, 99, 1536, 16, 65536, 6144},
+      {87, "Jetson AGX Orin", 16, 164, 163, 1536, 16, 65536, 4096},
+      {89, "L4", 58, 100, 99, 1536, 24, 65536, 49152},
+      {90, "H100 SXM", 132, 228, 227, 2048, 32, 65536, 51200},
+      {120, "GeForce RTX 5090", 170, 100, 99, 1536, 24, 65536, 98304},
+      // GB10 (DGX Spark): its L2 size is not in NVIDIA's datasheets; 24 MiB as public reports give it.
+      {121, "GB10", 48, 100, 99, 1536, 24, 65536, 24576},
+  };
+  const int cc = cc_major * 10 + cc_minor;
+  const Row* row = nullptr;
+  const Row* t4 = nullptr;
+  for (const Row& r : kRows) {
+    if (r.cc == cc) row = &r;
+    if (r.cc == 75) t4 = &r;
+  }
+  if (row == nullptr) row = t4;  // Not a capability gpupool emulates: a T4, the default.
+  DeviceProperties p;
+  p.cc_major = cc_major;
+  p.cc_minor = cc_minor;
+  p.multiprocessor_count = row->multiprocessors;
+  p.shared_memory_per_multiprocessor = row->shared_per_sm_kib * 1024;
+  p.shared_memory_per_block_optin = row->shared_optin_kib * 1024;
+  p.reserved_shared_memory_per_block = cc >= 80 ? 1024 : 0;
+  p.max_threads_per_multiprocessor = row->threads_per_sm;
+  p.max_blocks_per_multiprocessor = row->blocks_per_sm;
+  p.registers_per_block = row->registers_per_block;
+  p.registers_per_multiprocessor = 65536;
+  p.l2_cache_size = row->l2_kib * 1024;
+  return p;
+}
+
 struct Device::Impl : public internal::MemoryMap {
   DeviceOptions options;
   DeviceProperties props;
@@ -228,9 +281,8 @@ struct Device::Impl : public internal::MemoryMap {
   std::atomic<bool> cancel{false};  // Stops running kernels (reset, destruction).
 
   explicit Impl(DeviceOptions o) : options(std::move(o)) {
+    props = PropertiesOfCapability(options.cc_major, options.cc_minor);
     props.name = options.name;
-    props.cc_major = options.cc_major;
-    props.cc_minor = options.cc_minor;
     props.total_memory = options.memory_bytes;
     workers = options.worker_threads > 0 ? options.worker_threads
                                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -990,7 +1042,7 @@ const std::string& Device::Name(const Function* function) { return function->nam
 namespace {
 
 // Registers per thread that let `blocks` blocks of `threads` threads share `register_file` registers, allocated
-// per warp in units of 256 as GPUs of compute capability 5.0 to 9.0 allocate them (NVIDIA's occupancy calculator,
+// per warp in units of 256 as GPUs of compute capability 5.0 to 12.x allocate them (NVIDIA's occupancy calculator,
 // cuda_occupancy.h), in the whole multiples of 8 a warp's 256-register unit divides into.
 uint32_t RegistersThatFit(uint64_t register_file, uint64_t threads, uint64_t blocks) {
   constexpr uint64_t kWarpAllocationUnit = 256, kLanes = 32;
@@ -1000,6 +1052,8 @@ uint32_t RegistersThatFit(uint64_t register_file, uint64_t threads, uint64_t blo
 }
 
 }  // namespace
+
+int Device::PtxVersion(const Function* function) { return function->module->program.target; }
 
 void Device::Attributes(const Function* function, int* static_shared_bytes, int* local_bytes, int* num_regs) const {
   const internal::Function& f = function->module->program.functions[static_cast<size_t>(function->index)];
@@ -1063,12 +1117,12 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
   }
   const internal::Program& prog = function->module->program;
   const internal::Function& entry = prog.functions[static_cast<size_t>(function->index)];
-  // The kernel's own static shared memory, as a GPU counts it (not the module's, which the emulator lays out at once).
-  if (uint64_t{entry.static_shared_bytes} + config.shared_bytes >
-      static_cast<uint64_t>(p.shared_memory_per_block_optin)) {
+  // The kernel's own static shared memory (not the module's), as a GPU counts it.
+  const uint64_t block_shared = uint64_t{entry.static_shared_bytes} + config.shared_bytes;
+  if (block_shared > static_cast<uint64_t>(p.shared_memory_per_block_optin)) {
     return EmuStatus(Code::kLaunchOutOfResources,
-                     "shared memory of " + std::to_string(uint64_t{entry.static_shared_bytes} + config.shared_bytes) +
-                         " bytes exceeds the per-block limit of " + std::to_string(p.shared_memory_per_block_optin));
+                     "shared memory of " + std::to_string(block_shared) + " bytes for '" + function->name +
+                         "' exceeds the per-block limit of " + std::to_string(p.shared_memory_per_block_optin));
   }
   if (bytes > std::max<uint64_t>(entry.kernel_param_bytes, internal::kMaxKernelParamBytes)) {
     return BadValue("a parameter buffer of " + std::to_string(bytes) + " bytes for '" + function->name +
@@ -1087,7 +1141,7 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
   if (config.cooperative) {
     // Blocks one multiprocessor holds at once, by threads (the emulated device has no register limit) and shared
     // memory, times the multiprocessors: what cudaOccupancyMaxActiveBlocksPerMultiprocessor answers for it.
-    uint64_t shared = uint64_t{entry.static_shared_bytes} + config.shared_bytes;
+    uint64_t shared = block_shared + static_cast<uint64_t>(p.reserved_shared_memory_per_block);
     uint64_t per_sm = std::min<uint64_t>(p.max_blocks_per_multiprocessor,
                                          static_cast<uint64_t>(p.max_threads_per_multiprocessor) / threads);
     if (shared > 0) per_sm = std::min<uint64_t>(per_sm, p.shared_memory_per_multiprocessor / shared);

@@ -65,7 +65,8 @@ struct DeviceOptions {
   std::shared_ptr<ExecutionGate> gate;
 };
 
-// What cuDeviceGetAttribute reports; values look like a real GPU of the chosen compute capability.
+// What cuDeviceGetAttribute reports; values look like a real GPU of the chosen compute capability
+// (PropertiesOfCapability). The defaults are a Tesla T4's (7.5).
 struct DeviceProperties {
   std::string name;
   int cc_major = 7, cc_minor = 5;
@@ -78,6 +79,7 @@ struct DeviceProperties {
   int shared_memory_per_block = 48 * 1024;
   int shared_memory_per_block_optin = 64 * 1024;
   int shared_memory_per_multiprocessor = 64 * 1024;
+  int reserved_shared_memory_per_block = 0;  // Shared memory the system keeps in every block (1 KiB from 8.0).
   int registers_per_block = 65536;
   int registers_per_multiprocessor = 65536;
   int max_threads_per_multiprocessor = 1024;
@@ -91,6 +93,12 @@ struct DeviceProperties {
   int pci_bus_id = 0, pci_device_id = 0, pci_domain_id = 0;
   uint8_t uuid[16] = {};
 };
+
+// The properties of a real NVIDIA GPU of compute capability `cc_major`.`cc_minor` (one of those gp-agent --emu-cc
+// accepts; any other gets a T4's): the per-multiprocessor limits every GPU of that capability shares, and the
+// multiprocessor count and L2 size of one named product (device.cc), so that programs that size their work from
+// the attributes choose what they would choose on that GPU.
+DeviceProperties PropertiesOfCapability(int cc_major, int cc_minor);
 
 // One kernel parameter as the PTX signature declares it.
 struct ParamInfo {
@@ -178,6 +186,8 @@ class Device {
   // .minnctapersm, .maxnreg), as ptxas fits a bounded kernel's registers to them. The emulator keeps registers in
   // host memory, so they never limit a launch; the count only feeds occupancy arithmetic (cudaOccupancy*, CUB).
   void Attributes(const Function* function, int* static_shared_bytes, int* local_bytes, int* num_regs) const;
+  // The architecture the function's PTX was written for (`.target sm_120` or `sm_120a`: 120); 0 if it names none.
+  static int PtxVersion(const Function* function);
 
   // ---- Launch (asynchronous, in stream order). ----
   // `params` as cuLaunchKernel's kernelParams: one pointer per parameter, read now (copied before returning).

@@ -490,7 +490,8 @@ class CtaRunner {
       case Special::kLanemaskGe: return ~((1u << t.lane) - 1) & 0xffffffffu;
       case Special::kLanemaskGt: return t.lane == 31 ? 0 : (~((2u << t.lane) - 1)) & 0xffffffffu;
       case Special::kDynamicSmemSize: return launch_.dynamic_shared;
-      case Special::kTotalSmemSize: return prog_.static_shared_bytes + launch_.dynamic_shared;
+      case Special::kTotalSmemSize:
+        return prog_.functions[static_cast<size_t>(launch_.function)].static_shared_bytes + launch_.dynamic_shared;
       case Special::kReservedSmemBegin: return reserved_base_;
       case Special::kReservedSmemEnd: return reserved_base_ + kReservedSharedBytes;
       case Special::kReservedSmemCap: return kReservedSharedBytes;

@@ -132,11 +132,6 @@ struct ParamSlot {
   int32_t reg = -1;  // .reg parameters: the register slot instead of param memory.
 };
 
-// A static .shared variable a function refers to: its offset in the module's shared layout, bytes and alignment.
-struct SharedUse {
-  uint64_t offset = 0, bytes = 0, align = 1;
-};
-
 struct Function {
   std::string name;
   bool is_entry = false;
@@ -159,10 +154,8 @@ struct Function {
   // block (.maxntid or .reqntid, all dimensions multiplied), the blocks a multiprocessor must hold at once
   // (.minnctapersm) and registers per thread (.maxnreg).
   uint32_t bound_threads = 0, bound_blocks_per_sm = 0, bound_registers = 0;
-  std::vector<SharedUse> shared_uses;  // The static shared variables its own code refers to.
-  // Kernels: the static shared memory of the variables it and its callees refer to, as a GPU reports and limits
-  // it (cuFuncGetAttribute, launch checks). The CTA's shared window still holds the module's whole layout
-  // (Program::static_shared_bytes), where dynamic shared memory begins.
+  // Entries: the static shared memory this kernel and the functions it calls use (what ptxas reports for it and a
+  // GPU gives each of its blocks). Variables of kernels that never run together share offsets.
   uint32_t static_shared_bytes = 0;
 };
 
@@ -173,10 +166,13 @@ struct GlobalVar {
 };
 
 struct Program {
+  int target = 0;  // `.target sm_XX[a|f]`: XX (major * 10 + minor); 0 when the module names none.
   std::vector<Function> functions;
   std::map<std::string, int> function_index;
   std::map<std::string, GlobalVar> globals;
-  uint32_t static_shared_bytes = 0;  // All .shared variables of the module; dynamic shared starts after.
+  // Where dynamic shared memory starts: past every kernel's static shared variables (the largest kernel's, as
+  // their variables overlap). A block's shared memory is this plus its dynamic bytes.
+  uint32_t static_shared_bytes = 0;
   bool has_calls = false;            // Any call instruction: threads then need call-frame stacks.
   bool needs_local = false;          // Calls, or .local variables in any function: threads need local stacks.
   bool uses_reserved_shared = false;  // Reads a %reserved_smem_* register: CTAs get the reserved region.

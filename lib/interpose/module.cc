@@ -281,7 +281,11 @@ CUresult FuncGetAttribute(int* value, CUfunction_attribute attribute, CUfunction
       *value = info.num_regs;
       break;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION:
-    case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
+      // The architecture the kernel's PTX was written for (compute_120 on a 12.1 device: 120), as the driver
+      // answers; CUB picks its tuning policy, and so the kernels it launches, from it.
+      *value = info.ptx_version != 0 ? info.ptx_version : device.cc_major * 10 + device.cc_minor;
+      break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION:  // The code the device runs: compiled for the device itself.
       *value = device.cc_major * 10 + device.cc_minor;
       break;
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:

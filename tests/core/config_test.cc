@@ -136,6 +136,23 @@ TEST_F(PoolFileTest, OptionsThenEnvironmentThenFile) {
   EXPECT_EQ(*ResolveServers(o), (std::vector<std::string>{"gpu1:7450", "unix:/run/agent.sock"}));
 }
 
+// Set but empty is the user's choice of pool, and a mistake: never a fall-through to a pool file or a private agent.
+TEST_F(PoolFileTest, SetButEmptyIsAnError) {
+  PoolOptions o;
+  setenv("GPUPOOL_POOL", Write("servers = [\"gpu1:7450\"]\n").c_str(), 1);
+  setenv("GPUPOOL_SERVERS", "", 1);
+  auto r = ResolveServers(o);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("GPUPOOL_SERVERS is set but empty"), std::string::npos) << r.status().message();
+  unsetenv("GPUPOOL_SERVERS");
+  setenv("GPUPOOL_POOL", "", 1);
+  r = ResolveServers(o);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("GPUPOOL_POOL is set but empty"), std::string::npos) << r.status().message();
+  o.pool_file = ::testing::TempDir();
+  EXPECT_NE(ResolveServers(o).status().message().find("is a directory"), std::string::npos);
+}
+
 TEST_F(PoolFileTest, BadFilesAreClearErrors) {
   PoolOptions o;
   o.pool_file = Write("servers = [\"gpu1:7450\"\n");

@@ -515,5 +515,133 @@ TEST_F(RefuseTest, DeepRecursionOfLargeFramesStopsAtTheRegisterBudget) {
   EXPECT_NE(status.message().find("register stack overflow"), std::string::npos) << status.message();
 }
 
+// A kernel's blocks hold the shared variables it and its callees use, not the module's: two kernels with 40 KiB of
+// temporary storage each run side by side in one module (as a library's hundreds of kernels do), each reports its
+// own 40 KiB (plus the helper's), and a variable of a helper both call keeps one place, untouched by either's
+// storage. Laid end to end, the module's 80 KiB exceeded every kernel's per-block limit: the launches failed.
+TEST_F(RefuseTest, EachKernelHoldsOnlyTheSharedVariablesItUses) {
+  const std::string ptx = Ptx(R"(
+.shared .align 4 .b8 storage_a[40960];
+.shared .align 4 .b8 storage_b[40960];
+.shared .align 4 .u32 helper_slot[32];
+.func (.reg .u32 r) through_helper(.reg .u32 v) {
+  .reg .u32 %t;
+  .reg .u64 %a, %s;
+  mov.u32 %t, %tid.x;
+  mov.u64 %s, helper_slot;
+  mul.wide.u32 %a, %t, 4;
+  add.u64 %a, %a, %s;
+  st.shared.u32 [%a], v;
+  bar.sync 0;
+  xor.b32 %t, %t, 1;
+  mul.wide.u32 %a, %t, 4;
+  add.u64 %a, %a, %s;
+  ld.shared.u32 r, [%a];
+  ret;
+}
+.visible .entry kernel_a(.param .u64 out) {
+  .reg .u32 %t, %v, %w;
+  .reg .u64 %o, %a, %s;
+  ld.param.u64 %o, [out];
+  mov.u32 %t, %tid.x;
+  mul.wide.u32 %a, %t, 4;
+  add.u32 %v, %t, 1000;
+  mov.u64 %s, storage_a;
+  add.u64 %s, %s, %a;
+  st.shared.u32 [storage_a+40000], %v;
+  st.shared.u32 [%s], %v;
+  call (%w), through_helper, (%v);
+  ld.shared.u32 %v, [%s];
+  add.u32 %w, %w, %v;
+  add.u64 %o, %o, %a;
+  st.global.u32 [%o], %w;
+  ret;
+}
+.visible .entry kernel_b(.param .u64 out) {
+  .reg .u32 %t, %v, %w;
+  .reg .u64 %o, %a, %s;
+  ld.param.u64 %o, [out];
+  mov.u32 %t, %tid.x;
+  mul.wide.u32 %a, %t, 4;
+  add.u32 %v, %t, 2000;
+  mov.u64 %s, storage_b;
+  add.u64 %s, %s, %a;
+  st.shared.u32 [storage_b+40000], %v;
+  st.shared.u32 [%s], %v;
+  call (%w), through_helper, (%v);
+  ld.shared.u32 %v, [%s];
+  add.u32 %w, %w, %v;
+  add.u64 %o, %o, %a;
+  st.global.u32 [%o], %w;
+  ret;
+}
+)");
+  Module* module = nullptr;
+  EmuStatus loaded = device().LoadPtx(ptx, &module);
+  ASSERT_TRUE(loaded.ok()) << Describe(loaded);
+  for (const auto& [name, base] : {std::pair<const char*, uint32_t>{"kernel_a", 1000}, {"kernel_b", 2000}}) {
+    SCOPED_TRACE(name);
+    int shared = -1;
+    device().Attributes(Get(module, name), &shared, nullptr, nullptr);
+    EXPECT_EQ(shared, 40960 + 128) << "its own storage and the helper's slots, not the module's";
+    uint64_t out = Output<uint32_t>(32);
+    ASSERT_TRUE(TryLaunch(Get(module, name), Dim3{1, 1, 1}, Dim3{32, 1, 1}, 0, out).ok());
+    std::vector<uint32_t> got = Download<uint32_t>(out, 32);
+    for (uint32_t t = 0; t < 32; ++t) {
+      // Its neighbour's value through the helper's slots, and its own back from its storage.
+      EXPECT_EQ(got[t], (base + (t ^ 1)) + (base + t)) << "thread " << t;
+    }
+  }
+  EXPECT_TRUE(device().StickyError().ok());
+}
+
+// min/max of packed 16-bit integers (.s16x2, .u16x2, .relu: PTX ISA 8.0), as CUB's compute_120 reductions use them:
+// refused at load before ("needs a type"), which left CuPy's sum at 0.
+TEST_F(RefuseTest, PackedSixteenBitIntegerMinAndMaxWorkHalfByHalf) {
+  const std::string ptx = ".version 8.0\n.target sm_90\n.address_size 64\n" + std::string(R"(
+.visible .entry packed(.param .u64 in, .param .u64 out) {
+  .reg .b32 %a, %b, %r<6>;
+  .reg .u64 %i, %o;
+  ld.param.u64 %i, [in];
+  ld.param.u64 %o, [out];
+  ld.global.b32 %a, [%i];
+  ld.global.b32 %b, [%i+4];
+  min.s16x2 %r0, %a, %b;
+  max.s16x2 %r1, %a, %b;
+  min.u16x2 %r2, %a, %b;
+  max.u16x2 %r3, %a, %b;
+  min.relu.s16x2 %r4, %a, %b;
+  max.relu.s16x2 %r5, %a, %b;
+  st.global.v4.b32 [%o], {%r0, %r1, %r2, %r3};
+  st.global.v2.b32 [%o+16], {%r4, %r5};
+  ret;
+}
+)");
+  Module* module = nullptr;
+  EmuStatus loaded = device().LoadPtx(ptx, &module);
+  ASSERT_TRUE(loaded.ok()) << Describe(loaded);
+  const std::vector<std::pair<uint32_t, uint32_t>> inputs = {
+      {0x8000'7fffu, 0x7fff'8000u}, {0xfffd'0003u, 0x0002'fffeu}, {0x0000'ffffu, 0xffff'0000u}, {0x1234'5678u, 0x1234'5678u}};
+  for (const auto& [x, y] : inputs) {
+    SCOPED_TRACE(::testing::Message() << std::hex << x << " " << y);
+    uint64_t in = Upload(std::vector<uint32_t>{x, y});
+    uint64_t out = Output<uint32_t>(6);
+    ASSERT_TRUE(TryLaunch(Get(module, "packed"), Dim3{1, 1, 1}, Dim3{1, 1, 1}, 0, in, out).ok());
+    std::vector<uint32_t> got = Download<uint32_t>(out, 6);
+    auto pack = [&](auto op) {  // The ISA: each half of d from the same half of a and b.
+      uint32_t r = 0;
+      for (int h = 0; h < 2; ++h) r |= (static_cast<uint32_t>(op(x >> (16 * h) & 0xffff, y >> (16 * h) & 0xffff)) & 0xffff) << (16 * h);
+      return r;
+    };
+    auto s = [](uint32_t v) { return static_cast<int>(static_cast<int16_t>(v)); };
+    EXPECT_EQ(got[0], pack([&](uint32_t a, uint32_t b) { return std::min(s(a), s(b)); }));
+    EXPECT_EQ(got[1], pack([&](uint32_t a, uint32_t b) { return std::max(s(a), s(b)); }));
+    EXPECT_EQ(got[2], pack([](uint32_t a, uint32_t b) { return std::min(a, b); }));
+    EXPECT_EQ(got[3], pack([](uint32_t a, uint32_t b) { return std::max(a, b); }));
+    EXPECT_EQ(got[4], pack([&](uint32_t a, uint32_t b) { return std::max(0, std::min(s(a), s(b))); }));
+    EXPECT_EQ(got[5], pack([&](uint32_t a, uint32_t b) { return std::max(0, std::max(s(a), s(b))); }));
+  }
+}
+
 }  // namespace
 }  // namespace gpupool::emu::test

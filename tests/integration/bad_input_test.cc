@@ -45,11 +45,11 @@ TEST_F(BadInput, UnknownAgentConfigKeyIsRefused) {
 TEST_F(BadInput, MalformedPoolFileNamesFileAndLine) {
   TempDir dir;
   std::string path = dir.Write("pool.toml", "# pool\nservers = [\"a:1\",\n  3]\n");
-  RunResult r = RunCommand({ToolPath("gp-run"), "--", "/bin/true"}, {"GPUPOOL_SERVERS=", "GPUPOOL_POOL=" + path});
+  RunResult r = RunCommand({ToolPath("gp-run"), "--", "/bin/true"}, {"GPUPOOL_SERVERS", "GPUPOOL_POOL=" + path});
   EXPECT_EQ(r.code, 125);
   EXPECT_NE(r.err.find(path + ":3"), std::string::npos) << r.err;
   path = dir.Write("pool2.toml", "servers = [\"a:1\"]\ntimeout = 3\n");
-  r = RunCommand({ToolPath("gp-ls")}, {"GPUPOOL_SERVERS=", "GPUPOOL_POOL=" + path});
+  r = RunCommand({ToolPath("gp-ls")}, {"GPUPOOL_SERVERS", "GPUPOOL_POOL=" + path});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("unknown key 'timeout'"), std::string::npos) << r.err;
 }

@@ -3,7 +3,8 @@ reach the device as PTX (the emulated device runs PTX; a GPU server runs either)
 
   cupy_checks.py kernels   elementwise, reductions (CuPy's own, CUPY_ACCELERATORS=''), RawKernel: each verified
   cupy_checks.py cub       a reduction through CUB, whose kernels CuPy ships precompiled (SASS only): prints what
-                           came back; on the emulated device gpupool names the missing PTX on stderr
+                           came back; on an emulated device older than 12.0 gpupool names the missing PTX on stderr
+  cupy_checks.py cub_checked  reductions and a scan through CUB, each verified against NumPy
 """
 import sys
 
@@ -47,5 +48,18 @@ def cub():
     print(f"cupy cub: sum through CUB = {float(a.sum())} (expected 499500.0)")
 
 
+def cub_checked():
+    """Reductions through CUB (CUPY_ACCELERATORS=cub), each against NumPy."""
+    host = (np.arange(100_000, dtype=np.int64) * 7919) % 100_003 - 50_000
+    a = cp.asarray(host)
+    assert int(a.sum()) == int(host.sum()), "int64 sum"
+    assert int(a.min()) == int(host.min()) and int(a.max()) == int(host.max()), "min/max"
+    assert int(cp.argmin(a)) == int(np.argmin(host)) and int(cp.argmax(a)) == int(np.argmax(host)), "argmin/argmax"
+    f = cp.asarray(host.astype(np.float32))
+    assert abs(float(f.sum()) - float(host.sum())) <= 1e-5 * float(np.abs(host).sum()), "float32 sum"
+    assert np.array_equal(cp.asnumpy(cp.cumsum(a)), np.cumsum(host)), "cumsum"
+    print(f"cupy cub: sum {int(a.sum())}, min {int(a.min())}, max {int(a.max())}, cumsum: PASSED")
+
+
 if __name__ == "__main__":
-    {"kernels": kernels, "cub": cub}[sys.argv[1]]()
+    {"kernels": kernels, "cub": cub, "cub_checked": cub_checked}[sys.argv[1]]()

@@ -25,7 +25,7 @@ std::string Program(const std::string& name) { return std::string(GPUPOOL_REMOTE
 
 // A clean environment for gp-run: no pool from the caller's environment or home directory.
 std::vector<std::string> NoPoolEnv(const TempDir& home) {
-  return {"GPUPOOL_SERVERS=", "GPUPOOL_POOL=", "HOME=" + home.path()};
+  return {"GPUPOOL_SERVERS", "GPUPOOL_POOL", "HOME=" + home.path()};
 }
 
 TEST(Remote, VectorAddRunsOnTheEmbeddedDefault) {
@@ -82,7 +82,7 @@ TEST(Remote, SeparatelyCompiledProgramsLinkTheirUnitsOnAnEmulatedSm80) {
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("0 failure(s): PASSED"), std::string::npos) << r.out << r.err;
 
-  Agent sm75(AgentOptions{.name = "sm75", .emulated = 1, .emulated_memory = "1GiB"});
+  Agent sm75(AgentOptions{.name = "sm75", .emulated = 1, .emulated_memory = "1GiB", .extra_args = {"--emu-cc", "7.5"}});
   RunResult old = RunCommand({ToolPath("gp-run"), "--servers", sm75.address(), "--", Program("separate_compilation")},
                              {}, seconds(120));
   EXPECT_NE(old.code, 0) << old.out << old.err;

@@ -31,6 +31,7 @@ Process::Process(std::vector<std::string> argv, std::vector<std::string> env) {
   for (char** e = environ; *e; ++e) env_storage.emplace_back(*e);
   for (auto& e : env) env_storage.push_back(e);  // Later entries win in getenv (glibc scans from the start):
   // drop earlier duplicates so the added value is the one seen.
+  // An entry without '=' unsets its variable: set but empty is a value of its own (GPUPOOL_SERVERS= is an error).
   std::vector<std::string> final_env;
   for (size_t i = 0; i < env_storage.size(); ++i) {
     auto key = env_storage[i].substr(0, env_storage[i].find('='));
@@ -38,7 +39,7 @@ Process::Process(std::vector<std::string> argv, std::vector<std::string> env) {
     for (size_t j = i + 1; j < env_storage.size(); ++j) {
       overridden = overridden || env_storage[j].substr(0, env_storage[j].find('=')) == key;
     }
-    if (!overridden) final_env.push_back(env_storage[i]);
+    if (!overridden && env_storage[i].find('=') != std::string::npos) final_env.push_back(env_storage[i]);
   }
   std::vector<char*> cargv, cenv;
   for (auto& a : argv) cargv.push_back(a.data());

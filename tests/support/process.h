@@ -18,7 +18,7 @@ std::string ToolPath(const std::string& name);  // "gp-agent" -> build/tools/gp-
 // A child process with stdout captured to a pipe (read on demand) and stderr to a file.
 class Process {
  public:
-  // Starts argv[0] with argv and `env` added to this process's environment ("K=V").
+  // Starts argv[0] with argv and `env` added to this process's environment ("K=V"; "K" alone unsets K).
   Process(std::vector<std::string> argv, std::vector<std::string> env = {});
   ~Process();  // SIGKILLs the child's process group (its children too) and reaps the child if still running.
   Process(const Process&) = delete;

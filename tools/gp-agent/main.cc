@@ -5,6 +5,7 @@
 #include <sstream>
 #include <thread>
 
+#include "output.h"
 #include "parse_args.h"
 
 #include "agent/agent_config.h"
@@ -17,12 +18,15 @@
 #include "gpupool/gpupool.h"
 #include "gpupool/units.h"
 
+using gpupool::tools::Print;
+using gpupool::tools::PrintError;
+
 namespace {
 
 template <typename T>
 bool Report(const gpupool::Result<T>& r, const char* flag) {
   if (r.ok()) return true;
-  fmt::print(stderr, "gp-agent: {}: {}\n", flag, r.status().message());
+  PrintError("gp-agent: {}: {}\n", flag, r.status().message());
   return false;
 }
 
@@ -45,24 +49,40 @@ int Ctl(int argc, char** argv) {
   auto* revoke = app.add_subcommand("revoke", "end a lease now: its programs' next CUDA call fails, saying so");
   revoke->add_option("lease", lease, "the lease id (gp-ls --leases)")->required();
   auto* list = app.add_subcommand("list", "devices (cordoned or not), leases and their users");
+  // CLI11 would answer a mistyped verb with "A subcommand is required": name it, and the verbs there are.
+  for (int i = 1; i < argc; ++i) {
+    std::string_view word = argv[i];
+    if (word == "--server") {
+      ++i;
+      continue;
+    }
+    if (word.empty() || word[0] == '-') continue;
+    if (word != "cordon" && word != "uncordon" && word != "drain" && word != "revoke" && word != "list") {
+      PrintError("gp-agent ctl: unknown command '{}'; the commands are cordon, uncordon, drain, revoke and list "
+                 "(gp-agent ctl --help)\n", word);
+      return 2;
+    }
+    break;
+  }
   GP_PARSE_ARGS(app, argc, argv, 2);
 
-  auto fail = [](const Status& s) {
-    fmt::print(stderr, "gp-agent ctl: {}\n", s.message());
+  std::string verb = app.get_subcommands().empty() ? "" : app.get_subcommands().front()->get_name();
+  auto fail = [&verb](const Status& s) {
+    PrintError("gp-agent ctl {}: {}\n", verb, s.message());
     return 1;
   };
   std::optional<int> device = gpu >= 0 ? std::optional<int>(gpu) : std::nullopt;
   if (cordon->parsed() || uncordon->parsed()) {
     Status s = admin::Cordon(server, device, cordon->parsed());
     if (!s.ok()) return fail(s);
-    fmt::print("{} {}\n", cordon->parsed() ? "cordoned" : "uncordoned",
-               device ? fmt::format("GPU {} of {}", *device, server) : "every GPU of " + server);
+    Print("{} {}\n", cordon->parsed() ? "cordoned" : "uncordoned",
+          device ? fmt::format("GPU {} of {}", *device, server) : "every GPU of " + server);
     return 0;
   }
   if (revoke->parsed()) {
     Status s = admin::Revoke(server, lease);
     if (!s.ok()) return fail(s);
-    fmt::print("revoked lease {} on {}\n", lease, server);
+    Print("revoked lease {} on {}\n", lease, server);
     return 0;
   }
   PoolOptions options;
@@ -72,7 +92,7 @@ int Ctl(int argc, char** argv) {
   if (drain->parsed()) {
     auto limit = ParseDuration(wait);
     if (!limit.ok()) {
-      fmt::print(stderr, "gp-agent ctl: --wait: {}\n", limit.status().message());
+      PrintError("gp-agent ctl: --wait: {}\n", limit.status().message());
       return 2;
     }
     Status s = admin::Cordon(server, std::nullopt, true);
@@ -82,11 +102,11 @@ int Ctl(int argc, char** argv) {
       ServerInfo info = pool->State().servers.at(0);
       if (!info.up) return fail(Status(StatusCode::kUnavailable, info.error));
       if (info.leases.empty()) {
-        fmt::print("drained: every GPU of {} is cordoned and no lease is left\n", server);
+        Print("drained: every GPU of {} is cordoned and no lease is left\n", server);
         return 0;
       }
       if (std::chrono::steady_clock::now() >= deadline) {
-        fmt::print("every GPU of {} is cordoned; {} lease(s) still held\n", server, info.leases.size());
+        Print("every GPU of {} is cordoned; {} lease(s) still held\n", server, info.leases.size());
         return limit->count() > 0 ? 1 : 0;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -95,21 +115,21 @@ int Ctl(int argc, char** argv) {
   if (list->parsed()) {
     ServerInfo info = pool->State().servers.at(0);
     if (!info.up) return fail(Status(StatusCode::kUnavailable, info.error));
-    fmt::print("agent {} ({}){}\n", info.name, server, info.draining ? ", draining" : "");
+    Print("agent {} ({}){}\n", info.name, server, info.draining ? ", draining" : "");
     if (info.policy.empty()) {
-      fmt::print("  policy: none (every user may use every GPU, any share, for any time)\n");
+      Print("  policy: none (every user may use every GPU, any share, for any time)\n");
     } else {
-      fmt::print("  personality in force: {}{}\n", info.personality.empty() ? "none" : info.personality,
-                 info.personality_next.empty() ? "" : " (" + info.personality_next + ")");
+      Print("  personality in force: {}{}\n", info.personality.empty() ? "none" : info.personality,
+            info.personality_next.empty() ? "" : " (" + info.personality_next + ")");
       std::istringstream lines(info.policy);
-      for (std::string line; std::getline(lines, line);) fmt::print("  policy {}\n", line);
+      for (std::string line; std::getline(lines, line);) Print("  policy {}\n", line);
     }
     for (const DeviceInfo& d : info.devices) {
-      fmt::print("  GPU {}  {}  {}\n", d.index, d.model, d.cordoned ? "cordoned" : "open");
+      Print("  GPU {}  {}  {}\n", d.index, d.model, d.cordoned ? "cordoned" : "open");
     }
     for (const LeaseInfo& l : info.leases) {
-      fmt::print("  lease {}  {}  GPUs {}  {}\n", l.id, ShownUser(l),
-                 fmt::join(l.devices, ","), l.label);
+      Print("  lease {}  {}  GPUs {}  {}\n", l.id, ShownUser(l),
+            fmt::join(l.devices, ","), l.label);
     }
     return 0;
   }
@@ -127,7 +147,9 @@ int main(int argc, char** argv) {
     return agent::RunSessionWorker(std::atoi(argv[2]), argc == 4 ? argv[3] : "");
   }
 
-  if (argc >= 2 && std::string_view(argv[1]) == "ctl") return Ctl(argc - 1, argv + 1);
+  if (argc >= 2 && std::string_view(argv[1]) == "ctl") {
+    return tools::RunTool([&] { return Ctl(argc - 1, argv + 1); });
+  }
 
   // Before the CUDA driver that device discovery may load starts threads of its own.
   agent::CaptureAgentSignals();
@@ -137,7 +159,7 @@ int main(int argc, char** argv) {
       idle_after, tokens, tls_cert, tls_key, tls_ca;
   bool require_auth = false;
   int emu = -1, emu_fallback = -1;
-  bool no_nvml = false, exit_with_parent = false;
+  bool no_nvml = false, exit_with_parent = false, remove_socket_dir = false;
   app.add_option("--config", config_path, "agent.toml; flags override its values");
   app.add_option("--listen", listen, "host:port or unix:/path (default *:7450; port 0 picks a free one)");
   app.add_option("--name", name, "name shown in the pool (default: host name)");
@@ -147,7 +169,7 @@ int main(int argc, char** argv) {
   app.add_option("--emu-memory", emu_memory, "memory of each emulated device, e.g. 16GiB");
   app.add_option("--emu-cc", emu_cc,
                  "compute capability the emulated devices report and pick PTX by, e.g. 8.0 (default $GPUPOOL_EMU_CC, "
-                 "else 7.5)");
+                 "else 12.1)");
   app.add_option("--cuda-driver", cuda_driver, "CUDA driver library for sessions on physical GPUs (default libcuda.so.1)");
   app.add_option("--class", device_class, "class tag of this agent's devices (clients select with --class)");
   app.add_option("--lease-ttl", lease_ttl, "free leases not renewed for this long (default 20s)");
@@ -163,12 +185,14 @@ int main(int argc, char** argv) {
   app.add_flag("--no-nvml", no_nvml, "do not look for physical GPUs through NVML (nor the CUDA driver unless --cuda-driver names one)");
   app.add_flag("--exit-with-parent", exit_with_parent,
                "a private agent: once the process that started it is gone, a signal ends it at once, without draining");
+  app.add_flag("--remove-socket-dir", remove_socket_dir,
+               "a private agent: on exit, also remove the directory of its unix: socket once it is empty");
   GP_PARSE_ARGS(app, argc, argv, 2);
 
   agent::AgentConfig config;
   if (!config_path.empty()) {
     if (Status s = agent::LoadAgentConfig(config_path, &config); !s.ok()) {
-      fmt::print(stderr, "gp-agent: {}\n", s.message());
+      PrintError("gp-agent: {}\n", s.message());
       return 2;
     }
   }
@@ -179,6 +203,7 @@ int main(int argc, char** argv) {
   if (emu >= 0) config.emulated_count = emu;
   if (no_nvml) config.nvml = false;
   if (exit_with_parent) config.exit_with_parent = true;
+  if (remove_socket_dir) config.remove_socket_dir = true;
   if (!emu_memory.empty()) {
     auto m = ParseMemorySize(emu_memory);
     if (!Report(m, "--emu-memory")) return 2;
@@ -224,7 +249,7 @@ int main(int argc, char** argv) {
     config.name = host;
   }
   if (Status s = config.Validate(); !s.ok()) {
-    fmt::print(stderr, "gp-agent: {}\n", s.message());
+    PrintError("gp-agent: {}\n", s.message());
     return 2;
   }
 

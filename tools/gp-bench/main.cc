@@ -10,7 +10,12 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "gpupool/gpupool.h"
+#include "output.h"
 #include "parse_args.h"
+#include "request_args.h"
+
+using gpupool::tools::Print;
+using gpupool::tools::PrintError;
 
 namespace {
 
@@ -46,24 +51,29 @@ std::string Number(double v) { return v >= 100 ? fmt::format("{:.0f}", v) : fmt:
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int ToolMain(int argc, char** argv) {
   log::SetProgramName("gp-bench");
   CLI::App app{
       "gp-bench: round trip, copy bandwidth, launch rate, a training-like loop and round trips under load, "
       "to a pool slice, against same-run baselines"};
   std::string which = "all", servers;
-  bool json = false;
+  bool json = false, quiet = false;
   int steps = BenchOptions().loop_steps;
   app.add_option("benchmark", which, "latency, bandwidth, launch, loop, load or all (default)")
       ->check(CLI::IsMember({"latency", "bandwidth", "launch", "loop", "load", "all"}));
   app.add_flag("--json", json, "machine-readable output");
-  app.add_option("--servers", servers, "comma-separated agent addresses (default: $GPUPOOL_SERVERS or pool file)");
+  app.add_flag("-q,--quiet", quiet, "no line saying what is measured when no pool is configured");
+  auto* servers_flag =
+      app.add_option("--servers", servers, "comma-separated agent addresses (default: $GPUPOOL_SERVERS or pool file)");
   app.add_option("--steps", steps, "measured steps of each variant of the loop (default 600)")
       ->check(CLI::Range(1, 1000000));
   GP_PARSE_ARGS(app, argc, argv, 2);
 
   Target primary;
-  primary.servers = SplitList(servers, ',');
+  if (Status s = tools::ServersFlag(servers_flag, servers, &primary.servers); !s.ok()) {
+    PrintError("gp-bench: {}\n", s.message());
+    return 2;
+  }
   primary.options.loop_steps = steps;
   if (which != "all") primary.options.benchmarks = {which};
   std::vector<Target> targets;
@@ -72,15 +82,23 @@ int main(int argc, char** argv) {
   std::unique_ptr<LocalAgent> local;
   std::unique_ptr<LocalAgent> local_tcp;
   if (primary.servers.empty()) {
-    PoolOptions configured;
-    if (ResolveServers(configured).status().code() == StatusCode::kUnavailable) {
+    auto configured = ResolveServers(PoolOptions{});
+    if (!configured.ok() && configured.status().code() != StatusCode::kUnavailable) {
+      PrintError("gp-bench: {}\n", configured.status().message());  // Explicit but empty or broken: no fallback.
+      return 2;
+    }
+    if (!configured.ok()) {
       auto started = LocalAgent::Start(SiblingPath("gp-agent"));
       if (!started.ok()) {
-        fmt::print(stderr, "gp-bench: {}\n", started.status().message());
+        PrintError("gp-bench: {}\n", started.status().message());
         return 1;
       }
       local = std::move(started).value();
       primary.servers = {local->address()};
+      if (!quiet) {
+        PrintError("gp-bench: no pool configured, so private gp-agents are measured, on {}; -q hides this line\n",
+                   local->Devices());
+      }
     }
   }
   targets.push_back(primary);
@@ -94,7 +112,7 @@ int main(int argc, char** argv) {
     if (!tcp.options.benchmarks.empty()) {
       auto started = LocalAgent::Start(SiblingPath("gp-agent"), LocalAgent::Listen::kTcpLoopback);
       if (!started.ok()) {
-        fmt::print(stderr, "gp-bench: {}\n", started.status().message());
+        PrintError("gp-bench: {}\n", started.status().message());
         return 1;
       }
       local_tcp = std::move(started).value();
@@ -104,7 +122,7 @@ int main(int argc, char** argv) {
   }
   for (Target& target : targets) {
     if (Status s = Measure(&target); !s.ok()) {
-      fmt::print(stderr, "gp-bench: {}\n", s.message());
+      PrintError("gp-bench: {}\n", s.message());
       return 1;
     }
   }
@@ -132,24 +150,28 @@ int main(int argc, char** argv) {
       }
     }
     w.EndArray().EndObject();
-    fmt::print("{}\n", w.str());
+    Print("{}\n", w.str());
     return 0;
   }
   for (const Target& t : targets) {
-    fmt::print("gp-bench: {} GPU {} ({}) at {} ({})\n", t.slice.server_name, t.slice.device, t.slice.model,
-               t.slice.server, TransportOf(t.slice.server));
+    Print("gp-bench: {} GPU {} ({}) at {} ({})\n", t.slice.server_name, t.slice.device, t.slice.model,
+          t.slice.server, TransportOf(t.slice.server));
   }
   // Ratios are "at least as good as the baseline" when >= 1; a target applies to the ratio, or to the value when
   // there is no baseline.
-  fmt::print("  {:<18} {:<4} {:>11} {:<10} {:>10} {:>6} {:>7} {:<6}  {}\n", "figure", "via", "value", "unit",
-             "baseline", "ratio", "target", "result", "baseline is");
+  Print("  {:<18} {:<4} {:>11} {:<10} {:>10} {:>6} {:>7} {:<6}  {}\n", "figure", "via", "value", "unit",
+        "baseline", "ratio", "target", "result", "baseline is");
   for (const Target& t : targets) {
     for (const auto& f : t.figures) {
-      fmt::print("  {:<18} {:<4} {:>11.2f} {:<10} {:>10} {:>6} {:>7} {:<6}  {}\n", f.name, f.transport, f.value, f.unit,
-                 f.baseline > 0 ? fmt::format("{:.2f}", f.baseline) : "-", f.ratio > 0 ? Number(f.ratio) : "-",
-                 f.target > 0 ? Number(f.target) : "-", f.target > 0 ? (f.met ? "MET" : "MISSED") : "",
-                 f.baseline_name);
+      Print("  {:<18} {:<4} {:>11.2f} {:<10} {:>10} {:>6} {:>7} {:<6}  {}\n", f.name, f.transport, f.value, f.unit,
+            f.baseline > 0 ? fmt::format("{:.2f}", f.baseline) : "-", f.ratio > 0 ? Number(f.ratio) : "-",
+            f.target > 0 ? Number(f.target) : "-", f.target > 0 ? (f.met ? "MET" : "MISSED") : "",
+            f.baseline_name);
     }
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return gpupool::tools::RunTool([&] { return ToolMain(argc, argv); });
 }

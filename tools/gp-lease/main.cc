@@ -15,11 +15,14 @@
 #include <iostream>
 #include <string>
 
+#include "output.h"
 #include "parse_args.h"
 #include "request_args.h"
 
 #include "core/log.h"
 #include "gpupool/gpupool.h"
+
+using gpupool::tools::PrintError;
 
 namespace {
 
@@ -27,7 +30,7 @@ constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
 
 int Fail(int status, const std::string& message) {
-  fmt::print(stderr, "gp-lease: {}\n", message);
+  PrintError("gp-lease: {}\n", message);
   return status;
 }
 
@@ -58,15 +61,15 @@ bool HoldUntilTold(gpupool::Lease& lease, int signal_fd, bool watch_stdin) {
     }
     gpupool::Status health = lease.Health();
     if (health.code() == gpupool::StatusCode::kNotFound) {
-      fmt::print(stderr, "gp-lease: lease {} ended (released elsewhere, expired or revoked): {}\n", lease.id(),
+      PrintError("gp-lease: lease {} ended (released elsewhere, expired or revoked): {}\n", lease.id(),
                  health.message());
       return false;
     }
     if (!health.ok() && !warned) {
-      fmt::print(stderr, "gp-lease: warning: lease {} is in trouble: {}\n", lease.id(), health.ToString());
+      PrintError("gp-lease: warning: lease {} is in trouble: {}\n", lease.id(), health.ToString());
       warned = true;
     } else if (health.ok() && warned) {
-      fmt::print(stderr, "gp-lease: lease {} renewed again\n", lease.id());
+      PrintError("gp-lease: lease {} renewed again\n", lease.id());
       warned = false;
     }
   }
@@ -87,7 +90,6 @@ int Hold(const gpupool::tools::RequestArgs& args, const std::string& label, bool
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   int signal_fd = signalfd(-1, &stop, SFD_CLOEXEC);
   if (signal_fd < 0) return Fail(kExitFailed, fmt::format("signalfd: {}", std::strerror(errno)));
-  signal(SIGPIPE, SIG_IGN);
 
   auto pool = Pool::Connect(options);
   if (!pool.ok()) return Fail(kExitUsage, pool.status().message());
@@ -138,6 +140,8 @@ int Release(bool token_from_stdin) {
 int main(int argc, char** argv) {
   using namespace gpupool;
   log::SetProgramName("gp-lease");
+  // A write to a closed pipe fails (the token's write says so) instead of killing the holder with its lease.
+  signal(SIGPIPE, SIG_IGN);
 
   CLI::App app{"gp-lease: hold a lease of GPU slices without running a command, or release one by its token"};
   app.require_subcommand(1);

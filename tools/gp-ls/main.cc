@@ -1,12 +1,17 @@
 // gp-ls: the pool at a glance: servers, GPUs, what is allocated, who holds what.
 // Exit status: 0 when at least one server answered, 1 when none did, 2 on bad usage or configuration.
+#include "output.h"
 #include "parse_args.h"
+#include "request_args.h"
 
 #include "core/json.h"
 #include "core/log.h"
 #include "client/state_json.h"
 #include "core/util.h"
 #include "gpupool/gpupool.h"
+
+using gpupool::tools::Print;
+using gpupool::tools::PrintError;
 
 namespace {
 
@@ -28,7 +33,7 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows) {
     for (size_t i = 0; i < row.size(); ++i) {
       line += i + 1 == row.size() ? row[i] : fmt::format("{:<{}}  ", row[i], width[i]);
     }
-    fmt::print("{}\n", line);
+    Print("{}\n", line);
   }
 }
 
@@ -69,12 +74,12 @@ void PrintText(const PoolState& state, bool leases) {
   PrintTable(rows);
   for (const ServerInfo& s : state.servers) {
     if (s.up && (!s.personality.empty() || !s.policy.empty())) {
-      fmt::print("{}: personality {}{}\n", s.name, s.personality.empty() ? "none (nothing restricted)" : s.personality,
-                 s.personality_next.empty() ? "" : "; " + s.personality_next);
+      Print("{}: personality {}{}\n", s.name, s.personality.empty() ? "none (nothing restricted)" : s.personality,
+            s.personality_next.empty() ? "" : "; " + s.personality_next);
     }
   }
   if (!leases) return;
-  fmt::print("\n");
+  Print("\n");
   std::vector<std::vector<std::string>> lrows = {
       {"LEASE", "SERVER", "USER", "HOST", "PID", "GPUS", "MEMORY", "USED", "UTIL", "CALLS/S", "STATE", "EXPIRES",
        "COMMAND"}};
@@ -96,29 +101,37 @@ void PrintText(const PoolState& state, bool leases) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int ToolMain(int argc, char** argv) {
   log::SetProgramName("gp-ls");
   CLI::App app{"gp-ls: servers, GPUs and leases of the pool"};
   bool json = false, leases = false;
   std::string servers;
   app.add_flag("--json", json, "machine-readable output (schema_version, base units, null for unknown)");
   app.add_flag("--leases", leases, "also list leases: who holds what");
-  app.add_option("--servers", servers, "comma-separated agent addresses (default: $GPUPOOL_SERVERS or pool file)");
+  auto* servers_flag =
+      app.add_option("--servers", servers, "comma-separated agent addresses (default: $GPUPOOL_SERVERS or pool file)");
   GP_PARSE_ARGS(app, argc, argv, 2);
 
   PoolOptions options;
-  options.servers = SplitList(servers, ',');
+  if (Status s = tools::ServersFlag(servers_flag, servers, &options.servers); !s.ok()) {
+    PrintError("gp-ls: {}\n", s.message());
+    return 2;
+  }
   auto pool = Pool::Connect(options);
   if (!pool.ok()) {
-    fmt::print(stderr, "gp-ls: {}\n", pool.status().message());
+    PrintError("gp-ls: {}\n", pool.status().message());
     return 2;
   }
   PoolState state = pool->State();
-  if (json) fmt::print("{}\n", PoolStateJson(state, {leases, false}));
+  if (json) Print("{}\n", PoolStateJson(state, {leases, false}));
   else PrintText(state, leases);
   if (state.servers_up() == 0) {
-    if (json) fmt::print(stderr, "gp-ls: no server answered\n");
+    if (json) PrintError("gp-ls: no server answered\n");
     return 1;
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return gpupool::tools::RunTool([&] { return ToolMain(argc, argv); });
 }

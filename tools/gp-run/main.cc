@@ -3,9 +3,11 @@
 // Exit status: the command's, or 128+N when signal N killed it; 125 when gp-run itself fails (bad options, no
 // capacity), 126 when the command cannot be executed, 127 when it is not found.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
 
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -13,12 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "output.h"
 #include "parse_args.h"
 #include "request_args.h"
 
 #include "client/local_agent.h"
 #include "core/log.h"
 #include "gpupool/gpupool.h"
+
+using gpupool::tools::PrintError;
 
 extern char** environ;
 
@@ -59,10 +64,10 @@ void OnHealthTimer(uv_timer_t* timer) {
   auto* sup = static_cast<Supervisor*>(timer->data);
   gpupool::Status health = sup->lease->Health();
   if (!health.ok() && !sup->lease_warned) {
-    fmt::print(stderr, "gp-run: warning: lease {} is in trouble: {}\n", sup->lease->id(), health.ToString());
+    PrintError("gp-run: warning: lease {} is in trouble: {}\n", sup->lease->id(), health.ToString());
     sup->lease_warned = true;
   } else if (health.ok() && sup->lease_warned) {
-    fmt::print(stderr, "gp-run: lease {} renewed again\n", sup->lease->id());
+    PrintError("gp-run: lease {} renewed again\n", sup->lease->id());
     sup->lease_warned = false;
   }
 }
@@ -80,25 +85,68 @@ std::string InterposerDirectory() {
   return "";
 }
 
+// Whether `command` can be executed as uv_spawn (execvp) will look for it, through $PATH when it has no '/': 0 if so,
+// else kExitNotFound or kExitCannotExecute with `why` in a user's words.
+int CheckCommand(const std::string& command, std::string* why) {
+  auto check = [why](const std::string& path) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+      *why = errno == ENOENT || errno == ENOTDIR ? "no such file" : std::strerror(errno);
+      return errno == ENOENT || errno == ENOTDIR ? kExitNotFound : kExitCannotExecute;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      *why = "it is a directory";
+      return kExitCannotExecute;
+    }
+    if (access(path.c_str(), X_OK) != 0) {
+      *why = "permission denied (not executable)";
+      return kExitCannotExecute;
+    }
+    return 0;
+  };
+  if (command.find('/') != std::string::npos) return check(command);
+  const char* path_env = std::getenv("PATH");
+  std::string path = path_env && *path_env ? path_env : "/usr/local/bin:/usr/bin:/bin";
+  int status = kExitNotFound;
+  std::string first_why;
+  for (size_t pos = 0; pos <= path.size();) {
+    size_t colon = path.find(':', pos);
+    if (colon == std::string::npos) colon = path.size();
+    std::string dir = colon > pos ? path.substr(pos, colon - pos) : ".";
+    pos = colon + 1;
+    int found = check(dir + "/" + command);
+    if (found == 0) return 0;
+    // As execvp: a file found but not executable is what is reported, unless an executable one comes later.
+    if (found == kExitCannotExecute && status == kExitNotFound) {
+      status = kExitCannotExecute;
+      first_why = dir + "/" + command + ": " + *why;
+    }
+  }
+  *why = status == kExitNotFound ? "command not found in $PATH" : first_why;
+  return status;
+}
+
 }  // namespace
 
-int main(int argc, char** argv) {
+int ToolMain(int argc, char** argv) {
   using namespace gpupool;
   log::SetProgramName("gp-run");
 
   CLI::App app{"gp-run: run a command on GPU slices from the pool; they return to the pool when it exits\n"
                "usage: gp-run [-n N] [-p FRACTION | -m SIZE] [--class TAG] [--same-server] [--wait DURATION] -- CMD..."};
   tools::RequestArgs request_args;
-  bool verbose = false;
+  bool verbose = false, quiet = false;
   std::vector<std::string> command;
   request_args.Add(app);
-  app.add_flag("-v,--verbose", verbose, "say what was allocated and released");
+  auto* verbose_flag = app.add_flag("-v,--verbose", verbose, "say what was allocated and released");
+  app.add_flag("-q,--quiet", quiet, "no line saying where the command runs when no pool is configured")
+      ->excludes(verbose_flag);
   app.add_option("command", command, "the command to run, after --")->required();
   GP_PARSE_ARGS(app, argc, argv, kExitFailure);
   if (verbose) log::SetDefaultLevel(log::Level::kInfo);
 
   auto fail = [](const std::string& message) {
-    fmt::print(stderr, "gp-run: {}\n", message);
+    PrintError("gp-run: {}\n", message);
     return kExitFailure;
   };
   Request request;
@@ -108,8 +156,14 @@ int main(int argc, char** argv) {
   for (const auto& c : command) label += (label.empty() ? "" : " ") + c;
   request.label = label.size() > 120 ? label.substr(0, 117) + "..." : label;
   if (Status s = ValidateRequest(request); !s.ok()) return fail(s.message());
+  // Before anything is allocated: a command that cannot run would only hold slices others wait for.
+  if (std::string why; int status = CheckCommand(command[0], &why)) {
+    PrintError("gp-run: cannot run '{}': {} (nothing was allocated)\n", command[0], why);
+    return status;
+  }
 
-  // No pool configured at all: a private agent for this command (local GPUs, else one emulated device).
+  // No pool configured at all: a private agent for this command (local GPUs, else one emulated device). An explicit
+  // but empty configuration is an error (ResolveServers says which), never a reason to run here instead.
   std::unique_ptr<LocalAgent> local_agent;
   if (options.servers.empty()) {
     auto resolved = ResolveServers(options);
@@ -118,7 +172,10 @@ int main(int argc, char** argv) {
       if (!started.ok()) return fail(started.status().message());
       local_agent = std::move(started).value();
       options.servers = {local_agent->address()};
-      if (verbose) fmt::print(stderr, "gp-run: no pool configured; started a private agent at {}\n", local_agent->address());
+      if (!quiet) {
+        PrintError("gp-run: no pool configured, so a private gp-agent{} runs the command on {}; -q hides this line\n",
+                   verbose ? " at " + local_agent->address() : "", local_agent->Devices());
+      }
     }
   }
   auto pool = Pool::Connect(options);
@@ -130,7 +187,7 @@ int main(int argc, char** argv) {
   }
   if (verbose) {
     for (const Slice& s : lease->slices()) {
-      fmt::print(stderr, "gp-run: lease {}: {} GPU {} ({}), {}, {:.0f}% compute\n", lease->id(), s.server_name,
+      PrintError("gp-run: lease {}: {} GPU {} ({}), {}, {:.0f}% compute\n", lease->id(), s.server_name,
                  s.device, s.model, FormatMemorySize(s.memory_bytes), s.compute_share * 100);
     }
   }
@@ -154,8 +211,8 @@ int main(int argc, char** argv) {
     }
     env_storage.push_back("LD_LIBRARY_PATH=" + path);
   } else {
-    fmt::print(stderr, "gp-run: warning: gpupool's libcuda.so.1 was not found (set GPUPOOL_INTERPOSER_DIR); "
-                       "the command's CUDA calls will not reach the lease\n");
+    PrintError("gp-run: warning: gpupool's libcuda.so.1 was not found (set GPUPOOL_INTERPOSER_DIR); "
+               "the command's CUDA calls will not reach the lease\n");
   }
   std::vector<char*> env;
   for (auto& e : env_storage) env.push_back(e.data());
@@ -188,11 +245,11 @@ int main(int argc, char** argv) {
     uv_signal_start(&sup.signals[i], OnSignal, kForwarded[i]);
   }
   if (int rc = uv_spawn(sup.loop, &sup.child, &opts); rc != 0) {
-    fmt::print(stderr, "gp-run: cannot run '{}': {}\n", command[0], uv_strerror(rc));
+    PrintError("gp-run: cannot run '{}': {}\n", command[0], uv_strerror(rc));
     for (auto& s : sup.signals) uv_close(reinterpret_cast<uv_handle_t*>(&s), nullptr);
     uv_run(sup.loop, UV_RUN_DEFAULT);
     Status released = lease->Release();
-    if (!released.ok()) fmt::print(stderr, "gp-run: {}\n", released.message());
+    if (!released.ok()) PrintError("gp-run: {}\n", released.message());
     return rc == UV_ENOENT ? kExitNotFound : kExitCannotExecute;
   }
   uv_timer_init(sup.loop, &sup.health_timer);
@@ -202,8 +259,12 @@ int main(int argc, char** argv) {
   uv_loop_close(sup.loop);
 
   Status released = lease->Release();
-  if (!released.ok()) fmt::print(stderr, "gp-run: warning: {}\n", released.message());
-  else if (verbose) fmt::print(stderr, "gp-run: lease released\n");
+  if (!released.ok()) PrintError("gp-run: warning: {}\n", released.message());
+  else if (verbose) PrintError("gp-run: lease released\n");
   if (sup.term_signal != 0) return 128 + sup.term_signal;
   return static_cast<int>(sup.exit_status);
+}
+
+int main(int argc, char** argv) {
+  return gpupool::tools::RunTool([&] { return ToolMain(argc, argv); });
 }

@@ -19,13 +19,18 @@
 #include <mutex>
 #include <thread>
 
+#include "output.h"
 #include "parse_args.h"
+#include "request_args.h"
 
 #include "client/state_json.h"
 #include "client/top_view.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "gpupool/gpupool.h"
+
+using gpupool::tools::Print;
+using gpupool::tools::PrintError;
 
 namespace {
 
@@ -138,7 +143,7 @@ void Draw(const std::vector<top::Line>& lines, bool colour) {
 // The full-screen view until q. Returns the exit status.
 int Interactive(Pool& pool, std::chrono::milliseconds interval) {
   if (!initscr()) {
-    fmt::print(stderr, "gp-top: cannot start the terminal view (TERM={})\n", std::getenv("TERM") ? std::getenv("TERM") : "");
+    PrintError("gp-top: cannot start the terminal view (TERM={})\n", std::getenv("TERM") ? std::getenv("TERM") : "");
     return 2;
   }
   cbreak();
@@ -214,7 +219,7 @@ int Interactive(Pool& pool, std::chrono::milliseconds interval) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int ToolMain(int argc, char** argv) {
   log::SetProgramName("gp-top");
   CLI::App app{"gp-top: the pool live: GPUs' memory and utilisation, leases and what they do"};
   bool json = false, once = false;
@@ -226,21 +231,25 @@ int main(int argc, char** argv) {
   app.add_option("--history", history_s, "with --json: also each GPU's and lease's last SECONDS of samples (max 600)")
       ->check(CLI::Range(0, 600));
   app.add_option("--interval", interval_s, "seconds between refreshes (default 1)")->check(CLI::Range(0.2, 3600.0));
-  app.add_option("--servers", servers, "comma-separated agent addresses (default: $GPUPOOL_SERVERS or pool file)");
+  auto* servers_flag =
+      app.add_option("--servers", servers, "comma-separated agent addresses (default: $GPUPOOL_SERVERS or pool file)");
   GP_PARSE_ARGS(app, argc, argv, 2);
 
   PoolOptions options;
-  options.servers = SplitList(servers, ',');
+  if (Status s = tools::ServersFlag(servers_flag, servers, &options.servers); !s.ok()) {
+    PrintError("gp-top: {}\n", s.message());
+    return 2;
+  }
   auto pool = Pool::Connect(options);
   if (!pool.ok()) {
-    fmt::print(stderr, "gp-top: {}\n", pool.status().message());
+    PrintError("gp-top: {}\n", pool.status().message());
     return 2;
   }
   auto interval = std::chrono::milliseconds(static_cast<int64_t>(interval_s * 1000));
   if (json) {
     PoolState state = pool->State(std::chrono::seconds(history_s));
-    fmt::print("{}\n", PoolStateJson(state, {true, history_s > 0}));
-    if (state.servers_up() == 0) fmt::print(stderr, "gp-top: no server answered\n");
+    Print("{}\n", PoolStateJson(state, {true, history_s > 0}));
+    if (state.servers_up() == 0) PrintError("gp-top: no server answered\n");
     return state.servers_up() == 0 ? 1 : 0;
   }
   if (once || !isatty(STDOUT_FILENO) || !isatty(STDIN_FILENO)) {
@@ -250,12 +259,16 @@ int main(int argc, char** argv) {
       PoolState state = pool->State(kViewHistory);
       top::ViewSettings view;
       view.clock = LocalClock();
-      fmt::print("{}", top::ToText(top::RenderTop(state, view, TextWidth(), 0), colour));
-      std::fflush(stdout);
+      Print("{}", top::ToText(top::RenderTop(state, view, TextWidth(), 0), colour));
+      gpupool::tools::Flush();  // Each screen as it is drawn; a reader that went away ends the loop.
       if (once) return state.servers_up() == 0 ? 1 : 0;
-      fmt::print("\n");
+      Print("\n");
       std::this_thread::sleep_for(interval);
     }
   }
   return Interactive(*pool, interval);
+}
+
+int main(int argc, char** argv) {
+  return gpupool::tools::RunTool([&] { return ToolMain(argc, argv); });
 }

@@ -80,7 +80,7 @@ std::map<int, int> Attributes(const emu::DeviceProperties& p, int pci_bus) {
       {CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED, 0},
       {CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO, 32},
       {CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, 0},
-      {CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, 0},
+      {CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, p.reserved_shared_memory_per_block},
       {CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED, 0},
   };
 }
@@ -181,6 +181,7 @@ class EmuBackend final : public DeviceBackend {
       info->params.push_back({static_cast<uint32_t>(p.offset), static_cast<uint32_t>(p.size)});
     }
     device_->Attributes(fn, &info->shared_bytes, &info->local_bytes, &info->num_regs);
+    info->ptx_version = emu::Device::PtxVersion(fn);
     return CallStatus::Ok();
   }
 

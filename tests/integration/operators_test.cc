@@ -1,0 +1,440 @@
+// What an operator must be able to trust (issue 41): an agent never takes a live agent's Unix socket, the tools end
+// quietly when their reader goes away (and gp-run keeps its program), an explicit but empty pool is an error, and
+// administration refusals say what was refused and how to be allowed. Real agents and tools, real pipes.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "integration/helpers.h"
+
+namespace gpupool::testing {
+namespace {
+
+using std::chrono::seconds;
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0;
+}
+
+bool IsSocket(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+// Whether an agent answers at `address`.
+bool Answers(const std::string& address) {
+  PoolState state = Connect({address}).State();
+  return state.servers.size() == 1 && state.servers[0].up;
+}
+
+// A socket file nobody listens on: what a SIGKILLed agent leaves.
+void LeaveDeadSocket(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << std::strerror(errno);
+  close(fd);
+  ASSERT_TRUE(IsSocket(path));
+}
+
+std::vector<std::string> AgentArgs(const std::string& listen, const std::string& name) {
+  return {ToolPath("gp-agent"), "--no-nvml", "--emu", "1", "--emu-memory", "1GiB", "--listen", listen, "--name", name};
+}
+
+TEST(OperatorsTrust, AnAgentRefusesALiveAgentsUnixSocket) {
+  TempDir dir;
+  const std::string path = dir.path() + "/agent.sock";
+  Agent first(AgentOptions{.name = "first", .emulated = 1, .emulated_memory = "1GiB", .listen = "unix:" + path});
+  ASSERT_TRUE(Answers(first.address()));
+
+  Process second(AgentArgs("unix:" + path, "second"));
+  ASSERT_EQ(second.Wait(seconds(20)), 1) << "a second agent took the path of a live one: " << second.Stderr();
+  const std::string err = second.Stderr();
+  EXPECT_NE(err.find("unix:" + path + " is in use"), std::string::npos) << err;
+  EXPECT_NE(err.find("(pid " + std::to_string(first.process().pid()) + ")"), std::string::npos) << err;
+  EXPECT_NE(err.find("Stop it first"), std::string::npos) << err;
+  // The first agent and its socket are untouched, also after the second has exited.
+  EXPECT_TRUE(IsSocket(path));
+  EXPECT_TRUE(Answers(first.address()));
+  EXPECT_EQ(Connect({first.address()}).State().servers[0].name, "first");
+}
+
+TEST(OperatorsTrust, AnAgentReplacesADeadSocketButNoOtherFile) {
+  TempDir dir;
+  const std::string path = dir.path() + "/agent.sock";
+  LeaveDeadSocket(path);
+  {
+    Agent agent(AgentOptions{.name = "after-crash", .emulated = 1, .emulated_memory = "1GiB", .listen = "unix:" + path});
+    EXPECT_TRUE(Answers(agent.address()));
+  }
+
+  // A regular file is somebody's data: it stays, and the agent says what is there.
+  const std::string file = dir.Write("notes.txt", "precious\n");
+  RunResult on_file = RunCommand(AgentArgs("unix:" + file, "file"), {}, seconds(20));
+  EXPECT_EQ(on_file.code, 1) << on_file.err;
+  EXPECT_NE(on_file.err.find("unix:" + file + " is a regular file, not a socket"), std::string::npos) << on_file.err;
+  std::ifstream kept(file);
+  std::string content;
+  std::getline(kept, content);
+  EXPECT_EQ(content, "precious");
+
+  RunResult no_path = RunCommand(AgentArgs("unix:", "nowhere"), {}, seconds(20));
+  EXPECT_EQ(no_path.code, 1) << no_path.err;
+  EXPECT_NE(no_path.err.find("unix: names no socket path"), std::string::npos) << no_path.err;
+
+  const std::string sub = dir.path() + "/sub";
+  ASSERT_EQ(mkdir(sub.c_str(), 0700), 0);
+  RunResult on_dir = RunCommand(AgentArgs("unix:" + sub, "dir"), {}, seconds(20));
+  EXPECT_EQ(on_dir.code, 1) << on_dir.err;
+  EXPECT_NE(on_dir.err.find("unix:" + sub + " is a directory"), std::string::npos) << on_dir.err;
+  EXPECT_NE(on_dir.err.find("unix:" + sub + "/agent.sock"), std::string::npos) << on_dir.err;
+}
+
+TEST(OperatorsTrust, AnAgentRemovesOnExitOnlyTheSocketItBound) {
+  TempDir dir;
+  const std::string path = dir.path() + "/agent.sock";
+  Agent first(AgentOptions{.name = "first", .emulated = 1, .emulated_memory = "1GiB", .listen = "unix:" + path});
+  // Somebody removed the first agent's socket file, and a second agent now serves at the path.
+  ASSERT_EQ(unlink(path.c_str()), 0);
+  Agent second(AgentOptions{.name = "second", .emulated = 1, .emulated_memory = "1GiB", .listen = "unix:" + path});
+  ASSERT_TRUE(Answers(second.address()));
+  first.process().Signal(SIGTERM);
+  ASSERT_EQ(first.process().Wait(seconds(20)), 0) << first.process().Stderr();
+  // The first agent's exit left the second agent's socket where it was.
+  EXPECT_TRUE(IsSocket(path));
+  EXPECT_TRUE(Answers(second.address()));
+  second.process().Signal(SIGTERM);
+  ASSERT_EQ(second.process().Wait(seconds(20)), 0) << second.process().Stderr();
+  EXPECT_FALSE(Exists(path)) << "an agent removes its own socket on exit";
+}
+
+// A tool run with stdout and/or stderr on a pipe whose reader has gone: exit code (128+signal) and whatever it wrote
+// on stderr when stderr is kept.
+struct ClosedRun {
+  int code = -1;
+  std::string err;
+};
+
+ClosedRun RunWithClosedOutput(const std::vector<std::string>& argv, bool close_stdout, bool close_stderr,
+                              std::vector<std::string> env = {}) {
+  int gone[2];
+  EXPECT_EQ(pipe(gone), 0);
+  close(gone[0]);  // Nobody will ever read: every write fails with EPIPE (or SIGPIPE).
+  char err_path[] = "/tmp/gpupool-test-closed-XXXXXX";
+  int err_fd = mkstemp(err_path);
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGPIPE, SIG_DFL);  // As from a shell, whatever the test runner does.
+    dup2(close_stdout ? gone[1] : open("/dev/null", O_WRONLY), 1);
+    dup2(close_stderr ? gone[1] : err_fd, 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(gone[1]);
+  close(err_fd);
+  ClosedRun r;
+  int status = 0;
+  auto deadline = std::chrono::steady_clock::now() + seconds(60);
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      r.err = "TIMEOUT\n";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::stringstream text;
+  text << std::ifstream(err_path).rdbuf();
+  r.err += text.str();
+  unlink(err_path);
+  return r;
+}
+
+TEST(OperatorsTrust, ToolsEndQuietlyWhenTheirReaderIsGone) {
+  // Enough GPUs that every listing is longer than a pipe's buffer and stdio's.
+  Agent agent(AgentOptions{.name = "big", .emulated = 300, .emulated_memory = "1GiB"});
+  const std::string server = agent.address();
+  const std::vector<std::vector<std::string>> tools = {
+      {ToolPath("gp-ls"), "--servers", server},
+      {ToolPath("gp-ls"), "--json", "--leases", "--servers", server},
+      {ToolPath("gp-top"), "--json", "--servers", server},
+      {ToolPath("gp-top"), "--once", "--servers", server},
+      {ToolPath("gp-agent"), "ctl", "--server", server, "list"},
+      {ToolPath("gp-bench"), "latency", "--servers", server},  // Short output, which stdio holds until exit.
+  };
+  for (const auto& argv : tools) {
+    ClosedRun r = RunWithClosedOutput(argv, true, false);
+    // As `yes | head`: ended by SIGPIPE, and nothing said about it.
+    EXPECT_EQ(r.code, 128 + SIGPIPE) << argv[0] << " " << argv[1] << ": " << r.err;
+    EXPECT_EQ(r.err, "") << argv[0] << " " << argv[1];
+  }
+  // Stdout and stderr both gone, as `gp-ls |& head -c1`: the same quiet end.
+  ClosedRun both = RunWithClosedOutput({ToolPath("gp-ls"), "--servers", server}, true, true);
+  EXPECT_EQ(both.code, 128 + SIGPIPE);
+  // gp-top as `top -b`, a screen every interval: its reader's end ends it.
+  ClosedRun loop = RunWithClosedOutput({ToolPath("gp-top"), "--interval", "0.2", "--servers", server}, true, false);
+  EXPECT_EQ(loop.code, 128 + SIGPIPE) << loop.err;
+  ExpectAllFree(Connect({server}).State());
+}
+
+TEST(OperatorsTrust, GpRunKeepsItsProgramAndLeaseWhenItsOutputIsGone) {
+  Agent agent(AgentOptions{.name = "keep", .emulated = 1, .emulated_memory = "1GiB"});
+  TempDir dir;
+  const std::string mark = dir.path() + "/finished";
+  // -v: gp-run writes on stderr as it allocates, while the program runs (its lease is renewed meanwhile) and after.
+  ClosedRun r = RunWithClosedOutput({ToolPath("gp-run"), "-v", "--servers", agent.address(), "--", "/bin/sh", "-c",
+                                     "sleep 2; echo done > " + mark + "; exit 3"},
+                                    true, true, {"GPUPOOL_LOG=debug"});
+  EXPECT_EQ(r.code, 3) << "gp-run did not wait for its program and return its status";
+  EXPECT_TRUE(Exists(mark)) << "the program did not run to its end";
+  ExpectAllFree(Connect({agent.address()}).State());
+}
+
+TEST(OperatorsTrust, GpLeaseHoldsAndReleasesWhenItsStderrIsGone) {
+  Agent agent(AgentOptions{.name = "hold", .emulated = 1, .emulated_memory = "1GiB"});
+  int out[2], gone[2];
+  ASSERT_EQ(pipe(out), 0);
+  ASSERT_EQ(pipe(gone), 0);
+  close(gone[0]);
+  const std::vector<std::string> argv = {ToolPath("gp-lease"), "hold", "-v", "--servers", agent.address()};
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGPIPE, SIG_DFL);
+    dup2(out[1], 1);
+    dup2(gone[1], 2);  // -v: it logs what it holds, and what it releases, on a stderr nobody reads.
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(out[1]);
+  close(gone[1]);
+  std::string token;
+  char c;
+  while (read(out[0], &c, 1) == 1 && c != '\n') token += c;
+  close(out[0]);
+  EXPECT_EQ(token.rfind("gpl1:", 0), 0u) << token;
+  EXPECT_EQ(LeaseCount(Connect({agent.address()}).State()), 1u);
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  ExpectAllFree(Connect({agent.address()}).State());
+}
+
+// No pool from the caller's environment or home directory: unset, which is not the same as set but empty.
+std::vector<std::string> NoPool(const TempDir& home) {
+  return {"GPUPOOL_SERVERS", "GPUPOOL_POOL", "HOME=" + home.path()};
+}
+
+TEST(OperatorsTrust, AnExplicitButEmptyPoolIsAnErrorNotAPrivateAgent) {
+  TempDir home;
+  const std::string no_servers = home.Write("empty.toml", "# a pool file that names no server\n");
+  struct Case {
+    std::vector<std::string> env, flags;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"GPUPOOL_SERVERS=", "GPUPOOL_POOL"}, {}, "GPUPOOL_SERVERS is set but empty"},
+      {{"GPUPOOL_SERVERS", "GPUPOOL_POOL="}, {}, "GPUPOOL_POOL is set but empty"},
+      {{"GPUPOOL_SERVERS", "GPUPOOL_POOL=" + no_servers}, {}, no_servers + " names no servers"},
+      {{"GPUPOOL_SERVERS", "GPUPOOL_POOL"}, {"--servers", ""}, "--servers names no servers"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> env = c.env;
+    env.push_back("HOME=" + home.path());
+    std::vector<std::string> argv = {ToolPath("gp-run")};
+    argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+    argv.insert(argv.end(), {"--", "/bin/echo", "ran"});
+    RunResult run = RunCommand(argv, env);
+    EXPECT_EQ(run.code, 125) << c.says << ": " << run.err;
+    EXPECT_EQ(run.out, "") << c.says << ": the command ran on a private agent";
+    EXPECT_NE(run.err.find("gp-run: " + c.says), std::string::npos) << run.err;
+    for (const char* tool : {"gp-ls", "gp-top", "gp-bench"}) {
+      std::vector<std::string> tool_argv = {ToolPath(tool)};
+      if (std::string(tool) == "gp-top") tool_argv.push_back("--json");
+      tool_argv.insert(tool_argv.end(), c.flags.begin(), c.flags.end());
+      RunResult r = RunCommand(tool_argv, env);
+      EXPECT_EQ(r.code, 2) << tool << ", " << c.says << ": " << r.out << r.err;
+      EXPECT_NE(r.err.find(std::string(tool) + ": " + c.says), std::string::npos) << tool << ": " << r.err;
+    }
+  }
+}
+
+TEST(OperatorsTrust, APrivateAgentSaysWhereTheCommandRuns) {
+  TempDir home;
+  RunResult r = RunCommand({ToolPath("gp-run"), "--", "/bin/echo", "ran"}, NoPool(home));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "ran\n");
+  EXPECT_EQ(r.err.rfind("gp-run: no pool configured, so a private gp-agent runs the command on ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line:\n" << r.err;
+  RunResult quiet = RunCommand({ToolPath("gp-run"), "-q", "--", "/bin/echo", "ran"}, NoPool(home));
+  ASSERT_EQ(quiet.code, 0) << quiet.err;
+  EXPECT_EQ(quiet.out, "ran\n");
+  EXPECT_EQ(quiet.err, "");
+}
+
+// The Unix socket directory of the private agent that gp-run `pid` started ("" if none is found).
+std::string PrivateAgentDirectory(pid_t gp_run) {
+  DIR* proc = opendir("/proc");
+  std::string found;
+  while (dirent* e = proc ? readdir(proc) : nullptr) {
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string pid, comm, state;
+    pid_t ppid = 0;
+    if (!(stat >> pid >> comm >> state >> ppid) || ppid != gp_run) continue;
+    std::ifstream cmdline(std::string("/proc/") + e->d_name + "/cmdline");
+    for (std::string arg; std::getline(cmdline, arg, '\0');) {
+      if (arg.rfind("unix:", 0) == 0) found = arg.substr(5, arg.rfind('/') - 5);
+    }
+  }
+  if (proc) closedir(proc);
+  return found;
+}
+
+TEST(OperatorsTrust, AKilledGpRunLeavesNoPrivateAgentDirectory) {
+  TempDir home;
+  Process run({ToolPath("gp-run"), "--", "/bin/sh", "-c", "echo ready; exec sleep 30"}, NoPool(home));
+  ASSERT_EQ(run.ReadLine(seconds(20)), "ready") << run.Stderr();
+  const std::string dir = PrivateAgentDirectory(run.pid());
+  ASSERT_EQ(dir.rfind("/tmp/gpupool-local-", 0), 0u) << "no private agent found under gp-run " << run.pid();
+  ASSERT_TRUE(Exists(dir));
+  kill(run.pid(), SIGKILL);  // gp-run alone: nothing of it runs its destructors.
+  EXPECT_TRUE(Eventually([&] { return !Exists(dir); }, seconds(15))) << dir << " is left behind";
+}
+
+TEST(OperatorsTrust, GpRunChecksTheCommandBeforeAllocating) {
+  // No agent answers there: a command gp-run cannot run is reported before it asks the pool for anything.
+  const std::vector<std::string> gp_run = {ToolPath("gp-run"), "--servers", "127.0.0.1:1", "--"};
+  TempDir dir;
+  const std::string not_executable = dir.Write("script.sh", "#!/bin/sh\necho hi\n");
+  chmod(not_executable.c_str(), 0644);
+  struct Case {
+    std::string command;
+    int code;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{{"/nonexistent/program", 127, "no such file"},
+                                         {"gpupool-no-such-command", 127, "command not found in $PATH"},
+                                         {dir.path(), 126, "it is a directory"},
+                                         {not_executable, 126, "permission denied (not executable)"}}) {
+    std::vector<std::string> argv = gp_run;
+    argv.push_back(c.command);
+    RunResult r = RunCommand(argv);
+    EXPECT_EQ(r.code, c.code) << c.command << ": " << r.err;
+    EXPECT_NE(r.err.find("gp-run: cannot run '" + c.command + "': " + c.says), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("nothing was allocated"), std::string::npos) << r.err;
+  }
+}
+
+TEST(OperatorsTrust, ADirectoryIsNoConfigurationFile) {
+  TempDir dir;
+  RunResult agent = RunCommand({ToolPath("gp-agent"), "--config", dir.path(), "--no-nvml", "--emu", "1", "--listen",
+                                "127.0.0.1:0"},
+                               {}, seconds(20));
+  EXPECT_EQ(agent.code, 2) << agent.out << agent.err;
+  EXPECT_NE(agent.err.find(dir.path() + " is a directory; name the TOML file itself"), std::string::npos) << agent.err;
+  RunResult run = RunCommand({ToolPath("gp-run"), "--", "/bin/echo", "ran"},
+                             {"GPUPOOL_SERVERS", "GPUPOOL_POOL=" + dir.path()});
+  EXPECT_EQ(run.code, 125) << run.err;
+  EXPECT_NE(run.err.find(dir.path() + " is a directory"), std::string::npos) << run.err;
+}
+
+TEST(OperatorsTrust, TheReadmesAgentTomlStartsAsWritten) {
+  std::ifstream readme(std::string(GPUPOOL_SOURCE_DIR) + "/README.md");
+  std::stringstream text;
+  text << readme.rdbuf();
+  const std::string all = text.str();
+  size_t section = all.find("### agent.toml");
+  ASSERT_NE(section, std::string::npos);
+  size_t begin = all.find("```toml\n", section);
+  ASSERT_NE(begin, std::string::npos);
+  begin += 8;
+  size_t end = all.find("\n```", begin);
+  ASSERT_NE(end, std::string::npos);
+  TempDir dir;
+  const std::string config = dir.Write("agent.toml", all.substr(begin, end - begin + 1));
+  // Its addresses moved to free loopback ports (tests run side by side), and no physical GPU looked for.
+  Process agent({ToolPath("gp-agent"), "--config", config, "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
+                 "--no-nvml"});
+  std::string line = agent.ReadLine(seconds(30));
+  EXPECT_NE(line.find("gp-agent gpu-a listening on 127.0.0.1:"), std::string::npos) << line << agent.Stderr();
+  EXPECT_NE(line.find("with 8 device(s) (8 emulated)"), std::string::npos) << line;
+}
+
+// `gp-agent ctl` against `server`, with `token` in GPUPOOL_TOKEN ("": none).
+RunResult Ctl(const std::string& server, const std::string& token, std::vector<std::string> verb,
+              const TempDir& home) {
+  std::vector<std::string> argv = {ToolPath("gp-agent"), "ctl", "--server", server};
+  argv.insert(argv.end(), verb.begin(), verb.end());
+  return RunCommand(argv, {"HOME=" + home.path(), token.empty() ? "GPUPOOL_TOKEN" : "GPUPOOL_TOKEN=" + token});
+}
+
+TEST(OperatorsTrust, AdministrationRefusalsSayWhatWasRefusedAndHowToBeAllowed) {
+  TempDir dir;
+  const std::string alice = "alice-token-0123456789", root = "root-token-0123456789";
+  std::string tokens = dir.Write("tokens.toml", "[tokens]\nalice = \"" + alice + "\"\nroot = \"" + root + "\"\n");
+  chmod(tokens.c_str(), 0600);
+  Agent agent(AgentOptions{.name = "ops", .emulated = 2, .emulated_memory = "1GiB", .extra_args = {"--tokens", tokens}});
+  const std::string server = agent.address();
+
+  // Over TCP without a token, even root on this host: refused, naming the verb, and saying how to be allowed.
+  RunResult none = Ctl(server, "", {"uncordon", "0"}, dir);
+  EXPECT_EQ(none.code, 1);
+  EXPECT_EQ(none.err.rfind("gp-agent ctl uncordon: ", 0), 0u) << none.err;
+  EXPECT_NE(none.err.find("uncordon refused: over TCP an administrator proves who they are with a token, root "
+                          "included"),
+            std::string::npos)
+      << none.err;
+  EXPECT_NE(none.err.find("Unix socket"), std::string::npos) << none.err;
+  EXPECT_NE(none.err.find("GPUPOOL_TOKEN"), std::string::npos) << none.err;
+  RunResult drain = Ctl(server, "", {"drain"}, dir);
+  EXPECT_EQ(drain.code, 1);
+  EXPECT_EQ(drain.err.rfind("gp-agent ctl drain: ", 0), 0u) << drain.err;
+
+  // A user the token proves, who is no administrator.
+  RunResult not_admin = Ctl(server, alice, {"revoke", "L1"}, dir);
+  EXPECT_EQ(not_admin.code, 1);
+  EXPECT_NE(not_admin.err.find("revoke refused: it is for agent ops's administrators"), std::string::npos)
+      << not_admin.err;
+  EXPECT_NE(not_admin.err.find("alice is not one: ask for alice to be added to [auth] admins"), std::string::npos)
+      << not_admin.err;
+  EXPECT_FALSE(Connect({server}).State().servers[0].devices[0].cordoned);
+
+  // Root's token: allowed over TCP.
+  RunResult allowed = Ctl(server, root, {"cordon", "0"}, dir);
+  EXPECT_EQ(allowed.code, 0) << allowed.err;
+  EXPECT_TRUE(Connect({server}).State().servers[0].devices[0].cordoned);
+  EXPECT_EQ(Ctl(server, root, {"uncordon", "0"}, dir).code, 0);
+
+  // A verb ctl does not know is named, with the ones it knows.
+  RunResult bogus = Ctl(server, root, {"uncordonn"}, dir);
+  EXPECT_EQ(bogus.code, 2);
+  EXPECT_NE(bogus.err.find("gp-agent ctl: unknown command 'uncordonn'; the commands are cordon, uncordon, drain, "
+                           "revoke and list"),
+            std::string::npos)
+      << bogus.err;
+}
+
+}  // namespace
+}  // namespace gpupool::testing
