@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "emu/program.h"
+#include "emu/ptx_link.h"
 
 namespace gpupool::emu::internal {
 namespace {
@@ -171,10 +172,32 @@ class FunctionCompiler {
     ret.line = f_.body.empty() ? f_.line : f_.body.back().line;
     out_.code.push_back(ret);
     out_.num_regs = static_cast<uint32_t>(out_.reg_bytes.size());
+    ReadLaunchBounds();
     return EmuStatus::Ok();
   }
 
  private:
+  // The launch bounds among the function's performance directives. Values a GPU's compiler would reject (zero,
+  // negative) bound nothing; products saturate.
+  void ReadLaunchBounds() {
+    auto product = [&](const char* directive) -> uint32_t {
+      auto it = f_.directives.find(directive);
+      if (it == f_.directives.end() || it->second.empty()) return 0;
+      uint64_t p = 1;
+      for (int64_t v : it->second) {
+        if (v <= 0) return 0;
+        p = std::min<uint64_t>(p * std::min<uint64_t>(static_cast<uint64_t>(v), UINT32_MAX), UINT32_MAX);
+      }
+      return static_cast<uint32_t>(p);
+    };
+    out_.bound_threads = product("maxntid");
+    if (uint32_t required = product("reqntid"); required != 0) {
+      out_.bound_threads = out_.bound_threads == 0 ? required : std::min(out_.bound_threads, required);
+    }
+    out_.bound_blocks_per_sm = product("minnctapersm");
+    out_.bound_registers = product("maxnreg");
+  }
+
   uint32_t AddReg(const std::string& name, int bytes) {
     auto it = regs_.find(name);
     if (it != regs_.end()) return it->second;
@@ -1566,6 +1589,11 @@ EmuResult<Program> ModuleCompiler::Run() {
       }
       if (in.op != Op::kCall || in.target < 0) continue;
       const Function& callee = prog_.functions[static_cast<size_t>(in.target)];
+      // A device-side launch, whether libcudadevrt's PTX was linked in or not, is refused here: declared, it would
+      // fail only when reached; defined, it would launch nothing.
+      if (IsDeviceLaunchFunction(callee.name) && !IsDeviceLaunchFunction(f.name)) {
+        return EmuStatus(Code::kNotSupported, DeviceLaunchRefusal(f.name, callee.name));
+      }
       if (!callee.defined && callee.native == Native::kNone) {
         // Kernels that never reach the call still run, as on a GPU; one that does fails naming the function.
         prog_.functions[static_cast<size_t>(in.target)].native = Native::kUndefined;

@@ -1039,16 +1039,42 @@ EmuStatus Device::GetGlobal(Module* module, const std::string& name, uint64_t* d
 const std::vector<ParamInfo>& Device::Params(const Function* function) { return function->params; }
 const std::string& Device::Name(const Function* function) { return function->name; }
 
+namespace {
+
+// Registers per thread that let `blocks` blocks of `threads` threads share `register_file` registers, allocated
+// per warp in units of 256 as GPUs of compute capability 5.0 to 12.x allocate them (NVIDIA's occupancy calculator,
+// cuda_occupancy.h), in the whole multiples of 8 a warp's 256-register unit divides into.
+uint32_t RegistersThatFit(uint64_t register_file, uint64_t threads, uint64_t blocks) {
+  constexpr uint64_t kWarpAllocationUnit = 256, kLanes = 32;
+  const uint64_t warps = (threads + kLanes - 1) / kLanes * std::max<uint64_t>(blocks, 1);
+  const uint64_t per_warp = register_file / std::max<uint64_t>(warps, 1) / kWarpAllocationUnit * kWarpAllocationUnit;
+  return static_cast<uint32_t>(std::min<uint64_t>(per_warp / kLanes, UINT32_MAX));
+}
+
+}  // namespace
+
 int Device::PtxVersion(const Function* function) { return function->module->program.target; }
 
-void Device::Attributes(const Function* function, int* static_shared_bytes, int* local_bytes, int* num_regs) {
+void Device::Attributes(const Function* function, int* static_shared_bytes, int* local_bytes, int* num_regs) const {
   const internal::Function& f = function->module->program.functions[static_cast<size_t>(function->index)];
-  if (static_shared_bytes) {
-    *static_shared_bytes = static_cast<int>(
-        function->module->program.functions[static_cast<size_t>(function->index)].static_shared_bytes);
-  }
+  if (static_shared_bytes) *static_shared_bytes = static_cast<int>(f.static_shared_bytes);
   if (local_bytes) *local_bytes = static_cast<int>(f.local_area);
-  if (num_regs) *num_regs = static_cast<int>(std::min<uint32_t>(255, std::max<uint32_t>(16, f.num_regs)));
+  if (!num_regs) return;
+  constexpr uint32_t kMinRegisters = 16, kMaxRegisters = 255;  // What ptxas gives a thread, at least and at most.
+  uint32_t registers = std::min(kMaxRegisters, std::max(kMinRegisters, f.num_regs));
+  // A bounded kernel always launches at its bounds on a GPU: ptxas spills rather than exceed them. Reporting the
+  // virtual count instead makes the occupancy calculator find no block fits (CUB then divides by zero blocks).
+  const DeviceProperties& p = impl_->props;
+  if (f.bound_threads != 0) {
+    const uint64_t threads = std::min<uint64_t>(f.bound_threads, static_cast<uint64_t>(p.max_threads_per_block));
+    registers = std::min(registers, RegistersThatFit(static_cast<uint64_t>(p.registers_per_block), threads, 1));
+    if (f.bound_blocks_per_sm != 0) {
+      registers = std::min(registers, RegistersThatFit(static_cast<uint64_t>(p.registers_per_multiprocessor), threads,
+                                                       f.bound_blocks_per_sm));
+    }
+  }
+  if (f.bound_registers != 0) registers = std::min(registers, f.bound_registers);
+  *num_regs = static_cast<int>(std::max(registers, kMinRegisters));
 }
 
 EmuStatus Device::Launch(Function* function, const LaunchConfig& config, void** params) {

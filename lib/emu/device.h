@@ -181,8 +181,11 @@ class Device {
   EmuStatus GetGlobal(Module* module, const std::string& name, uint64_t* device_ptr, size_t* bytes);
   static const std::vector<ParamInfo>& Params(const Function* function);
   static const std::string& Name(const Function* function);
-  // Static shared memory, local (stack) bytes per thread, and the register count we claim.
-  static void Attributes(const Function* function, int* static_shared_bytes, int* local_bytes, int* num_regs);
+  // Static shared memory, local (stack) bytes per thread, and the register count we claim: what a GPU's compiler
+  // could give the kernel (the PTX's virtual registers, 16 to 255) within its launch bounds (.maxntid/.reqntid,
+  // .minnctapersm, .maxnreg), as ptxas fits a bounded kernel's registers to them. The emulator keeps registers in
+  // host memory, so they never limit a launch; the count only feeds occupancy arithmetic (cudaOccupancy*, CUB).
+  void Attributes(const Function* function, int* static_shared_bytes, int* local_bytes, int* num_regs) const;
   // The architecture the function's PTX was written for (`.target sm_120` or `sm_120a`: 120); 0 if it names none.
   static int PtxVersion(const Function* function);
 

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "emu/lz4.h"
+#include "emu/ptx_link.h"
 
 namespace gpupool::emu {
 namespace {
@@ -406,6 +407,7 @@ EmuResult<std::string> PrelinkedPtx(const void* wrapper, int arch) {
   const auto* units = static_cast<const void* const*>(Load<const void*>(p + 16));
   if (units == nullptr) return std::string();
   std::string linked;
+  EmuStatus missing;  // The first unit without PTX for the device.
   // A program has a handful of translation units; a bound keeps a corrupt list from running away.
   constexpr size_t kMaxUnits = 4096;
   size_t i = 0;
@@ -415,14 +417,24 @@ EmuResult<std::string> PrelinkedPtx(const void* wrapper, int arch) {
     if (!size.ok()) return size.status();
     auto ptx = SelectPtx(container, *size, arch);
     if (!ptx.ok()) {
-      return EmuStatus(ptx.status().code(),
-                       "translation unit " + std::to_string(i + 1) + " of a device-linked binary: " +
-                           ptx.status().message());
+      if (missing.ok()) {
+        missing = EmuStatus(ptx.status().code(), "translation unit " + std::to_string(i + 1) +
+                                                     " of a device-linked binary: " + ptx.status().message());
+      }
+      continue;
     }
     linked += *ptx;
     if (!linked.empty() && linked.back() != '\n') linked += '\n';
   }
   if (i == kMaxUnits) return Invalid("device-linked binary lists more than 4096 translation units");
+  if (!missing.ok()) {
+    // The unit without PTX is libcudadevrt's when the program launches kernels from the device (its PTX is for
+    // newer GPUs only): the launches are why the binary cannot run here, and the message says so.
+    if (std::string launch = DeviceLaunchNamedIn(linked); !launch.empty()) {
+      return EmuStatus(Code::kNotSupported, DeviceLaunchRefusal({}, launch));
+    }
+    return missing;
+  }
   return linked;
 }
 

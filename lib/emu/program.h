@@ -151,6 +151,10 @@ struct Function {
   std::vector<std::vector<uint32_t>> jump_tables;  // brx.idx targets (pcs), one table per .branchtargets list.
   std::vector<MatrixOp> matrix_ops;      // Tensor-core instructions' shapes, types and registers.
   bool uses_local = false;          // Needs a local stack.
+  // Launch bounds that a GPU's compiler fits the kernel's registers to (0: not given): the threads of the largest
+  // block (.maxntid or .reqntid, all dimensions multiplied), the blocks a multiprocessor must hold at once
+  // (.minnctapersm) and registers per thread (.maxnreg).
+  uint32_t bound_threads = 0, bound_blocks_per_sm = 0, bound_registers = 0;
   // Entries: the static shared memory this kernel and the functions it calls use (what ptxas reports for it and a
   // GPU gives each of its blocks). Variables of kernels that never run together share offsets.
   uint32_t static_shared_bytes = 0;

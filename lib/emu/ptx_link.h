@@ -24,6 +24,17 @@ std::vector<std::string_view> SplitPtxModules(std::string_view text);
 // fails at run time naming it, a variable fails the load.
 EmuResult<ptx::Module> LinkPtxModules(std::vector<ptx::Module> modules);
 
+// Device-side kernel launches (CUDA dynamic parallelism) call the device runtime (libcudadevrt):
+// cudaGetParameterBuffer[V2] then cudaLaunchDevice[V2], named __cudaCDP2GetParameterBuffer[V2] and
+// __cudaCDP2LaunchDevice[V2] since CUDA 12. The emulated device does not run them: a module that calls one is
+// refused at load (kNotSupported, DeviceLaunchRefusal), where it would otherwise load and its launches fail or do
+// nothing.
+bool IsDeviceLaunchFunction(std::string_view name);
+// The first device-launch function `ptx` names (as a whole identifier), or empty.
+std::string DeviceLaunchNamedIn(std::string_view ptx);
+// Why a module whose `caller` calls device-launch `function` is refused (caller may be empty: not known).
+std::string DeviceLaunchRefusal(std::string_view caller, std::string_view function);
+
 }  // namespace gpupool::emu
 
 #endif  // GPUPOOL_EMU_PTX_LINK_H_

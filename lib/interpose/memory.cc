@@ -107,11 +107,14 @@ enum Side { kHost = 1, kDevice = 2, kEither = 3 };
 CUresult Copy(uint64_t dst, uint64_t src, size_t n, CUstream stream, int dst_side, int src_side) {
   Route route;
   if (CUresult r = RouteOf(stream, &route); r != CUDA_SUCCESS) return r;
+  // Zero bytes copy nothing, whatever the pointers (NULL included): the driver answers CUDA_SUCCESS, and numba's
+  // empty arrays and cuda.core's empty buffers rely on it. Not captured either: there is no work to order.
+  if (n == 0) return CUDA_SUCCESS;
   Remote& remote = Remote::Get();
   if ((dst_side == kDevice && remote.DeviceOf(dst) < 0) || (src_side == kDevice && remote.DeviceOf(src) < 0)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if ((dst == 0 || src == 0) && n != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (dst == 0 || src == 0) return CUDA_ERROR_INVALID_VALUE;
   if (WithinItsAllocation(dst, n) != CUDA_SUCCESS || WithinItsAllocation(src, n) != CUDA_SUCCESS) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -498,10 +501,11 @@ CUresult Memset2D(CUdeviceptr d, size_t pitch, unsigned int value, int element, 
                   CUstream stream) {
   Route route;
   if (CUresult r = RouteOf(stream, &route); r != CUDA_SUCCESS) return r;
+  // Nothing to set, whatever the pointer (NULL included): the driver answers CUDA_SUCCESS, as for zero-byte copies.
+  if (width == 0 || height == 0) return CUDA_SUCCESS;
   Remote& remote = Remote::Get();
   int dev = remote.DeviceOf(d);
   if (dev < 0 || d % element != 0) return CUDA_ERROR_INVALID_VALUE;
-  if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (height > 1 && pitch < width * element) return CUDA_ERROR_INVALID_VALUE;
   if (WithinItsAllocation(d, (height - 1) * pitch + width * element) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_VALUE;
   if (Capturing(stream)) {

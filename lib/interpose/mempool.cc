@@ -137,7 +137,7 @@ CUresult MemFreeAsync(CUdeviceptr address, CUstream stream) {
   int dev;
   uint64_t sid;
   if (CUresult r = Remote::Get().ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
-  if (address == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (address == 0) return CUDA_SUCCESS;  // As cuMemFree(0): nothing to free, and the driver says so.
   if (Capturing(stream)) return CaptureMemFree(stream, address);
   {
     std::lock_guard<std::mutex> lock(mu);

@@ -262,7 +262,7 @@ TEST_F(RefuseTest, ResourcesBeyondAGpusLimitsAreRefusedAtLoad) {
     Module* module = nullptr;
     ASSERT_TRUE(device().LoadPtx(Ptx(c.body), &module).ok());
     int shared = -1, local = -1, registers = -1;
-    Device::Attributes(Get(module, "k"), &shared, &local, &registers);
+    device().Attributes(Get(module, "k"), &shared, &local, &registers);
     EXPECT_EQ(shared, c.shared);
     EXPECT_EQ(local, c.local);
     EXPECT_EQ(registers, c.registers) << "NUM_REGS: at least 16, at most a GPU's 255 per thread";
@@ -322,6 +322,164 @@ TEST_F(RefuseTest, BlocksBeyondTheEmulatorsFootprintAreRefusedAtLaunch) {
                                            huge.data(), huge.size());
   EXPECT_EQ(status.code(), Code::kInvalidValue) << Describe(status);
   EXPECT_NE(status.message().find("32764"), std::string::npos) << status.message();
+}
+
+// A module's kernels each report and are limited by their own static shared memory (the variables they and their
+// callees refer to), as on a GPU, not by the module's: Thrust's modules hold hundreds of kernels whose shared
+// variables add up to far more than a block may have (their occupancy came out as zero blocks and their launches
+// were refused). A kernel's registers fit its launch bounds, as ptxas fits them.
+TEST_F(RefuseTest, KernelsReportTheirOwnSharedMemoryAndRegistersWithinTheirLaunchBounds) {
+  Module* module = LoadPtxText(Ptx(R"(
+.shared .align 4 .b8 big_tile[40960];
+.shared .align 8 .b8 helper_tile[1024];
+.extern .shared .align 16 .b8 dynamic_area[];
+.func (.reg .b32 out) helper_sum(.reg .b32 in)
+{
+  .reg .b32 %r<3>;
+  st.shared.u32 [helper_tile+1020], in;
+  ld.shared.u32 %r1, [helper_tile+1020];
+  add.u32 out, %r1, 1;
+  ret;
+}
+.visible .entry big(.param .u64 out)
+{
+  .reg .b32 %r<3>;
+  .reg .b64 %rd<3>;
+  mov.u32 %r1, 5;
+  st.shared.u32 [big_tile+40956], %r1;
+  ld.shared.u32 %r2, [big_tile+40956];
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd2, %rd1;
+  st.global.u32 [%rd2], %r2;
+  ret;
+}
+.visible .entry small(.param .u64 out, .param .u32 last)
+{
+  .reg .b32 %r<5>;
+  .reg .b64 %rd<5>;
+  ld.param.u32 %r1, [last];
+  call (%r2), helper_sum, (%r1);
+  mov.u64 %rd3, dynamic_area;
+  cvt.u64.u32 %rd4, %r1;
+  add.u64 %rd3, %rd3, %rd4;
+  st.shared.u8 [%rd3], %r2;
+  ld.shared.u8 %r3, [%rd3];
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd2, %rd1;
+  st.global.u32 [%rd2], %r3;
+  ret;
+}
+.visible .entry bounded_1024(.param .u64 out) .maxntid 1024, 1, 1
+{
+  .reg .b32 %r<300>;
+  ret;
+}
+.visible .entry bounded_256_twice(.param .u64 out) .maxntid 128, 2, 1 .minnctapersm 2
+{
+  .reg .b32 %r<300>;
+  ret;
+}
+.visible .entry bounded_maxnreg(.param .u64 out) .maxnreg 40
+{
+  .reg .b32 %r<300>;
+  ret;
+}
+.visible .entry unbounded(.param .u64 out)
+{
+  .reg .b32 %r<300>;
+  ret;
+}
+)"));
+  struct Expected {
+    const char* kernel;
+    int shared, registers;
+  };
+  for (const Expected& e : {Expected{"big", 40960, 16}, Expected{"small", 1024, 16},
+                            Expected{"bounded_1024", 0, 64}, Expected{"bounded_256_twice", 0, 128},
+                            Expected{"bounded_maxnreg", 0, 40}, Expected{"unbounded", 0, 255}}) {
+    SCOPED_TRACE(e.kernel);
+    int shared = -1, local = -1, registers = -1;
+    device().Attributes(Get(module, e.kernel), &shared, &local, &registers);
+    EXPECT_EQ(shared, e.shared) << "SHARED_SIZE_BYTES: the kernel's own variables and its callees'";
+    EXPECT_EQ(registers, e.registers) << "NUM_REGS within the launch bounds";
+  }
+  // `small` may take the rest of the opt-in limit as dynamic shared memory, and uses its last byte.
+  const uint32_t optin = static_cast<uint32_t>(device().properties().shared_memory_per_block_optin);
+  const uint32_t dynamic = optin - 1024;
+  uint64_t out = Zeros<uint32_t>(1);
+  Launch(Get(module, "small"), {2}, {32}, dynamic, out, dynamic - 1);
+  EXPECT_EQ(DownloadValue<uint32_t>(out), dynamic & 0xffu) << "helper_sum(last) + 1, stored in the last byte";
+  Launch(Get(module, "big"), {2}, {32}, optin - 40960, out);
+  EXPECT_EQ(DownloadValue<uint32_t>(out), 5u);
+  // One byte more than the limit is refused, naming it.
+  EmuStatus status = TryLaunch(Get(module, "small"), {1}, {32}, dynamic + 1, out, 0u);
+  EXPECT_EQ(status.code(), Code::kLaunchOutOfResources) << Describe(status);
+  EXPECT_NE(status.message().find(std::to_string(optin)), std::string::npos) << status.message();
+  EXPECT_TRUE(device().StickyError().ok()) << "a refused launch is not a fault";
+}
+
+// A module that launches kernels from the device (dynamic parallelism: calls of the device runtime's
+// cudaGetParameterBuffer / cudaLaunchDevice, under their CUDA 12 names too) is refused at load, naming the kernel
+// and the call, whether the device runtime's definitions came with it or not; a module that only declares them,
+// or whose device runtime calls itself, loads.
+TEST_F(RefuseTest, DeviceSideLaunchesAreRefusedAtLoadNamingThem) {
+  const std::string declarations = R"(
+.extern .func (.param .b64 buffer) __cudaCDP2GetParameterBufferV2(.param .b64 f, .param .align 4 .b8 g[12],
+                                                                  .param .align 4 .b8 b[12], .param .b32 s);
+.extern .func (.param .b32 status) __cudaCDP2LaunchDeviceV2(.param .b64 buffer, .param .b64 stream);
+.visible .entry child(.param .u64 out) { ret; }
+)";
+  const std::string parent = R"(
+.visible .entry parent(.param .u64 out)
+{
+  .reg .b64 %rd<4>;
+  .reg .b32 %r<2>;
+  mov.u64 %rd1, child;
+  mov.u64 %rd2, 0;
+  { .param .b64 f; .param .align 4 .b8 g[12]; .param .align 4 .b8 b[12]; .param .b32 s; .param .b64 buffer;
+    st.param.b64 [f], %rd1;
+    call.uni (buffer), __cudaCDP2GetParameterBufferV2, (f, g, b, s);
+    ld.param.b64 %rd3, [buffer]; }
+  { .param .b64 buffer; .param .b64 stream; .param .b32 status;
+    st.param.b64 [buffer], %rd3;
+    st.param.b64 [stream], %rd2;
+    call.uni (status), __cudaCDP2LaunchDeviceV2, (buffer, stream);
+    ld.param.b32 %r1, [status]; }
+  ret;
+}
+)";
+  Module* module = nullptr;
+  EmuStatus status = device().LoadPtx(Ptx(declarations + parent), &module);
+  EXPECT_EQ(status.code(), Code::kNotSupported) << Describe(status);
+  for (const char* part : {"'parent' launches kernels from the device", "__cudaCDP2GetParameterBufferV2",
+                           "dynamic parallelism", "launch the kernels from the host"}) {
+    EXPECT_NE(status.message().find(part), std::string::npos) << "should say " << part << ": " << status.message();
+  }
+  // The device runtime's own definitions (as libcudadevrt's PTX would bring them) do not make it run.
+  const std::string defined = R"(
+.visible .func (.param .b64 buffer) cudaGetParameterBuffer(.param .b64 align, .param .b64 size)
+{
+  .reg .b64 %rd<2>;
+  mov.u64 %rd1, 0;
+  st.param.b64 [buffer], %rd1;
+  ret;
+}
+.visible .entry old_parent(.param .u64 out)
+{
+  { .param .b64 align; .param .b64 size; .param .b64 buffer;
+    call.uni (buffer), cudaGetParameterBuffer, (align, size); }
+  ret;
+}
+)";
+  status = device().LoadPtx(Ptx(defined), &module);
+  EXPECT_EQ(status.code(), Code::kNotSupported) << Describe(status);
+  EXPECT_NE(status.message().find("'old_parent' launches kernels from the device (it calls cudaGetParameterBuffer"),
+            std::string::npos)
+      << status.message();
+  // Declared only, never called: the module loads and its kernels run.
+  ASSERT_TRUE(device().LoadPtx(Ptx(declarations), &module).ok());
+  Launch(Get(module, "child"), {1}, {32}, 0, uint64_t{0});
+  EXPECT_TRUE(device().StickyError().ok());
 }
 
 // Recursion grows every lane's registers by the callee's: it stops at the block's register budget with a launch
@@ -424,7 +582,7 @@ TEST_F(RefuseTest, EachKernelHoldsOnlyTheSharedVariablesItUses) {
   for (const auto& [name, base] : {std::pair<const char*, uint32_t>{"kernel_a", 1000}, {"kernel_b", 2000}}) {
     SCOPED_TRACE(name);
     int shared = -1;
-    Device::Attributes(Get(module, name), &shared, nullptr, nullptr);
+    device().Attributes(Get(module, name), &shared, nullptr, nullptr);
     EXPECT_EQ(shared, 40960 + 128) << "its own storage and the helper's slots, not the module's";
     uint64_t out = Output<uint32_t>(32);
     ASSERT_TRUE(TryLaunch(Get(module, name), Dim3{1, 1, 1}, Dim3{32, 1, 1}, 0, out).ok());

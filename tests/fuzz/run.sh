@@ -97,7 +97,8 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
 for target in $targets; do
   case $target in
-    fatbin) build fatbin tests/fuzz/fatbin_fuzz.cc lib/emu/fatbin.cc lib/emu/lz4.cc -- -lzstd ;;
+    fatbin) build fatbin tests/fuzz/fatbin_fuzz.cc lib/emu/fatbin.cc lib/emu/lz4.cc lib/emu/ptx_link.cc \
+        lib/emu/ptx_ast.cc -- -lzstd ;;
     ptx) build ptx tests/fuzz/ptx_fuzz.cc lib/emu/ptx_parser.cc lib/emu/ptx_ast.cc ;;
     texture)
       build texture tests/fuzz/texture_fuzz.cc lib/emu/device.cc lib/emu/exec.cc lib/emu/compile.cc \

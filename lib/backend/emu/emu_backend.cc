@@ -180,7 +180,7 @@ class EmuBackend final : public DeviceBackend {
     for (const emu::ParamInfo& p : emu::Device::Params(fn)) {
       info->params.push_back({static_cast<uint32_t>(p.offset), static_cast<uint32_t>(p.size)});
     }
-    emu::Device::Attributes(fn, &info->shared_bytes, &info->local_bytes, &info->num_regs);
+    device_->Attributes(fn, &info->shared_bytes, &info->local_bytes, &info->num_regs);
     info->ptx_version = emu::Device::PtxVersion(fn);
     return CallStatus::Ok();
   }
