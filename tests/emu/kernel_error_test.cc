@@ -520,6 +520,33 @@ TEST_F(RefuseTest, DeepRecursionOfLargeFramesStopsAtTheRegisterBudget) {
 // own 40 KiB (plus the helper's), and a variable of a helper both call keeps one place, untouched by either's
 // storage. Laid end to end, the module's 80 KiB exceeded every kernel's per-block limit: the launches failed.
 TEST_F(RefuseTest, EachKernelHoldsOnlyTheSharedVariablesItUses) {
+  // Each kernel keeps its value in its own 40 KiB storage (writing its last word too), passes it through the helper,
+  // and adds both.
+  auto Kernel = [](const std::string& which, int base) {
+    std::string text = R"(
+.visible .entry kernel_X(.param .u64 out) {
+  .reg .u32 %t, %v, %w;
+  .reg .u64 %o, %a, %s;
+  ld.param.u64 %o, [out];
+  mov.u32 %t, %tid.x;
+  mul.wide.u32 %a, %t, 4;
+  add.u32 %v, %t, BASE;
+  mov.u64 %s, storage_X;
+  add.u64 %s, %s, %a;
+  st.shared.u32 [storage_X+40000], %v;
+  st.shared.u32 [%s], %v;
+  call (%w), through_helper, (%v);
+  ld.shared.u32 %v, [%s];
+  add.u32 %w, %w, %v;
+  add.u64 %o, %o, %a;
+  st.global.u32 [%o], %w;
+  ret;
+}
+)";
+    for (size_t at; (at = text.find("_X")) != std::string::npos;) text.replace(at, 2, "_" + which);
+    text.replace(text.find("BASE"), 4, std::to_string(base));
+    return text;
+  };
   const std::string ptx = Ptx(R"(
 .shared .align 4 .b8 storage_a[40960];
 .shared .align 4 .b8 storage_b[40960];
@@ -539,43 +566,7 @@ TEST_F(RefuseTest, EachKernelHoldsOnlyTheSharedVariablesItUses) {
   ld.shared.u32 r, [%a];
   ret;
 }
-.visible .entry kernel_a(.param .u64 out) {
-  .reg .u32 %t, %v, %w;
-  .reg .u64 %o, %a, %s;
-  ld.param.u64 %o, [out];
-  mov.u32 %t, %tid.x;
-  mul.wide.u32 %a, %t, 4;
-  add.u32 %v, %t, 1000;
-  mov.u64 %s, storage_a;
-  add.u64 %s, %s, %a;
-  st.shared.u32 [storage_a+40000], %v;
-  st.shared.u32 [%s], %v;
-  call (%w), through_helper, (%v);
-  ld.shared.u32 %v, [%s];
-  add.u32 %w, %w, %v;
-  add.u64 %o, %o, %a;
-  st.global.u32 [%o], %w;
-  ret;
-}
-.visible .entry kernel_b(.param .u64 out) {
-  .reg .u32 %t, %v, %w;
-  .reg .u64 %o, %a, %s;
-  ld.param.u64 %o, [out];
-  mov.u32 %t, %tid.x;
-  mul.wide.u32 %a, %t, 4;
-  add.u32 %v, %t, 2000;
-  mov.u64 %s, storage_b;
-  add.u64 %s, %s, %a;
-  st.shared.u32 [storage_b+40000], %v;
-  st.shared.u32 [%s], %v;
-  call (%w), through_helper, (%v);
-  ld.shared.u32 %v, [%s];
-  add.u32 %w, %w, %v;
-  add.u64 %o, %o, %a;
-  st.global.u32 [%o], %w;
-  ret;
-}
-)");
+)") + Kernel("a", 1000) + Kernel("b", 2000);
   Module* module = nullptr;
   EmuStatus loaded = device().LoadPtx(ptx, &module);
   ASSERT_TRUE(loaded.ok()) << Describe(loaded);

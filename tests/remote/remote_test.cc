@@ -626,6 +626,10 @@ TEST_F(NetNamespaces, ACutNetworkFailsTheProgramAndFreesTheSliceWithinTheLeaseTt
 
 // The cuda backend (lib/backend/cuda) for real without a GPU: an agent whose CUDA driver is gpupool's own
 // libcuda.so.1, run under gp-run holding both emulated devices of a second agent (a test configuration, README).
+// Threads the default emulated device (compute capability 12.1: a GB10's 48 SMs x 1536 threads) holds at once: the
+// driver below keeps a 1 KiB stack for each from a context's start, and a launch's local memory for each.
+constexpr uint64_t kResidentThreads = 48 * 1536;
+
 class Stacked : public ::testing::Test {
  protected:
   Agent gpus_{AgentOptions{.name = "gpus", .emulated = 2, .emulated_memory = "4GiB"}};
@@ -643,7 +647,7 @@ class Stacked : public ::testing::Test {
   // A whole stacked GPU's memory can be had again (once the sessions below have noticed their client's end):
   // nothing of an earlier session stays held on the device below. All of it but what the driver holds for the
   // context from the session's start, which the slice pays for: heap and printf buffer (8 + 1 MiB) and 1 KiB stacks
-  // for the 40 x 1024 threads the emulated device holds at once (40 MiB).
+  // for the threads the emulated device holds at once (kResidentThreads).
   void ExpectTheWholeGpuAllocatable() {
     Pool pool = Connect({agent_.address()});
     auto lease = pool.Allocate(Slices(1, 1.0));
@@ -653,7 +657,7 @@ class Stacked : public ::testing::Test {
     internal::RemoteSession& session = *sessions->front();
     uint64_t free_bytes = 0, total = 0;
     ASSERT_EQ(session.MemGetInfo(&free_bytes, &total), 0) << session.last_error();
-    EXPECT_EQ(free_bytes, (4ull << 30) - (49ull << 20));
+    EXPECT_EQ(free_bytes, (4ull << 30) - (9ull << 20) - kResidentThreads * 1024);
     // In whole 2 MiB pieces, the granularity of the device below.
     const uint64_t whole_pieces = free_bytes / (2ull << 20) * (2ull << 20);
     uint64_t address = 0;
@@ -773,8 +777,8 @@ TEST_F(Stacked, TheDriversMemoryForASessionIsChargedToTheSliceAndRefusedPastIt) 
   ASSERT_EQ(session.MemGetInfo(&free_bytes, &total), 0) << session.last_error();
   ASSERT_EQ(total, 512 * kMiB);
   // The heap (8 MiB) and the printf buffer (1 MiB) the backend set when the session began, and a 1 KiB stack for
-  // every thread the device holds at once (40 SMs x 1024 threads on the emulated device).
-  EXPECT_EQ(free_bytes, total - 9 * kMiB - 40 * kMiB);
+  // every thread the device holds at once (kResidentThreads).
+  EXPECT_EQ(free_bytes, total - 9 * kMiB - kResidentThreads * 1024);
 
   // The module's 64 MiB variable, as the device's free memory below moved at its load.
   uint64_t module = 0;
@@ -800,9 +804,9 @@ TEST_F(Stacked, TheDriversMemoryForASessionIsChargedToTheSliceAndRefusedPastIt) 
   EXPECT_EQ(value, 7u);
   uint64_t after_launch = 0;
   ASSERT_EQ(session.MemGetInfo(&after_launch, &total), 0);
-  EXPECT_EQ(after_alloc - after_launch, 40ull * 1024 * 1024);
+  EXPECT_EQ(after_alloc - after_launch, kResidentThreads * 1024);
 
-  // 16 KiB of local memory a thread (and the stack): 680 MiB for the device's threads, past the 512 MiB slice.
+  // 16 KiB of local memory a thread (and the stack): 1224 MiB for the device's threads, past the 512 MiB slice.
   // Refused before it runs; the session goes on.
   ASSERT_EQ(session.Launch(big.handle, one, one, 0, 0, &out, sizeof(out)), 0);  // Not waited for.
   EXPECT_EQ(session.Synchronize(), kOutOfMemory);
