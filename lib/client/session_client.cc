@@ -279,7 +279,12 @@ Result<std::vector<std::unique_ptr<RemoteSession>>> RemoteSession::OpenLease(con
       }
       last = rs->OpenAt(base, window);
       if (last.ok()) rs->window_reservation_ = std::move(reservation);
-      if (last.ok() || last.code() != StatusCode::kResourceExhausted) break;  // Only "window taken" is worth another try.
+      // Only "window taken" is worth another try. A refusal by the agent's declared limits ([limits]
+      // sessions_per_device...) is not about the window: another would be refused the same way, and with this
+      // process's windows crowding its address space the last try could end on one it cannot reserve, hiding the
+      // limit's message behind "every window tried".
+      if (last.ok() || last.code() != StatusCode::kResourceExhausted) break;
+      if (last.message().find("[limits]") != std::string::npos) break;
     }
     if (!last.ok()) {
       return Status(last.code(), fmt::format("cannot open a session on {} GPU {}: {}", slice.server_name,
