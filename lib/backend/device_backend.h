@@ -48,6 +48,9 @@ using PhysicalRef = Ref<struct PhysicalRefTag>;
 struct KernelInfo {
   std::vector<KernelParam> params;
   int shared_bytes = 0, local_bytes = 0, num_regs = 0;
+  // The largest block the kernel may launch with (its launch bounds, registers, the backend's own limits); 0: the
+  // device's limit.
+  int max_threads_per_block = 0;
 };
 
 struct LaunchShape {

@@ -636,6 +636,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     r.shared_bytes = info.shared_bytes;
     r.local_bytes = info.local_bytes;
     r.num_regs = info.num_regs;
+    r.max_threads_per_block = info.max_threads_per_block;
     r.function.value = functions_.Add({it->first, fn, std::move(info)});
     return Ok();
   }

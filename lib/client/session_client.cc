@@ -817,6 +817,7 @@ int RemoteSession::GetFunction(uint64_t module, const std::string& name, RemoteF
   info->shared_bytes = r.shared_bytes;
   info->local_bytes = r.local_bytes;
   info->num_regs = r.num_regs;
+  info->max_threads_per_block = r.max_threads_per_block;
   return code;
 }
 

@@ -28,6 +28,7 @@ struct RemoteFunctionInfo {
   uint64_t handle = 0;
   std::vector<RemoteParam> params;
   int shared_bytes = 0, local_bytes = 0, num_regs = 0;
+  int max_threads_per_block = 0;  // 0: the device's (an agent from before the field).
 };
 
 class RemoteSession {

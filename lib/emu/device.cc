@@ -994,6 +994,27 @@ void Device::Attributes(const Function* function, int* static_shared_bytes, int*
   if (num_regs) *num_regs = static_cast<int>(std::min<uint32_t>(255, std::max<uint32_t>(16, f.num_regs)));
 }
 
+int Device::MaxThreadsPerBlock(const Function* function) const {
+  const internal::Program& prog = function->module->program;
+  const internal::Function& f = prog.functions[static_cast<size_t>(function->index)];
+  uint32_t most = static_cast<uint32_t>(impl_->props.max_threads_per_block);
+  if (f.max_threads > 0) most = std::min(most, f.max_threads);
+  // The footprint grows with the block's warps: the largest that fits, found by bisection, in whole warps unless
+  // not even one warp fits.
+  auto fits = [&](uint32_t threads) {
+    internal::BlockLayout layout;
+    return internal::LayBlock(prog, function->index, Dim3{threads, 1, 1}, 0, f.kernel_param_bytes, &layout);
+  };
+  if (fits(most)) return static_cast<int>(most);
+  uint32_t low = 0, high = most;  // fits(low) or low == 0; !fits(high).
+  while (high - low > 1) {
+    uint32_t mid = low + (high - low) / 2;
+    (fits(mid) ? low : high) = mid;
+  }
+  const uint32_t warp = static_cast<uint32_t>(impl_->props.warp_size);
+  return static_cast<int>(low >= warp ? low / warp * warp : low);
+}
+
 EmuStatus Device::Launch(Function* function, const LaunchConfig& config, void** params) {
   if (!function) return EmuStatus(Code::kInvalidHandle, "null function");
   const auto& layout = function->params;
@@ -1033,6 +1054,13 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
     return BadValue("grid dimensions exceed the device's limits");
   }
   const internal::Program& prog = function->module->program;
+  if (uint32_t bound = prog.functions[static_cast<size_t>(function->index)].max_threads;
+      bound > 0 && threads > bound) {
+    return EmuStatus(Code::kLaunchOutOfResources,
+                     "too many resources requested for launch: a block of " + std::to_string(threads) +
+                         " threads of '" + function->name + "', whose launch bounds (.maxntid/.reqntid) allow " +
+                         std::to_string(bound));
+  }
   if (uint64_t{prog.static_shared_bytes} + config.shared_bytes > static_cast<uint64_t>(p.shared_memory_per_block_optin)) {
     return EmuStatus(Code::kLaunchOutOfResources, "shared memory of " +
                                                       std::to_string(prog.static_shared_bytes + config.shared_bytes) +

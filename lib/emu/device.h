@@ -175,6 +175,11 @@ class Device {
   static const std::string& Name(const Function* function);
   // Static shared memory, local (stack) bytes per thread, and the register count we claim.
   static void Attributes(const Function* function, int* static_shared_bytes, int* local_bytes, int* num_regs);
+  // The most threads a block of `function` may have (cuFuncGetAttribute's MAX_THREADS_PER_BLOCK): the device's
+  // limit, the kernel's __launch_bounds__ (.maxntid, .reqntid) and what the emulator holds for one block
+  // (kMaxBlockFootprintBytes: registers, local and parameter stacks, static shared memory), whole warps where one
+  // fits. A launch of a larger block is refused with kLaunchOutOfResources; of this one, it is not for its size.
+  int MaxThreadsPerBlock(const Function* function) const;
 
   // ---- Launch (asynchronous, in stream order). ----
   // `params` as cuLaunchKernel's kernelParams: one pointer per parameter, read now (copied before returning).

@@ -150,6 +150,9 @@ struct Function {
   std::vector<std::vector<uint32_t>> jump_tables;  // brx.idx targets (pcs), one table per .branchtargets list.
   std::vector<MatrixOp> matrix_ops;      // Tensor-core instructions' shapes, types and registers.
   bool uses_local = false;          // Needs a local stack.
+  // Entries: the most threads a block may have by the kernel's .maxntid or .reqntid (__launch_bounds__), 0: no
+  // bound of its own. A GPU refuses a larger block, and cuFuncGetAttribute reports it.
+  uint32_t max_threads = 0;
 };
 
 struct GlobalVar {

@@ -181,6 +181,7 @@ class EmuBackend final : public DeviceBackend {
       info->params.push_back({static_cast<uint32_t>(p.offset), static_cast<uint32_t>(p.size)});
     }
     emu::Device::Attributes(fn, &info->shared_bytes, &info->local_bytes, &info->num_regs);
+    info->max_threads_per_block = device_->MaxThreadsPerBlock(fn);
     return CallStatus::Ok();
   }
 
