@@ -6,10 +6,19 @@
 //   2: typed pool calls with hostile values (absurd sizes and counts, foreign lease ids, huge history, bad devices);
 //   3: a call on a session with a fuzzed ordinal and content (foreign handles, huge sizes, unknown ordinals);
 //   4: a fresh session reached directly, as clients do (lib/schema/session_frames.h): the ticket's knock, then
-//      fuzzed frames (any ordinal, sequence number and length, fuzzed segment tables and words).
+//      fuzzed frames (any ordinal, sequence number and length, fuzzed segment tables and words);
+//   5: a batch (session call `batch`, what a graph launch sends): entries of posted calls, each its call's Params
+//      struct with hostile values of each field's type, or raw words, under true or lying lengths and ordinals;
+//   6: texture and surface objects (texObjectCreate) with random descriptors over the session's own memory and
+//      beyond it (formats, channels, dimensions, pitches, address modes, flags), then destroyed once, twice or
+//      under a forged handle;
+//   7: a hostile client at a session worker's door: the knock, then well-formed frames of any call's Params (typed
+//      as its schema says, hostile values; batches and texture objects among them), sequence numbers reused,
+//      handshake frames and worker-side frame kinds sent by the client, a frame cut short before the close.
 // The agent is a real gp-agent process (GPUPOOL_FUZZ_AGENT, started here with a short lease TTL). After every input
 // it must still be running and answer describe; at exit, once the TTL has passed, it must hold no lease and no
 // device memory, and have no session worker left: nothing crashes, nothing leaks. Built by tests/fuzz/run.sh.
+// GPUPOOL_WIRE_FUZZ_MODES (say "5,6") limits a run to those modes: an input's first byte then picks among them.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <fcntl.h>
@@ -28,10 +37,14 @@
 #include <thread>
 #include <vector>
 
+#include <capnp/dynamic.h>
 #include <capnp/rpc-twoparty.h>
+#include <capnp/schema.h>
+#include <capnp/serialize.h>
 #include <kj/async-io.h>
 
 #include "pool.capnp.h"
+#include "schema/session_calls.h"
 #include "schema/session_frames.h"
 #include "session.capnp.h"
 
@@ -49,6 +62,13 @@ struct Bytes {
     T v{};
     size_t k = n < sizeof(T) ? n : sizeof(T);
     std::memcpy(&v, p, k);
+    p += k;
+    n -= k;
+    return v;
+  }
+  std::vector<uint8_t> Raw(size_t max) {
+    size_t k = n < max ? n : max;
+    std::vector<uint8_t> v(p, p + k);
     p += k;
     n -= k;
     return v;
@@ -74,6 +94,9 @@ struct Fixture {
   kj::Maybe<Session::Client> session;
   int sessions_opened = 0;
   int doors_opened = 0, doors_entered = 0;  // Direct sessions knocked at, and the worker let us in.
+  uint64_t session_buffer = 0;               // Memory of `session` that texture descriptors point into.
+  int batches = 0, textures = 0, textures_made = 0, typed_frames = 0;
+  std::vector<uint8_t> modes;  // GPUPOOL_WIRE_FUZZ_MODES; empty: all.
   std::string log_path;                      // The agent's stderr.
   long log_read = 0;                         // How far CheckAlive has read it.
 
@@ -91,6 +114,7 @@ struct Fixture {
   }
   void Drop() {
     session = nullptr;
+    session_buffer = 0;
     client = nullptr;
     rpc = nullptr;
     stream = nullptr;
@@ -98,6 +122,7 @@ struct Fixture {
 };
 
 Fixture* fx = nullptr;
+constexpr int kModes = 8;
 
 void Die(const char* why) {
   std::fprintf(stderr, "wire_fuzz: %s\n", why);
@@ -190,9 +215,15 @@ kj::Maybe<Session::Client> SessionFor() {
   }
 }
 
-// A session of its own, reached at its worker's door with the ticket, then fuzzed frames; the lease is released.
-void FuzzFrames(Bytes& in) {
-  if (fx->doors_opened >= 400) return;  // Each costs a worker process.
+std::vector<uint8_t> TypedFrames(Bytes& in);
+std::vector<uint8_t> BatchCalls(Bytes& in, uint64_t window_base);
+kj::Array<capnp::word> TypedParams(uint32_t ordinal, Bytes& in, uint64_t window_base);
+
+// A session of its own, reached at its worker's door with the ticket, then frames: fuzzed (mode 4) or typed (mode
+// 7, TypedFrames); the lease is released.
+void FuzzFrames(Bytes& in, bool typed) {
+  // Each costs a worker process: enough variety for the random frames, more for the typed ones, which go deeper.
+  if (fx->doors_opened >= (typed ? 2000 : 400)) return;
   int opened = ++fx->doors_opened;
   Agent::Client a = fx->Connected();
   std::string id = "frames-" + std::to_string(opened), secret = "frames-secret-0123456789";
@@ -235,7 +266,8 @@ void FuzzFrames(Bytes& in) {
   // Frames: a header with a fuzzed ordinal, sequence number and length, then a segment table and words from the
   // input (the length may claim more than follows, or absurdly much).
   std::vector<uint8_t> out;
-  while (in.n > 0 && out.size() < 65536) {
+  if (typed) out = TypedFrames(in);
+  while (!typed && in.n > 0 && out.size() < 65536) {
     gpupool::session::FrameHeader h;
     uint8_t pick = in.Take<uint8_t>();
     h.kind = pick < 200 ? pick % 80 : in.Take<uint32_t>();
@@ -259,6 +291,250 @@ void FuzzFrames(Bytes& in) {
   }
   close(fd);
   release();
+}
+
+// Mode 7's frames, as a hostile client writes them at the door: mostly well-formed frames of a call's typed Params
+// (any call, batches and texture objects more often), with sequence numbers that repeat; some frames of the kinds
+// only the handshake or the worker sends; the last frame may be cut short.
+std::vector<uint8_t> TypedFrames(Bytes& in) {
+  using gpupool::session::FrameHeader;
+  std::vector<uint8_t> out;
+  const bool cut = in.Take<uint8_t>() < 32;  // The client closes inside its last frame.
+  const uint64_t window_base = uint64_t{32} << 40;
+  const uint32_t calls = capnp::Schema::from<Session>().getMethods().size();
+  while (in.n > 0 && out.size() < 65536) {
+    ++fx->typed_frames;
+    uint8_t pick = in.Take<uint8_t>();
+    FrameHeader h;
+    h.seq = in.Take<uint8_t>() % 4;  // Few numbers: replies and calls in flight share them.
+    std::vector<uint8_t> message;
+    using gpupool::session::calls::Batch;
+    using gpupool::session::calls::TexObjectCreate;
+    using gpupool::session::calls::TexObjectDestroy;
+    if (pick < 24) {
+      h.kind = Batch::kOrdinal;  // A batch through the door.
+      std::vector<uint8_t> entries = BatchCalls(in, window_base);
+      capnp::MallocMessageBuilder m;
+      m.initRoot<capnp::DynamicStruct>(capnp::Schema::from<Session>().getMethods()[Batch::kOrdinal].getParamType())
+          .set("calls", capnp::Data::Reader(entries.data(), entries.size()));
+      auto words = capnp::messageToFlatArray(m);
+      message.assign(words.asBytes().begin(), words.asBytes().end());
+    } else if (pick < 236) {
+      // Texture objects more often than their share.
+      h.kind = pick < 48 ? TexObjectCreate::kOrdinal : pick < 56 ? TexObjectDestroy::kOrdinal : pick % calls;
+      auto words = TypedParams(h.kind, in, window_base);
+      message.assign(words.asBytes().begin(), words.asBytes().end());
+    } else {
+      static constexpr uint32_t kKinds[] = {gpupool::session::kEnterFrame, gpupool::session::kEnteredFrame,
+                                            gpupool::session::kReplyFrame, gpupool::session::kAsyncErrorFrame,
+                                            gpupool::session::kQuietReplyFrame};
+      h.kind = kKinds[pick % 5];
+      message = in.Raw(in.Take<uint8_t>() % 4 * 8);
+    }
+    h.words = message.size() / 8;
+    const auto* hp = reinterpret_cast<const uint8_t*>(&h);
+    out.insert(out.end(), hp, hp + sizeof(h));
+    out.insert(out.end(), message.begin(), message.end());
+  }
+  if (cut && !out.empty()) out.resize(out.size() - 1 - (out.size() > 16 ? 8 : 0));
+  return out;
+}
+
+// The calls the client may post (and so put in a batch), from their one declaration.
+const std::vector<uint32_t>& PostedOrdinals() {
+  static const std::vector<uint32_t> posted = [] {
+    std::vector<uint32_t> v;
+#define GP_FUZZ_POSTED(Name, method, number, mode, doc) \
+  if (gpupool::session::Mode::mode == gpupool::session::Mode::kPosted) v.push_back(number);
+    GP_SESSION_CALLS(GP_FUZZ_POSTED)
+#undef GP_FUZZ_POSTED
+    return v;
+  }();
+  return posted;
+}
+
+// A number of `T` for a field: mostly values that mean something to the server (small handles and counts, addresses
+// in and at the ends of the session's window, the type's extremes), else raw bytes.
+template <typename T>
+T Number(Bytes& in, uint64_t window_base) {
+  uint8_t pick = in.Take<uint8_t>();
+  uint64_t v;
+  if (pick < 64) {
+    v = pick % 16;
+  } else if (pick < 112) {
+    v = window_base + (uint64_t{in.Take<uint16_t>()} << (pick % 4 * 4));
+  } else if (pick < 128) {
+    v = window_base + (uint64_t{1} << 30) - in.Take<uint8_t>();  // The window's last bytes, and just past it.
+  } else if (pick < 144) {
+    v = ~uint64_t{0} - (pick % 4);
+  } else if (pick < 160) {
+    v = uint64_t{1} << (in.Take<uint8_t>() % 64);
+  } else {
+    v = in.Take<uint64_t>();
+  }
+  return static_cast<T>(v);
+}
+
+// Sets every field of `s` as its schema types it, with hostile values: numbers as Number gives them, texts and data
+// of fuzzed bytes, nested structs and lists (up to a depth), enums of any value.
+void FillTyped(capnp::DynamicStruct::Builder s, Bytes& in, uint64_t window_base, int depth) {
+  using capnp::schema::Type;
+  for (capnp::StructSchema::Field field : s.getSchema().getFields()) {
+    if (in.Take<uint8_t>() < 16) continue;  // Now and then a field left at its default.
+    capnp::Type type = field.getType();
+    switch (type.which()) {
+      case Type::VOID: break;
+      case Type::BOOL: s.set(field, (in.Take<uint8_t>() & 1) != 0); break;
+      case Type::INT8: s.set(field, Number<int8_t>(in, window_base)); break;
+      case Type::INT16: s.set(field, Number<int16_t>(in, window_base)); break;
+      case Type::INT32: s.set(field, Number<int32_t>(in, window_base)); break;
+      case Type::INT64: s.set(field, Number<int64_t>(in, window_base)); break;
+      case Type::UINT8: s.set(field, Number<uint8_t>(in, window_base)); break;
+      case Type::UINT16: s.set(field, Number<uint16_t>(in, window_base)); break;
+      case Type::UINT32: s.set(field, Number<uint32_t>(in, window_base)); break;
+      case Type::UINT64: s.set(field, Number<uint64_t>(in, window_base)); break;
+      case Type::FLOAT32: s.set(field, in.Take<float>()); break;
+      case Type::FLOAT64: s.set(field, in.Take<double>()); break;
+      case Type::TEXT: {
+        std::string text = in.Text(255);
+        s.set(field, capnp::Text::Reader(text.c_str(), text.size()));
+        break;
+      }
+      case Type::DATA: {
+        std::vector<uint8_t> bytes = in.Raw(in.Take<uint8_t>() < 32 ? in.Take<uint16_t>() : in.Take<uint8_t>());
+        s.set(field, capnp::Data::Reader(bytes.data(), bytes.size()));
+        break;
+      }
+      case Type::ENUM:
+        s.set(field, capnp::DynamicEnum(type.asEnum(), in.Take<uint16_t>()));
+        break;
+      case Type::STRUCT:
+        if (depth < 3) FillTyped(s.init(field).as<capnp::DynamicStruct>(), in, window_base, depth + 1);
+        break;
+      case Type::LIST: {
+        if (depth >= 3) break;
+        uint32_t size = in.Take<uint8_t>() % 12;
+        auto list = s.init(field, size).as<capnp::DynamicList>();
+        capnp::Type element = type.asList().getElementType();
+        for (uint32_t i = 0; i < size; ++i) {
+          if (element.isStruct()) FillTyped(list[i].as<capnp::DynamicStruct>(), in, window_base, depth + 1);
+        }
+        break;
+      }
+      default: break;  // Interfaces and AnyPointer: none in the session's Params.
+    }
+  }
+}
+
+// A call's Params message, as the client builds it but with hostile values: its words in Cap'n Proto's stream
+// framing (segment table first). An ordinal the session does not have gets an empty struct.
+kj::Array<capnp::word> TypedParams(uint32_t ordinal, Bytes& in, uint64_t window_base) {
+  capnp::MallocMessageBuilder message;
+  auto methods = capnp::Schema::from<Session>().getMethods();
+  if (ordinal < methods.size()) {
+    auto root = message.initRoot<capnp::DynamicStruct>(methods[ordinal].getParamType());
+    FillTyped(root, in, window_base, 0);
+  } else {
+    message.getRoot<capnp::AnyPointer>().initAsAnyStruct(0, 0);
+  }
+  return capnp::messageToFlatArray(message);
+}
+
+// Mode 5: one batch of entries (an ordinal, a byte length, a flat Params message each), mostly of posted calls
+// with typed hostile arguments; lengths and ordinals may lie and entries may be raw bytes.
+std::vector<uint8_t> BatchCalls(Bytes& in, uint64_t window_base) {
+  std::vector<uint8_t> calls;
+  const std::vector<uint32_t>& posted = PostedOrdinals();
+  const uint8_t shape = in.Take<uint8_t>();
+  const int entries = 1 + shape % 24;
+  const bool cut = shape >= 240;  // The batch ends inside its last entry.
+  for (int i = 0; i < entries && in.n > 0; ++i) {
+    uint8_t pick = in.Take<uint8_t>();
+    uint32_t ordinal = pick < 216 ? posted[pick % posted.size()] : pick < 248 ? pick % 48 : in.Take<uint32_t>();
+    std::vector<uint8_t> message;
+    if (in.Take<uint8_t>() < 16) {
+      message = in.Raw(in.Take<uint8_t>());  // Not a message at all, of any length (aligned or not).
+    } else {
+      auto words = TypedParams(ordinal, in, window_base);
+      auto bytes = words.asBytes();
+      message.assign(bytes.begin(), bytes.end());
+    }
+    uint32_t header[2] = {ordinal, static_cast<uint32_t>(message.size())};
+    if (in.Take<uint8_t>() < 8) header[1] = in.Take<uint32_t>();  // A length that lies.
+    const auto* h = reinterpret_cast<const uint8_t*>(header);
+    calls.insert(calls.end(), h, h + sizeof(header));
+    calls.insert(calls.end(), message.begin(), message.end());
+  }
+  if (cut && !calls.empty()) calls.resize(calls.size() - 1 - in.Take<uint8_t>() % calls.size());
+  return calls;
+}
+
+void FuzzBatch(Session::Client s, Bytes& in) {
+  ++fx->batches;
+  std::vector<uint8_t> calls = BatchCalls(in, uint64_t{16} << 40);
+  auto req = s.batchRequest();
+  req.setCalls(kj::arrayPtr(reinterpret_cast<const kj::byte*>(calls.data()), calls.size()));
+  req.send().wait(fx->io.waitScope);
+  // A batch is posted: its failure surfaces at the next synchronising call, which must answer too.
+  s.streamSynchronizeRequest().send().wait(fx->io.waitScope);
+}
+
+// Mode 6: a texture or surface object described at random, mostly over the session's own buffer (so that many
+// descriptions are valid and the checks of the texels' extent are reached), then destroyed, or not, or twice, or
+// a forged handle is.
+void FuzzTexture(Session::Client s, Bytes& in) {
+  ++fx->textures;
+  if (fx->session_buffer == 0) {
+    auto a = s.memAllocRequest();
+    a.setBytes(4u << 20);
+    auto r = a.send().wait(fx->io.waitScope);
+    if (r.getStatus().getCode() != 0) return;
+    fx->session_buffer = r.getAddress();
+  }
+  static constexpr uint32_t kFormats[] = {0x01, 0x02, 0x03, 0x08, 0x09, 0x0a, 0x10, 0x20, 0x0b, 0x0c, 0x0d};
+  auto req = s.texObjectCreateRequest();
+  uint8_t pick = in.Take<uint8_t>();
+  req.setSurface(pick & 1);
+  req.setResource(pick >> 6 == 3 ? in.Take<uint8_t>() : (pick >> 1) % 3);
+  req.setDims(in.Take<uint8_t>() % 5);
+  uint8_t f = in.Take<uint8_t>();
+  req.setFormat(f < 224 ? kFormats[f % (sizeof(kFormats) / sizeof(kFormats[0]))] : in.Take<uint32_t>());
+  uint8_t c = in.Take<uint8_t>();
+  req.setChannels(c < 224 ? uint8_t{1} << (c % 3) : c);
+  // Extents: small and plausible mostly, so pitches and sizes are checked against the buffer's end.
+  auto extent = [&in] { uint8_t e = in.Take<uint8_t>(); return e < 200 ? uint32_t{e} % 65 : in.Take<uint32_t>(); };
+  uint32_t width = extent(), height = extent(), depth = extent(), layers = extent() % 4;
+  req.setWidth(width);
+  req.setHeight(height);
+  req.setDepth(depth);
+  req.setLayers(layers);
+  uint8_t a = in.Take<uint8_t>();
+  uint64_t address = a < 160   ? fx->session_buffer + in.Take<uint16_t>() % (4u << 20)
+                     : a < 192 ? fx->session_buffer + (4u << 20) - in.Take<uint8_t>()
+                               : Number<uint64_t>(in, uint64_t{16} << 40);
+  req.setAddress(address);
+  uint8_t pitch_pick = in.Take<uint8_t>();
+  uint64_t pitch = pitch_pick < 192 ? (uint64_t{width} * 16 + 31) / 32 * 32 : in.Take<uint64_t>();
+  req.setPitch(pitch);
+  req.setSlicePitch(in.Take<uint8_t>() < 192 ? pitch * height : in.Take<uint64_t>());
+  req.setAddressModes(in.Take<uint8_t>() < 192 ? in.Take<uint8_t>() % 5 * 0x010101u : in.Take<uint32_t>());
+  req.setFilter(in.Take<uint8_t>());
+  req.setFlags(in.Take<uint8_t>() < 192 ? in.Take<uint8_t>() & 0xf : in.Take<uint32_t>());
+  req.setBorder0(in.Take<float>());
+  req.setBorder1(in.Take<float>());
+  req.setBorder2(in.Take<float>());
+  req.setBorder3(in.Take<float>());
+  auto made = req.send().wait(fx->io.waitScope);
+  uint64_t handle = made.getStatus().getCode() == 0 ? made.getHandle() : 0;
+  if (handle != 0) ++fx->textures_made;
+  uint8_t end = in.Take<uint8_t>();
+  for (int i = 0; i < 1 + (end & 1); ++i) {  // Once, or twice: the second must be refused, not a double free.
+    auto d = s.texObjectDestroyRequest();
+    d.setHandle(end < 64 ? handle ^ (uint64_t{1} << (in.Take<uint8_t>() % 64)) : end < 96 ? in.Take<uint64_t>()
+                                                                                           : handle);
+    d.send().wait(fx->io.waitScope);
+  }
+  s.streamSynchronizeRequest().send().wait(fx->io.waitScope);
 }
 
 // A struct of fuzzed data words and pointers (texts, data, nested structs, lists of absurd claimed sizes).
@@ -291,6 +567,11 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const char* exe = std::getenv("GPUPOOL_FUZZ_AGENT");
   if (!exe) Die("set GPUPOOL_FUZZ_AGENT to a gp-agent to fuzz");
   fx = new Fixture;
+  if (const char* modes = std::getenv("GPUPOOL_WIRE_FUZZ_MODES")) {
+    for (const char* m = modes; *m; ++m) {
+      if (*m >= '0' && *m < '0' + kModes) fx->modes.push_back(static_cast<uint8_t>(*m - '0'));
+    }
+  }
   std::string dir = "/tmp/gpupool-wire-fuzz-" + std::to_string(getpid());
   mkdir(dir.c_str(), 0700);
   fx->address = "unix:" + dir + "/agent.sock";
@@ -333,8 +614,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     if (f) std::fclose(f);
     std::fprintf(stderr,
                  "wire_fuzz: agent alive, no lease, no memory, no worker left (%d sessions for calls; %d direct "
-                 "sessions knocked at, %d entered)\n",
-                 fx->sessions_opened, fx->doors_opened, fx->doors_entered);
+                 "sessions knocked at, %d entered; %d batches; %d texture objects described, %d made; %d typed "
+                 "frames at doors)\n",
+                 fx->sessions_opened, fx->doors_opened, fx->doors_entered, fx->batches, fx->textures,
+                 fx->textures_made, fx->typed_frames);
     kill(fx->agent, SIGKILL);
     waitpid(fx->agent, nullptr, 0);
     // Nothing went wrong: the agent's log and socket go too (kept after a failure, for the post-mortem).
@@ -348,7 +631,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Bytes in{data, size};
-  uint8_t mode = in.Take<uint8_t>() % 5;
+  uint8_t pick = in.Take<uint8_t>();
+  uint8_t mode = fx->modes.empty() ? pick % kModes : fx->modes[pick % fx->modes.size()];
   try {
     if (mode == 0) {
       // Raw bytes on a connection of their own.
@@ -414,8 +698,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           break;
         }
       }
-    } else if (mode == 4) {
-      FuzzFrames(in);
+    } else if (mode == 4 || mode == 7) {
+      FuzzFrames(in, mode == 7);
+    } else if (mode == 5 || mode == 6) {
+      KJ_IF_MAYBE(s, SessionFor()) {
+        try {
+          mode == 5 ? FuzzBatch(*s, in) : FuzzTexture(*s, in);
+        } catch (const kj::Exception& e) {
+          if (e.getType() == kj::Exception::Type::DISCONNECTED) {
+            fx->session = nullptr;
+            fx->session_buffer = 0;
+          }
+        }
+      }
     } else {
       KJ_IF_MAYBE(s, SessionFor()) {
         auto req = s->typelessRequest(capnp::typeId<Session>(), in.Take<uint8_t>() % 72, nullptr);
@@ -423,7 +718,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         try {
           req.send().wait(fx->io.waitScope);
         } catch (const kj::Exception& e) {
-          if (e.getType() == kj::Exception::Type::DISCONNECTED) fx->session = nullptr;
+          if (e.getType() == kj::Exception::Type::DISCONNECTED) {
+            fx->session = nullptr;
+            fx->session_buffer = 0;
+          }
         }
       }
     }
