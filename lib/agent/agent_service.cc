@@ -940,9 +940,27 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
     GP_ERROR("agent", "{}", sandbox.status().message());
     return 2;
   }
-  state.workers = kj::heap<SessionWorkers>(io, std::move(sandbox).value(), config.workers.memory_limit);
+  auto cgroups = WorkerCgroups::Resolve(config.workers.cgroup);
+  if (!cgroups.ok()) {
+    GP_ERROR("agent", "{}", cgroups.status().message());
+    return 2;
+  }
   bool physical = false;
   for (const auto& d : state.devices) physical = physical || !d.emulated;
+  if (config.workers.memory_limit == 0) {
+    GP_INFO("agent", "session workers are not memory-capped: [workers] memory_limit = 0");
+  } else if (cgroups->usable()) {
+    GP_INFO("agent", "session workers' memory: a cgroup each under {}, memory.max {} MiB besides an emulated device's "
+            "window", cgroups->parent(), config.workers.memory_limit >> 20);
+  } else {
+    // Said once: every GPU worker of this agent's life is uncapped, for the same reason.
+    GP_WARN("agent", "session workers' memory: no cgroup v2 group ({}); workers of emulated devices are capped by "
+            "RLIMIT_AS, workers of GPUs are not memory-capped (RLIMIT_AS would break the CUDA driver's address-space "
+            "reservations){}",
+            cgroups->reason(), physical ? "" : " (this agent has none)");
+  }
+  state.workers = kj::heap<SessionWorkers>(io, std::move(sandbox).value(), config.workers.memory_limit,
+                                           std::move(cgroups).value());
   if (physical) {
     auto driver = backend::CudaDriver::Load(config.cuda_driver);
     if (driver.ok()) {
