@@ -12,9 +12,10 @@
 //   6: texture and surface objects (texObjectCreate) with random descriptors over the session's own memory and
 //      beyond it (formats, channels, dimensions, pitches, address modes, flags), then destroyed once, twice or
 //      under a forged handle;
-//   7: a hostile client at a session worker's door: the knock, then well-formed frames of any call's Params (typed
-//      as its schema says, hostile values; batches and texture objects among them), sequence numbers reused,
-//      handshake frames and worker-side frame kinds sent by the client, a frame cut short before the close.
+//   7: a hostile client at a session worker's door, on one connection kept from input to input: well-formed
+//      frames of any call's Params (typed as its schema says, hostile values; batches and texture objects among
+//      them), sequence numbers reused, handshake frames and worker-side frame kinds sent by the client, a frame cut
+//      short before the close.
 // The agent is a real gp-agent process (GPUPOOL_FUZZ_AGENT, started here with a short lease TTL). After every input
 // it must still be running and answer describe; at exit, once the TTL has passed, it must hold no lease and no
 // device memory, and have no session worker left: nothing crashes, nothing leaks. Built by tests/fuzz/run.sh.
@@ -95,6 +96,8 @@ struct Fixture {
   int sessions_opened = 0;
   int doors_opened = 0, doors_entered = 0;  // Direct sessions knocked at, and the worker let us in.
   uint64_t session_buffer = 0;               // Memory of `session` that texture descriptors point into.
+  int door_fd = -1;                          // Mode 7's door connection, kept from input to input.
+  std::string door_lease;
   int batches = 0, textures = 0, textures_made = 0, typed_frames = 0;
   std::vector<uint8_t> modes;  // GPUPOOL_WIRE_FUZZ_MODES; empty: all.
   std::string log_path;                      // The agent's stderr.
@@ -215,39 +218,39 @@ kj::Maybe<Session::Client> SessionFor() {
   }
 }
 
-std::vector<uint8_t> TypedFrames(Bytes& in);
+std::vector<uint8_t> TypedFrames(Bytes& in, bool* cut);
 std::vector<uint8_t> BatchCalls(Bytes& in, uint64_t window_base);
 kj::Array<capnp::word> TypedParams(uint32_t ordinal, Bytes& in, uint64_t window_base);
 
-// A session of its own, reached at its worker's door with the ticket, then frames: fuzzed (mode 4) or typed (mode
-// 7, TypedFrames); the lease is released.
-void FuzzFrames(Bytes& in, bool typed) {
-  // Each costs a worker process: enough variety for the random frames, more for the typed ones, which go deeper.
-  if (fx->doors_opened >= (typed ? 2000 : 400)) return;
-  int opened = ++fx->doors_opened;
-  Agent::Client a = fx->Connected();
-  std::string id = "frames-" + std::to_string(opened), secret = "frames-secret-0123456789";
-  auto release = [&] {
-    auto r = a.releaseRequest();
-    r.initLease().setId(id);
-    r.getLease().setSecret(secret);
-    Try(r.send());
-  };
-  auto maybe_opened = OpenLeaseSession(a, id, secret, 250000, uint64_t{32} << 40);
-  capnp::Response<Agent::OpenSessionResults>* opened_ptr = nullptr;
-  KJ_IF_MAYBE(o, maybe_opened) { opened_ptr = o; }
-  if (!opened_ptr) return release();
-  auto& opened_session = *opened_ptr;
-  if (!opened_session.hasDirect() || opened_session.getDirect().getPath().size() == 0) return release();
-  std::string path = opened_session.getDirect().getPath();
-  auto ticket = opened_session.getDirect().getTicket();
+void ReleaseLease(const std::string& id, const std::string& secret) {
+  auto r = fx->Connected().releaseRequest();
+  r.initLease().setId(id);
+  r.getLease().setSecret(secret);
+  Try(r.send());
+}
+
+// Opens lease `id` and its session, connects to the session's door and knocks with its ticket (its byte
+// `spoil_at` flipped when `spoil`): the connection, or -1 with the lease released. Counts the doors the worker let
+// the client in at.
+int KnockAtDoor(const std::string& id, const std::string& secret, bool spoil, uint8_t spoil_at) {
+  ++fx->doors_opened;
+  auto maybe_opened = OpenLeaseSession(fx->Connected(), id, secret, 250000, uint64_t{32} << 40);
+  capnp::Response<Agent::OpenSessionResults>* opened = nullptr;
+  KJ_IF_MAYBE(o, maybe_opened) { opened = o; }
+  if (!opened || !opened->hasDirect() || opened->getDirect().getPath().size() == 0) {
+    ReleaseLease(id, secret);
+    return -1;
+  }
+  std::string path = opened->getDirect().getPath();
+  auto ticket = opened->getDirect().getTicket();
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
-    return release();
+    ReleaseLease(id, secret);
+    return -1;
   }
   struct {
     gpupool::session::FrameHeader header{gpupool::session::kEnterFrame, 0, 2};
@@ -255,19 +258,61 @@ void FuzzFrames(Bytes& in, bool typed) {
     uint64_t shared_bytes = 0;
   } knock;
   std::memcpy(knock.ticket, ticket.begin(), std::min<size_t>(16, ticket.size()));
-  if (in.Take<uint8_t>() % 16 == 0) knock.ticket[in.Take<uint8_t>() % 16] ^= 1;  // Now and then a wrong ticket.
-  (void)!write(fd, &knock, sizeof(knock));
+  if (spoil) knock.ticket[spoil_at % 16] ^= 1;
+  // A knock without shared memory is the header and the ticket (2 words): shared_bytes travels only with a memfd.
+  (void)!send(fd, &knock, sizeof(knock) - sizeof(knock.shared_bytes), MSG_NOSIGNAL);
   gpupool::session::FrameHeader entered{};
   pollfd wait_entered{fd, POLLIN, 0};
   if (poll(&wait_entered, 1, 1000) > 0 && read(fd, &entered, sizeof(entered)) == sizeof(entered) &&
       entered.kind == gpupool::session::kEnteredFrame) {
     ++fx->doors_entered;
   }
+  return fd;
+}
+
+// Reads what the worker answers, for a moment (up to 4 waits of `wait_ms`); false once it closed the connection.
+bool Drain(int fd, int wait_ms) {
+  pollfd p{fd, POLLIN, 0};
+  char sink[4096];
+  for (int i = 0; i < 4 && poll(&p, 1, wait_ms) > 0; ++i) {
+    if (read(fd, sink, sizeof(sink)) <= 0) return false;
+  }
+  return true;
+}
+
+// Mode 7: typed frames on one door connection kept from input to input (a worker serves many calls), opened again
+// once the worker closes it, its lease ends (the fuzzer never renews one: 1 s) or an input cut its last frame.
+void FuzzTypedFrames(Bytes& in) {
+  const std::string secret = "typed-secret-0123456789";
+  if (fx->door_fd < 0) {
+    if (fx->doors_opened >= 2000) return;  // Each costs a worker process.
+    fx->door_lease = "typed-" + std::to_string(fx->doors_opened + 1);
+    fx->door_fd = KnockAtDoor(fx->door_lease, secret, false, 0);
+    if (fx->door_fd < 0) return;
+  }
+  bool cut = false;
+  std::vector<uint8_t> out = TypedFrames(in, &cut);
+  bool open = send(fx->door_fd, out.data(), out.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(out.size());
+  open = Drain(fx->door_fd, 2) && open;  // What is not read now is read after the next input.
+  if (!open || cut) {
+    close(fx->door_fd);
+    fx->door_fd = -1;
+    ReleaseLease(fx->door_lease, secret);
+  }
+}
+
+// Mode 4: a session of its own, reached at its worker's door with the ticket (now and then a wrong one), then
+// fuzzed frames; the lease is released.
+void FuzzFrames(Bytes& in) {
+  if (fx->doors_opened >= 400) return;  // Each costs a worker process.
+  std::string id = "frames-" + std::to_string(fx->doors_opened + 1), secret = "frames-secret-0123456789";
+  const bool spoil = in.Take<uint8_t>() % 16 == 0;
+  int fd = KnockAtDoor(id, secret, spoil, spoil ? in.Take<uint8_t>() : 0);
+  if (fd < 0) return;
   // Frames: a header with a fuzzed ordinal, sequence number and length, then a segment table and words from the
   // input (the length may claim more than follows, or absurdly much).
   std::vector<uint8_t> out;
-  if (typed) out = TypedFrames(in);
-  while (!typed && in.n > 0 && out.size() < 65536) {
+  while (in.n > 0 && out.size() < 65536) {
     gpupool::session::FrameHeader h;
     uint8_t pick = in.Take<uint8_t>();
     h.kind = pick < 200 ? pick % 80 : in.Take<uint32_t>();
@@ -282,24 +327,22 @@ void FuzzFrames(Bytes& in, bool typed) {
     if (body_words > 0) out.insert(out.end(), tp, tp + sizeof(table));
     for (size_t i = 8; i < body_words * 8u; ++i) out.push_back(in.Take<uint8_t>());
   }
-  (void)!write(fd, out.data(), out.size());
-  // Whatever the worker answers, for a moment; then the client is gone.
-  pollfd p{fd, POLLIN, 0};
-  char sink[4096];
-  for (int i = 0; i < 4 && poll(&p, 1, 10) > 0; ++i) {
-    if (read(fd, sink, sizeof(sink)) <= 0) break;
-  }
+  (void)!send(fd, out.data(), out.size(), MSG_NOSIGNAL);
+  Drain(fd, 10);  // Whatever the worker answers, for a moment; then the client is gone.
   close(fd);
-  release();
+  ReleaseLease(id, secret);
 }
+
+constexpr uint8_t kCutFrames = 0xA5;
 
 // Mode 7's frames, as a hostile client writes them at the door: mostly well-formed frames of a call's typed Params
 // (any call, batches and texture objects more often), with sequence numbers that repeat; some frames of the kinds
 // only the handshake or the worker sends; the last frame may be cut short.
-std::vector<uint8_t> TypedFrames(Bytes& in) {
+std::vector<uint8_t> TypedFrames(Bytes& in, bool* cut) {
   using gpupool::session::FrameHeader;
   std::vector<uint8_t> out;
-  const bool cut = in.Take<uint8_t>() < 32;  // The client closes inside its last frame.
+  // The client closes inside its last frame: rarely, since the connection then goes.
+  *cut = in.Take<uint8_t>() == kCutFrames;
   const uint64_t window_base = uint64_t{32} << 40;
   const uint32_t calls = capnp::Schema::from<Session>().getMethods().size();
   while (in.n > 0 && out.size() < 65536) {
@@ -331,12 +374,13 @@ std::vector<uint8_t> TypedFrames(Bytes& in) {
       h.kind = kKinds[pick % 5];
       message = in.Raw(in.Take<uint8_t>() % 4 * 8);
     }
+    message.resize((message.size() + 7) / 8 * 8);  // The input may end inside a word.
     h.words = message.size() / 8;
     const auto* hp = reinterpret_cast<const uint8_t*>(&h);
     out.insert(out.end(), hp, hp + sizeof(h));
     out.insert(out.end(), message.begin(), message.end());
   }
-  if (cut && !out.empty()) out.resize(out.size() - 1 - (out.size() > 16 ? 8 : 0));
+  if (*cut && !out.empty()) out.resize(out.size() - 1 - (out.size() > 16 ? 8 : 0));
   return out;
 }
 
@@ -593,6 +637,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   if (read(out[0], line, sizeof(line) - 1) <= 0 || !std::strstr(line, "listening on")) Die("the agent did not start");
   std::atexit([] {
     // Everything the fuzzing took must come back once the leases' TTL has passed: leases, memory, workers.
+    if (fx->door_fd >= 0) close(fx->door_fd);
     fx->Drop();
     std::this_thread::sleep_for(std::chrono::seconds(3));
     try {
@@ -698,8 +743,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           break;
         }
       }
-    } else if (mode == 4 || mode == 7) {
-      FuzzFrames(in, mode == 7);
+    } else if (mode == 4) {
+      FuzzFrames(in);
+    } else if (mode == 7) {
+      FuzzTypedFrames(in);
     } else if (mode == 5 || mode == 6) {
       KJ_IF_MAYBE(s, SessionFor()) {
         try {
