@@ -15,7 +15,9 @@
 # surface instructions of the emulated device on random descriptions and handles, building the whole emulator with
 # the sanitizers first, which takes minutes; "wire" fuzzes a live
 # gp-agent's pool and session services and needs GPUPOOL_FUZZ_AGENT, the gp-agent to run, and GPUPOOL_SCHEMA_DIR,
-# the build's generated *.capnp.c++), CXX_FUZZ (clang++).
+# the build's generated *.capnp.c++; GPUPOOL_WIRE_FUZZ_MODES, say "57", limits it to those modes of wire_fuzz.cc),
+# CXX_FUZZ (clang++). A gp-agent built with -DGPUPOOL_SANITIZE=ON puts the agent and its workers under ASan and
+# UBSan too.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
