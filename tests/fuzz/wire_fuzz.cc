@@ -20,6 +20,8 @@
 // it must still be running and answer describe; at exit, once the TTL has passed, it must hold no lease and no
 // device memory, and have no session worker left: nothing crashes, nothing leaks. Built by tests/fuzz/run.sh.
 // GPUPOOL_WIRE_FUZZ_MODES (say "5,6") limits a run to those modes: an input's first byte then picks among them.
+// For a gp-agent built with -DGPUPOOL_SANITIZE=ON: GPUPOOL_FUZZ_AGENT_CONFIG, an agent.toml to start it with
+// ([workers] memory_limit = "0"), and GPUPOOL_FUZZ_AGENT_ASAN_OPTIONS, the agent's ASAN_OPTIONS.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <fcntl.h>
@@ -628,8 +630,12 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     dup2(out[1], 1);
     int log = open(fx->log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (log >= 0) dup2(log, 2);
+    // A sanitized agent: its own ASAN_OPTIONS (its workers exit without a leak check, which their seccomp filter
+    // would fail), and a configuration without RLIMIT_AS (ASan's shadow memory is address space).
+    if (const char* asan = std::getenv("GPUPOOL_FUZZ_AGENT_ASAN_OPTIONS")) setenv("ASAN_OPTIONS", asan, 1);
+    const char* config = std::getenv("GPUPOOL_FUZZ_AGENT_CONFIG");
     execl(exe, exe, "--no-nvml", "--emu", "1", "--emu-memory", "1GiB", "--listen", fx->address.c_str(), "--lease-ttl",
-          "1s", "--name", "fuzz", static_cast<char*>(nullptr));
+          "1s", "--name", "fuzz", "--config", config ? config : "/dev/null", static_cast<char*>(nullptr));
     _exit(127);
   }
   close(out[1]);
