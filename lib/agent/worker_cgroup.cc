@@ -1,5 +1,6 @@
 #include "agent/worker_cgroup.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -82,7 +83,7 @@ std::vector<std::string> Processes(const std::string& group) {
 // cgroup v2 enables a controller for the children of a group only while no process is in it (the root group
 // aside), so the agent first moves itself into a leaf group, "agent"; only when it is alone in its group (one
 // delegated to it, as systemd's Delegate= does), never taking a shell or another program along.
-Status Prepare(const std::string& parent, bool move_self) {
+Status Prepare(const std::string& parent, bool move_self, bool may_enable) {
   const std::string controllers = ReadFile(parent + "/cgroup.controllers");
   if (!HasWord(controllers, "memory")) {
     return Status(StatusCode::kInvalidArgument,
@@ -92,6 +93,12 @@ Status Prepare(const std::string& parent, bool move_self) {
                               parent, controllers.substr(0, controllers.find_last_not_of(" \n") + 1)));
   }
   if (!HasWord(ReadFile(parent + "/cgroup.subtree_control"), "memory")) {
+    if (!may_enable) {
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("the memory controller is not enabled for the groups of {} (the root group: not "
+                                "changed unless [workers] cgroup names it)",
+                                parent));
+    }
     const std::vector<std::string> procs = Processes(parent);
     if (move_self && !procs.empty()) {
       if (procs.size() > 1 || procs[0] != std::to_string(getpid())) {
@@ -123,7 +130,16 @@ Status Prepare(const std::string& parent, bool move_self) {
   }
   Status s = WriteControl(probe + "/memory.max", "max");
   rmdir(probe.c_str());
-  if (!s.ok()) return Status(StatusCode::kInvalidArgument, "cannot set memory.max under " + parent + ": " + s.message());
+  if (!s.ok()) {
+    return Status(StatusCode::kInvalidArgument, "cannot set memory.max under " + parent + ": " + s.message());
+  }
+  // Groups of workers an earlier agent left behind (it was killed before it reaped them): empty, so removable.
+  if (DIR* d = opendir(parent.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (std::strncmp(e->d_name, "worker-", 7) == 0) rmdir(fmt::format("{}/{}", parent, e->d_name).c_str());
+    }
+    closedir(d);
+  }
   return Status::Ok();
 }
 
@@ -144,7 +160,7 @@ Result<WorkerCgroups> WorkerCgroups::Resolve(std::string_view setting) {
                     fmt::format("[workers] cgroup '{}' is not a group of the cgroup v2 hierarchy{}", path,
                                 mount.empty() ? " (none is mounted)" : fmt::format(" (mounted at {})", mount)));
     }
-    if (Status s = Prepare(path, false); !s.ok()) {
+    if (Status s = Prepare(path, false, true); !s.ok()) {
       return Status(StatusCode::kInvalidArgument, fmt::format("[workers] cgroup: {}", s.message()));
     }
     cgroups.parent_ = path;
@@ -156,7 +172,7 @@ Result<WorkerCgroups> WorkerCgroups::Resolve(std::string_view setting) {
     return cgroups;
   }
   const std::string parent = own == "/" ? mount : mount + own;
-  if (Status s = Prepare(parent, own != "/"); !s.ok()) {
+  if (Status s = Prepare(parent, own != "/", own != "/"); !s.ok()) {
     cgroups.reason_ = s.message();
     return cgroups;
   }
