@@ -135,8 +135,8 @@ void Die(const char* why) {
   std::abort();
 }
 
-// The agent still runs and answers describe, and none of its session workers crashed (the agent logs how each
-// worker it did not stop itself ended).
+// The agent still runs and answers describe, none of its session workers crashed (the agent logs how each worker
+// it did not stop itself ended), and neither reported a sanitizer error (a gp-agent built with the sanitizers).
 void CheckAlive() {
   int status = 0;
   if (waitpid(fx->agent, &status, WNOHANG) == fx->agent) Die("the agent died");
@@ -147,6 +147,12 @@ void CheckAlive() {
       if (std::strstr(line, "killed by signal")) {
         std::fclose(log);
         Die((std::string("a session worker crashed: ") + line).c_str());
+      }
+      // A sanitized agent's or worker's report, even one it went on after (UBSan recovers by default).
+      if (std::strstr(line, "runtime error:") || std::strstr(line, "ERROR: AddressSanitizer") ||
+          std::strstr(line, "ERROR: LeakSanitizer")) {
+        std::fclose(log);
+        Die((std::string("a sanitizer report in the agent's log: ") + line).c_str());
       }
     }
     fx->log_read = std::ftell(log);
