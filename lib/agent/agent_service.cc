@@ -35,6 +35,10 @@
 namespace gpupool::agent {
 namespace {
 
+// Where a session's address window must end: x86-64's and AArch64's 47-bit user address space (4-level pages; a
+// window above it could not be mapped by the worker).
+constexpr uint64_t kMaxWindowEnd = uint64_t{1} << 47;
+
 struct AgentState {
   AgentConfig config;
   std::vector<DeviceRecord> devices;
@@ -547,6 +551,16 @@ class AgentImpl final : public wire::Agent::Server {
     if (base == 0 || base % (1ull << 30) != 0 || window < slice->memory_bytes) {
       RefuseSession(results.initOutcome(), Status(StatusCode::kInvalidArgument,
                                                "the address window must be 1 GiB aligned and hold the slice"));
+      return kj::READY_NOW;
+    }
+    // A worker maps its window in its own address space (an emulated device's memory, a GPU's unified addresses):
+    // one beyond the user address space could only fail there, after a worker started for nothing.
+    if (base >= kMaxWindowEnd || window > kMaxWindowEnd - base) {
+      RefuseSession(results.initOutcome(),
+                    Status(StatusCode::kInvalidArgument,
+                           fmt::format("the address window [0x{:x}, +0x{:x}) must end below 0x{:x}, the user "
+                                       "address space of the session's worker",
+                                       base, window, kMaxWindowEnd)));
       return kj::READY_NOW;
     }
     if (!record.emulated && !state_.cuda) {

@@ -688,7 +688,7 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   return req.send()
       .then([this, pid](capnp::Response<wire::SessionWorker::OpenResults>&& r) -> OpenedSession {
         if (r.getCode() != 0) {
-          kill(pid, SIGKILL);
+          KillFailedToOpen(pid, r.getMessage());
           return OpenedSession{Status(static_cast<StatusCode>(r.getCode()), r.getMessage()), nullptr, nullptr};
         }
         OpenedSession opened{Status::Ok(), r.getSession(), nullptr};
@@ -701,11 +701,22 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
         return opened;
       })
       .catch_([this, pid](kj::Exception&& e) -> OpenedSession {
-        kill(pid, SIGKILL);
+        KillFailedToOpen(pid, e.getDescription());
         return OpenedSession{Status(StatusCode::kInternal, fmt::format("the session worker failed to start: {}",
                                                                        e.getDescription().cStr())),
                              nullptr, nullptr};
       });
+}
+
+void SessionWorkers::KillFailedToOpen(pid_t pid, kj::StringPtr why) {
+  // The agent's own doing, not a crash: Reap says so (a worker that failed to open is no tenant's lost session).
+  auto it = workers_.find(pid);
+  if (it != workers_.end()) {
+    it->second->killed = true;
+    GP_INFO("session", "lease {}: session worker {} could not open its session: {}", it->second->lease_id, pid,
+            why.cStr());
+  }
+  kill(pid, SIGKILL);
 }
 
 std::vector<SessionWorkers::SessionView> SessionWorkers::Sessions() const {

@@ -117,6 +117,8 @@ class SessionWorkers {
  private:
   struct Worker;
   void Reap(pid_t pid, int status);
+  // Kills a worker whose session did not open, as the agent's doing (Reap then reports no crash).
+  void KillFailedToOpen(pid_t pid, kj::StringPtr why);
 
   kj::AsyncIoContext& io_;
   WorkerSandbox sandbox_;

@@ -100,7 +100,7 @@ struct Fixture {
   uint64_t session_buffer = 0;               // Memory of `session` that texture descriptors point into.
   int door_fd = -1;                          // Mode 7's door connection, kept from input to input.
   std::string door_lease;
-  int batches = 0, textures = 0, textures_made = 0, typed_frames = 0;
+  int batches = 0, textures = 0, textures_made = 0, typed_frames = 0, windows = 0;
   std::vector<uint8_t> modes;  // GPUPOOL_WIRE_FUZZ_MODES; empty: all.
   std::string log_path;                      // The agent's stderr.
   long log_read = 0;                         // How far CheckAlive has read it.
@@ -128,6 +128,9 @@ struct Fixture {
 
 Fixture* fx = nullptr;
 constexpr int kModes = 8;
+// The window of the sessions for calls (modes 3, 5, 6): above the shadow memory of AddressSanitizer (it ends at
+// 0x10007fff8000), so that a sanitized gp-agent's worker can map it.
+constexpr uint64_t kCallsWindow = uint64_t{48} << 40;
 
 void Die(const char* why) {
   std::fprintf(stderr, "wire_fuzz: %s\n", why);
@@ -182,7 +185,8 @@ void Try(kj::Promise<T>&& p) {
 // nullopt if the agent refuses any step.
 kj::Maybe<capnp::Response<Agent::OpenSessionResults>> OpenLeaseSession(Agent::Client a, const std::string& id,
                                                                       const std::string& secret, uint32_t share,
-                                                                      uint64_t window_base) {
+                                                                      uint64_t window_base,
+                                                                      uint64_t window_bytes = uint64_t{1} << 30) {
   auto r = a.reserveRequest();
   r.initLease().setId(id);
   r.getLease().setSecret(secret);
@@ -201,7 +205,7 @@ kj::Maybe<capnp::Response<Agent::OpenSessionResults>> OpenLeaseSession(Agent::Cl
   o.getLease().setSecret(secret);
   o.setDevice(0);
   o.setWindowBase(window_base);
-  o.setWindowBytes(uint64_t{1} << 30);
+  o.setWindowBytes(window_bytes);
   auto opened = o.send().wait(fx->io.waitScope);
   if (opened.getOutcome().getCode() != gpupool::wire::Outcome::Code::OK) return nullptr;
   return kj::mv(opened);
@@ -215,7 +219,7 @@ kj::Maybe<Session::Client> SessionFor() {
   Agent::Client a = fx->Connected();
   std::string id = "fuzz-" + std::to_string(fx->sessions_opened), secret = "fuzz-secret-0123456789";
   try {
-    KJ_IF_MAYBE(opened, OpenLeaseSession(a, id, secret, 500000, uint64_t{16} << 40)) {
+    KJ_IF_MAYBE(opened, OpenLeaseSession(a, id, secret, 500000, kCallsWindow)) {
       Session::Client s = opened->getSession();
       fx->session = s;
       return s;
@@ -523,7 +527,7 @@ std::vector<uint8_t> BatchCalls(Bytes& in, uint64_t window_base) {
 
 void FuzzBatch(Session::Client s, Bytes& in) {
   ++fx->batches;
-  std::vector<uint8_t> calls = BatchCalls(in, uint64_t{16} << 40);
+  std::vector<uint8_t> calls = BatchCalls(in, kCallsWindow);
   auto req = s.batchRequest();
   req.setCalls(kj::arrayPtr(reinterpret_cast<const kj::byte*>(calls.data()), calls.size()));
   req.send().wait(fx->io.waitScope);
@@ -563,7 +567,7 @@ void FuzzTexture(Session::Client s, Bytes& in) {
   uint8_t a = in.Take<uint8_t>();
   uint64_t address = a < 160   ? fx->session_buffer + in.Take<uint16_t>() % (4u << 20)
                      : a < 192 ? fx->session_buffer + (4u << 20) - in.Take<uint8_t>()
-                               : Number<uint64_t>(in, uint64_t{16} << 40);
+                               : Number<uint64_t>(in, kCallsWindow);
   req.setAddress(address);
   uint8_t pitch_pick = in.Take<uint8_t>();
   uint64_t pitch = pitch_pick < 192 ? (uint64_t{width} * 16 + 31) / 32 * 32 : in.Take<uint64_t>();
@@ -705,7 +709,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Try(req.send());
     } else if (mode == 2) {
       Agent::Client a = fx->Connected();
-      switch (in.Take<uint8_t>() % 5) {
+      switch (in.Take<uint8_t>() % 6) {
         case 0: {
           auto r = a.reserveRequest();
           r.initLease().setId(in.Text(64));
@@ -745,6 +749,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           auto r = a.revokeRequest();
           r.setLeaseId(in.Text(64));
           Try(r.send());
+          break;
+        }
+        case 5: {
+          // A session of a real lease at a hostile window: at and beyond the end of the user address space, wrapping
+          // past 2^64, or anywhere GiB-aligned; the lease is released.
+          if (fx->windows >= 300) break;  // Each may cost a worker process.
+          std::string id = "window-" + std::to_string(++fx->windows), secret = "window-secret-0123456789";
+          uint8_t pick = in.Take<uint8_t>();
+          uint64_t base = pick < 128 ? (uint64_t{1} << 47) - (uint64_t{in.Take<uint8_t>()} << 30)
+                                     : in.Take<uint64_t>() & ~((uint64_t{1} << 30) - 1);
+          uint64_t window = in.Take<uint8_t>() < 224 ? (uint64_t{1} + in.Take<uint8_t>() % 4) << 30 : in.Take<uint64_t>();
+          try {
+            OpenLeaseSession(a, id, secret, 100000, base, window);
+          } catch (const kj::Exception&) {
+          }
+          ReleaseLease(id, secret);
           break;
         }
         case 4: {
