@@ -155,6 +155,8 @@ void CheckAlive() {
       if (std::strstr(line, "runtime error:") || std::strstr(line, "ERROR: AddressSanitizer") ||
           std::strstr(line, "ERROR: LeakSanitizer")) {
         std::fclose(log);
+        std::this_thread::sleep_for(std::chrono::seconds(3));  // The report's stack, into the log kept for it.
+        std::fprintf(stderr, "wire_fuzz: the agent's log: %s\n", fx->log_path.c_str());
         Die((std::string("a sanitizer report in the agent's log: ") + line).c_str());
       }
     }

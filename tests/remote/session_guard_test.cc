@@ -229,6 +229,23 @@ TEST_F(SessionGuard, WindowsBeyondTheUserAddressSpaceAreRefusedBeforeAWorkerStar
   ExpectAllUnharmed();
 }
 
+// A module image from the wire is all the worker has of it: an empty one (which a loader would read as one of
+// unknown length, past the message's end) and a fatbin wrapper (whose pointer into the client's process the worker
+// would follow: here a wild one) are refused as invalid images, and the session goes on. Found by the wire fuzzer's
+// door frames under AddressSanitizer.
+TEST_F(SessionGuard, EmptyImagesAndFatbinWrappersAreRefusedNotFollowed) {
+  uint64_t module = 0;
+  uint8_t none = 0;
+  EXPECT_EQ(a().ModuleLoad(&none, 0, &module), CUDA_ERROR_INVALID_IMAGE);
+  struct {
+    uint32_t magic = 0x466243B1, version = 1;
+    uint64_t container = 0x7e57000000001000;  // Nothing there: following it faults.
+  } wrapper;
+  EXPECT_EQ(a().ModuleLoad(&wrapper, sizeof(wrapper), &module), CUDA_ERROR_INVALID_IMAGE);
+  EXPECT_EQ(agent_->process().Stderr().find("killed by signal"), std::string::npos) << agent_->process().Stderr();
+  ExpectAllUnharmed();
+}
+
 TEST_F(SessionGuard, LaunchAfterModuleUnloadAnswersInvalidHandle) {
   uint64_t module = 0;
   std::vector<uint8_t> image = KernelImage();
