@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "agent/worker_cgroup.h"
 #include "backend/device_turns.h"
 #include "backend/slice_quota.h"
 #include "core/toml_config.h"
@@ -112,7 +113,7 @@ Status Read(const TomlFile& file, AgentConfig* c) {
   }
   if (!(s = section("workers", &t)).ok()) return s;
   if (t) {
-    if (!(s = file.CheckKeys(*t, {"user", "seccomp", "memory_limit"}, "[workers]")).ok()) return s;
+    if (!(s = file.CheckKeys(*t, {"user", "seccomp", "memory_limit", "cgroup"}, "[workers]")).ok()) return s;
     if (t->get("user")) {
       if (!(s = file.GetString(*t, "user", &c->workers.user)).ok()) return s;
       if (c->workers.user.empty()) return file.Error(*t->get("user"), "[workers] user must not be empty");
@@ -125,6 +126,16 @@ Status Read(const TomlFile& file, AgentConfig* c) {
                         fmt::format("[workers] memory_limit must be 0 (no cap) or at least {} MiB: a worker needs "
                                     "that much for its code, threads and buffers",
                                     kMinWorkerMemoryLimit >> 20));
+    }
+    if (t->get("cgroup")) {
+      if (!(s = file.GetString(*t, "cgroup", &c->workers.cgroup)).ok()) return s;
+      const std::string& g = c->workers.cgroup;
+      if (g != kWorkerCgroupAuto && g != kWorkerCgroupOff && (g.empty() || g[0] != '/')) {
+        return file.Error(*t->get("cgroup"),
+                          fmt::format("[workers] cgroup must be \"{}\", \"{}\" or the absolute path of a cgroup v2 "
+                                      "group, not '{}'",
+                                      kWorkerCgroupAuto, kWorkerCgroupOff, g));
+      }
     }
   }
   if (!(s = section("telemetry", &t)).ok()) return s;

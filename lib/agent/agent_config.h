@@ -55,6 +55,7 @@ inline constexpr int kMaxSessionsPerLease = 64;
 //   user = "gpupool"               # who they run as under a root agent; "root" only if said; default gpupool
 //   seccomp = true                 # their syscall allow-list; false only to debug; default true
 //   memory_limit = "8GiB"          # address space besides an emulated device's window; "0": none; default 8GiB
+//   cgroup = "auto"                # a cgroup v2 group per worker, memory.max its cap: "auto", "off" or a group's path
 struct AgentConfig {
   std::string name;
   std::string listen = kDefaultListen;

@@ -36,6 +36,10 @@
 namespace gpupool::agent {
 namespace {
 
+// Where a session's address window must end: x86-64's and AArch64's 47-bit user address space (4-level pages; a
+// window above it could not be mapped by the worker).
+constexpr uint64_t kMaxWindowEnd = uint64_t{1} << 47;
+
 struct AgentState {
   AgentConfig config;
   std::vector<DeviceRecord> devices;
@@ -550,6 +554,16 @@ class AgentImpl final : public wire::Agent::Server {
                                                "the address window must be 1 GiB aligned and hold the slice"));
       return kj::READY_NOW;
     }
+    // A worker maps its window in its own address space (an emulated device's memory, a GPU's unified addresses):
+    // one beyond the user address space could only fail there, after a worker started for nothing.
+    if (base >= kMaxWindowEnd || window > kMaxWindowEnd - base) {
+      RefuseSession(results.initOutcome(),
+                    Status(StatusCode::kInvalidArgument,
+                           fmt::format("the address window [0x{:x}, +0x{:x}) must end below 0x{:x}, the user "
+                                       "address space of the session's worker",
+                                       base, window, kMaxWindowEnd)));
+      return kj::READY_NOW;
+    }
     if (!record.emulated && !state_.cuda) {
       RefuseSession(results.initOutcome(),
                  Status(StatusCode::kInternal, "cannot run CUDA on this server's GPUs: " + state_.cuda_error));
@@ -956,9 +970,27 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
     GP_ERROR("agent", "{}", sandbox.status().message());
     return 2;
   }
-  state.workers = kj::heap<SessionWorkers>(io, std::move(sandbox).value(), config.workers.memory_limit);
+  auto cgroups = WorkerCgroups::Resolve(config.workers.cgroup);
+  if (!cgroups.ok()) {
+    GP_ERROR("agent", "{}", cgroups.status().message());
+    return 2;
+  }
   bool physical = false;
   for (const auto& d : state.devices) physical = physical || !d.emulated;
+  if (config.workers.memory_limit == 0) {
+    GP_INFO("agent", "session workers are not memory-capped: [workers] memory_limit = 0");
+  } else if (cgroups->usable()) {
+    GP_INFO("agent", "session workers' memory: a cgroup each under {}, memory.max {} MiB besides an emulated device's "
+            "window", cgroups->parent(), config.workers.memory_limit >> 20);
+  } else {
+    // Said once: every GPU worker of this agent's life is uncapped, for the same reason.
+    GP_WARN("agent", "session workers' memory: no cgroup v2 group ({}); workers of emulated devices are capped by "
+            "RLIMIT_AS, workers of GPUs are not memory-capped (RLIMIT_AS would break the CUDA driver's address-space "
+            "reservations){}",
+            cgroups->reason(), physical ? "" : " (this agent has none)");
+  }
+  state.workers = kj::heap<SessionWorkers>(io, std::move(sandbox).value(), config.workers.memory_limit,
+                                           std::move(cgroups).value());
   if (physical) {
     auto driver = backend::CudaDriver::Load(config.cuda_driver);
     if (driver.ok()) {

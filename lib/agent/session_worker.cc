@@ -544,6 +544,7 @@ struct SessionWorkers::Worker {
   pid_t pid = 0;
   std::string lease_id;
   std::string direct_path;  // A Unix-socket door the worker may have left behind if it was killed.
+  std::string cgroup;       // Its memory-capped group (WorkerCgroups::Confine), or "".
   uint32_t device = 0;
   std::unique_ptr<backend::SessionMeter> meter;  // Null: none could be made.
   kj::Own<kj::AsyncIoStream> stream;
@@ -552,8 +553,13 @@ struct SessionWorkers::Worker {
   bool killed = false;  // By the agent, because its lease ended.
 };
 
-SessionWorkers::SessionWorkers(kj::AsyncIoContext& io, WorkerSandbox sandbox, uint64_t memory_limit)
-    : io_(io), sandbox_(std::move(sandbox)), memory_limit_(memory_limit), reaper_errors_(kj::heap<ReaperErrors>()) {
+SessionWorkers::SessionWorkers(kj::AsyncIoContext& io, WorkerSandbox sandbox, uint64_t memory_limit,
+                               WorkerCgroups cgroups)
+    : io_(io),
+      sandbox_(std::move(sandbox)),
+      memory_limit_(memory_limit),
+      cgroups_(std::move(cgroups)),
+      reaper_errors_(kj::heap<ReaperErrors>()) {
   reapers_ = kj::heap<kj::TaskSet>(*reaper_errors_);
 }
 
@@ -626,8 +632,23 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
                                                                    std::strerror(err))),
                          nullptr, nullptr};
   }
+  // Into its memory-capped group before the agent sends it anything: until then it has only started (exec and its
+  // libraries), so nothing a tenant sends is handled outside the cap.
+  std::string cgroup;
+  if (cgroups_.usable() && memory_limit_ > 0) {
+    auto confined = cgroups_.Confine(pid, spec.emulated ? spec.window_bytes + memory_limit_ : memory_limit_);
+    if (!confined.ok()) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      close(fds[0]);
+      GP_ERROR("session", "lease {}: {}", spec.lease_id, confined.status().message());
+      return OpenedSession{confined.status(), nullptr, nullptr};
+    }
+    cgroup = std::move(confined).value();
+  }
   auto worker = kj::heap<Worker>();
   worker->pid = pid;
+  worker->cgroup = std::move(cgroup);
   worker->lease_id = spec.lease_id;
   worker->device = spec.device;
   worker->meter = std::move(meter);
@@ -667,7 +688,7 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   return req.send()
       .then([this, pid](capnp::Response<wire::SessionWorker::OpenResults>&& r) -> OpenedSession {
         if (r.getCode() != 0) {
-          kill(pid, SIGKILL);
+          KillFailedToOpen(pid, r.getMessage());
           return OpenedSession{Status(static_cast<StatusCode>(r.getCode()), r.getMessage()), nullptr, nullptr};
         }
         OpenedSession opened{Status::Ok(), r.getSession(), nullptr};
@@ -680,11 +701,22 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
         return opened;
       })
       .catch_([this, pid](kj::Exception&& e) -> OpenedSession {
-        kill(pid, SIGKILL);
+        KillFailedToOpen(pid, e.getDescription());
         return OpenedSession{Status(StatusCode::kInternal, fmt::format("the session worker failed to start: {}",
                                                                        e.getDescription().cStr())),
                              nullptr, nullptr};
       });
+}
+
+void SessionWorkers::KillFailedToOpen(pid_t pid, kj::StringPtr why) {
+  // The agent's own doing, not a crash: Reap says so (a worker that failed to open is no tenant's lost session).
+  auto it = workers_.find(pid);
+  if (it != workers_.end()) {
+    it->second->killed = true;
+    GP_INFO("session", "lease {}: session worker {} could not open its session: {}", it->second->lease_id, pid,
+            why.cStr());
+  }
+  kill(pid, SIGKILL);
 }
 
 std::vector<SessionWorkers::SessionView> SessionWorkers::Sessions() const {
@@ -742,6 +774,7 @@ void SessionWorkers::Reap(pid_t pid, int status) {
   }
   if (it != workers_.end()) {
     if (!it->second->direct_path.empty()) unlink(it->second->direct_path.c_str());
+    if (!it->second->cgroup.empty()) WorkerCgroups::Remove(it->second->cgroup);
     // Its counts stay with its lease, so that the lease's totals never go back.
     if (it->second->meter) {
       backend::MeterReading last = it->second->meter->Read();

@@ -24,6 +24,7 @@
 
 #include <kj/async-io.h>
 
+#include "agent/worker_cgroup.h"
 #include "agent/worker_sandbox.h"
 #include "backend/session_meter.h"
 #include "gpupool/status.h"
@@ -79,9 +80,13 @@ struct OpenedSession {
 class SessionWorkers {
  public:
   // Each worker confines itself as `sandbox` says (ResolveWorkerSandbox), with an address-space cap of its
-  // emulated device's window plus `memory_limit` bytes (0: none; [workers] memory_limit).
+  // emulated device's window plus `memory_limit` bytes (0: none; [workers] memory_limit). Where `cgroups` is
+  // usable, each worker also goes into a group of its own whose memory.max is that cap (`memory_limit` alone for a
+  // physical GPU's worker, whose device memory is not the host's), removed once the worker is reaped; a worker that
+  // cannot be put there is killed and its session refused.
   // REQUIRES: kj::UnixEventPort::captureChildExit() was called before any thread started.
-  SessionWorkers(kj::AsyncIoContext& io, WorkerSandbox sandbox, uint64_t memory_limit);
+  SessionWorkers(kj::AsyncIoContext& io, WorkerSandbox sandbox, uint64_t memory_limit,
+                 WorkerCgroups cgroups = WorkerCgroups());
   ~SessionWorkers();
 
   // Spawns a worker and opens the session in it.
@@ -112,10 +117,13 @@ class SessionWorkers {
  private:
   struct Worker;
   void Reap(pid_t pid, int status);
+  // Kills a worker whose session did not open, as the agent's doing (Reap then reports no crash).
+  void KillFailedToOpen(pid_t pid, kj::StringPtr why);
 
   kj::AsyncIoContext& io_;
   WorkerSandbox sandbox_;
   uint64_t memory_limit_ = 0;
+  WorkerCgroups cgroups_;
   std::map<pid_t, kj::Own<Worker>> workers_;
   std::map<std::string, backend::MeterReading> retired_;
   kj::Own<kj::TaskSet> reapers_;

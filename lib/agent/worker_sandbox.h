@@ -35,8 +35,12 @@ struct WorkersConfig {
   bool seccomp = true;
   // Address space a worker may map besides its emulated device's window (the device memory, which lives in the
   // worker): code, heaps, thread stacks, copies in flight. Default 8GiB; 0: no cap. Workers of physical GPUs are
-  // not capped this way: the CUDA driver reserves address space far beyond what it uses.
+  // not capped this way (the CUDA driver reserves address space far beyond what it uses), but by `cgroup`.
   uint64_t memory_limit = kDefaultWorkerMemoryLimit;
+  // Where each worker gets a cgroup v2 group of its own whose memory.max is its cap (memory_limit, plus the window
+  // for an emulated device): "auto" (default: the agent's own group, when delegated with the memory controller),
+  // "off", or the absolute path of a group made for the workers (agent/worker_cgroup.h).
+  std::string cgroup = "auto";
 };
 
 // What a worker applies to itself: resolved by the agent, handed to the worker on its command line.

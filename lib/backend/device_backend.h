@@ -49,6 +49,9 @@ struct KernelInfo {
   std::vector<KernelParam> params;
   int shared_bytes = 0, local_bytes = 0, num_regs = 0;
   int ptx_version = 0;  // The compute capability the kernel's PTX was written for (major * 10 + minor); 0: unknown.
+  // The largest block the kernel may launch with (its launch bounds, registers, the backend's own limits); 0: the
+  // device's limit.
+  int max_threads_per_block = 0;
 };
 
 struct LaunchShape {

@@ -29,6 +29,9 @@
 namespace gpupool::backend {
 namespace {
 
+// The first word of a fatbin wrapper (__fatBinC_Wrapper_t: magic, version, pointer to its container).
+constexpr uint32_t kFatbinWrapperMagic = 0x466243B1;
+
 namespace calls = session::calls;
 using Reply = kj::Promise<CallStatus>;
 using Clock = std::chrono::steady_clock;
@@ -592,6 +595,16 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   // ---- Modules and kernels.
 
   Reply Handle(const calls::ModuleLoad::Args& a, calls::ModuleLoad::Results& r) {
+    // The message is all the worker has of an image. A loader reads an image of size 0 as one of unknown length (a C
+    // string, or a container whose header gives its size: read past the message's end), and a fatbin wrapper holds
+    // a pointer into the client's own process (which the worker would follow): clients send what it points at.
+    if (a.image.size == 0) return Done(CallStatus{CUDA_ERROR_INVALID_IMAGE, "moduleLoad: the image is empty"});
+    if (uint32_t magic = 0; a.image.size >= sizeof(magic) &&
+                            (std::memcpy(&magic, a.image.data, sizeof(magic)), magic == kFatbinWrapperMagic)) {
+      return Done(CallStatus{CUDA_ERROR_INVALID_IMAGE,
+                             "moduleLoad: a fatbin wrapper holds a pointer into the client's process; send the "
+                             "fatbin container it points at"});
+    }
     ModuleRef module;
     CallStatus s = backend_->LoadModule(a.image.data, a.image.size, &module);
     if (!s.ok()) {
@@ -637,6 +650,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     r.local_bytes = info.local_bytes;
     r.num_regs = info.num_regs;
     r.ptx_version = info.ptx_version;
+    r.max_threads_per_block = info.max_threads_per_block;
     r.function.value = functions_.Add({it->first, fn, std::move(info)});
     return Ok();
   }

@@ -823,6 +823,7 @@ int RemoteSession::GetFunction(uint64_t module, const std::string& name, RemoteF
   info->local_bytes = r.local_bytes;
   info->num_regs = r.num_regs;
   info->ptx_version = r.ptx_version;
+  info->max_threads_per_block = r.max_threads_per_block;
   return code;
 }
 

@@ -29,6 +29,7 @@ struct RemoteFunctionInfo {
   std::vector<RemoteParam> params;
   int shared_bytes = 0, local_bytes = 0, num_regs = 0;
   int ptx_version = 0;  // Of the kernel's PTX (120 for compute_120); 0: an agent that does not say.
+  int max_threads_per_block = 0;  // 0: the device's (an agent from before the field).
 };
 
 class RemoteSession {

@@ -54,6 +54,30 @@ EmuStatus Err(int line, const std::string& what) {
   return EmuStatus(Code::kInvalidPtx, "line " + std::to_string(line) + ": " + what);
 }
 
+// The block size bound of a kernel's .maxntid (at most that many threads) or .reqntid (exactly that many): the
+// product of its one to three dimensions. Both bound the block; a value below 1 is refused, as ptxas refuses it.
+EmuStatus BlockBound(const ptx::Function& f, uint32_t* max_threads) {
+  uint64_t bound = 0;
+  for (const char* name : {"maxntid", "reqntid"}) {
+    auto it = f.directives.find(name);
+    if (it == f.directives.end()) continue;
+    if (it->second.empty() || it->second.size() > 3) {
+      return Err(f.line, "." + std::string(name) + " of '" + f.name + "' takes one to three dimensions");
+    }
+    uint64_t threads = 1;
+    for (int64_t d : it->second) {
+      if (d < 1 || d > 1024) {
+        return Err(f.line, "." + std::string(name) + " of '" + f.name + "' has a dimension of " + std::to_string(d) +
+                               ": each must be 1 to 1024");
+      }
+      threads *= static_cast<uint64_t>(d);
+    }
+    bound = bound == 0 ? threads : std::min(bound, threads);
+  }
+  *max_threads = static_cast<uint32_t>(bound);  // At most 1024^3: fits.
+  return EmuStatus::Ok();
+}
+
 uint64_t AlignUp(uint64_t v, uint64_t a) { return a <= 1 ? v : (v + a - 1) / a * a; }
 
 std::string KiB(uint64_t bytes) { return std::to_string(bytes / 1024) + " KiB"; }
@@ -190,10 +214,7 @@ class FunctionCompiler {
       }
       return static_cast<uint32_t>(p);
     };
-    out_.bound_threads = product("maxntid");
-    if (uint32_t required = product("reqntid"); required != 0) {
-      out_.bound_threads = out_.bound_threads == 0 ? required : std::min(out_.bound_threads, required);
-    }
+    // bound_threads: BlockBound, which refuses what ptxas refuses.
     out_.bound_blocks_per_sm = product("minnctapersm");
     out_.bound_registers = product("maxnreg");
   }
@@ -1573,6 +1594,7 @@ EmuResult<Program> ModuleCompiler::Run() {
     if (out.defined) continue;
     out.is_entry = f.is_entry;
     out.defined = true;
+    if (EmuStatus s = BlockBound(f, &out.bound_threads); !s.ok()) return s;
     FunctionCompiler fc(*this, f, out, index);
     if (EmuStatus s = fc.Run(); !s.ok()) return s;
   }

@@ -1077,6 +1077,27 @@ void Device::Attributes(const Function* function, int* static_shared_bytes, int*
   *num_regs = static_cast<int>(std::max(registers, kMinRegisters));
 }
 
+int Device::MaxThreadsPerBlock(const Function* function) const {
+  const internal::Program& prog = function->module->program;
+  const internal::Function& f = prog.functions[static_cast<size_t>(function->index)];
+  uint32_t most = static_cast<uint32_t>(impl_->props.max_threads_per_block);
+  if (f.bound_threads > 0) most = std::min(most, f.bound_threads);
+  // The footprint grows with the block's warps: the largest that fits, found by bisection, in whole warps unless
+  // not even one warp fits.
+  auto fits = [&](uint32_t threads) {
+    internal::BlockLayout layout;
+    return internal::LayBlock(prog, function->index, Dim3{threads, 1, 1}, 0, f.kernel_param_bytes, &layout);
+  };
+  if (fits(most)) return static_cast<int>(most);
+  uint32_t low = 0, high = most;  // fits(low) or low == 0; !fits(high).
+  while (high - low > 1) {
+    uint32_t mid = low + (high - low) / 2;
+    (fits(mid) ? low : high) = mid;
+  }
+  const uint32_t warp = static_cast<uint32_t>(impl_->props.warp_size);
+  return static_cast<int>(low >= warp ? low / warp * warp : low);
+}
+
 EmuStatus Device::Launch(Function* function, const LaunchConfig& config, void** params) {
   if (!function) return EmuStatus(Code::kInvalidHandle, "null function");
   const auto& layout = function->params;
@@ -1116,6 +1137,13 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
     return BadValue("grid dimensions exceed the device's limits");
   }
   const internal::Program& prog = function->module->program;
+  if (uint32_t bound = prog.functions[static_cast<size_t>(function->index)].bound_threads;
+      bound > 0 && threads > bound) {
+    return EmuStatus(Code::kLaunchOutOfResources,
+                     "too many resources requested for launch: a block of " + std::to_string(threads) +
+                         " threads of '" + function->name + "', whose launch bounds (.maxntid/.reqntid) allow " +
+                         std::to_string(bound));
+  }
   const internal::Function& entry = prog.functions[static_cast<size_t>(function->index)];
   // The kernel's own static shared memory (not the module's), as a GPU counts it.
   const uint64_t block_shared = uint64_t{entry.static_shared_bytes} + config.shared_bytes;

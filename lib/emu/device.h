@@ -188,6 +188,11 @@ class Device {
   void Attributes(const Function* function, int* static_shared_bytes, int* local_bytes, int* num_regs) const;
   // The architecture the function's PTX was written for (`.target sm_120` or `sm_120a`: 120); 0 if it names none.
   static int PtxVersion(const Function* function);
+  // The most threads a block of `function` may have (cuFuncGetAttribute's MAX_THREADS_PER_BLOCK): the device's
+  // limit, the kernel's __launch_bounds__ (.maxntid, .reqntid) and what the emulator holds for one block
+  // (kMaxBlockFootprintBytes: registers, local and parameter stacks, static shared memory), whole warps where one
+  // fits. A launch of a larger block is refused with kLaunchOutOfResources; of this one, it is not for its size.
+  int MaxThreadsPerBlock(const Function* function) const;
 
   // ---- Launch (asynchronous, in stream order). ----
   // `params` as cuLaunchKernel's kernelParams: one pointer per parameter, read now (copied before returning).

@@ -83,6 +83,11 @@ CUresult PrepareLaunch(CUfunction f, const uint32_t grid[3], const uint32_t bloc
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (CUresult r = remote.FunctionOn(kernel, dev, info); r != CUDA_SUCCESS) return r;
+  // A block beyond the kernel's own bound (launch bounds, registers) is refused now, as the driver refuses it, not
+  // at the next synchronising call.
+  if (info->max_threads_per_block > 0 && threads > static_cast<uint64_t>(info->max_threads_per_block)) {
+    return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+  }
   // The driver refuses more dynamic shared memory than the function opted into (cuFuncSetAttribute).
   if (shared > static_cast<unsigned int>(MaxDynamicShared(*kernel, dev, *info))) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = PackParams(*info, params, extra, &work->params); r != CUDA_SUCCESS) return r;
@@ -157,6 +162,10 @@ cudaOccFuncAttributes OccupancyFunction(const Kernel& kernel, int dev, const Rem
                                         int block_limit) {
   cudaOccFuncAttributes a;
   a.maxThreadsPerBlock = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024);
+  // A potential block size the kernel could not launch with would be no answer.
+  if (info.max_threads_per_block > 0) {
+    a.maxThreadsPerBlock = std::min(a.maxThreadsPerBlock, info.max_threads_per_block);
+  }
   if (block_limit > 0) a.maxThreadsPerBlock = std::min(a.maxThreadsPerBlock, block_limit);
   a.numRegs = info.num_regs;
   a.sharedSizeBytes = static_cast<size_t>(info.shared_bytes);

@@ -3,6 +3,7 @@
 // so one cudart library serves all devices of the process. The entry points are generated from forward_spec.h.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -268,9 +269,12 @@ CUresult FuncGetAttribute(int* value, CUfunction_attribute attribute, CUfunction
   if (CUresult r = remote.FunctionOn(kernel, dev, &info); r != CUDA_SUCCESS) return r;
   const DeviceInfo& device = Driver::Get().devices()[dev];
   switch (attribute) {
-    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
-      *value = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024);
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: {
+      // The kernel's own bound where the slice reports one (launch bounds, registers), else the device's.
+      const int device_limit = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024);
+      *value = info.max_threads_per_block > 0 ? std::min(info.max_threads_per_block, device_limit) : device_limit;
       break;
+    }
     case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
       *value = info.shared_bytes;
       break;

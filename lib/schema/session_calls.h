@@ -121,7 +121,8 @@
 #define GP_SESSION_FIELDS_ModuleGetFunction(ARG, RESULT)                                                       \
   ARG(MODULE, module, Module) ARG(TEXT, name, Name) RESULT(FUNCTION, function, Function)                       \
   RESULT(PARAMS, params, Params) RESULT(I32, shared_bytes, SharedBytes) RESULT(I32, local_bytes, LocalBytes)   \
-  RESULT(I32, num_regs, NumRegs) RESULT(I32, ptx_version, PtxVersion)
+  RESULT(I32, num_regs, NumRegs) RESULT(I32, ptx_version, PtxVersion)                                   \
+  RESULT(I32, max_threads_per_block, MaxThreadsPerBlock)
 #define GP_SESSION_FIELDS_ModuleGetGlobal(ARG, RESULT) \
   ARG(MODULE, module, Module) ARG(TEXT, name, Name) RESULT(U64, address, Address) RESULT(U64, bytes, Bytes)
 #define GP_SESSION_FIELDS_Launch(ARG, RESULT)                                                                  \

@@ -267,5 +267,23 @@ TEST(WorkerSandbox, AgentConfigReadsWorkers) {
   EXPECT_FALSE(ParseAgentConfig("[workers]\nuser = \"\"\n", "t", &small).ok());
 }
 
+TEST(WorkerSandbox, AgentConfigReadsTheWorkersCgroup) {
+  AgentConfig defaults;
+  ASSERT_TRUE(ParseAgentConfig("", "t", &defaults).ok());
+  EXPECT_EQ(defaults.workers.cgroup, "auto");
+  for (const char* value : {"auto", "off", "/sys/fs/cgroup/gpupool"}) {
+    AgentConfig c;
+    ASSERT_TRUE(ParseAgentConfig(std::string("[workers]\ncgroup = \"") + value + "\"\n", "t", &c).ok()) << value;
+    EXPECT_EQ(c.workers.cgroup, value);
+  }
+  for (const char* value : {"", "on", "gpupool", "sys/fs/cgroup"}) {
+    AgentConfig c;
+    Status s = ParseAgentConfig(std::string("[workers]\ncgroup = \"") + value + "\"\n", "t", &c);
+    EXPECT_FALSE(s.ok()) << value;
+    EXPECT_NE(s.message().find("[workers] cgroup must be \"auto\", \"off\" or the absolute path"), std::string::npos)
+        << s.message();
+  }
+}
+
 }  // namespace
 }  // namespace gpupool::agent

@@ -75,7 +75,9 @@ if(GPUPOOL_FUZZ_USABLE)
   add_test(NAME fuzz_texture_objects COMMAND ${CMAKE_SOURCE_DIR}/tests/fuzz/run.sh ${CMAKE_CURRENT_BINARY_DIR}/fuzz)
   set_tests_properties(fuzz_texture_objects PROPERTIES TIMEOUT 1500 LABELS fuzz
     ENVIRONMENT "CXX_FUZZ=${GPUPOOL_CLANGXX};FUZZ_TARGETS=texture;FUZZ_SECONDS=30")
-  # Both wire services of a live gp-agent (tests/fuzz/wire_fuzz.cc): 30 s, then no lease, memory or worker left.
+  # Both wire services of a live gp-agent (tests/fuzz/wire_fuzz.cc): the seeds and regressions of tests/fuzz (batches,
+  # texture objects, typed frames at a worker's door among them) replayed, 30 s of fuzzing, then no lease, memory or
+  # worker left.
   add_test(NAME fuzz_wire_services COMMAND ${CMAKE_SOURCE_DIR}/tests/fuzz/run.sh ${CMAKE_CURRENT_BINARY_DIR}/fuzz)
   set_tests_properties(fuzz_wire_services PROPERTIES TIMEOUT 600 LABELS fuzz RUN_SERIAL TRUE
     ENVIRONMENT "CXX_FUZZ=${GPUPOOL_CLANGXX};FUZZ_TARGETS=wire;FUZZ_SECONDS=30;GPUPOOL_FUZZ_AGENT=$<TARGET_FILE:gp_agent>;GPUPOOL_SCHEMA_DIR=${CMAKE_BINARY_DIR}/lib/schema")

@@ -315,6 +315,14 @@ TEST_F(RefuseTest, BlocksBeyondTheEmulatorsFootprintAreRefusedAtLaunch) {
     EXPECT_NE(status.message().find(std::to_string(internal::kMaxBlockFootprintBytes)), std::string::npos)
         << "should name the limit: " << status.message();
     EXPECT_TRUE(device().StickyError().ok()) << "a refused launch is not a fault";
+    // cuFuncGetAttribute's MAX_THREADS_PER_BLOCK is the largest block that is not refused, in whole warps.
+    const int most = device().MaxThreadsPerBlock(Get(module, kernel));
+    EXPECT_GT(most, 0);
+    EXPECT_LT(most, 1024);
+    EXPECT_EQ(most % 32, 0) << most;
+    EXPECT_TRUE(TryLaunch(Get(module, kernel), {1}, {static_cast<uint32_t>(most)}, 0, out).ok()) << most;
+    EXPECT_EQ(TryLaunch(Get(module, kernel), {1}, {static_cast<uint32_t>(most + 32)}, 0, out).code(),
+              Code::kLaunchOutOfResources) << most;
   }
   // A parameter buffer far beyond what the kernel takes is refused, not copied to every thread.
   std::vector<uint8_t> huge(1 << 20, 0);
@@ -480,6 +488,50 @@ TEST_F(RefuseTest, DeviceSideLaunchesAreRefusedAtLoadNamingThem) {
   ASSERT_TRUE(device().LoadPtx(Ptx(declarations), &module).ok());
   Launch(Get(module, "child"), {1}, {32}, 0, uint64_t{0});
   EXPECT_TRUE(device().StickyError().ok());
+}
+
+// __launch_bounds__ (.maxntid, .reqntid) bound the block as on a GPU: MaxThreadsPerBlock reports the bound, a
+// larger block is refused at launch with the bound named, and a bound of no threads is refused at load.
+TEST_F(RefuseTest, LaunchBoundsAreTheKernelsMaxThreadsPerBlock) {
+  Module* module = LoadPtxText(Ptx(R"(
+.visible .entry bounded(.param .u64 out)
+.maxntid 64, 2, 1
+{
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<3>;
+  mov.u32 %r1, 5;
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd2, %rd1;
+  st.global.u32 [%rd2], %r1;
+  ret;
+}
+.visible .entry required(.param .u64 out)
+.reqntid 96
+{
+  ret;
+}
+.visible .entry unbounded(.param .u64 out)
+{
+  ret;
+}
+)"));
+  EXPECT_EQ(device().MaxThreadsPerBlock(Get(module, "bounded")), 128);
+  EXPECT_EQ(device().MaxThreadsPerBlock(Get(module, "required")), 96);
+  EXPECT_EQ(device().MaxThreadsPerBlock(Get(module, "unbounded")), 1024);
+  uint64_t out = Zeros<uint32_t>(1);
+  Launch(Get(module, "bounded"), {1}, {64, 2}, 0, out);
+  EXPECT_EQ(DownloadValue<uint32_t>(out), 5u);
+  EmuStatus status = TryLaunch(Get(module, "bounded"), {1}, {129}, 0, out);
+  EXPECT_EQ(status.code(), Code::kLaunchOutOfResources) << Describe(status);
+  EXPECT_NE(status.message().find("launch bounds (.maxntid/.reqntid) allow 128"), std::string::npos)
+      << status.message();
+  EXPECT_EQ(TryLaunch(Get(module, "required"), {1}, {128}, 0, out).code(), Code::kLaunchOutOfResources);
+  EXPECT_TRUE(device().StickyError().ok()) << "a refused launch is not a fault";
+
+  Module* refused = nullptr;
+  EmuStatus load = device().LoadPtx(Ptx(".visible .entry k()\n.maxntid 0, 1, 1\n{ ret; }"), &refused);
+  EXPECT_EQ(load.code(), Code::kInvalidPtx) << Describe(load);
+  EXPECT_NE(load.message().find("each must be 1 to 1024"), std::string::npos) << load.message();
 }
 
 // Recursion grows every lane's registers by the callee's: it stops at the block's register budget with a launch

@@ -15,7 +15,9 @@
 # surface instructions of the emulated device on random descriptions and handles, building the whole emulator with
 # the sanitizers first, which takes minutes; "wire" fuzzes a live
 # gp-agent's pool and session services and needs GPUPOOL_FUZZ_AGENT, the gp-agent to run, and GPUPOOL_SCHEMA_DIR,
-# the build's generated *.capnp.c++), CXX_FUZZ (clang++).
+# the build's generated *.capnp.c++; GPUPOOL_WIRE_FUZZ_MODES, say "57", limits it to those modes of wire_fuzz.cc),
+# CXX_FUZZ (clang++). A gp-agent built with -DGPUPOOL_SANITIZE=ON puts the agent and its workers under ASan and
+# UBSan too.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -69,10 +71,13 @@ fi
 
 fatbin_corpus=$build/corpus/fatbin
 ptx_corpus=$build/corpus/ptx
-mkdir -p "$fatbin_corpus" "$ptx_corpus" "$build/corpus/texture"
+mkdir -p "$fatbin_corpus" "$ptx_corpus" "$build/corpus/texture" "$build/corpus/wire"
 # Texture inputs (layout in texture_fuzz.cc): a real object fetched, forged records, random and stale handles.
-for f in "$root/tests/fuzz/seeds/texture"/*; do
-  [[ -e $f ]] && cp -f "$f" "$build/corpus/texture/seed-$(basename "$f")"
+# Wire inputs (modes in wire_fuzz.cc): batches, texture object descriptions, typed frames at a worker's door.
+for target in texture wire; do
+  for f in "$root/tests/fuzz/seeds/$target"/*; do
+    [[ -e $f ]] && cp -f "$f" "$build/corpus/$target/seed-$(basename "$f")"
+  done
 done
 for f in "$seeds"/*.fatbin "$seeds"/*.cubin; do
   [[ -e $f ]] || continue
@@ -86,7 +91,7 @@ while IFS= read -r -d '' f; do
 done < <(find "$seeds" "$root/tests/emu" -name '*.ptx' -print0)
 for f in "$seeds"/*.ptx; do [[ -e $f ]] && cp -f "$f" "$fatbin_corpus/seed-$(basename "$f")"; done
 # Inputs that once crashed a target, named after the bug: replayed first on every run.
-for target in fatbin ptx texture; do
+for target in fatbin ptx texture wire; do
   for f in "$root/tests/fuzz/regressions/$target"/*; do
     [[ -e $f ]] && cp -f "$f" "$build/corpus/$target/regression-$(basename "$f")"
   done
@@ -111,7 +116,6 @@ for target in $targets; do
       flags+=(-I"$schema" -I"$root/lib")
       build wire tests/fuzz/wire_fuzz.cc "$schema/pool.capnp.c++" "$schema/session.capnp.c++" \
         -- -lcapnp-rpc -lcapnp -lkj-async -lkj -lpthread
-      mkdir -p "$build/corpus/wire"
       ;;
     *) echo "unknown fuzz target '$target'" >&2; exit 2 ;;
   esac

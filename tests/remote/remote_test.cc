@@ -2,10 +2,13 @@
 #include <pwd.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -70,6 +73,18 @@ TEST(Remote, DynamicSharedMemoryAboveTheDefaultNeedsTheOptInAndOccupancyFollowsI
   RunResult r = RunCommand({ToolPath("gp-run"), "--servers", agent.address(), "--", Program("shared_optin")}, {},
                            seconds(120));
   EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("0 failure(s): PASSED"), std::string::npos) << r.out << r.err;
+}
+
+// cuFuncGetAttribute(MAX_THREADS_PER_BLOCK) on a remote slice is the kernel's real bound, not the device's 1024:
+// __launch_bounds__(256), and a kernel whose 320 KiB of local memory per thread the emulator holds for fewer than
+// 1024 threads a block; launches beyond either bound are refused at once.
+TEST(Remote, KernelMaxThreadsPerBlockIsTheBoundItsLaunchesAreCheckedAgainst) {
+  Agent agent(AgentOptions{.name = "bounds", .emulated = 1, .emulated_memory = "1GiB"});
+  RunResult r = RunCommand({ToolPath("gp-run"), "--servers", agent.address(), "--", Program("launch_bounds")}, {},
+                           seconds(120));
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("launch_bounds: bounded 256, heavy "), std::string::npos) << r.out << r.err;
   EXPECT_NE(r.out.find("0 failure(s): PASSED"), std::string::npos) << r.out << r.err;
 }
 
@@ -896,6 +911,124 @@ TEST(Remote, SessionWorkersOfARootAgentRunAsTheWorkersUserConfinedAndCapped) {
   spin.Signal(SIGTERM);  // gp-run passes it on and releases the lease.
   EXPECT_TRUE(Eventually([&] { return SessionWorkers(agent.process().pid()).empty(); }, seconds(30)))
       << "the worker still ends with its session: " << agent.process().Stderr();
+}
+
+// /proc/PID/cgroup's cgroup v2 group ("0::PATH"), or "".
+std::string UnifiedGroupOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("0::", 0) == 0) return line.substr(3);
+  }
+  return "";
+}
+
+// Where the cgroup v2 hierarchy is mounted, or "".
+std::string UnifiedMountPoint() {
+  std::ifstream in("/proc/self/mountinfo");
+  for (std::string line; std::getline(in, line);) {
+    size_t dash = line.find(" - cgroup2 ");
+    if (dash == std::string::npos) continue;
+    std::istringstream fields(line);
+    std::string id, parent, device, root, mount;
+    fields >> id >> parent >> device >> root >> mount;
+    return mount;
+  }
+  return "";
+}
+
+std::string FileText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string s = text.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// Where the agent cannot give each worker a memory-capped cgroup v2 group (this CI machine: a hybrid system whose
+// memory controller is v1's; or a group not delegated to the agent alone), a worker of an emulated device keeps
+// its RLIMIT_AS, stays in the agent's group, and the agent says once, at start, that workers of GPUs are not
+// memory-capped and why. A configured group that cannot be one refuses the start (exit 2), saying what is missing.
+TEST(Remote, WithoutACgroupV2MemoryControllerWorkersFallBackToRlimitAsAndTheAgentSaysWhy) {
+  TempDir dir;
+  std::string config = dir.Write("agent.toml", "[workers]\nmemory_limit = \"1GiB\"\n");
+  Agent agent(AgentOptions{.name = "fallback", .emulated = 1, .emulated_memory = "2GiB",
+                           .extra_args = {"--config", config}});
+  const std::string started = agent.process().Stderr();
+  if (started.find("a cgroup each under") != std::string::npos) {
+    GTEST_SKIP() << "this agent was delegated a cgroup v2 group with the memory controller: the fallback is not "
+                    "taken here (Remote.SessionWorkersGetMemoryCappedCgroupV2Groups covers the groups)";
+  }
+  const std::string said = "workers of GPUs are not memory-capped (RLIMIT_AS would break the CUDA driver's "
+                           "address-space reservations)";
+  EXPECT_NE(started.find("session workers' memory: no cgroup v2 group ("), std::string::npos) << started;
+  EXPECT_NE(started.find(said), std::string::npos) << started;
+  for (int run = 0; run < 2; ++run) {
+    Process spin({ToolPath("gp-run"), "--servers", agent.address(), "-p", "0.5", "--", Program("spin")});
+    ASSERT_EQ(spin.ReadLine(seconds(60)), "spin: running") << spin.Stderr() << agent.process().Stderr();
+    std::vector<pid_t> workers = SessionWorkers(agent.process().pid());
+    ASSERT_EQ(workers.size(), 1u);
+    auto [soft, hard] = AddressSpaceLimit(workers[0]);
+    EXPECT_EQ(soft, hard);
+    EXPECT_GE(std::strtoull(soft.c_str(), nullptr, 10), 2ull << 30) << "the window plus 1 GiB: " << soft;
+    EXPECT_EQ(UnifiedGroupOf(workers[0]), UnifiedGroupOf(agent.process().pid())) << "no group of its own";
+    spin.Signal(SIGTERM);
+    EXPECT_TRUE(Eventually([&] { return SessionWorkers(agent.process().pid()).empty(); }, seconds(30)));
+  }
+  const std::string log = agent.process().Stderr();
+  EXPECT_EQ(log.find(said), log.rfind(said)) << "said once, not per worker: " << log;
+
+  const std::string mount = UnifiedMountPoint();
+  if (mount.empty()) return;  // Nothing more to refuse: no cgroup v2 group exists here.
+  if (FileText(mount + "/cgroup.controllers").find("memory") != std::string::npos) return;
+  std::string named = dir.Write("named.toml", "[workers]\ncgroup = \"" + mount + "\"\n");
+  RunResult refused = RunCommand({ToolPath("gp-agent"), "--config", named, "--listen", "unix:" + dir.path() + "/a.sock",
+                                  "--no-nvml", "--emu", "1", "--emu-memory", "1GiB"},
+                                 {}, seconds(30));
+  EXPECT_EQ(refused.code, 2) << refused.out << refused.err;
+  EXPECT_NE(refused.err.find("[workers] cgroup: the memory controller is not available in " + mount),
+            std::string::npos)
+      << refused.err;
+}
+
+// Where a cgroup v2 group with the memory controller can be made for the workers (a root test on a cgroup v2
+// system whose root group delegates memory), each worker goes into a group of its own under the configured one,
+// with memory.max its cap (an emulated device's window plus [workers] memory_limit, as its RLIMIT_AS) and
+// memory.swap.max 0, and the group goes when the worker ends.
+TEST(Remote, SessionWorkersGetMemoryCappedCgroupV2Groups) {
+  const std::string mount = UnifiedMountPoint();
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a cgroup v2 group for the workers";
+  if (mount.empty()) GTEST_SKIP() << "no cgroup v2 hierarchy is mounted";
+  const std::string root_controllers = FileText(mount + "/cgroup.subtree_control");
+  if (root_controllers.find("memory") == std::string::npos) {
+    GTEST_SKIP() << "the cgroup v2 hierarchy at " << mount << " has no memory controller for its groups "
+                 << "(cgroup.subtree_control: '" << root_controllers << "'; a hybrid or v1 system): "
+                 << "Remote.WithoutACgroupV2MemoryControllerWorkersFallBackToRlimitAsAndTheAgentSaysWhy covers it";
+  }
+  const std::string parent = mount + "/gpupool-test-" + std::to_string(getpid());
+  ASSERT_EQ(mkdir(parent.c_str(), 0755), 0) << parent << ": " << std::strerror(errno);
+  TempDir dir;
+  std::string config = dir.Write("agent.toml", "[workers]\nmemory_limit = \"1GiB\"\ncgroup = \"" + parent + "\"\n");
+  {
+    Agent agent(AgentOptions{.name = "cgroups", .emulated = 1, .emulated_memory = "2GiB",
+                             .extra_args = {"--config", config}});
+    EXPECT_NE(agent.process().Stderr().find("a cgroup each under " + parent), std::string::npos)
+        << agent.process().Stderr();
+    Process spin({ToolPath("gp-run"), "--servers", agent.address(), "-p", "0.5", "--", Program("spin")});
+    ASSERT_EQ(spin.ReadLine(seconds(60)), "spin: running") << spin.Stderr() << agent.process().Stderr();
+    std::vector<pid_t> workers = SessionWorkers(agent.process().pid());
+    ASSERT_EQ(workers.size(), 1u);
+    const std::string group = mount + UnifiedGroupOf(workers[0]);
+    EXPECT_EQ(group, parent + "/worker-" + std::to_string(workers[0]));
+    auto [soft, hard] = AddressSpaceLimit(workers[0]);
+    EXPECT_EQ(FileText(group + "/memory.max"), soft) << "the emulated device's window plus 1 GiB";
+    if (access((group + "/memory.swap.max").c_str(), F_OK) == 0) EXPECT_EQ(FileText(group + "/memory.swap.max"), "0");
+    spin.Signal(SIGTERM);
+    EXPECT_TRUE(Eventually([&] { return SessionWorkers(agent.process().pid()).empty(); }, seconds(30)));
+    EXPECT_TRUE(Eventually([&] { return access(group.c_str(), F_OK) != 0; }, seconds(10)))
+        << group << " is left after its worker ended";
+  }
+  EXPECT_EQ(rmdir(parent.c_str()), 0) << parent << ": " << std::strerror(errno);
 }
 
 // A root agent whose workers' user does not exist refuses to start, saying how to create it; told to run them as

@@ -11,6 +11,7 @@
 
 #include <capnp/ez-rpc.h>
 #include <capnp/serialize.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -124,6 +125,14 @@ int AsyncError(RemoteSession& s) {
   return ::testing::AssertionSuccess();
 }
 
+// The number of session workers (children) of the agent `pid`.
+size_t SessionWorkersOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  size_t n = 0;
+  for (pid_t child; in >> child;) ++n;
+  return n;
+}
+
 class SessionGuard : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -190,6 +199,52 @@ class SessionGuard : public ::testing::Test {
 };
 
 Agent* SessionGuard::agent_ = nullptr;
+
+// A window the session's worker could not map (past the end of the user address space, or wrapping past 2^64) is
+// refused by the agent, naming the limit, before a worker starts (one used to start, fail to map it, and be killed
+// and logged as if it had crashed).
+TEST_F(SessionGuard, WindowsBeyondTheUserAddressSpaceAreRefusedBeforeAWorkerStarts) {
+  auto fields = internal::DecodeToken(attacker_->lease.Token());
+  ASSERT_TRUE(fields.ok());
+  capnp::EzRpcClient client(agent_->address());
+  auto agent = client.getMain<wire::Agent>();
+  const size_t workers_before = SessionWorkersOf(agent_->process().pid());
+  for (auto [base, bytes] : {std::pair{uint64_t{1} << 47, uint64_t{2} << 30},
+                             std::pair{(uint64_t{1} << 47) - (uint64_t{1} << 30), uint64_t{2} << 30},
+                             std::pair{~uint64_t{0} << 30, uint64_t{2} << 30}}) {
+    SCOPED_TRACE(fmt::format("window 0x{:x} of 0x{:x} bytes", base, bytes));
+    auto req = agent.openSessionRequest();
+    req.initLease().setId(fields->id);
+    req.getLease().setSecret(fields->secret);
+    req.setDevice(attacker_->lease.slices()[0].device);
+    req.setWindowBase(base);
+    req.setWindowBytes(bytes);
+    auto reply = req.send().wait(client.getWaitScope());
+    EXPECT_EQ(reply.getOutcome().getCode(), wire::Outcome::Code::INVALID_ARGUMENT);
+    EXPECT_NE(std::string(reply.getOutcome().getMessage()).find("must end below 0x800000000000"), std::string::npos)
+        << reply.getOutcome().getMessage().cStr();
+    EXPECT_EQ(SessionWorkersOf(agent_->process().pid()), workers_before) << "no worker started for it";
+  }
+  EXPECT_EQ(agent_->process().Stderr().find("killed by signal"), std::string::npos) << agent_->process().Stderr();
+  ExpectAllUnharmed();
+}
+
+// A module image from the wire is all the worker has of it: an empty one (which a loader would read as one of
+// unknown length, past the message's end) and a fatbin wrapper (whose pointer into the client's process the worker
+// would follow: here a wild one) are refused as invalid images, and the session goes on. Found by the wire fuzzer's
+// door frames under AddressSanitizer.
+TEST_F(SessionGuard, EmptyImagesAndFatbinWrappersAreRefusedNotFollowed) {
+  uint64_t module = 0;
+  uint8_t none = 0;
+  EXPECT_EQ(a().ModuleLoad(&none, 0, &module), CUDA_ERROR_INVALID_IMAGE);
+  struct {
+    uint32_t magic = 0x466243B1, version = 1;
+    uint64_t container = 0x7e57000000001000;  // Nothing there: following it faults.
+  } wrapper;
+  EXPECT_EQ(a().ModuleLoad(&wrapper, sizeof(wrapper), &module), CUDA_ERROR_INVALID_IMAGE);
+  EXPECT_EQ(agent_->process().Stderr().find("killed by signal"), std::string::npos) << agent_->process().Stderr();
+  ExpectAllUnharmed();
+}
 
 TEST_F(SessionGuard, LaunchAfterModuleUnloadAnswersInvalidHandle) {
   uint64_t module = 0;

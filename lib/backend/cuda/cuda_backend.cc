@@ -386,6 +386,7 @@ class CudaBackend final : public DeviceBackend {
     api_->cuFuncGetAttribute(&info->local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn);
     api_->cuFuncGetAttribute(&info->num_regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
     api_->cuFuncGetAttribute(&info->ptx_version, CU_FUNC_ATTRIBUTE_PTX_VERSION, fn);
+    api_->cuFuncGetAttribute(&info->max_threads_per_block, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn);
     function->p = fn;
     return CallStatus::Ok();
   }

@@ -182,6 +182,7 @@ class EmuBackend final : public DeviceBackend {
     }
     device_->Attributes(fn, &info->shared_bytes, &info->local_bytes, &info->num_regs);
     info->ptx_version = emu::Device::PtxVersion(fn);
+    info->max_threads_per_block = device_->MaxThreadsPerBlock(fn);
     return CallStatus::Ok();
   }
 

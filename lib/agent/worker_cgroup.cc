@@ -1,0 +1,209 @@
+#include "agent/worker_cgroup.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/log.h"
+
+namespace gpupool::agent {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Writes `value` to a cgroup control file as one write, as the kernel parses it; errno-style message on failure.
+Status WriteControl(const std::string& path, const std::string& value) {
+  int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return Status(StatusCode::kInternal, fmt::format("open {}: {}", path, std::strerror(errno)));
+  ssize_t n = write(fd, value.data(), value.size());
+  int err = errno;
+  close(fd);
+  if (n != static_cast<ssize_t>(value.size())) {
+    return Status(StatusCode::kInternal, fmt::format("writing '{}' to {}: {}", value, path,
+                                                     n < 0 ? std::strerror(err) : "short write"));
+  }
+  return Status::Ok();
+}
+
+bool HasWord(const std::string& list, std::string_view word) {
+  std::istringstream words(list);
+  for (std::string w; words >> w;) {
+    if (w == word) return true;
+  }
+  return false;
+}
+
+// The mount point of the cgroup v2 hierarchy (/proc/self/mountinfo: fields, " - ", the type), or "".
+std::string UnifiedMount() {
+  std::ifstream in("/proc/self/mountinfo");
+  for (std::string line; std::getline(in, line);) {
+    size_t dash = line.find(" - ");
+    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) continue;
+    std::istringstream fields(line);
+    std::string id, parent, device, root, mount;
+    fields >> id >> parent >> device >> root >> mount;
+    return mount;
+  }
+  return "";
+}
+
+// The agent's own group on the cgroup v2 hierarchy ("0::PATH" in /proc/self/cgroup), or "".
+std::string OwnUnifiedGroup() {
+  std::ifstream in("/proc/self/cgroup");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("0::", 0) == 0) return line.substr(3);
+  }
+  return "";
+}
+
+// The processes in `group` (cgroup.procs).
+std::vector<std::string> Processes(const std::string& group) {
+  std::istringstream procs(ReadFile(group + "/cgroup.procs"));
+  std::vector<std::string> out;
+  for (std::string pid; procs >> pid;) out.push_back(pid);
+  return out;
+}
+
+// Makes `parent` able to hold workers' groups with the memory controller: memory enabled in its subtree_control,
+// and a group made and removed there to show that memory.max can be set. With `move_self`, the agent's own group:
+// cgroup v2 enables a controller for the children of a group only while no process is in it (the root group
+// aside), so the agent first moves itself into a leaf group, "agent"; only when it is alone in its group (one
+// delegated to it, as systemd's Delegate= does), never taking a shell or another program along.
+Status Prepare(const std::string& parent, bool move_self, bool may_enable) {
+  const std::string controllers = ReadFile(parent + "/cgroup.controllers");
+  if (!HasWord(controllers, "memory")) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("the memory controller is not available in {} (its cgroup.controllers: '{}'): on a "
+                              "cgroup v1 or hybrid system memory is a v1 controller, and a cgroup v2 group has it "
+                              "only when its parent delegates it",
+                              parent, controllers.substr(0, controllers.find_last_not_of(" \n") + 1)));
+  }
+  if (!HasWord(ReadFile(parent + "/cgroup.subtree_control"), "memory")) {
+    if (!may_enable) {
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("the memory controller is not enabled for the groups of {} (the root group: not "
+                                "changed unless [workers] cgroup names it)",
+                                parent));
+    }
+    const std::vector<std::string> procs = Processes(parent);
+    if (move_self && !procs.empty()) {
+      if (procs.size() > 1 || procs[0] != std::to_string(getpid())) {
+        return Status(StatusCode::kInvalidArgument,
+                      fmt::format("the agent's group {} holds {} other process(es): it was not delegated to the "
+                                  "agent alone (systemd: Delegate= in its unit; or set [workers] cgroup to a group "
+                                  "made for the workers)",
+                                  parent, procs.size() - 1));
+      }
+      const std::string leaf = parent + "/agent";
+      if (mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST) {
+        return Status(StatusCode::kInvalidArgument,
+                      fmt::format("cannot create {} to leave {} to its workers: {}", leaf, parent,
+                                  std::strerror(errno)));
+      }
+      if (Status s = WriteControl(leaf + "/cgroup.procs", procs[0]); !s.ok()) {
+        return Status(StatusCode::kInvalidArgument, "cannot move the agent into a leaf group: " + s.message());
+      }
+    }
+    if (Status s = WriteControl(parent + "/cgroup.subtree_control", "+memory"); !s.ok()) {
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("cannot enable the memory controller for groups under {}: {}", parent, s.message()));
+    }
+  }
+  const std::string probe = fmt::format("{}/probe-{}", parent, getpid());
+  if (mkdir(probe.c_str(), 0755) != 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("cannot create groups under {}: {}", parent, std::strerror(errno)));
+  }
+  Status s = WriteControl(probe + "/memory.max", "max");
+  rmdir(probe.c_str());
+  if (!s.ok()) {
+    return Status(StatusCode::kInvalidArgument, "cannot set memory.max under " + parent + ": " + s.message());
+  }
+  // Groups of workers an earlier agent left behind (it was killed before it reaped them): empty, so removable.
+  if (DIR* d = opendir(parent.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (std::strncmp(e->d_name, "worker-", 7) == 0) rmdir(fmt::format("{}/{}", parent, e->d_name).c_str());
+    }
+    closedir(d);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<WorkerCgroups> WorkerCgroups::Resolve(std::string_view setting) {
+  WorkerCgroups cgroups;
+  if (setting == kWorkerCgroupOff) {
+    cgroups.reason_ = "[workers] cgroup = \"off\"";
+    return cgroups;
+  }
+  if (setting != kWorkerCgroupAuto) {
+    std::string path(setting);
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    const std::string mount = UnifiedMount();
+    if (mount.empty() || (path != mount && path.rfind(mount + "/", 0) != 0)) {
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("[workers] cgroup '{}' is not a group of the cgroup v2 hierarchy{}", path,
+                                mount.empty() ? " (none is mounted)" : fmt::format(" (mounted at {})", mount)));
+    }
+    if (Status s = Prepare(path, false, true); !s.ok()) {
+      return Status(StatusCode::kInvalidArgument, fmt::format("[workers] cgroup: {}", s.message()));
+    }
+    cgroups.parent_ = path;
+    return cgroups;
+  }
+  const std::string mount = UnifiedMount(), own = OwnUnifiedGroup();
+  if (mount.empty() || own.empty()) {
+    cgroups.reason_ = mount.empty() ? "no cgroup v2 hierarchy is mounted" : "the agent is in no cgroup v2 group";
+    return cgroups;
+  }
+  const std::string parent = own == "/" ? mount : mount + own;
+  if (Status s = Prepare(parent, own != "/", own != "/"); !s.ok()) {
+    cgroups.reason_ = s.message();
+    return cgroups;
+  }
+  cgroups.parent_ = parent;
+  return cgroups;
+}
+
+Result<std::string> WorkerCgroups::Confine(pid_t pid, uint64_t max_bytes) const {
+  const std::string group = fmt::format("{}/worker-{}", parent_, pid);
+  if (mkdir(group.c_str(), 0755) != 0) {
+    return Status(StatusCode::kInternal, fmt::format("cannot create the worker's group {}: {}", group,
+                                                     std::strerror(errno)));
+  }
+  Status s = WriteControl(group + "/memory.max", std::to_string(max_bytes));
+  if (s.ok()) {
+    // Swap would let a worker hold its cap again on disk. Absent where the kernel does not account swap.
+    Status swap = WriteControl(group + "/memory.swap.max", "0");
+    if (!swap.ok() && access((group + "/memory.swap.max").c_str(), F_OK) == 0) s = swap;
+  }
+  if (s.ok()) s = WriteControl(group + "/cgroup.procs", std::to_string(pid));
+  if (!s.ok()) {
+    rmdir(group.c_str());
+    return Status(StatusCode::kInternal, "cannot cap the session worker's memory: " + s.message());
+  }
+  return group;
+}
+
+void WorkerCgroups::Remove(const std::string& group) {
+  if (rmdir(group.c_str()) != 0 && errno != ENOENT) {
+    GP_WARN("session", "cannot remove the session worker's group {}: {}", group, std::strerror(errno));
+  }
+}
+
+}  // namespace gpupool::agent
