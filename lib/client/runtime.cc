@@ -278,19 +278,22 @@ constexpr auto kProbeInterval = 1 * kj::SECONDS;
 
 std::optional<std::string> Runtime::Silent(const std::string& address) const {
   auto it = silent_.find(address);
-  if (it == silent_.end() || std::chrono::steady_clock::now() >= it->second.until) return std::nullopt;
-  return it->second.why;
+  const auto now = std::chrono::steady_clock::now();
+  if (it == silent_.end() || now >= it->second.until) return std::nullopt;
+  return fmt::format("server {} is skipped for {} s more: {}", address,
+                     std::chrono::ceil<std::chrono::seconds>(it->second.until - now).count(), it->second.why);
 }
 
 Status Runtime::MarkSilent(const std::string& address) {
   Forget(address);  // Whatever it was connecting or saying is given up.
-  std::string why = fmt::format("server {} did not answer within {} ms (it may accept connections but say nothing, "
-                                "or be unreachable); it is not asked again for {} s and is retried in the background",
-                                address, describe_timeout_.count(), kSilentFor.count());
+  std::string why = fmt::format("it did not answer within {} ms (it may accept connections but say nothing, or be "
+                                "unreachable); it is retried in the background",
+                                describe_timeout_.count());
   const bool probing = silent_.count(address) != 0;
   silent_[address] = {std::chrono::steady_clock::now() + kSilentFor, why};
   if (!probing) deferred_->add(ProbeSilent(address));
-  return Status(StatusCode::kTimeout, why);
+  return Status(StatusCode::kTimeout, fmt::format("server {} {}; it is skipped for the next {} s", address, why,
+                                                  kSilentFor.count()));
 }
 
 kj::Promise<void> Runtime::ProbeSilent(std::string address) {
