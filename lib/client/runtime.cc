@@ -90,7 +90,19 @@ std::string ReachFailure(const std::string& desc) {
   if (desc.find("Permission denied") != std::string::npos) return "permission denied (by the socket's mode?)";
   if (desc.find("Network is unreachable") != std::string::npos) return "its network is unreachable from here";
   if (desc.find("No route to host") != std::string::npos) return "there is no route to its host";
-  const bool tls = desc.rfind("TLS with ", 0) == 0;
+  if (desc.rfind("TLS with ", 0) == 0) {
+    // "TLS with HOST failed: TLS peer's certificate is not trusted; reason = IP address mismatch"
+    std::string text = desc.substr(desc.find(": ") == std::string::npos ? 0 : desc.find(": ") + 2);
+    std::string what = text.substr(0, text.find("; "));
+    if (what.rfind("TLS peer's ", 0) == 0) what = "the agent's " + what.substr(11);
+    std::string reason;
+    if (auto at = text.find("reason = "); at != std::string::npos) {
+      reason = text.substr(at + 9);
+      reason = " (" + reason.substr(0, reason.find(';')) + ")";
+    }
+    return fmt::format("TLS failed: {}{}: its certificate must name the address used (a DNS name, or an IP address as "
+                       "an IP SAN) and be signed by a CA in GPUPOOL_TLS_CA", what, reason);
+  }
   // Anything else: the last plain sentence KJ gave, without its expressions.
   std::string plain;
   for (size_t pos = 0; pos <= desc.size();) {
@@ -100,11 +112,6 @@ std::string ReachFailure(const std::string& desc) {
     if (auto eq = part.find(" = "); eq != std::string::npos) part = part.substr(eq + 3);
     if (!part.empty() && part.find('(') == std::string::npos) plain = part;
     pos = end + 2;
-  }
-  if (tls) {
-    return fmt::format("the TLS handshake failed: {} (the agent's certificate must name the address used, as a DNS "
-                       "name or an IP address, and be signed by a CA in GPUPOOL_TLS_CA)",
-                       plain.empty() ? "no reason given" : plain);
   }
   return plain.empty() ? "the connection failed" : plain;
 }
