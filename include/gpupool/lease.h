@@ -60,6 +60,10 @@ class Lease {
   // OK while every agent renewed the lease at the last heartbeat; otherwise why not (e.g. kNotFound when an
   // agent restarted and forgot it, kUnavailable while an agent does not answer).
   Status Health() const;
+  // Renews the lease on every agent now and returns what Health() then says: a lease an agent ended says why, as
+  // kNotFound "lease ID lost: revoked by alice (...)", "... expired: ...", "... ended by agent A's policy at 20:00:
+  // ..." or "... agent A restarted and no longer knows it".
+  Status CheckNow();
   // Releases the slices on every agent. Idempotent; the lease is invalid afterwards.
   Status Release();
 

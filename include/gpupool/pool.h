@@ -36,6 +36,11 @@ struct PoolOptions {
   std::chrono::milliseconds connect_timeout{2000};
   // How long to wait for an agent to answer a call. Default 5 s.
   std::chrono::milliseconds call_timeout{5000};
+  // How long State() and placement wait for an agent's description, connecting included. An agent that misses it
+  // (one that accepts and never answers, an unreachable address) is reported down and not asked again for 30 s
+  // while this Pool probes it in the background, so the rest of the pool answers in the time of its slowest live
+  // agent. Default 1.5 s.
+  std::chrono::milliseconds describe_timeout{1500};
 };
 
 // Thread safety: all methods may be called concurrently from any thread. The Pool may be destroyed while

@@ -80,6 +80,9 @@ struct ServerInfo {
   bool up = false;
   std::string error;    // Why it is down; empty when up.
   std::string name;     // The agent's name; empty when down.
+  // Drawn by the agent when it starts; empty when down (or from an older agent). A pool that lists one agent at two
+  // addresses shows and uses it once, at the first address that answered.
+  std::string instance_id;
   bool draining = false;
   uint32_t protocol_version = 0;
   double lease_ttl_s = 0;

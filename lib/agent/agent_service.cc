@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -71,12 +72,36 @@ struct AgentState {
   std::string own_user = UserNameOf(geteuid());  // The agent's own user: an administrator of it.
   kj::Timer* timer = nullptr;                     // The event loop's, for TLS handshake deadlines.
   std::string personality;  // In force at the last sweep (for the log).
-  // Leases the policy ended, and why: what a renewal of one is told (bounded: the oldest reasons go first).
-  std::map<std::string, std::string> ended_by_policy;
+  const std::string instance_id = RandomHex(16);  // This run of the agent, whatever address reaches it.
+  // Why each lease this agent ended did end (expired, revoked by an administrator, ended by the policy, released):
+  // what its holder's next renewal is told, so that it can say why it lost the lease. A lease with no reason here
+  // was never seen by this run of the agent: it restarted. Bounded: the oldest reasons go first, and with
+  // kEndReasons of them a holder that renews every few seconds hears its own long before it goes.
+  static constexpr size_t kEndReasons = 4096;
+  std::map<std::string, std::string> end_reasons;
+  std::deque<std::string> end_order;
+  void RememberEnd(const std::string& lease_id, std::string why) {
+    if (end_reasons.insert_or_assign(lease_id, std::move(why)).second) end_order.push_back(lease_id);
+    while (end_order.size() > kEndReasons) {
+      end_reasons.erase(end_order.front());
+      end_order.pop_front();
+    }
+  }
+  // A renewal's answer for a lease the table does not hold: kNotFound, "lease ID lost: why".
+  Status Lost(const std::string& lease_id) const {
+    auto it = end_reasons.find(lease_id);
+    return Status(StatusCode::kNotFound,
+                  fmt::format("lease {} lost: {}", lease_id,
+                              it != end_reasons.end()
+                                  ? it->second
+                                  : fmt::format("agent {} restarted and no longer knows it", config.name)));
+  }
 
-  // Resolves once the lease's sessions are revoked (their clients' next calls fail), or after a bounded wait.
-  kj::Promise<void> EndSessions(const std::string& lease_id) {
-    kj::Promise<void> revoked = workers->KillLease(lease_id);
+  // Resolves once the lease's sessions are revoked (their clients' next calls fail, saying `why`), or after a
+  // bounded wait.
+  kj::Promise<void> EndSessions(const std::string& lease_id, const std::string& why) {
+    RememberEnd(lease_id, why);
+    kj::Promise<void> revoked = workers->KillLease(lease_id, why);
     for (auto it = quota_fds.lower_bound({lease_id, 0}); it != quota_fds.end() && it->first.first == lease_id;) {
       close(it->second);
       it = quota_fds.erase(it);
@@ -278,6 +303,7 @@ void Describe(const AgentState& state, wire::AgentState::Builder out, bool with_
   const int64_t now_unix_ms = UnixMs();
   const LeaseTable& table = state.table;
   out.setName(state.config.name);
+  out.setInstanceId(state.instance_id);
   out.setProtocolVersion(wire::PROTOCOL_VERSION);
   out.setDraining(table.draining());
   out.setLeaseTtlMs(Ms(table.timing().lease_ttl));
@@ -498,11 +524,7 @@ class AgentImpl final : public wire::Agent::Server {
     auto key = context.getParams().getLease();
     EnforcePolicyOn(state_, key.getId());  // A renewal is no way past the policy: it ends what the sweep would.
     Status status = state_.table.Renew(key.getId(), key.getSecret(), Clock::now());
-    if (auto it = state_.ended_by_policy.find(key.getId()); status.code() == StatusCode::kNotFound &&
-                                                          it != state_.ended_by_policy.end()) {
-      status = Status(StatusCode::kPermissionDenied,
-                      fmt::format("agent {} ended lease {}: {}", state_.config.name, it->first, it->second));
-    }
+    if (status.code() == StatusCode::kNotFound) status = state_.Lost(key.getId());
     auto results = context.getResults();
     SetOutcome(results.initOutcome(), status);
     results.setLeaseTtlMs(Ms(state_.table.timing().lease_ttl));
@@ -521,7 +543,7 @@ class AgentImpl final : public wire::Agent::Server {
     if (!status.ok()) return kj::READY_NOW;
     GP_INFO("agent", "lease {} released", key.getId().cStr());
     // Answered once its sessions are revoked: after Release returns, no call of the lease's sessions is served.
-    return state_.EndSessions(key.getId());
+    return state_.EndSessions(key.getId(), "released by its holder");
   }
 
   kj::Promise<void> openSession(OpenSessionContext context) override {
@@ -636,8 +658,10 @@ class AgentImpl final : public wire::Agent::Server {
       auto results = context.getResults();
       // The lease may have ended while the worker started: then the worker goes too.
       if (opened.status.ok() && !state_.table.Find(lease_id)) {
-        (void)state_.workers->KillLease(lease_id);  // Its revocation is not awaited: the session was never handed out.
-        opened.status = Status(StatusCode::kNotFound, "the lease ended while its session was opening");
+        Status lost = state_.Lost(lease_id);
+        // Its revocation is not awaited: the session was never handed out.
+        (void)state_.workers->KillLease(lease_id, lost.message());
+        opened.status = Status(StatusCode::kNotFound, "the session could not open: " + lost.message());
       }
       if (!opened.status.ok()) {
         // "Window taken" cannot happen in a worker of its own; report the backend's reason as it is.
@@ -687,7 +711,8 @@ class AgentImpl final : public wire::Agent::Server {
     if (!status.ok()) return kj::READY_NOW;
     GP_INFO("admin", "{} revoked lease {}", peer_.user, id);
     ++state_.counters.lease_revocations;
-    return state_.EndSessions(id);
+    return state_.EndSessions(id, fmt::format("revoked by {} (an administrator of agent {})", peer_.user,
+                                              state_.config.name));
   }
 
   kj::Promise<void> cancel(CancelContext context) override {
@@ -817,6 +842,31 @@ kj::Promise<void> AcceptLoop(kj::ConnectionReceiver& receiver, AgentState& state
       });
 }
 
+// Why the agent cannot listen on `listen`, in an operator's words: KJ's description names the call and the
+// expressions it evaluated ("::bind(sockfd, ...): No such file or directory; toString() = ...").
+std::string ListenFailure(const std::string& desc, const std::string& listen) {
+  const bool unix_socket = listen.rfind("unix:", 0) == 0;
+  auto has = [&desc](const char* text) { return desc.find(text) != std::string::npos; };
+  if (has("DNS lookup failed")) return "its host name cannot be resolved: give an address of this machine";
+  if (has("No such file or directory")) {
+    return "its directory does not exist: create it first, or choose another path";
+  }
+  if (has("Address already in use")) {
+    return unix_socket ? "a file is already there: remove it, or choose another path"
+                       : "another program listens on that port: stop it, or choose another port (0 picks a free one)";
+  }
+  if (has("Permission denied")) {
+    return unix_socket ? "permission denied: the agent's user may not create a file there"
+                       : "permission denied: ports below 1024 need privileges; choose a higher port";
+  }
+  if (has("Cannot assign requested address")) return "no network interface of this machine has that address";
+  if (has("Path too long") || has("too long")) return "the socket path is too long (at most 107 bytes)";
+  // Anything else: the operating system's words, after the call's name and before KJ's expressions.
+  std::string text = desc.substr(0, desc.find("; "));
+  if (auto colon = text.rfind("): "); colon != std::string::npos) text = text.substr(colon + 3);
+  return text;
+}
+
 // The policy at one moment, as the leases it ends are judged.
 struct PolicyMoment {
   explicit PolicyMoment(const Policy& p) : policy(p), now_t(PolicyNow()), now(Clock::now()), active(p.ActiveAt(now_t)) {}
@@ -850,13 +900,15 @@ std::string PolicyEnds(const AgentState& state, const LeaseEntry& e, PolicyMomen
 }
 
 // Ends lease `id` for `why`, remembering why for its holder's next renewal (bounded: the oldest reasons go first).
-void EndByPolicy(AgentState& state, const std::string& id, const std::string& why) {
+void EndByPolicy(AgentState& state, const std::string& id, const std::string& why, std::time_t now_t) {
   GP_INFO("policy", "lease {} ended: {}", id, why);
-  if (state.ended_by_policy.size() >= 1024) state.ended_by_policy.erase(state.ended_by_policy.begin());
-  state.ended_by_policy[id] = why;
+  std::tm tm{};
+  localtime_r(&now_t, &tm);  // The policy's clock, as its personalities' hours are read.
+  std::string reason = fmt::format("ended by agent {}'s policy at {:02}:{:02}: {}", state.config.name, tm.tm_hour,
+                                   tm.tm_min, why);
   if (state.table.Revoke(id).ok()) {
     ++state.counters.lease_revocations;
-    (void)state.EndSessions(id);  // Nobody waits for the policy's revocations.
+    (void)state.EndSessions(id, reason);  // Nobody waits for the policy's revocations.
   }
 }
 
@@ -873,14 +925,14 @@ void EnforcePolicy(AgentState& state) {
   for (const auto& [id, e] : state.table.entries()) {
     if (std::string why = PolicyEnds(state, e, moment); !why.empty()) ending.push_back({id, why});
   }
-  for (const auto& [id, why] : ending) EndByPolicy(state, id, why);
+  for (const auto& [id, why] : ending) EndByPolicy(state, id, why, moment.now_t);
 }
 
 void EnforcePolicyOn(AgentState& state, const std::string& lease_id) {
   const LeaseEntry* e = state.table.Find(lease_id);
   if (state.config.policy.empty() || !e) return;
   PolicyMoment moment(state.config.policy);
-  if (std::string why = PolicyEnds(state, *e, moment); !why.empty()) EndByPolicy(state, lease_id, why);
+  if (std::string why = PolicyEnds(state, *e, moment); !why.empty()) EndByPolicy(state, lease_id, why, moment.now_t);
 }
 
 // On every SIGHUP: the policy and the administrators again from the config file; leases are kept. A file that
@@ -920,7 +972,11 @@ kj::Promise<void> SweepLoop(AgentState& state, kj::Timer& timer) {
         GP_INFO("agent", "reservation {} expired: never committed; freed", e.id);
       }
       ++state.counters.lease_expirations[e.committed ? "not_renewed" : "not_committed"];
-      (void)state.EndSessions(e.id);  // Nobody waits for an expiry's revocations.
+      // Nobody waits for an expiry's revocations.
+      (void)state.EndSessions(e.id, e.committed ? fmt::format("expired: agent {} had no renewal from its holder for {}",
+                                                              state.config.name,
+                                                              FormatDuration(state.table.timing().lease_ttl))
+                                                : "expired: the reservation was never committed");
     }
     EnforcePolicy(state);
     return SweepLoop(state, timer);
@@ -1018,7 +1074,7 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
     receiver = addr->listen();
     address = DisplayAddress(config.listen, receiver->getPort());
   } catch (const kj::Exception& e) {
-    GP_ERROR("agent", "cannot listen on {}: {}", config.listen, e.getDescription().cStr());
+    GP_ERROR("agent", "cannot listen on {}: {}", config.listen, ListenFailure(e.getDescription().cStr(), config.listen));
     return 1;
   }
   if (unix_socket) socket_claim.Bound(config.listen.substr(5));

@@ -447,7 +447,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
 
   kj::Promise<void> revoke(RevokeContext context) override {
     std::lock_guard<std::mutex> lock(control_->mu);
-    if (control_->revoke) control_->revoke();
+    if (control_->revoke) control_->revoke(context.getParams().getReason());
     return kj::READY_NOW;
   }
 
@@ -740,7 +740,7 @@ size_t SessionWorkers::OfLease(const std::string& lease_id, uint32_t device) con
   return n;
 }
 
-kj::Promise<void> SessionWorkers::KillLease(const std::string& lease_id) {
+kj::Promise<void> SessionWorkers::KillLease(const std::string& lease_id, const std::string& why) {
   kj::Vector<kj::Promise<void>> revoked;
   for (auto& [pid, worker] : workers_) {
     if (worker->lease_id != lease_id || worker->killed) continue;
@@ -749,7 +749,9 @@ kj::Promise<void> SessionWorkers::KillLease(const std::string& lease_id) {
     // after whatever state it is in: a hung driver call cannot keep it alive.
     // A worker that already ended (its client went away first) has nothing left to revoke: not an error.
     KJ_IF_MAYBE(control, worker->control) {
-      auto sent = control->revokeRequest().send().ignoreResult().catch_([](kj::Exception&&) {}).fork();
+      auto request = control->revokeRequest();
+      request.setReason(why);
+      auto sent = request.send().ignoreResult().catch_([](kj::Exception&&) {}).fork();
       reapers_->add(sent.addBranch());
       revoked.add(sent.addBranch());
     }

@@ -94,7 +94,7 @@ class SessionWorkers {
   // Kills (SIGKILL) every worker of the lease: its sessions end, the OS frees their memory and contexts. Each is
   // first told to revoke its session (every later call of its client answers "the lease ended"); resolves once
   // all have, or after a bounded wait.
-  kj::Promise<void> KillLease(const std::string& lease_id);
+  kj::Promise<void> KillLease(const std::string& lease_id, const std::string& why);
   size_t running() const { return workers_.size(); }
   // Workers of `device`, and of the lease `lease_id` on it, that hold or may still hold a place in its turns and
   // quota tables: starting, serving, or ended but not yet reaped.

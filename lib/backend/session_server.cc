@@ -36,15 +36,10 @@ namespace calls = session::calls;
 using Reply = kj::Promise<CallStatus>;
 using Clock = std::chrono::steady_clock;
 
-constexpr char kRevokedMessage[] =
-    "the lease of this session ended (released, expired, or ended by an administrator or the agent's policy); its "
-    "memory is freed";
-
 Reply Done(CallStatus s) { return Reply(std::move(s)); }
 Reply Ok() { return Done(CallStatus::Ok()); }
 Reply Invalid(std::string message) { return Done({CUDA_ERROR_INVALID_VALUE, std::move(message)}); }
 Reply Unknown(const char* what) { return Done({CUDA_ERROR_INVALID_HANDLE, fmt::format("unknown {} handle", what)}); }
-CallStatus Revoked() { return {CUDA_ERROR_INVALID_CONTEXT, kRevokedMessage}; }
 
 // Shares a device that cannot pause running work (see NewSessionServer) by throttling this session's submissions
 // through the device's turns table: the table learns when the session has work in flight (from its first
@@ -93,7 +88,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     if (submission_turns) turns_ = std::make_shared<SubmissionTurns>(std::move(submission_turns));
     if (control_) {
       std::lock_guard<std::mutex> lock(control_->mu);
-      control_->revoke = [this] { Revoke(); };
+      control_->revoke = [this](const std::string& why) { Revoke(why); };
     }
     // The driver's memory for the context itself (heap, printf buffer, the threads' stacks) is the slice's from the
     // start. Where the lease's other sessions leave no room for it, the first module load asks again, refused.
@@ -1092,8 +1087,9 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   }
 
   // The lease ended: every object goes now, and every later call fails (Serve checks revoked_ first).
-  void Revoke() {
+  void Revoke(const std::string& why) {
     revoked_ = true;
+    revoked_why_ = why;
     functions_.clear();
     globals_.clear();
     modules_.clear();
@@ -1144,6 +1140,15 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   // Staged copies whose completion the device could not report (a faulted device): kept until the session ends.
   std::vector<std::shared_ptr<std::vector<uint8_t>>> staged_for_good_;
   bool revoked_ = false;
+  std::string revoked_why_;  // Why the lease ended, as the agent said; empty: it did not say.
+
+  // What every call after the revocation answers: the program's next CUDA call says why its lease ended.
+  CallStatus Revoked() const {
+    return {CUDA_ERROR_INVALID_CONTEXT,
+            fmt::format("the lease of this session ended: {}; its memory is freed",
+                        revoked_why_.empty() ? "released, expired, or ended by an administrator or the agent's policy"
+                                             : revoked_why_)};
+  }
   // Whether the call being handled has a client waiting for its reply (not a posted call).
   bool awaited_ = false;
   // How far ahead of a wait's end the event loop asks to be woken (CalledBack): the typical wakeup and a half, and a

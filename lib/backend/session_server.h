@@ -28,7 +28,8 @@ namespace gpupool::backend {
 // Lets the session's worker end a session whose lease ended while the client still holds the capability.
 struct SessionControl {
   std::mutex mu;
-  std::function<void()> revoke;  // Set while the session lives; frees its device memory and fails later calls.
+  // Set while the session lives; frees its device memory and fails later calls, saying why the lease ended.
+  std::function<void(const std::string& why)> revoke;
 };
 
 struct SessionLimits {

@@ -9,20 +9,26 @@ namespace gpupool {
 namespace internal {
 namespace {
 
+// The first failure of one renewal on each server, or OK.
+Status Combined(const kj::Array<Status>& results) {
+  for (const Status& s : results) {
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
 kj::Promise<void> HeartbeatLoop(Runtime& rt, std::shared_ptr<LeaseHealth> health, TokenFields fields,
                                 std::chrono::milliseconds interval) {
   return rt.timer().afterDelay(interval.count() * kj::MILLISECONDS).then([&rt, health, fields, interval]() {
     kj::Vector<kj::Promise<Status>> calls;
     for (const auto& server : fields.servers) calls.add(CallRenew(rt, server, fields.id, fields.secret, nullptr));
     return kj::joinPromises(calls.releaseAsArray()).then([&rt, health, fields, interval](kj::Array<Status> results) {
-      Status combined;
-      for (auto& s : results) {
-        if (!s.ok() && combined.ok()) combined = s;
-      }
+      Status combined = Combined(results);
       {
         std::lock_guard<std::mutex> lock(health->mu);
-        if (!combined.ok() && health->status.ok()) {
-          GP_WARN("client", "lease {} heartbeat failed: {}", fields.id, combined.ToString());
+        // A lost lease (kNotFound) is its holder's to report, with the agent's reason (gp-run, gp-lease do).
+        if (!combined.ok() && health->status.ok() && combined.code() != StatusCode::kNotFound) {
+          GP_WARN("client", "lease {} was not renewed: {}", fields.id, combined.message());
         }
         health->status = combined;
       }
@@ -101,6 +107,24 @@ Status LeaseCore::Health() const {
   return health_->status;
 }
 
+Status LeaseCore::CheckNow() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (released_) return Status(StatusCode::kNotFound, fmt::format("lease {} was released", fields_.id));
+  }
+  auto results = runtime_->Run([this] {
+    kj::Vector<kj::Promise<Status>> calls;
+    for (const auto& server : fields_.servers) {
+      calls.add(CallRenew(*runtime_, server, fields_.id, fields_.secret, nullptr));
+    }
+    return kj::joinPromises(calls.releaseAsArray());
+  });
+  Status combined = Combined(results);
+  std::lock_guard<std::mutex> lock(health_->mu);
+  health_->status = combined;
+  return combined;
+}
+
 Status LeaseCore::Release() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -154,6 +178,11 @@ std::string Lease::Token() const { return core_ ? core_->Token() : std::string()
 Status Lease::Health() const {
   if (!core_) return Status(StatusCode::kNotFound, "empty lease");
   return core_->Health();
+}
+
+Status Lease::CheckNow() {
+  if (!core_) return Status(StatusCode::kNotFound, "empty lease");
+  return core_->CheckNow();
 }
 
 Status Lease::Release() {

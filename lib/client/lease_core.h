@@ -38,6 +38,7 @@ class LeaseCore {
   const std::vector<Slice>& slices() const { return slices_; }
   std::string Token() const { return EncodeToken(fields_); }
   Status Health() const;
+  Status CheckNow();
   Status Release();
 
  private:

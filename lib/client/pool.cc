@@ -45,6 +45,7 @@ void FillServerInfo(wire::AgentState::Reader st, ServerInfo* info) {
   info->up = true;
   info->error.clear();
   info->name = st.getName();
+  info->instance_id = st.getInstanceId();
   info->draining = st.getDraining();
   info->protocol_version = st.getProtocolVersion();
   info->lease_ttl_s = static_cast<double>(st.getLeaseTtlMs()) / 1000.0;
@@ -110,18 +111,26 @@ std::vector<ServerInfo> DescribeAll(Runtime& rt, const std::vector<std::string>&
     kj::Vector<kj::Promise<Status>> calls;
     for (size_t i = 0; i < servers.size(); ++i) {
       (*infos)[i].address = servers[i];
-      calls.add(internal::WithAgent(rt, servers[i], "describe",
-                                    [infos, i, with_leases, history_seconds](Runtime& rt,
-                                                                             wire::Agent::Client agent) {
-                                      auto req = agent.describeRequest();
-                                      req.setWithLeases(with_leases);
-                                      req.setHistorySeconds(history_seconds);
-                                      return rt.Deadline(req.send()).then(
-                                          [infos, i](capnp::Response<wire::Agent::DescribeResults>&& r) {
-                                            FillServerInfo(r.getState(), &(*infos)[i]);
-                                            return Status::Ok();
-                                          });
-                                    }));
+      if (auto why = rt.Silent(servers[i])) {
+        calls.add(kj::Promise<Status>(Status(StatusCode::kTimeout, *why)));
+        continue;
+      }
+      const std::string address = servers[i];
+      // All in parallel, each with a short deadline, connecting included: one silent server must not hold up the
+      // answers of the others (it is then skipped for a while: Runtime::MarkSilent).
+      auto describe = internal::WithAgent(
+          rt, address, "describe", [infos, i, with_leases, history_seconds](Runtime& rt, wire::Agent::Client agent) {
+            auto req = agent.describeRequest();
+            req.setWithLeases(with_leases);
+            req.setHistorySeconds(history_seconds);
+            return rt.Deadline(req.send()).then([infos, i](capnp::Response<wire::Agent::DescribeResults>&& r) {
+              FillServerInfo(r.getState(), &(*infos)[i]);
+              return Status::Ok();
+            });
+          });
+      calls.add(rt.timer()
+                    .timeoutAfter(rt.describe_timeout().count() * kj::MILLISECONDS, kj::mv(describe))
+                    .catch_([&rt, address](kj::Exception&&) { return rt.MarkSilent(address); }));
     }
     return kj::joinPromises(calls.releaseAsArray());
   });
@@ -132,6 +141,24 @@ std::vector<ServerInfo> DescribeAll(Runtime& rt, const std::vector<std::string>&
     }
   }
   return std::move(*infos);
+}
+
+// One agent reached at two addresses is one agent: counted twice it would double the pool, and a request placed on
+// "both" would reserve one lease id twice on it. Keeps the first address that answered for each.
+std::vector<ServerInfo> OncePerAgent(std::vector<ServerInfo> infos) {
+  std::vector<ServerInfo> distinct;
+  std::map<std::string, std::string> address_of;  // Instance id -> the address kept.
+  for (ServerInfo& info : infos) {
+    if (info.up && !info.instance_id.empty()) {
+      auto [it, first] = address_of.emplace(info.instance_id, info.address);
+      if (!first) {
+        GP_INFO("client", "{} is agent {} again (as {}): counted once", info.address, info.name, it->second);
+        continue;
+      }
+    }
+    distinct.push_back(std::move(info));
+  }
+  return distinct;
 }
 
 // What placement may use: servers that are up, not draining, and whose policy has not refused this request.
@@ -326,7 +353,7 @@ Result<Pool> Pool::Connect(PoolOptions options) {
 PoolState Pool::State(std::chrono::seconds history) {
   PoolState state;
   uint32_t seconds = static_cast<uint32_t>(std::clamp<int64_t>(history.count(), 0, 24 * 3600));
-  state.servers = DescribeAll(*runtime_, servers_, true, seconds);
+  state.servers = OncePerAgent(DescribeAll(*runtime_, servers_, true, seconds));
   return state;
 }
 
@@ -354,7 +381,7 @@ Result<Lease> Pool::Allocate(const Request& request) {
       if (snap.valid && SteadyClock::now() - snap.taken < kSnapshotMaxAge) infos = snap.servers;
     }
     if (infos.empty()) {
-      infos = DescribeAll(*runtime_, servers_, false);
+      infos = OncePerAgent(DescribeAll(*runtime_, servers_, false));
       fresh = true;
       std::lock_guard<std::mutex> lock(runtime_->snapshot_mu);
       runtime_->snapshot = {infos, SteadyClock::now(), true};
@@ -383,7 +410,8 @@ Result<Lease> Pool::Allocate(const Request& request) {
                     fmt::format("{}", fmt::join(why, "; ")));
       if (forever) return last;
     } else if (views.empty()) {
-      last = Status(StatusCode::kUnavailable, fmt::format("no server answered: {}", fmt::join(unusable, "; ")));
+      last = Status(StatusCode::kUnavailable, fmt::format("no server of the pool can take a lease now: {}",
+                                                          fmt::join(unusable, "; ")));
     } else if (Status never = internal::CheckSatisfiable(request, views); !never.ok()) {
       if (unusable.empty()) return never;
       last = Status(StatusCode::kResourceExhausted,

@@ -65,6 +65,59 @@ std::optional<std::string> TagDetail(const std::string& desc, std::string_view t
   return why;
 }
 
+namespace {
+
+// A failure to reach a server, in a user's words: KJ's descriptions carry the expressions it evaluated
+// ("params.host = ...", "gai_strerror(status) = ..."), which mean nothing to whoever reads the message.
+std::string ReachFailure(const std::string& desc) {
+  auto value_of = [&desc](std::string_view name) -> std::string {
+    auto at = desc.find(std::string(name) + " = ");
+    if (at == std::string::npos) return "";
+    std::string value = desc.substr(at + name.size() + 3);
+    return value.substr(0, value.find(';'));
+  };
+  if (desc.find("DNS lookup failed") != std::string::npos) {
+    std::string why = value_of("gai_strerror(status)");
+    return fmt::format("its host name {} cannot be resolved{}: check the name", value_of("params.host"),
+                       why.empty() ? "" : " (" + why + ")");
+  }
+  if (desc.find("Connection refused") != std::string::npos) {
+    return "it refused the connection: no gp-agent listens there (is it started? is the port right?)";
+  }
+  if (desc.find("No such file or directory") != std::string::npos) {
+    return "no socket file there: no gp-agent listens on that path (is it started? is the path right?)";
+  }
+  if (desc.find("Permission denied") != std::string::npos) return "permission denied (by the socket's mode?)";
+  if (desc.find("Network is unreachable") != std::string::npos) return "its network is unreachable from here";
+  if (desc.find("No route to host") != std::string::npos) return "there is no route to its host";
+  if (desc.rfind("TLS with ", 0) == 0) {
+    // "TLS with HOST failed: TLS peer's certificate is not trusted; reason = IP address mismatch"
+    std::string text = desc.substr(desc.find(": ") == std::string::npos ? 0 : desc.find(": ") + 2);
+    std::string what = text.substr(0, text.find("; "));
+    if (what.rfind("TLS peer's ", 0) == 0) what = "the agent's " + what.substr(11);
+    std::string reason;
+    if (auto at = text.find("reason = "); at != std::string::npos) {
+      reason = text.substr(at + 9);
+      reason = " (" + reason.substr(0, reason.find(';')) + ")";
+    }
+    return fmt::format("TLS failed: {}{}: its certificate must name the address used (a DNS name, or an IP address as "
+                       "an IP SAN) and be signed by a CA in GPUPOOL_TLS_CA", what, reason);
+  }
+  // Anything else: the last plain sentence KJ gave, without its expressions.
+  std::string plain;
+  for (size_t pos = 0; pos <= desc.size();) {
+    size_t end = desc.find("; ", pos);
+    if (end == std::string::npos) end = desc.size();
+    std::string part = desc.substr(pos, end - pos);
+    if (auto eq = part.find(" = "); eq != std::string::npos) part = part.substr(eq + 3);
+    if (!part.empty() && part.find('(') == std::string::npos) plain = part;
+    pos = end + 2;
+  }
+  return plain.empty() ? "the connection failed" : plain;
+}
+
+}  // namespace
+
 Status StatusFromException(const kj::Exception& e, const std::string& address, std::string_view what) {
   std::string desc = e.getDescription().cStr();
   if (auto why = TagDetail(desc, "gpupool-refused", "why")) {
@@ -99,14 +152,15 @@ Status StatusFromException(const kj::Exception& e, const std::string& address, s
   }
   if (desc.find("gpupool-handshake") != std::string::npos) {
     return Status(StatusCode::kProtocolMismatch,
-                  fmt::format("server {} accepted the connection but did not answer the gpupool handshake "
-                              "(is it a gp-agent?): {}", address, desc));
+                  fmt::format("server {} accepted the connection but did not answer the gpupool handshake: it is "
+                              "not a gp-agent, or not one of this version (is the address right?)", address));
   }
   if (desc.find("timed out") != std::string::npos) {
     return Status(StatusCode::kTimeout, fmt::format("server {} did not answer {} in time", address, what));
   }
   if (auto why = TagDetail(desc, "gpupool-connect", "e.getDescription()")) {
-    return Status(StatusCode::kUnavailable, fmt::format("server {} is down: {}", address, *why));
+    return Status(StatusCode::kUnavailable, fmt::format("server {} cannot be reached: {}", address,
+                                                        ReachFailure(*why)));
   }
   switch (e.getType()) {
     case kj::Exception::Type::DISCONNECTED:
@@ -135,7 +189,9 @@ Status StatusFromOutcome(wire::Outcome::Reader outcome, const std::string& addre
 }
 
 Runtime::Runtime(const PoolOptions& options)
-    : connect_timeout_(options.connect_timeout), call_timeout_(options.call_timeout) {
+    : connect_timeout_(options.connect_timeout),
+      call_timeout_(options.call_timeout),
+      describe_timeout_(options.describe_timeout) {
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   thread_ = std::thread([this] {
     // Writes to a peer that vanished must fail with EPIPE, not kill the user's process.
@@ -220,6 +276,54 @@ void Runtime::StartTask(const std::string& key, kj::Promise<void> task) {
 }
 
 void Runtime::StopTask(const std::string& key) { tasks_.erase(key); }
+
+namespace {
+// How long a server that missed describe's deadline is skipped, and how often it is probed meanwhile.
+constexpr std::chrono::seconds kSilentFor{30};
+constexpr auto kProbeInterval = 1 * kj::SECONDS;
+}  // namespace
+
+std::optional<std::string> Runtime::Silent(const std::string& address) const {
+  auto it = silent_.find(address);
+  const auto now = std::chrono::steady_clock::now();
+  if (it == silent_.end() || now >= it->second.until) return std::nullopt;
+  return fmt::format("server {} is skipped for {} s more: {}", address,
+                     std::chrono::ceil<std::chrono::seconds>(it->second.until - now).count(), it->second.why);
+}
+
+Status Runtime::MarkSilent(const std::string& address) {
+  Forget(address);  // Whatever it was connecting or saying is given up.
+  std::string why = fmt::format("it did not answer within {} ms (it may accept connections but say nothing, or be "
+                                "unreachable); it is retried in the background",
+                                describe_timeout_.count());
+  const bool probing = silent_.count(address) != 0;
+  silent_[address] = {std::chrono::steady_clock::now() + kSilentFor, why};
+  if (!probing) deferred_->add(ProbeSilent(address));
+  return Status(StatusCode::kTimeout, fmt::format("server {} {}; it is skipped for the next {} s", address, why,
+                                                  kSilentFor.count()));
+}
+
+kj::Promise<void> Runtime::ProbeSilent(std::string address) {
+  return timer().afterDelay(kProbeInterval).then([this, address]() {
+    return Deadline(Agent(address))
+        .then([this, address](wire::Agent::Client) -> kj::Promise<void> {
+          GP_INFO("client", "server {} answers again", address);
+          silent_.erase(address);
+          return kj::READY_NOW;
+        })
+        .catch_([this, address](kj::Exception&&) -> kj::Promise<void> {
+          Forget(address);
+          auto it = silent_.find(address);
+          if (it == silent_.end()) return kj::READY_NOW;
+          // Past its time the next describe asks it itself (and marks it again if it is still silent).
+          if (std::chrono::steady_clock::now() >= it->second.until) {
+            silent_.erase(it);
+            return kj::READY_NOW;
+          }
+          return ProbeSilent(address);
+        });
+  });
+}
 
 void Runtime::Forget(const std::string& address) {
   auto it = connections_.find(address);

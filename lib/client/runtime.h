@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -76,6 +77,12 @@ class Runtime : public kj::TaskSet::ErrorHandler {
     return io_->provider->getTimer().timeoutAfter(call_timeout_.count() * kj::MILLISECONDS, kj::mv(promise));
   }
   kj::Timer& timer() { return io_->provider->getTimer(); }
+  std::chrono::milliseconds describe_timeout() const { return describe_timeout_; }
+  // Why `address` is skipped now (it missed describe's deadline lately); nullopt when it is asked as usual.
+  std::optional<std::string> Silent(const std::string& address) const;
+  // `address` missed describe's deadline: it is skipped for a while and probed in the background; an answer to the
+  // probe ends that at once. Returns the kTimeout status to report for it.
+  Status MarkSilent(const std::string& address);
   // Holds a background task (heartbeat) under `key` until StopTask(key) or shutdown.
   void StartTask(const std::string& key, kj::Promise<void> task);
   void StopTask(const std::string& key);
@@ -98,7 +105,15 @@ class Runtime : public kj::TaskSet::ErrorHandler {
   // `expected` if it is still the connection registered for `address`; otherwise throws DISCONNECTED.
   Connection* Registered(const std::string& address, Connection* expected);
 
-  std::chrono::milliseconds connect_timeout_, call_timeout_;
+  kj::Promise<void> ProbeSilent(std::string address);
+
+  std::chrono::milliseconds connect_timeout_, call_timeout_, describe_timeout_;
+  // Servers that missed describe's deadline, until when they are skipped and why.
+  struct SilentServer {
+    std::chrono::steady_clock::time_point until;
+    std::string why;
+  };
+  std::map<std::string, SilentServer> silent_;
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable started_;

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "gpupool/request.h"
+
 namespace gpupool {
 namespace {
 
@@ -77,9 +79,11 @@ Result<double> ParseFraction(std::string_view text) {
     }
     if (suffix == "%") value /= 100.0;
   }
-  if (!(value > 0) || value > 1.0 + 1e-12) {
+  // The smallest slice is checked here too, so that the message names the real minimum.
+  if (!(value >= kMinFraction - 1e-12) || value > 1.0 + 1e-12) {
     return Status(StatusCode::kInvalidArgument,
-                  fmt::format("fraction '{}' is out of range: it must be above 0 and at most 1 (a whole GPU)", text));
+                  fmt::format("fraction '{}' is out of range: it must be at least {} (1/20 of a GPU) and at most 1 "
+                              "(a whole GPU)", text, kMinFraction));
   }
   return std::min(value, 1.0);
 }

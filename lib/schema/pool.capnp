@@ -112,6 +112,9 @@ struct AgentState {
   personality @8 :Text;           # The policy personality in force; empty: none (nothing restricted).
   personalityNext @9 :Text;       # What comes next and when ("night from Fri 20:00"); empty: nothing changes.
   policy @10 :Text;               # The agent's personalities, one line each.
+  instanceId @11 :Text;           # Random, drawn when the agent starts: two addresses of one agent (a TCP and a Unix
+                                  # socket, two host names) answer the same, so a client counts that agent once.
+                                  # Empty from an older agent.
 }
 
 interface Agent {

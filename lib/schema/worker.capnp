@@ -39,7 +39,7 @@ interface SessionWorker {
   open @0 (config :WorkerConfig) -> (code :Int32, message :Text, session :Session, direct :DirectSession);
   # code: 0 = opened; otherwise a gpupool StatusCode value and the reason (the worker then exits).
 
-  revoke @1 () -> ();
+  revoke @1 (reason :Text) -> ();
   # The lease ended: free the session's memory and stop its kernels now; later calls answer "the lease of this
-  # session ended". The agent kills the worker shortly after.
+  # session ended: " and the reason (such as "revoked by alice"). The agent kills the worker shortly after.
 }

@@ -226,6 +226,10 @@ openssl req -x509 -newkey rsa:2048 -nodes -keyout other-ca.key -out other-ca.crt
 printf "subjectAltName=DNS:localhost,IP:127.0.0.1\n" > san.ext
 openssl req -newkey rsa:2048 -nodes -keyout agent.key -out agent.csr -subj "/CN=localhost"
 openssl x509 -req -in agent.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out agent.crt -days 2 -extfile san.ext
+printf "subjectAltName=DNS:localhost,DNS:127.0.0.1\n" > dns-only.ext
+openssl req -newkey rsa:2048 -nodes -keyout dns-only.key -out dns-only.csr -subj "/CN=127.0.0.1"
+openssl x509 -req -in dns-only.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out dns-only.crt -days 2 \
+  -extfile dns-only.ext
 openssl req -newkey rsa:2048 -nodes -keyout alice.key -out alice.csr -subj "/CN=alice"
 openssl x509 -req -in alice.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out alice.crt -days 2
 openssl req -newkey rsa:2048 -nodes -keyout eve.key -out eve.csr -subj "/CN=eve"
@@ -271,6 +275,38 @@ TEST(Auth, TlsWithClientCertificatesCarriesPoolAndSessions) {
   RunResult plain = RunCommand({ToolPath("gp-ls"), "--servers", "localhost:" + port});
   EXPECT_EQ(plain.code, 1);
   EXPECT_NE(plain.out.find("name it tls:localhost:" + port), std::string::npos) << plain.out;
+}
+
+// Issue 41 item 7: an agent reached by IP address is checked against its certificate's IP SANs ("hostname mismatch"
+// before), and only against those: a DNS name or a common name that reads like the address is no IP SAN.
+TEST(Auth, TlsToAnAgentNamedByItsIpAddressChecksItsIpSans) {
+  TempDir dir;
+  MakeCertificates(dir);
+  if (HasFatalFailure()) return;
+  const std::string d = dir.path() + "/";
+  const std::vector<std::string> alice = {"GPUPOOL_TLS_CA=" + d + "ca.crt", "GPUPOOL_TLS_CERT=" + d + "alice.crt",
+                                          "GPUPOOL_TLS_KEY=" + d + "alice.key"};
+  auto port_of = [](Agent& agent) { return agent.address().substr(agent.address().rfind(':') + 1); };
+  Agent agent(AgentOptions{.name = "by-ip", .emulated = 1, .emulated_memory = "1GiB",
+                           .extra_args = {"--tls-cert", d + "agent.crt", "--tls-key", d + "agent.key", "--tls-ca",
+                                          d + "ca.crt"}});
+  const std::string by_ip = "tls:127.0.0.1:" + port_of(agent);
+  RunResult ls = RunCommand({ToolPath("gp-ls"), "--servers", by_ip}, alice);
+  EXPECT_EQ(ls.code, 0) << ls.out << ls.err;
+  EXPECT_NE(ls.out.find("by-ip"), std::string::npos) << ls.out;
+  EXPECT_EQ(ls.out.find("mismatch"), std::string::npos) << ls.out;
+  RunResult run = RunCommand({ToolPath("gp-run"), "--servers", by_ip, "--", "/bin/true"}, alice);
+  EXPECT_EQ(run.code, 0) << run.err;
+
+  Agent dns_only(AgentOptions{.name = "dns-only", .emulated = 1, .emulated_memory = "1GiB",
+                              .extra_args = {"--tls-cert", d + "dns-only.crt", "--tls-key", d + "dns-only.key",
+                                             "--tls-ca", d + "ca.crt"}});
+  RunResult refused = RunCommand({ToolPath("gp-ls"), "--servers", "tls:127.0.0.1:" + port_of(dns_only)}, alice);
+  EXPECT_EQ(refused.code, 1) << refused.out;
+  EXPECT_NE(refused.out.find("TLS failed: the agent's certificate is not trusted (IP address mismatch)"),
+            std::string::npos) << refused.out;
+  RunResult by_name = RunCommand({ToolPath("gp-ls"), "--servers", "tls:localhost:" + port_of(dns_only)}, alice);
+  EXPECT_EQ(by_name.code, 0) << by_name.out << by_name.err;
 }
 
 TEST(Auth, AnAgentRefusesATokenFileOthersCanRead) {

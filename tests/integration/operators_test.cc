@@ -9,12 +9,16 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <netinet/in.h>
 
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
+#include "integration/fake_agent.h"
 #include "integration/helpers.h"
 
 namespace gpupool::testing {
@@ -434,6 +438,216 @@ TEST(OperatorsTrust, AdministrationRefusalsSayWhatWasRefusedAndHowToBeAllowed) {
                            "revoke and list"),
             std::string::npos)
       << bogus.err;
+}
+
+}  // namespace
+}  // namespace gpupool::testing
+
+namespace gpupool::testing {
+namespace {
+
+// Issue 41 item 9: one agent listed at two addresses (127.0.0.1:P and localhost:P) is one agent: gp-ls shows it
+// once, its one GPU is counted once, and a two-slice request is placed on it, not "on both" (which reserved one
+// lease id twice: "lease id ... is already in use").
+TEST(OperatorsTrust, OneAgentListedTwiceIsCountedOnce) {
+  Agent agent(AgentOptions{.name = "twice", .emulated = 2, .emulated_memory = "1GiB"});
+  const std::string port = agent.address().substr(agent.address().rfind(':') + 1);
+  const std::string servers = "127.0.0.1:" + port + ",localhost:" + port;
+
+  PoolState state = Connect({"127.0.0.1:" + port, "localhost:" + port}).State();
+  ASSERT_EQ(state.servers.size(), 1u);
+  EXPECT_EQ(state.servers[0].address, "127.0.0.1:" + port);
+  EXPECT_EQ(state.device_count(), 2);
+  RunResult ls = RunCommand({ToolPath("gp-ls"), "--servers", servers});
+  EXPECT_EQ(ls.code, 0) << ls.err;
+  EXPECT_EQ(ls.out.find("localhost:" + port), std::string::npos) << ls.out;
+
+  RunResult two = RunCommand({ToolPath("gp-run"), "--servers", servers, "-n", "2", "--", "/bin/true"});
+  EXPECT_EQ(two.code, 0) << two.err;
+  EXPECT_EQ(two.err.find("already in use"), std::string::npos) << two.err;
+  // Three whole GPUs: the pool has two, whichever way it is listed.
+  RunResult three = RunCommand({ToolPath("gp-run"), "--servers", servers, "-n", "3", "--", "/bin/true"});
+  EXPECT_EQ(three.code, 125);
+  EXPECT_NE(three.err.find("the pool has 2"), std::string::npos) << three.err;
+  ExpectAllFree(Connect({"127.0.0.1:" + port}).State());
+}
+
+}  // namespace
+}  // namespace gpupool::testing
+
+namespace gpupool::testing {
+namespace {
+
+// What KJ, CLI11 or our own code's internals put in a message, and no user should read.
+const char* const kLibraryText[] = {"e.getDescription()", "segmentCount", "params.host", "gai_strerror", "toString()",
+                                    "::bind", "sockfd", "Run with --help", "required TEXT", "above 0"};
+
+void ExpectUserWords(const std::string& tool, const std::string& message) {
+  EXPECT_NE(message.find(tool), std::string::npos) << "does not name " << tool << ": " << message;
+  for (const char* text : kLibraryText) {
+    EXPECT_EQ(message.find(text), std::string::npos) << "library text '" << text << "' in: " << message;
+  }
+}
+
+// Issue 41 item 10: each message names the tool, says what happened in a user's words and what to do.
+TEST(OperatorsTrust, MessagesSayWhatHappenedWithoutLibraryText) {
+  // A server that is not a gp-agent.
+  auto http = StartHttpServer();
+  RunResult not_agent = RunCommand({ToolPath("gp-ls"), "--servers", http->address()});
+  EXPECT_EQ(not_agent.code, 1);
+  EXPECT_NE(not_agent.out.find("did not answer the gpupool handshake: it is not a gp-agent"), std::string::npos)
+      << not_agent.out;
+  for (const char* text : kLibraryText) EXPECT_EQ(not_agent.out.find(text), std::string::npos) << not_agent.out;
+
+  // A host name that does not resolve.
+  RunResult dns = RunCommand({ToolPath("gp-run"), "--servers", "no-such-host.invalid:7450", "--", "/bin/true"});
+  EXPECT_EQ(dns.code, 125);
+  ExpectUserWords("gp-run", dns.err);
+  EXPECT_NE(dns.err.find("its host name no-such-host.invalid cannot be resolved"), std::string::npos) << dns.err;
+
+  // A server that refuses the connection answered nothing, and is not said to be silent.
+  RunResult refused = RunCommand({ToolPath("gp-run"), "--servers", "127.0.0.1:1", "--", "/bin/true"});
+  EXPECT_EQ(refused.code, 125);
+  ExpectUserWords("gp-run", refused.err);
+  EXPECT_EQ(refused.err.find("no server answered"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("refused the connection: no gp-agent listens there"), std::string::npos) << refused.err;
+
+  // An agent asked to listen where it cannot: a missing directory, a regular file.
+  TempDir dir;
+  RunResult no_dir = RunCommand({ToolPath("gp-agent"), "--no-nvml", "--emu", "1", "--listen",
+                                 "unix:" + dir.path() + "/missing/agent.sock"});
+  EXPECT_EQ(no_dir.code, 1);
+  ExpectUserWords("gp-agent", no_dir.err);
+  EXPECT_NE(no_dir.err.find("its directory does not exist"), std::string::npos) << no_dir.err;
+  const std::string file = dir.Write("not-a-socket", "data\n");
+  RunResult regular = RunCommand({ToolPath("gp-agent"), "--no-nvml", "--emu", "1", "--listen", "unix:" + file});
+  EXPECT_EQ(regular.code, 1);
+  ExpectUserWords("gp-agent", regular.err);
+  EXPECT_EQ(regular.err.find("Address already in use"), std::string::npos) << regular.err;
+
+  // Option errors name the tool and where its options are listed.
+  RunResult bogus = RunCommand({ToolPath("gp-ls"), "--bogus"});
+  EXPECT_EQ(bogus.code, 2);
+  ExpectUserWords("gp-ls", bogus.err);
+  EXPECT_NE(bogus.err.find("gp-ls: unexpected argument(s): --bogus (gp-ls --help lists the options)"),
+            std::string::npos) << bogus.err;
+  RunResult no_value = RunCommand({ToolPath("gp-run"), "-p"});
+  EXPECT_EQ(no_value.code, 125);
+  ExpectUserWords("gp-run", no_value.err);
+  EXPECT_NE(no_value.err.find("gp-run: --fraction needs a value"), std::string::npos) << no_value.err;
+
+  // The smallest fraction is named as it is.
+  RunResult zero = RunCommand({ToolPath("gp-run"), "--servers", "127.0.0.1:1", "-p", "0", "--", "/bin/true"});
+  EXPECT_EQ(zero.code, 125);
+  ExpectUserWords("gp-run", zero.err);
+  EXPECT_NE(zero.err.find("it must be at least 0.05 (1/20 of a GPU)"), std::string::npos) << zero.err;
+}
+
+}  // namespace
+}  // namespace gpupool::testing
+
+namespace gpupool::testing {
+namespace {
+
+// Issue 41 item 10: `gp-lease release` of a held lease is what its holder waits for: the holder ends with 0, without
+// a "heartbeat failed: not_found" warning.
+TEST(OperatorsTrust, GpLeaseHoldEndsQuietlyWhenReleasedWithItsToken) {
+  Agent agent(AgentOptions{.name = "hold", .emulated = 1, .emulated_memory = "1GiB", .lease_ttl = "2s"});
+  Process holder({ToolPath("gp-lease"), "hold", "--servers", agent.address()});
+  const std::string token = holder.ReadLine(std::chrono::seconds(20));
+  ASSERT_EQ(token.rfind("gpl1:", 0), 0u) << token << holder.Stderr();
+  RunResult released = RunCommand({ToolPath("gp-lease"), "release"}, {"GPUPOOL_LEASE=" + token});
+  EXPECT_EQ(released.code, 0) << released.err;
+  EXPECT_EQ(holder.Wait(std::chrono::seconds(20)), 0) << holder.Stderr();
+  EXPECT_EQ(holder.Stderr().find("not_found"), std::string::npos) << holder.Stderr();
+  EXPECT_EQ(holder.Stderr().find("heartbeat"), std::string::npos) << holder.Stderr();
+  ExpectAllFree(Connect({agent.address()}).State());
+}
+
+}  // namespace
+}  // namespace gpupool::testing
+
+namespace gpupool::testing {
+namespace {
+
+// A server on loopback that accepts connections and never says a word; counts what it accepted.
+class SilentServer {
+ public:
+  SilentServer() {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd_, 16) != 0 ||
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      throw std::runtime_error(std::string("silent server: ") + std::strerror(errno));
+    }
+    address_ = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    thread_ = std::thread([this] {
+      for (;;) {
+        int c = accept(fd_, nullptr, nullptr);
+        if (c < 0) return;  // shutdown() below.
+        std::lock_guard<std::mutex> lock(mu_);
+        accepted_.push_back(c);
+      }
+    });
+  }
+  ~SilentServer() {
+    shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    close(fd_);
+    for (int c : accepted_) close(c);
+  }
+  const std::string& address() const { return address_; }
+  size_t accepted() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return accepted_.size();
+  }
+
+ private:
+  int fd_ = -1;
+  std::string address_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<int> accepted_;
+};
+
+// Issue 41 item 6: a server that accepts and never answers is reported down with why, the live agents answer, and
+// a long-lived client does not ask it again at every look (it probes it in the background instead).
+TEST(OperatorsTrust, ASilentServerIsSkippedNotWaitedForAtEveryLook) {
+  SilentServer silent;
+  Agent agent(AgentOptions{.name = "live", .emulated = 1, .emulated_memory = "1GiB"});
+  Pool pool = Connect({silent.address(), agent.address()});
+  PoolState first = pool.State();
+  ASSERT_EQ(first.servers.size(), 2u);
+  EXPECT_FALSE(first.servers[0].up);
+  EXPECT_NE(first.servers[0].error.find("did not answer within 1500 ms"), std::string::npos) << first.servers[0].error;
+  EXPECT_TRUE(first.servers[1].up) << first.servers[1].error;
+  const size_t asked = silent.accepted();
+  EXPECT_GE(asked, 1u);
+  // Looks within its quiet time skip it, saying why: no connection of theirs reaches it (the background probe may
+  // make one meanwhile).
+  for (int i = 0; i < 3; ++i) {
+    PoolState again = pool.State();
+    EXPECT_FALSE(again.servers[0].up);
+    EXPECT_NE(again.servers[0].error.find("server " + silent.address() + " is skipped for"), std::string::npos)
+        << again.servers[0].error;
+    EXPECT_NE(again.servers[0].error.find("it did not answer within 1500 ms"), std::string::npos)
+        << again.servers[0].error;
+    EXPECT_TRUE(again.servers[1].up);
+  }
+  EXPECT_LE(silent.accepted(), asked + 1);
+  auto lease = pool.Allocate(Slices(1, 0.5));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ(lease->slices()[0].server, agent.address());
+  // The tools say the same, and gp-run runs on the live agent.
+  RunResult run = RunCommand({ToolPath("gp-run"), "--servers", silent.address() + "," + agent.address(), "-p", "0.5",
+                              "--", "/bin/echo", "ran"});
+  EXPECT_EQ(run.code, 0) << run.err;
+  EXPECT_EQ(run.out, "ran\n");
+  RunResult ls = RunCommand({ToolPath("gp-ls"), "--servers", silent.address() + "," + agent.address()});
+  EXPECT_NE(ls.out.find("did not answer within 1500 ms"), std::string::npos) << ls.out;
 }
 
 }  // namespace

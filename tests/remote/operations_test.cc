@@ -443,7 +443,7 @@ TEST(Admin, CordonRevokeAndDrainFromTheShell) {
   RunResult revoked = Ctl(server, {"revoke", id});
   ASSERT_EQ(revoked.code, 0) << revoked.err;
   EXPECT_NE(busy.Wait(seconds(20)), 0);
-  EXPECT_NE(busy.Stderr().find("ended by an administrator"), std::string::npos) << busy.Stderr();
+  EXPECT_NE(busy.Stderr().find("the lease of this session ended: revoked by"), std::string::npos) << busy.Stderr();
   EXPECT_EQ(Ctl(server, {"revoke", id}).code, 1);  // Gone already.
 
   // Drain: every GPU cordoned; it waits for the leases held, and reports when none is left.
@@ -495,6 +495,62 @@ void SetClock(const std::string& path, const std::string& local) {
   std::rename((path + ".new").c_str(), path.c_str());
 }
 
+// Issue 41 item 5: a lease lost under a running program is reported, by gp-run and by the program's next CUDA call,
+// with the reason (revoked by whom, expired, the agent restarted), and gp-run exits non-zero.
+TEST(LostLease, GpRunAndItsProgramSayWhyTheLeaseEnded) {
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  Agent agent(AgentOptions{.name = "lost", .emulated = 1, .emulated_memory = "2GiB", .lease_ttl = "2s",
+                           .listen = "unix:" + dir.path() + "/agent.sock", .extra_args = {"--require-auth"}});
+  const std::string server = agent.address();
+  Pool pool = Connect({server});
+  const std::string me = CurrentIdentity().user;
+
+  // Revoked by an administrator: the program's next call fails saying so, and gp-run says the same.
+  {
+    Process busy({ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", Program("busy"), "60"});
+    ASSERT_TRUE(Eventually([&] { return !LeaseIdOf(pool, "busy").empty(); }, seconds(20))) << busy.Stderr();
+    const std::string id = LeaseIdOf(pool, "busy");
+    ASSERT_EQ(Ctl(server, {"revoke", id}).code, 0);
+    EXPECT_NE(busy.Wait(seconds(30)), 0);
+    const std::string err = busy.Stderr();
+    EXPECT_NE(err.find("gp-run: " + server + ": lease " + id + " lost: revoked by " + me +
+                       " (an administrator of agent lost); the command's CUDA calls fail from now on"),
+              std::string::npos) << err;
+    EXPECT_NE(err.find("the lease of this session ended: revoked by " + me), std::string::npos) << err;
+    EXPECT_EQ(err.find("lease released"), std::string::npos) << err;
+  }
+  // Expired: its holder (gp-run, stopped) did not renew it in time. A command that ends well still gets a non-zero
+  // status, since its slices were given back under it.
+  {
+    Process sleeper({ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", "sleep", "5"});
+    ASSERT_TRUE(Eventually([&] { return !LeaseIdOf(pool, "sleep").empty(); }, seconds(20))) << sleeper.Stderr();
+    const std::string id = LeaseIdOf(pool, "sleep");
+    sleeper.Signal(SIGSTOP);
+    ASSERT_TRUE(Eventually([&] { return LeaseIdOf(pool, "sleep").empty(); }, seconds(20)));
+    sleeper.Signal(SIGCONT);
+    EXPECT_EQ(sleeper.Wait(seconds(30)), 125);
+    EXPECT_NE(sleeper.Stderr().find("lease " + id + " lost: expired: agent lost had no renewal from its holder for "
+                                    "2s"),
+              std::string::npos) << sleeper.Stderr();
+  }
+  // The agent restarted: it knows nothing of the lease, and says so.
+  {
+    Process sleeper({ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", "sleep", "8"});
+    ASSERT_TRUE(Eventually([&] { return !LeaseIdOf(pool, "sleep").empty(); }, seconds(20))) << sleeper.Stderr();
+    const std::string id = LeaseIdOf(pool, "sleep");
+    agent.Kill();
+    agent.Restart();
+    EXPECT_EQ(sleeper.Wait(seconds(30)), 125);
+    EXPECT_NE(sleeper.Stderr().find("lease " + id + " lost: agent lost restarted and no longer knows it"),
+              std::string::npos) << sleeper.Stderr();
+  }
+  // A lease that holds to the end is released quietly, with the command's own status.
+  RunResult fine = RunCommand({ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", "/bin/true"});
+  EXPECT_EQ(fine.code, 0) << fine.err;
+  EXPECT_EQ(fine.err.find("lost"), std::string::npos) << fine.err;
+}
+
 TEST(Policy, DayAndNightPersonalitiesWithAnInjectedClock) {
   TempDir dir;
   std::string config = dir.Write("agent.toml", PolicyFile(CurrentIdentity().user, 0.5));
@@ -524,8 +580,8 @@ TEST(Policy, DayAndNightPersonalitiesWithAnInjectedClock) {
       << "the day lease outlived its max_lease";
   EXPECT_NE(agent.process().Stderr().find("max_lease of 3s"), std::string::npos) << agent.process().Stderr();
   // Its holder hears why at its next renewal.
-  EXPECT_TRUE(Eventually([&] { return half.Stderr().find("it reached personality day's max_lease of 3s") !=
-                                      std::string::npos; },
+  EXPECT_TRUE(Eventually([&] { return half.Stderr().find("lost: ended by agent policy's policy at 10:00: it reached "
+                                                         "personality day's max_lease of 3s") != std::string::npos; },
                          seconds(10)))
       << half.Stderr();
 

@@ -2,8 +2,9 @@
 // plugin, scripts). `hold` allocates, prints the token and renews the lease until told to stop, then releases it;
 // `release` releases a lease by its token.
 //
-// Exit status: 0 done; 1 the pool did not grant the lease (hold) or an agent did not release it (both), the reason on
-// stderr; 2 bad usage, no pool configured, or a malformed token.
+// Exit status: 0 done (for hold, also when `gp-lease release` released the lease with its token); 1 the pool did not
+// grant the lease or the lease was lost (hold: expired, revoked, the agent restarted), or an agent did not release it
+// (both), the reason on stderr; 2 bad usage, no pool configured, or a malformed token.
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
@@ -36,8 +37,8 @@ int Fail(int status, const std::string& message) {
 
 // Waits for SIGTERM/SIGINT/SIGHUP (blocked in every thread, read from `signal_fd`) or, with `watch_stdin`, for stdin
 // to reach EOF or hang up; warns on stderr while the lease is in trouble. False when the lease ended meanwhile
-// (released by its token elsewhere, expired, revoked): there is nothing left to hold.
-bool HoldUntilTold(gpupool::Lease& lease, int signal_fd, bool watch_stdin) {
+// (released by its token elsewhere, which sets `released_elsewhere`; expired, revoked): there is nothing left to hold.
+bool HoldUntilTold(gpupool::Lease& lease, int signal_fd, bool watch_stdin, bool* released_elsewhere) {
   bool warned = false;
   for (;;) {
     pollfd fds[2] = {{signal_fd, POLLIN, 0}, {STDIN_FILENO, POLLIN, 0}};
@@ -60,9 +61,16 @@ bool HoldUntilTold(gpupool::Lease& lease, int signal_fd, bool watch_stdin) {
       continue;  // Whatever is written there means nothing.
     }
     gpupool::Status health = lease.Health();
+    // Released with its token (`gp-lease release`): what the holder was waiting for, not a failure. The agent says
+    // so in its words for a lease its holder released (agent_service.cc, AgentState::Lost).
+    if (health.code() == gpupool::StatusCode::kNotFound &&
+        health.message().find(" lost: released by its holder") != std::string::npos) {
+      GP_INFO("run", "lease {} was released with its token", lease.id());
+      *released_elsewhere = true;
+      return false;
+    }
     if (health.code() == gpupool::StatusCode::kNotFound) {
-      PrintError("gp-lease: lease {} ended (released elsewhere, expired or revoked): {}\n", lease.id(),
-                 health.message());
+      PrintError("gp-lease: {}; nothing left to hold\n", health.message());
       return false;
     }
     if (!health.ok() && !warned) {
@@ -109,7 +117,8 @@ int Hold(const gpupool::tools::RequestArgs& args, const std::string& label, bool
                                  (released.ok() ? std::string() : ": " + released.message()));
   }
 
-  if (!HoldUntilTold(*lease, signal_fd, watch_stdin)) return kExitFailed;
+  bool released_elsewhere = false;
+  if (!HoldUntilTold(*lease, signal_fd, watch_stdin, &released_elsewhere)) return released_elsewhere ? 0 : kExitFailed;
   Status released = lease->Release();
   if (!released.ok()) return Fail(kExitFailed, released.message());
   GP_INFO("run", "lease released");

@@ -1,7 +1,9 @@
 // gp-run: allocate slices from the pool, run a command on them, release them however it ends.
 //
 // Exit status: the command's, or 128+N when signal N killed it; 125 when gp-run itself fails (bad options, no
-// capacity), 126 when the command cannot be executed, 127 when it is not found.
+// capacity), 126 when the command cannot be executed, 127 when it is not found. A lease lost while the command ran
+// (its agent restarted, it expired, an administrator revoked it, the agent's policy ended it) is reported with the
+// reason, and gp-run then exits non-zero: the command's status where that is not 0, else 125.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -40,6 +42,7 @@ struct Supervisor {
   uv_timer_t health_timer{};
   gpupool::Lease* lease = nullptr;
   bool lease_warned = false;
+  std::string lease_lost;  // Why the lease ended under the command; empty while it holds.
   int64_t exit_status = 0;
   int term_signal = 0;
 };
@@ -60,10 +63,20 @@ void OnSignal(uv_signal_t* handle, int signum) {
   uv_process_kill(&sup->child, signum);
 }
 
+// Says once that the lease is gone and why; the command's next CUDA call fails with the same reason.
+void ReportLost(Supervisor* sup, const gpupool::Status& health) {
+  if (!sup->lease_lost.empty()) return;
+  sup->lease_lost = health.message();
+  PrintError("gp-run: {}; the command's CUDA calls fail from now on: run it again for a new lease\n",
+             sup->lease_lost);
+}
+
 void OnHealthTimer(uv_timer_t* timer) {
   auto* sup = static_cast<Supervisor*>(timer->data);
   gpupool::Status health = sup->lease->Health();
-  if (!health.ok() && !sup->lease_warned) {
+  if (health.code() == gpupool::StatusCode::kNotFound) {
+    ReportLost(sup, health);
+  } else if (!health.ok() && !sup->lease_warned) {
     PrintError("gp-run: warning: lease {} is in trouble: {}\n", sup->lease->id(), health.ToString());
     sup->lease_warned = true;
   } else if (health.ok() && sup->lease_warned) {
@@ -258,10 +271,15 @@ int ToolMain(int argc, char** argv) {
   uv_run(sup.loop, UV_RUN_DEFAULT);
   uv_loop_close(sup.loop);
 
+  // A lease that ended under the command may have made it fail before the next heartbeat told us: ask now.
+  if (sup.lease_lost.empty()) {
+    if (Status now = lease->CheckNow(); now.code() == StatusCode::kNotFound) ReportLost(&sup, now);
+  }
   Status released = lease->Release();
   if (!released.ok()) PrintError("gp-run: warning: {}\n", released.message());
-  else if (verbose) PrintError("gp-run: lease released\n");
+  else if (verbose && sup.lease_lost.empty()) PrintError("gp-run: lease released\n");
   if (sup.term_signal != 0) return 128 + sup.term_signal;
+  if (!sup.lease_lost.empty() && sup.exit_status == 0) return kExitFailure;
   return static_cast<int>(sup.exit_status);
 }
 
