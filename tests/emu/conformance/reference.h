@@ -86,6 +86,20 @@ inline int Log2Floor(Quad m) {
   return e;
 }
 
+// Whether rounding the magnitude whole + fraction (0 <= fraction < 1) of a number of sign `negative` in mode `r`
+// takes the next integer away from zero, as the ISA's rounding modifiers define it.
+inline bool RoundsAway(Rounding r, bool negative, unsigned __int128 whole, Quad fraction) {
+  switch (r) {
+    case Rounding::kNearestEven:
+      return fraction > static_cast<Quad>(0.5) || (fraction == static_cast<Quad>(0.5) && (whole & 1));
+    case Rounding::kNearestAway: return fraction >= static_cast<Quad>(0.5);
+    case Rounding::kTowardZero: return false;
+    case Rounding::kDown: return negative && fraction > 0;
+    case Rounding::kUp: return !negative && fraction > 0;
+  }
+  return false;
+}
+
 // Rounds `x` to format `f` in mode `r` (IEEE 754: overflow gives infinity or the largest finite value by the
 // mode's direction; subnormals are kept).
 inline uint64_t Encode(const Exact& x, Format f, Rounding r) {
@@ -99,17 +113,7 @@ inline uint64_t Encode(const Exact& x, Format f, Rounding r) {
   const Quad scaled = x.magnitude * Pow2(-quantum);  // < 2^(mantissa + 1): exact in 113 bits.
   unsigned __int128 whole = static_cast<unsigned __int128>(scaled);
   const Quad fraction = scaled - static_cast<Quad>(whole);
-  bool up = false;
-  switch (r) {
-    case Rounding::kNearestEven:
-      up = fraction > static_cast<Quad>(0.5) || (fraction == static_cast<Quad>(0.5) && (whole & 1));
-      break;
-    case Rounding::kNearestAway: up = fraction >= static_cast<Quad>(0.5); break;
-    case Rounding::kTowardZero: up = false; break;
-    case Rounding::kDown: up = x.negative && fraction > 0; break;
-    case Rounding::kUp: up = !x.negative && fraction > 0; break;
-  }
-  if (up) ++whole;
+  if (RoundsAway(r, x.negative, whole, fraction)) ++whole;
   if (whole >> (f.mantissa + 1)) {
     whole >>= 1;
     ++exponent;
@@ -131,17 +135,7 @@ inline Exact RoundIntegral(Exact x, Rounding r) {
   if (x.magnitude >= Pow2(112)) return x;  // Already integral.
   unsigned __int128 whole = static_cast<unsigned __int128>(x.magnitude);
   const Quad fraction = x.magnitude - static_cast<Quad>(whole);
-  bool up = false;
-  switch (r) {
-    case Rounding::kNearestEven:
-      up = fraction > static_cast<Quad>(0.5) || (fraction == static_cast<Quad>(0.5) && (whole & 1));
-      break;
-    case Rounding::kNearestAway: up = fraction >= static_cast<Quad>(0.5); break;
-    case Rounding::kTowardZero: up = false; break;
-    case Rounding::kDown: up = x.negative && fraction > 0; break;
-    case Rounding::kUp: up = !x.negative && fraction > 0; break;
-  }
-  if (up) ++whole;
+  if (RoundsAway(r, x.negative, whole, fraction)) ++whole;
   x.magnitude = static_cast<Quad>(whole);
   return x;
 }
