@@ -222,15 +222,16 @@ std::vector<Line> RenderTop(const PoolState& state, const ViewSettings& settings
     }
   }
 
-  // Leases: every column fits 80 columns with the command at 15 characters; wider screens add the lease id and
-  // give the command the rest.
+  // Leases: the whole lease id always (what `gp-agent ctl revoke` and `gp-lease` take), and at 80 columns the
+  // command at 14 characters or more; narrower screens drop the byte rate, the host and the expiry, in that order.
+  // Wider screens show every column and give the command the rest.
   std::vector<Column> columns = {
-      {Field::kLease, "LEASE", 8, "LEASE", 8, false, 1},   {Field::kUser, "USER", 8, "USER", 7, false, 0},
-      {Field::kHost, "HOST", 8, "HOST", 6, false, 3},      {Field::kGpus, "GPUS", 8, "GPUS", 6, false, 0},
+      {Field::kLease, "LEASE", 16, "LEASE", 16, false, 0}, {Field::kUser, "USER", 8, "USER", 7, false, 0},
+      {Field::kHost, "HOST", 8, "HOST", 6, false, 2},      {Field::kGpus, "GPUS", 8, "GPUS", 6, false, 0},
       {Field::kMemory, "MEM USE/LIM", 11, "USED/LIM", 9, true, 0},
       {Field::kUtil, "UTIL", 4, "UTIL", 4, true, 0},       {Field::kCalls, "CALL/S", 6, "CALL/S", 6, true, 0},
-      {Field::kBytes, "BYTE/S", 6, "BYTE/S", 6, true, 0},  {Field::kAge, "AGE", 4, "AGE", 4, true, 0},
-      {Field::kExpiry, "EXP", 4, "EXP", 4, true, 2},       {Field::kState, "ST", 4, "ST", 4, false, 0}};
+      {Field::kBytes, "BYTE/S", 6, "BYTE/S", 6, true, 1},  {Field::kAge, "AGE", 4, "AGE", 4, true, 0},
+      {Field::kExpiry, "EXP", 4, "EXP", 4, true, 3},       {Field::kState, "ST", 4, "ST", 4, false, 0}};
   auto needed = [&columns] {
     int w = 0;
     for (const Column& c : columns) w += c.width + 1;

@@ -1,6 +1,7 @@
 // gp-top's layout: any pool fits the screen it is given, sorted and filtered as asked.
 #include "client/top_view.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace gpupool::top {
@@ -25,7 +26,7 @@ PoolState Pool(int leases) {
   }
   for (int i = 0; i < leases; ++i) {
     LeaseInfo l;
-    l.id = "lease" + std::to_string(i);
+    l.id = fmt::format("{:016x}", 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i + 1));  // As agents write them.
     l.user = i % 2 ? "alice" : "bob";
     l.host = "workstation-" + std::to_string(i);
     l.label = "/usr/bin/python3 train.py --epochs 100 --run " + std::to_string(i);
@@ -72,39 +73,44 @@ TEST(TopView, FitsEightyByTwentyFourWhateverThePool) {
     EXPECT_NE(RowOf(lines, "q quit"), -1) << "the keys stay on screen";
     if (leases == 40) EXPECT_NE(RowOf(lines, "more leases"), -1);
   }
-  // Every column a lease row promises, at 80 columns: the program's name, not its directory.
+  // Every column a lease row promises, at 80 columns: the whole lease id (what `ctl revoke` takes: gp-top cut it
+  // to 8 characters, and dropped it at 80 columns), the program's name, not its directory.
   auto lines = Text(RenderTop(Pool(3), {}, 80, 24));
-  for (const char* column : {"USER", "HOST", "GPUS", "USED/LIM", "UTIL", "CALL/S", "BYTE/S", "AGE", "EXP", "COMMAND"}) {
+  for (const char* column : {"LEASE", "USER", "GPUS", "USED/LIM", "UTIL", "CALL/S", "AGE", "COMMAND"}) {
     EXPECT_NE(RowOf(lines, column), -1) << column;
   }
+  const PoolState three = Pool(3);
+  for (const LeaseInfo& l : three.servers[0].leases) EXPECT_NE(RowOf(lines, l.id), -1) << "the whole id " << l.id;
   EXPECT_NE(RowOf(lines, "python3 train"), -1);
   EXPECT_NE(RowOf(lines, "55C"), -1);
   // A wide screen shows the lease id and whole commands too.
   auto wide = Text(RenderTop(Pool(3), {}, 200, 0));
   EXPECT_NE(RowOf(wide, "LEASE"), -1);
+  EXPECT_NE(RowOf(wide, three.servers[0].leases[2].id), -1);
+  for (const char* column : {"HOST", "BYTE/S", "EXP"}) EXPECT_NE(RowOf(wide, column), -1) << column;
   EXPECT_NE(RowOf(wide, "train.py --epochs 100 --run 2"), -1);
 }
 
 TEST(TopView, SortsAndFiltersLeases) {
   ViewSettings view;
-  auto lines = Text(RenderTop(Pool(4), view, 120, 0));  // By utilisation, busiest first: run 3, 2, 1, 0.
+  auto lines = Text(RenderTop(Pool(4), view, 140, 0));  // By utilisation, busiest first: run 3, 2, 1, 0 (140 columns: whole commands).
   EXPECT_LT(RowOf(lines, "--run 3"), RowOf(lines, "--run 2"));
   EXPECT_LT(RowOf(lines, "--run 1"), RowOf(lines, "--run 0"));
   view.ascending = true;
-  lines = Text(RenderTop(Pool(4), view, 120, 0));
+  lines = Text(RenderTop(Pool(4), view, 140, 0));
   EXPECT_GT(RowOf(lines, "--run 3"), RowOf(lines, "--run 0"));
   view = {};
   view.sort = SortKey::kMemory;  // Run 0 holds the most.
-  lines = Text(RenderTop(Pool(4), view, 120, 0));
+  lines = Text(RenderTop(Pool(4), view, 140, 0));
   EXPECT_LT(RowOf(lines, "--run 0"), RowOf(lines, "--run 3"));
   view = {};
   view.filter = "alice";
-  lines = Text(RenderTop(Pool(4), view, 120, 0));
+  lines = Text(RenderTop(Pool(4), view, 140, 0));
   EXPECT_NE(RowOf(lines, "--run 1"), -1);
   EXPECT_EQ(RowOf(lines, "--run 0"), -1);
   EXPECT_NE(RowOf(lines, "filter \"alice\""), -1);
   view.filter = "nobody";
-  lines = Text(RenderTop(Pool(4), view, 120, 0));
+  lines = Text(RenderTop(Pool(4), view, 140, 0));
   EXPECT_NE(RowOf(lines, "no lease matches"), -1);
 }
 

@@ -272,8 +272,13 @@ TEST(Operations, GpTopInAnEightyByTwentyFourTerminal) {
   for (const auto& l : lines) EXPECT_LE(l.size(), 80u) << l;
   EXPECT_TRUE(Has(screen, "127.0.0.1:1 down")) << screen;
   EXPECT_TRUE(Has(screen, "1/2 servers up")) << screen;
-  for (const char* column : {"USER", "HOST", "GPUS", "UTIL", "CALL/S", "BYTE/S", "AGE", "EXP", "COMMAND"}) {
+  // At 80 columns: every lease's whole id (what `gp-agent ctl revoke` takes), and the columns a lease row promises
+  // there (the host, byte rate and expiry give way).
+  for (const char* column : {"LEASE", "USER", "GPUS", "UTIL", "CALL/S", "AGE", "COMMAND"}) {
     EXPECT_TRUE(Has(screen, column)) << column << "\n" << screen;
+  }
+  for (const ServerInfo& s : Connect({server}).State().servers) {
+    for (const LeaseInfo& l : s.leases) EXPECT_TRUE(Has(screen, l.id)) << l.id << "\n" << screen;
   }
   // The busy lease's utilisation reaches its row, and the sleeper is flagged idle.
   ASSERT_TRUE(tmux.Shows(
