@@ -25,19 +25,17 @@ std::string Reason(const std::string& message) {
   for (size_t i = 0; i < message.size(); ++i) {
     char c = message[i];
     if (c == '\'') {
-      // Keep the first word of a quoted instruction ("unsupported instruction 'cp.async.bulk...'"), drop names.
-      {
-        size_t end = message.find('\'', i + 1);
-        std::string quoted = message.substr(i + 1, end == std::string::npos ? std::string::npos : end - i - 1);
-        if (out.find("instruction") != std::string::npos || out.find("directive") != std::string::npos) {
-          size_t space = quoted.find(' ');
-          out += "'" + quoted.substr(0, space) + "'";
-        } else {
-          out += "'…'";
-        }
-        i = end == std::string::npos ? message.size() : end;
-        continue;
+      // Keep the first word of a quoted instruction or directive ("unsupported instruction 'cp.async.bulk...'"),
+      // drop quoted names.
+      size_t end = message.find('\'', i + 1);
+      std::string quoted = message.substr(i + 1, end == std::string::npos ? std::string::npos : end - i - 1);
+      if (out.find("instruction") != std::string::npos || out.find("directive") != std::string::npos) {
+        out += "'" + quoted.substr(0, quoted.find(' ')) + "'";
+      } else {
+        out += "'…'";
       }
+      i = end == std::string::npos ? message.size() : end;
+      continue;
     }
     if (std::isdigit(static_cast<unsigned char>(c))) {
       while (i + 1 < message.size() && std::isdigit(static_cast<unsigned char>(message[i + 1]))) ++i;
