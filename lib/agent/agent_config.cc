@@ -132,8 +132,8 @@ Status Read(const TomlFile& file, AgentConfig* c) {
       const std::string& g = c->workers.cgroup;
       if (g != kWorkerCgroupAuto && g != kWorkerCgroupOff && (g.empty() || g[0] != '/')) {
         return file.Error(*t->get("cgroup"),
-                          fmt::format("[workers] cgroup must be \"{}\", \"{}\" or the absolute path of a cgroup v2 "
-                                      "group, not '{}'",
+                          fmt::format("[workers] cgroup must be \"{}\", \"{}\" or the absolute path of a cgroup "
+                                      "(v2, or v1's memory hierarchy), not '{}'",
                                       kWorkerCgroupAuto, kWorkerCgroupOff, g));
       }
     }

@@ -1036,11 +1036,12 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
   if (config.workers.memory_limit == 0) {
     GP_INFO("agent", "session workers are not memory-capped: [workers] memory_limit = 0");
   } else if (cgroups->usable()) {
-    GP_INFO("agent", "session workers' memory: a cgroup each under {}, memory.max {} MiB besides an emulated device's "
-            "window", cgroups->parent(), config.workers.memory_limit >> 20);
+    GP_INFO("agent", "session workers' memory: a cgroup each under {}, {} {} MiB besides an emulated device's window",
+            cgroups->parent(), cgroups->memory_v1() ? "memory.limit_in_bytes (v1, swap included)" : "memory.max",
+            config.workers.memory_limit >> 20);
   } else {
     // Said once: every GPU worker of this agent's life is uncapped, for the same reason.
-    GP_WARN("agent", "session workers' memory: no cgroup v2 group ({}); workers of emulated devices are capped by "
+    GP_WARN("agent", "session workers' memory: no cgroup per worker ({}); workers of emulated devices are capped by "
             "RLIMIT_AS, workers of GPUs are not memory-capped (RLIMIT_AS would break the CUDA driver's address-space "
             "reservations){}",
             cgroups->reason(), physical ? "" : " (this agent has none)");

@@ -5,10 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -61,6 +63,39 @@ std::string UnifiedMount() {
   return "";
 }
 
+// The mount point and mounted root of the cgroup v1 hierarchy holding the memory controller (type "cgroup", the
+// super options naming "memory"), or "" and "".
+std::pair<std::string, std::string> MemoryV1Mount() {
+  std::ifstream in("/proc/self/mountinfo");
+  for (std::string line; std::getline(in, line);) {
+    size_t dash = line.find(" - ");
+    if (dash == std::string::npos || line.compare(dash + 3, 7, "cgroup ") != 0) continue;
+    std::istringstream tail(line.substr(dash + 3));
+    std::string type, source, options;
+    tail >> type >> source >> options;
+    std::replace(options.begin(), options.end(), ',', ' ');
+    if (!HasWord(options, "memory")) continue;
+    std::istringstream fields(line);
+    std::string id, parent, device, root, mount;
+    fields >> id >> parent >> device >> root >> mount;
+    return {mount, root};
+  }
+  return {"", ""};
+}
+
+// The agent's own group in the cgroup v1 memory hierarchy ("N:...memory...:PATH" in /proc/self/cgroup), or "".
+std::string OwnMemoryV1Group() {
+  std::ifstream in("/proc/self/cgroup");
+  for (std::string line; std::getline(in, line);) {
+    size_t first = line.find(':'), second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    std::string controllers = line.substr(first + 1, second - first - 1);
+    std::replace(controllers.begin(), controllers.end(), ',', ' ');
+    if (HasWord(controllers, "memory")) return line.substr(second + 1);
+  }
+  return "";
+}
+
 // The agent's own group on the cgroup v2 hierarchy ("0::PATH" in /proc/self/cgroup), or "".
 std::string OwnUnifiedGroup() {
   std::ifstream in("/proc/self/cgroup");
@@ -76,6 +111,16 @@ std::vector<std::string> Processes(const std::string& group) {
   std::vector<std::string> out;
   for (std::string pid; procs >> pid;) out.push_back(pid);
   return out;
+}
+
+// Groups of workers an earlier agent left behind (it was killed before it reaped them): empty, so removable.
+void RemoveLeftWorkerGroups(const std::string& parent) {
+  if (DIR* d = opendir(parent.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (std::strncmp(e->d_name, "worker-", 7) == 0) rmdir(fmt::format("{}/{}", parent, e->d_name).c_str());
+    }
+    closedir(d);
+  }
 }
 
 // Makes `parent` able to hold workers' groups with the memory controller: memory enabled in its subtree_control,
@@ -133,13 +178,26 @@ Status Prepare(const std::string& parent, bool move_self, bool may_enable) {
   if (!s.ok()) {
     return Status(StatusCode::kInvalidArgument, "cannot set memory.max under " + parent + ": " + s.message());
   }
-  // Groups of workers an earlier agent left behind (it was killed before it reaped them): empty, so removable.
-  if (DIR* d = opendir(parent.c_str())) {
-    while (dirent* e = readdir(d)) {
-      if (std::strncmp(e->d_name, "worker-", 7) == 0) rmdir(fmt::format("{}/{}", parent, e->d_name).c_str());
-    }
-    closedir(d);
+  RemoveLeftWorkerGroups(parent);
+  return Status::Ok();
+}
+
+// Makes `parent`, a group of the cgroup v1 memory hierarchy, hold workers' groups: v1 has no controllers to enable
+// and no rule against processes beside child groups, so it needs only a group made and removed there to show that
+// memory.limit_in_bytes can be set.
+Status PrepareMemoryV1(const std::string& parent) {
+  const std::string probe = fmt::format("{}/probe-{}", parent, getpid());
+  if (mkdir(probe.c_str(), 0755) != 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("cannot create groups under {}: {}", parent, std::strerror(errno)));
   }
+  Status s = WriteControl(probe + "/memory.limit_in_bytes", "-1");
+  rmdir(probe.c_str());
+  if (!s.ok()) {
+    return Status(StatusCode::kInvalidArgument,
+                  "cannot set memory.limit_in_bytes under " + parent + ": " + s.message());
+  }
+  RemoveLeftWorkerGroups(parent);
   return Status::Ok();
 }
 
@@ -154,11 +212,22 @@ Result<WorkerCgroups> WorkerCgroups::Resolve(std::string_view setting) {
   if (setting != kWorkerCgroupAuto) {
     std::string path(setting);
     while (path.size() > 1 && path.back() == '/') path.pop_back();
-    const std::string mount = UnifiedMount();
-    if (mount.empty() || (path != mount && path.rfind(mount + "/", 0) != 0)) {
+    const std::string mount = UnifiedMount(), v1_mount = MemoryV1Mount().first;
+    auto under = [&](const std::string& m) { return !m.empty() && (path == m || path.rfind(m + "/", 0) == 0); };
+    if (under(v1_mount)) {
+      if (Status s = PrepareMemoryV1(path); !s.ok()) {
+        return Status(StatusCode::kInvalidArgument, fmt::format("[workers] cgroup: {}", s.message()));
+      }
+      cgroups.parent_ = path;
+      cgroups.memory_v1_ = true;
+      return cgroups;
+    }
+    if (!under(mount)) {
       return Status(StatusCode::kInvalidArgument,
-                    fmt::format("[workers] cgroup '{}' is not a group of the cgroup v2 hierarchy{}", path,
-                                mount.empty() ? " (none is mounted)" : fmt::format(" (mounted at {})", mount)));
+                    fmt::format("[workers] cgroup '{}' is neither a group of the cgroup v2 hierarchy{} nor one of "
+                                "the cgroup v1 memory hierarchy{}",
+                                path, mount.empty() ? " (none is mounted)" : fmt::format(" (mounted at {})", mount),
+                                v1_mount.empty() ? " (none is mounted)" : fmt::format(" (mounted at {})", v1_mount)));
     }
     if (Status s = Prepare(path, false, true); !s.ok()) {
       return Status(StatusCode::kInvalidArgument, fmt::format("[workers] cgroup: {}", s.message()));
@@ -166,17 +235,39 @@ Result<WorkerCgroups> WorkerCgroups::Resolve(std::string_view setting) {
     cgroups.parent_ = path;
     return cgroups;
   }
+  std::string unified_reason;
   const std::string mount = UnifiedMount(), own = OwnUnifiedGroup();
   if (mount.empty() || own.empty()) {
-    cgroups.reason_ = mount.empty() ? "no cgroup v2 hierarchy is mounted" : "the agent is in no cgroup v2 group";
-    return cgroups;
+    unified_reason = mount.empty() ? "no cgroup v2 hierarchy is mounted" : "the agent is in no cgroup v2 group";
+  } else {
+    const std::string parent = own == "/" ? mount : mount + own;
+    Status s = Prepare(parent, own != "/", own != "/");
+    if (s.ok()) {
+      cgroups.parent_ = parent;
+      return cgroups;
+    }
+    unified_reason = s.message();
   }
-  const std::string parent = own == "/" ? mount : mount + own;
-  if (Status s = Prepare(parent, own != "/", own != "/"); !s.ok()) {
-    cgroups.reason_ = s.message();
-    return cgroups;
+  // A cgroup v1 or hybrid system (memory is a v1 controller): the agent's own group in the memory hierarchy, where
+  // the agent may make groups (a root agent, or one given the group).
+  auto [v1_mount, v1_root] = MemoryV1Mount();
+  std::string v1_own = OwnMemoryV1Group();
+  std::string v1_reason;
+  if (v1_mount.empty() || v1_own.empty()) {
+    v1_reason = v1_mount.empty() ? "no cgroup v1 memory hierarchy is mounted" : "the agent is in no v1 memory group";
+  } else {
+    // Inside a container the hierarchy's mounted root is the container's own group, which /proc/self/cgroup names.
+    if (v1_root != "/" && v1_own.rfind(v1_root, 0) == 0) v1_own = v1_own.substr(v1_root.size());
+    const std::string parent = v1_own == "/" || v1_own.empty() ? v1_mount : v1_mount + v1_own;
+    Status s = PrepareMemoryV1(parent);
+    if (s.ok()) {
+      cgroups.parent_ = parent;
+      cgroups.memory_v1_ = true;
+      return cgroups;
+    }
+    v1_reason = s.message();
   }
-  cgroups.parent_ = parent;
+  cgroups.reason_ = fmt::format("cgroup v2: {}; cgroup v1: {}", unified_reason, v1_reason);
   return cgroups;
 }
 
@@ -186,11 +277,15 @@ Result<std::string> WorkerCgroups::Confine(pid_t pid, uint64_t max_bytes) const 
     return Status(StatusCode::kInternal, fmt::format("cannot create the worker's group {}: {}", group,
                                                      std::strerror(errno)));
   }
-  Status s = WriteControl(group + "/memory.max", std::to_string(max_bytes));
+  // Swap would let a worker hold its cap again on disk: v2 caps it at 0, v1 caps memory and swap together at the
+  // same figure (memsw, after the memory limit: v1 refuses a memsw limit below it). Absent where the kernel does
+  // not account swap.
+  const std::string limit = memory_v1_ ? "/memory.limit_in_bytes" : "/memory.max";
+  const std::string swap_limit = memory_v1_ ? "/memory.memsw.limit_in_bytes" : "/memory.swap.max";
+  Status s = WriteControl(group + limit, std::to_string(max_bytes));
   if (s.ok()) {
-    // Swap would let a worker hold its cap again on disk. Absent where the kernel does not account swap.
-    Status swap = WriteControl(group + "/memory.swap.max", "0");
-    if (!swap.ok() && access((group + "/memory.swap.max").c_str(), F_OK) == 0) s = swap;
+    Status swap = WriteControl(group + swap_limit, memory_v1_ ? std::to_string(max_bytes) : "0");
+    if (!swap.ok() && access((group + swap_limit).c_str(), F_OK) == 0) s = swap;
   }
   if (s.ok()) s = WriteControl(group + "/cgroup.procs", std::to_string(pid));
   if (!s.ok()) {

@@ -945,23 +945,21 @@ std::string FileText(const std::string& path) {
   return s;
 }
 
-// Where the agent cannot give each worker a memory-capped cgroup v2 group (this CI machine: a hybrid system whose
-// memory controller is v1's; or a group not delegated to the agent alone), a worker of an emulated device keeps
+// Where the agent cannot give each worker a memory-capped cgroup (told not to here; or a group not delegated to it,
+// a read-only /sys/fs/cgroup), a worker of an emulated device keeps
 // its RLIMIT_AS, stays in the agent's group, and the agent says once, at start, that workers of GPUs are not
 // memory-capped and why. A configured group that cannot be one refuses the start (exit 2), saying what is missing.
-TEST(Remote, WithoutACgroupV2MemoryControllerWorkersFallBackToRlimitAsAndTheAgentSaysWhy) {
+TEST(Remote, WithoutACgroupWorkersFallBackToRlimitAsAndTheAgentSaysWhy) {
   TempDir dir;
-  std::string config = dir.Write("agent.toml", "[workers]\nmemory_limit = \"1GiB\"\n");
+  std::string config = dir.Write("agent.toml", "[workers]\nmemory_limit = \"1GiB\"\ncgroup = \"off\"\n");
   Agent agent(AgentOptions{.name = "fallback", .emulated = 1, .emulated_memory = "2GiB",
                            .extra_args = {"--config", config}});
   const std::string started = agent.process().Stderr();
-  if (started.find("a cgroup each under") != std::string::npos) {
-    GTEST_SKIP() << "this agent was delegated a cgroup v2 group with the memory controller: the fallback is not "
-                    "taken here (Remote.SessionWorkersGetMemoryCappedCgroupV2Groups covers the groups)";
-  }
   const std::string said = "workers of GPUs are not memory-capped (RLIMIT_AS would break the CUDA driver's "
                            "address-space reservations)";
-  EXPECT_NE(started.find("session workers' memory: no cgroup v2 group ("), std::string::npos) << started;
+  EXPECT_NE(started.find("session workers' memory: no cgroup per worker ([workers] cgroup = \"off\")"),
+            std::string::npos)
+      << started;
   EXPECT_NE(started.find(said), std::string::npos) << started;
   for (int run = 0; run < 2; ++run) {
     Process spin({ToolPath("gp-run"), "--servers", agent.address(), "-p", "0.5", "--", Program("spin")});
@@ -991,6 +989,72 @@ TEST(Remote, WithoutACgroupV2MemoryControllerWorkersFallBackToRlimitAsAndTheAgen
       << refused.err;
 }
 
+// The cgroup v1 memory hierarchy's group of `pid` ("N:...memory...:PATH" in /proc/PID/cgroup) and where that
+// hierarchy is mounted, or "".
+std::string MemoryV1GroupOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+  for (std::string line; std::getline(in, line);) {
+    size_t first = line.find(':'), second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    std::string controllers = "," + line.substr(first + 1, second - first - 1) + ",";
+    if (controllers.find(",memory,") != std::string::npos) return line.substr(second + 1);
+  }
+  return "";
+}
+std::string MemoryV1MountPoint() {
+  std::ifstream in("/proc/self/mountinfo");
+  for (std::string line; std::getline(in, line);) {
+    size_t dash = line.find(" - cgroup ");
+    if (dash == std::string::npos) continue;
+    std::string options = "," + line.substr(line.rfind(' ') + 1) + ",";
+    if (options.find(",memory,") == std::string::npos) continue;
+    std::istringstream fields(line);
+    std::string id, parent, device, root, mount;
+    fields >> id >> parent >> device >> root >> mount;
+    return root == "/" ? mount : "";  // A container's mounted subtree: its paths are not the mount's; not tested.
+  }
+  return "";
+}
+
+// On a cgroup v1 or hybrid system (memory is a v1 controller; this VM and many GPU servers), a root agent with
+// `cgroup = "auto"` puts each worker in a group of its own under its own group of the v1 memory hierarchy, memory
+// and memory+swap limited to the cap (an emulated device's window plus [workers] memory_limit, as its RLIMIT_AS),
+// and the group goes when the worker ends.
+TEST(Remote, SessionWorkersGetMemoryCappedCgroupV1Groups) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make groups in the cgroup v1 memory hierarchy";
+  const std::string mount = MemoryV1MountPoint();
+  if (mount.empty()) GTEST_SKIP() << "no cgroup v1 memory hierarchy (a pure cgroup v2 system)";
+  const std::string unified = UnifiedMountPoint();
+  if (!unified.empty() && FileText(unified + "/cgroup.controllers").find("memory") != std::string::npos) {
+    GTEST_SKIP() << "memory is a cgroup v2 controller here: Remote.SessionWorkersGetMemoryCappedCgroupV2Groups";
+  }
+  const std::string own = MemoryV1GroupOf(getpid());
+  const std::string parent = own == "/" ? mount : mount + own;
+  TempDir dir;
+  std::string config = dir.Write("agent.toml", "[workers]\nmemory_limit = \"1GiB\"\n");
+  Agent agent(AgentOptions{.name = "cgroupsv1", .emulated = 1, .emulated_memory = "2GiB",
+                           .extra_args = {"--config", config}});
+  EXPECT_NE(agent.process().Stderr().find("a cgroup each under " + parent + ", memory.limit_in_bytes (v1"),
+            std::string::npos)
+      << agent.process().Stderr();
+  Process spin({ToolPath("gp-run"), "--servers", agent.address(), "-p", "0.5", "--", Program("spin")});
+  ASSERT_EQ(spin.ReadLine(seconds(60)), "spin: running") << spin.Stderr() << agent.process().Stderr();
+  std::vector<pid_t> workers = SessionWorkers(agent.process().pid());
+  ASSERT_EQ(workers.size(), 1u);
+  const std::string group = mount + MemoryV1GroupOf(workers[0]);
+  EXPECT_EQ(group, parent + "/worker-" + std::to_string(workers[0]));
+  auto [soft, hard] = AddressSpaceLimit(workers[0]);
+  EXPECT_EQ(FileText(group + "/memory.limit_in_bytes"), soft) << "the emulated device's window plus 1 GiB";
+  if (access((group + "/memory.memsw.limit_in_bytes").c_str(), F_OK) == 0) {
+    EXPECT_EQ(FileText(group + "/memory.memsw.limit_in_bytes"), soft) << "no swap beyond the cap";
+  }
+  EXPECT_EQ(MemoryV1GroupOf(agent.process().pid()), own) << "the agent stays where it was started";
+  spin.Signal(SIGTERM);
+  EXPECT_TRUE(Eventually([&] { return SessionWorkers(agent.process().pid()).empty(); }, seconds(30)));
+  EXPECT_TRUE(Eventually([&] { return access(group.c_str(), F_OK) != 0; }, seconds(10)))
+      << group << " is left after its worker ended";
+}
+
 // Where a cgroup v2 group with the memory controller can be made for the workers (a root test on a cgroup v2
 // system whose root group delegates memory), each worker goes into a group of its own under the configured one,
 // with memory.max its cap (an emulated device's window plus [workers] memory_limit, as its RLIMIT_AS) and
@@ -1003,7 +1067,7 @@ TEST(Remote, SessionWorkersGetMemoryCappedCgroupV2Groups) {
   if (root_controllers.find("memory") == std::string::npos) {
     GTEST_SKIP() << "the cgroup v2 hierarchy at " << mount << " has no memory controller for its groups "
                  << "(cgroup.subtree_control: '" << root_controllers << "'; a hybrid or v1 system): "
-                 << "Remote.WithoutACgroupV2MemoryControllerWorkersFallBackToRlimitAsAndTheAgentSaysWhy covers it";
+                 << "Remote.SessionWorkersGetMemoryCappedCgroupV1Groups or Remote.WithoutACgroupWorkersFallBackToRlimitAsAndTheAgentSaysWhy cover it";
   }
   const std::string parent = mount + "/gpupool-test-" + std::to_string(getpid());
   ASSERT_EQ(mkdir(parent.c_str(), 0755), 0) << parent << ": " << std::strerror(errno);
@@ -1022,7 +1086,9 @@ TEST(Remote, SessionWorkersGetMemoryCappedCgroupV2Groups) {
     EXPECT_EQ(group, parent + "/worker-" + std::to_string(workers[0]));
     auto [soft, hard] = AddressSpaceLimit(workers[0]);
     EXPECT_EQ(FileText(group + "/memory.max"), soft) << "the emulated device's window plus 1 GiB";
-    if (access((group + "/memory.swap.max").c_str(), F_OK) == 0) EXPECT_EQ(FileText(group + "/memory.swap.max"), "0");
+    if (access((group + "/memory.swap.max").c_str(), F_OK) == 0) {
+      EXPECT_EQ(FileText(group + "/memory.swap.max"), "0");
+    }
     spin.Signal(SIGTERM);
     EXPECT_TRUE(Eventually([&] { return SessionWorkers(agent.process().pid()).empty(); }, seconds(30)));
     EXPECT_TRUE(Eventually([&] { return access(group.c_str(), F_OK) != 0; }, seconds(10)))
