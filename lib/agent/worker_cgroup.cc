@@ -2,11 +2,13 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -113,11 +115,18 @@ std::vector<std::string> Processes(const std::string& group) {
   return out;
 }
 
-// Groups of workers an earlier agent left behind (it was killed before it reaped them): empty, so removable.
+// Groups of workers an earlier agent left behind (it was killed before it reaped them): empty, so removable. Only
+// those whose worker is gone: another agent sharing the parent (tests, two agents in one unit) may have made a group
+// for a live worker it has not moved in yet.
 void RemoveLeftWorkerGroups(const std::string& parent) {
   if (DIR* d = opendir(parent.c_str())) {
     while (dirent* e = readdir(d)) {
-      if (std::strncmp(e->d_name, "worker-", 7) == 0) rmdir(fmt::format("{}/{}", parent, e->d_name).c_str());
+      if (std::strncmp(e->d_name, "worker-", 7) != 0) continue;
+      char* end = nullptr;
+      long pid = std::strtol(e->d_name + 7, &end, 10);
+      if (pid <= 0 || *end != '\0' || (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)) {
+        rmdir(fmt::format("{}/{}", parent, e->d_name).c_str());
+      }
     }
     closedir(d);
   }
