@@ -5,11 +5,15 @@ reach the device as PTX (the emulated device runs PTX; a GPU server runs either)
   cupy_checks.py cub       a reduction through CUB, whose kernels CuPy ships precompiled (SASS only): prints what
                            came back; on an emulated device older than 12.0 gpupool names the missing PTX on stderr
   cupy_checks.py cub_checked  reductions and a scan through CUB, each verified against NumPy
+  cupy_checks.py random    cupy.random's cuRAND generators, bit for bit against cuRAND's host generators (the same
+                           library, run on the CPU: cuRAND specifies its sequences exactly), and default_rng
 """
+import ctypes
 import sys
 
 import cupy as cp
 import numpy as np
+from cupy_backends.cuda.libs import curand as cupy_curand
 
 
 def kernels():
@@ -61,5 +65,68 @@ def cub_checked():
     print(f"cupy cub: sum {int(a.sum())}, min {int(a.min())}, max {int(a.max())}, cumsum: PASSED")
 
 
+def _loaded_library(stem):
+    """The path of the shared library `stem` this process loaded (CuPy's own cuRAND, from its wheel)."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            if "/" + stem in path:
+                return path
+    raise AssertionError(f"{stem} is not loaded")
+
+
+def _host_sequence(curand, generator_type, seed, n, kind):
+    """n values of cuRAND's host generator `generator_type` seeded with `seed` (offset 0, as CuPy sets it)."""
+    gen = ctypes.c_void_p()
+    assert curand.curandCreateGeneratorHost(ctypes.byref(gen), generator_type) == 0, "curandCreateGeneratorHost"
+    try:
+        assert curand.curandSetPseudoRandomGeneratorSeed(gen, ctypes.c_ulonglong(seed)) == 0, "seed"
+        assert curand.curandSetGeneratorOffset(gen, ctypes.c_ulonglong(0)) == 0, "offset"
+        if kind == "uniform":
+            out = np.empty(n, dtype=np.float64)
+            status = curand.curandGenerateUniformDouble(gen, out.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(n))
+        else:
+            out = np.empty(n, dtype=np.float64)
+            status = curand.curandGenerateNormalDouble(gen, out.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(n),
+                                                       ctypes.c_double(0.0), ctypes.c_double(1.0))
+        assert status == 0, f"host generation: status {status}"
+        return out
+    finally:
+        curand.curandDestroyGenerator(gen)
+
+
+def random():
+    """cupy.random on the slice against cuRAND's host generators, which give a GPU's sequence on the CPU."""
+    n = 1 << 16
+    generators = {"XORWOW": 101, "MRG32k3a": 121, "Philox4_32_10": 161}
+    for name, generator_type in generators.items():
+        method = getattr(cupy_curand, "CURAND_RNG_PSEUDO_" + name.upper())
+        assert method == generator_type, f"{name}: CuPy's constant {method}"
+        rs = cp.random.RandomState(seed=1234, method=method)
+        uniform = cp.asnumpy(rs.random_sample(n, dtype=cp.float64))
+        curand = ctypes.CDLL(_loaded_library("libcurand.so"))
+        expected = _host_sequence(curand, generator_type, 1234, n, "uniform")
+        mismatches = int(np.count_nonzero(uniform != expected))
+        assert mismatches == 0, f"{name} uniform: {mismatches} of {n} differ, first at {np.argmax(uniform != expected)}"
+        rs = cp.random.RandomState(seed=99, method=method)
+        normal = cp.asnumpy(rs.standard_normal(n, dtype=cp.float64))
+        expected = _host_sequence(curand, generator_type, 99, n, "normal")
+        # Box-Muller through CUDA's log and sincos on the device, the host's libm here: a few ulps of the terms
+        # apart (absolute: near a zero of the cosine the relative difference grows without meaning anything).
+        worst = float(np.max(np.abs(normal - expected)))
+        assert worst <= 1e-12, f"{name} normal: difference {worst} at {np.argmax(np.abs(normal - expected))}"
+        print(f"cupy random {name}: {n} uniform doubles bit for bit, normals within {worst:.1e}")
+    # default_rng: CuPy's own XORWOW bit generator, in kernels it compiles with NVRTC.
+    a = cp.asnumpy(cp.random.default_rng(7).random(n))
+    b = cp.asnumpy(cp.random.default_rng(7).random(n))
+    assert np.array_equal(a, b), "default_rng(7) twice: different sequences"
+    assert 0.0 <= a.min() and a.max() < 1.0, "default_rng: out of [0, 1)"
+    assert abs(a.mean() - 0.5) < 0.01 and abs(a.var() - 1 / 12) < 0.005, f"default_rng: mean {a.mean()} var {a.var()}"
+    ints = cp.asnumpy(cp.random.RandomState(5).randint(0, 10, size=n))
+    counts = np.bincount(ints, minlength=10)
+    assert counts.min() > n / 10 * 0.9 and counts.max() < n / 10 * 1.1, f"randint: counts {counts}"
+    print("cupy random: PASSED")
+
+
 if __name__ == "__main__":
-    {"kernels": kernels, "cub": cub, "cub_checked": cub_checked}[sys.argv[1]]()
+    {"kernels": kernels, "cub": cub, "cub_checked": cub_checked, "random": random}[sys.argv[1]]()
