@@ -14,12 +14,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "api.h"
 #include "core/log.h"
 #include "driver.h"
 #include "integrity.h"
+#include "shared_object.h"
 
 namespace gpupool::interpose {
 namespace {
@@ -41,6 +44,9 @@ constexpr Uuid kIntegrityCheckId = {0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x
 
 constexpr Uuid kContextIdentityId = {0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48,
                                      0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2};
+// Tools' module and function queries (6e163fbe; "ToolsModule" in public write-ups): cuFFT asks for it at plan time.
+constexpr Uuid kToolsModuleId = {0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d,
+                                 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e};
 
 // Table names for logs, indexed like kTables below.
 enum TableIndex {
@@ -50,11 +56,18 @@ enum TableIndex {
   kContextStorage,
   kContextChecks,
   kIntegrity,
-  kContextIdentity
+  kContextIdentity,
+  kToolsModule
 };
 constexpr const char* kTableNames[] = {"cudart_interface", "runtime_callback_hooks", "tools_tls",
                                        "context_local_storage", "context_checks", "integrity_check",
-                                       "context_identity"};
+                                       "context_identity", "tools_module"};
+
+// Who called: the library at the caller's return address, or the program.
+std::string LibraryOf(const void* address) {
+  std::string library = SharedLibraryAt(address);
+  return library.empty() ? "the program" : library;
+}
 
 // --- Unknown slots. ---------------------------------------------------------------------------------------------
 
@@ -344,13 +357,18 @@ CUresult IntegrityCheck(uint32_t version, uint64_t unix_seconds, uint64_t (*out)
 // Public descriptions name slot 3 "get device" and slot 4 "get context number" (a context in, a value out). The
 // other slots are unknown: they refuse with CUDA_ERROR_NOT_SUPPORTED and name themselves once in the log.
 
-template <int kSlot>
-CUresult RefusedIdentitySlot() {
+using RefusedFn = CUresult (*)();
+
+// A slot gpupool does not serve: CUDA_ERROR_NOT_SUPPORTED, and once per slot a warning naming the table, the slot
+// and the library that called it (the return address's shared object), so that a library failing after it says why.
+template <int kTable, int kSlot>
+__attribute__((noinline)) CUresult RefusedSlot() {
   static std::atomic<bool> reported{false};
   try {
     if (!reported.exchange(true)) {
-      GP_WARN("interpose", "cudart called private export table context_identity slot {}, which gpupool does not "
-                           "implement: answering CUDA_ERROR_NOT_SUPPORTED", kSlot);
+      GP_WARN("interpose", "{} called private export table {} slot {}, which gpupool does not implement: answering "
+                           "CUDA_ERROR_NOT_SUPPORTED",
+              LibraryOf(__builtin_return_address(0)), kTableNames[kTable], kSlot);
     }
   } catch (...) {
   }
@@ -383,11 +401,10 @@ CUresult IdentityNumber(CUcontext handle, unsigned long long* number) {
   });
 }
 
-using RefusedFn = CUresult (*)();
-
-template <size_t... kSlots>
+// Refused slots kFirst, kFirst + 1, ... of table kTable.
+template <int kTable, int kFirst, size_t... kSlots>
 constexpr std::array<RefusedFn, sizeof...(kSlots)> RefusedSlots(std::index_sequence<kSlots...>) {
-  return {&RefusedIdentitySlot<static_cast<int>(kSlots) + 5>...};
+  return {&RefusedSlot<kTable, static_cast<int>(kSlots) + kFirst>...};
 }
 
 // The size a CUDA 13 driver serves: a size word and 94 slots.
@@ -401,9 +418,21 @@ struct ContextIdentityTable {
 static_assert(sizeof(ContextIdentityTable) == 95 * sizeof(void*));
 
 const ContextIdentityTable kContextIdentityTable = {
-    sizeof(ContextIdentityTable), &RefusedIdentitySlot<1>, &RefusedIdentitySlot<2>, &IdentityDevice,
-    &IdentityNumber, RefusedSlots(std::make_index_sequence<90>()),
+    sizeof(ContextIdentityTable), &RefusedSlot<kContextIdentity, 1>, &RefusedSlot<kContextIdentity, 2>,
+    &IdentityDevice, &IdentityNumber, RefusedSlots<kContextIdentity, 5>(std::make_index_sequence<90>()),
 };
+
+// --- Tools' module queries (6e163fbe): asked for by cuFFT at plan time, which calls slot 7 on each module it loaded
+// (public write-ups: iterate the module's functions, handing the driver's own function records, whose fields the
+// caller then reads, to a callback). gpupool's functions are not the driver's records, so no slot is served: each
+// refuses, naming itself and the library that called it once. 80 slots: more than any driver has been seen to serve.
+
+struct ToolsModuleTable {
+  size_t size;
+  std::array<RefusedFn, 80> slots;
+};
+const ToolsModuleTable kToolsModuleTable = {sizeof(ToolsModuleTable),
+                                            RefusedSlots<kToolsModule, 1>(std::make_index_sequence<80>())};
 
 struct ExportTable {
   const Uuid* id;
@@ -418,6 +447,7 @@ constexpr ExportTable kTables[] = {
     {&kContextChecksId, &kContextChecksTable},
     {&kIntegrityCheckId, &kIntegrityTable},
     {&kContextIdentityId, &kContextIdentityTable},
+    {&kToolsModuleId, &kToolsModuleTable},
 };
 
 std::string FormatUuid(const CUuuid* id) {
@@ -427,12 +457,30 @@ std::string FormatUuid(const CUuuid* id) {
   return s;
 }
 
+// A table gpupool does not serve: said once per id at warn level, with the library that asked, since the library
+// then fails in its own words (cuFFT: CUFFT_INTERNAL_ERROR) and only this line says why.
+void WarnUnknownTable(const CUuuid* id, const void* caller) {
+  static std::mutex mu;
+  static auto* reported = new std::set<std::string>();
+  try {
+    const std::string name = FormatUuid(id);
+    std::lock_guard<std::mutex> lock(mu);
+    if (reported->insert(name).second) {
+      GP_WARN("interpose", "{} asked for private export table {}, which gpupool does not serve: answering "
+                           "CUDA_ERROR_NOT_FOUND",
+              LibraryOf(caller), name);
+    }
+  } catch (...) {
+  }
+}
+
 }  // namespace
 }  // namespace gpupool::interpose
 
 extern "C" CUresult cuGetExportTable(const void** ppExportTable, const CUuuid* pExportTableId) {
   using namespace gpupool::interpose;
   int found = -1;
+  const void* caller = __builtin_return_address(0);
   return ApiCall(
       "cuGetExportTable",
       [&] {
@@ -445,6 +493,7 @@ extern "C" CUresult cuGetExportTable(const void** ppExportTable, const CUuuid* p
           }
         }
         *ppExportTable = nullptr;
+        WarnUnknownTable(pExportTableId, caller);
         return CUDA_ERROR_NOT_FOUND;
       },
       [&](CUresult) {

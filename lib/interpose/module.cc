@@ -15,6 +15,7 @@
 #include "emu/fatbin.h"
 #include "forward_spec.h"
 #include "remote.h"
+#include "shared_object.h"
 
 namespace gpupool::interpose {
 namespace {
@@ -73,9 +74,10 @@ CUresult ReadFile(const char* path, std::vector<uint8_t>* out) {
   return CUDA_SUCCESS;
 }
 
-// Registers a module for `image`; when a context is current (or `require_context`), loads it there now so that
-// an image the slice cannot run fails at load time, as on a real driver.
-CUresult NewModule(std::vector<uint8_t> image, bool require_context, Module** out) {
+// Registers a module for `image`, embedded in shared library `library` ("" for the program's own, a file's or
+// generated code); when a context is current (or `require_context`), loads it there now so that an image the slice
+// cannot run fails at load time, as on a real driver.
+CUresult NewModule(std::vector<uint8_t> image, bool require_context, std::string library, Module** out) {
   Remote& remote = Remote::Get();
   int dev = -1;
   if (CUresult r = remote.CurrentDevice(&dev); r != CUDA_SUCCESS) {
@@ -84,6 +86,7 @@ CUresult NewModule(std::vector<uint8_t> image, bool require_context, Module** ou
   }
   auto* module = new Module();
   module->image = std::move(image);
+  module->library = std::move(library);
   if (dev >= 0) {
     uint64_t id;
     if (CUresult r = remote.ModuleOn(module, dev, &id); r != CUDA_SUCCESS) {
@@ -132,7 +135,7 @@ CUresult LibraryLoadData(CUlibrary* library, const void* code) {
   std::vector<uint8_t> image;
   if (CUresult r = CopyImage(code, &image); r != CUDA_SUCCESS) return r;
   Module* module;
-  if (CUresult r = NewModule(std::move(image), false, &module); r != CUDA_SUCCESS) return r;
+  if (CUresult r = NewModule(std::move(image), false, SharedLibraryAt(code), &module); r != CUDA_SUCCESS) return r;
   *library = reinterpret_cast<CUlibrary>(module);
   return CUDA_SUCCESS;
 }
@@ -144,7 +147,7 @@ CUresult LibraryLoadFromFile(CUlibrary* library, const char* path) {
   if (CUresult r = ReadFile(path, &image); r != CUDA_SUCCESS) return r;
   if (image.back() != 0 && emu::ImageSize(image.data()) == 0) image.push_back(0);  // PTX text without its NUL.
   Module* module;
-  if (CUresult r = NewModule(std::move(image), false, &module); r != CUDA_SUCCESS) return r;
+  if (CUresult r = NewModule(std::move(image), false, "", &module); r != CUDA_SUCCESS) return r;
   *library = reinterpret_cast<CUlibrary>(module);
   return CUDA_SUCCESS;
 }
@@ -155,7 +158,7 @@ CUresult ModuleLoadData(CUmodule* out, const void* code) {
   std::vector<uint8_t> image;
   if (CUresult r = CopyImage(code, &image); r != CUDA_SUCCESS) return r;
   Module* module;
-  if (CUresult r = NewModule(std::move(image), true, &module); r != CUDA_SUCCESS) return r;
+  if (CUresult r = NewModule(std::move(image), true, SharedLibraryAt(code), &module); r != CUDA_SUCCESS) return r;
   *out = reinterpret_cast<CUmodule>(module);
   return CUDA_SUCCESS;
 }
@@ -167,7 +170,7 @@ CUresult ModuleLoadFile(CUmodule* out, const char* path) {
   if (CUresult r = ReadFile(path, &image); r != CUDA_SUCCESS) return r;
   if (image.back() != 0 && emu::ImageSize(image.data()) == 0) image.push_back(0);
   Module* module;
-  if (CUresult r = NewModule(std::move(image), true, &module); r != CUDA_SUCCESS) return r;
+  if (CUresult r = NewModule(std::move(image), true, "", &module); r != CUDA_SUCCESS) return r;
   *out = reinterpret_cast<CUmodule>(module);
   return CUDA_SUCCESS;
 }

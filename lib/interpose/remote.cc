@@ -104,6 +104,14 @@ CUresult Remote::ModuleOn(Module* module, int device, uint64_t* remote) {
   }
   uint64_t id = 0;
   int code = session(device)->ModuleLoad(module->image.data(), module->image.size(), &id);
+  if (code != 0 && !module->library.empty()) {
+    // A prebuilt library's kernels: its user cannot rebuild it, so say whose they are and where they run.
+    return Fail(device, code, ("loading a module of " + module->library).c_str(),
+                ToResult(code) == CUDA_ERROR_NO_BINARY_FOR_GPU
+                    ? module->library + " is a prebuilt library: its kernels need a GPU server (or a build of it "
+                                        "that carries PTX for this device)"
+                    : "");
+  }
   if (code != 0) return Fail(device, code, "loading a module");
   module->per_device[device] = id;
   *remote = id;
@@ -152,13 +160,14 @@ CUresult Remote::SetFunctionAttribute(Kernel* kernel, int attribute, int value) 
   return CUDA_SUCCESS;
 }
 
-CUresult Remote::Fail(int device, int code, const char* what) {
+CUresult Remote::Fail(int device, int code, const char* what, const std::string& hint) {
   static std::mutex logged_mu;
   static std::set<std::string> logged;
   std::string message = device >= 0 && device < static_cast<int>(sessions_.size())
                             ? sessions_[device]->last_error()
                             : std::string();
   if (message.empty()) message = ResultName(ToResult(code));
+  if (!hint.empty()) message += "; " + hint;
   std::lock_guard<std::mutex> lock(logged_mu);
   if (logged.insert(message).second) GP_ERROR("interpose", "device {}: {} failed: {}", device, what, message);
   return ToResult(code);

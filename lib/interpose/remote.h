@@ -69,6 +69,7 @@ int DeviceAttribute(int dev, int attribute, int fallback);
 
 struct Module {
   std::vector<uint8_t> image;                       // A fatbin container or PTX text (NUL-terminated).
+  std::string library;  // The shared library whose embedded image this is (SharedLibraryAt), or "".
   std::map<int, uint64_t> per_device;               // Remote module id, per device where loaded.
   std::map<std::string, std::unique_ptr<Kernel>> kernels;
   bool alive = true;
@@ -156,8 +157,9 @@ class Remote {
   // Records a function attribute and sets it on every slice where the function is already resolved.
   CUresult SetFunctionAttribute(Kernel* kernel, int attribute, int value);
 
-  // The remote error of a failed call, as a CUresult; logs the session's message once per distinct message.
-  CUresult Fail(int device, int code, const char* what);
+  // The remote error of a failed call, as a CUresult; logs the session's message, then `hint` if any, once per
+  // distinct message.
+  CUresult Fail(int device, int code, const char* what, const std::string& hint = "");
 
   std::mutex& mu() { return mu_; }
   std::map<uint64_t, Allocation> allocations;  // Device allocations by base. Guarded by mu().
