@@ -10,7 +10,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -102,6 +105,66 @@ TEST(Remote, SeparatelyCompiledProgramsLinkTheirUnitsOnAnEmulatedSm80) {
                              {}, seconds(120));
   EXPECT_NE(old.code, 0) << old.out << old.err;
   EXPECT_NE(old.err.find("compute_80"), std::string::npos) << old.out << old.err;
+}
+
+// An emulated device of capability X.Y reports what a real GPU of it does, so that programs sizing tiles and
+// occupancy from the attributes take a GPU's code paths (issue 48: 8.0 reported 64 KiB of shared memory per SM).
+// Expected: NVIDIA's "Technical Specifications per Compute Capability" (CUDA C++ Programming Guide) and CCCL's
+// cuda/__device/arch_traits.h for the per-SM limits; the named product's datasheet for SMs and L2. Read end to end:
+// cudaDeviceGetAttribute in a program under gp-run, through the session, from an agent started with --emu-cc.
+TEST(Remote, EmulatedDevicesReportTheAttributesOfARealGpuOfTheirCapability) {
+  struct Expected {
+    const char* cc;
+    const char* product;
+    std::map<std::string, long> values;
+  };
+  const std::vector<Expected> expected = {
+      {"7.5", "Tesla T4", {{"multiprocessor_count", 40}, {"max_threads_per_multiprocessor", 1024},
+                           {"max_blocks_per_multiprocessor", 16}, {"max_shared_memory_per_multiprocessor", 64 << 10},
+                           {"max_shared_memory_per_block_optin", 64 << 10}, {"reserved_shared_memory_per_block", 0},
+                           {"l2_cache_size", 4 << 20}}},
+      {"8.0", "A100", {{"multiprocessor_count", 108}, {"max_threads_per_multiprocessor", 2048},
+                       {"max_blocks_per_multiprocessor", 32}, {"max_shared_memory_per_multiprocessor", 164 << 10},
+                       {"max_shared_memory_per_block_optin", 163 << 10}, {"reserved_shared_memory_per_block", 1024},
+                       {"l2_cache_size", 40 << 20}}},
+      {"8.6", "A10", {{"multiprocessor_count", 72}, {"max_threads_per_multiprocessor", 1536},
+                      {"max_blocks_per_multiprocessor", 16}, {"max_shared_memory_per_multiprocessor", 100 << 10},
+                      {"max_shared_memory_per_block_optin", 99 << 10}, {"reserved_shared_memory_per_block", 1024},
+                      {"l2_cache_size", 6 << 20}}},
+      {"9.0", "H100 SXM", {{"multiprocessor_count", 132}, {"max_threads_per_multiprocessor", 2048},
+                           {"max_blocks_per_multiprocessor", 32}, {"max_shared_memory_per_multiprocessor", 228 << 10},
+                           {"max_shared_memory_per_block_optin", 227 << 10}, {"reserved_shared_memory_per_block", 1024},
+                           {"l2_cache_size", 50 << 20}}},
+      {"12.0", "GeForce RTX 5090", {{"multiprocessor_count", 170}, {"max_threads_per_multiprocessor", 1536},
+                                    {"max_blocks_per_multiprocessor", 24},
+                                    {"max_shared_memory_per_multiprocessor", 100 << 10},
+                                    {"max_shared_memory_per_block_optin", 99 << 10},
+                                    {"reserved_shared_memory_per_block", 1024}, {"l2_cache_size", 96 << 20}}},
+  };
+  // Every capability: what CUDA fixes for all of them.
+  const std::map<std::string, long> common = {{"warp_size", 32},           {"max_threads_per_block", 1024},
+                                              {"max_shared_memory_per_block", 48 << 10},
+                                              {"max_registers_per_block", 65536},
+                                              {"max_registers_per_multiprocessor", 65536},
+                                              {"max_grid_dim_x", 2147483647}, {"max_block_dim_z", 64},
+                                              {"total_constant_memory", 64 << 10}};
+  for (const Expected& e : expected) {
+    SCOPED_TRACE(std::string(e.cc) + " (" + e.product + ")");
+    Agent agent(AgentOptions{.name = "attributes", .emulated = 1, .emulated_memory = "1GiB",
+                             .extra_args = {"--emu-cc", e.cc}});
+    RunResult r = RunCommand({ToolPath("gp-run"), "--servers", agent.address(), "--", Program("device_attributes")},
+                             {}, seconds(60));
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    std::map<std::string, long> got;
+    std::istringstream lines(r.out);
+    for (std::string name, value; lines >> name >> value;) got[name] = std::strtol(value.c_str(), nullptr, 10);
+    const std::string cc = e.cc;
+    EXPECT_EQ(got["compute_capability_major"], std::stol(cc.substr(0, cc.find('.'))));
+    EXPECT_EQ(got["compute_capability_minor"], std::stol(cc.substr(cc.find('.') + 1)));
+    for (const auto& values : {e.values, common}) {
+      for (const auto& [name, value] : values) EXPECT_EQ(got[name], value) << name;
+    }
+  }
 }
 
 TEST(Remote, TexturesAndSurfacesRunOnAnEmulatedSlice) {
