@@ -48,11 +48,15 @@ constexpr Uuid kContextIdentityId = {0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0
 constexpr Uuid kToolsModuleId = {0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d,
                                  0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e};
 
-// Asked for by every CUDA 13 cudart before cuInit, and refused on purpose (CUDA_ERROR_NOT_FOUND, not logged): public
-// reports have cudart take a shortcut through its initialisation when it is served, and gpupool answers the
-// ordinary initialisation's calls.
-constexpr Uuid kCudartPreInitId = {0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e,
-                                   0xb9, 0xe2, 0xfb, 0x46, 0x9e, 0x7c, 0x0d, 0xd9};
+// Tables refused on purpose (CUDA_ERROR_NOT_FOUND) without a warning, since their askers work on without them
+// (scripts/export-table-survey.sh lists who asks for what):
+// - f8cff951: every CUDA 13 cudart, before cuInit; public reports have cudart take a shortcut through its
+//   initialisation when it is served, and gpupool answers the ordinary initialisation's calls.
+// - da9151d3: NVRTC and nvJitLink 13, when they start; they compile and link without it.
+constexpr Uuid kQuietlyRefused[] = {
+    {0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e, 0xb9, 0xe2, 0xfb, 0x46, 0x9e, 0x7c, 0x0d, 0xd9},
+    {0xda, 0x91, 0x51, 0xd3, 0x3a, 0xe6, 0xcc, 0x41, 0xa5, 0xc0, 0x4f, 0x26, 0xd5, 0x33, 0xe3, 0x28},
+};
 
 // Table names for logs, indexed like kTables below.
 enum TableIndex {
@@ -466,7 +470,9 @@ std::string FormatUuid(const CUuuid* id) {
 // A table gpupool does not serve: said once per id at warn level, with the library that asked, since the library
 // then fails in its own words (cuFFT: CUFFT_INTERNAL_ERROR) and only this line says why.
 void WarnUnknownTable(const CUuuid* id, const void* caller) {
-  if (std::memcmp(kCudartPreInitId.data(), id->bytes, 16) == 0) return;
+  for (const Uuid& quiet : kQuietlyRefused) {
+    if (std::memcmp(quiet.data(), id->bytes, 16) == 0) return;
+  }
   static std::mutex mu;
   static auto* reported = new std::set<std::string>();
   try {
