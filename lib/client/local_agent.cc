@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -25,7 +26,8 @@ std::string SiblingPath(const std::string& name) {
   return (std::filesystem::path(std::string(self, static_cast<size_t>(n))).parent_path() / name).string();
 }
 
-Result<std::unique_ptr<LocalAgent>> LocalAgent::Start(const std::string& agent_binary, Listen where) {
+Result<std::unique_ptr<LocalAgent>> LocalAgent::Start(const std::string& agent_binary, Listen where,
+                                                      int emulated_devices) {
   if (access(agent_binary.c_str(), X_OK) != 0) {
     return Status(StatusCode::kUnavailable, fmt::format("no pool configured and {} is missing", agent_binary));
   }
@@ -41,8 +43,9 @@ Result<std::unique_ptr<LocalAgent>> LocalAgent::Start(const std::string& agent_b
   const bool quiet = getenv("GPUPOOL_LOG") == nullptr;
   // In its own directory, the agent removes that directory when it ends: after a SIGKILL of this process nobody else
   // would (the destructor below does otherwise).
-  const char* argv[] = {agent_binary.c_str(), "--listen",     listen.c_str(), "--name", "local",
-                        "--emu-fallback", "1",  "--lease-ttl", "10s", "--exit-with-parent",
+  const std::string emulated = std::to_string(std::clamp(emulated_devices, 1, kMaxEmulatedDevices));
+  const char* argv[] = {agent_binary.c_str(), "--listen",       listen.c_str(), "--name", "local",
+                        "--emu-fallback", emulated.c_str(), "--lease-ttl", "10s", "--exit-with-parent",
                         where == Listen::kUnixSocket ? "--remove-socket-dir" : nullptr, nullptr};
   // The agent must die with this process, and only then: PR_SET_PDEATHSIG fires when the *thread* that forked it
   // ends, and the caller may be any thread of the program (CUDA initialised on a worker thread that then ends). So
@@ -113,6 +116,16 @@ std::string LocalAgent::Devices() const {
   if (physical > 0) return fmt::format("this machine's {}", count(physical, "GPU"));
   if (emulated_ == 1) return "an emulated GPU (no NVIDIA GPU found here)";
   return fmt::format("{} (no NVIDIA GPU found here)", count(emulated_, "emulated GPU"));
+}
+
+std::string LocalAgent::MoreDevicesHint() const {
+  const int physical = devices_ - emulated_;
+  const std::string serves =
+      physical > 0 ? fmt::format("serves this machine's GPUs only")
+                   : fmt::format("emulates at most {} GPUs", kMaxEmulatedDevices);
+  return fmt::format("no pool is configured, and the private gp-agent {}: name a pool's agents for more "
+                     "(--servers HOST:PORT,..., GPUPOOL_SERVERS or a pool file)",
+                     serves);
 }
 
 LocalAgent::~LocalAgent() {

@@ -41,6 +41,25 @@ TEST(Remote, VectorAddRunsOnTheEmbeddedDefault) {
   EXPECT_NE(r.out.find("vector_add: 100000 elements, 0 wrong: PASSED"), std::string::npos) << r.out << r.err;
 }
 
+// `gp-run -n 2` with no pool on a machine without a GPU: the private agent emulates as many GPUs as the command asks
+// for (it used to emulate one and refuse: "asked for 2 devices; the pool has 1"), up to its limit, past which the
+// refusal says how to get more.
+TEST(Remote, TheEmbeddedDefaultEmulatesAsManyGpusAsTheCommandAsks) {
+  TempDir home;
+  RunResult two = RunCommand({ToolPath("gp-run"), "-n", "2", "-p", "0.5", "--", Example("two_devices")},
+                             NoPoolEnv(home), seconds(120));
+  EXPECT_EQ(two.code, 0) << two.out << two.err;
+  EXPECT_NE(two.out.find("two_devices: sum"), std::string::npos) << two.out << two.err;
+  EXPECT_NE(two.err.find("runs the command on 2 emulated GPUs"), std::string::npos) << two.err;
+
+  RunResult many = RunCommand({ToolPath("gp-run"), "-n", "9", "--", "/bin/true"}, NoPoolEnv(home), seconds(60));
+  EXPECT_EQ(many.code, 125) << many.out << many.err;
+  EXPECT_NE(many.err.find("asked for 9 devices; the pool has 8; no pool is configured, and the private gp-agent "
+                          "emulates at most 8 GPUs: name a pool's agents for more"),
+            std::string::npos)
+      << many.err;
+}
+
 TEST(Remote, ExamplesRunOnTwoAgentsOnLoopback) {
   AgentGroup agents(2, AgentOptions{.name = "remote", .emulated = 1, .emulated_memory = "4GiB"});
   for (const char* example : {"vector_add", "matrix_multiply", "streams_events"}) {

@@ -181,7 +181,7 @@ int ToolMain(int argc, char** argv) {
   if (options.servers.empty()) {
     auto resolved = ResolveServers(options);
     if (!resolved.ok() && resolved.status().code() == StatusCode::kUnavailable) {
-      auto started = LocalAgent::Start(SiblingPath("gp-agent"));
+      auto started = LocalAgent::Start(SiblingPath("gp-agent"), LocalAgent::Listen::kUnixSocket, request.count);
       if (!started.ok()) return fail(started.status().message());
       local_agent = std::move(started).value();
       options.servers = {local_agent->address()};
@@ -196,6 +196,9 @@ int ToolMain(int argc, char** argv) {
   auto lease = pool->Allocate(request);
   if (!lease.ok()) {
     std::string hint = lease.status().code() == StatusCode::kResourceExhausted ? " (use --wait to queue)" : "";
+    if (local_agent && lease.status().code() == StatusCode::kUnsatisfiable) {
+      hint = "; " + local_agent->MoreDevicesHint();
+    }
     return fail(lease.status().message() + hint);
   }
   if (verbose) {
