@@ -2,8 +2,9 @@
 // through gpupool's libcuda.so.1, the slices of its lease (in CUDA_VISIBLE_DEVICES order): their count, names, UUIDs,
 // PCI ids, memory (the slice's size as total, what the lease's processes hold on it as used), and utilisation as
 // the slice's session measures it (emulated devices). PyTorch, pynvml and nvidia-smi-style tools ask these; without
-// it they read a local GPU (or none) that has nothing to do with the slices. Clocks, temperature and power are not
-// known to the client: those calls answer NVML_ERROR_NOT_SUPPORTED, never a made-up figure. Calls not defined here
+// it they read a local GPU (or none) that has nothing to do with the slices. Clocks, temperature, power, fans, the
+// PCIe link and the GPU's modes are not known to the client: those calls answer NVML_ERROR_NOT_SUPPORTED, never a
+// made-up figure. Calls not defined here
 // are absent, as in an older NVML
 // (callers that look them up find nothing).
 //
@@ -386,13 +387,61 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t* ut
   utilization->memory = memory;
   return kSuccess;
 }
-nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int, unsigned int*) {
-  nvmlReturn_t r = Check(d);
-  return r != kSuccess ? r : kNotSupported;
+
+// What monitoring tools (nvitop, gpustat, nvidia-smi-like scripts, PyTorch's checks) ask that the client does not
+// know: the physical GPU's clocks, sensors, power, PCIe link, modes. NVML_ERROR_NOT_SUPPORTED, as NVML answers for a
+// GPU without the feature, so the tools show "N/A" instead of failing on a missing function.
+#define GPUPOOL_NVML_NOT_KNOWN(name, ...)         \
+  nvmlReturn_t name(nvmlDevice_t d, __VA_ARGS__) { \
+    nvmlReturn_t r = Check(d);                    \
+    return r != kSuccess ? r : kNotSupported;     \
+  }
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetTemperature, int, unsigned int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetPowerUsage, unsigned int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetClockInfo, int, unsigned int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetMaxClockInfo, int, unsigned int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetClock, int, int, unsigned int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetApplicationsClock, int, unsigned int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetFanSpeed, unsigned int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetFanSpeed_v2, unsigned int, unsigned int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetPowerManagementLimit, unsigned int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetEnforcedPowerLimit, unsigned int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetTotalEnergyConsumption, unsigned long long*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetPerformanceState, int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetPersistenceMode, int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetEncoderUtilization, unsigned int*, unsigned int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetDecoderUtilization, unsigned int*, unsigned int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetCurrPcieLinkGeneration, unsigned int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetCurrPcieLinkWidth, unsigned int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetMaxPcieLinkGeneration, unsigned int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetMaxPcieLinkWidth, unsigned int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetPcieThroughput, int, unsigned int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetMigMode, unsigned int*, unsigned int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetEccMode, int*, int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetDisplayMode, int*)
+GPUPOOL_NVML_NOT_KNOWN(nvmlDeviceGetDisplayActive, int*)
+#undef GPUPOOL_NVML_NOT_KNOWN
+
+// A slice is shared by the lease's processes, as a GPU in the default compute mode is.
+nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t d, int* mode) {
+  if (nvmlReturn_t r = Check(d); r != kSuccess) return r;
+  if (mode == nullptr) return kInvalidArgument;
+  *mode = 0;  // NVML_COMPUTEMODE_DEFAULT
+  return kSuccess;
 }
-nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int*) {
-  nvmlReturn_t r = Check(d);
-  return r != kSuccess ? r : kNotSupported;
+
+// No graphics on a slice: no graphics processes.
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int* count, nvmlProcessInfo_t*) {
+  if (nvmlReturn_t r = Check(d); r != kSuccess) return r;
+  if (count == nullptr) return kInvalidArgument;
+  *count = 0;
+  return kSuccess;
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t d, unsigned int* count, nvmlProcessInfo_t* p) {
+  return nvmlDeviceGetGraphicsRunningProcesses_v3(d, count, p);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t d, unsigned int* count, nvmlProcessInfo_t* p) {
+  return nvmlDeviceGetGraphicsRunningProcesses_v3(d, count, p);
 }
 
 }  // extern "C"

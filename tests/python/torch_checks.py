@@ -165,11 +165,28 @@ def nvml():
     rates = pynvml.nvmlDeviceGetUtilizationRates(handle)
     print(f"nvml: utilisation gpu {rates.gpu}% memory {rates.memory}%")
     assert rates.gpu == 0 and 0 < rates.memory <= 100, "copies, no kernel"
-    try:
-        pynvml.nvmlDeviceGetTemperature(handle, 0)
-        raise AssertionError("a temperature the client cannot know")
-    except pynvml.NVMLError_NotSupported:
-        pass
+    # What monitoring tools ask and the client cannot know: NOT_SUPPORTED (their "N/A"), not a missing function
+    # (pynvml's FunctionNotFound) and never a made-up figure.
+    unknown = {
+        "temperature": lambda: pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+        "power": lambda: pynvml.nvmlDeviceGetPowerUsage(handle),
+        "sm clock": lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+        "max memory clock": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+        "fan": lambda: pynvml.nvmlDeviceGetFanSpeed(handle),
+        "power limit": lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle),
+        "performance state": lambda: pynvml.nvmlDeviceGetPerformanceState(handle),
+        "pcie width": lambda: pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle),
+        "encoder": lambda: pynvml.nvmlDeviceGetEncoderUtilization(handle),
+        "persistence": lambda: pynvml.nvmlDeviceGetPersistenceMode(handle),
+    }
+    for what, call in unknown.items():
+        try:
+            value = call()
+            raise AssertionError(f"{what}: {value}, a figure the client cannot know")
+        except pynvml.NVMLError_NotSupported:
+            pass
+    assert pynvml.nvmlDeviceGetComputeMode(handle) == pynvml.NVML_COMPUTEMODE_DEFAULT
+    assert pynvml.nvmlDeviceGetGraphicsRunningProcesses(handle) == []
     pynvml.nvmlShutdown()
 
 
