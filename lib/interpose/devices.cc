@@ -55,18 +55,26 @@ class RemoteDeviceProvider : public DeviceProvider {
     } else {
       PoolOptions options;
       Request request;
-      if (const char* spec = std::getenv("GPUPOOL_REQUEST"); spec != nullptr) {
+      const char* spec = std::getenv("GPUPOOL_REQUEST");
+      if (spec != nullptr) {
         source_ = fmt::format("GPUPOOL_REQUEST='{}'", spec);
         if (Status s = ParseRequest(spec, &request, &options); !s.ok()) return s;
-      } else {
-        source_ = "a private gp-agent";
+      }
+      // No pool configured at all (as gp-run decides): a private agent, sized to the request, as gp-run's is.
+      bool private_agent = spec == nullptr;
+      if (!private_agent && options.servers.empty()) {
+        auto resolved = ResolveServers(options);
+        private_agent = !resolved.ok() && resolved.status().code() == StatusCode::kUnavailable;
+      }
+      if (private_agent) {
+        source_ = spec == nullptr ? "a private gp-agent" : source_ + " on a private gp-agent (no pool is configured)";
         std::string agent = FindAgent();
         if (agent.empty()) {
           return Status(StatusCode::kNotFound,
                         "no GPU attached: gp-agent not found beside libcuda.so.1; start the program with gp-run, "
                         "or set GPUPOOL_REQUEST");
         }
-        auto started = LocalAgent::Start(agent);
+        auto started = LocalAgent::Start(agent, LocalAgent::Listen::kUnixSocket, request.count);
         if (!started.ok()) return Status(started.status().code(), "private gp-agent: " + started.status().message());
         agent_ = std::move(started).value();
         options.servers = {agent_->address()};

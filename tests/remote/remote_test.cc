@@ -43,7 +43,8 @@ TEST(Remote, VectorAddRunsOnTheEmbeddedDefault) {
 
 // `gp-run -n 2` with no pool on a machine without a GPU: the private agent emulates as many GPUs as the command asks
 // for (it used to emulate one and refuse: "asked for 2 devices; the pool has 1"), up to its limit, past which the
-// refusal says how to get more.
+// refusal says how to get more. GPUPOOL_REQUEST without a pool gets such a private agent too (it was refused: no
+// pool configured).
 TEST(Remote, TheEmbeddedDefaultEmulatesAsManyGpusAsTheCommandAsks) {
   TempDir home;
   RunResult two = RunCommand({ToolPath("gp-run"), "-n", "2", "-p", "0.5", "--", Example("two_devices")},
@@ -51,6 +52,15 @@ TEST(Remote, TheEmbeddedDefaultEmulatesAsManyGpusAsTheCommandAsks) {
   EXPECT_EQ(two.code, 0) << two.out << two.err;
   EXPECT_NE(two.out.find("two_devices: sum"), std::string::npos) << two.out << two.err;
   EXPECT_NE(two.err.find("runs the command on 2 emulated GPUs"), std::string::npos) << two.err;
+
+  // A program taking its slices itself (GPUPOOL_REQUEST, as a notebook or gpupool.attach() does), with no pool.
+  const std::string driver = GPUPOOL_DRIVER_LIBRARY;
+  std::vector<std::string> env = NoPoolEnv(home);
+  env.insert(env.end(), {"LD_LIBRARY_PATH=" + driver.substr(0, driver.rfind('/')), "GPUPOOL_REQUEST=-n 2 -p 0.5",
+                         "GPUPOOL_LEASE="});
+  RunResult requested = RunCommand({Example("two_devices")}, env, seconds(120));
+  EXPECT_EQ(requested.code, 0) << requested.out << requested.err;
+  EXPECT_NE(requested.out.find("two_devices: sum"), std::string::npos) << requested.out << requested.err;
 
   RunResult many = RunCommand({ToolPath("gp-run"), "-n", "9", "--", "/bin/true"}, NoPoolEnv(home), seconds(60));
   EXPECT_EQ(many.code, 125) << many.out << many.err;
