@@ -22,6 +22,7 @@ PACKAGES=(
   capnproto libcapnp-dev libuv1-dev libcli11-dev libfmt-dev libtomlplusplus-dev
   googletest libgtest-dev libzstd-dev iproute2
   python3 python3-venv  # the Python framework tests make a venv and pip-install pinned packages into it
+  python3-dev pybind11-dev  # the gpupool Python package (python/: gpupool._native over libgpupool)
   clang libclang-rt-14-dev  # libFuzzer for the fatbin and PTX fuzz targets
   libncurses-dev  # gp-top's full-screen view
   tmux curl prometheus  # the operations tests: gp-top in a terminal, /metrics checked by promtool and scraped

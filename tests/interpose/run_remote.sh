@@ -3,15 +3,18 @@
 # socket in a temporary directory, runs the program through gp-run against it, and kills the agent however the
 # test ends.
 #
-# usage: run_remote.sh [--stacked LIBCUDA] GP_AGENT GP_RUN EXPECT [GP-RUN OPTIONS...] -- PROGRAM [ARGS...]
+# usage: run_remote.sh [--stacked LIBCUDA | --pool-env] GP_AGENT GP_RUN EXPECT [GP-RUN OPTIONS...] -- PROGRAM [ARGS...]
 #   EXPECT  "pass": the program must exit 0;
 #           "fail:REGEX": it must exit with a status in 1..127 (no crash) and REGEX (grep -E) must match its stderr.
 #   --stacked LIBCUDA  the program's agent runs the cuda backend on LIBCUDA (gpupool's own libcuda.so.1) instead
 #           of emulated devices: a second agent with two emulated devices is started first, and the program's
 #           agent runs under gp-run holding both of them, so its GPUs are those slices (a test configuration).
+#   --pool-env  the program runs without gp-run, with the agent as its pool (GPUPOOL_SERVERS): a program that takes
+#           its slices itself (gpupool.attach in Python); the gp-run options are ignored.
 set -u
-stacked=
+stacked= pool_env=
 if [ "${1:-}" = --stacked ]; then stacked=$2; shift 2; fi
+if [ "${1:-}" = --pool-env ]; then pool_env=1; shift; fi
 agent=$1 gprun=$2 expect=$3
 shift 3
 
@@ -64,7 +67,13 @@ else
   start_agent a "$agent" --no-nvml --emu 2 --emu-memory 4GiB
 fi
 
-"$gprun" --servers "unix:$dir/a.sock" "$@" 2>"$dir/stderr"
+if [ -n "$pool_env" ]; then
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do shift; done
+  shift
+  GPUPOOL_SERVERS="unix:$dir/a.sock" "$@" 2>"$dir/stderr"
+else
+  "$gprun" --servers "unix:$dir/a.sock" "$@" 2>"$dir/stderr"
+fi
 status=$?
 cat "$dir/stderr" >&2
 # failed WHY: the agents' logs, then the verdict.

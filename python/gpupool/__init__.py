@@ -1,0 +1,163 @@
+"""gpupool: GPU slices from a pool, for Python programs.
+
+    import gpupool
+    gpupool.attach(n=2, fraction=0.5)   # before torch, CuPy, numba or cuda-python touch CUDA
+    import torch                         # torch.cuda.device_count() == 2: the slices are cuda:0 and cuda:1
+
+`attach` takes slices for this process and makes them its CUDA devices: gpupool's libcuda.so.1 and
+libnvidia-ml.so.1 are loaded first, so every framework that loads the driver afterwards gets them. The slices are
+held until the process exits. `lease` takes slices without attaching (for a framework of your own, or to hand to
+child processes through their GPUPOOL_LEASE); `State` is what gp-ls shows. With no pool configured (no servers=,
+GPUPOOL_SERVERS or pool file), attach uses a private gp-agent, as gp-run does: this machine's GPUs, else emulated
+ones. Failures raise gpupool.Error (or a subclass: Unsatisfiable, Busy, Unavailable, Timeout, ...) with gpupool's
+message.
+"""
+import atexit
+import contextlib
+import ctypes
+import os
+import types
+
+from . import _layout
+from ._native import (Busy, Error, InvalidRequest, NotFound, PermissionDenied, Pool, Timeout, Unavailable,
+                      Unsatisfiable)
+from . import _native
+
+__all__ = ["attach", "lease", "State", "Error", "InvalidRequest", "Unsatisfiable", "Busy", "Unavailable", "Timeout",
+           "NotFound", "PermissionDenied", "Attachment"]
+
+
+def _objects(value):
+    """Nested dicts and lists from the native module as attribute objects (server.devices[0].model)."""
+    if isinstance(value, dict):
+        return types.SimpleNamespace(**{k: _objects(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return [_objects(v) for v in value]
+    return value
+
+
+def State(servers=None):
+    """The pool as gp-ls shows it: a list of servers, each with .devices (their slices) and .leases."""
+    return _objects(Pool.connect(servers).state())
+
+
+def _memory_bytes(memory):
+    if memory is None:
+        return None
+    if isinstance(memory, int) and not isinstance(memory, bool):
+        return memory
+    if isinstance(memory, str):
+        return _native.parse_memory_size(memory)
+    raise InvalidRequest(f"memory must be bytes (int) or a size such as '4GiB', not {memory!r}")
+
+
+def _label():
+    import sys
+    return " ".join(sys.argv)[:120] or "python"
+
+
+@contextlib.contextmanager
+def lease(n=1, fraction=1.0, memory=None, cls=None, wait=None, servers=None):
+    """Slices held for the `with` block, released after it; not attached to this process's CUDA."""
+    held = Pool.connect(servers).allocate(count=n, fraction=fraction, memory_bytes=_memory_bytes(memory),
+                                          device_class=cls or "", wait_s=float(wait or 0), label=_label())
+    try:
+        yield held
+    finally:
+        held.release()
+
+
+class Attachment:
+    """What attach() took: the lease (None where gpupool's libcuda.so.1 took it itself, on a private agent) and the
+    number of CUDA devices this process now sees."""
+
+    def __init__(self, held, devices, request):
+        self.lease = held
+        self.devices = devices
+        self.request = request
+
+    def __repr__(self):
+        return f"<gpupool attachment: {self.devices} device(s), {self.request}>"
+
+
+_attachment = None
+
+
+def _loaded_drivers():
+    """Paths of the libcuda.so* and libnvidia-ml.so* objects this process has mapped."""
+    found = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1] if len(line.split()) >= 6 else ""
+            name = os.path.basename(path)
+            if name.startswith("libcuda.so") or name.startswith("libnvidia-ml.so"):
+                found.add(path)
+    return found
+
+
+def _request_spec(n, fraction, memory, cls, wait):
+    """gp-run's options for GPUPOOL_REQUEST, which gpupool's libcuda.so.1 reads when it takes the slices itself."""
+    spec = [f"-n {int(n)}"]
+    if memory is not None:
+        spec.append(f"-m {_memory_bytes(memory)}")
+    else:
+        spec.append(f"-p {float(fraction)}")
+    if cls:
+        if any(c.isspace() for c in cls):
+            raise InvalidRequest(f"cls {cls!r}: a device class has no spaces")
+        spec.append(f"--class {cls}")
+    if wait:
+        spec.append(f"--wait {float(wait)}s")
+    return " ".join(spec)
+
+
+def attach(n=1, fraction=1.0, memory=None, cls=None, wait=None, servers=None):
+    """Takes n slices and makes them this process's CUDA devices, until it exits. Call it before any framework
+    initialises CUDA (importing torch is fine; creating a tensor on cuda is not). Returns an Attachment; a second call
+    with the same arguments returns the first one's."""
+    global _attachment
+    request = dict(n=n, fraction=fraction, memory=memory, cls=cls, wait=wait, servers=servers)
+    if _attachment is not None:
+        if _attachment.request == request:
+            return _attachment
+        raise Error(f"gpupool.attach: this process is attached already ({_attachment.request}); a process attaches "
+                    "once")
+    interposer = _layout.interposer_dir()
+    ours = {os.path.realpath(os.path.join(interposer, name)) for name in ("libcuda.so.1", "libnvidia-ml.so.1")}
+    foreign = sorted(p for p in _loaded_drivers() if os.path.realpath(p) not in ours)
+    if foreign:
+        raise Error(f"gpupool.attach: a CUDA driver is loaded already ({', '.join(foreign)}): call gpupool.attach() "
+                    "before torch, CuPy, numba or cuda-python initialise CUDA")
+    try:
+        configured = _native.resolve_servers(servers)
+    except Unavailable:
+        configured = None  # No pool at all: gpupool's libcuda.so.1 starts a private agent sized to the request.
+    held = None
+    if configured is not None:
+        held = Pool.connect(configured).allocate(count=n, fraction=fraction, memory_bytes=_memory_bytes(memory),
+                                                 device_class=cls or "", wait_s=float(wait or 0), label=_label())
+        os.environ["GPUPOOL_LEASE"] = held.token()
+        os.environ.pop("GPUPOOL_REQUEST", None)
+    else:
+        os.environ["GPUPOOL_REQUEST"] = _request_spec(n, fraction, memory, cls, wait)
+        os.environ.pop("GPUPOOL_LEASE", None)
+    # Loaded by path with RTLD_GLOBAL: a later dlopen("libcuda.so.1") by any framework finds this one by its soname.
+    # libcuda.so.1 first: libnvidia-ml.so.1 needs it, and finds it loaded.
+    cuda = ctypes.CDLL(os.path.join(interposer, "libcuda.so.1"), mode=ctypes.RTLD_GLOBAL)
+    ctypes.CDLL(os.path.join(interposer, "libnvidia-ml.so.1"), mode=ctypes.RTLD_GLOBAL)
+    result = cuda.cuInit(0)
+    count = ctypes.c_int(0)
+    if result == 0:
+        result = cuda.cuDeviceGetCount(ctypes.byref(count))
+    if result != 0 or count.value == 0:
+        name = ctypes.c_char_p()
+        cuda.cuGetErrorName(result, ctypes.byref(name))
+        if held is not None:
+            held.release()
+        raise Unavailable(f"gpupool.attach: CUDA did not start on the slices ({(name.value or b'?').decode()}, "
+                          f"{count.value} device(s)); gpupool's reason is on stderr")
+    _attachment = Attachment(held, count.value, request)
+    if held is not None:
+        # After the frameworks' own exit handlers (atexit runs last-registered first, and they register later).
+        atexit.register(held.release)
+    return _attachment

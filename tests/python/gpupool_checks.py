@@ -1,0 +1,95 @@
+"""The gpupool Python package (python/gpupool), from inside Python, without gp-run.
+
+  gpupool_checks.py private   no pool configured: attach(n=2, fraction=0.5) gives torch two emulated slices, which
+                              pynvml sees too; a second attach with other arguments is refused
+  gpupool_checks.py pool      GPUPOOL_SERVERS names an agent (run_remote.sh --pool-env): State(), lease() as a context
+                              manager, errors as exceptions with gpupool's messages, then attach() with CuPy computing
+                              on the slice while State() shows the lease
+  gpupool_checks.py late      a framework initialised CUDA first: attach() refuses, saying to call it before
+"""
+import os
+import sys
+
+import gpupool
+
+
+def private():
+    attached = gpupool.attach(n=2, fraction=0.5)
+    assert attached.devices == 2 and attached.lease is None, attached
+    import torch
+    assert torch.cuda.device_count() == 2, torch.cuda.device_count()
+    for i in range(2):
+        props = torch.cuda.get_device_properties(i)
+        x = torch.empty(16 << 20, dtype=torch.uint8, device=f"cuda:{i}")
+        x.copy_(torch.full((16 << 20,), 7, dtype=torch.uint8))
+        assert int(x.cpu()[12345]) == 7, "a copy through the slice"
+        print(f"private: cuda:{i} {props.name} {props.total_memory >> 20} MiB")
+    import pynvml
+    pynvml.nvmlInit()
+    assert pynvml.nvmlDeviceGetCount() == 2, "NVML sees the slices"
+    assert gpupool.attach(n=2, fraction=0.5) is attached, "the same attach twice is the first"
+    try:
+        gpupool.attach(n=1)
+        raise AssertionError("a second, different attach")
+    except gpupool.Error as e:
+        assert "attached already" in str(e), e
+    print("gpupool private: PASSED")
+
+
+def pool():
+    servers = gpupool.State()
+    assert len(servers) == 1 and servers[0].up, servers
+    devices = servers[0].devices
+    assert len(devices) == 2 and all(d.emulated for d in devices), devices
+    assert not servers[0].leases, "nothing held yet"
+    with gpupool.lease(n=2, fraction=0.25) as held:
+        assert len(held.slices) == 2 and all(abs(s["compute_share"] - 0.25) < 1e-9 for s in held.slices), held.slices
+        assert held.token() and held.id
+        [server] = gpupool.State()
+        assert [l.id for l in server.leases] == [held.id], server.leases
+    assert not gpupool.State()[0].leases, "released after the block"
+    for kwargs, error, says in [
+        (dict(n=3), gpupool.Unsatisfiable, "can never be granted"),
+        (dict(fraction=0.01), gpupool.InvalidRequest, "0.05"),
+        (dict(memory="12 bananas"), gpupool.Error, "12 bananas"),
+    ]:
+        try:
+            with gpupool.lease(**kwargs):
+                pass
+            raise AssertionError(f"{kwargs} was granted")
+        except error as e:
+            assert says in str(e), (kwargs, str(e))
+    with gpupool.lease(n=2):
+        try:
+            with gpupool.lease(n=1):
+                pass
+            raise AssertionError("a full pool granted more")
+        except gpupool.Busy as e:
+            print("pool: busy says:", e)
+    attached = gpupool.attach(n=1, fraction=0.5)
+    assert attached.devices == 1 and attached.lease is not None
+    import cupy as cp
+    a = cp.arange(1 << 20, dtype=cp.int64)
+    assert int((a * 2).sum()) == (1 << 20) * ((1 << 20) - 1), "CuPy on the attached slice"
+    [server] = gpupool.State()
+    assert [l.id for l in server.leases] == [attached.lease.id], server.leases
+    assert server.leases[0].sessions >= 1, "this process's session on it"
+    print(f"gpupool pool: lease {attached.lease.id} on {server.name}: PASSED")
+
+
+def late():
+    import ctypes
+    # As a framework does: the system's CUDA driver (here the toolkit's stub, which has the same soname) loaded first.
+    stub = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "lib64", "stubs", "libcuda.so")
+    ctypes.CDLL(stub, mode=ctypes.RTLD_GLOBAL)
+    try:
+        gpupool.attach()
+        raise AssertionError("attached after another driver was loaded")
+    except gpupool.Error as e:
+        assert "call gpupool.attach() before" in str(e), e
+        print("gpupool late:", e)
+    print("gpupool late: PASSED")
+
+
+if __name__ == "__main__":
+    {"private": private, "pool": pool, "late": late}[sys.argv[1]]()
