@@ -6,7 +6,8 @@
 
 `attach` takes slices for this process and makes them its CUDA devices: gpupool's libcuda.so.1 and
 libnvidia-ml.so.1 are loaded first, so every framework that loads the driver afterwards gets them. The slices are
-held until the process exits. `lease` takes slices without attaching (for a framework of your own, or to hand to
+held until the process exits; on emulated slices numba-cuda's kernels are linked as PTX (gpupool/_numba.py).
+`lease` takes slices without attaching (for a framework of your own, or to hand to
 child processes through their GPUPOOL_LEASE); `State` is what gp-ls shows. With no pool configured (no servers=,
 GPUPOOL_SERVERS or pool file), attach uses a private gp-agent, as gp-run does: this machine's GPUs, else emulated
 ones. Failures raise gpupool.Error (or a subclass: Unsatisfiable, Busy, Unavailable, Timeout, ...) with gpupool's
@@ -111,6 +112,15 @@ def _request_spec(n, fraction, memory, cls, wait):
     return " ".join(spec)
 
 
+def _emulated(cuda, ordinal):
+    """Whether CUDA device `ordinal` is an emulated slice (it runs PTX only)."""
+    device = ctypes.c_int(0)
+    name = ctypes.create_string_buffer(256)
+    if cuda.cuDeviceGet(ctypes.byref(device), ordinal) != 0 or cuda.cuDeviceGetName(name, 256, device) != 0:
+        return False
+    return b"emulated" in name.value
+
+
 def attach(n=1, fraction=1.0, memory=None, cls=None, wait=None, servers=None):
     """Takes n slices and makes them this process's CUDA devices, until it exits. Call it before any framework
     initialises CUDA (importing torch is fine; creating a tensor on cuda is not). Returns an Attachment; a second call
@@ -156,6 +166,9 @@ def attach(n=1, fraction=1.0, memory=None, cls=None, wait=None, servers=None):
             held.release()
         raise Unavailable(f"gpupool.attach: CUDA did not start on the slices ({(name.value or b'?').decode()}, "
                           f"{count.value} device(s)); gpupool's reason is on stderr")
+    if any(_emulated(cuda, i) for i in range(count.value)):
+        from . import _numba
+        _numba.install()  # numba-cuda's kernels as PTX, which emulated slices run.
     _attachment = Attachment(held, count.value, request)
     if held is not None:
         # After the frameworks' own exit handlers (atexit runs last-registered first, and they register later).

@@ -6,6 +6,7 @@ sees the PTX: see ptx_route() below.
   numba_checks.py kernels   the PTX route: saxpy, a shared-memory reduction with atomics, a 2-D kernel, device
                             functions and math, streams: each verified
   numba_checks.py stock     numba as installed (nvJitLink, LTO): the load fails and gpupool says what to do
+  numba_checks.py attached  the kernels after gpupool.attach(), whose versioned shim takes the PTX route (no snippet)
 """
 import math
 import sys
@@ -28,8 +29,9 @@ def ptx_route():
     decorators._have_nvjitlink = lambda: False
 
 
-def kernels():
-    ptx_route()
+def kernels(route=True):
+    if route:
+        ptx_route()
     from numba import cuda, float32, int32
 
     dev = cuda.get_current_device()
@@ -113,5 +115,12 @@ def stock():
     print("numba stock: the kernel ran (nvJitLink was not used)")
 
 
+def attached():
+    """No snippet: gpupool.attach() gave this process emulated slices, and its shim takes the PTX route."""
+    import gpupool
+    gpupool.attach()
+    kernels(route=False)
+
+
 if __name__ == "__main__":
-    {"kernels": kernels, "stock": stock}[sys.argv[1]]()
+    {"kernels": kernels, "stock": stock, "attached": attached}[sys.argv[1]]()
