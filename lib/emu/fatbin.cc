@@ -59,7 +59,8 @@ constexpr char kNoPtxMessage[] = "no PTX in this binary; rebuild with PTX (e.g. 
 constexpr char kCubinMessage[] =
     "no PTX in this binary: it is a cubin (SASS only), as nvJitLink, NVRTC with an sm_XX architecture or ptxas "
     "produce; the emulated device runs PTX: load PTX text instead (NVRTC and cuda.core: compile to PTX for a "
-    "compute_XX architecture; numba-cuda: @cuda.jit(lto=False) with cuda.core's driver linker)";
+    "compute_XX architecture; numba-cuda: take the slices with gpupool.attach(), which links numba's kernels as "
+    "PTX, or see README's numba section)";
 
 template <typename T>
 T Load(const uint8_t* p) {
