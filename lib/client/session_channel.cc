@@ -381,7 +381,7 @@ bool SessionChannel::ReadFrame(uint32_t* kind, uint32_t* seq, Reply* reply) {
 bool SessionChannel::ReadLandingReply(uint64_t words, const Landing& landing, Reply* reply) {
   // A two-segment message's table is one word of (count - 1, size 0) and one of (size 1, padding).
   uint32_t table[4] = {};
-  const size_t table_words = sizeof(table) / sizeof(word);
+  const size_t table_words = sizeof(table) / (sizeof(word));  // Bytes to words: 16 bytes are two words.
   if (words < table_words) {
     reply->words = kj::heapArray<word>(words);
     return ReadExact(reply->words.begin(), words * sizeof(word));
