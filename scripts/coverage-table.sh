@@ -24,22 +24,7 @@ grep -qxF "$begin" README.md && grep -qxF "$end" README.md ||
   { echo "coverage-table: README.md lacks the markers '$begin' and '$end'" >&2; exit 1; }
 
 table=$(mktemp)
-updated=$(mktemp)
-trap 'rm -f "$table" "$updated"' EXIT
+trap 'rm -f "$table"' EXIT
 "$tool" >"$table"
-awk -v begin="$begin" -v end="$end" -v table="$table" '
-  $0 == begin { print; while ((getline line < table) > 0) print line; skipping = 1; next }
-  $0 == end { skipping = 0 }
-  !skipping { print }
-' README.md >"$updated"
-
-if ((check)); then
-  if ! diff -u README.md "$updated"; then
-    echo "coverage-table: README.md's driver API table is stale: run scripts/coverage-table.sh" >&2
-    exit 1
-  fi
-  echo "coverage-table: README.md's driver API table is current"
-else
-  cp "$updated" README.md
-  echo "coverage-table: README.md updated"
-fi
+source scripts/lib/readme-table.sh
+readme_table coverage-table "$begin" "$end" "$table" "$check"

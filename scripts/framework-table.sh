@@ -27,9 +27,8 @@ grep -qxF "$begin" README.md && grep -qxF "$end" README.md ||
   { echo "framework-table: README.md lacks the markers '$begin' and '$end'" >&2; exit 1; }
 
 table=$(mktemp)
-updated=$(mktemp)
 home=$(mktemp -d)
-trap 'rm -rf "$table" "$updated" "$home"' EXIT
+trap 'rm -rf "$table" "$home"' EXIT
 {
   echo "| framework | operation | on an emulated slice |"
   echo "| --- | --- | --- |"
@@ -41,19 +40,5 @@ for framework in torch cupy numba cuda-python; do
     PYTHONPATH="$build/python" "$python" "$root/tests/python/what_runs.py" "$framework" 2>/dev/null >>"$table" ||
     { echo "framework-table: what_runs.py $framework failed" >&2; exit 1; }
 done
-awk -v begin="$begin" -v end="$end" -v table="$table" '
-  $0 == begin { print; while ((getline line < table) > 0) print line; skipping = 1; next }
-  $0 == end { skipping = 0 }
-  !skipping { print }
-' README.md >"$updated"
-
-if ((check)); then
-  if ! diff -u README.md "$updated"; then
-    echo "framework-table: README.md's framework table is stale: run scripts/framework-table.sh" >&2
-    exit 1
-  fi
-  echo "framework-table: README.md's framework table is current"
-else
-  cp "$updated" README.md
-  echo "framework-table: README.md updated"
-fi
+source scripts/lib/readme-table.sh
+readme_table framework-table "$begin" "$end" "$table" "$check"
