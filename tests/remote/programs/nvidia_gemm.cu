@@ -363,11 +363,19 @@ void Solve(cusolverDnHandle_t h, bool cholesky, int n) {
   cudaFree(pivots);
 }
 
+__global__ void Probe(float* x) { x[threadIdx.x] = 0; }
+
 int main(int argc, char** argv) {
   const bool solver = argc > 1 && std::strcmp(argv[1], "solver") == 0;
   cudaDeviceProp props;
   cudaGetDeviceProperties(&props, 0);
   std::printf("nvidia_gemm: %s, compute capability %d.%d\n", props.name, props.major, props.minor);
+  // CUB and cuSOLVER size their grids by occupancy; a failed query leaves their kernels unlaunched.
+  int blocks = 0;
+  cudaError_t occupancy = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Probe, 256, 0);
+  CHECK(occupancy == cudaSuccess && blocks > 0, "cudaOccupancyMaxActiveBlocksPerMultiprocessor: %s, %d blocks",
+        cudaGetErrorString(occupancy), blocks);
+  std::printf("occupancy: %d blocks of 256 threads per multiprocessor\n", blocks);
   cublasHandle_t h;
   cublasStatus_t s = cublasCreate(&h);
   CHECK(s == CUBLAS_STATUS_SUCCESS, "cublasCreate: status %d", s);
