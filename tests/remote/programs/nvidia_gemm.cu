@@ -10,6 +10,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <cusolverDn.h>
 
@@ -294,6 +295,58 @@ void LtMatmul(int m, int n, int k) {
   cudaFree(d);
 }
 
+// cublasLtMatmul with fp8 (e4m3) A and B, FP32 C and D, D = A^T B: small integers and halves, which e4m3 holds
+// exactly, so the result is exact.
+void LtMatmulFp8(int m, int n, int k) {
+  Operands o(m, n, k, true, false, Fill::kIntegers, 6500);
+  for (double& x : o.b.v) x /= 2;
+  __nv_fp8_e4m3 *a = Upload<__nv_fp8_e4m3>(o.a), *b = Upload<__nv_fp8_e4m3>(o.b);
+  float* d = nullptr;
+  cudaMalloc(&d, sizeof(float) * m * n);
+  cublasLtHandle_t lt;
+  cublasLtCreate(&lt);
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  cublasOperation_t trans = CUBLAS_OP_T;
+  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans));
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, k, m, k);
+  cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, k, n, k);
+  cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, m);
+  cublasLtMatmulPreference_t pref;
+  cublasLtMatmulPreferenceCreate(&pref);
+  size_t workspace_bytes = 1 << 22;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+                                       sizeof(workspace_bytes));
+  void* workspace = nullptr;
+  cudaMalloc(&workspace, workspace_bytes);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &result, &found);
+  CHECK(s == CUBLAS_STATUS_SUCCESS && found > 0, "cublasLtMatmulAlgoGetHeuristic (fp8): status %d, %d algorithms",
+        s, found);
+  if (s == CUBLAS_STATUS_SUCCESS && found > 0) {
+    const float one = 1, zero = 0;
+    s = cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, d, lc, d, lc, &result.algo, workspace, workspace_bytes,
+                       nullptr);
+    CHECK(s == CUBLAS_STATUS_SUCCESS, "cublasLtMatmul (fp8): status %d", s);
+    if (s == CUBLAS_STATUS_SUCCESS) {
+      Compare("cublasLtMatmul e4m3 TN integers", o.a, true, o.b, false, Download(d, static_cast<size_t>(m) * n), m,
+              n, k, 0, true);
+    }
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(desc);
+  cublasLtDestroy(lt);
+  cudaFree(workspace);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(d);
+}
+
 // Solves A x = b for a well-conditioned A (diagonally dominant; for Cholesky also symmetric) and checks the
 // residual |A x - b| / (|A| |x|) against n * eps.
 void Solve(cusolverDnHandle_t h, bool cholesky, int n) {
@@ -411,6 +464,7 @@ int main(int argc, char** argv) {
     cudaStreamDestroy(stream);
   }
   LtMatmul(64, 48, 80);
+  LtMatmulFp8(64, 64, 64);
   if (solver) {
     cusolverDnHandle_t sh;
     cusolverStatus_t ss = cusolverDnCreate(&sh);
