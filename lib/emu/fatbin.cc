@@ -59,9 +59,9 @@ constexpr char kNoPtxMessage[] = "no PTX in this binary; rebuild with PTX (e.g. 
 constexpr char kCubinMessage[] =
     "no PTX in this binary: it is a cubin (SASS only), as nvJitLink, NVRTC with an sm_XX architecture or ptxas "
     "produce; the emulated device runs PTX: load PTX text instead (NVRTC and cuda.core: compile to PTX for a "
-    "compute_XX architecture; numba-cuda: @cuda.jit(lto=False) with cuda.core's driver linker); cuBLAS, cuBLASLt and cuSOLVER load such cubins "
-    "for the architectures they carry SASS for, and take their PTX on a newer one: an emulated device of compute "
-    "capability 13.0 (gp-agent --emu-cc 13.0)";
+    "compute_XX architecture; numba-cuda: @cuda.jit(lto=False) with cuda.core's driver linker); cuBLAS, cuBLASLt and "
+    "cuSOLVER load such cubins for the architectures they carry SASS for, and take their PTX on a newer one: an "
+    "emulated device of compute capability 13.0 (gp-agent --emu-cc 13.0)";
 
 template <typename T>
 T Load(const uint8_t* p) {

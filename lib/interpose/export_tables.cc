@@ -387,10 +387,10 @@ CUresult IdentityNumber(CUcontext handle, unsigned long long* number) {
 }
 
 // Slot 51: the driver's own object for a stream handle, `per_thread` saying whether the NULL stream means the
-// per-thread default stream (cuBLAS passes its stream, CU_STREAM_LEGACY for the default one, or
-// CU_STREAM_PER_THREAD with per_thread set). Public descriptions of this table (CU_ETID_ToolsContext) pair it with slot 39, which reads an identity
-// back from that object. The interposer's own stream object is the handle it gives out: a created stream's handle,
-// or CU_STREAM_LEGACY / CU_STREAM_PER_THREAD for the default streams (both the slice's stream 0 here).
+// per-thread default stream (cuBLAS passes its stream, CU_STREAM_LEGACY for the default one, or CU_STREAM_PER_THREAD
+// with per_thread set). Public descriptions of this table (CU_ETID_ToolsContext) pair it with slot 39, which reads an
+// identity back from that object. The interposer's own stream object is the handle it gives out: a created stream's
+// handle, or CU_STREAM_LEGACY / CU_STREAM_PER_THREAD for the default streams (both the slice's stream 0 here).
 CUresult IdentityStream(CUcontext handle, CUstream stream, CUstream* out, int per_thread) {
   return ApiCall(
       "context_identity.stream",

@@ -607,7 +607,9 @@ TEST_P(TensorTest, CvtFp8x2ToF16x2) {
       return ToHalf(FromFp8(bits, mantissa_bits, bias));
     };
     std::vector<uint32_t> want(256);
-    for (uint32_t i = 0; i < 256; ++i) want[i] = half(static_cast<uint8_t>(i)) << 16 | half(static_cast<uint8_t>(255 - i));
+    for (uint32_t i = 0; i < 256; ++i) {
+      want[i] = half(static_cast<uint8_t>(i)) << 16 | half(static_cast<uint8_t>(255 - i));
+    }
     EXPECT_TRUE(ArraysEqual(Download<uint32_t>(out, 256), want, "f16x2"));
   }
 }

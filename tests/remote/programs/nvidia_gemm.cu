@@ -235,8 +235,8 @@ void SgemmStridedBatched(cublasHandle_t h, int m, int n, int k, int batch) {
     for (int i = 0; i < batch; ++i) {
       char name[64];
       std::snprintf(name, sizeof(name), "cublasSgemmStridedBatched [%d]", i);
-      Compare(name, ops[i].a, false, ops[i].b, false, std::vector<double>(all.begin() + i * sc, all.begin() + (i + 1) * sc),
-              m, n, k, 0, true);
+      std::vector<double> c(all.begin() + i * sc, all.begin() + (i + 1) * sc);
+      Compare(name, ops[i].a, false, ops[i].b, false, c, m, n, k, 0, true);
     }
   }
   cudaFree(a);
