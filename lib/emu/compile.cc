@@ -1114,7 +1114,13 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     if (EmuStatus s = need_type(); !s.ok()) return s;
     if (inst.type == Type::kB128) return Unsupported(in, "128-bit loads and stores");
     if (m.flags.count("volatile")) inst.flags |= kVolatile;
-    if (EmuStatus s = Operands(in, 2); !s.ok()) return s;
+    // .L2::cache_hint: a third operand, the cache policy (createpolicy's), a hint the emulator has no cache for.
+    const bool cache_hint = HasCacheHint(in);
+    if (EmuStatus s = Operands(in, cache_hint ? 3 : 2); !s.ok()) return s;
+    if (cache_hint) {
+      Operand policy;
+      if (EmuStatus s = Resolve(in.operands[2], Type::kB64, in.line, &policy); !s.ok()) return s;
+    }
     const auto& addr = in.operands[op == "st" ? 0 : 1];
     const auto& val = in.operands[op == "st" ? 1 : 0];
     if (EmuStatus s = ResolveAddress(addr, in.line, inst); !s.ok()) return s;
