@@ -1052,6 +1052,29 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     return Resolve(in.operands[1], inst.type, in.line, &inst.s[0]);
   }
 
+  if (op == "cvt" && !in.modifiers.empty() && in.modifiers[0] == "pack") {
+    // cvt.pack.sat.convertType.s32[.b32]: the modifiers in that order (the narrow types are no PTX register types).
+    static const std::unordered_map<std::string, std::pair<uint8_t, bool>> kNarrow = {
+        {"u16", {16, false}}, {"s16", {16, true}}, {"u8", {8, false}}, {"s8", {8, true}},
+        {"u4", {4, false}},   {"s4", {4, true}},   {"u2", {2, false}}, {"s2", {2, true}}};
+    const std::vector<std::string>& x = in.modifiers;
+    if (x.size() < 4 || x[1] != "sat" || !kNarrow.count(x[2]) || x[3] != "s32") return Unsupported(in);
+    const auto [bits, is_signed] = kNarrow.at(x[2]);
+    const bool with_c = bits != 16;
+    if (x.size() != (with_c ? 5u : 4u) || (with_c && x[4] != "b32")) return Unsupported(in);
+    inst.op = Op::kCvtPack;
+    inst.mode = bits;
+    inst.mode2 = is_signed ? 1 : 0;
+    if (EmuStatus s = Operands(in, with_c ? 4 : 3); !s.ok()) return s;
+    if (EmuStatus s = Resolve(in.operands[0], Type::kB32, in.line, &inst.d[0]); !s.ok()) return s;
+    if (EmuStatus s = Resolve(in.operands[1], Type::kS32, in.line, &inst.s[0]); !s.ok()) return s;
+    if (EmuStatus s = Resolve(in.operands[2], Type::kS32, in.line, &inst.s[1]); !s.ok()) return s;
+    if (with_c) return Resolve(in.operands[3], Type::kB32, in.line, &inst.s[2]);
+    inst.s[2].kind = Src::kImm;
+    inst.s[2].imm = 0;
+    return EmuStatus::Ok();
+  }
+
   if (op == "cvt" && (m.flags.count("e4m3x2") || m.flags.count("e5m2x2"))) {
     // Two f32 to two fp8 (a to the upper byte, b to the lower), or two fp8 to an f16x2 (exact): rounding to
     // nearest even, and towards fp8 with .satfinite, which the ISA requires (out of range: the largest finite).

@@ -59,6 +59,9 @@ enum class Op : uint8_t {
   // cvt.rn.satfinite{.relu}.{e4m3x2,e5m2x2}.f32 d, a, b and cvt.rn{.relu}.f16x2.{e4m3x2,e5m2x2} d, a: the operands
   // of fp8 mma. mode: kFp8E5M2 for e5m2 (else e4m3) | kFp8Relu.
   kCvtToFp8x2, kCvtFromFp8x2,
+  // cvt.pack.sat.{u16,s16}.s32 d, a, b and cvt.pack.sat.{u8,s8,u4,s4,u2,s2}.s32.b32 d, a, b, c: a and b saturated
+  // to `mode` bits (mode2: signed), b in the lowest bits, a above it, and c's low bits above both (not for 16).
+  kCvtPack,
   // Texture and surface instructions (compile_tex.inc, exec_tex.inc). mode: the geometry (TexGeom).
   kTex, kTld4, kSuld, kSust,
 };

@@ -23,6 +23,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "conformance/reference.h"
@@ -1855,6 +1856,31 @@ void MoreForms(Table& t) {
     return Exactly(Encode(x, tf32, Rounding::kNearestAway) << 13);
   });
   Fp8Forms(t);
+  // cvt.pack.sat: a and b saturated to the narrow type, b in the lowest bits, a above it; with c (types narrower
+  // than 16 bits), c's low bits above both.
+  for (const auto& [type, bits, is_signed] :
+       {std::tuple{"u16", 16, false}, std::tuple{"s16", 16, true}, std::tuple{"u8", 8, false},
+        std::tuple{"s8", 8, true}, std::tuple{"u4", 4, false}, std::tuple{"s4", 4, true}, std::tuple{"u2", 2, false},
+        std::tuple{"s2", 2, true}}) {
+    const int64_t low = is_signed ? -(int64_t{1} << (bits - 1)) : 0;
+    const int64_t high = is_signed ? (int64_t{1} << (bits - 1)) - 1 : (int64_t{1} << bits) - 1;
+    const int size = bits;
+    auto saturate = [=](uint64_t v) {
+      const int64_t x = static_cast<int32_t>(static_cast<uint32_t>(v));
+      return static_cast<uint64_t>(x < low ? low : x > high ? high : x) & ((uint64_t{1} << size) - 1);
+    };
+    const std::string text = std::string("cvt.pack.sat.") + type + ".s32" + (bits == 16 ? "" : ".b32");
+    if (bits == 16) {
+      t.Add("more", text, Ty::kB32, {Ty::kS32, Ty::kS32},
+            [=](const Inputs& i) { return Exactly(saturate(i[0]) << 16 | saturate(i[1])); });
+    } else {
+      t.Add("more", text, Ty::kB32, {Ty::kS32, Ty::kS32, Ty::kB32}, [=](const Inputs& i) {
+        uint64_t d = saturate(i[0]) << size | saturate(i[1]);
+        for (int bit = 2 * size; bit < 32; ++bit) d |= ((i[2] >> (bit - 2 * size)) & 1) << bit;
+        return Exactly(d);
+      });
+    }
+  }
 }
 
 Table BuildTable() {
