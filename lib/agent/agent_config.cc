@@ -149,7 +149,7 @@ Status Read(const TomlFile& file, AgentConfig* c) {
 }  // namespace
 
 Result<int> ParseComputeCapability(std::string_view text) {
-  static constexpr int kKnown[] = {50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90, 120, 121};
+  static constexpr int kKnown[] = {50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90, 120, 121, 130};
   const size_t dot = text.find('.');
   auto digits = [](std::string_view d) {
     return !d.empty() && std::all_of(d.begin(), d.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
@@ -163,7 +163,7 @@ Result<int> ParseComputeCapability(std::string_view text) {
   }
   return Status(StatusCode::kInvalidArgument,
                 fmt::format("compute capability '{}' is not one of 5.0, 5.2, 5.3, 6.0, 6.1, 6.2, 7.0, 7.2, 7.5, 8.0, "
-                            "8.6, 8.7, 8.9, 9.0, 12.0, 12.1",
+                            "8.6, 8.7, 8.9, 9.0, 12.0, 12.1, 13.0",
                             text));
 }
 

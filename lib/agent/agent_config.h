@@ -65,7 +65,8 @@ struct AgentConfig {
   int emulated_count = 0;
   uint64_t emulated_memory = 16ull << 30;
   // Compute capability the emulated devices report and pick PTX by, major * 10 + minor ([emulated]
-  // compute_capability = "8.0", --emu-cc, $GPUPOOL_EMU_CC). Default 121 (12.1): the newest the emulator implements.
+  // compute_capability = "8.0", --emu-cc, $GPUPOOL_EMU_CC). Default 121 (12.1): the newest GPU the emulator
+  // implements. 130 (13.0) is no product: newer than CUDA 13's libraries, so that they take their PTX over SASS.
   int emulated_compute_capability = 121;
   LeaseTiming timing;
   std::chrono::milliseconds drain_timeout{300000};

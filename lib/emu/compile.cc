@@ -1052,6 +1052,54 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     return Resolve(in.operands[1], inst.type, in.line, &inst.s[0]);
   }
 
+  if (op == "cvt" && !in.modifiers.empty() && in.modifiers[0] == "pack") {
+    // cvt.pack.sat.convertType.s32[.b32]: the modifiers in that order (the narrow types are no PTX register types).
+    static const std::unordered_map<std::string, std::pair<uint8_t, bool>> kNarrow = {
+        {"u16", {16, false}}, {"s16", {16, true}}, {"u8", {8, false}}, {"s8", {8, true}},
+        {"u4", {4, false}},   {"s4", {4, true}},   {"u2", {2, false}}, {"s2", {2, true}}};
+    const std::vector<std::string>& x = in.modifiers;
+    if (x.size() < 4 || x[1] != "sat" || !kNarrow.count(x[2]) || x[3] != "s32") return Unsupported(in);
+    const auto [bits, is_signed] = kNarrow.at(x[2]);
+    const bool with_c = bits != 16;
+    if (x.size() != (with_c ? 5u : 4u) || (with_c && x[4] != "b32")) return Unsupported(in);
+    inst.op = Op::kCvtPack;
+    inst.mode = bits;
+    inst.mode2 = is_signed ? 1 : 0;
+    if (EmuStatus s = Operands(in, with_c ? 4 : 3); !s.ok()) return s;
+    if (EmuStatus s = Resolve(in.operands[0], Type::kB32, in.line, &inst.d[0]); !s.ok()) return s;
+    if (EmuStatus s = Resolve(in.operands[1], Type::kS32, in.line, &inst.s[0]); !s.ok()) return s;
+    if (EmuStatus s = Resolve(in.operands[2], Type::kS32, in.line, &inst.s[1]); !s.ok()) return s;
+    if (with_c) return Resolve(in.operands[3], Type::kB32, in.line, &inst.s[2]);
+    inst.s[2].kind = Src::kImm;
+    inst.s[2].imm = 0;
+    return EmuStatus::Ok();
+  }
+
+  if (op == "cvt" && (m.flags.count("e4m3x2") || m.flags.count("e5m2x2"))) {
+    // Two f32 to two fp8 (a to the upper byte, b to the lower), or two fp8 to an f16x2 (exact): rounding to
+    // nearest even, and towards fp8 with .satfinite, which the ISA requires (out of range: the largest finite).
+    const bool e5m2 = m.flags.count("e5m2x2") > 0;
+    inst.mode = static_cast<uint8_t>((e5m2 ? kFp8E5M2 : 0) | (m.flags.count("relu") ? kFp8Relu : 0));
+    for (const auto& f : m.flags) {
+      if (f != "e4m3x2" && f != "e5m2x2" && f != "satfinite" && f != "relu") return Unsupported(in, "modifier ." + f);
+    }
+    if (m.round != Round::kRn || m.flags.count("e4m3x2") + m.flags.count("e5m2x2") != 1) return Unsupported(in);
+    if (m.types.size() == 1 && m.types[0] == Type::kF32 && m.flags.count("satfinite")) {
+      inst.op = Op::kCvtToFp8x2;
+      if (EmuStatus s = Operands(in, 3); !s.ok()) return s;
+      if (EmuStatus s = Resolve(in.operands[0], Type::kB16, in.line, &inst.d[0]); !s.ok()) return s;
+      if (EmuStatus s = Resolve(in.operands[1], Type::kF32, in.line, &inst.s[0]); !s.ok()) return s;
+      return Resolve(in.operands[2], Type::kF32, in.line, &inst.s[1]);
+    }
+    if (m.types.size() == 1 && m.types[0] == Type::kF16x2 && !m.flags.count("satfinite")) {
+      inst.op = Op::kCvtFromFp8x2;
+      if (EmuStatus s = Operands(in, 2); !s.ok()) return s;
+      if (EmuStatus s = Resolve(in.operands[0], Type::kB32, in.line, &inst.d[0]); !s.ok()) return s;
+      return Resolve(in.operands[1], Type::kB16, in.line, &inst.s[0]);
+    }
+    return Unsupported(in, "this fp8 conversion");
+  }
+
   if (op == "cvt") {
     inst.op = Op::kCvt;
     if (m.types.size() != 2) return Err(in.line, "cvt needs a destination and a source type");
@@ -1089,7 +1137,13 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     if (EmuStatus s = need_type(); !s.ok()) return s;
     if (inst.type == Type::kB128) return Unsupported(in, "128-bit loads and stores");
     if (m.flags.count("volatile")) inst.flags |= kVolatile;
-    if (EmuStatus s = Operands(in, 2); !s.ok()) return s;
+    // .L2::cache_hint: a third operand, the cache policy (createpolicy's), a hint the emulator has no cache for.
+    const bool cache_hint = HasCacheHint(in);
+    if (EmuStatus s = Operands(in, cache_hint ? 3 : 2); !s.ok()) return s;
+    if (cache_hint) {
+      Operand policy;
+      if (EmuStatus s = Resolve(in.operands[2], Type::kB64, in.line, &policy); !s.ok()) return s;
+    }
     const auto& addr = in.operands[op == "st" ? 0 : 1];
     const auto& val = in.operands[op == "st" ? 1 : 0];
     if (EmuStatus s = ResolveAddress(addr, in.line, inst); !s.ok()) return s;
@@ -1315,6 +1369,17 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
   }
   if (op == "nanosleep") {
     inst.op = Op::kNanosleep;
+    return EmuStatus::Ok();
+  }
+  if (op == "griddepcontrol") {
+    // Programmatic dependent launch. The emulated device starts a kernel only after the kernels before it in its
+    // stream order have finished and their writes are visible, so .wait has nothing to wait for, and
+    // .launch_dependents (allowing the next kernel to start early) is a hint it need not take.
+    if (m.flags.size() != 1 || !(m.flags.count("wait") || m.flags.count("launch_dependents"))) {
+      return Unsupported(in);
+    }
+    if (!in.operands.empty()) return Err(in.line, "griddepcontrol takes no operands");
+    inst.op = Op::kNop;
     return EmuStatus::Ok();
   }
   if (op == "prefetch" || op == "prefetchu" || op == "discard" || op == "applypriority" ||

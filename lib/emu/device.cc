@@ -100,6 +100,10 @@ DeviceProperties PropertiesOfCapability(int cc_major, int cc_minor) {
       {120, "GeForce RTX 5090", 170, 100, 99, 1536, 24, 65536, 98304},
       // GB10 (DGX Spark): its L2 size is not in NVIDIA's datasheets; 24 MiB as public reports give it.
       {121, "GB10", 48, 100, 99, 1536, 24, 65536, 24576},
+      // No product: a capability newer than every architecture CUDA 13's libraries carry SASS for, so that those
+      // choosing kernels by capability (cuBLAS, cuBLASLt, cuSOLVER) take their forward-compatible PTX, which the
+      // emulator runs, instead of SASS-only cubins, which it cannot. The limits of the newest GPU it stands for.
+      {130, "GB10", 48, 100, 99, 1536, 24, 65536, 24576},
   };
   const int cc = cc_major * 10 + cc_minor;
   const Row* row = nullptr;

@@ -60,7 +60,9 @@ constexpr char kCubinMessage[] =
     "no PTX in this binary: it is a cubin (SASS only), as nvJitLink, NVRTC with an sm_XX architecture or ptxas "
     "produce; the emulated device runs PTX: load PTX text instead (NVRTC and cuda.core: compile to PTX for a "
     "compute_XX architecture; numba-cuda: take the slices with gpupool.attach(), which links numba's kernels as "
-    "PTX, or see README's numba section)";
+    "PTX, or see README's numba section); cuBLAS, cuBLASLt and cuSOLVER load such cubins for the architectures "
+    "they carry SASS for, and take their PTX on a newer one: an emulated device of compute capability 13.0 "
+    "(gp-agent --emu-cc 13.0)";
 
 template <typename T>
 T Load(const uint8_t* p) {

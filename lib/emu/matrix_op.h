@@ -11,13 +11,14 @@ namespace gpupool::emu::internal {
 
 // Element types of matrix fragments. tf32 sits in a 32-bit register like f32; b16 is ldmatrix/movmatrix's untyped
 // 16-bit element.
-enum class MatrixType : uint8_t { kNone, kF16, kBF16, kTF32, kF32, kF64, kS8, kU8, kS32, kB16 };
+// kE4M3 and kE5M2: the 8-bit floating-point formats of fp8 mma (sm_89+).
+enum class MatrixType : uint8_t { kNone, kF16, kBF16, kTF32, kF32, kF64, kS8, kU8, kS32, kB16, kE4M3, kE5M2 };
 
 // Elements of type `t` in one register (f64 fills a 64-bit register).
 inline int ElementsPerRegister(MatrixType t) {
   switch (t) {
     case MatrixType::kF16: case MatrixType::kBF16: case MatrixType::kB16: return 2;
-    case MatrixType::kS8: case MatrixType::kU8: return 4;
+    case MatrixType::kS8: case MatrixType::kU8: case MatrixType::kE4M3: case MatrixType::kE5M2: return 4;
     default: return 1;
   }
 }

@@ -18,6 +18,9 @@ namespace gpupool::emu::internal {
 
 using ptx::Type;
 
+// Inst::mode of kCvtToFp8x2 and kCvtFromFp8x2.
+constexpr uint8_t kFp8E5M2 = 1, kFp8Relu = 2;
+
 enum class Op : uint8_t {
   kNop, kMov, kMovPack, kMovUnpack,
   kAdd, kSub, kMul, kMad, kFma, kDiv, kRem, kAbs, kNeg, kMin, kMax, kSad,
@@ -53,6 +56,12 @@ enum class Op : uint8_t {
   // are warp collectives.
   kWmmaLoad, kWmmaStore, kWmmaMma, kMma, kLdmatrix, kMovmatrix,
   kCvtTf32,  // cvt.{rna,rn,rz}.tf32.f32: the operand format of tf32 mma.
+  // cvt.rn.satfinite{.relu}.{e4m3x2,e5m2x2}.f32 d, a, b and cvt.rn{.relu}.f16x2.{e4m3x2,e5m2x2} d, a: the operands
+  // of fp8 mma. mode: kFp8E5M2 for e5m2 (else e4m3) | kFp8Relu.
+  kCvtToFp8x2, kCvtFromFp8x2,
+  // cvt.pack.sat.{u16,s16}.s32 d, a, b and cvt.pack.sat.{u8,s8,u4,s4,u2,s2}.s32.b32 d, a, b, c: a and b saturated
+  // to `mode` bits (mode2: signed), b in the lowest bits, a above it, and c's low bits above both (not for 16).
+  kCvtPack,
   // Texture and surface instructions (compile_tex.inc, exec_tex.inc). mode: the geometry (TexGeom).
   kTex, kTld4, kSuld, kSust,
 };

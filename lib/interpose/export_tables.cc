@@ -10,6 +10,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +23,7 @@
 #include "core/log.h"
 #include "driver.h"
 #include "integrity.h"
+#include "remote.h"
 #include "shared_object.h"
 
 namespace gpupool::interpose {
@@ -364,7 +366,8 @@ CUresult IntegrityCheck(uint32_t version, uint64_t unix_seconds, uint64_t (*out)
 }
 
 // --- Context identity (21318c60): asked for by cuBLAS 13 before its first GEMM. ---------------------------------
-// Public descriptions name slot 3 "get device" and slot 4 "get context number" (a context in, a value out). The
+// Public descriptions name slot 3 "get device" and slot 4 "get context number" (a context in, a value out), and
+// slots 51 and 39 a stream's driver object and an identity read from it (cuBLAS calls them on each GEMM). The
 // other slots are unknown: they refuse with CUDA_ERROR_NOT_SUPPORTED and name themselves once in the log.
 
 using RefusedFn = CUresult (*)();
@@ -411,6 +414,55 @@ CUresult IdentityNumber(CUcontext handle, unsigned long long* number) {
   });
 }
 
+// Slot 51: the driver's own object for a stream handle, `per_thread` saying whether the NULL stream means the
+// per-thread default stream (cuBLAS passes its stream, CU_STREAM_LEGACY for the default one, or CU_STREAM_PER_THREAD
+// with per_thread set). Public descriptions of this table (CU_ETID_ToolsContext) pair it with slot 39, which reads an
+// identity back from that object. The interposer's own stream object is the handle it gives out: a created stream's
+// handle, or CU_STREAM_LEGACY / CU_STREAM_PER_THREAD for the default streams (both the slice's stream 0 here).
+CUresult IdentityStream(CUcontext handle, CUstream stream, CUstream* out, int per_thread) {
+  return ApiCall(
+      "context_identity.stream",
+      [&] {
+        Context* ctx;
+        if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+        if (CUresult r = IdentityContext(handle, &ctx); r != CUDA_SUCCESS) return r;
+        if (stream == nullptr) stream = per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+        int dev;
+        uint64_t remote;
+        if (CUresult r = Remote::Get().ResolveStream(stream, &dev, &remote, false); r != CUDA_SUCCESS) return r;
+        if (dev != ctx->device) return CUDA_ERROR_INVALID_HANDLE;  // Another context's stream.
+        *out = stream;
+        return CUDA_SUCCESS;
+      },
+      [&](CUresult r) {
+        return fmt::format("ctx={}, stream={}, per_thread={}{}", static_cast<void*>(handle),
+                           static_cast<void*>(stream), per_thread,
+                           r == CUDA_SUCCESS ? fmt::format(" -> {}", static_cast<void*>(*out)) : std::string());
+      });
+}
+
+// Slot 39: an identity for a stream object from slot 51, unique among the process's live streams as
+// cuStreamGetId's: the slice's stream id, above the device ordinal (the default streams: 0 on each device).
+CUresult IdentityStreamId(CUcontext handle, CUstream stream, unsigned long long* id) {
+  return ApiCall(
+      "context_identity.stream_id",
+      [&] {
+        Context* ctx;
+        if (id == nullptr) return CUDA_ERROR_INVALID_VALUE;
+        if (CUresult r = IdentityContext(handle, &ctx); r != CUDA_SUCCESS) return r;
+        int dev;
+        uint64_t remote;
+        if (CUresult r = Remote::Get().ResolveStream(stream, &dev, &remote, false); r != CUDA_SUCCESS) return r;
+        if (dev != ctx->device) return CUDA_ERROR_INVALID_HANDLE;
+        *id = (static_cast<unsigned long long>(dev) << 48) | remote;
+        return CUDA_SUCCESS;
+      },
+      [&](CUresult r) {
+        return fmt::format("ctx={}, stream={}{}", static_cast<void*>(handle), static_cast<void*>(stream),
+                           r == CUDA_SUCCESS ? fmt::format(" -> {:#x}", *id) : std::string());
+      });
+}
+
 // Refused slots kFirst, kFirst + 1, ... of table kTable.
 template <int kTable, int kFirst, size_t... kSlots>
 constexpr std::array<RefusedFn, sizeof...(kSlots)> RefusedSlots(std::index_sequence<kSlots...>) {
@@ -423,13 +475,27 @@ struct ContextIdentityTable {
   RefusedFn slot1, slot2;
   decltype(&IdentityDevice) device;
   decltype(&IdentityNumber) number;
-  std::array<RefusedFn, 90> rest;  // Slots 5 to 94.
+  std::array<RefusedFn, 34> slots5_to_38;
+  decltype(&IdentityStreamId) stream_id;  // Slot 39.
+  std::array<RefusedFn, 11> slots40_to_50;
+  decltype(&IdentityStream) stream;  // Slot 51.
+  std::array<RefusedFn, 43> slots52_to_94;
 };
 static_assert(sizeof(ContextIdentityTable) == 95 * sizeof(void*));
+static_assert(offsetof(ContextIdentityTable, stream_id) == 39 * sizeof(void*));
+static_assert(offsetof(ContextIdentityTable, stream) == 51 * sizeof(void*));
 
 const ContextIdentityTable kContextIdentityTable = {
-    sizeof(ContextIdentityTable), &RefusedSlot<kContextIdentity, 1>, &RefusedSlot<kContextIdentity, 2>,
-    &IdentityDevice, &IdentityNumber, RefusedSlots<kContextIdentity, 5>(std::make_index_sequence<90>()),
+    sizeof(ContextIdentityTable),
+    &RefusedSlot<kContextIdentity, 1>,
+    &RefusedSlot<kContextIdentity, 2>,
+    &IdentityDevice,
+    &IdentityNumber,
+    RefusedSlots<kContextIdentity, 5>(std::make_index_sequence<34>()),
+    &IdentityStreamId,
+    RefusedSlots<kContextIdentity, 40>(std::make_index_sequence<11>()),
+    &IdentityStream,
+    RefusedSlots<kContextIdentity, 52>(std::make_index_sequence<43>()),
 };
 
 // --- Tools' module queries (6e163fbe): asked for by cuFFT at plan time, which calls slot 7 on each module it loaded

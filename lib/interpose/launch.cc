@@ -137,6 +137,8 @@ CUresult Launch(CUfunction f, const uint32_t grid[3], const uint32_t block[3], u
   return SendLaunch(work, dev, sid, info);
 }
 
+constexpr int kNewestOccupancyMajor = 12;  // The newest architecture cuda_occupancy.h (CUDA 13.0) has tables for.
+
 // The slice's limits as NVIDIA's occupancy calculator (cuda_occupancy.h, shipped with the toolkit) takes them: the
 // answers are then the driver's own arithmetic (register and shared memory granularity, reserved shared memory).
 cudaOccDeviceProp OccupancyDevice(int dev) {
@@ -144,6 +146,12 @@ cudaOccDeviceProp OccupancyDevice(int dev) {
   cudaOccDeviceProp p;
   p.computeMajor = d.cc_major;
   p.computeMinor = d.cc_minor;
+  // The calculator knows architectures up to 12.x and answers "unknown device" for a newer one: such a device
+  // (the emulated 13.0, which has 12.1's limits) is computed with 12.1's allocation granularities.
+  if (p.computeMajor > kNewestOccupancyMajor) {
+    p.computeMajor = kNewestOccupancyMajor;
+    p.computeMinor = 1;
+  }
   p.maxThreadsPerBlock = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024);
   p.maxThreadsPerMultiprocessor = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, 2048);
   p.regsPerBlock = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, 65536);

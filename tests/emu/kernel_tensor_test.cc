@@ -13,6 +13,7 @@
 #include <functional>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernel_check.h"
@@ -25,12 +26,12 @@ using TensorTest = KernelTest;
 
 // ---- Element encodings. ----
 
-enum class Kind { kF16, kBF16, kTF32, kF32, kF64, kS8, kU8, kS32 };
+enum class Kind { kF16, kBF16, kTF32, kF32, kF64, kS8, kU8, kS32, kE4M3, kE5M2 };
 
 int Bytes(Kind k) {
   switch (k) {
     case Kind::kF16: case Kind::kBF16: return 2;
-    case Kind::kS8: case Kind::kU8: return 1;
+    case Kind::kS8: case Kind::kU8: case Kind::kE4M3: case Kind::kE5M2: return 1;
     case Kind::kF64: return 8;
     default: return 4;
   }
@@ -65,6 +66,23 @@ double FromHalf(uint16_t h) {
 
 float FromBits(uint32_t b) { return std::bit_cast<float>(b); }
 
+// fp8 with `mantissa_bits` of fraction and exponent bias `bias`, for values it holds exactly (normal or zero).
+uint8_t ToFp8(double v, int mantissa_bits, int bias) {
+  if (v == 0) return 0;
+  const uint8_t sign = v < 0 ? 0x80 : 0;
+  const int e = std::ilogb(v);
+  const int fraction = static_cast<int>(std::ldexp(std::fabs(v), mantissa_bits - e)) - (1 << mantissa_bits);
+  return sign | static_cast<uint8_t>((e + bias) << mantissa_bits | fraction);
+}
+
+// Every fp8 encoding but NaN and infinity: subnormals (exponent field 0) included.
+double FromFp8(uint8_t bits, int mantissa_bits, int bias) {
+  const int exponent = (bits & 0x7f) >> mantissa_bits, fraction = bits & ((1 << mantissa_bits) - 1);
+  const double sign = (bits & 0x80) ? -1 : 1;
+  if (exponent == 0) return sign * std::ldexp(fraction, 1 - bias - mantissa_bits);
+  return sign * std::ldexp((1 << mantissa_bits) + fraction, exponent - bias - mantissa_bits);
+}
+
 // Raw bits of `v` as element kind `k` (v must be representable for bf16 and tf32, which are truncated).
 uint64_t EncodeBits(Kind k, double v) {
   switch (k) {
@@ -75,6 +93,8 @@ uint64_t EncodeBits(Kind k, double v) {
     case Kind::kF64: return std::bit_cast<uint64_t>(v);
     case Kind::kS8: case Kind::kU8: return static_cast<uint8_t>(static_cast<int64_t>(v));
     case Kind::kS32: return static_cast<uint32_t>(static_cast<int64_t>(v));
+    case Kind::kE4M3: return ToFp8(v, 3, 7);
+    case Kind::kE5M2: return ToFp8(v, 2, 15);
   }
   return 0;
 }
@@ -89,6 +109,8 @@ double DecodeBits(Kind k, uint64_t bits) {
     case Kind::kS8: return static_cast<int8_t>(bits);
     case Kind::kU8: return static_cast<uint8_t>(bits);
     case Kind::kS32: return static_cast<int32_t>(bits);
+    case Kind::kE4M3: return FromFp8(static_cast<uint8_t>(bits), 3, 7);
+    case Kind::kE5M2: return FromFp8(static_cast<uint8_t>(bits), 2, 15);
   }
   return 0;
 }
@@ -103,6 +125,8 @@ double ExactValue(EmuTest* t, Kind k) {
     case Kind::kS32: return t->Int(-100000, 100000);
     case Kind::kTF32: return t->Int(-16, 16) / 4.0;
     case Kind::kF64: return t->Int(-64, 64) / 8.0;
+    case Kind::kE4M3: return t->Int(-15, 15) / 4.0;  // Three fraction bits hold every multiple of 1/4 up to 4.
+    case Kind::kE5M2: return t->Int(-7, 7) / 4.0;    // Two: up to 7/4 (1.11 in binary).
     default: return t->Int(-6, 6) / 2.0;  // f16, bf16, f32.
   }
 }
@@ -287,7 +311,7 @@ struct MmaForm {
   int batches = 1;
 };
 
-int PerRegister(Kind k) { return k == Kind::kF16 || k == Kind::kBF16 ? 2 : IsInt(k) && k != Kind::kS32 ? 4 : 1; }
+int PerRegister(Kind k) { return k == Kind::kF16 || k == Kind::kBF16 ? 2 : Bytes(k) == 1 ? 4 : 1; }
 
 // Accumulators of every m16n8 form: c0, c1 in row groupID, c2, c3 eight rows down.
 Cell Accumulator16(int lane, int i) { return {0, lane / 4 + 8 * (i / 2), 2 * (lane % 4) + i % 2}; }
@@ -461,6 +485,145 @@ TEST_P(TensorTest, MmaInt8) {
                 4, 2, 4, 4, Int8K32()};
   saturating.satfinite = true;
   CheckMma(this, module, saturating, true);
+}
+
+// fp8 multiplicands (cuBLASLt's fp8 GEMMs): every pairing of e4m3 and e5m2, in the 8-bit integers' layout.
+TEST_P(TensorTest, MmaFp8) {
+  TRACE_SEED();
+  Module* module = LoadKernel("tensor_fp8");
+  for (Kind a : {Kind::kE4M3, Kind::kE5M2}) {
+    for (Kind b : {Kind::kE4M3, Kind::kE5M2}) {
+      const std::string name = std::string("mma_m16n8k32_f32_") + (a == Kind::kE4M3 ? "e4m3" : "e5m2") + "_" +
+                               (b == Kind::kE4M3 ? "e4m3" : "e5m2") + "_f32";
+      CheckMma(this, module, {name, 16, 8, 32, a, b, Kind::kF32, Kind::kF32, 4, 2, 4, 4, Int8K32()});
+    }
+  }
+}
+
+// fp8 decoding at the formats' edges: subnormals, the largest finite values (e4m3 448, e5m2 57344), the sign.
+TEST_P(TensorTest, MmaFp8EdgeEncodings) {
+  TRACE_SEED();
+  Module* module = LoadKernel("tensor_fp8");
+  // A's row 0 and B's column 0 hold the encodings under test at k = 0; every other element is zero, so D(0,0) is
+  // the product of the two decoded values (exact in f32), and C is zero.
+  const struct {
+    Kind a, b;
+    uint8_t a_bits, b_bits;
+    float want;
+  } cases[] = {
+      {Kind::kE4M3, Kind::kE4M3, 0x7e, 0x38, 448.0f},                 // 448 x 1.
+      {Kind::kE4M3, Kind::kE4M3, 0x01, 0x38, 0x1p-9f},                // Smallest subnormal x 1.
+      {Kind::kE4M3, Kind::kE4M3, 0x87, 0x38, -7 * 0x1p-9f},           // Largest negative subnormal x 1.
+      {Kind::kE5M2, Kind::kE4M3, 0x7b, 0x38, 57344.0f},               // e5m2 57344 x 1.
+      {Kind::kE5M2, Kind::kE5M2, 0x01, 0x3c, 0x1p-16f},               // e5m2 smallest subnormal x 1.
+      {Kind::kE4M3, Kind::kE5M2, 0xc0, 0x40, -4.0f},                  // -2 x 2.
+  };
+  for (const auto& c : cases) {
+    const std::string name = std::string("mma_m16n8k32_f32_") + (c.a == Kind::kE4M3 ? "e4m3" : "e5m2") + "_" +
+                             (c.b == Kind::kE4M3 ? "e4m3" : "e5m2") + "_f32";
+    SCOPED_TRACE(name);
+    // Lane 0 holds A(0, 0..3) in its first register and B(0..3, 0) in its fifth (the layouts of Int8K32()).
+    std::vector<uint32_t> in(64 * 10, 0);
+    in[0] = c.a_bits;
+    in[4] = c.b_bits;
+    uint64_t out = Output<uint32_t>(64 * 4);
+    Launch(Get(module, name), {1}, {64}, 0, Upload(in), out);
+    std::vector<uint32_t> got = Download<uint32_t>(out, 64 * 4);
+    EXPECT_EQ(got[0], std::bit_cast<uint32_t>(c.want)) << FromBits(got[0]) << " want " << c.want;
+  }
+}
+
+// The host's f32 -> fp8 conversion, by search: the nearest finite encoding, a tie to the even one (fraction LSB 0);
+// .satfinite: beyond the largest finite value, infinities included, that value; NaN to 0x7f; `relu`: negatives to
+// +0.
+uint8_t NearestFp8(float value, int mantissa_bits, int bias, bool relu) {
+  if (std::isnan(value)) return 0x7f;
+  if (relu && std::signbit(value)) return 0;
+  const uint8_t sign = std::signbit(value) ? 0x80 : 0;
+  const uint8_t largest = mantissa_bits == 3 ? 0x7e : 0x7b;
+  const double v = std::fabs(static_cast<double>(value));
+  uint8_t best = 0;
+  for (int bits = 1; bits <= largest; ++bits) {
+    const double here = FromFp8(static_cast<uint8_t>(bits), mantissa_bits, bias);
+    const double d = std::fabs(here - v), best_d = std::fabs(FromFp8(best, mantissa_bits, bias) - v);
+    if (d < best_d || (d == best_d && (bits & 1) == 0)) best = static_cast<uint8_t>(bits);
+  }
+  if (v >= FromFp8(largest, mantissa_bits, bias)) best = largest;
+  return sign | best;
+}
+
+// Every fp8 value, the midpoints between neighbours (ties), a hair either side of them, values beyond the largest
+// finite one, subnormals, infinities and NaN, in pairs.
+TEST_P(TensorTest, CvtF32ToFp8x2) {
+  TRACE_SEED();
+  Module* module = LoadKernel("tensor_fp8");
+  for (const auto& [kernel, mantissa_bits, bias, relu] :
+       {std::tuple{"cvt_e4m3x2_f32", 3, 7, false}, std::tuple{"cvt_e5m2x2_f32", 2, 15, false},
+        std::tuple{"cvt_relu_e4m3x2_f32", 3, 7, true}}) {
+    SCOPED_TRACE(kernel);
+    std::vector<float> in;
+    const int largest = mantissa_bits == 3 ? 0x7e : 0x7b;
+    for (int bits = 0; bits <= largest; ++bits) {
+      const double here = FromFp8(static_cast<uint8_t>(bits), mantissa_bits, bias);
+      const double next = FromFp8(static_cast<uint8_t>(bits + 1), mantissa_bits, bias);
+      const float mid = static_cast<float>((here + next) / 2);
+      for (float x : {static_cast<float>(here), mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)}) {
+        in.push_back(x);
+        in.push_back(-x);
+      }
+    }
+    for (float x : {500.0f, 1e6f, 60000.0f, 65504.0f, INFINITY, -INFINITY, NAN, -0.0f, 1e-30f, -1e-30f}) {
+      in.push_back(x);
+    }
+    if (in.size() % 2) in.push_back(1.0f);
+    const size_t pairs = in.size() / 2;
+    uint64_t out = Output<uint32_t>(pairs);
+    Launch(Get(module, kernel), {static_cast<uint32_t>(pairs)}, {1}, 0, Upload(in), out);
+    std::vector<uint32_t> got = Download<uint32_t>(out, pairs), want(pairs);
+    for (size_t i = 0; i < pairs; ++i) {
+      want[i] = static_cast<uint32_t>(NearestFp8(in[2 * i], mantissa_bits, bias, relu)) << 8 |
+                NearestFp8(in[2 * i + 1], mantissa_bits, bias, relu);
+    }
+    EXPECT_TRUE(ArraysEqual(got, want, "fp8 pairs"));
+  }
+}
+
+// Every fp8 encoding in both bytes, to f16 (exact; NaN to the canonical 0x7fff; e5m2's infinities stay).
+TEST_P(TensorTest, CvtFp8x2ToF16x2) {
+  TRACE_SEED();
+  Module* module = LoadKernel("tensor_fp8");
+  for (const auto& [kernel, mantissa_bits, bias] :
+       {std::tuple{"cvt_f16x2_e4m3x2", 3, 7}, std::tuple{"cvt_f16x2_e5m2x2", 2, 15}}) {
+    SCOPED_TRACE(kernel);
+    std::vector<uint32_t> in(256);
+    for (uint32_t i = 0; i < 256; ++i) in[i] = i << 8 | (255 - i);
+    uint64_t out = Output<uint32_t>(256);
+    Launch(Get(module, kernel), {256}, {1}, 0, Upload(in), out);
+    auto half = [&](uint8_t bits) -> uint32_t {
+      const int exponent = (bits & 0x7f) >> mantissa_bits, fraction = bits & ((1 << mantissa_bits) - 1);
+      const bool e5m2 = mantissa_bits == 2;
+      if (e5m2 && exponent == 31) return fraction ? 0x7fff : (bits & 0x80 ? 0xfc00 : 0x7c00);
+      if (!e5m2 && (bits & 0x7f) == 0x7f) return 0x7fff;
+      return ToHalf(FromFp8(bits, mantissa_bits, bias));
+    };
+    std::vector<uint32_t> want(256);
+    for (uint32_t i = 0; i < 256; ++i) {
+      want[i] = half(static_cast<uint8_t>(i)) << 16 | half(static_cast<uint8_t>(255 - i));
+    }
+    EXPECT_TRUE(ArraysEqual(Download<uint32_t>(out, 256), want, "f16x2"));
+  }
+}
+
+TEST_P(TensorTest, GriddepcontrolRunsInStreamOrder) {
+  TRACE_SEED();
+  Module* module = LoadKernel("tensor_fp8");
+  std::vector<uint32_t> in(256);
+  std::iota(in.begin(), in.end(), 7u);
+  uint64_t out = Output<uint32_t>(256);
+  Launch(Get(module, "griddepcontrol_increment"), {2}, {128}, 0, Upload(in), out);
+  std::vector<uint32_t> want(256);
+  std::iota(want.begin(), want.end(), 8u);
+  EXPECT_TRUE(ArraysEqual(Download<uint32_t>(out, 256), want, "out"));
 }
 
 TEST_P(TensorTest, MmaM8n8k4F16EveryLayout) {
@@ -695,9 +858,11 @@ void ExpectRefused(TensorRefuseTest* t, const std::string& instruction, const st
 
 TEST_F(TensorRefuseTest, UnimplementedFormsAreInvalidPtx) {
   const std::string regs = ".reg .b32 %r<40>;\n.reg .f32 %f<40>;\n.reg .b64 %rd<4>;\n.reg .f64 %fd<40>;";
-  // fp8 multiplicands (sm_89+).
-  ExpectRefused(this, "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%f0,%f1,%f2,%f3}, {%r0,%r1,%r2,%r3}, "
-                      "{%r4,%r5}, {%f4,%f5,%f6,%f7};", regs);
+  // fp8 multiplicands with f16 accumulators (PTX 8.7), and at shape m16n8k16.
+  ExpectRefused(this, "mma.sync.aligned.m16n8k32.row.col.f16.e4m3.e4m3.f16 {%r0,%r1}, {%r2,%r3,%r4,%r5}, "
+                      "{%r6,%r7}, {%r8,%r9};", regs);
+  ExpectRefused(this, "mma.sync.aligned.m16n8k16.row.col.f32.e4m3.e4m3.f32 {%f0,%f1,%f2,%f3}, {%r0,%r1}, "
+                      "{%r4}, {%f4,%f5,%f6,%f7};", regs);
   // f64 m16n8k8 (sm_90).
   ExpectRefused(this, "mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%fd0,%fd1,%fd2,%fd3}, "
                       "{%fd4,%fd5,%fd6,%fd7}, {%fd8,%fd9}, {%fd10,%fd11,%fd12,%fd13};", regs);

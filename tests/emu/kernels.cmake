@@ -41,6 +41,7 @@ set(GPUPOOL_EMU_KERNELS
   packed
   packed_sm90
   tensor
+  tensor_fp8
   texture)
 
 # Variant name -> extra nvcc flags. Keep in sync with kVariants in kernel_harness.h.
@@ -54,6 +55,8 @@ set(GPUPOOL_EMU_VARIANTS default lz4 none debug)
 # that SASS and compute_XX PTX, which the test device (compute capability 9.0) runs.
 # Tensor cores: bf16, tf32, f64 and the m16n8 mma shapes need sm_80.
 set(GPUPOOL_EMU_KERNEL_ARCH_tensor sm_80)
+# fp8 mma needs sm_89 and griddepcontrol sm_90.
+set(GPUPOOL_EMU_KERNEL_ARCH_tensor_fp8 sm_90)
 set(GPUPOOL_EMU_KERNEL_ARCH_packed sm_80)
 set(GPUPOOL_EMU_KERNEL_ARCH_packed_sm90 sm_90)
 

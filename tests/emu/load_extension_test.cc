@@ -82,6 +82,14 @@ std::vector<LoadCase> LoadCases() {
       {"global_s16", "ld.global.s16 %rd10, [%rd5];", "", SignExtend16},
       {"global_u16", "ld.global.u16 %rd10, [%rd5];", "", ZeroExtend16},
       {"global_s8", "ld.global.s8 %rd10, [%rd5];", "", SignExtend8},
+      // With a cache policy operand (cuBLAS's kernels): a hint, the load the same.
+      {"global_cache_hint_s32",
+       "createpolicy.fractional.L2::evict_last.b64 %rd9, 1.0;\n  ld.global.L2::cache_hint.s32 %rd10, [%rd5], %rd9;", "",
+       SignExtend32},
+      {"global_nc_cache_hint_v2_s32",
+       "createpolicy.fractional.L2::evict_first.b64 %rd9, 0.5;\n"
+       "  ld.global.nc.L2::cache_hint.v2.s32 {%rd10, %rd11}, [%rd5], %rd9;",
+       "", SignExtend32},
       {"local_s16", "ld.local.s16 %rd10, [%rd5];", kToLocal, SignExtend16},
   };
 }

@@ -7,6 +7,8 @@ reach the device as PTX (the emulated device runs PTX; a GPU server runs either)
   cupy_checks.py cub_checked  reductions and a scan through CUB, each verified against NumPy
   cupy_checks.py random    cupy.random's cuRAND generators, bit for bit against cuRAND's host generators (the same
                            library, run on the CPU: cuRAND specifies its sequences exactly), and default_rng
+  cupy_checks.py linalg    `a @ b` (cuBLAS) in float32 and float64 and cupy.linalg.solve (cuSOLVER getrf/getrs),
+                           against NumPy; cuBLAS takes its PTX on an emulated device of compute capability 13.0
 """
 import ctypes
 import sys
@@ -128,5 +130,27 @@ def random():
     print("cupy random: PASSED")
 
 
+def linalg():
+    """Matrix products through cuBLAS and a linear solve through cuSOLVER, each against NumPy."""
+    rng = np.random.default_rng(45)
+    # Small integers: every product and partial sum is exact in float32, so the result is NumPy's bit for bit.
+    a = rng.integers(-3, 4, size=(96, 80)).astype(np.float32)
+    b = rng.integers(-3, 4, size=(80, 72)).astype(np.float32)
+    assert np.array_equal(cp.asnumpy(cp.asarray(a) @ cp.asarray(b)), a @ b), "float32 a @ b"
+    # Random float64: within the error bound of an 80-term dot product, k * eps * sum |a_ik b_kj|.
+    x = rng.uniform(-1, 1, size=(64, 80))
+    y = rng.uniform(-1, 1, size=(80, 48))
+    bound = 80 * np.finfo(np.float64).eps * (np.abs(x) @ np.abs(y))
+    assert np.all(np.abs(cp.asnumpy(cp.asarray(x) @ cp.asarray(y)) - x @ y) <= bound), "float64 a @ b"
+    # A diagonally dominant system: the residual relative to |A| |x| within n * eps.
+    n = 64
+    m = rng.uniform(-1, 1, size=(n, n)) + n * np.eye(n)
+    rhs = rng.uniform(-1, 1, size=n)
+    solution = cp.asnumpy(cp.linalg.solve(cp.asarray(m), cp.asarray(rhs)))
+    residual = np.max(np.abs(m @ solution - rhs)) / (np.max(np.abs(m).sum(axis=1)) * np.max(np.abs(solution)))
+    assert residual <= n * np.finfo(np.float64).eps, f"solve: relative residual {residual}"
+    print(f"cupy linalg: a @ b exact (float32), within the bound (float64); solve residual {residual:.3g}: PASSED")
+
+
 if __name__ == "__main__":
-    {"kernels": kernels, "cub": cub, "cub_checked": cub_checked, "random": random}[sys.argv[1]]()
+    {"kernels": kernels, "cub": cub, "cub_checked": cub_checked, "random": random, "linalg": linalg}[sys.argv[1]]()

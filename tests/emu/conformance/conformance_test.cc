@@ -23,6 +23,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "conformance/reference.h"
@@ -1575,6 +1576,85 @@ void PackedForms(Table& t) {
   }
 }
 
+// fp8, as fp8 mma takes it: e4m3 (3 fraction bits, bias 7, no infinities, S.1111.111 NaN, largest 448) and e5m2
+// (2 fraction bits, bias 15, IEEE 754 infinities and NaNs, largest 57344).
+struct Fp8 {
+  int mantissa, bias;
+  bool ieee;
+  uint64_t largest;  // The largest finite encoding.
+};
+constexpr Fp8 kE4M3{3, 7, false, 0x7e}, kE5M2{2, 15, true, 0x7b};
+
+Exact DecodeFp8(uint64_t bits, Fp8 f) {
+  Exact x;
+  x.negative = bits & 0x80;
+  const uint64_t exponent = (bits & 0x7f) >> f.mantissa, fraction = bits & ((1u << f.mantissa) - 1);
+  const uint64_t all_ones = (1u << (7 - f.mantissa)) - 1;
+  if (f.ieee && exponent == all_ones) {
+    x.nan = fraction != 0;
+    x.inf = fraction == 0;
+  } else if (!f.ieee && (bits & 0x7f) == 0x7f) {
+    x.nan = true;
+  } else if (exponent == 0) {
+    x.magnitude = static_cast<Quad>(fraction) * Pow2(1 - f.bias - f.mantissa);
+  } else {
+    x.magnitude = static_cast<Quad>(fraction | (1u << f.mantissa)) *
+                  Pow2(static_cast<int>(exponent) - f.bias - f.mantissa);
+  }
+  return x;
+}
+
+// cvt.rn.satfinite to fp8: to nearest, ties to even, at fp8's precision (its subnormals included: a format of the
+// same fraction bits and smallest exponent, and room above); beyond the largest finite value, infinities included,
+// that value; NaN to 0x7f.
+uint64_t EncodeFp8(const Exact& x, Fp8 f) {
+  if (x.nan) return 0x7f;
+  const uint64_t sign = x.negative ? 0x80 : 0;
+  const Exact largest = DecodeFp8(f.largest, f);
+  if (x.inf || x.magnitude >= largest.magnitude) return sign | f.largest;
+  const Format wide{f.mantissa, 1 - f.bias, 1000, 16};
+  const Exact rounded = Decode(Encode(x, wide, Rounding::kNearestEven), wide);
+  if (rounded.magnitude > largest.magnitude) return sign | f.largest;
+  for (uint64_t bits = 0; bits <= f.largest; ++bits) {
+    if (DecodeFp8(bits, f).magnitude == rounded.magnitude) return sign | bits;
+  }
+  throw HarnessError("EncodeFp8: no encoding");
+}
+
+void Fp8Forms(Table& t) {
+  for (const auto& [name, f] : {std::pair{"e4m3x2", kE4M3}, std::pair{"e5m2x2", kE5M2}}) {
+    for (bool relu : {false, true}) {
+      const Fp8 fmt = f;
+      // a to the upper byte, b to the lower; .relu: negatives (not NaN) to +0.
+      t.Add("fp8", std::string("cvt.rn.satfinite") + (relu ? ".relu." : ".") + name + ".f32", Ty::kB16,
+            {Ty::kF32, Ty::kF32}, [fmt, relu](const Inputs& i) {
+              auto one = [&](uint64_t v) {
+                Exact x = Decode(v, kSingle);
+                if (relu && x.negative && !x.nan) return uint64_t{0};
+                return EncodeFp8(x, fmt);
+              };
+              return Exactly(one(i[0]) << 8 | one(i[1]));
+            });
+    }
+    // Back to f16x2, exactly: every fp8 in each byte (the upper byte to the upper half); NaN to any NaN.
+    const Fp8 fmt = f;
+    Form back;
+    back.family = "fp8";
+    back.name = std::string("cvt.rn.f16x2.") + name;
+    back.body = back.name + " %d0, %a0;";
+    back.sources = {Ty::kB16};
+    back.d0 = Ty::kB32;
+    for (uint64_t v = 0; v < 256; ++v) back.inputs.push_back({v << 8 | (255 - v)});
+    back.reference = [fmt](const Inputs& i) {
+      auto half = [&](uint64_t bits) { return Encode(DecodeFp8(bits, fmt), kHalf, Rounding::kNearestEven); };
+      Want w = Exactly(half((i[0] >> 8) & 0xff) << 16 | half(i[0] & 0xff));
+      w.halves = Ty::kF16;
+      return w;
+    };
+    t.Push(back);
+  }
+}
+
 // More forms: the multiply-add carry chain, min/max.relu, set with integer sources, scalar cvt.relu to half and
 // bfloat16, and cvt.rna.tf32.f32 (f32 rounded to nearest, ties away, to 10 mantissa bits, the low 13 bits zero).
 void MoreForms(Table& t) {
@@ -1775,6 +1855,32 @@ void MoreForms(Table& t) {
     if (x.nan) return Exactly(QuietNanBits(kSingle));
     return Exactly(Encode(x, tf32, Rounding::kNearestAway) << 13);
   });
+  Fp8Forms(t);
+  // cvt.pack.sat: a and b saturated to the narrow type, b in the lowest bits, a above it; with c (types narrower
+  // than 16 bits), c's low bits above both.
+  for (const auto& [type, bits, is_signed] :
+       {std::tuple{"u16", 16, false}, std::tuple{"s16", 16, true}, std::tuple{"u8", 8, false},
+        std::tuple{"s8", 8, true}, std::tuple{"u4", 4, false}, std::tuple{"s4", 4, true}, std::tuple{"u2", 2, false},
+        std::tuple{"s2", 2, true}}) {
+    const int64_t low = is_signed ? -(int64_t{1} << (bits - 1)) : 0;
+    const int64_t high = is_signed ? (int64_t{1} << (bits - 1)) - 1 : (int64_t{1} << bits) - 1;
+    const int size = bits;
+    auto saturate = [=](uint64_t v) {
+      const int64_t x = static_cast<int32_t>(static_cast<uint32_t>(v));
+      return static_cast<uint64_t>(x < low ? low : x > high ? high : x) & ((uint64_t{1} << size) - 1);
+    };
+    const std::string text = std::string("cvt.pack.sat.") + type + ".s32" + (bits == 16 ? "" : ".b32");
+    if (bits == 16) {
+      t.Add("more", text, Ty::kB32, {Ty::kS32, Ty::kS32},
+            [=](const Inputs& i) { return Exactly(saturate(i[0]) << 16 | saturate(i[1])); });
+    } else {
+      t.Add("more", text, Ty::kB32, {Ty::kS32, Ty::kS32, Ty::kB32}, [=](const Inputs& i) {
+        uint64_t d = saturate(i[0]) << size | saturate(i[1]);
+        for (int bit = 2 * size; bit < 32; ++bit) d |= ((i[2] >> (bit - 2 * size)) & 1) << bit;
+        return Exactly(d);
+      });
+    }
+  }
 }
 
 Table BuildTable() {
@@ -1959,7 +2065,7 @@ TEST_P(ConformanceTest, EveryFormMatchesTheIsaReference) {
 
 INSTANTIATE_TEST_SUITE_P(Families, ConformanceTest,
                          ::testing::Values("integer", "bits", "carry", "compare", "float", "approx", "half", "convert",
-                                           "load", "atomic", "packed", "more"),
+                                           "load", "atomic", "packed", "more", "fp8"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // The interpreter's instructions (internal::Op, what lib/emu/compile.cc decodes PTX into) that compute values each
