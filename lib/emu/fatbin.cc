@@ -61,8 +61,8 @@ constexpr char kCubinMessage[] =
     "produce; the emulated device runs PTX: load PTX text instead (NVRTC and cuda.core: compile to PTX for a "
     "compute_XX architecture; numba-cuda: take the slices with gpupool.attach(), which links numba's kernels as "
     "PTX, or see README's numba section); cuBLAS, cuBLASLt and cuSOLVER load such cubins for the architectures "
-    "they carry SASS for, and take their PTX on a newer one: an emulated device of compute capability 13.0 "
-    "(gp-agent --emu-cc 13.0)";
+    "they carry SASS for and take their PTX on a newer one, which gpupool tells them an emulated 12.x device is "
+    "unless GPUPOOL_LIBRARY_CC=0 (or use gp-agent --emu-cc 13.0)";
 
 template <typename T>
 T Load(const uint8_t* p) {

@@ -2,13 +2,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "api.h"
+#include "core/log.h"
 #include "driver.h"
 #include "remote.h"
+#include "shared_object.h"
 
 namespace gpupool::interpose {
 namespace {
@@ -18,6 +22,33 @@ CUresult Lookup(CUdevice dev, const DeviceInfo** device) { return Driver::Get().
 int Attribute(const DeviceInfo& d, int attribute) {
   auto it = d.attributes.find(attribute);
   return it != d.attributes.end() ? it->second : 0;
+}
+
+// NVIDIA's math libraries choose their kernels by compute capability: on an architecture they carry SASS for they
+// load SASS-only cubins (cuBLAS's GEMMs at 12.x), on one they do not know their forward-compatible PTX (compute_120).
+// An emulated device runs PTX only, so to these libraries an emulated 12.x device reports 13.0, newer than any they
+// know, and they take the PTX it runs; everyone else, the program included, sees the device's own capability.
+// Which library asks is the caller's shared object (their cudart is static: its calls come from inside them).
+// GPUPOOL_LIBRARY_CC=0 turns this off.
+constexpr int kPtxOnlyMajor = 13, kPtxOnlyMinor = 0;
+bool ToldPtxOnlyCapability(const DeviceInfo& d, const void* caller) {
+  if (!d.emulated || d.cc_major != 12) return false;
+  static const bool enabled = [] {
+    const char* env = std::getenv("GPUPOOL_LIBRARY_CC");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  if (!enabled) return false;
+  const std::string library = SharedLibraryAt(caller);
+  const bool math_library = library.rfind("libcublas", 0) == 0 || library.rfind("libcusolver", 0) == 0;
+  if (math_library) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      GP_INFO("interpose", "{} is told compute capability {}.{} for the emulated device ({}.{}), so that it takes "
+                           "its PTX (GPUPOOL_LIBRARY_CC=0: not)",
+              library, kPtxOnlyMajor, kPtxOnlyMinor, d.cc_major, d.cc_minor);
+    }
+  }
+  return math_library;
 }
 
 CUresult GetUuid(const char* name, CUuuid* uuid, CUdevice dev) {
@@ -140,6 +171,7 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
 }
 
 CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) {
+  const void* caller = __builtin_return_address(0);
   return ApiCall(
       "cuDeviceGetAttribute",
       [&] {
@@ -147,6 +179,12 @@ CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) 
         const DeviceInfo* d;
         if (CUresult r = Lookup(dev, &d); r != CUDA_SUCCESS) return r;
         *pi = gpupool::interpose::Attribute(*d, attrib);
+        if ((attrib == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ||
+             attrib == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) &&
+            gpupool::interpose::ToldPtxOnlyCapability(*d, caller)) {
+          *pi = attrib == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? gpupool::interpose::kPtxOnlyMajor
+                                                                        : gpupool::interpose::kPtxOnlyMinor;
+        }
         return CUDA_SUCCESS;
       },
       [&](CUresult r) {
@@ -156,6 +194,7 @@ CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) 
 }
 
 CUresult cuDeviceComputeCapability(int* major, int* minor, CUdevice dev) {
+  const void* caller = __builtin_return_address(0);
   return ApiCall(
       "cuDeviceComputeCapability",
       [&] {
@@ -164,6 +203,10 @@ CUresult cuDeviceComputeCapability(int* major, int* minor, CUdevice dev) {
         if (CUresult r = Lookup(dev, &d); r != CUDA_SUCCESS) return r;
         *major = d->cc_major;
         *minor = d->cc_minor;
+        if (gpupool::interpose::ToldPtxOnlyCapability(*d, caller)) {
+          *major = gpupool::interpose::kPtxOnlyMajor;
+          *minor = gpupool::interpose::kPtxOnlyMinor;
+        }
         return CUDA_SUCCESS;
       },
       [&](CUresult) { return fmt::format("dev={}", dev); });

@@ -104,6 +104,7 @@ class RemoteDeviceProvider : public DeviceProvider {
       d.pci_device = p.pci_device;
       d.cc_major = p.cc_major;
       d.cc_minor = p.cc_minor;
+      d.emulated = p.emulated;
       d.attributes = p.attributes.empty() ? FakeDeviceAttributes() : p.attributes;
       // Host memory is never addressable from a remote slice, whatever the GPU behind it can do.
       d.attributes[CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY] = 0;

@@ -37,6 +37,7 @@ struct DeviceInfo {
   int cc_minor = 0;
   // CUdevice_attribute -> value. An attribute absent from the map reads as 0.
   std::map<int, int> attributes;
+  bool emulated = false;  // An emulated device: it runs PTX only.
 };
 
 // Source of the device list. Implementations need not be thread-safe: ListDevices is called once, under the
