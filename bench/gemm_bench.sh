@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gemm_bench: cuBLAS's SGEMM against the same product as a plain CUDA kernel on an emulated device, measured in the
-# same run (bench/kernels/gemm_bench.cu). Starts a private agent with one emulated device of compute capability
-# 13.0, where cuBLAS runs its forward-compatible PTX, runs the program under gp-run, and stops the agent.
+# same run (bench/kernels/gemm_bench.cu). Starts a private agent with one emulated device of the default capability
+# (12.1, to cuBLAS 13.0: it takes its forward-compatible PTX), runs the program under gp-run, and stops the agent.
 #
 #   bench/gemm_bench.sh [BUILD_DIR] [N] [REPEATS]     (default: build, 256, 3)
 set -euo pipefail
@@ -22,7 +22,7 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-"$AGENT" --no-nvml --emu 1 --emu-cc 13.0 --emu-memory 2GiB --listen "unix:$dir/a.sock" >"$dir/a.out" 2>"$dir/a.err" &
+"$AGENT" --no-nvml --emu 1 --emu-memory 2GiB --listen "unix:$dir/a.sock" >"$dir/a.out" 2>"$dir/a.err" &
 agent_pid=$!
 for _ in $(seq 1 100); do
   grep -q "listening on" "$dir/a.out" 2>/dev/null && break
