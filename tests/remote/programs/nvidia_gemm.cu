@@ -21,16 +21,8 @@
 #include <random>
 #include <vector>
 
-static int failures = 0;
-
-#define CHECK(cond, ...)                   \
-  do {                                     \
-    if (!(cond)) {                         \
-      std::printf("FAILED: " __VA_ARGS__); \
-      std::printf("\n");                   \
-      ++failures;                          \
-    }                                      \
-  } while (0)
+#define PROGRAM_NAME "nvidia_gemm"
+#include "program_checks.h"
 
 // Column-major m x n matrix with leading dimension m, as cuBLAS stores it.
 struct Matrix {
@@ -79,7 +71,7 @@ void Compare(const char* name, const Matrix& a, bool ta, const Matrix& b, bool t
       if (magnitude > 0) worst = std::fmax(worst, err / (k * eps * magnitude));
     }
   }
-  CHECK(wrong == 0, "%s: %d of %d elements outside %s", name, wrong, m * n, exact ? "exactness" : "the bound");
+  EXPECTF(wrong == 0, "%s: %d of %d elements outside %s", name, wrong, m * n, exact ? "exactness" : "the bound");
   std::printf("%s: %d x %d x %d, %d of %d elements %s (worst error %.3g of the bound)\n", name, m, n, k,
               m * n - wrong, m * n, exact ? "exact" : "within the bound", worst);
 }
@@ -136,7 +128,7 @@ void Sgemm(cublasHandle_t h, int m, int n, int k, bool ta, bool tb, Fill fill) {
   char name[96];
   std::snprintf(name, sizeof(name), "cublasSgemm %s%s %s", ta ? "T" : "N", tb ? "T" : "N",
                 fill == Fill::kIntegers ? "integers" : "random");
-  CHECK(s == CUBLAS_STATUS_SUCCESS, "%s: status %d", name, s);
+  EXPECTF(s == CUBLAS_STATUS_SUCCESS, "%s: status %d", name, s);
   if (s == CUBLAS_STATUS_SUCCESS) {
     Compare(name, o.a, ta, o.b, tb, Download(c, static_cast<size_t>(m) * n), m, n, k, 0x1p-23,
             fill == Fill::kIntegers);
@@ -155,7 +147,7 @@ void Dgemm(cublasHandle_t h, int m, int n, int k, bool ta, bool tb, Fill fill) {
   char name[96];
   std::snprintf(name, sizeof(name), "cublasDgemm %s%s %s", ta ? "T" : "N", tb ? "T" : "N",
                 fill == Fill::kIntegers ? "integers" : "random");
-  CHECK(s == CUBLAS_STATUS_SUCCESS, "%s: status %d", name, s);
+  EXPECTF(s == CUBLAS_STATUS_SUCCESS, "%s: status %d", name, s);
   // The host sums in double too: a different order still errs by no more than the bound for both.
   if (s == CUBLAS_STATUS_SUCCESS) {
     Compare(name, o.a, ta, o.b, tb, Download(c, static_cast<size_t>(m) * n), m, n, k, 2 * 0x1p-52,
@@ -173,7 +165,7 @@ void Hgemm(cublasHandle_t h, int m, int n, int k) {
   cudaMalloc(&c, sizeof(__half) * m * n);
   const __half one = 1.0f, zero = 0.0f;
   cublasStatus_t s = cublasHgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, m, b, k, &zero, c, m);
-  CHECK(s == CUBLAS_STATUS_SUCCESS, "cublasHgemm: status %d", s);
+  EXPECTF(s == CUBLAS_STATUS_SUCCESS, "cublasHgemm: status %d", s);
   if (s == CUBLAS_STATUS_SUCCESS) {
     Compare("cublasHgemm NN integers", o.a, false, o.b, false, Download(c, static_cast<size_t>(m) * n), m, n, k, 0,
             true);
@@ -200,7 +192,7 @@ void GemmEx(cublasHandle_t h, const char* name, cudaDataType type, cublasCompute
   const float one = 1, zero = 0;
   cublasStatus_t s = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, m, n, k, &one, a, type, m, b, type, n, &zero, c,
                                   CUDA_R_32F, m, compute, CUBLAS_GEMM_DEFAULT);
-  CHECK(s == CUBLAS_STATUS_SUCCESS, "%s: status %d", name, s);
+  EXPECTF(s == CUBLAS_STATUS_SUCCESS, "%s: status %d", name, s);
   if (s == CUBLAS_STATUS_SUCCESS) {
     Compare(name, o.a, false, o.b, true, Download(c, static_cast<size_t>(m) * n), m, n, k, eps,
             fill == Fill::kIntegers);
@@ -229,7 +221,7 @@ void SgemmStridedBatched(cublasHandle_t h, int m, int n, int k, int batch) {
   const float one = 1, zero = 0;
   cublasStatus_t s = cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, m, sa, b, k, sb,
                                                &zero, c, m, sc, batch);
-  CHECK(s == CUBLAS_STATUS_SUCCESS, "cublasSgemmStridedBatched: status %d", s);
+  EXPECTF(s == CUBLAS_STATUS_SUCCESS, "cublasSgemmStridedBatched: status %d", s);
   if (s == CUBLAS_STATUS_SUCCESS) {
     std::vector<double> all = Download(c, sc * batch);
     for (int i = 0; i < batch; ++i) {
@@ -251,7 +243,7 @@ void LtMatmul(int m, int n, int k) {
   cudaMalloc(&d, sizeof(float) * m * n);
   cublasLtHandle_t lt;
   cublasStatus_t s = cublasLtCreate(&lt);
-  CHECK(s == CUBLAS_STATUS_SUCCESS, "cublasLtCreate: status %d", s);
+  EXPECTF(s == CUBLAS_STATUS_SUCCESS, "cublasLtCreate: status %d", s);
   if (s != CUBLAS_STATUS_SUCCESS) return;
   cublasLtMatmulDesc_t desc;
   cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
@@ -271,13 +263,13 @@ void LtMatmul(int m, int n, int k) {
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   s = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &result, &found);
-  CHECK(s == CUBLAS_STATUS_SUCCESS && found > 0, "cublasLtMatmulAlgoGetHeuristic: status %d, %d algorithms", s,
+  EXPECTF(s == CUBLAS_STATUS_SUCCESS && found > 0, "cublasLtMatmulAlgoGetHeuristic: status %d, %d algorithms", s,
         found);
   if (s == CUBLAS_STATUS_SUCCESS && found > 0) {
     const float one = 1, zero = 0;
     s = cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, d, ld, d, ld, &result.algo, workspace, workspace_bytes,
                        nullptr);
-    CHECK(s == CUBLAS_STATUS_SUCCESS, "cublasLtMatmul: status %d", s);
+    EXPECTF(s == CUBLAS_STATUS_SUCCESS, "cublasLtMatmul: status %d", s);
     if (s == CUBLAS_STATUS_SUCCESS) {
       Compare("cublasLtMatmul TN random", o.a, true, o.b, false, Download(d, static_cast<size_t>(m) * n), m, n, k,
               0x1p-23, false);
@@ -323,13 +315,13 @@ void LtMatmulFp8(int m, int n, int k) {
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &result, &found);
-  CHECK(s == CUBLAS_STATUS_SUCCESS && found > 0, "cublasLtMatmulAlgoGetHeuristic (fp8): status %d, %d algorithms",
+  EXPECTF(s == CUBLAS_STATUS_SUCCESS && found > 0, "cublasLtMatmulAlgoGetHeuristic (fp8): status %d, %d algorithms",
         s, found);
   if (s == CUBLAS_STATUS_SUCCESS && found > 0) {
     const float one = 1, zero = 0;
     s = cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, d, lc, d, lc, &result.algo, workspace, workspace_bytes,
                        nullptr);
-    CHECK(s == CUBLAS_STATUS_SUCCESS, "cublasLtMatmul (fp8): status %d", s);
+    EXPECTF(s == CUBLAS_STATUS_SUCCESS, "cublasLtMatmul (fp8): status %d", s);
     if (s == CUBLAS_STATUS_SUCCESS) {
       Compare("cublasLtMatmul e4m3 TN integers", o.a, true, o.b, false, Download(d, static_cast<size_t>(m) * n), m,
               n, k, 0, true);
@@ -390,7 +382,7 @@ void Solve(cusolverDnHandle_t h, bool cholesky, int n) {
   }
   int host_info = -1;
   cudaMemcpy(&host_info, info, sizeof(int), cudaMemcpyDeviceToHost);
-  CHECK(s == CUSOLVER_STATUS_SUCCESS && host_info == 0, "%s: status %d, info %d", name, s, host_info);
+  EXPECTF(s == CUSOLVER_STATUS_SUCCESS && host_info == 0, "%s: status %d, info %d", name, s, host_info);
   if (s == CUSOLVER_STATUS_SUCCESS && host_info == 0) {
     std::vector<double> x(n);
     cudaMemcpy(x.data(), db, n * sizeof(double), cudaMemcpyDeviceToHost);
@@ -406,7 +398,7 @@ void Solve(cusolverDnHandle_t h, bool cholesky, int n) {
       norm_x = std::fmax(norm_x, std::fabs(x[i]));
     }
     double relative = residual / (norm_a * norm_x);
-    CHECK(relative <= n * 0x1p-52, "%s: relative residual %.3g above n * eps", name, relative);
+    EXPECTF(relative <= n * 0x1p-52, "%s: relative residual %.3g above n * eps", name, relative);
     std::printf("%s: %d x %d, relative residual %.3g (bound %.3g)\n", name, n, n, relative, n * 0x1p-52);
   }
   cudaFree(da);
@@ -426,12 +418,12 @@ int main(int argc, char** argv) {
   // CUB and cuSOLVER size their grids by occupancy; a failed query leaves their kernels unlaunched.
   int blocks = 0;
   cudaError_t occupancy = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Probe, 256, 0);
-  CHECK(occupancy == cudaSuccess && blocks > 0, "cudaOccupancyMaxActiveBlocksPerMultiprocessor: %s, %d blocks",
+  EXPECTF(occupancy == cudaSuccess && blocks > 0, "cudaOccupancyMaxActiveBlocksPerMultiprocessor: %s, %d blocks",
         cudaGetErrorString(occupancy), blocks);
   std::printf("occupancy: %d blocks of 256 threads per multiprocessor\n", blocks);
   cublasHandle_t h;
   cublasStatus_t s = cublasCreate(&h);
-  CHECK(s == CUBLAS_STATUS_SUCCESS, "cublasCreate: status %d", s);
+  EXPECTF(s == CUBLAS_STATUS_SUCCESS, "cublasCreate: status %d", s);
   if (s == CUBLAS_STATUS_SUCCESS) {
     Sgemm(h, 64, 64, 64, false, false, Fill::kIntegers);
     Sgemm(h, 100, 37, 150, true, false, Fill::kIntegers);
@@ -468,7 +460,7 @@ int main(int argc, char** argv) {
   if (solver) {
     cusolverDnHandle_t sh;
     cusolverStatus_t ss = cusolverDnCreate(&sh);
-    CHECK(ss == CUSOLVER_STATUS_SUCCESS, "cusolverDnCreate: status %d", ss);
+    EXPECTF(ss == CUSOLVER_STATUS_SUCCESS, "cusolverDnCreate: status %d", ss);
     if (ss == CUSOLVER_STATUS_SUCCESS) {
       Solve(sh, false, 64);
       Solve(sh, true, 64);

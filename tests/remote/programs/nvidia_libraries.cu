@@ -17,16 +17,8 @@
 #include <cstring>
 #include <vector>
 
-static int failures = 0;
-
-#define CHECK(cond, ...)                  \
-  do {                                    \
-    if (!(cond)) {                        \
-      std::printf("FAILED: " __VA_ARGS__); \
-      std::printf("\n");                  \
-      ++failures;                         \
-    }                                     \
-  } while (0)
+#define PROGRAM_NAME "nvidia_libraries"
+#include "program_checks.h"
 
 // Host generator against device generator, `n` 32-bit outputs and `n` uniform floats.
 static void CompareGenerator(curandRngType_t type, const char* name) {
@@ -37,7 +29,7 @@ static void CompareGenerator(curandRngType_t type, const char* name) {
   cudaMalloc(&d_uniform, n * sizeof(float));
   curandGenerator_t device_gen, host_gen;
   curandStatus_t s = curandCreateGenerator(&device_gen, type);
-  CHECK(s == CURAND_STATUS_SUCCESS, "%s: curandCreateGenerator %d", name, s);
+  EXPECTF(s == CURAND_STATUS_SUCCESS, "%s: curandCreateGenerator %d", name, s);
   if (s != CURAND_STATUS_SUCCESS) return;
   curandCreateGeneratorHost(&host_gen, type);
   if (type != CURAND_RNG_QUASI_SOBOL32) {
@@ -47,9 +39,9 @@ static void CompareGenerator(curandRngType_t type, const char* name) {
   std::vector<unsigned> bits(n), host_bits(n);
   std::vector<float> uniform(n), host_uniform(n);
   s = curandGenerate(device_gen, d_bits, n);
-  CHECK(s == CURAND_STATUS_SUCCESS, "%s: curandGenerate %d", name, s);
+  EXPECTF(s == CURAND_STATUS_SUCCESS, "%s: curandGenerate %d", name, s);
   s = curandGenerateUniform(device_gen, d_uniform, n);
-  CHECK(s == CURAND_STATUS_SUCCESS, "%s: curandGenerateUniform %d", name, s);
+  EXPECTF(s == CURAND_STATUS_SUCCESS, "%s: curandGenerateUniform %d", name, s);
   curandGenerate(host_gen, host_bits.data(), n);
   curandGenerateUniform(host_gen, host_uniform.data(), n);
   cudaMemcpy(bits.data(), d_bits, n * sizeof(unsigned), cudaMemcpyDeviceToHost);
@@ -59,7 +51,7 @@ static void CompareGenerator(curandRngType_t type, const char* name) {
     wrong_bits += bits[i] != host_bits[i];
     wrong_uniform += std::memcmp(&uniform[i], &host_uniform[i], sizeof(float)) != 0;
   }
-  CHECK(wrong_bits == 0 && wrong_uniform == 0, "%s: %zu of %zu numbers and %zu uniforms differ from the host's",
+  EXPECTF(wrong_bits == 0 && wrong_uniform == 0, "%s: %zu of %zu numbers and %zu uniforms differ from the host's",
         name, wrong_bits, n, wrong_uniform);
   std::printf("curand %s: %zu numbers, %zu uniforms as the host generator's\n", name, n - wrong_bits,
               n - wrong_uniform);
@@ -98,7 +90,7 @@ static void PhiloxDeviceApi() {
   cudaMalloc(&d_out, 2 * threads * sizeof(uint4));
   PhiloxKernel<<<4, threads / 4>>>(seed, d_out);
   cudaError_t e = cudaDeviceSynchronize();
-  CHECK(e == cudaSuccess, "philox kernel: %s", cudaGetErrorString(e));
+  EXPECTF(e == cudaSuccess, "philox kernel: %s", cudaGetErrorString(e));
   std::vector<uint4> got(2 * threads);
   cudaMemcpy(got.data(), d_out, got.size() * sizeof(uint4), cudaMemcpyDeviceToHost);
   int wrong = 0;
@@ -111,7 +103,7 @@ static void PhiloxDeviceApi() {
       wrong += g.x != want[0] || g.y != want[1] || g.z != want[2] || g.w != want[3];
     }
   }
-  CHECK(wrong == 0, "curand device API: %d of %d Philox draws differ from Philox4x32-10", wrong, 2 * threads);
+  EXPECTF(wrong == 0, "curand device API: %d of %d Philox draws differ from Philox4x32-10", wrong, 2 * threads);
   std::printf("curand device API: %d Philox4x32-10 draws as defined\n", 2 * threads - wrong);
   cudaFree(d_out);
 }
@@ -147,7 +139,7 @@ static void Sparse() {
   cudaMemcpy(d_b, b.data(), b.size() * sizeof(float), cudaMemcpyHostToDevice);
   cusparseHandle_t handle;
   cusparseStatus_t s = cusparseCreate(&handle);
-  CHECK(s == CUSPARSE_STATUS_SUCCESS, "cusparseCreate %d", s);
+  EXPECTF(s == CUSPARSE_STATUS_SUCCESS, "cusparseCreate %d", s);
   if (s != CUSPARSE_STATUS_SUCCESS) return;
   cusparseSpMatDescr_t a;
   cusparseDnVecDescr_t vx, vy;
@@ -168,19 +160,19 @@ static void Sparse() {
   cudaMalloc(&work, (spmv_bytes > spmm_bytes ? spmv_bytes : spmm_bytes) + 256);
   s = cusparseSpMV(handle, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, a, vx, &zero, vy, CUDA_R_32F,
                    CUSPARSE_SPMV_ALG_DEFAULT, work);
-  CHECK(s == CUSPARSE_STATUS_SUCCESS, "cusparseSpMV %d", s);
+  EXPECTF(s == CUSPARSE_STATUS_SUCCESS, "cusparseSpMV %d", s);
   s = cusparseSpMM(handle, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, a, mb, &zero, mc,
                    CUDA_R_32F, CUSPARSE_SPMM_ALG_DEFAULT, work);
-  CHECK(s == CUSPARSE_STATUS_SUCCESS, "cusparseSpMM %d", s);
+  EXPECTF(s == CUSPARSE_STATUS_SUCCESS, "cusparseSpMM %d", s);
   std::vector<float> y(rows), c(rows * k);
   cudaMemcpy(y.data(), d_y, rows * sizeof(float), cudaMemcpyDeviceToHost);
   cudaMemcpy(c.data(), d_c, c.size() * sizeof(float), cudaMemcpyDeviceToHost);
   int wrong = 0;
   for (int r = 0; r < rows; ++r) wrong += y[r] != want_y[r];
-  CHECK(wrong == 0, "cusparseSpMV: %d of %d elements wrong (y[0] = %g, want %g)", wrong, rows, y[0], want_y[0]);
+  EXPECTF(wrong == 0, "cusparseSpMV: %d of %d elements wrong (y[0] = %g, want %g)", wrong, rows, y[0], want_y[0]);
   int wrong_c = 0;
   for (size_t i = 0; i < c.size(); ++i) wrong_c += c[i] != want_c[i];
-  CHECK(wrong_c == 0, "cusparseSpMM: %d of %zu elements wrong", wrong_c, c.size());
+  EXPECTF(wrong_c == 0, "cusparseSpMM: %d of %zu elements wrong", wrong_c, c.size());
   std::printf("cusparse: SpMV %d of %d and SpMM %zu of %zu elements right\n", rows - wrong, rows,
               c.size() - wrong_c, c.size());
   cusparseDestroySpMat(a);
