@@ -236,22 +236,25 @@ void SgemmStridedBatched(cublasHandle_t h, int m, int n, int k, int batch) {
   cudaFree(c);
 }
 
-// cublasLtMatmul, FP32, D = A^T B, with the first algorithm the heuristic offers.
-void LtMatmul(int m, int n, int k) {
-  Operands o(m, n, k, true, false, Fill::kRandom, 6000);
-  float *a = Upload<float>(o.a), *b = Upload<float>(o.b), *d = nullptr;
+// D = A^T B through cublasLtMatmul with FP32 compute and FP32 D, A and B of `in_type` (uploaded as T), the first
+// algorithm the heuristic offers, checked against the host as Compare does (`tolerance` ulps of FP32, or exact).
+template <typename T>
+void LtMatmulOf(const char* label, cudaDataType in_type, const Operands& o, int m, int n, int k, double tolerance,
+                bool exact) {
+  T *a = Upload<T>(o.a), *b = Upload<T>(o.b);
+  float* d = nullptr;
   cudaMalloc(&d, sizeof(float) * m * n);
   cublasLtHandle_t lt;
   cublasStatus_t s = cublasLtCreate(&lt);
-  EXPECTF(s == CUBLAS_STATUS_SUCCESS, "cublasLtCreate: status %d", s);
+  EXPECTF(s == CUBLAS_STATUS_SUCCESS, "%s: cublasLtCreate: status %d", label, s);
   if (s != CUBLAS_STATUS_SUCCESS) return;
   cublasLtMatmulDesc_t desc;
   cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
   cublasOperation_t trans = CUBLAS_OP_T;
   cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans));
   cublasLtMatrixLayout_t la, lb, ld;
-  cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, k, m, k);
-  cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, k, n, k);
+  cublasLtMatrixLayoutCreate(&la, in_type, k, m, k);
+  cublasLtMatrixLayoutCreate(&lb, in_type, k, n, k);
   cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, m);
   cublasLtMatmulPreference_t pref;
   cublasLtMatmulPreferenceCreate(&pref);
@@ -263,16 +266,15 @@ void LtMatmul(int m, int n, int k) {
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   s = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &result, &found);
-  EXPECTF(s == CUBLAS_STATUS_SUCCESS && found > 0, "cublasLtMatmulAlgoGetHeuristic: status %d, %d algorithms", s,
-        found);
+  EXPECTF(s == CUBLAS_STATUS_SUCCESS && found > 0, "%s: cublasLtMatmulAlgoGetHeuristic: status %d, %d algorithms",
+          label, s, found);
   if (s == CUBLAS_STATUS_SUCCESS && found > 0) {
     const float one = 1, zero = 0;
     s = cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, d, ld, d, ld, &result.algo, workspace, workspace_bytes,
                        nullptr);
-    EXPECTF(s == CUBLAS_STATUS_SUCCESS, "cublasLtMatmul: status %d", s);
+    EXPECTF(s == CUBLAS_STATUS_SUCCESS, "%s: cublasLtMatmul: status %d", label, s);
     if (s == CUBLAS_STATUS_SUCCESS) {
-      Compare("cublasLtMatmul TN random", o.a, true, o.b, false, Download(d, static_cast<size_t>(m) * n), m, n, k,
-              0x1p-23, false);
+      Compare(label, o.a, true, o.b, false, Download(d, static_cast<size_t>(m) * n), m, n, k, tolerance, exact);
     }
   }
   cublasLtMatmulPreferenceDestroy(pref);
@@ -287,56 +289,16 @@ void LtMatmul(int m, int n, int k) {
   cudaFree(d);
 }
 
-// cublasLtMatmul with fp8 (e4m3) A and B, FP32 C and D, D = A^T B: small integers and halves, which e4m3 holds
-// exactly, so the result is exact.
+void LtMatmul(int m, int n, int k) {
+  Operands o(m, n, k, true, false, Fill::kRandom, 6000);
+  LtMatmulOf<float>("cublasLtMatmul TN random", CUDA_R_32F, o, m, n, k, 0x1p-23, false);
+}
+
+// fp8 (e4m3) A and B: small integers and halves, which e4m3 holds exactly, so the result is exact.
 void LtMatmulFp8(int m, int n, int k) {
   Operands o(m, n, k, true, false, Fill::kIntegers, 6500);
   for (double& x : o.b.v) x /= 2;
-  __nv_fp8_e4m3 *a = Upload<__nv_fp8_e4m3>(o.a), *b = Upload<__nv_fp8_e4m3>(o.b);
-  float* d = nullptr;
-  cudaMalloc(&d, sizeof(float) * m * n);
-  cublasLtHandle_t lt;
-  cublasLtCreate(&lt);
-  cublasLtMatmulDesc_t desc;
-  cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-  cublasOperation_t trans = CUBLAS_OP_T;
-  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans));
-  cublasLtMatrixLayout_t la, lb, lc;
-  cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, k, m, k);
-  cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, k, n, k);
-  cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, m);
-  cublasLtMatmulPreference_t pref;
-  cublasLtMatmulPreferenceCreate(&pref);
-  size_t workspace_bytes = 1 << 22;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
-                                       sizeof(workspace_bytes));
-  void* workspace = nullptr;
-  cudaMalloc(&workspace, workspace_bytes);
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &result, &found);
-  EXPECTF(s == CUBLAS_STATUS_SUCCESS && found > 0, "cublasLtMatmulAlgoGetHeuristic (fp8): status %d, %d algorithms",
-        s, found);
-  if (s == CUBLAS_STATUS_SUCCESS && found > 0) {
-    const float one = 1, zero = 0;
-    s = cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, d, lc, d, lc, &result.algo, workspace, workspace_bytes,
-                       nullptr);
-    EXPECTF(s == CUBLAS_STATUS_SUCCESS, "cublasLtMatmul (fp8): status %d", s);
-    if (s == CUBLAS_STATUS_SUCCESS) {
-      Compare("cublasLtMatmul e4m3 TN integers", o.a, true, o.b, false, Download(d, static_cast<size_t>(m) * n), m,
-              n, k, 0, true);
-    }
-  }
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(lc);
-  cublasLtMatmulDescDestroy(desc);
-  cublasLtDestroy(lt);
-  cudaFree(workspace);
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(d);
+  LtMatmulOf<__nv_fp8_e4m3>("cublasLtMatmul e4m3 TN integers", CUDA_R_8F_E4M3, o, m, n, k, 0, true);
 }
 
 // Solves A x = b for a well-conditioned A (diagonally dominant; for Cholesky also symmetric) and checks the
