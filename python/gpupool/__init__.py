@@ -6,7 +6,8 @@
 
 `attach` takes slices for this process and makes them its CUDA devices: gpupool's libcuda.so.1 and
 libnvidia-ml.so.1 are loaded first, so every framework that loads the driver afterwards gets them. The slices are
-held until the process exits; on emulated slices numba-cuda's kernels are linked as PTX (gpupool/_numba.py).
+held until the process exits; on emulated slices, which run PTX only, CuPy compiles to PTX (CUPY_COMPILE_WITH_PTX)
+and numba-cuda links its kernels as PTX (gpupool/_numba.py).
 `lease` takes slices without attaching (for a framework of your own, or to hand to
 child processes through their GPUPOOL_LEASE); `State` is what gp-ls shows. With no pool configured (no servers=,
 GPUPOOL_SERVERS or pool file), attach uses a private gp-agent, as gp-run does: this machine's GPUs, else emulated
@@ -167,8 +168,11 @@ def attach(n=1, fraction=1.0, memory=None, cls=None, wait=None, servers=None):
         raise Unavailable(f"gpupool.attach: CUDA did not start on the slices ({(name.value or b'?').decode()}, "
                           f"{count.value} device(s)); gpupool's reason is on stderr")
     if any(_emulated(cuda, i) for i in range(count.value)):
+        # Emulated slices run PTX only: CuPy compiles its kernels to PTX (its public switch; a user's own setting
+        # wins), and numba-cuda links its kernels as PTX.
+        os.environ.setdefault("CUPY_COMPILE_WITH_PTX", "1")
         from . import _numba
-        _numba.install()  # numba-cuda's kernels as PTX, which emulated slices run.
+        _numba.install()
     _attachment = Attachment(held, count.value, request)
     if held is not None:
         # After the frameworks' own exit handlers (atexit runs last-registered first, and they register later).

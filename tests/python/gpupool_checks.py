@@ -66,8 +66,10 @@ def pool():
             raise AssertionError("a full pool granted more")
         except gpupool.Busy as e:
             print("pool: busy says:", e)
+    os.environ.pop("CUPY_COMPILE_WITH_PTX", None)  # attach() sets it for emulated slices.
     attached = gpupool.attach(n=1, fraction=0.5)
     assert attached.devices == 1 and attached.lease is not None
+    assert os.environ.get("CUPY_COMPILE_WITH_PTX") == "1", "CuPy told to compile to PTX for an emulated slice"
     import cupy as cp
     a = cp.arange(1 << 20, dtype=cp.int64)
     assert int((a * 2).sum()) == (1 << 20) * ((1 << 20) - 1), "CuPy on the attached slice"
