@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -12,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
@@ -404,6 +406,13 @@ kj::Promise<void> SampleLoop(AgentState& state, kj::Timer& timer) {
 // Ends the leases the policy ends now: every one (the sweep), or one about to be renewed.
 void EnforcePolicy(AgentState& state);
 void EnforcePolicyOn(AgentState& state, const std::string& lease_id);
+// When the policy is to end lease `lease_id` (the sooner of its personality's max_lease and the end of a grace whose
+// new rules it breaks), for its holder's warning: how long from now and why. Nullopt: the policy does not.
+struct PolicyEnding {
+  std::chrono::milliseconds in{0};
+  std::string why;
+};
+std::optional<PolicyEnding> PolicyEndsLater(const AgentState& state, const std::string& lease_id);
 
 class AgentImpl final : public wire::Agent::Server {
  public:
@@ -531,6 +540,10 @@ class AgentImpl final : public wire::Agent::Server {
     if (status.ok()) {
       const LeaseEntry* e = state_.table.Find(key.getId());
       FillSlices(results.initSlices(static_cast<unsigned>(e->slices.size())), e->slices);
+      if (auto ending = PolicyEndsLater(state_, key.getId())) {
+        results.setPolicyEnd(ending->why);
+        results.setPolicyEndsInMs(Ms(ending->in));
+      }
     }
     return kj::READY_NOW;
   }
@@ -897,6 +910,36 @@ std::string PolicyEnds(const AgentState& state, const LeaseEntry& e, PolicyMomen
   if (!active || !active->grace || e.owner.personality == active->name || !m.GraceOver(*active->grace)) return "";
   std::string why = m.policy.Breaks(*active, PolicyView(state, e.owner.user, e.slices), age, UnixGroupHas);
   return why.empty() ? "" : fmt::format("{} (after its {} grace)", why, FormatDuration(*active->grace));
+}
+
+std::optional<PolicyEnding> PolicyEndsLater(const AgentState& state, const std::string& lease_id) {
+  const LeaseEntry* e = state.table.Find(lease_id);
+  if (state.config.policy.empty() || !e || !e->committed) return std::nullopt;
+  PolicyMoment m(state.config.policy);
+  auto age = std::chrono::duration_cast<std::chrono::milliseconds>(m.now - e->created);
+  std::optional<PolicyEnding> soonest;
+  auto consider = [&soonest](std::chrono::milliseconds in, std::string why) {
+    if (!soonest || in < soonest->in) soonest = PolicyEnding{std::max(in, std::chrono::milliseconds(0)), std::move(why)};
+  };
+  for (const Personality& p : m.policy.personalities()) {
+    if (p.name == e->owner.personality && p.max_lease) {
+      consider(*p.max_lease - age, fmt::format("agent {}'s policy: personality {} allows leases of at most {}",
+                                               state.config.name, p.name, FormatDuration(*p.max_lease)));
+    }
+  }
+  const Personality* active = m.active;
+  if (active && active->grace && e->owner.personality != active->name) {
+    if (!m.since) m.since = m.policy.InForceSince(m.now_t);
+    auto left = *active->grace - std::chrono::seconds(m.now_t - *m.since);
+    // Judged as it will be when the grace ends (a max_lease it reaches by then counts).
+    std::string why = m.policy.Breaks(*active, PolicyView(state, e->owner.user, e->slices), age + left, UnixGroupHas);
+    if (!why.empty()) {
+      consider(left, fmt::format("agent {}'s policy: {}, and its grace of {} for leases granted under other rules "
+                                 "ends then",
+                                 state.config.name, why, FormatDuration(*active->grace)));
+    }
+  }
+  return soonest;
 }
 
 // Ends lease `id` for `why`, remembering why for its holder's next renewal (bounded: the oldest reasons go first).

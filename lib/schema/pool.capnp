@@ -133,8 +133,12 @@ interface Agent {
 
   commit @3 (lease :LeaseKey) -> (outcome :Outcome, leaseTtlMs :UInt64, renewIntervalMs :UInt64);
 
-  renew @4 (lease :LeaseKey) -> (outcome :Outcome, leaseTtlMs :UInt64, slices :List(SliceSpec));
-  # Also how a process that attaches to a lease learns its slices on this agent.
+  renew @4 (lease :LeaseKey) -> (outcome :Outcome, leaseTtlMs :UInt64, slices :List(SliceSpec),
+                                 policyEnd :Text, policyEndsInMs :UInt64);
+  # Also how a process that attaches to a lease learns its slices on this agent. `policyEnd` non-empty: the
+  # agent's policy is to end the lease in `policyEndsInMs` (its personality's max_lease, or the end of a grace after
+  # a change of personality whose rules it breaks), and why, so that its holder can warn in time. Empty from an
+  # older agent.
 
   release @5 (lease :LeaseKey) -> (outcome :Outcome);
   # Frees a committed lease (or a reservation) and everything it holds.

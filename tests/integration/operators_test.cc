@@ -652,3 +652,84 @@ TEST(OperatorsTrust, ASilentServerIsSkippedNotWaitedForAtEveryLook) {
 
 }  // namespace
 }  // namespace gpupool::testing
+
+namespace gpupool::testing {
+namespace {
+
+// Atomically (a rename): the agent reads the policy clock's file at any moment.
+void SetPolicyClock(const std::string& path, const std::string& local) {
+  { std::ofstream(path + ".new") << local << "\n"; }
+  std::rename((path + ".new").c_str(), path.c_str());
+}
+
+size_t Occurrences(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+// Issue 41: a lease that a change of personality will end after its grace is announced by its holders (gp-run and
+// gp-lease hold) on stderr, once, with the time left and why, while there is still time to save work.
+TEST(OperatorsTrust, HoldersWarnBeforeAPolicysGraceEnds) {
+  TempDir dir;
+  const std::string config = dir.Write("agent.toml", R"(
+[[personality]]
+name = "day"
+hours = "08:00-20:00"
+max_fraction = 0.5
+on_change = "40s"
+
+[[personality]]
+name = "night"
+hours = "20:00-08:00"
+)");
+  const std::string clock = dir.path() + "/clock";
+  SetPolicyClock(clock, "2026-11-23 21:00:00");  // Night: whole GPUs.
+  Agent agent(AgentOptions{.name = "graceful", .emulated = 2, .emulated_memory = "1GiB", .lease_ttl = "2s",
+                           .extra_args = {"--config", config},
+                           .env = {"GPUPOOL_POLICY_CLOCK=" + clock, "TZ=UTC"}});
+  const std::string server = agent.address();
+  Pool pool = Connect({server});
+  Process run({ToolPath("gp-run"), "--servers", server, "-p", "1", "--", "sleep", "60"});
+  Process hold({ToolPath("gp-lease"), "hold", "-p", "1", "--servers", server});
+  ASSERT_EQ(hold.ReadLine(seconds(20)).rfind("gpl1:", 0), 0u) << hold.Stderr();
+  ASSERT_TRUE(Eventually([&] { return LeaseCount(pool.State()) == 2; }, seconds(20))) << run.Stderr();
+  std::this_thread::sleep_for(seconds(2));  // Renewals at night announce nothing.
+  EXPECT_EQ(run.Stderr(), "");
+  EXPECT_EQ(hold.Stderr(), "");
+
+  // Day begins (the injected clock stands still at 08:00:05): both leases break its rules and end when its 40 s
+  // grace does, 35 s from now by the policy's clock.
+  SetPolicyClock(clock, "2026-11-24 08:00:05");
+  const std::string why = "s: agent graceful's policy: personality day allows slices of at most 0.5 of a GPU, not 1, "
+                          "and its grace of 40s for leases granted under other rules ends then";
+  for (const auto& [holder, tool] : std::vector<std::pair<Process*, std::string>>{{&run, "gp-run"}, {&hold, "gp-lease"}}) {
+    ASSERT_TRUE(Eventually([&] { return holder->Stderr().find(why) != std::string::npos; }, seconds(10)))
+        << tool << ": " << holder->Stderr();
+    const std::string err = holder->Stderr();
+    EXPECT_EQ(err.rfind(tool + ": warning: lease ", 0), 0u) << err;
+    // The time left, as the last renewal said it (the renewals come every 0.5 s).
+    EXPECT_TRUE(err.find(" ends in 35 s: ") != std::string::npos || err.find(" ends in 34 s: ") != std::string::npos)
+        << err;
+  }
+  // Once, however many renewals say it again.
+  std::this_thread::sleep_for(seconds(3));
+  EXPECT_EQ(Occurrences(run.Stderr(), "ends in"), 1u) << run.Stderr();
+  EXPECT_EQ(Occurrences(hold.Stderr(), "ends in"), 1u) << hold.Stderr();
+  EXPECT_EQ(LeaseCount(pool.State()), 2u);
+
+  // The grace is over: both leases end, and their holders say why.
+  SetPolicyClock(clock, "2026-11-24 08:00:41");
+  EXPECT_TRUE(Eventually([&] { return LeaseCount(pool.State()) == 0; }, seconds(10)));
+  EXPECT_TRUE(Eventually([&] { return run.Stderr().find("lost: ended by agent graceful's policy at 08:00") !=
+                                       std::string::npos; },
+                         seconds(10)))
+      << run.Stderr();
+  EXPECT_EQ(hold.Wait(seconds(20)), 1) << hold.Stderr();
+  EXPECT_NE(hold.Stderr().find("lost: ended by agent graceful's policy at 08:00"), std::string::npos)
+      << hold.Stderr();
+  EXPECT_EQ(Occurrences(run.Stderr(), "ends in"), 1u) << run.Stderr();
+}
+
+}  // namespace
+}  // namespace gpupool::testing

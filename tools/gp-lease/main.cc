@@ -16,6 +16,7 @@
 #include <iostream>
 #include <string>
 
+#include "lease_warnings.h"
 #include "output.h"
 #include "parse_args.h"
 #include "request_args.h"
@@ -40,6 +41,7 @@ int Fail(int status, const std::string& message) {
 // (released by its token elsewhere, which sets `released_elsewhere`; expired, revoked): there is nothing left to hold.
 bool HoldUntilTold(gpupool::Lease& lease, int signal_fd, bool watch_stdin, bool* released_elsewhere) {
   bool warned = false;
+  gpupool::tools::PolicyEndWarning policy_end("gp-lease");
   for (;;) {
     pollfd fds[2] = {{signal_fd, POLLIN, 0}, {STDIN_FILENO, POLLIN, 0}};
     int n = poll(fds, watch_stdin ? 2 : 1, 1000);
@@ -80,6 +82,7 @@ bool HoldUntilTold(gpupool::Lease& lease, int signal_fd, bool watch_stdin, bool*
       PrintError("gp-lease: lease {} renewed again\n", lease.id());
       warned = false;
     }
+    if (health.ok()) policy_end.Check(lease);
   }
 }
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "lease_warnings.h"
 #include "output.h"
 #include "parse_args.h"
 #include "request_args.h"
@@ -42,6 +43,7 @@ struct Supervisor {
   uv_timer_t health_timer{};
   gpupool::Lease* lease = nullptr;
   bool lease_warned = false;
+  gpupool::tools::PolicyEndWarning policy_end{"gp-run"};
   std::string lease_lost;  // Why the lease ended under the command; empty while it holds.
   int64_t exit_status = 0;
   int term_signal = 0;
@@ -83,6 +85,7 @@ void OnHealthTimer(uv_timer_t* timer) {
     PrintError("gp-run: lease {} renewed again\n", sup->lease->id());
     sup->lease_warned = false;
   }
+  if (health.ok()) sup->policy_end.Check(*sup->lease);
 }
 
 // Where our libcuda.so.1 lives: $GPUPOOL_INTERPOSER_DIR, else ../lib/gpupool/cuda beside this executable (the same
