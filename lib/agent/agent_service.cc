@@ -23,6 +23,7 @@
 #include "agent/gpu_monitor.h"
 #include "agent/lease_table.h"
 #include "agent/metrics.h"
+#include "agent/refusal_log.h"
 #include "agent/session_worker.h"
 #include "agent/socket_claim.h"
 #include "agent/systemd_notify.h"
@@ -89,6 +90,8 @@ struct AgentState {
       end_order.pop_front();
     }
   }
+  RefusalLog refusals;  // The policy's refusals of reservations, for the log.
+
   // A renewal's answer for a lease the table does not hold: kNotFound, "lease ID lost: why".
   Status Lost(const std::string& lease_id) const {
     auto it = end_reasons.find(lease_id);
@@ -484,9 +487,12 @@ class AgentImpl final : public wire::Agent::Server {
       status = policy.Check(ReservationView(state_, owner.user, slices), now_t, UnixGroupHas);
       const Personality* active = policy.ActiveAt(now_t);
       owner.personality = active ? active->name : "";
+      const std::string client = fmt::format("{}@{} pid {}", owner.user, owner.host, owner.pid);
       if (!status.ok()) {
         status = Status(status.code(), fmt::format("agent {}: {}", state_.config.name, status.message()));
-        GP_INFO("policy", "refused {}'s reservation: {}", owner.user, status.message());
+        if (auto line = state_.refusals.Refused(client, status.message(), Clock::now())) GP_INFO("policy", "{}", *line);
+      } else if (auto line = state_.refusals.Allowed(client, Clock::now())) {
+        GP_INFO("policy", "{}", *line);
       }
     }
     const bool by_policy = !status.ok();

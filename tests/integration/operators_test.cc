@@ -733,3 +733,61 @@ hours = "20:00-08:00"
 
 }  // namespace
 }  // namespace gpupool::testing
+
+namespace gpupool::testing {
+namespace {
+
+// Issue 41: a client waiting with --wait retries every second or so; the agent logs its first refusal, not one line
+// per retry (186 lines in 136 s), and a line when the policy allows it at last.
+TEST(OperatorsTrust, AWaitingClientsRetriesAreLoggedOnce) {
+  TempDir dir;
+  const std::string config = dir.Write("agent.toml", R"(
+[[personality]]
+name = "day"
+hours = "08:00-20:00"
+max_fraction = 0.5
+
+[[personality]]
+name = "night"
+hours = "20:00-08:00"
+)");
+  const std::string clock = dir.path() + "/clock";
+  SetPolicyClock(clock, "2026-11-23 10:00:00");
+  Agent agent(AgentOptions{.name = "patient", .emulated = 1, .emulated_memory = "1GiB",
+                           .extra_args = {"--config", config, "--metrics", "127.0.0.1:0"},
+                           .env = {"GPUPOOL_POLICY_CLOCK=" + clock, "TZ=UTC"}});
+  const std::string metrics_line = agent.process().ReadLine(seconds(10));
+  ASSERT_NE(metrics_line.find("http://"), std::string::npos) << metrics_line;
+  const std::string url = metrics_line.substr(metrics_line.find("http://"));
+
+  RunResult waited = RunCommand({ToolPath("gp-run"), "--servers", agent.address(), "-p", "1", "--wait", "6s", "--",
+                                 "/bin/true"});
+  EXPECT_EQ(waited.code, 125) << waited.err;
+  EXPECT_NE(waited.err.find("waited 6s for"), std::string::npos) << waited.err;
+  // It did ask again and again...
+  const std::string text = RunCommand({"/usr/bin/env", "curl", "-sS", "--max-time", "5", url}).out;
+  const std::string series = "gpupool_reservations_refused_total{reason=\"busy\"} ";
+  const size_t at = text.find(series);
+  ASSERT_NE(at, std::string::npos) << text;
+  EXPECT_GE(std::stod(text.substr(at + series.size())), 4) << text.substr(at, 80);
+  // ...and the log said so once.
+  const std::string log = agent.process().Stderr();
+  EXPECT_EQ(Occurrences(log, "refused "), 1u) << log;
+  EXPECT_NE(log.find("personality day allows slices of at most 0.5 of a GPU, not 1"), std::string::npos) << log;
+
+  // Waiting across the change of personality: one refusal line again (a new run of refusals), then the grant.
+  Process waiting({ToolPath("gp-run"), "--servers", agent.address(), "-p", "1", "--wait", "30s", "--", "/bin/echo",
+                   "whole"});
+  ASSERT_TRUE(Eventually([&] { return Occurrences(agent.process().Stderr(), "refused ") == 2; }, seconds(10)))
+      << agent.process().Stderr();
+  std::this_thread::sleep_for(seconds(3));
+  SetPolicyClock(clock, "2026-11-23 20:30:00");
+  EXPECT_EQ(waiting.ReadLine(seconds(20)), "whole") << waiting.Stderr();
+  EXPECT_EQ(waiting.Wait(seconds(10)), 0);
+  const std::string after = agent.process().Stderr();
+  EXPECT_EQ(Occurrences(after, "refused "), 2u) << after;
+  EXPECT_NE(after.find("reservation after "), std::string::npos) << after;
+}
+
+}  // namespace
+}  // namespace gpupool::testing
