@@ -791,3 +791,59 @@ hours = "20:00-08:00"
 
 }  // namespace
 }  // namespace gpupool::testing
+
+namespace gpupool::testing {
+namespace {
+
+// Issue 41: gp-run --wait and gp-lease hold --wait say on stderr, once, what they wait for and why (the policy's
+// refusal), not at every retry; -q says nothing of it.
+TEST(OperatorsTrust, WaitingSaysOnceWhatItWaitsForAndWhy) {
+  TempDir dir;
+  const std::string config = dir.Write("agent.toml", R"(
+[[personality]]
+name = "day"
+hours = "08:00-20:00"
+max_fraction = 0.5
+
+[[personality]]
+name = "night"
+hours = "20:00-08:00"
+)");
+  const std::string clock = dir.path() + "/clock";
+  SetPolicyClock(clock, "2026-11-23 10:00:00");
+  Agent agent(AgentOptions{.name = "queue", .emulated = 1, .emulated_memory = "1GiB", .extra_args = {"--config", config},
+                           .env = {"GPUPOOL_POLICY_CLOCK=" + clock, "TZ=UTC"}});
+  const std::string server = agent.address();
+  const std::string why = ": " + server + ": agent queue: personality day allows slices of at most 0.5 of a GPU, not 1; "
+                          "from Mon 20:00 personality night would allow it\n";
+
+  RunResult run = RunCommand({ToolPath("gp-run"), "--servers", server, "-p", "1", "--wait", "5s", "--", "/bin/true"});
+  EXPECT_EQ(run.code, 125) << run.err;
+  EXPECT_EQ(run.err.rfind("gp-run: waiting up to 5s for 1 x GPU" + why, 0), 0u) << run.err;
+  EXPECT_EQ(Occurrences(run.err, "waiting"), 1u) << run.err;
+  EXPECT_NE(run.err.find("gp-run: waited 5s for"), std::string::npos) << run.err;
+
+  RunResult hold = RunCommand({ToolPath("gp-lease"), "hold", "--servers", server, "-p", "1", "--wait", "3s"});
+  EXPECT_EQ(hold.code, 1) << hold.err;
+  EXPECT_EQ(hold.err.rfind("gp-lease: waiting up to 3s for 1 x GPU" + why, 0), 0u) << hold.err;
+  EXPECT_EQ(Occurrences(hold.err, "waiting"), 1u) << hold.err;
+
+  // -q: only the outcome.
+  RunResult quiet = RunCommand({ToolPath("gp-run"), "-q", "--servers", server, "-p", "1", "--wait", "2s", "--",
+                                "/bin/true"});
+  EXPECT_EQ(quiet.code, 125) << quiet.err;
+  EXPECT_EQ(quiet.err.find("waiting"), std::string::npos) << quiet.err;
+  EXPECT_EQ(quiet.err.rfind("gp-run: waited 2s for", 0), 0u) << quiet.err;
+  RunResult quiet_hold = RunCommand({ToolPath("gp-lease"), "hold", "-q", "--servers", server, "-p", "1", "--wait",
+                                     "2s"});
+  EXPECT_EQ(quiet_hold.code, 1) << quiet_hold.err;
+  EXPECT_EQ(quiet_hold.err.find("waiting"), std::string::npos) << quiet_hold.err;
+
+  // Without --wait nothing is waited for, and nothing said of waiting.
+  RunResult now = RunCommand({ToolPath("gp-run"), "--servers", server, "-p", "1", "--", "/bin/true"});
+  EXPECT_EQ(now.code, 125);
+  EXPECT_EQ(now.err.find("waiting"), std::string::npos) << now.err;
+}
+
+}  // namespace
+}  // namespace gpupool::testing

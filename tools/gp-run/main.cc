@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "lease_warnings.h"
+#include "lease_notices.h"
 #include "output.h"
 #include "parse_args.h"
 #include "request_args.h"
@@ -155,7 +155,8 @@ int ToolMain(int argc, char** argv) {
   std::vector<std::string> command;
   request_args.Add(app);
   auto* verbose_flag = app.add_flag("-v,--verbose", verbose, "say what was allocated and released");
-  app.add_flag("-q,--quiet", quiet, "no line saying where the command runs when no pool is configured")
+  app.add_flag("-q,--quiet", quiet,
+               "no line saying where the command runs when no pool is configured, nor what --wait waits for")
       ->excludes(verbose_flag);
   app.add_option("command", command, "the command to run, after --")->required();
   GP_PARSE_ARGS(app, argc, argv, kExitFailure);
@@ -172,6 +173,7 @@ int ToolMain(int argc, char** argv) {
   for (const auto& c : command) label += (label.empty() ? "" : " ") + c;
   request.label = label.size() > 120 ? label.substr(0, 117) + "..." : label;
   if (Status s = ValidateRequest(request); !s.ok()) return fail(s.message());
+  if (!quiet && request.wait.count() > 0) request.on_wait = tools::WaitNotices("gp-run", request);
   // Before anything is allocated: a command that cannot run would only hold slices others wait for.
   if (std::string why; int status = CheckCommand(command[0], &why)) {
     PrintError("gp-run: cannot run '{}': {} (nothing was allocated)\n", command[0], why);
