@@ -419,7 +419,15 @@ std::optional<PolicyEnding> PolicyEndsLater(const AgentState& state, const std::
 
 class AgentImpl final : public wire::Agent::Server {
  public:
-  AgentImpl(AgentState& state, Peer peer) : state_(state), peer_(std::move(peer)) {}
+  // `spoke` is set at the connection's first call (AcceptLoop closes a connection that makes none in time).
+  AgentImpl(AgentState& state, Peer peer, std::shared_ptr<bool> spoke)
+      : state_(state), peer_(std::move(peer)), spoke_(std::move(spoke)) {}
+
+  DispatchCallResult dispatchCall(uint64_t interface_id, uint16_t method_id,
+                                  capnp::CallContext<capnp::AnyPointer, capnp::AnyPointer> context) override {
+    *spoke_ = true;  // A whole call arrived: hello, or any other.
+    return wire::Agent::Server::dispatchCall(interface_id, method_id, context);
+  }
 
   kj::Promise<void> hello(HelloContext context) override {
     auto params = context.getParams();
@@ -805,6 +813,7 @@ class AgentImpl final : public wire::Agent::Server {
 
   AgentState& state_;
   Peer peer_;
+  std::shared_ptr<bool> spoke_;
   bool token_refused_ = false;  // The client presented a token the agent does not know.
 };
 
@@ -836,13 +845,27 @@ kj::Promise<void> AcceptLoop(kj::ConnectionReceiver& receiver, AgentState& state
   return receiver.acceptAuthenticated().then(
       [&receiver, &state, &connections, unix_socket, tls](kj::AuthenticatedStream&& accepted) {
         auto serve = [&state, &connections](kj::Own<kj::AsyncIoStream> stream, Peer peer) {
-          auto connection = kj::heap<AgentConnection>(kj::mv(stream), kj::heap<AgentImpl>(state, kj::mv(peer)));
+          auto spoke = std::make_shared<bool>(false);
+          auto connection =
+              kj::heap<AgentConnection>(kj::mv(stream), kj::heap<AgentImpl>(state, kj::mv(peer), spoke));
           // The agent buffers no more for a client than its sessions' workers do: calls it forwarded and that are
           // not answered yet (a worker answers a posted copy once done) stop it reading more from that client.
           // Room for a few sessions of the client that go through the agent (over TLS, every session does).
           connection->rpc.setFlowLimit(kAgentFlowSessions * state.config.session_bytes_in_flight / sizeof(capnp::word));
           auto ended = connection->network.onDisconnect();
-          connections.add(ended.attach(kj::mv(connection)));
+          // Every client's first call is hello, as it connects. A connection without a whole call by hello_timeout
+          // (silent, or stopped mid-message) is closed: otherwise it would hold its socket and buffers for ever.
+          // Connections that spoke are left alone: leases and sessions have timeouts of their own.
+          const auto timeout = state.config.hello_timeout;
+          auto silent = state.timer->afterDelay(timeout.count() * kj::MILLISECONDS)
+                            .then([spoke, timeout]() -> kj::Promise<void> {
+                              if (*spoke) return kj::NEVER_DONE;
+                              GP_INFO("agent", "closed a client connection that made no call in {} ([limits] "
+                                               "hello_timeout)",
+                                      FormatDuration(timeout));
+                              return kj::READY_NOW;
+                            });
+          connections.add(ended.exclusiveJoin(kj::mv(silent)).attach(kj::mv(connection)));
         };
         if (tls) {
           connections.add(state.timer->timeoutAfter(10 * kj::SECONDS, tls->wrapServer(kj::mv(accepted)))

@@ -18,8 +18,11 @@
 #include <sstream>
 #include <thread>
 
+#include <capnp/ez-rpc.h>
+
 #include "integration/fake_agent.h"
 #include "integration/helpers.h"
+#include "pool.capnp.h"
 
 namespace gpupool::testing {
 namespace {
@@ -843,6 +846,91 @@ hours = "20:00-08:00"
   RunResult now = RunCommand({ToolPath("gp-run"), "--servers", server, "-p", "1", "--", "/bin/true"});
   EXPECT_EQ(now.code, 125);
   EXPECT_EQ(now.err.find("waiting"), std::string::npos) << now.err;
+}
+
+}  // namespace
+}  // namespace gpupool::testing
+
+namespace gpupool::testing {
+namespace {
+
+// A raw loopback TCP connection to `address` ("127.0.0.1:PORT"), or -1.
+int ConnectRaw(const std::string& address) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))));
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the agent closed `fd` within `timeout` (a read sees the end of the stream, or a reset).
+bool ClosedByPeer(int fd, std::chrono::seconds timeout) {
+  timeval tv{static_cast<time_t>(timeout.count()), 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char byte;
+  ssize_t n = recv(fd, &byte, 1, 0);
+  return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
+// Issue 41: a TCP client that connects and says nothing, or stops in the middle of its first message, is closed
+// after [limits] hello_timeout; clients that said hello keep their connections, however long they are quiet.
+TEST(OperatorsTrust, ConnectionsThatSayNothingAreClosed) {
+  TempDir dir;
+  const std::string config = dir.Write("agent.toml", "[limits]\nhello_timeout = \"2s\"\n");
+  Agent agent(AgentOptions{.name = "brisk", .emulated = 1, .emulated_memory = "1GiB",
+                           .extra_args = {"--config", config}});
+  Pool pool = Connect({agent.address()});
+  ASSERT_TRUE(pool.State().servers[0].up);
+  // A connection that says hello, then nothing for longer than the timeout.
+  capnp::EzRpcClient quiet(agent.address());
+  auto quiet_agent = quiet.getMain<wire::Agent>();
+  {
+    auto hello = quiet_agent.helloRequest();
+    hello.setClientVersion(wire::PROTOCOL_VERSION);
+    EXPECT_EQ(hello.send().wait(quiet.getWaitScope()).getName(), "brisk");
+  }
+  Process holder({ToolPath("gp-run"), "--servers", agent.address(), "--", "sleep", "6"});
+
+  const int silent = ConnectRaw(agent.address());
+  ASSERT_GE(silent, 0) << std::strerror(errno);
+  const int half = ConnectRaw(agent.address());
+  ASSERT_GE(half, 0) << std::strerror(errno);
+  // The start of a Cap'n Proto frame: one segment of 64 words, of which nothing follows.
+  const uint32_t header[2] = {0, 64};
+  ASSERT_EQ(send(half, header, sizeof(header), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(header)));
+  EXPECT_TRUE(ClosedByPeer(silent, seconds(20))) << "a silent connection is still open";
+  EXPECT_TRUE(ClosedByPeer(half, seconds(20))) << "a half-sent message's connection is still open";
+  close(silent);
+  close(half);
+  EXPECT_NE(agent.process().Stderr().find("closed a client connection that made no call in 2s ([limits] "
+                                          "hello_timeout)"),
+            std::string::npos)
+      << agent.process().Stderr();
+
+  // Quiet for longer than the timeout, the clients that spoke are still served: the connection that said hello (on
+  // which a call still gets its answer), the pool's, and gp-run's lease, whose command ends well.
+  std::this_thread::sleep_for(seconds(3));
+  {
+    auto describe = quiet_agent.describeRequest();
+    EXPECT_EQ(describe.send().wait(quiet.getWaitScope()).getState().getName(), "brisk");
+  }
+  PoolState state = pool.State();
+  ASSERT_TRUE(state.servers[0].up) << state.servers[0].error;
+  EXPECT_EQ(LeaseCount(state), 1u);
+  EXPECT_EQ(holder.Wait(seconds(20)), 0) << holder.Stderr();
+
+  // The limit is checked: a bad value names it.
+  const std::string bad = dir.Write("bad.toml", "[limits]\nhello_timeout = \"0s\"\n");
+  RunResult refused = RunCommand({ToolPath("gp-agent"), "--config", bad, "--no-nvml", "--emu", "1", "--listen",
+                                  "127.0.0.1:0"},
+                                 {}, seconds(20));
+  EXPECT_EQ(refused.code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("[limits] hello_timeout must be within 1s..1h"), std::string::npos) << refused.err;
 }
 
 }  // namespace
