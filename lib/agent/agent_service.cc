@@ -691,8 +691,10 @@ class AgentImpl final : public wire::Agent::Server {
         opened.status = Status(StatusCode::kNotFound, "the session could not open: " + lost.message());
       }
       if (!opened.status.ok()) {
-        // "Window taken" cannot happen in a worker of its own; report the backend's reason as it is.
+        // A window taken in the worker (its own mappings are there) is worth another window: said apart from the
+        // other refusals, which another window would meet too.
         RefuseSession(results.initOutcome(), opened.status);
+        results.getOutcome().setWindowTaken(opened.window_taken);
         return;
       }
       ++state_.counters.sessions_opened;

@@ -184,7 +184,8 @@ bool RemoteSession::Reservation::Take(uint64_t at, uint64_t size) {
   return true;
 }
 
-Status RemoteSession::OpenAt(uint64_t base, uint64_t window) {
+Status RemoteSession::OpenAt(uint64_t base, uint64_t window, bool* window_taken) {
+  if (window_taken) *window_taken = false;
   auto impl = std::make_unique<Impl>();
   Impl* raw = impl.get();
   std::string server = slice_.server;
@@ -205,7 +206,10 @@ Status RemoteSession::OpenAt(uint64_t base, uint64_t window) {
                            [&, raw, server, props](capnp::Response<wire::Agent::OpenSessionResults>&& r)
                                -> kj::Promise<Status> {
                              Status s = StatusFromOutcome(r.getOutcome(), server);
-                             if (!s.ok()) return s;
+                             if (!s.ok()) {
+                               if (window_taken) *window_taken = r.getOutcome().getWindowTaken();
+                               return s;
+                             }
                              raw->session = r.getSession();
                              raw->tasks = kj::heap<kj::TaskSet>(*raw);
                              if (r.hasDirect() && DirectSessionsWanted()) {
@@ -290,14 +294,14 @@ Result<std::vector<std::unique_ptr<RemoteSession>>> RemoteSession::OpenLease(con
         last = Status(StatusCode::kResourceExhausted, "this process already uses the addresses of every window tried");
         continue;
       }
-      last = rs->OpenAt(base, window);
+      bool window_taken = false;
+      last = rs->OpenAt(base, window, &window_taken);
       if (last.ok()) rs->window_reservation_ = std::move(reservation);
-      // Only "window taken" is worth another try. A refusal by the agent's declared limits ([limits]
-      // sessions_per_device...) is not about the window: another would be refused the same way, and with this
-      // process's windows crowding its address space the last try could end on one it cannot reserve, hiding the
-      // limit's message behind "every window tried".
-      if (last.ok() || last.code() != StatusCode::kResourceExhausted) break;
-      if (last.message().find("[limits]") != std::string::npos) break;
+      // Only "window taken" (the agent says so apart) is worth another try. Any other refusal, such as the agent's
+      // declared limits ([limits] sessions_per_device...), would meet another window too, and with this process's
+      // windows crowding its address space the last try could end on one it cannot reserve, hiding the refusal's
+      // message behind "every window tried".
+      if (last.ok() || !window_taken) break;
     }
     if (!last.ok()) {
       return Status(last.code(), fmt::format("cannot open a session on {} GPU {}: {}", slice.server_name,

@@ -129,8 +129,9 @@ class RemoteSession {
 
  private:
   RemoteSession() = default;
-  // Opens the slice's session in [base, base + window), replacing the one open, if any, on success.
-  Status OpenAt(uint64_t base, uint64_t window);
+  // Opens the slice's session in [base, base + window), replacing the one open, if any, on success. On a refusal,
+  // `*window_taken` (if given) says whether it was for that window alone (another may do).
+  Status OpenAt(uint64_t base, uint64_t window, bool* window_taken = nullptr);
   bool Batching() const;
   // Sends what the batch gathered so far (EndBatch, and a batch too large for one message, in parts).
   void SendGathered();

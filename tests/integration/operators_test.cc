@@ -20,6 +20,8 @@
 
 #include <capnp/ez-rpc.h>
 
+#include "client/lease_core.h"
+#include "client/session_client.h"
 #include "integration/fake_agent.h"
 #include "integration/helpers.h"
 #include "pool.capnp.h"
@@ -931,6 +933,60 @@ TEST(OperatorsTrust, ConnectionsThatSayNothingAreClosed) {
                                  {}, seconds(20));
   EXPECT_EQ(refused.code, 2) << refused.err;
   EXPECT_NE(refused.err.find("[limits] hello_timeout must be within 1s..1h"), std::string::npos) << refused.err;
+}
+
+}  // namespace
+}  // namespace gpupool::testing
+
+namespace gpupool::testing {
+namespace {
+
+// Issue 41: the agent tells a window taken (worth another window) apart from its other refusals of a session on the
+// wire (Outcome.windowTaken), and the client tries another window only then, whatever a refusal's words: it used to
+// look for "[limits]" in the message, and tried 16 windows on any other busy refusal.
+TEST(OperatorsTrust, OnlyATakenWindowIsTriedAgain) {
+  auto open = [](const std::string& server) {
+    return internal::RemoteSession::OpenLease(internal::EncodeToken({"0123456789abcdef", "0123456789abcdef0123456789abcdef", {server}}));
+  };
+  std::atomic<int> asked{0};
+  auto full = StartSessionRefusingAgent(false, "device 0 has 9 sessions open, the most this agent allows", &asked);
+  auto refused = open(full->address());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("device 0 has 9 sessions open"), std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(asked.load(), 1) << "a refusal that is not about the window was met with other windows";
+
+  std::atomic<int> asked_taken{0};
+  auto taken = StartSessionRefusingAgent(true, "the address window is taken on this GPU server", &asked_taken);
+  auto never = open(taken->address());
+  ASSERT_FALSE(never.ok());
+  EXPECT_NE(never.status().message().find("window is taken"), std::string::npos) << never.status().message();
+  EXPECT_GT(asked_taken.load(), 1) << "a taken window was not followed by another";
+
+  // A real agent's [limits] refusal says it is not about the window.
+  TempDir dir;
+  const std::string config = dir.Write("agent.toml", "[limits]\nsessions_per_lease = 1\n");
+  Agent agent(AgentOptions{.name = "limited", .emulated = 1, .emulated_memory = "1GiB",
+                           .extra_args = {"--config", config}});
+  auto lease = Connect({agent.address()}).Allocate(Slices(1, 0.5));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  auto first = internal::RemoteSession::OpenLease(lease->Token());
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto fields = internal::DecodeToken(lease->Token());
+  ASSERT_TRUE(fields.ok());
+  capnp::EzRpcClient client(agent.address());
+  auto req = client.getMain<wire::Agent>().openSessionRequest();
+  req.initLease().setId(fields->id);
+  req.getLease().setSecret(fields->secret);
+  req.setDevice(lease->slices()[0].device);
+  req.setWindowBase(uint64_t{40} << 40);
+  req.setWindowBytes(uint64_t{2} << 30);
+  auto reply = req.send().wait(client.getWaitScope());
+  EXPECT_EQ(reply.getOutcome().getCode(), wire::Outcome::Code::BUSY);
+  EXPECT_NE(std::string(reply.getOutcome().getMessage()).find("[limits] sessions_per_lease = 1"), std::string::npos)
+      << reply.getOutcome().getMessage().cStr();
+  EXPECT_FALSE(reply.getOutcome().getWindowTaken());
 }
 
 }  // namespace
