@@ -959,11 +959,14 @@ std::optional<PolicyEnding> PolicyEndsLater(const AgentState& state, const std::
     }
   }
   const Personality* active = m.active;
-  if (active && active->grace && e->owner.personality != active->name) {
+  const PolicyRequest view = PolicyView(state, e->owner.user, e->slices);
+  // Judged as it will be when the grace ends (a max_lease it reaches by then counts); a lease that keeps to the rules
+  // even a whole grace from now needs no look back for when the grace began.
+  if (active && active->grace && e->owner.personality != active->name &&
+      !m.policy.Breaks(*active, view, age + *active->grace, UnixGroupHas).empty()) {
     if (!m.since) m.since = m.policy.InForceSince(m.now_t);
     auto left = *active->grace - std::chrono::seconds(m.now_t - *m.since);
-    // Judged as it will be when the grace ends (a max_lease it reaches by then counts).
-    std::string why = m.policy.Breaks(*active, PolicyView(state, e->owner.user, e->slices), age + left, UnixGroupHas);
+    std::string why = m.policy.Breaks(*active, view, age + left, UnixGroupHas);
     if (!why.empty()) {
       consider(left, fmt::format("agent {}'s policy: {}, and its grace of {} for leases granted under other rules "
                                  "ends then",
