@@ -52,24 +52,31 @@ class WaitNotices {
                                                           wait_(request.wait) {}
 
   void operator()(const Status& why, std::chrono::milliseconds left) {
-    const auto now = std::chrono::steady_clock::now();
-    const bool first = said_.empty();
-    if (!first && !(why.message() != said_ && now - said_at_ >= kWaitNoticeGap) && now - said_at_ < kWaitNoticeEvery) {
-      return;
+    if (auto line = Notice(why, left, std::chrono::steady_clock::now())) PrintError("{}", *line);
+  }
+
+  // The line due at `now` for a pause with `left` of the wait to go, if any: what operator() prints.
+  std::optional<std::string> Notice(const Status& why, std::chrono::milliseconds left,
+                                    std::chrono::steady_clock::time_point now) {
+    const bool changed = why.message() != said_;
+    if (said_any_ && !(changed && now - said_at_ >= kWaitNoticeGap) && now - said_at_ < kWaitNoticeEvery) {
+      return std::nullopt;
     }
-    if (first) {
-      PrintError("{}: waiting up to {} for {}: {}\n", tool_, FormatDuration(wait_), what_, why.message());
-    } else {
-      PrintError("{}: still waiting ({} left) for {}: {}\n", tool_,
-                 FormatDuration(std::chrono::ceil<std::chrono::seconds>(left)), what_, why.message());
-    }
+    std::string line = said_any_ ? fmt::format("{}: still waiting ({} left) for {}: {}\n", tool_,
+                                               FormatDuration(std::chrono::ceil<std::chrono::seconds>(left)), what_,
+                                               why.message())
+                                 : fmt::format("{}: waiting up to {} for {}: {}\n", tool_, FormatDuration(wait_),
+                                               what_, why.message());
+    said_any_ = true;
     said_ = why.message();
     said_at_ = now;
+    return line;
   }
 
  private:
   std::string tool_, what_;
   std::chrono::milliseconds wait_;
+  bool said_any_ = false;
   std::string said_;  // The reason last said.
   std::chrono::steady_clock::time_point said_at_;
 };
