@@ -2,8 +2,10 @@
 #ifndef GPUPOOL_LEASE_H_
 #define GPUPOOL_LEASE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,12 @@ struct Slice {
   std::string model;
   uint64_t memory_bytes = 0;
   double compute_share = 0;  // 0..1 of the device.
+};
+
+// An end of a lease that an agent's policy announced (Lease::PolicyEnd).
+struct LeaseEnd {
+  std::chrono::milliseconds in{0};  // From now; 0 when due.
+  std::string why;                  // "agent A's policy: personality day allows ..., and its grace of 10m ...".
 };
 
 // A move-only RAII handle. While it lives, a background heartbeat renews it on every agent involved; its
@@ -64,6 +72,10 @@ class Lease {
   // kNotFound "lease ID lost: revoked by alice (...)", "... expired: ...", "... ended by agent A's policy at 20:00:
   // ..." or "... agent A restarted and no longer knows it".
   Status CheckNow();
+  // When an agent's policy is to end the lease, as the last renewal said (the soonest, if several agents did): its
+  // personality's max_lease, or the end of a grace period after a change of personality whose rules the lease
+  // breaks. Nullopt when none is announced. Its holder warns with it before the lease is lost (gp-run, gp-lease).
+  std::optional<LeaseEnd> PolicyEnd() const;
   // Releases the slices on every agent. Idempotent; the lease is invalid afterwards.
   Status Release();
 

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -38,6 +39,10 @@ struct Request {
   Spread spread = Spread::kPack;
   // How long to wait for capacity when the pool is busy. Default 0: fail at once with kResourceExhausted.
   std::chrono::milliseconds wait{0};
+  // Called, when set, each time Pool::Allocate pauses to wait for capacity (wait above 0), with why the request
+  // cannot be granted now (the pool's or an agent's policy's words) and how much of the wait is left. On the calling
+  // thread. Default: none.
+  std::function<void(const Status& why, std::chrono::milliseconds left)> on_wait;
   // Shown next to the lease in gp-ls (e.g. the command line). Default: this program's name.
   std::string label;
 };

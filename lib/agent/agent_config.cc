@@ -9,6 +9,7 @@
 #include "backend/device_turns.h"
 #include "backend/slice_quota.h"
 #include "core/toml_config.h"
+#include "gpupool/units.h"
 
 namespace gpupool::agent {
 
@@ -93,7 +94,8 @@ Status Read(const TomlFile& file, AgentConfig* c) {
   }
   if (!(s = section("limits", &t)).ok()) return s;
   if (t) {
-    if (!(s = file.CheckKeys(*t, {"sessions_per_device", "sessions_per_lease", "session_bytes_in_flight"}, "[limits]")).ok()) return s;
+    if (!(s = file.CheckKeys(*t, {"sessions_per_device", "sessions_per_lease", "session_bytes_in_flight", "hello_timeout"},
+                             "[limits]")).ok()) return s;
     struct Limit {
       const char* key;
       int ceiling;
@@ -110,6 +112,7 @@ Status Read(const TomlFile& file, AgentConfig* c) {
       *limit.value = static_cast<int>(v);
     }
     if (!(s = file.GetMemory(*t, "session_bytes_in_flight", &c->session_bytes_in_flight)).ok()) return s;
+    if (!(s = file.GetDuration(*t, "hello_timeout", &c->hello_timeout)).ok()) return s;
   }
   if (!(s = section("workers", &t)).ok()) return s;
   if (t) {
@@ -182,6 +185,9 @@ Status AgentConfig::Validate() const {
   if (session_bytes_in_flight < (1ull << 20) || session_bytes_in_flight > (4ull << 30)) {
     return bad(fmt::format("[limits] session_bytes_in_flight must be within 1MiB..4GiB, not {} bytes",
                            session_bytes_in_flight));
+  }
+  if (hello_timeout < std::chrono::seconds(1) || hello_timeout > std::chrono::hours(1)) {
+    return bad(fmt::format("[limits] hello_timeout must be within 1s..1h, not {}", FormatDuration(hello_timeout)));
   }
   if (sessions_per_device < 1 || sessions_per_device > kMaxSessionsPerDevice) {
     return bad(fmt::format("[limits] sessions_per_device must be within 1..{}", kMaxSessionsPerDevice));

@@ -41,6 +41,8 @@ inline constexpr int kMaxSessionsPerLease = 64;
 //   sessions_per_lease = 64        # sessions one lease holds open at once on one device, 1..64; default 64
 //   session_bytes_in_flight = "64MiB"  # what one session holds for calls not yet done before it stops reading its
 //                                      # client's calls (back-pressure); 1MiB..4GiB
+//   hello_timeout = "30s"          # a connection that has not said hello (the first call of every client) within
+//                                  # this is closed; 1s..1h; default 30s
 //   [telemetry]
 //   idle_after = "10m"             # flag a lease whose sessions made no call for this long
 //   [auth]
@@ -84,6 +86,10 @@ struct AgentConfig {
   std::string tls_cert, tls_key, tls_ca;  // [tls]; no cert: plain TCP.
   // [limits] session_bytes_in_flight: see backend::SessionLimits::bytes_in_flight.
   uint64_t session_bytes_in_flight = 64ull << 20;
+  // [limits] hello_timeout: how long a client's connection may stay without completing hello (silent, or stopped
+  // mid-message) before the agent closes it, so that idle connections hold nothing for ever. Clients say hello as
+  // they connect, and their connections are left alone from then on (leases and sessions have their own timeouts).
+  std::chrono::milliseconds hello_timeout{30000};
   WorkersConfig workers;                  // [workers]: who session workers run as, their filter and memory cap.
   std::string config_path;  // The agent.toml it came from, re-read on SIGHUP; empty: none.
   // A private agent (gp-run's, libcuda's, gp-bench's: --exit-with-parent): a signal that finds the process that

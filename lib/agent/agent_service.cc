@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -12,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
@@ -21,6 +23,7 @@
 #include "agent/gpu_monitor.h"
 #include "agent/lease_table.h"
 #include "agent/metrics.h"
+#include "agent/refusal_log.h"
 #include "agent/session_worker.h"
 #include "agent/socket_claim.h"
 #include "agent/systemd_notify.h"
@@ -87,6 +90,8 @@ struct AgentState {
       end_order.pop_front();
     }
   }
+  RefusalLog refusals;  // The policy's refusals of reservations, for the log.
+
   // A renewal's answer for a lease the table does not hold: kNotFound, "lease ID lost: why".
   Status Lost(const std::string& lease_id) const {
     auto it = end_reasons.find(lease_id);
@@ -404,10 +409,25 @@ kj::Promise<void> SampleLoop(AgentState& state, kj::Timer& timer) {
 // Ends the leases the policy ends now: every one (the sweep), or one about to be renewed.
 void EnforcePolicy(AgentState& state);
 void EnforcePolicyOn(AgentState& state, const std::string& lease_id);
+// When the policy is to end lease `lease_id` (the sooner of its personality's max_lease and the end of a grace whose
+// new rules it breaks), for its holder's warning: how long from now and why. Nullopt: the policy does not.
+struct PolicyEnding {
+  std::chrono::milliseconds in{0};
+  std::string why;
+};
+std::optional<PolicyEnding> PolicyEndsLater(const AgentState& state, const std::string& lease_id);
 
 class AgentImpl final : public wire::Agent::Server {
  public:
-  AgentImpl(AgentState& state, Peer peer) : state_(state), peer_(std::move(peer)) {}
+  // `spoke` is set at the connection's first call (AcceptLoop closes a connection that makes none in time).
+  AgentImpl(AgentState& state, Peer peer, std::shared_ptr<bool> spoke)
+      : state_(state), peer_(std::move(peer)), spoke_(std::move(spoke)) {}
+
+  DispatchCallResult dispatchCall(uint64_t interface_id, uint16_t method_id,
+                                  capnp::CallContext<capnp::AnyPointer, capnp::AnyPointer> context) override {
+    *spoke_ = true;  // A whole call arrived: hello, or any other.
+    return wire::Agent::Server::dispatchCall(interface_id, method_id, context);
+  }
 
   kj::Promise<void> hello(HelloContext context) override {
     auto params = context.getParams();
@@ -475,9 +495,12 @@ class AgentImpl final : public wire::Agent::Server {
       status = policy.Check(ReservationView(state_, owner.user, slices), now_t, UnixGroupHas);
       const Personality* active = policy.ActiveAt(now_t);
       owner.personality = active ? active->name : "";
+      const std::string client = fmt::format("{}@{} pid {}", owner.user, owner.host, owner.pid);
       if (!status.ok()) {
         status = Status(status.code(), fmt::format("agent {}: {}", state_.config.name, status.message()));
-        GP_INFO("policy", "refused {}'s reservation: {}", owner.user, status.message());
+        if (auto line = state_.refusals.Refused(client, status.message(), Clock::now())) GP_INFO("policy", "{}", *line);
+      } else if (auto line = state_.refusals.Allowed(client, Clock::now())) {
+        GP_INFO("policy", "{}", *line);
       }
     }
     const bool by_policy = !status.ok();
@@ -531,6 +554,10 @@ class AgentImpl final : public wire::Agent::Server {
     if (status.ok()) {
       const LeaseEntry* e = state_.table.Find(key.getId());
       FillSlices(results.initSlices(static_cast<unsigned>(e->slices.size())), e->slices);
+      if (auto ending = PolicyEndsLater(state_, key.getId())) {
+        results.setPolicyEnd(ending->why);
+        results.setPolicyEndsInMs(Ms(ending->in));
+      }
     }
     return kj::READY_NOW;
   }
@@ -664,8 +691,10 @@ class AgentImpl final : public wire::Agent::Server {
         opened.status = Status(StatusCode::kNotFound, "the session could not open: " + lost.message());
       }
       if (!opened.status.ok()) {
-        // "Window taken" cannot happen in a worker of its own; report the backend's reason as it is.
+        // A window taken in the worker (its own mappings are there) is worth another window: said apart from the
+        // other refusals, which another window would meet too.
         RefuseSession(results.initOutcome(), opened.status);
+        results.getOutcome().setWindowTaken(opened.window_taken);
         return;
       }
       ++state_.counters.sessions_opened;
@@ -786,6 +815,7 @@ class AgentImpl final : public wire::Agent::Server {
 
   AgentState& state_;
   Peer peer_;
+  std::shared_ptr<bool> spoke_;
   bool token_refused_ = false;  // The client presented a token the agent does not know.
 };
 
@@ -817,13 +847,27 @@ kj::Promise<void> AcceptLoop(kj::ConnectionReceiver& receiver, AgentState& state
   return receiver.acceptAuthenticated().then(
       [&receiver, &state, &connections, unix_socket, tls](kj::AuthenticatedStream&& accepted) {
         auto serve = [&state, &connections](kj::Own<kj::AsyncIoStream> stream, Peer peer) {
-          auto connection = kj::heap<AgentConnection>(kj::mv(stream), kj::heap<AgentImpl>(state, kj::mv(peer)));
+          auto spoke = std::make_shared<bool>(false);
+          auto connection =
+              kj::heap<AgentConnection>(kj::mv(stream), kj::heap<AgentImpl>(state, kj::mv(peer), spoke));
           // The agent buffers no more for a client than its sessions' workers do: calls it forwarded and that are
           // not answered yet (a worker answers a posted copy once done) stop it reading more from that client.
           // Room for a few sessions of the client that go through the agent (over TLS, every session does).
           connection->rpc.setFlowLimit(kAgentFlowSessions * state.config.session_bytes_in_flight / sizeof(capnp::word));
           auto ended = connection->network.onDisconnect();
-          connections.add(ended.attach(kj::mv(connection)));
+          // Every client's first call is hello, as it connects. A connection without a whole call by hello_timeout
+          // (silent, or stopped mid-message) is closed: otherwise it would hold its socket and buffers for ever.
+          // Connections that spoke are left alone: leases and sessions have timeouts of their own.
+          const auto timeout = state.config.hello_timeout;
+          auto silent = state.timer->afterDelay(timeout.count() * kj::MILLISECONDS)
+                            .then([spoke, timeout]() -> kj::Promise<void> {
+                              if (*spoke) return kj::NEVER_DONE;
+                              GP_INFO("agent", "closed a client connection that made no call in {} ([limits] "
+                                               "hello_timeout)",
+                                      FormatDuration(timeout));
+                              return kj::READY_NOW;
+                            });
+          connections.add(ended.exclusiveJoin(kj::mv(silent)).attach(kj::mv(connection)));
         };
         if (tls) {
           connections.add(state.timer->timeoutAfter(10 * kj::SECONDS, tls->wrapServer(kj::mv(accepted)))
@@ -897,6 +941,39 @@ std::string PolicyEnds(const AgentState& state, const LeaseEntry& e, PolicyMomen
   if (!active || !active->grace || e.owner.personality == active->name || !m.GraceOver(*active->grace)) return "";
   std::string why = m.policy.Breaks(*active, PolicyView(state, e.owner.user, e.slices), age, UnixGroupHas);
   return why.empty() ? "" : fmt::format("{} (after its {} grace)", why, FormatDuration(*active->grace));
+}
+
+std::optional<PolicyEnding> PolicyEndsLater(const AgentState& state, const std::string& lease_id) {
+  const LeaseEntry* e = state.table.Find(lease_id);
+  if (state.config.policy.empty() || !e || !e->committed) return std::nullopt;
+  PolicyMoment m(state.config.policy);
+  auto age = std::chrono::duration_cast<std::chrono::milliseconds>(m.now - e->created);
+  std::optional<PolicyEnding> soonest;
+  auto consider = [&soonest](std::chrono::milliseconds in, std::string why) {
+    if (!soonest || in < soonest->in) soonest = PolicyEnding{std::max(in, std::chrono::milliseconds(0)), std::move(why)};
+  };
+  for (const Personality& p : m.policy.personalities()) {
+    if (p.name == e->owner.personality && p.max_lease) {
+      consider(*p.max_lease - age, fmt::format("agent {}'s policy: personality {} allows leases of at most {}",
+                                               state.config.name, p.name, FormatDuration(*p.max_lease)));
+    }
+  }
+  const Personality* active = m.active;
+  const PolicyRequest view = PolicyView(state, e->owner.user, e->slices);
+  // Judged as it will be when the grace ends (a max_lease it reaches by then counts); a lease that keeps to the rules
+  // even a whole grace from now needs no look back for when the grace began.
+  if (active && active->grace && e->owner.personality != active->name &&
+      !m.policy.Breaks(*active, view, age + *active->grace, UnixGroupHas).empty()) {
+    if (!m.since) m.since = m.policy.InForceSince(m.now_t);
+    auto left = *active->grace - std::chrono::seconds(m.now_t - *m.since);
+    std::string why = m.policy.Breaks(*active, view, age + left, UnixGroupHas);
+    if (!why.empty()) {
+      consider(left, fmt::format("agent {}'s policy: {}, and its grace of {} for leases granted under other rules "
+                                 "ends then",
+                                 state.config.name, why, FormatDuration(*active->grace)));
+    }
+  }
+  return soonest;
 }
 
 // Ends lease `id` for `why`, remembering why for its holder's next renewal (bounded: the oldest reasons go first).

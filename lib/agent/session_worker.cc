@@ -305,6 +305,8 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     opened_ = true;
     auto c = context.getParams().getConfig();
     Result<std::unique_ptr<backend::DeviceBackend>> device = Status(StatusCode::kInternal, "no backend");
+    // The backends answer kResourceExhausted when, and only when, the session's window cannot be had here.
+    bool window_taken = false;
     backend::SessionLimits limits;
     limits.memory_bytes = c.getMemoryBytes();
     limits.window_base = c.getWindowBase();
@@ -396,6 +398,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
       if (!submission_turns) cfg.gate = turns;
       limits.description = fmt::format("emulated {}, window 0x{:x}", cfg.device_name, cfg.window_base);
       device = backend::NewEmuBackend(cfg);
+      window_taken = !device.ok() && device.status().code() == StatusCode::kResourceExhausted;
     } else {
       if (mps) {
         // MPS reads it when this process first creates a context; a whole device needs no limit.
@@ -417,11 +420,13 @@ class WorkerImpl final : public wire::SessionWorker::Server {
         cfg.window_bytes = c.getWindowBytes();
         limits.description = fmt::format("GPU {}, window 0x{:x}", cfg.nvml_uuid, cfg.window_base);
         device = backend::NewCudaBackend(std::shared_ptr<backend::CudaDriver>(std::move(driver).value()), cfg);
+        window_taken = !device.ok() && device.status().code() == StatusCode::kResourceExhausted;
       }
     }
     if (!device.ok()) {
       results.setCode(static_cast<int32_t>(device.status().code()));
       results.setMessage(device.status().message());
+      results.setWindowTaken(window_taken);
       closed_->fulfill();  // Nothing to serve: the worker exits once this reply is out.
       return kj::READY_NOW;
     }
@@ -689,7 +694,8 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
       .then([this, pid](capnp::Response<wire::SessionWorker::OpenResults>&& r) -> OpenedSession {
         if (r.getCode() != 0) {
           KillFailedToOpen(pid, r.getMessage());
-          return OpenedSession{Status(static_cast<StatusCode>(r.getCode()), r.getMessage()), nullptr, nullptr};
+          return OpenedSession{Status(static_cast<StatusCode>(r.getCode()), r.getMessage()), nullptr, nullptr,
+                               r.getWindowTaken()};
         }
         OpenedSession opened{Status::Ok(), r.getSession(), nullptr};
         if (r.hasDirect()) {

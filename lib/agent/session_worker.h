@@ -74,6 +74,7 @@ struct OpenedSession {
   Status status;
   kj::Maybe<wire::Session::Client> session;
   kj::Maybe<DirectDoor> direct;
+  bool window_taken = false;  // The worker's device could not have the session's window: another may do.
 };
 
 // The agent's side: spawns, tracks, kills and reaps workers. Lives on the agent's event-loop thread.

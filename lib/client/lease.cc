@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -17,12 +19,34 @@ Status Combined(const kj::Array<Status>& results) {
   return Status::Ok();
 }
 
+// Renews the lease on every server; resolves to each one's answer, having put the soonest end their policies
+// announced (if any) in `health`.
+kj::Promise<kj::Array<Status>> RenewEverywhere(Runtime& rt, std::shared_ptr<LeaseHealth> health,
+                                               const TokenFields& fields) {
+  kj::Vector<kj::Promise<Status>> calls;
+  std::vector<std::shared_ptr<RenewedEnd>> ends;
+  for (const auto& server : fields.servers) {
+    ends.push_back(std::make_shared<RenewedEnd>());
+    calls.add(CallRenew(rt, server, fields.id, fields.secret, nullptr, ends.back()));
+  }
+  return kj::joinPromises(calls.releaseAsArray()).then([health, ends](kj::Array<Status> results) {
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard<std::mutex> lock(health->mu);
+    health->policy_end_at.reset();
+    health->policy_end.clear();
+    for (const auto& end : ends) {
+      if (!end->in || (health->policy_end_at && now + *end->in >= *health->policy_end_at)) continue;
+      health->policy_end_at = now + *end->in;
+      health->policy_end = end->why;
+    }
+    return results;
+  });
+}
+
 kj::Promise<void> HeartbeatLoop(Runtime& rt, std::shared_ptr<LeaseHealth> health, TokenFields fields,
                                 std::chrono::milliseconds interval) {
   return rt.timer().afterDelay(interval.count() * kj::MILLISECONDS).then([&rt, health, fields, interval]() {
-    kj::Vector<kj::Promise<Status>> calls;
-    for (const auto& server : fields.servers) calls.add(CallRenew(rt, server, fields.id, fields.secret, nullptr));
-    return kj::joinPromises(calls.releaseAsArray()).then([&rt, health, fields, interval](kj::Array<Status> results) {
+    return RenewEverywhere(rt, health, fields).then([&rt, health, fields, interval](kj::Array<Status> results) {
       Status combined = Combined(results);
       {
         std::lock_guard<std::mutex> lock(health->mu);
@@ -40,14 +64,19 @@ kj::Promise<void> HeartbeatLoop(Runtime& rt, std::shared_ptr<LeaseHealth> health
 }  // namespace
 
 kj::Promise<Status> CallRenew(Runtime& rt, const std::string& server, const std::string& id,
-                              const std::string& secret, std::shared_ptr<std::vector<RemoteSlice>> slices) {
-  return WithAgent(rt, server, "renew", [server, id, secret, slices](Runtime& rt, wire::Agent::Client agent) {
+                              const std::string& secret, std::shared_ptr<std::vector<RemoteSlice>> slices,
+                              std::shared_ptr<RenewedEnd> end) {
+  return WithAgent(rt, server, "renew", [server, id, secret, slices, end](Runtime& rt, wire::Agent::Client agent) {
     auto req = agent.renewRequest();
     SetKey(req.initLease(), id, secret);
-    return rt.Deadline(req.send()).then([server, slices](capnp::Response<wire::Agent::RenewResults>&& r) {
+    return rt.Deadline(req.send()).then([server, slices, end](capnp::Response<wire::Agent::RenewResults>&& r) {
       Status s = StatusFromOutcome(r.getOutcome(), server);
       if (s.ok() && slices) {
         for (auto x : r.getSlices()) slices->push_back({x.getDevice(), x.getMemoryBytes(), x.getShareMicros()});
+      }
+      if (s.ok() && end && r.getPolicyEnd().size() > 0) {
+        end->in = std::chrono::milliseconds(std::min<uint64_t>(r.getPolicyEndsInMs(), uint64_t{1} << 40));
+        end->why = r.getPolicyEnd().cStr();
       }
       return s;
     });
@@ -107,18 +136,20 @@ Status LeaseCore::Health() const {
   return health_->status;
 }
 
+std::optional<LeaseEnd> LeaseCore::PolicyEnd() const {
+  std::lock_guard<std::mutex> lock(health_->mu);
+  if (!health_->policy_end_at) return std::nullopt;
+  auto in = std::chrono::duration_cast<std::chrono::milliseconds>(*health_->policy_end_at -
+                                                                  std::chrono::steady_clock::now());
+  return LeaseEnd{std::max(in, std::chrono::milliseconds(0)), health_->policy_end};
+}
+
 Status LeaseCore::CheckNow() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (released_) return Status(StatusCode::kNotFound, fmt::format("lease {} was released", fields_.id));
   }
-  auto results = runtime_->Run([this] {
-    kj::Vector<kj::Promise<Status>> calls;
-    for (const auto& server : fields_.servers) {
-      calls.add(CallRenew(*runtime_, server, fields_.id, fields_.secret, nullptr));
-    }
-    return kj::joinPromises(calls.releaseAsArray());
-  });
+  auto results = runtime_->Run([this] { return RenewEverywhere(*runtime_, health_, fields_); });
   Status combined = Combined(results);
   std::lock_guard<std::mutex> lock(health_->mu);
   health_->status = combined;
@@ -183,6 +214,11 @@ Status Lease::Health() const {
 Status Lease::CheckNow() {
   if (!core_) return Status(StatusCode::kNotFound, "empty lease");
   return core_->CheckNow();
+}
+
+std::optional<LeaseEnd> Lease::PolicyEnd() const {
+  if (!core_) return std::nullopt;
+  return core_->PolicyEnd();
 }
 
 Status Lease::Release() {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,15 @@ Result<TokenFields> DecodeToken(const std::string& token);
 struct LeaseHealth {
   std::mutex mu;
   Status status;
+  // The soonest end an agent's policy announced at the last renewal, and when (steady clock) it is due.
+  std::optional<std::chrono::steady_clock::time_point> policy_end_at;
+  std::string policy_end;
+};
+
+// What a renewal says of an end the agent's policy announced (renew's policyEnd).
+struct RenewedEnd {
+  std::optional<std::chrono::milliseconds> in;
+  std::string why;
 };
 
 class LeaseCore {
@@ -39,6 +49,7 @@ class LeaseCore {
   std::string Token() const { return EncodeToken(fields_); }
   Status Health() const;
   Status CheckNow();
+  std::optional<LeaseEnd> PolicyEnd() const;
   Status Release();
 
  private:
@@ -81,9 +92,11 @@ struct RemoteSlice {
   uint64_t memory_bytes = 0;
   uint32_t share = 0;
 };
-// `slices` may be null; otherwise it receives the lease's slices on `server`.
+// `slices` may be null; otherwise it receives the lease's slices on `server`. `end` may be null; otherwise it
+// receives the end the agent's policy announced, if any.
 kj::Promise<Status> CallRenew(Runtime& rt, const std::string& server, const std::string& id,
-                              const std::string& secret, std::shared_ptr<std::vector<RemoteSlice>> slices);
+                              const std::string& secret, std::shared_ptr<std::vector<RemoteSlice>> slices,
+                              std::shared_ptr<RenewedEnd> end = nullptr);
 kj::Promise<Status> CallRelease(Runtime& rt, const std::string& server, const std::string& id,
                                 const std::string& secret);
 kj::Promise<Status> CallCancel(Runtime& rt, const std::string& server, const std::string& id,

@@ -458,6 +458,7 @@ Result<Lease> Pool::Allocate(const Request& request) {
       }
       return last;
     }
+    if (request.on_wait) request.on_wait(last, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now));
     runtime_->InvalidateSnapshot();
     refused_by_policy.clear();
     // Waiting for capacity: poll with back-off (50 ms doubling to 1 s), jittered, never past the deadline.

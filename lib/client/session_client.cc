@@ -72,6 +72,9 @@ bool DirectSessionsWanted() {
 }
 
 constexpr std::chrono::milliseconds kDirectConnectTimeout{2000};
+// How long a session whose connection broke asks its lease's agent why (ExplainLoss) before it reports the break as
+// it is: long enough for an agent's restart.
+constexpr std::chrono::seconds kLossInquiry{5};
 
 }  // namespace
 
@@ -88,7 +91,10 @@ struct RemoteSession::Impl : public kj::TaskSet::ErrorHandler {
   RecordedBatch* recording = nullptr;
   bool recording_whole = false;
 
-  void taskFailed(kj::Exception&& e) override { Record(kCudaErrorLaunchFailure, e.getDescription().cStr()); }
+  void taskFailed(kj::Exception&& e) override {
+    if (e.getType() == kj::Exception::Type::DISCONNECTED) disconnected = true;
+    Record(kCudaErrorLaunchFailure, e.getDescription().cStr());
+  }
   void Record(int code, const std::string& message) {
     if (code == 0) return;
     std::lock_guard<std::mutex> lock(mu);
@@ -107,6 +113,13 @@ struct RemoteSession::Impl : public kj::TaskSet::ErrorHandler {
   // The framed connection straight to the session's worker, when the agent offered one and it let us in: it
   // carries every call; `session` (through the agent) is dropped then.
   std::unique_ptr<SessionChannel> channel;
+  // The connection through the agent broke (the channel's own loss is channel->lost()).
+  std::atomic<bool> disconnected{false};
+  // Why the session's connection broke, as its agent explains it (ExplainLoss), once asked; guarded by loss_mu.
+  std::mutex loss_mu;
+  bool loss_explained = false;
+  std::string loss_explanation;
+  bool ConnectionLost() const { return channel ? !channel->lost().empty() : disconnected.load(); }
   // Posted calls sent through the agent and not answered yet (the worker answers one once it is done): their bytes.
   // A thread that posts waits while they reach kPostedBytesInFlight, as a GPU's driver blocks a thread whose queue
   // is full, instead of this process (and the agent, and the worker) buffering all a program queues ahead of its
@@ -171,7 +184,8 @@ bool RemoteSession::Reservation::Take(uint64_t at, uint64_t size) {
   return true;
 }
 
-Status RemoteSession::OpenAt(uint64_t base, uint64_t window) {
+Status RemoteSession::OpenAt(uint64_t base, uint64_t window, bool* window_taken) {
+  if (window_taken) *window_taken = false;
   auto impl = std::make_unique<Impl>();
   Impl* raw = impl.get();
   std::string server = slice_.server;
@@ -192,7 +206,10 @@ Status RemoteSession::OpenAt(uint64_t base, uint64_t window) {
                            [&, raw, server, props](capnp::Response<wire::Agent::OpenSessionResults>&& r)
                                -> kj::Promise<Status> {
                              Status s = StatusFromOutcome(r.getOutcome(), server);
-                             if (!s.ok()) return s;
+                             if (!s.ok()) {
+                               if (window_taken) *window_taken = r.getOutcome().getWindowTaken();
+                               return s;
+                             }
                              raw->session = r.getSession();
                              raw->tasks = kj::heap<kj::TaskSet>(*raw);
                              if (r.hasDirect() && DirectSessionsWanted()) {
@@ -277,14 +294,14 @@ Result<std::vector<std::unique_ptr<RemoteSession>>> RemoteSession::OpenLease(con
         last = Status(StatusCode::kResourceExhausted, "this process already uses the addresses of every window tried");
         continue;
       }
-      last = rs->OpenAt(base, window);
+      bool window_taken = false;
+      last = rs->OpenAt(base, window, &window_taken);
       if (last.ok()) rs->window_reservation_ = std::move(reservation);
-      // Only "window taken" is worth another try. A refusal by the agent's declared limits ([limits]
-      // sessions_per_device...) is not about the window: another would be refused the same way, and with this
-      // process's windows crowding its address space the last try could end on one it cannot reserve, hiding the
-      // limit's message behind "every window tried".
-      if (last.ok() || last.code() != StatusCode::kResourceExhausted) break;
-      if (last.message().find("[limits]") != std::string::npos) break;
+      // Only "window taken" (the agent says so apart) is worth another try. Any other refusal, such as the agent's
+      // declared limits ([limits] sessions_per_device...), would meet another window too, and with this process's
+      // windows crowding its address space the last try could end on one it cannot reserve, hiding the refusal's
+      // message behind "every window tried".
+      if (last.ok() || !window_taken) break;
     }
     if (!last.ok()) {
       return Status(last.code(), fmt::format("cannot open a session on {} GPU {}: {}", slice.server_name,
@@ -342,11 +359,50 @@ RemoteSession::~RemoteSession() {
 void RemoteSession::KeepAsyncError(int code) { impl_->Record(code, last_error_); }
 
 int RemoteSession::TakeAsyncError() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  int code = impl_->async_error;
-  if (code) last_error_ = impl_->async_message;
-  impl_->async_error = 0;
+  int code = 0;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    code = impl_->async_error;
+    if (code) last_error_ = impl_->async_message;
+    impl_->async_error = 0;
+  }
+  ExplainIfLost(code);
   return code;
+}
+
+void RemoteSession::ExplainIfLost(int code) {
+  if (code != kCudaErrorDeviceUnavailable || !impl_->ConnectionLost()) return;
+  last_error_ = ExplainLoss(last_error_);
+}
+
+std::string RemoteSession::ExplainLoss(const std::string& broke) {
+  std::lock_guard<std::mutex> lock(impl_->loss_mu);  // One inquiry; the session's other threads wait for its answer.
+  if (impl_->loss_explained) return impl_->loss_explanation;
+  impl_->loss_explained = true;
+  impl_->loss_explanation = broke;
+  if (!lease_) return broke;
+  // An agent that restarted killed the session's worker with it, so no worker is left to say why (as one says
+  // "revoked" or "expired"): the agent, once it answers again, does. It usually answers within a second of its
+  // restart; one that does not answer within kLossInquiry is reported as not answering.
+  const auto deadline = std::chrono::steady_clock::now() + kLossInquiry;
+  Status status;
+  for (;;) {
+    status = lease_->CheckNow();
+    const bool unanswered = status.code() == StatusCode::kUnavailable || status.code() == StatusCode::kDisconnected ||
+                            status.code() == StatusCode::kTimeout;
+    if (!unanswered || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (status.code() == StatusCode::kNotFound) {
+    // "SERVER: lease ID lost: WHY": the words the session's worker uses for the other ends of a lease.
+    const std::string& why = status.message();
+    const size_t at = why.find(" lost: ");
+    impl_->loss_explanation = fmt::format("the lease of this session ended: {}; its memory is gone",
+                                          at == std::string::npos ? why : why.substr(at + 7));
+  } else if (!status.ok()) {
+    impl_->loss_explanation = fmt::format("{}; and the lease's agent does not answer: {}", broke, status.message());
+  }
+  return impl_->loss_explanation;
 }
 
 namespace {
@@ -381,6 +437,7 @@ int Call(Runtime& rt, RemoteSession::Impl* impl, Build build, Use use, std::stri
   try {
     return rt.Run([&]() { return build(impl->S()).then([&](auto&& r) { return ReadReply(r, use, error); }); });
   } catch (const kj::Exception& e) {
+    if (e.getType() == kj::Exception::Type::DISCONNECTED) impl->disconnected = true;
     *error = e.getDescription().cStr();
     return kCudaErrorDeviceUnavailable;
   }
@@ -667,6 +724,7 @@ int RemoteSession::Invoke(const typename C::Args& args, typename C::Results* res
       int pending = TakeAsyncError();  // An earlier posted call's error comes first, as on a GPU.
       if (pending) return pending;
     }
+    ExplainIfLost(code);
     return code;
   }
 }
@@ -775,12 +833,14 @@ int RemoteSession::CopyFromDevice(void* dst, uint64_t src, size_t bytes, uint64_
         });
       });
     } catch (const kj::Exception& e) {
+      if (e.getType() == kj::Exception::Type::DISCONNECTED) impl->disconnected = true;
       error = e.getDescription().cStr();
       code = kCudaErrorDeviceUnavailable;
     }
   }
   if (code) last_error_ = error;
   int pending = TakeAsyncError();
+  if (!pending) ExplainIfLost(code);
   return pending ? pending : code;
 }
 

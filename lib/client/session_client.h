@@ -129,11 +129,19 @@ class RemoteSession {
 
  private:
   RemoteSession() = default;
-  // Opens the slice's session in [base, base + window), replacing the one open, if any, on success.
-  Status OpenAt(uint64_t base, uint64_t window);
+  // Opens the slice's session in [base, base + window), replacing the one open, if any, on success. On a refusal,
+  // `*window_taken` (if given) says whether it was for that window alone (another may do).
+  Status OpenAt(uint64_t base, uint64_t window, bool* window_taken = nullptr);
   bool Batching() const;
   // Sends what the batch gathered so far (EndBatch, and a batch too large for one message, in parts).
   void SendGathered();
+  // When a call failed (`code`) because the session's connection broke, puts why in last_error_ (ExplainLoss).
+  void ExplainIfLost(int code);
+  // Why the session's connection broke (`broke`: how it broke), asked once of the lease's agent, which may take a
+  // few seconds: "the lease of this session ended: agent A restarted and no longer knows it; ..." when the agent
+  // ended or forgot the lease, `broke` when the lease holds, `broke` and why the agent does not answer otherwise.
+  // REQUIRES: not the runtime's loop thread.
+  std::string ExplainLoss(const std::string& broke);
   std::shared_ptr<Runtime> runtime_;
   std::shared_ptr<Lease> lease_;  // Keeps the lease attached (renewed) while sessions live.
   std::string lease_id_, lease_secret_;

@@ -16,6 +16,9 @@ struct Outcome {
   code @0 :Code;
   message @1 :Text;
   byPolicy @2 :Bool;  # The refusal is this agent's policy's: another agent's policy may allow the request.
+  windowTaken @3 :Bool;  # openSession (code busy): the session's address window is taken on this agent, and another
+                         # window may do. Other busy refusals of openSession (the agent's [limits]) would refuse any
+                         # window alike.
 
   enum Code {
     ok @0;
@@ -133,8 +136,12 @@ interface Agent {
 
   commit @3 (lease :LeaseKey) -> (outcome :Outcome, leaseTtlMs :UInt64, renewIntervalMs :UInt64);
 
-  renew @4 (lease :LeaseKey) -> (outcome :Outcome, leaseTtlMs :UInt64, slices :List(SliceSpec));
-  # Also how a process that attaches to a lease learns its slices on this agent.
+  renew @4 (lease :LeaseKey) -> (outcome :Outcome, leaseTtlMs :UInt64, slices :List(SliceSpec),
+                                 policyEnd :Text, policyEndsInMs :UInt64);
+  # Also how a process that attaches to a lease learns its slices on this agent. `policyEnd` non-empty: the
+  # agent's policy is to end the lease in `policyEndsInMs` (its personality's max_lease, or the end of a grace after
+  # a change of personality whose rules it breaks), and why, so that its holder can warn in time. Empty from an
+  # older agent.
 
   release @5 (lease :LeaseKey) -> (outcome :Outcome);
   # Frees a committed lease (or a reservation) and everything it holds.
@@ -146,7 +153,7 @@ interface Agent {
       -> (outcome :Outcome, session :Session, direct :DirectSession);
   # Opens the CUDA session of a committed lease's slice on `device`. Device addresses of the session lie in
   # [windowBase, windowBase + windowBytes), chosen by the client so that the pointers of all its slices, on any
-  # servers, never collide. Outcome busy: that window is taken on this agent; pick another.
+  # servers, never collide. Outcome busy with windowTaken: that window is taken on this agent; pick another.
   # `session` reaches the session through the agent; `direct`, when set, says where the client may reach the
   # session's worker itself (then it drops `session`, and the agent forwards nothing).
 

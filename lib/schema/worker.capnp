@@ -36,8 +36,11 @@ struct WorkerConfig {
 }
 
 interface SessionWorker {
-  open @0 (config :WorkerConfig) -> (code :Int32, message :Text, session :Session, direct :DirectSession);
-  # code: 0 = opened; otherwise a gpupool StatusCode value and the reason (the worker then exits).
+  open @0 (config :WorkerConfig) -> (code :Int32, message :Text, session :Session, direct :DirectSession,
+                                     windowTaken :Bool);
+  # code: 0 = opened; otherwise a gpupool StatusCode value and the reason (the worker then exits). windowTaken: the
+  # device could not have the session's address window in the worker (its addresses are in use there): another
+  # window may do.
 
   revoke @1 (reason :Text) -> ();
   # The lease ended: free the session's memory and stop its kernels now; later calls answer "the lease of this

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -32,14 +33,61 @@ class VersionedAgent final : public wire::Agent::Server {
   uint32_t version_;
 };
 
+// Grants every lease on its one emulated GPU and refuses every session it is asked for, as openSession's
+// outcome `busy` with `message` and `window_taken`.
+class SessionRefusingAgent final : public wire::Agent::Server {
+ public:
+  SessionRefusingAgent(bool window_taken, std::string message, std::atomic<int>* asked)
+      : window_taken_(window_taken), message_(std::move(message)), asked_(asked) {}
+  kj::Promise<void> hello(HelloContext context) override {
+    context.getResults().setServerVersion(wire::PROTOCOL_VERSION);
+    context.getResults().setName("refusing");
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> describe(DescribeContext context) override {
+    auto state = context.getResults().initState();
+    state.setName("refusing");
+    state.setProtocolVersion(wire::PROTOCOL_VERSION);
+    state.setLeaseTtlMs(20000);
+    state.setRenewIntervalMs(5000);
+    auto device = state.initDevices(1)[0];
+    device.setUuid("GPU-refusing");
+    device.setModel("fake GPU");
+    device.setEmulated(true);
+    device.setMemoryTotal(1ull << 30);
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> renew(RenewContext context) override {
+    auto slice = context.getResults().initSlices(1)[0];
+    slice.setMemoryBytes(1ull << 30);
+    slice.setShareMicros(1000000);
+    context.getResults().setLeaseTtlMs(20000);
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> openSession(OpenSessionContext context) override {
+    ++*asked_;
+    auto outcome = context.getResults().initOutcome();
+    outcome.setCode(wire::Outcome::Code::BUSY);
+    outcome.setMessage(message_);
+    outcome.setWindowTaken(window_taken_);
+    return kj::READY_NOW;
+  }
+
+ private:
+  bool window_taken_;
+  std::string message_;
+  std::atomic<int>* asked_;
+};
+
 class CapnpFake final : public FakeServer {
  public:
-  explicit CapnpFake(uint32_t version) {
-    thread_ = std::thread([this, version] {
+  // `make` builds the server's main capability, on the server's thread.
+  explicit CapnpFake(std::function<capnp::Capability::Client()> make) {
+    thread_ = std::thread([this, make] {
       auto io = kj::setupAsyncIo();
       auto addr = io.provider->getNetwork().parseAddress("127.0.0.1:0").wait(io.waitScope);
       auto receiver = addr->listen();
-      capnp::TwoPartyServer server(kj::heap<VersionedAgent>(version));
+      capnp::TwoPartyServer server(make());
       auto listening = server.listen(*receiver);
       auto paf = kj::newPromiseAndFulfiller<void>();
       {
@@ -110,7 +158,16 @@ class HttpFake final : public FakeServer {
 
 }  // namespace
 
-std::unique_ptr<FakeServer> StartAgentOfVersion(uint32_t version) { return std::make_unique<CapnpFake>(version); }
+std::unique_ptr<FakeServer> StartAgentOfVersion(uint32_t version) {
+  return std::make_unique<CapnpFake>([version] { return kj::heap<VersionedAgent>(version); });
+}
+
+std::unique_ptr<FakeServer> StartSessionRefusingAgent(bool window_taken, const std::string& message,
+                                                      std::atomic<int>* asked) {
+  return std::make_unique<CapnpFake>([window_taken, message, asked] {
+    return kj::heap<SessionRefusingAgent>(window_taken, message, asked);
+  });
+}
 std::unique_ptr<FakeServer> StartHttpServer() { return std::make_unique<HttpFake>(); }
 
 }  // namespace gpupool::testing

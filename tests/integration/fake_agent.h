@@ -2,6 +2,7 @@
 #ifndef GPUPOOL_TESTS_INTEGRATION_FAKE_AGENT_H_
 #define GPUPOOL_TESTS_INTEGRATION_FAKE_AGENT_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -15,6 +16,10 @@ class FakeServer {
 
 // Serves the pool schema but answers hello() with `version`.
 std::unique_ptr<FakeServer> StartAgentOfVersion(uint32_t version);
+// Serves the pool schema, grants every lease on one emulated GPU of 1 GiB, and refuses every session (openSession's
+// outcome busy, with `message` and `window_taken`), counting the openSession calls in `*asked`.
+std::unique_ptr<FakeServer> StartSessionRefusingAgent(bool window_taken, const std::string& message,
+                                                      std::atomic<int>* asked);
 // Accepts TCP connections, writes an HTTP error and closes: not Cap'n Proto at all.
 std::unique_ptr<FakeServer> StartHttpServer();
 

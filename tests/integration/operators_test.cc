@@ -18,8 +18,13 @@
 #include <sstream>
 #include <thread>
 
+#include <capnp/ez-rpc.h>
+
+#include "client/lease_core.h"
+#include "client/session_client.h"
 #include "integration/fake_agent.h"
 #include "integration/helpers.h"
+#include "pool.capnp.h"
 
 namespace gpupool::testing {
 namespace {
@@ -648,6 +653,340 @@ TEST(OperatorsTrust, ASilentServerIsSkippedNotWaitedForAtEveryLook) {
   EXPECT_EQ(run.out, "ran\n");
   RunResult ls = RunCommand({ToolPath("gp-ls"), "--servers", silent.address() + "," + agent.address()});
   EXPECT_NE(ls.out.find("did not answer within 1500 ms"), std::string::npos) << ls.out;
+}
+
+}  // namespace
+}  // namespace gpupool::testing
+
+namespace gpupool::testing {
+namespace {
+
+// Atomically (a rename): the agent reads the policy clock's file at any moment.
+void SetPolicyClock(const std::string& path, const std::string& local) {
+  { std::ofstream(path + ".new") << local << "\n"; }
+  std::rename((path + ".new").c_str(), path.c_str());
+}
+
+size_t Occurrences(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+// Issue 41: a lease that a change of personality will end after its grace is announced by its holders (gp-run and
+// gp-lease hold) on stderr, once, with the time left and why, while there is still time to save work.
+TEST(OperatorsTrust, HoldersWarnBeforeAPolicysGraceEnds) {
+  TempDir dir;
+  const std::string config = dir.Write("agent.toml", R"(
+[[personality]]
+name = "day"
+hours = "08:00-20:00"
+max_fraction = 0.5
+on_change = "40s"
+
+[[personality]]
+name = "night"
+hours = "20:00-08:00"
+)");
+  const std::string clock = dir.path() + "/clock";
+  SetPolicyClock(clock, "2026-11-23 21:00:00");  // Night: whole GPUs.
+  Agent agent(AgentOptions{.name = "graceful", .emulated = 2, .emulated_memory = "1GiB", .lease_ttl = "2s",
+                           .extra_args = {"--config", config},
+                           .env = {"GPUPOOL_POLICY_CLOCK=" + clock, "TZ=UTC"}});
+  const std::string server = agent.address();
+  Pool pool = Connect({server});
+  Process run({ToolPath("gp-run"), "--servers", server, "-p", "1", "--", "sleep", "60"});
+  Process hold({ToolPath("gp-lease"), "hold", "-p", "1", "--servers", server});
+  ASSERT_EQ(hold.ReadLine(seconds(20)).rfind("gpl1:", 0), 0u) << hold.Stderr();
+  ASSERT_TRUE(Eventually([&] { return LeaseCount(pool.State()) == 2; }, seconds(20))) << run.Stderr();
+  std::this_thread::sleep_for(seconds(2));  // Renewals at night announce nothing.
+  EXPECT_EQ(run.Stderr(), "");
+  EXPECT_EQ(hold.Stderr(), "");
+
+  // Day begins (the injected clock stands still at 08:00:05): both leases break its rules and end when its 40 s
+  // grace does, 35 s from now by the policy's clock.
+  SetPolicyClock(clock, "2026-11-24 08:00:05");
+  const std::string why = "s: agent graceful's policy: personality day allows slices of at most 0.5 of a GPU, not 1, "
+                          "and its grace of 40s for leases granted under other rules ends then";
+  for (const auto& [holder, tool] : std::vector<std::pair<Process*, std::string>>{{&run, "gp-run"}, {&hold, "gp-lease"}}) {
+    ASSERT_TRUE(Eventually([&] { return holder->Stderr().find(why) != std::string::npos; }, seconds(10)))
+        << tool << ": " << holder->Stderr();
+    const std::string err = holder->Stderr();
+    EXPECT_EQ(err.rfind(tool + ": warning: lease ", 0), 0u) << err;
+    // The time left, as the last renewal said it (the renewals come every 0.5 s).
+    EXPECT_TRUE(err.find(" ends in 35 s: ") != std::string::npos || err.find(" ends in 34 s: ") != std::string::npos)
+        << err;
+  }
+  // Once, however many renewals say it again.
+  std::this_thread::sleep_for(seconds(3));
+  EXPECT_EQ(Occurrences(run.Stderr(), "ends in"), 1u) << run.Stderr();
+  EXPECT_EQ(Occurrences(hold.Stderr(), "ends in"), 1u) << hold.Stderr();
+  EXPECT_EQ(LeaseCount(pool.State()), 2u);
+
+  // The grace is over: both leases end, and their holders say why.
+  SetPolicyClock(clock, "2026-11-24 08:00:41");
+  EXPECT_TRUE(Eventually([&] { return LeaseCount(pool.State()) == 0; }, seconds(10)));
+  EXPECT_TRUE(Eventually([&] { return run.Stderr().find("lost: ended by agent graceful's policy at 08:00") !=
+                                       std::string::npos; },
+                         seconds(10)))
+      << run.Stderr();
+  EXPECT_EQ(hold.Wait(seconds(20)), 1) << hold.Stderr();
+  EXPECT_NE(hold.Stderr().find("lost: ended by agent graceful's policy at 08:00"), std::string::npos)
+      << hold.Stderr();
+  EXPECT_EQ(Occurrences(run.Stderr(), "ends in"), 1u) << run.Stderr();
+}
+
+}  // namespace
+}  // namespace gpupool::testing
+
+namespace gpupool::testing {
+namespace {
+
+// Issue 41: a client waiting with --wait retries every second or so; the agent logs its first refusal, not one line
+// per retry (186 lines in 136 s), and a line when the policy allows it at last.
+TEST(OperatorsTrust, AWaitingClientsRetriesAreLoggedOnce) {
+  TempDir dir;
+  const std::string config = dir.Write("agent.toml", R"(
+[[personality]]
+name = "day"
+hours = "08:00-20:00"
+max_fraction = 0.5
+
+[[personality]]
+name = "night"
+hours = "20:00-08:00"
+)");
+  const std::string clock = dir.path() + "/clock";
+  SetPolicyClock(clock, "2026-11-23 10:00:00");
+  Agent agent(AgentOptions{.name = "patient", .emulated = 1, .emulated_memory = "1GiB",
+                           .extra_args = {"--config", config, "--metrics", "127.0.0.1:0"},
+                           .env = {"GPUPOOL_POLICY_CLOCK=" + clock, "TZ=UTC"}});
+  const std::string metrics_line = agent.process().ReadLine(seconds(10));
+  ASSERT_NE(metrics_line.find("http://"), std::string::npos) << metrics_line;
+  const std::string url = metrics_line.substr(metrics_line.find("http://"));
+
+  RunResult waited = RunCommand({ToolPath("gp-run"), "--servers", agent.address(), "-p", "1", "--wait", "6s", "--",
+                                 "/bin/true"});
+  EXPECT_EQ(waited.code, 125) << waited.err;
+  EXPECT_NE(waited.err.find("waited 6s for"), std::string::npos) << waited.err;
+  // It did ask again and again...
+  const std::string text = RunCommand({"/usr/bin/env", "curl", "-sS", "--max-time", "5", url}).out;
+  const std::string series = "gpupool_reservations_refused_total{reason=\"busy\"} ";
+  const size_t at = text.find(series);
+  ASSERT_NE(at, std::string::npos) << text;
+  EXPECT_GE(std::stod(text.substr(at + series.size())), 4) << text.substr(at, 80);
+  // ...and the log said so once.
+  const std::string log = agent.process().Stderr();
+  EXPECT_EQ(Occurrences(log, "refused "), 1u) << log;
+  EXPECT_NE(log.find("personality day allows slices of at most 0.5 of a GPU, not 1"), std::string::npos) << log;
+
+  // Waiting across the change of personality: one refusal line again (a new run of refusals), then the grant.
+  Process waiting({ToolPath("gp-run"), "--servers", agent.address(), "-p", "1", "--wait", "30s", "--", "/bin/echo",
+                   "whole"});
+  ASSERT_TRUE(Eventually([&] { return Occurrences(agent.process().Stderr(), "refused ") == 2; }, seconds(10)))
+      << agent.process().Stderr();
+  std::this_thread::sleep_for(seconds(3));
+  SetPolicyClock(clock, "2026-11-23 20:30:00");
+  EXPECT_EQ(waiting.ReadLine(seconds(20)), "whole") << waiting.Stderr();
+  EXPECT_EQ(waiting.Wait(seconds(10)), 0);
+  const std::string after = agent.process().Stderr();
+  EXPECT_EQ(Occurrences(after, "refused "), 2u) << after;
+  EXPECT_NE(after.find("reservation after "), std::string::npos) << after;
+}
+
+}  // namespace
+}  // namespace gpupool::testing
+
+namespace gpupool::testing {
+namespace {
+
+// Issue 41: gp-run --wait and gp-lease hold --wait say on stderr, once, what they wait for and why (the policy's
+// refusal), not at every retry; -q says nothing of it.
+TEST(OperatorsTrust, WaitingSaysOnceWhatItWaitsForAndWhy) {
+  TempDir dir;
+  const std::string config = dir.Write("agent.toml", R"(
+[[personality]]
+name = "day"
+hours = "08:00-20:00"
+max_fraction = 0.5
+
+[[personality]]
+name = "night"
+hours = "20:00-08:00"
+)");
+  const std::string clock = dir.path() + "/clock";
+  SetPolicyClock(clock, "2026-11-23 10:00:00");
+  Agent agent(AgentOptions{.name = "queue", .emulated = 1, .emulated_memory = "1GiB", .extra_args = {"--config", config},
+                           .env = {"GPUPOOL_POLICY_CLOCK=" + clock, "TZ=UTC"}});
+  const std::string server = agent.address();
+  const std::string why = ": " + server + ": agent queue: personality day allows slices of at most 0.5 of a GPU, not 1; "
+                          "from Mon 20:00 personality night would allow it\n";
+
+  RunResult run = RunCommand({ToolPath("gp-run"), "--servers", server, "-p", "1", "--wait", "5s", "--", "/bin/true"});
+  EXPECT_EQ(run.code, 125) << run.err;
+  EXPECT_EQ(run.err.rfind("gp-run: waiting up to 5s for 1 x GPU" + why, 0), 0u) << run.err;
+  EXPECT_EQ(Occurrences(run.err, "waiting"), 1u) << run.err;
+  EXPECT_NE(run.err.find("gp-run: waited 5s for"), std::string::npos) << run.err;
+
+  RunResult hold = RunCommand({ToolPath("gp-lease"), "hold", "--servers", server, "-p", "1", "--wait", "3s"});
+  EXPECT_EQ(hold.code, 1) << hold.err;
+  EXPECT_EQ(hold.err.rfind("gp-lease: waiting up to 3s for 1 x GPU" + why, 0), 0u) << hold.err;
+  EXPECT_EQ(Occurrences(hold.err, "waiting"), 1u) << hold.err;
+
+  // -q: only the outcome.
+  RunResult quiet = RunCommand({ToolPath("gp-run"), "-q", "--servers", server, "-p", "1", "--wait", "2s", "--",
+                                "/bin/true"});
+  EXPECT_EQ(quiet.code, 125) << quiet.err;
+  EXPECT_EQ(quiet.err.find("waiting"), std::string::npos) << quiet.err;
+  EXPECT_EQ(quiet.err.rfind("gp-run: waited 2s for", 0), 0u) << quiet.err;
+  RunResult quiet_hold = RunCommand({ToolPath("gp-lease"), "hold", "-q", "--servers", server, "-p", "1", "--wait",
+                                     "2s"});
+  EXPECT_EQ(quiet_hold.code, 1) << quiet_hold.err;
+  EXPECT_EQ(quiet_hold.err.find("waiting"), std::string::npos) << quiet_hold.err;
+
+  // Without --wait nothing is waited for, and nothing said of waiting.
+  RunResult now = RunCommand({ToolPath("gp-run"), "--servers", server, "-p", "1", "--", "/bin/true"});
+  EXPECT_EQ(now.code, 125);
+  EXPECT_EQ(now.err.find("waiting"), std::string::npos) << now.err;
+}
+
+}  // namespace
+}  // namespace gpupool::testing
+
+namespace gpupool::testing {
+namespace {
+
+// A raw loopback TCP connection to `address` ("127.0.0.1:PORT"), or -1.
+int ConnectRaw(const std::string& address) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))));
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the agent closed `fd` within `timeout` (a read sees the end of the stream, or a reset).
+bool ClosedByPeer(int fd, std::chrono::seconds timeout) {
+  timeval tv{static_cast<time_t>(timeout.count()), 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char byte;
+  ssize_t n = recv(fd, &byte, 1, 0);
+  return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
+// Issue 41: a TCP client that connects and says nothing, or stops in the middle of its first message, is closed
+// after [limits] hello_timeout; clients that said hello keep their connections, however long they are quiet.
+TEST(OperatorsTrust, ConnectionsThatSayNothingAreClosed) {
+  TempDir dir;
+  const std::string config = dir.Write("agent.toml", "[limits]\nhello_timeout = \"2s\"\n");
+  Agent agent(AgentOptions{.name = "brisk", .emulated = 1, .emulated_memory = "1GiB",
+                           .extra_args = {"--config", config}});
+  Pool pool = Connect({agent.address()});
+  ASSERT_TRUE(pool.State().servers[0].up);
+  // A connection that says hello, then nothing for longer than the timeout.
+  capnp::EzRpcClient quiet(agent.address());
+  auto quiet_agent = quiet.getMain<wire::Agent>();
+  {
+    auto hello = quiet_agent.helloRequest();
+    hello.setClientVersion(wire::PROTOCOL_VERSION);
+    EXPECT_EQ(hello.send().wait(quiet.getWaitScope()).getName(), "brisk");
+  }
+  Process holder({ToolPath("gp-run"), "--servers", agent.address(), "--", "sleep", "6"});
+
+  const int silent = ConnectRaw(agent.address());
+  ASSERT_GE(silent, 0) << std::strerror(errno);
+  const int half = ConnectRaw(agent.address());
+  ASSERT_GE(half, 0) << std::strerror(errno);
+  // The start of a Cap'n Proto frame: one segment of 64 words, of which nothing follows.
+  const uint32_t header[2] = {0, 64};
+  ASSERT_EQ(send(half, header, sizeof(header), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(header)));
+  EXPECT_TRUE(ClosedByPeer(silent, seconds(20))) << "a silent connection is still open";
+  EXPECT_TRUE(ClosedByPeer(half, seconds(20))) << "a half-sent message's connection is still open";
+  close(silent);
+  close(half);
+  EXPECT_NE(agent.process().Stderr().find("closed a client connection that made no call in 2s ([limits] "
+                                          "hello_timeout)"),
+            std::string::npos)
+      << agent.process().Stderr();
+
+  // Quiet for longer than the timeout, the clients that spoke are still served: the connection that said hello (on
+  // which a call still gets its answer), the pool's, and gp-run's lease, whose command ends well.
+  std::this_thread::sleep_for(seconds(3));
+  {
+    auto describe = quiet_agent.describeRequest();
+    EXPECT_EQ(describe.send().wait(quiet.getWaitScope()).getState().getName(), "brisk");
+  }
+  PoolState state = pool.State();
+  ASSERT_TRUE(state.servers[0].up) << state.servers[0].error;
+  EXPECT_EQ(LeaseCount(state), 1u);
+  EXPECT_EQ(holder.Wait(seconds(20)), 0) << holder.Stderr();
+
+  // The limit is checked: a bad value names it.
+  const std::string bad = dir.Write("bad.toml", "[limits]\nhello_timeout = \"0s\"\n");
+  RunResult refused = RunCommand({ToolPath("gp-agent"), "--config", bad, "--no-nvml", "--emu", "1", "--listen",
+                                  "127.0.0.1:0"},
+                                 {}, seconds(20));
+  EXPECT_EQ(refused.code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("[limits] hello_timeout must be within 1s..1h"), std::string::npos) << refused.err;
+}
+
+}  // namespace
+}  // namespace gpupool::testing
+
+namespace gpupool::testing {
+namespace {
+
+// Issue 41: the agent tells a window taken (worth another window) apart from its other refusals of a session on the
+// wire (Outcome.windowTaken), and the client tries another window only then, whatever a refusal's words: it used to
+// look for "[limits]" in the message, and tried 16 windows on any other busy refusal.
+TEST(OperatorsTrust, OnlyATakenWindowIsTriedAgain) {
+  auto open = [](const std::string& server) {
+    return internal::RemoteSession::OpenLease(internal::EncodeToken({"0123456789abcdef", "0123456789abcdef0123456789abcdef", {server}}));
+  };
+  std::atomic<int> asked{0};
+  auto full = StartSessionRefusingAgent(false, "device 0 has 9 sessions open, the most this agent allows", &asked);
+  auto refused = open(full->address());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("device 0 has 9 sessions open"), std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(asked.load(), 1) << "a refusal that is not about the window was met with other windows";
+
+  std::atomic<int> asked_taken{0};
+  auto taken = StartSessionRefusingAgent(true, "the address window is taken on this GPU server", &asked_taken);
+  auto never = open(taken->address());
+  ASSERT_FALSE(never.ok());
+  EXPECT_NE(never.status().message().find("window is taken"), std::string::npos) << never.status().message();
+  EXPECT_GT(asked_taken.load(), 1) << "a taken window was not followed by another";
+
+  // A real agent's [limits] refusal says it is not about the window.
+  TempDir dir;
+  const std::string config = dir.Write("agent.toml", "[limits]\nsessions_per_lease = 1\n");
+  Agent agent(AgentOptions{.name = "limited", .emulated = 1, .emulated_memory = "1GiB",
+                           .extra_args = {"--config", config}});
+  auto lease = Connect({agent.address()}).Allocate(Slices(1, 0.5));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  auto first = internal::RemoteSession::OpenLease(lease->Token());
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto fields = internal::DecodeToken(lease->Token());
+  ASSERT_TRUE(fields.ok());
+  capnp::EzRpcClient client(agent.address());
+  auto req = client.getMain<wire::Agent>().openSessionRequest();
+  req.initLease().setId(fields->id);
+  req.getLease().setSecret(fields->secret);
+  req.setDevice(lease->slices()[0].device);
+  req.setWindowBase(uint64_t{40} << 40);
+  req.setWindowBytes(uint64_t{2} << 30);
+  auto reply = req.send().wait(client.getWaitScope());
+  EXPECT_EQ(reply.getOutcome().getCode(), wire::Outcome::Code::BUSY);
+  EXPECT_NE(std::string(reply.getOutcome().getMessage()).find("[limits] sessions_per_lease = 1"), std::string::npos)
+      << reply.getOutcome().getMessage().cStr();
+  EXPECT_FALSE(reply.getOutcome().getWindowTaken());
 }
 
 }  // namespace

@@ -539,16 +539,28 @@ TEST(LostLease, GpRunAndItsProgramSayWhyTheLeaseEnded) {
                                     "2s"),
               std::string::npos) << sleeper.Stderr();
   }
-  // The agent restarted: it knows nothing of the lease, and says so.
+  // The agent restarted: it knows nothing of the lease, and says so, to gp-run and to the program's next CUDA call
+  // (whose session's worker died with the agent: the program asks the agent why once it answers again).
   {
     Process sleeper({ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", "sleep", "8"});
+    Process busy({ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", Program("busy"), "60", "trace"});
+    // Its session is open and has run kernels.
+    ASSERT_NE(busy.ReadLine(seconds(30)).find("busy: at "), std::string::npos) << busy.Stderr();
     ASSERT_TRUE(Eventually([&] { return !LeaseIdOf(pool, "sleep").empty(); }, seconds(20))) << sleeper.Stderr();
     const std::string id = LeaseIdOf(pool, "sleep");
+    const std::string busy_id = LeaseIdOf(pool, "busy");
     agent.Kill();
     agent.Restart();
     EXPECT_EQ(sleeper.Wait(seconds(30)), 125);
     EXPECT_NE(sleeper.Stderr().find("lease " + id + " lost: agent lost restarted and no longer knows it"),
               std::string::npos) << sleeper.Stderr();
+    EXPECT_NE(busy.Wait(seconds(30)), 0);
+    const std::string err = busy.Stderr();
+    EXPECT_NE(err.find("gp-run: " + server + ": lease " + busy_id + " lost: agent lost restarted and no longer "
+                       "knows it"),
+              std::string::npos) << err;
+    EXPECT_NE(err.find("the lease of this session ended: agent lost restarted and no longer knows it"),
+              std::string::npos) << err;
   }
   // A lease that holds to the end is released quietly, with the command's own status.
   RunResult fine = RunCommand({ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", "/bin/true"});

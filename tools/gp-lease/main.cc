@@ -16,6 +16,7 @@
 #include <iostream>
 #include <string>
 
+#include "lease_notices.h"
 #include "output.h"
 #include "parse_args.h"
 #include "request_args.h"
@@ -40,6 +41,7 @@ int Fail(int status, const std::string& message) {
 // (released by its token elsewhere, which sets `released_elsewhere`; expired, revoked): there is nothing left to hold.
 bool HoldUntilTold(gpupool::Lease& lease, int signal_fd, bool watch_stdin, bool* released_elsewhere) {
   bool warned = false;
+  gpupool::tools::PolicyEndWarning policy_end("gp-lease");
   for (;;) {
     pollfd fds[2] = {{signal_fd, POLLIN, 0}, {STDIN_FILENO, POLLIN, 0}};
     int n = poll(fds, watch_stdin ? 2 : 1, 1000);
@@ -80,16 +82,18 @@ bool HoldUntilTold(gpupool::Lease& lease, int signal_fd, bool watch_stdin, bool*
       PrintError("gp-lease: lease {} renewed again\n", lease.id());
       warned = false;
     }
+    if (health.ok()) policy_end.Check(lease);
   }
 }
 
-int Hold(const gpupool::tools::RequestArgs& args, const std::string& label, bool watch_stdin) {
+int Hold(const gpupool::tools::RequestArgs& args, const std::string& label, bool watch_stdin, bool quiet) {
   using namespace gpupool;
   Request request;
   PoolOptions options;
   if (Status s = args.Build(&request, &options); !s.ok()) return Fail(kExitUsage, s.message());
   request.label = label.empty() ? "gp-lease hold" : label;
   if (Status s = ValidateRequest(request); !s.ok()) return Fail(kExitUsage, s.message());
+  if (!quiet && request.wait.count() > 0) request.on_wait = tools::WaitNotices("gp-lease", request);
 
   // Before the pool's threads start, so that they inherit the mask and the signals reach the signalfd alone.
   sigset_t stop;
@@ -163,7 +167,9 @@ int main(int argc, char** argv) {
   bool watch_stdin = false, verbose = false;
   hold->add_option("--label", label, "shown beside the lease in gp-ls (default: gp-lease hold)");
   hold->add_flag("--watch-stdin", watch_stdin, "also release when standard input reaches EOF (its writer is gone)");
-  hold->add_flag("-v,--verbose", verbose, "say what was allocated and released");
+  bool quiet = false;
+  auto* verbose_flag = hold->add_flag("-v,--verbose", verbose, "say what was allocated and released");
+  hold->add_flag("-q,--quiet", quiet, "say nothing of what --wait waits for")->excludes(verbose_flag);
   auto* release = app.add_subcommand(
       "release", "release the lease whose token is in $GPUPOOL_LEASE, or on standard input with '-'");
   std::string from;
@@ -171,6 +177,6 @@ int main(int argc, char** argv) {
   GP_PARSE_ARGS(app, argc, argv, kExitUsage);
   if (verbose) log::SetDefaultLevel(log::Level::kInfo);
 
-  if (hold->parsed()) return Hold(request_args, label, watch_stdin);
+  if (hold->parsed()) return Hold(request_args, label, watch_stdin, quiet);
   return Release(from == "-");
 }

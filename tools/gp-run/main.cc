@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "lease_notices.h"
 #include "output.h"
 #include "parse_args.h"
 #include "request_args.h"
@@ -42,6 +43,7 @@ struct Supervisor {
   uv_timer_t health_timer{};
   gpupool::Lease* lease = nullptr;
   bool lease_warned = false;
+  gpupool::tools::PolicyEndWarning policy_end{"gp-run"};
   std::string lease_lost;  // Why the lease ended under the command; empty while it holds.
   int64_t exit_status = 0;
   int term_signal = 0;
@@ -83,6 +85,7 @@ void OnHealthTimer(uv_timer_t* timer) {
     PrintError("gp-run: lease {} renewed again\n", sup->lease->id());
     sup->lease_warned = false;
   }
+  if (health.ok()) sup->policy_end.Check(*sup->lease);
 }
 
 // Where our libcuda.so.1 lives: $GPUPOOL_INTERPOSER_DIR, else ../lib/gpupool/cuda beside this executable (the same
@@ -152,7 +155,8 @@ int ToolMain(int argc, char** argv) {
   std::vector<std::string> command;
   request_args.Add(app);
   auto* verbose_flag = app.add_flag("-v,--verbose", verbose, "say what was allocated and released");
-  app.add_flag("-q,--quiet", quiet, "no line saying where the command runs when no pool is configured")
+  app.add_flag("-q,--quiet", quiet,
+               "no line saying where the command runs when no pool is configured, nor what --wait waits for")
       ->excludes(verbose_flag);
   app.add_option("command", command, "the command to run, after --")->required();
   GP_PARSE_ARGS(app, argc, argv, kExitFailure);
@@ -169,6 +173,7 @@ int ToolMain(int argc, char** argv) {
   for (const auto& c : command) label += (label.empty() ? "" : " ") + c;
   request.label = label.size() > 120 ? label.substr(0, 117) + "..." : label;
   if (Status s = ValidateRequest(request); !s.ok()) return fail(s.message());
+  if (!quiet && request.wait.count() > 0) request.on_wait = tools::WaitNotices("gp-run", request);
   // Before anything is allocated: a command that cannot run would only hold slices others wait for.
   if (std::string why; int status = CheckCommand(command[0], &why)) {
     PrintError("gp-run: cannot run '{}': {} (nothing was allocated)\n", command[0], why);
