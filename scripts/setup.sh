@@ -9,6 +9,8 @@
 #   JOBS        parallel build jobs (default: the build tool's own default)
 #   SKIP_APT=1  do not install packages, only configure and build
 #   SKIP_USER=1 do not create the 'gpupool' user session workers run as (tools/gp-agent/create-user.sh)
+#   CUDA_FROM_PYPI=1  use NVIDIA's CUDA 13.0 compiler from PyPI even where a toolkit is installed (what happens when
+#               none is: see "The CUDA toolkit" below)
 # Re-running it is cheap: apt is skipped when every package is already installed, and the build is incremental.
 set -euo pipefail
 
@@ -74,9 +76,38 @@ if [[ "${SKIP_USER:-0}" != 1 ]]; then
   fi
 fi
 
+# The CUDA toolkit: the installed one (nvcc on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin), else NVIDIA's CUDA
+# 13.0 compiler, runtime and headers from PyPI (pinned, as the headers gpupool builds against), in a venv of the build
+# directory. That is enough for gpupool and its CUDA examples (the README's first command, scripts/demo.sh); the test
+# suite and benchmarks also link NVIDIA's libraries (cuBLAS, cuFFT...) and the driver stub, which come with the
+# toolkit: they are left out of such a build, and setup says so.
+cuda_args=()
+nvcc=$(command -v nvcc || true)
+for candidate in "${CUDA_HOME:-}/bin/nvcc" /usr/local/cuda/bin/nvcc; do
+  [[ -z $nvcc && -x $candidate ]] && nvcc=$candidate
+done
+if [[ -z $nvcc || "${CUDA_FROM_PYPI:-0}" == 1 ]]; then
+  cuda_venv="$BUILD_DIR/cuda-toolkit"
+  if [[ ! -x "$cuda_venv/bin/pip" ]]; then
+    python3 -m venv "$cuda_venv"
+  fi
+  why="no CUDA toolkit found (nvcc)"
+  [[ -n $nvcc ]] && why="CUDA_FROM_PYPI=1"
+  echo "setup: $why: installing NVIDIA's CUDA 13.0 compiler and runtime from PyPI into $cuda_venv"
+  "$cuda_venv/bin/pip" install -q "nvidia-cuda-nvcc==13.0.88" "nvidia-cuda-crt==13.0.88" "nvidia-nvvm==13.0.88" \
+    "nvidia-cuda-runtime==13.0.96" "nvidia-cuda-cccl==13.0.85"
+  cuda_home=$(cd "$cuda_venv" && echo "$PWD"/lib/python3*/site-packages/nvidia/cu13)
+  [[ -x "$cuda_home/bin/nvcc" ]] || { echo "setup: nvcc is not in $cuda_home/bin after the install" >&2; exit 1; }
+  export CUDA_HOME=$cuda_home PATH="$cuda_home/bin:$PATH"
+  cuda_args=(-DGPUPOOL_NVCC="$cuda_home/bin/nvcc" -DGPUPOOL_CUDA_INCLUDE_DIR="$cuda_home/include"
+             -DGPUPOOL_BUILD_TESTS=OFF -DGPUPOOL_BUILD_BENCH=OFF)
+  echo "setup: building with $cuda_home/bin/nvcc; without the full toolkit the tests and benchmarks are not built" \
+       "(install the CUDA toolkit for them)"
+fi
+
 # Choose the generator only for a fresh build directory: CMake refuses to switch generators later.
 generator=()
 [[ -f "$BUILD_DIR/CMakeCache.txt" ]] || generator=(-G Ninja)
-cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" "$@"
+cmake -S . -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" "${cuda_args[@]}" "$@"
 cmake --build "$BUILD_DIR" ${JOBS:+-j "$JOBS"}
 echo "setup: built into $BUILD_DIR/"
