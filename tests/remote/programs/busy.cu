@@ -5,6 +5,7 @@
 //   far), so that a benchmark can count the work two tenants did while both were running.
 //   busy SECONDS trace IDLE  ->  the same, after IDLE seconds with its session open and idle (an idle tenant that
 //   then bursts).
+//   busy SECONDS trace IDLE SCALE  ->  kernels SCALE times as long (a tenant of long kernels).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +22,11 @@ int main(int argc, char** argv) {
   double seconds = argc > 1 ? std::atof(argv[1]) : 3.0;
   bool trace = argc > 2 && std::strcmp(argv[2], "trace") == 0;
   double idle = argc > 3 ? std::atof(argv[3]) : 0.0;
+  const int scale = argc > 4 ? std::atoi(argv[4]) : 1;
+  if (scale < 1 || scale > 100000) {
+    std::printf("busy: SCALE must be 1..100000, not '%s'\n", argv[4]);
+    return 2;
+  }
   auto now_ms = [] {
     return std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count();
   };
@@ -39,7 +45,7 @@ int main(int argc, char** argv) {
   while (elapsed < seconds) {
     // Batches keep the device's queue full, as real programs do: a tenant that waits after every kernel leaves
     // the device idle between kernels, and its neighbour gets that time too.
-    for (int i = 0; i < 8; ++i) Work<<<8, 64>>>(out, 4000);
+    for (int i = 0; i < 8; ++i) Work<<<8, 64>>>(out, 4000 * scale);
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
       std::printf("busy: %s\n", cudaGetErrorString(e));
