@@ -10,9 +10,9 @@
 # submissions of a lease over its share, as it does for a physical GPU without MPS (GPUPOOL_EMU_SUBMISSION_TURNS=1
 # in the agent's environment).
 # MIX: pair: 0.75 and 0.25, one process each. crowd: 0.5 (one process) against one 0.05 lease used by 8 processes
-# at once. burst: 0.5 against a 0.05 tenant whose session idles for SECONDS/2 before it runs. kernels: 0.5 against a
-# 0.05 tenant of long kernels (each 20 times the others', ~0.15 s alone, back to back), counting the 0.5 tenant's work against its
-# rate alone on the whole device. long: the same against a 0.05 tenant whose one kernel never ends
+# at once. burst: 0.5 against a 0.05 tenant whose session idles for SECONDS/2 before it runs. kernels: 0.5 against
+# a 0.05 tenant of long kernels (each 20 times the others', ~0.15 s alone, back to back), counting the 0.5 tenant's
+# work against its rate alone on the whole device. long: the same against a 0.05 tenant whose one kernel never ends
 # (tests/remote/programs/spin).
 # On the submission path a kernel that never ends cannot be held back once it runs: the device time-slices it
 # equally with the neighbour's work (the 0.5 tenant gets about half), as a GPU without MPS does; on a GPU, MPS
