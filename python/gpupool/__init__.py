@@ -175,6 +175,19 @@ def attach(n=1, fraction=1.0, memory=None, cls=None, wait=None, servers=None):
         _numba.install()
     _attachment = Attachment(held, count.value, request)
     if held is not None:
-        # After the frameworks' own exit handlers (atexit runs last-registered first, and they register later).
-        atexit.register(held.release)
+        # After the frameworks' own exit handlers (atexit runs last-registered first, and they register later); only
+        # in this process, never in a child forked from it (which has a copy of the handler and of the lease).
+        owner = os.getpid()
+        atexit.register(lambda: held.release() if os.getpid() == owner else None)
     return _attachment
+
+
+def _keep_out_of_forked_child():
+    """A child forked after attach() holds a copy of the parent's lease object, whose end would release the parent's
+    slices. The copy is kept alive for the child's whole life (one extra reference), so it is never released or
+    renewed there; the child's CUDA calls fail as after any fork (gpupool's libcuda.so.1 says so)."""
+    if _attachment is not None and _attachment.lease is not None:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(_attachment.lease))
+
+
+os.register_at_fork(after_in_child=_keep_out_of_forked_child)

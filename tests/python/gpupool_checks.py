@@ -76,6 +76,15 @@ def pool():
     [server] = gpupool.State()
     assert [l.id for l in server.leases] == [attached.lease.id], server.leases
     assert server.leases[0].sessions >= 1, "this process's session on it"
+    # A child forked now that exits normally (exit handlers, interpreter teardown) leaves the parent's lease alone.
+    child = os.fork()
+    if child == 0:
+        sys.exit(0)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, status
+    [server] = gpupool.State()
+    assert [l.id for l in server.leases] == [attached.lease.id], f"the child released the lease: {server.leases}"
+    assert int((a + 1).sum()) == (1 << 20) * ((1 << 20) + 1) // 2, "CuPy after the child's exit"
     print(f"gpupool pool: lease {attached.lease.id} on {server.name}: PASSED")
 
 
