@@ -178,6 +178,19 @@ PYBIND11_MODULE(_native, m) {
       "pool is configured at all.");
 
   m.def(
+      "validate_request",
+      [](int count, double fraction, std::optional<uint64_t> memory_bytes, const std::string& device_class) {
+        Request request;
+        request.count = count;
+        request.fraction = fraction;
+        request.memory_bytes = memory_bytes;
+        request.device_class = device_class;
+        if (Status s = ValidateRequest(request); !s.ok()) Raise(s);
+      },
+      py::arg("count") = 1, py::arg("fraction") = 1.0, py::arg("memory_bytes") = py::none(),
+      py::arg("device_class") = "", "Raises InvalidRequest for a request no pool could take (checked alone).");
+
+  m.def(
       "parse_memory_size", [](const std::string& text) { return Unwrap(ParseMemorySize(text)); },
       "\"16GiB\", \"512MiB\", \"1.5GB\", \"4096\": bytes, as gp-run's -m reads them.");
 
@@ -242,7 +255,9 @@ PYBIND11_MODULE(_native, m) {
             request.memory_bytes = memory_bytes;
             request.compute_share = compute_share;
             request.device_class = device_class;
-            if (wait_s < 0 || wait_s > 1e7) Raise(Status(StatusCode::kInvalidArgument, "wait must be 0..1e7 s"));
+            if (!(wait_s >= 0 && wait_s <= 1e7)) {  // NaN too.
+              Raise(Status(StatusCode::kInvalidArgument, "wait must be 0..1e7 s"));
+            }
             request.wait = std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000));
             request.label = label;
             if (Status s = ValidateRequest(request); !s.ok()) Raise(s);

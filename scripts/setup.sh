@@ -96,13 +96,17 @@ if [[ -z $nvcc || "${CUDA_FROM_PYPI:-0}" == 1 ]]; then
   echo "setup: $why: installing NVIDIA's CUDA 13.0 compiler and runtime from PyPI into $cuda_venv"
   "$cuda_venv/bin/pip" install -q "nvidia-cuda-nvcc==13.0.88" "nvidia-cuda-crt==13.0.88" "nvidia-nvvm==13.0.88" \
     "nvidia-cuda-runtime==13.0.96" "nvidia-cuda-cccl==13.0.85"
-  cuda_home=$(cd "$cuda_venv" && echo "$PWD"/lib/python3*/site-packages/nvidia/cu13)
+  cuda_home=$("$cuda_venv/bin/python" -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))')
   [[ -x "$cuda_home/bin/nvcc" ]] || { echo "setup: nvcc is not in $cuda_home/bin after the install" >&2; exit 1; }
   export CUDA_HOME=$cuda_home PATH="$cuda_home/bin:$PATH"
   cuda_args=(-DGPUPOOL_NVCC="$cuda_home/bin/nvcc" -DGPUPOOL_CUDA_INCLUDE_DIR="$cuda_home/include"
              -DGPUPOOL_BUILD_TESTS=OFF -DGPUPOOL_BUILD_BENCH=OFF)
   echo "setup: building with $cuda_home/bin/nvcc; without the full toolkit the tests and benchmarks are not built" \
        "(install the CUDA toolkit for them)"
+elif grep -q "^GPUPOOL_NVCC:FILEPATH=.*/cuda-toolkit/" "$BUILD_DIR/CMakeCache.txt" 2>/dev/null; then
+  # An earlier run built with PyPI's compiler; a toolkit is here now: forget those paths, build the tests again.
+  cuda_args=(-UGPUPOOL_NVCC -UGPUPOOL_CUDA_INCLUDE_DIR -DGPUPOOL_BUILD_TESTS=ON -DGPUPOOL_BUILD_BENCH=ON)
+  echo "setup: a CUDA toolkit is installed now ($nvcc): building with it, tests and benchmarks included"
 fi
 
 # Choose the generator only for a fresh build directory: CMake refuses to switch generators later.

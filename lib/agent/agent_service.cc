@@ -1114,7 +1114,7 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
     GP_INFO("agent", "session workers are not memory-capped: [workers] memory_limit = 0");
   } else if (cgroups->usable()) {
     GP_INFO("agent", "session workers' memory: a cgroup each under {}, {} {} MiB besides an emulated device's window",
-            cgroups->parent(), cgroups->memory_v1() ? "memory.limit_in_bytes (v1, swap included)" : "memory.max",
+            cgroups->parent(), cgroups->memory_v1() ? "memory.limit_in_bytes (v1; with swap where the kernel accounts it)" : "memory.max",
             config.workers.memory_limit >> 20);
   } else {
     // Said once: every GPU worker of this agent's life is uncapped, for the same reason.

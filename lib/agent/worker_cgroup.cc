@@ -266,7 +266,9 @@ Result<WorkerCgroups> WorkerCgroups::Resolve(std::string_view setting) {
     v1_reason = v1_mount.empty() ? "no cgroup v1 memory hierarchy is mounted" : "the agent is in no v1 memory group";
   } else {
     // Inside a container the hierarchy's mounted root is the container's own group, which /proc/self/cgroup names.
-    if (v1_root != "/" && v1_own.rfind(v1_root, 0) == 0) v1_own = v1_own.substr(v1_root.size());
+    if (v1_root != "/" && (v1_own == v1_root || v1_own.rfind(v1_root + "/", 0) == 0)) {
+      v1_own = v1_own.substr(v1_root.size());
+    }
     const std::string parent = v1_own == "/" || v1_own.empty() ? v1_mount : v1_mount + v1_own;
     Status s = PrepareMemoryV1(parent);
     if (s.ok()) {

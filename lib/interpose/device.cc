@@ -286,6 +286,19 @@ CUresult cuDeviceGetByPCIBusId(CUdevice* dev, const char* pciBusId) {
       [&](CUresult) { return fmt::format("{}", pciBusId != nullptr ? pciBusId : "NULL"); });
 }
 
+// gpupool's own, for the gpupool Python package (gpupool.attach): why cuInit found no device, as it logged it, and
+// the kind of failure (a gpupool::StatusCode as int, 0 while cuInit has not failed), so that the package raises the
+// matching exception with gpupool's words. Copies at most `size` - 1 bytes and a NUL.
+CUresult cuGpupoolInitError(int* status_code, char* message, size_t size) {
+  using namespace gpupool::interpose;
+  if (status_code == nullptr || message == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  const std::string error = Driver::Get().InitError(status_code);
+  const size_t n = std::min(error.size(), size - 1);
+  std::memcpy(message, error.data(), n);
+  message[n] = '\0';
+  return CUDA_SUCCESS;
+}
+
 // gpupool's own, for its libnvidia-ml.so.1 (nvmlDeviceGetUtilizationRates): the slice's utilisation rates since
 // the previous call. CUDA_ERROR_NOT_SUPPORTED where the slice cannot tell (GPU servers, for now; fake devices).
 CUresult cuGpupoolSliceUtilization(CUdevice dev, unsigned int* gpu_percent, unsigned int* memory_percent) {

@@ -17,6 +17,12 @@ thread_local int tls_depth = 0;
 
 }  // namespace
 
+std::string Driver::InitError(int* status_code) {
+  std::lock_guard<std::mutex> lock(init_mu_);
+  *status_code = init_error_code_;
+  return init_error_;
+}
+
 Driver& Driver::Get() {
   static Driver* driver = new Driver();
   return *driver;
@@ -32,11 +38,15 @@ CUresult Driver::Init(unsigned int flags) {
   Result<std::vector<DeviceInfo>> listed = provider->ListDevices();
   if (!listed.ok()) {
     GP_WARN("interpose", "{}", listed.status().message());
+    init_error_ = listed.status().message();
+    init_error_code_ = static_cast<int>(listed.status().code());
     init_result_.store(CUDA_ERROR_NO_DEVICE, std::memory_order_release);
     return CUDA_ERROR_NO_DEVICE;
   }
   if (listed->empty()) {
     GP_WARN("interpose", "{}", provider->NoDeviceHint());
+    init_error_ = provider->NoDeviceHint();
+    init_error_code_ = static_cast<int>(StatusCode::kUnavailable);
     init_result_.store(CUDA_ERROR_NO_DEVICE, std::memory_order_release);
     return CUDA_ERROR_NO_DEVICE;
   }
@@ -46,8 +56,10 @@ CUresult Driver::Init(unsigned int flags) {
   const char* visible_env = std::getenv("CUDA_VISIBLE_DEVICES");
   std::vector<size_t> visible = VisibleDevices(visible_env, *listed);
   if (visible.empty()) {
-    GP_WARN("interpose", "CUDA_VISIBLE_DEVICES='{}' shows none of the {} device(s) of this process", visible_env,
-            listed->size());
+    init_error_ = fmt::format("CUDA_VISIBLE_DEVICES='{}' shows none of the {} device(s) of this process",
+                              visible_env, listed->size());
+    init_error_code_ = static_cast<int>(StatusCode::kInvalidArgument);
+    GP_WARN("interpose", "{}", init_error_);
     init_result_.store(CUDA_ERROR_NO_DEVICE, std::memory_order_release);
     return CUDA_ERROR_NO_DEVICE;
   }

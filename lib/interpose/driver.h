@@ -47,6 +47,9 @@ class Driver {
 
   // CUDA_SUCCESS after a successful Init; CUDA_ERROR_NOT_INITIALIZED before; the Init error after a failed one.
   CUresult CheckInitialized() const;
+  // Why the first Init failed, in the words it logged, and the failure's kind (a gpupool::StatusCode as int; kInternal
+  // where it was not a gpupool status); "" and kOk while Init has not failed.
+  std::string InitError(int* status_code);
 
   // REQUIRES: CheckInitialized() == CUDA_SUCCESS. The list never changes after Init.
   const std::vector<DeviceInfo>& devices() const { return devices_; }
@@ -92,6 +95,8 @@ class Driver {
   std::mutex init_mu_;
   std::atomic<CUresult> init_result_{CUDA_ERROR_NOT_INITIALIZED};
   bool init_attempted_ = false;                             // Guarded by init_mu_.
+  std::string init_error_;                                  // Same: why Init failed (InitError).
+  int init_error_code_ = 0;                                 // Same.
   std::vector<DeviceInfo> devices_;                         // Written once under init_mu_, then read-only.
   std::vector<std::unique_ptr<Context>> primary_contexts_;  // Same.
   std::unique_ptr<DeviceProvider> provider_;                // Same; owns the lease (released at exit).

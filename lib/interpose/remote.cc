@@ -108,8 +108,8 @@ CUresult Remote::ModuleOn(Module* module, int device, uint64_t* remote) {
     // A prebuilt library's kernels: its user cannot rebuild it, so say whose they are and where they run.
     return Fail(device, code, ("loading a module of " + module->library).c_str(),
                 ToResult(code) == CUDA_ERROR_NO_BINARY_FOR_GPU
-                    ? module->library + " is a prebuilt library: its kernels need a GPU server (or a build of it "
-                                        "that carries PTX for this device)"
+                    ? module->library + " is a prebuilt library without PTX for this device: its kernels need a "
+                                        "GPU server (or a build of it that carries PTX)"
                     : "");
   }
   if (code != 0) return Fail(device, code, "loading a module");

@@ -6,15 +6,14 @@
 
 `attach` takes slices for this process and makes them its CUDA devices: gpupool's libcuda.so.1 and
 libnvidia-ml.so.1 are loaded first, so every framework that loads the driver afterwards gets them. The slices are
-held until the process exits; on emulated slices, which run PTX only, CuPy compiles to PTX (CUPY_COMPILE_WITH_PTX)
-and numba-cuda links its kernels as PTX (gpupool/_numba.py).
-`lease` takes slices without attaching (for a framework of your own, or to hand to
-child processes through their GPUPOOL_LEASE); `State` is what gp-ls shows. With no pool configured (no servers=,
+held until the process exits (gpupool's libcuda.so.1 holds them, as it holds a GPUPOOL_REQUEST lease); on emulated
+slices, which run PTX only, CuPy compiles to PTX (CUPY_COMPILE_WITH_PTX) and numba-cuda links its kernels as PTX
+(gpupool/_numba.py). `lease` takes slices without attaching (for a framework of your own, or to hand to child
+processes through their GPUPOOL_LEASE); `State` is what gp-ls shows. With no pool configured (no servers=,
 GPUPOOL_SERVERS or pool file), attach uses a private gp-agent, as gp-run does: this machine's GPUs, else emulated
 ones. Failures raise gpupool.Error (or a subclass: Unsatisfiable, Busy, Unavailable, Timeout, ...) with gpupool's
 message.
 """
-import atexit
 import contextlib
 import ctypes
 import os
@@ -70,11 +69,11 @@ def lease(n=1, fraction=1.0, memory=None, cls=None, wait=None, servers=None):
 
 
 class Attachment:
-    """What attach() took: the lease (None where gpupool's libcuda.so.1 took it itself, on a private agent) and the
-    number of CUDA devices this process now sees."""
+    """What attach() took: the number of CUDA devices this process now sees, and the request. The lease is gpupool's
+    libcuda.so.1's, as a program's GPUPOOL_REQUEST lease is: renewed while the process runs, released as it exits
+    (after CUDA's own teardown), freed by the agents when its TTL passes if the process is killed."""
 
-    def __init__(self, held, devices, request):
-        self.lease = held
+    def __init__(self, devices, request):
         self.devices = devices
         self.request = request
 
@@ -97,9 +96,13 @@ def _loaded_drivers():
     return found
 
 
-def _request_spec(n, fraction, memory, cls, wait):
+def _request_spec(n, fraction, memory, cls, wait, servers):
     """gp-run's options for GPUPOOL_REQUEST, which gpupool's libcuda.so.1 reads when it takes the slices itself."""
     spec = [f"-n {int(n)}"]
+    if servers:
+        if any(c.isspace() or c == "," for s in servers for c in s):
+            raise InvalidRequest(f"servers {servers!r}: an address has no spaces or commas")
+        spec.append("--servers " + ",".join(servers))
     if memory is not None:
         spec.append(f"-m {_memory_bytes(memory)}")
     else:
@@ -139,19 +142,16 @@ def attach(n=1, fraction=1.0, memory=None, cls=None, wait=None, servers=None):
     if foreign:
         raise Error(f"gpupool.attach: a CUDA driver is loaded already ({', '.join(foreign)}): call gpupool.attach() "
                     "before torch, CuPy, numba or cuda-python initialise CUDA")
-    try:
-        configured = _native.resolve_servers(servers)
-    except Unavailable:
-        configured = None  # No pool at all: gpupool's libcuda.so.1 starts a private agent sized to the request.
-    held = None
-    if configured is not None:
-        held = Pool.connect(configured).allocate(count=n, fraction=fraction, memory_bytes=_memory_bytes(memory),
-                                                 device_class=cls or "", wait_s=float(wait or 0), label=_label())
-        os.environ["GPUPOOL_LEASE"] = held.token()
-        os.environ.pop("GPUPOOL_REQUEST", None)
-    else:
-        os.environ["GPUPOOL_REQUEST"] = _request_spec(n, fraction, memory, cls, wait)
-        os.environ.pop("GPUPOOL_LEASE", None)
+    if servers is not None and isinstance(servers, str):
+        servers = [servers]
+    spec = _request_spec(n, fraction, memory, cls, wait, servers)
+    # Checked here, so that a bad request is a Python exception before anything loads.
+    _native.validate_request(count=n, fraction=fraction, memory_bytes=_memory_bytes(memory), device_class=cls or "")
+    # gpupool's libcuda.so.1 takes the slices at cuInit, from the pool (servers=, GPUPOOL_SERVERS or the pool file) or,
+    # with none configured, from a private agent as gp-run's, and releases them from the dynamic linker's exit
+    # handlers, after every framework's own CUDA teardown (a Python exit handler would run before those).
+    os.environ["GPUPOOL_REQUEST"] = spec
+    os.environ.pop("GPUPOOL_LEASE", None)
     # Loaded by path with RTLD_GLOBAL: a later dlopen("libcuda.so.1") by any framework finds this one by its soname.
     # libcuda.so.1 first: libnvidia-ml.so.1 needs it, and finds it loaded.
     cuda = ctypes.CDLL(os.path.join(interposer, "libcuda.so.1"), mode=ctypes.RTLD_GLOBAL)
@@ -161,33 +161,21 @@ def attach(n=1, fraction=1.0, memory=None, cls=None, wait=None, servers=None):
     if result == 0:
         result = cuda.cuDeviceGetCount(ctypes.byref(count))
     if result != 0 or count.value == 0:
-        name = ctypes.c_char_p()
-        cuda.cuGetErrorName(result, ctypes.byref(name))
-        if held is not None:
-            held.release()
-        raise Unavailable(f"gpupool.attach: CUDA did not start on the slices ({(name.value or b'?').decode()}, "
-                          f"{count.value} device(s)); gpupool's reason is on stderr")
+        code = ctypes.c_int(0)
+        message = ctypes.create_string_buffer(4096)
+        cuda.cuGpupoolInitError(ctypes.byref(code), message, ctypes.c_size_t(len(message)))
+        why = message.value.decode(errors="replace") or f"CUDA error {result}, {count.value} device(s)"
+        raise _ERRORS_BY_CODE.get(code.value, Error)(f"gpupool.attach: {why}")
     if any(_emulated(cuda, i) for i in range(count.value)):
         # Emulated slices run PTX only: CuPy compiles its kernels to PTX (its public switch; a user's own setting
         # wins), and numba-cuda links its kernels as PTX.
         os.environ.setdefault("CUPY_COMPILE_WITH_PTX", "1")
         from . import _numba
         _numba.install()
-    _attachment = Attachment(held, count.value, request)
-    if held is not None:
-        # After the frameworks' own exit handlers (atexit runs last-registered first, and they register later); only
-        # in this process, never in a child forked from it (which has a copy of the handler and of the lease).
-        owner = os.getpid()
-        atexit.register(lambda: held.release() if os.getpid() == owner else None)
+    _attachment = Attachment(count.value, request)
     return _attachment
 
 
-def _keep_out_of_forked_child():
-    """A child forked after attach() holds a copy of the parent's lease object, whose end would release the parent's
-    slices. The copy is kept alive for the child's whole life (one extra reference), so it is never released or
-    renewed there; the child's CUDA calls fail as after any fork (gpupool's libcuda.so.1 says so)."""
-    if _attachment is not None and _attachment.lease is not None:
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(_attachment.lease))
-
-
-os.register_at_fork(after_in_child=_keep_out_of_forked_child)
+# gpupool::StatusCode's values (include/gpupool/status.h), as cuGpupoolInitError reports them.
+_ERRORS_BY_CODE = {1: InvalidRequest, 2: Unsatisfiable, 3: Busy, 4: Unavailable, 6: Timeout, 7: NotFound,
+                   8: PermissionDenied}

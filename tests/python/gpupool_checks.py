@@ -5,6 +5,7 @@
   gpupool_checks.py pool      GPUPOOL_SERVERS names an agent (run_remote.sh --pool-env): State(), lease() as a context
                               manager, errors as exceptions with gpupool's messages, then attach() with CuPy computing
                               on the slice while State() shows the lease
+  gpupool_checks.py refused   a pool of two devices: attach(n=3) raises Unsatisfiable with gpupool's reason
   gpupool_checks.py late      a framework initialised CUDA first: attach() refuses, saying to call it before
 """
 import os
@@ -15,7 +16,7 @@ import gpupool
 
 def private():
     attached = gpupool.attach(n=2, fraction=0.5)
-    assert attached.devices == 2 and attached.lease is None, attached
+    assert attached.devices == 2, attached
     import torch
     assert torch.cuda.device_count() == 2, torch.cuda.device_count()
     for i in range(2):
@@ -68,14 +69,15 @@ def pool():
             print("pool: busy says:", e)
     os.environ.pop("CUPY_COMPILE_WITH_PTX", None)  # attach() sets it for emulated slices.
     attached = gpupool.attach(n=1, fraction=0.5)
-    assert attached.devices == 1 and attached.lease is not None
+    assert attached.devices == 1, attached
     assert os.environ.get("CUPY_COMPILE_WITH_PTX") == "1", "CuPy told to compile to PTX for an emulated slice"
     import cupy as cp
     a = cp.arange(1 << 20, dtype=cp.int64)
     assert int((a * 2).sum()) == (1 << 20) * ((1 << 20) - 1), "CuPy on the attached slice"
     [server] = gpupool.State()
-    assert [l.id for l in server.leases] == [attached.lease.id], server.leases
+    assert [l.pid for l in server.leases] == [os.getpid()], server.leases
     assert server.leases[0].sessions >= 1, "this process's session on it"
+    lease_id = server.leases[0].id
     # A child forked now that exits normally (exit handlers, interpreter teardown) leaves the parent's lease alone.
     child = os.fork()
     if child == 0:
@@ -83,9 +85,25 @@ def pool():
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0, status
     [server] = gpupool.State()
-    assert [l.id for l in server.leases] == [attached.lease.id], f"the child released the lease: {server.leases}"
+    assert [l.id for l in server.leases] == [lease_id], f"the child released the lease: {server.leases}"
     assert int((a + 1).sum()) == (1 << 20) * ((1 << 20) + 1) // 2, "CuPy after the child's exit"
-    print(f"gpupool pool: lease {attached.lease.id} on {server.name}: PASSED")
+    print(f"gpupool pool: lease {lease_id} on {server.name}: PASSED")
+
+
+def refused():
+    """attach() that the pool can never grant raises gpupool's reason as its exception."""
+    try:
+        gpupool.attach(n=3)
+        raise AssertionError("3 slices granted by a pool of 2 devices")
+    except gpupool.Unsatisfiable as e:
+        assert "can never be granted" in str(e) and "the pool has 2" in str(e), e
+        print("gpupool refused:", e)
+    try:
+        gpupool.attach(fraction=0.01)
+        raise AssertionError("a slice below the minimum")
+    except gpupool.InvalidRequest as e:
+        assert "0.05" in str(e), e
+    print("gpupool refused: PASSED")
 
 
 def late():
@@ -103,4 +121,4 @@ def late():
 
 
 if __name__ == "__main__":
-    {"private": private, "pool": pool, "late": late}[sys.argv[1]]()
+    {"private": private, "pool": pool, "refused": refused, "late": late}[sys.argv[1]]()
