@@ -82,6 +82,11 @@ class _Patching(importlib.abc.Loader):
         self._loader.exec_module(module)
         self._patch(module)
 
+    def __getattr__(self, name):
+        # Everything else (get_code, get_source, is_package, get_resource_reader...) is the wrapped loader's, so
+        # that inspect and importlib.resources work on the patched modules as on any other.
+        return getattr(self._loader, name)
+
 
 def install():
     """Applies the route to the modules already imported and to those imported later."""
