@@ -51,58 +51,41 @@ bool HasWord(const std::string& list, std::string_view word) {
   return false;
 }
 
-// The mount point of the cgroup v2 hierarchy (/proc/self/mountinfo: fields, " - ", the type), or "".
-std::string UnifiedMount() {
+// Where a cgroup hierarchy is mounted and which group is its mounted root (/proc/self/mountinfo: fields, " - ", the
+// type, the source, the super options): the v2 hierarchy (`type` "cgroup2", no `controller`), or the v1 hierarchy
+// whose super options name `controller` (type "cgroup"). Both "" when there is none.
+struct CgroupMount {
+  std::string mount, root;
+};
+CgroupMount FindCgroupMount(std::string_view type, std::string_view controller) {
   std::ifstream in("/proc/self/mountinfo");
   for (std::string line; std::getline(in, line);) {
     size_t dash = line.find(" - ");
-    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) continue;
-    std::istringstream fields(line);
-    std::string id, parent, device, root, mount;
-    fields >> id >> parent >> device >> root >> mount;
-    return mount;
-  }
-  return "";
-}
-
-// The mount point and mounted root of the cgroup v1 hierarchy holding the memory controller (type "cgroup", the
-// super options naming "memory"), or "" and "".
-std::pair<std::string, std::string> MemoryV1Mount() {
-  std::ifstream in("/proc/self/mountinfo");
-  for (std::string line; std::getline(in, line);) {
-    size_t dash = line.find(" - ");
-    if (dash == std::string::npos || line.compare(dash + 3, 7, "cgroup ") != 0) continue;
+    if (dash == std::string::npos) continue;
     std::istringstream tail(line.substr(dash + 3));
-    std::string type, source, options;
-    tail >> type >> source >> options;
+    std::string mounted_type, source, options;
+    tail >> mounted_type >> source >> options;
     std::replace(options.begin(), options.end(), ',', ' ');
-    if (!HasWord(options, "memory")) continue;
+    if (mounted_type != type || (!controller.empty() && !HasWord(options, controller))) continue;
     std::istringstream fields(line);
     std::string id, parent, device, root, mount;
     fields >> id >> parent >> device >> root >> mount;
     return {mount, root};
   }
-  return {"", ""};
+  return {};
 }
 
-// The agent's own group in the cgroup v1 memory hierarchy ("N:...memory...:PATH" in /proc/self/cgroup), or "".
-std::string OwnMemoryV1Group() {
+// The agent's own group ("ID:CONTROLLERS:PATH" in /proc/self/cgroup): on the v2 hierarchy ("0::PATH", no
+// `controller`), or in the v1 hierarchy whose controllers include `controller`. "" when there is none.
+std::string OwnGroup(std::string_view controller) {
   std::ifstream in("/proc/self/cgroup");
   for (std::string line; std::getline(in, line);) {
     size_t first = line.find(':'), second = line.find(':', first + 1);
     if (first == std::string::npos || second == std::string::npos) continue;
     std::string controllers = line.substr(first + 1, second - first - 1);
     std::replace(controllers.begin(), controllers.end(), ',', ' ');
-    if (HasWord(controllers, "memory")) return line.substr(second + 1);
-  }
-  return "";
-}
-
-// The agent's own group on the cgroup v2 hierarchy ("0::PATH" in /proc/self/cgroup), or "".
-std::string OwnUnifiedGroup() {
-  std::ifstream in("/proc/self/cgroup");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("0::", 0) == 0) return line.substr(3);
+    const bool unified = line.compare(0, first, "0") == 0 && controllers.empty();
+    if (controller.empty() ? unified : HasWord(controllers, controller)) return line.substr(second + 1);
   }
   return "";
 }
@@ -221,7 +204,8 @@ Result<WorkerCgroups> WorkerCgroups::Resolve(std::string_view setting) {
   if (setting != kWorkerCgroupAuto) {
     std::string path(setting);
     while (path.size() > 1 && path.back() == '/') path.pop_back();
-    const std::string mount = UnifiedMount(), v1_mount = MemoryV1Mount().first;
+    const std::string mount = FindCgroupMount("cgroup2", "").mount;
+    const std::string v1_mount = FindCgroupMount("cgroup", "memory").mount;
     auto under = [&](const std::string& m) { return !m.empty() && (path == m || path.rfind(m + "/", 0) == 0); };
     if (under(v1_mount)) {
       if (Status s = PrepareMemoryV1(path); !s.ok()) {
@@ -245,7 +229,7 @@ Result<WorkerCgroups> WorkerCgroups::Resolve(std::string_view setting) {
     return cgroups;
   }
   std::string unified_reason;
-  const std::string mount = UnifiedMount(), own = OwnUnifiedGroup();
+  const std::string mount = FindCgroupMount("cgroup2", "").mount, own = OwnGroup("");
   if (mount.empty() || own.empty()) {
     unified_reason = mount.empty() ? "no cgroup v2 hierarchy is mounted" : "the agent is in no cgroup v2 group";
   } else {
@@ -259,8 +243,8 @@ Result<WorkerCgroups> WorkerCgroups::Resolve(std::string_view setting) {
   }
   // A cgroup v1 or hybrid system (memory is a v1 controller): the agent's own group in the memory hierarchy, where
   // the agent may make groups (a root agent, or one given the group).
-  auto [v1_mount, v1_root] = MemoryV1Mount();
-  std::string v1_own = OwnMemoryV1Group();
+  auto [v1_mount, v1_root] = FindCgroupMount("cgroup", "memory");
+  std::string v1_own = OwnGroup("memory");
   std::string v1_reason;
   if (v1_mount.empty() || v1_own.empty()) {
     v1_reason = v1_mount.empty() ? "no cgroup v1 memory hierarchy is mounted" : "the agent is in no v1 memory group";
