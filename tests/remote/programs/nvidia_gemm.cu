@@ -119,18 +119,25 @@ struct Operands {
 
 cublasOperation_t OpOf(bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
-void Sgemm(cublasHandle_t h, int m, int n, int k, bool ta, bool tb, Fill fill) {
-  Operands o(m, n, k, ta, tb, fill, 1000 + m + n + k);
-  float *a = Upload<float>(o.a), *b = Upload<float>(o.b), *c = nullptr;
-  cudaMalloc(&c, sizeof(float) * m * n);
-  const float one = 1, zero = 0;
-  cublasStatus_t s = cublasSgemm(h, OpOf(ta), OpOf(tb), m, n, k, &one, a, o.a.rows, b, o.b.rows, &zero, c, m);
+// C = op(A) op(B) through cublasSgemm or cublasDgemm (`gemm`, named `label`), on `fill` operands seeded from `seed`
+// and the sizes, checked against the host within `tolerance` (exact for integers).
+template <typename T>
+using RealGemmFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const T*,
+                                      const T*, int, const T*, int, const T*, T*, int);
+template <typename T>
+void RealGemm(RealGemmFn<T> gemm, const char* label, int seed, double tolerance, cublasHandle_t h, int m, int n,
+              int k, bool ta, bool tb, Fill fill) {
+  Operands o(m, n, k, ta, tb, fill, seed + m + n + k);
+  T *a = Upload<T>(o.a), *b = Upload<T>(o.b), *c = nullptr;
+  cudaMalloc(&c, sizeof(T) * m * n);
+  const T one = 1, zero = 0;
+  cublasStatus_t s = gemm(h, OpOf(ta), OpOf(tb), m, n, k, &one, a, o.a.rows, b, o.b.rows, &zero, c, m);
   char name[96];
-  std::snprintf(name, sizeof(name), "cublasSgemm %s%s %s", ta ? "T" : "N", tb ? "T" : "N",
+  std::snprintf(name, sizeof(name), "%s %s%s %s", label, ta ? "T" : "N", tb ? "T" : "N",
                 fill == Fill::kIntegers ? "integers" : "random");
   EXPECTF(s == CUBLAS_STATUS_SUCCESS, "%s: status %d", name, s);
   if (s == CUBLAS_STATUS_SUCCESS) {
-    Compare(name, o.a, ta, o.b, tb, Download(c, static_cast<size_t>(m) * n), m, n, k, 0x1p-23,
+    Compare(name, o.a, ta, o.b, tb, Download(c, static_cast<size_t>(m) * n), m, n, k, tolerance,
             fill == Fill::kIntegers);
   }
   cudaFree(a);
@@ -138,24 +145,13 @@ void Sgemm(cublasHandle_t h, int m, int n, int k, bool ta, bool tb, Fill fill) {
   cudaFree(c);
 }
 
+void Sgemm(cublasHandle_t h, int m, int n, int k, bool ta, bool tb, Fill fill) {
+  RealGemm<float>(cublasSgemm, "cublasSgemm", 1000, 0x1p-23, h, m, n, k, ta, tb, fill);
+}
+
+// The host sums in double too: a different order still errs by no more than the bound for both.
 void Dgemm(cublasHandle_t h, int m, int n, int k, bool ta, bool tb, Fill fill) {
-  Operands o(m, n, k, ta, tb, fill, 2000 + m + n + k);
-  double *a = Upload<double>(o.a), *b = Upload<double>(o.b), *c = nullptr;
-  cudaMalloc(&c, sizeof(double) * m * n);
-  const double one = 1, zero = 0;
-  cublasStatus_t s = cublasDgemm(h, OpOf(ta), OpOf(tb), m, n, k, &one, a, o.a.rows, b, o.b.rows, &zero, c, m);
-  char name[96];
-  std::snprintf(name, sizeof(name), "cublasDgemm %s%s %s", ta ? "T" : "N", tb ? "T" : "N",
-                fill == Fill::kIntegers ? "integers" : "random");
-  EXPECTF(s == CUBLAS_STATUS_SUCCESS, "%s: status %d", name, s);
-  // The host sums in double too: a different order still errs by no more than the bound for both.
-  if (s == CUBLAS_STATUS_SUCCESS) {
-    Compare(name, o.a, ta, o.b, tb, Download(c, static_cast<size_t>(m) * n), m, n, k, 2 * 0x1p-52,
-            fill == Fill::kIntegers);
-  }
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(c);
+  RealGemm<double>(cublasDgemm, "cublasDgemm", 2000, 2 * 0x1p-52, h, m, n, k, ta, tb, fill);
 }
 
 // FP16 in and out, FP16 compute: integers whose every partial sum FP16 holds exactly (|sum| <= 2048).
