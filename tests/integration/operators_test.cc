@@ -667,6 +667,13 @@ void SetPolicyClock(const std::string& path, const std::string& local) {
   std::rename((path + ".new").c_str(), path.c_str());
 }
 
+// agent.toml with a day personality (08:00-20:00, slices of at most half a GPU; `day_extra` lines added to it) and a
+// night one (whole GPUs), for the tests of leases and waits across a change of personality.
+std::string WriteDayNightPolicy(TempDir& dir, const std::string& day_extra = "") {
+  return dir.Write("agent.toml", "[[personality]]\nname = \"day\"\nhours = \"08:00-20:00\"\nmax_fraction = 0.5\n" +
+                                     day_extra + "\n[[personality]]\nname = \"night\"\nhours = \"20:00-08:00\"\n");
+}
+
 size_t Occurrences(const std::string& text, const std::string& part) {
   size_t n = 0;
   for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
@@ -677,17 +684,7 @@ size_t Occurrences(const std::string& text, const std::string& part) {
 // gp-lease hold) on stderr, once, with the time left and why, while there is still time to save work.
 TEST(OperatorsTrust, HoldersWarnBeforeAPolicysGraceEnds) {
   TempDir dir;
-  const std::string config = dir.Write("agent.toml", R"(
-[[personality]]
-name = "day"
-hours = "08:00-20:00"
-max_fraction = 0.5
-on_change = "40s"
-
-[[personality]]
-name = "night"
-hours = "20:00-08:00"
-)");
+  const std::string config = WriteDayNightPolicy(dir, "on_change = \"40s\"\n");
   const std::string clock = dir.path() + "/clock";
   SetPolicyClock(clock, "2026-11-23 21:00:00");  // Night: whole GPUs.
   Agent agent(AgentOptions{.name = "graceful", .emulated = 2, .emulated_memory = "1GiB", .lease_ttl = "2s",
@@ -746,16 +743,7 @@ namespace {
 // per retry (186 lines in 136 s), and a line when the policy allows it at last.
 TEST(OperatorsTrust, AWaitingClientsRetriesAreLoggedOnce) {
   TempDir dir;
-  const std::string config = dir.Write("agent.toml", R"(
-[[personality]]
-name = "day"
-hours = "08:00-20:00"
-max_fraction = 0.5
-
-[[personality]]
-name = "night"
-hours = "20:00-08:00"
-)");
+  const std::string config = WriteDayNightPolicy(dir);
   const std::string clock = dir.path() + "/clock";
   SetPolicyClock(clock, "2026-11-23 10:00:00");
   Agent agent(AgentOptions{.name = "patient", .emulated = 1, .emulated_memory = "1GiB",
@@ -804,16 +792,7 @@ namespace {
 // refusal), not at every retry; -q says nothing of it.
 TEST(OperatorsTrust, WaitingSaysOnceWhatItWaitsForAndWhy) {
   TempDir dir;
-  const std::string config = dir.Write("agent.toml", R"(
-[[personality]]
-name = "day"
-hours = "08:00-20:00"
-max_fraction = 0.5
-
-[[personality]]
-name = "night"
-hours = "20:00-08:00"
-)");
+  const std::string config = WriteDayNightPolicy(dir);
   const std::string clock = dir.path() + "/clock";
   SetPolicyClock(clock, "2026-11-23 10:00:00");
   Agent agent(AgentOptions{.name = "queue", .emulated = 1, .emulated_memory = "1GiB", .extra_args = {"--config", config},
