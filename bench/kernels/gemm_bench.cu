@@ -1,8 +1,8 @@
-// GEMM on a slice: cublasSgemm against the same n x n x n product as a plain CUDA kernel (16 x 16 shared-memory
-// tiles, bench/kernels/emu_bench.cu's matmul), measured in the same run on the same device; prints GFLOP/s (2 n^3
-// flops per product), per core of the emulated device's host, and the ratio cuBLAS / plain kernel. Each result is
-// checked against the host's (small integers: exact). Run it under gp-run; bench/gemm_bench.sh starts an emulated
-// device of compute capability 13.0, where cuBLAS runs its PTX.
+// GEMM on a slice: cublasSgemm against the same n x n x n product as a plain CUDA kernel (tiled_matmul.cuh, the
+// matmul emu_bench measures too), measured in the same run on the same device; prints GFLOP/s (2 n^3 flops per
+// product), per core of the emulated device's host, and the ratio cuBLAS / plain kernel. Each result is checked
+// against the host's (small integers: exact). Run it under gp-run; bench/gemm_bench.sh starts an emulated device of
+// the default capability, on which cuBLAS runs its PTX.
 //
 //   gemm_bench [N] [REPEATS] [CORES]     (default 256, 3, the host's cores: what the emulated device runs on)
 #include <cublas_v2.h>
@@ -17,22 +17,7 @@
 #include <utility>
 #include <vector>
 
-constexpr int kTile = 16;
-
-// C = A B, row-major n x n.
-__global__ void Matmul(const float* a, const float* b, float* c, int n) {
-  __shared__ float ta[kTile][kTile], tb[kTile][kTile];
-  int row = blockIdx.y * kTile + threadIdx.y, col = blockIdx.x * kTile + threadIdx.x;
-  float acc = 0;
-  for (int t = 0; t < n; t += kTile) {
-    ta[threadIdx.y][threadIdx.x] = (row < n && t + threadIdx.x < n) ? a[row * n + t + threadIdx.x] : 0.0f;
-    tb[threadIdx.y][threadIdx.x] = (col < n && t + threadIdx.y < n) ? b[(t + threadIdx.y) * n + col] : 0.0f;
-    __syncthreads();
-    for (int k = 0; k < kTile; ++k) acc += ta[threadIdx.y][k] * tb[k][threadIdx.x];
-    __syncthreads();
-  }
-  if (row < n && col < n) c[row * n + col] = acc;
-}
+#include "tiled_matmul.cuh"
 
 static void Die(const char* what, int code) {
   std::fprintf(stderr, "gemm_bench: %s failed (%d)\n", what, code);
@@ -90,7 +75,7 @@ int main(int argc, char** argv) {
   };
   auto plain = [&] {
     dim3 block(kTile, kTile), grid((n + kTile - 1) / kTile, (n + kTile - 1) / kTile);
-    Matmul<<<grid, block>>>(da, db, dc, n);
+    matmul<<<grid, block>>>(da, db, dc, n);
   };
   struct Result {
     const char* name;
