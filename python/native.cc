@@ -124,6 +124,23 @@ py::list StateList(const PoolState& state) {
   return servers;
 }
 
+// The request of Python's arguments (validate_request's and allocate's).
+Request MakeRequest(int count, double fraction, std::optional<uint64_t> memory_bytes, const std::string& device_class,
+                    std::optional<double> compute_share = std::nullopt) {
+  Request request;
+  request.count = count;
+  request.fraction = fraction;
+  request.memory_bytes = memory_bytes;
+  request.compute_share = compute_share;
+  request.device_class = device_class;
+  return request;
+}
+
+// Raises InvalidRequest, saying which field is wrong, for a request no pool could take (checked alone).
+void CheckRequest(const Request& request) {
+  if (Status s = ValidateRequest(request); !s.ok()) Raise(s);
+}
+
 PoolOptions Options(const std::optional<std::vector<std::string>>& servers, const std::string& pool_file) {
   PoolOptions options;
   if (servers) options.servers = *servers;
@@ -169,23 +186,9 @@ PYBIND11_MODULE(_native, m) {
   });
 
   m.def(
-      "resolve_servers",
-      [](std::optional<std::vector<std::string>> servers, const std::string& pool_file) {
-        return Unwrap(ResolveServers(Options(servers, pool_file)));
-      },
-      py::arg("servers") = py::none(), py::arg("pool_file") = "",
-      "The pool's agents as configured (servers, else $GPUPOOL_SERVERS, else the pool file); Unavailable when no "
-      "pool is configured at all.");
-
-  m.def(
       "validate_request",
       [](int count, double fraction, std::optional<uint64_t> memory_bytes, const std::string& device_class) {
-        Request request;
-        request.count = count;
-        request.fraction = fraction;
-        request.memory_bytes = memory_bytes;
-        request.device_class = device_class;
-        if (Status s = ValidateRequest(request); !s.ok()) Raise(s);
+        CheckRequest(MakeRequest(count, fraction, memory_bytes, device_class));
       },
       py::arg("count") = 1, py::arg("fraction") = 1.0, py::arg("memory_bytes") = py::none(),
       py::arg("device_class") = "", "Raises InvalidRequest for a request no pool could take (checked alone).");
@@ -249,18 +252,13 @@ PYBIND11_MODULE(_native, m) {
           [](Pool& pool, int count, double fraction, std::optional<uint64_t> memory_bytes,
              std::optional<double> compute_share, const std::string& device_class, double wait_s,
              const std::string& label) {
-            Request request;
-            request.count = count;
-            request.fraction = fraction;
-            request.memory_bytes = memory_bytes;
-            request.compute_share = compute_share;
-            request.device_class = device_class;
             if (!(wait_s >= 0 && wait_s <= 1e7)) {  // NaN too.
               Raise(Status(StatusCode::kInvalidArgument, "wait must be 0..1e7 s"));
             }
+            Request request = MakeRequest(count, fraction, memory_bytes, device_class, compute_share);
             request.wait = std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000));
             request.label = label;
-            if (Status s = ValidateRequest(request); !s.ok()) Raise(s);
+            CheckRequest(request);
             Result<Lease> lease = Status(StatusCode::kInternal, "not allocated");
             {
               py::gil_scoped_release release;
