@@ -7,6 +7,7 @@
 #include "api.h"
 #include "driver.h"
 #include "host_functions.h"
+#include "managed.h"
 #include "remote.h"
 
 namespace gpupool::interpose {
@@ -120,7 +121,10 @@ CUresult Synchronize(const char* name, CUcontext handle) {
         CUresult first = CUDA_SUCCESS;
         for (size_t dev = 0; dev < remote.device_count(); ++dev) {
           HostFunctions::Get().WaitDevice(static_cast<int>(dev));
+          const uint64_t managed_epoch = ManagedMemory::Get().WorkEpoch(static_cast<int>(dev));
           int code = remote.session(static_cast<int>(dev))->Synchronize();
+          // Managed memory the device wrote before the wait is the host's to fetch without waiting again.
+          if (code == 0) ManagedMemory::Get().Synchronized(static_cast<int>(dev), managed_epoch);
           if (code != 0 && first == CUDA_SUCCESS) first = remote.Fail(static_cast<int>(dev), code, "work on the device");
         }
         return first;

@@ -108,7 +108,13 @@ class RemoteDeviceProvider : public DeviceProvider {
       d.attributes = p.attributes.empty() ? FakeDeviceAttributes() : p.attributes;
       // Host memory is never addressable from a remote slice, whatever the GPU behind it can do.
       d.attributes[CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY] = 0;
-      d.attributes[CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY] = 0;
+      // Managed memory as on a device without concurrent managed access (managed.h): coherent at launches and
+      // host faults, whatever the GPU behind it could do with a local host.
+      d.attributes[CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY] = 1;
+      d.attributes[CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS] = 0;
+      d.attributes[CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS] = 0;
+      d.attributes[CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES] = 0;
+      d.attributes[CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST] = 0;
       d.attributes[CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING] = 1;
       // What gpupool itself offers on any slice, whatever the GPU behind it can do: virtual memory management (in
       // the slice's window), stream-ordered allocation and memory pools (client-side), no shareable memory handles.

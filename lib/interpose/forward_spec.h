@@ -151,6 +151,33 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
   X(cuMemsetD2D32Async_ptsz, (CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h, CUstream st),          \
     Memset2D(d, p, v, 4, w, h, st), "ptr+stream", "per row; async")
 
+// ---- managed.cc -------------------------------------------------------------------------------------------------
+// Managed memory: one address valid on the host and on the allocation's slice, kept coherent by the client as CUDA
+// specifies for devices without concurrent managed access (managed.h).
+#define GP_MANAGED_FORWARDS(X)                                                                                    \
+  X(cuMemAllocManaged, (CUdeviceptr * p, size_t n, unsigned int f), MemAllocManaged(p, n, f), "ctx",              \
+    "device memory of the slice, host pages at the same address; waits")                                          \
+  X(cuStreamAttachMemAsync, (CUstream s, CUdeviceptr p, size_t n, unsigned int f), StreamAttachMem(s, p, n, f),   \
+    "stream", "which kernels may use it; none")                                                                   \
+  X(cuStreamAttachMemAsync_ptsz, (CUstream s, CUdeviceptr p, size_t n, unsigned int f),                           \
+    StreamAttachMem(s, p, n, f), "stream", "none")                                                                \
+  X(cuMemPrefetchAsync, (CUdeviceptr p, size_t n, CUdevice d, CUstream s), MemPrefetchTo(p, n, d, s), \
+    "ptr+stream", "host: fetched now; device: the host's writes sent")                                            \
+  X(cuMemPrefetchAsync_ptsz, (CUdeviceptr p, size_t n, CUdevice d, CUstream s),                                   \
+    MemPrefetchTo(p, n, d, s), "ptr+stream", "as cuMemPrefetchAsync")                               \
+  X(cuMemPrefetchAsync_v2, (CUdeviceptr p, size_t n, CUmemLocation l, unsigned int f, CUstream s),                \
+    MemPrefetch(p, n, l, f, s), "ptr+stream", "as cuMemPrefetchAsync")           \
+  X(cuMemPrefetchAsync_v2_ptsz, (CUdeviceptr p, size_t n, CUmemLocation l, unsigned int f, CUstream s),           \
+    MemPrefetch(p, n, l, f, s), "ptr+stream", "as cuMemPrefetchAsync")           \
+  X(cuMemAdvise, (CUdeviceptr p, size_t n, CUmem_advise a, CUdevice d), MemAdviseFor(p, n, a, d),    \
+    "client", "recorded for cuMemRangeGetAttribute; none")                                                        \
+  X(cuMemAdvise_v2, (CUdeviceptr p, size_t n, CUmem_advise a, CUmemLocation l), MemAdvise(p, n, a, l), "client",  \
+    "recorded; none")                                                                                             \
+  X(cuMemRangeGetAttribute, (void* d, size_t b, CUmem_range_attribute a, CUdeviceptr p, size_t n),                \
+    MemRangeGetAttribute(d, b, a, p, n), "client", "none")                                                        \
+  X(cuMemRangeGetAttributes, (void** d, size_t* b, CUmem_range_attribute* a, size_t k, CUdeviceptr p, size_t n),  \
+    MemRangeGetAttributes(d, b, a, k, p, n), "client", "none")
+
 // ---- vmm.cc --------------------------------------------------------------------------------------------------
 #define GP_VMM_FORWARDS(X)                                                                                        \
   X(cuMemAddressReserve, (CUdeviceptr * p, size_t n, size_t align, CUdeviceptr hint, unsigned long long f),       \

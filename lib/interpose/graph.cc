@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "driver.h"
 #include "forward_spec.h"
+#include "managed.h"
 #include "remote.h"
 
 namespace gpupool::interpose {
@@ -1377,6 +1378,8 @@ CUresult GraphLaunch(CUgraphExec exec_handle, CUstream stream) {
   // (a graph of many kernels costs its launching thread microseconds, not a fraction of one per node).
   if (recorded && recorded->dev == dev && recorded->sid == sid && recorded->session == session &&
       StillHolds(*recorded)) {
+    // Its kernels may use managed memory: the host's writes go first (the walk below does this per kernel).
+    if (CUresult r = ManagedMemory::Get().BeforeKernel(dev, sid); r != CUDA_SUCCESS) return r;
     session->SendRecorded(recorded->batch);
     return CUDA_SUCCESS;
   }

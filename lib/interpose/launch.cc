@@ -13,6 +13,7 @@
 #include "forward_spec.h"
 #include "graph.h"
 #include "host_functions.h"
+#include "managed.h"
 #include "remote.h"
 
 namespace gpupool::interpose {
@@ -110,6 +111,7 @@ CUresult PrepareLaunch(CUfunction f, const uint32_t grid[3], const uint32_t bloc
 
 CUresult SendLaunch(const NodeWork& w, int dev, uint64_t sid, const RemoteFunctionInfo& info) {
   Remote& remote = Remote::Get();
+  if (CUresult r = ManagedMemory::Get().BeforeKernel(dev, sid); r != CUDA_SUCCESS) return r;
   int code = remote.session(dev)->Launch(info.handle, w.grid, w.block, w.shared_bytes, sid, w.params.data(),
                                          w.params.size(), w.clustered ? w.cluster : nullptr, w.cooperative);
   if (code != 0) return remote.Fail(dev, code, "a kernel launch");

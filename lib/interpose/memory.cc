@@ -12,6 +12,7 @@
 #include "driver.h"
 #include "forward_spec.h"
 #include "graph.h"
+#include "managed.h"
 #include "remote.h"
 
 namespace gpupool::interpose {
@@ -70,6 +71,15 @@ CUresult Transfer(uint64_t dst, uint64_t src, size_t n, const Route& route) {
   Remote& remote = Remote::Get();
   int dd = remote.DeviceOf(dst), sd = remote.DeviceOf(src);
   if (n == 0) return CUDA_SUCCESS;
+  // Managed memory on either side: the host's writes go first, and what the copy writes is the device's now.
+  if (ManagedMemory& managed = ManagedMemory::Get(); managed.Any()) {
+    if (sd >= 0) {
+      if (CUresult r = managed.BeforeDeviceAccess(sd, route.StreamFor(sd), src, n, false); r != CUDA_SUCCESS) return r;
+    }
+    if (dd >= 0) {
+      if (CUresult r = managed.BeforeDeviceAccess(dd, route.StreamFor(dd), dst, n, true); r != CUDA_SUCCESS) return r;
+    }
+  }
   int code = 0;
   if (dd < 0 && sd < 0) {
     std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
@@ -242,6 +252,8 @@ CUresult MemFree(CUdeviceptr p) {
   Remote& remote = Remote::Get();
   int dev = remote.DeviceOf(p);
   if (dev < 0) return CUDA_ERROR_INVALID_VALUE;
+  bool managed = false;
+  if (CUresult r = ManagedMemory::Get().Free(p, &managed); managed) return r;
   {
     std::lock_guard<std::mutex> lock(remote.mu());
     if (remote.allocations.erase(p) == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -288,6 +300,7 @@ CUresult OnePointerAttribute(void* data, CUpointer_attribute attribute, CUdevice
     std::lock_guard<std::mutex> lock(remote.mu());
     known = dev >= 0 ? FindDeviceRange(p, &base, &size) : FindRange(remote.host_allocations, p, &base, &size);
   }
+  const bool managed = dev >= 0 && ManagedMemory::Get().Find(p);
   int ordinal = dev;
   if (ordinal < 0) ordinal = Driver::Current() != nullptr ? Driver::Current()->device : 0;
   switch (attribute) {
@@ -302,10 +315,12 @@ CUresult OnePointerAttribute(void* data, CUpointer_attribute attribute, CUdevice
       *static_cast<CUdeviceptr*>(data) = p;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-      if (dev >= 0) return CUDA_ERROR_INVALID_VALUE;
+      if (dev >= 0 && !managed) return CUDA_ERROR_INVALID_VALUE;  // Managed memory: the same address on the host.
       *static_cast<void**>(data) = reinterpret_cast<void*>(p);
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+      *static_cast<int*>(data) = managed ? 1 : 0;
+      return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
       *static_cast<int*>(data) = 0;  // bool-sized in the API; int keeps the whole word defined.
@@ -513,6 +528,11 @@ CUresult Memset2D(CUdeviceptr d, size_t pitch, unsigned int value, int element, 
     work.type = CU_GRAPH_NODE_TYPE_MEMSET;
     work.memset = CUDA_MEMSET_NODE_PARAMS{d, pitch, value, static_cast<unsigned int>(element), width, height};
     return CaptureWork(stream, std::move(work));
+  }
+  if (CUresult r = ManagedMemory::Get().BeforeDeviceAccess(dev, route.StreamFor(dev), d,
+                                                           (height - 1) * pitch + width * element, true);
+      r != CUDA_SUCCESS) {
+    return r;
   }
   bool contiguous = height == 1 || pitch == width * element;
   size_t rows = contiguous ? 1 : height, count = contiguous ? width * height : width;

@@ -1,0 +1,345 @@
+// Managed memory (cudaMallocManaged) on a gpupool slice, with the coherence CUDA defines for a device without
+// concurrent managed access: the host's writes reach kernels, kernels' writes reach the host, copies and memsets
+// see both, and allocations attached to one stream (or to the host) stay the host's while other streams run.
+//
+// usage: managed_memory [all | fork]
+//   all   every check below; exits 0 with "PASS" when all hold.
+//   fork  a child forked after CUDA's initialisation touches managed memory: it dies with gpupool's message
+//         (SIGBUS), and the parent, untouched, goes on.
+#include <cuda_runtime.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#define CHECK(call)                                                                                     \
+  do {                                                                                                  \
+    cudaError_t e_ = (call);                                                                            \
+    if (e_ != cudaSuccess) {                                                                            \
+      std::fprintf(stderr, "FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                                     \
+    }                                                                                                   \
+  } while (0)
+
+#define EXPECT(cond, ...)                                          \
+  do {                                                             \
+    if (!(cond)) {                                                 \
+      std::fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                           \
+      std::fprintf(stderr, "\n");                                  \
+      std::exit(1);                                                \
+    }                                                              \
+  } while (0)
+
+__global__ void Scale(float* a, size_t n, float k) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) a[i] *= k;
+}
+
+__global__ void AddOne(int* a, size_t n) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) a[i] += 1;
+}
+
+// Busy for a while, then writes: long enough that host work on other memory overlaps it.
+__global__ void SlowFill(int* a, size_t n, int v, int spins) {
+  volatile int sink = 0;
+  for (int s = 0; s < spins; ++s) sink = sink + s;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) a[i] = v + (sink & 0);
+}
+
+static cudaMemLocation Device(int ordinal) {
+  cudaMemLocation l{};
+  l.type = cudaMemLocationTypeDevice;
+  l.id = ordinal;
+  return l;
+}
+
+static cudaMemLocation Host() {
+  cudaMemLocation l{};
+  l.type = cudaMemLocationTypeHost;
+  return l;
+}
+
+static void Attributes() {
+  int managed = -1, concurrent = -1;
+  CHECK(cudaDeviceGetAttribute(&managed, cudaDevAttrManagedMemory, 0));
+  CHECK(cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess, 0));
+  EXPECT(managed == 1, "managedMemory = %d", managed);
+  EXPECT(concurrent == 0, "concurrentManagedAccess = %d (a remote device cannot offer it)", concurrent);
+}
+
+// Host writes, a kernel, host reads, several rounds, on an allocation large enough to be fetched in parts.
+static void RoundTrips() {
+  const size_t n = (size_t{6} << 20) / sizeof(float) + 123;  // 6 MiB and a bit: read-ahead, not whole.
+  float* a = nullptr;
+  size_t free_before = 0, free_after = 0, total = 0;
+  CHECK(cudaMemGetInfo(&free_before, &total));
+  CHECK(cudaMallocManaged(&a, n * sizeof(float)));
+  CHECK(cudaMemGetInfo(&free_after, &total));
+  EXPECT(free_before - free_after >= n * sizeof(float), "the slice's free memory fell by %zu only",
+         free_before - free_after);
+  for (size_t i = 0; i < n; ++i) EXPECT(a[i] == 0.0f, "fresh managed memory at %zu is %f", i, a[i]);
+  for (size_t i = 0; i < n; ++i) a[i] = static_cast<float>(i % 1000);
+  Scale<<<64, 256>>>(a, n, 2.0f);
+  CHECK(cudaDeviceSynchronize());
+  for (size_t i = 0; i < n; ++i) EXPECT(a[i] == 2.0f * (i % 1000), "after one kernel a[%zu] = %f", i, a[i]);
+  // Sparse host writes: a few pages dirty, the rest as the device left them.
+  for (size_t i = 0; i < n; i += 4099) a[i] = -1.0f;
+  Scale<<<64, 256>>>(a, n, 3.0f);
+  CHECK(cudaDeviceSynchronize());
+  auto want = [](size_t i) { return i % 4099 == 0 ? -3.0f : 6.0f * (i % 1000); };
+  for (size_t i = n; i-- > 0;) {  // Backwards: read-ahead must serve a descending sweep too.
+    EXPECT(a[i] == want(i), "after the second kernel a[%zu] = %f, want %f", i, a[i], want(i));
+  }
+  // A kernel the host never waited for: the host's touch waits for it.
+  Scale<<<64, 256>>>(a, n, 0.5f);
+  for (size_t i = 0; i < n; ++i) EXPECT(a[i] == 0.5f * want(i), "a[%zu] = %f with no synchronise", i, a[i]);
+  CHECK(cudaFree(a));
+  CHECK(cudaMemGetInfo(&free_after, &total));
+  EXPECT(free_after == free_before, "free memory %zu after cudaFree, %zu before", free_after, free_before);
+}
+
+// A small allocation comes back whole on its first touch.
+static void Small() {
+  int* s = nullptr;
+  CHECK(cudaMallocManaged(&s, 16 * sizeof(int)));
+  for (int i = 0; i < 16; ++i) s[i] = i;
+  for (int round = 0; round < 3; ++round) {
+    AddOne<<<1, 16>>>(s, 16);
+    CHECK(cudaDeviceSynchronize());
+  }
+  for (int i = 0; i < 16; ++i) EXPECT(s[i] == i + 3, "s[%d] = %d", i, s[i]);
+  cudaPointerAttributes attributes{};
+  CHECK(cudaPointerGetAttributes(&attributes, s + 3));
+  EXPECT(attributes.type == cudaMemoryTypeManaged, "type %d", static_cast<int>(attributes.type));
+  EXPECT(attributes.hostPointer == s + 3 && attributes.devicePointer == s + 3, "host %p device %p for %p",
+         attributes.hostPointer, attributes.devicePointer, static_cast<void*>(s + 3));
+  CHECK(cudaFree(s));
+}
+
+// Copies and memsets see the host's writes and leave theirs for the host.
+static void CopiesAndMemsets() {
+  const size_t n = 300000;
+  int *a = nullptr, *b = nullptr, *device = nullptr;
+  CHECK(cudaMallocManaged(&a, n * sizeof(int)));
+  CHECK(cudaMallocManaged(&b, n * sizeof(int)));
+  CHECK(cudaMalloc(&device, n * sizeof(int)));
+  std::vector<int> host(n), back(n);
+  for (size_t i = 0; i < n; ++i) a[i] = static_cast<int>(i * 7);
+  CHECK(cudaMemcpy(back.data(), a, n * sizeof(int), cudaMemcpyDefault));  // Host writes, read by the device side.
+  for (size_t i = 0; i < n; ++i) EXPECT(back[i] == static_cast<int>(i * 7), "copy out of a[%zu] = %d", i, back[i]);
+  CHECK(cudaMemcpy(device, a, n * sizeof(int), cudaMemcpyDefault));
+  AddOne<<<64, 256>>>(device, n);
+  CHECK(cudaMemcpy(b, device, n * sizeof(int), cudaMemcpyDefault));  // Device memory into managed.
+  for (size_t i = 0; i < n; ++i) EXPECT(b[i] == static_cast<int>(i * 7 + 1), "b[%zu] = %d", i, b[i]);
+  for (size_t i = 0; i < n; ++i) host[i] = static_cast<int>(n - i);
+  CHECK(cudaMemcpy(a + 5, host.data(), (n - 5) * sizeof(int), cudaMemcpyHostToDevice));  // Partial first page.
+  for (size_t i = 0; i < 5; ++i) EXPECT(a[i] == static_cast<int>(i * 7), "a[%zu] = %d (not copied over)", i, a[i]);
+  for (size_t i = 5; i < n; ++i) EXPECT(a[i] == static_cast<int>(n - (i - 5)), "a[%zu] = %d", i, a[i]);
+  a[1] = -42;  // Dirty on the host, next to what the memset writes.
+  CHECK(cudaMemset(a + 2, 0, (n - 2) * sizeof(int)));
+  EXPECT(a[0] == 0 && a[1] == -42, "a[0] = %d, a[1] = %d around a memset", a[0], a[1]);
+  for (size_t i = 2; i < n; ++i) EXPECT(a[i] == 0, "a[%zu] = %d after the memset", i, a[i]);
+  CHECK(cudaMemcpy(b, a, n * sizeof(int), cudaMemcpyDefault));  // Managed to managed.
+  EXPECT(b[1] == -42 && b[n - 1] == 0, "b[1] = %d, b[n-1] = %d", b[1], b[n - 1]);
+  CHECK(cudaFree(a));
+  CHECK(cudaFree(b));
+  CHECK(cudaFree(device));
+}
+
+// cudaMemAttachHost and cudaStreamAttachMemAsync: memory of an idle stream is the host's while another stream runs.
+static void StreamAttachment() {
+  const size_t n = 1 << 16;
+  int *mine = nullptr, *theirs = nullptr;
+  CHECK(cudaMallocManaged(&mine, n * sizeof(int), cudaMemAttachHost));
+  CHECK(cudaMallocManaged(&theirs, n * sizeof(int)));
+  cudaStream_t s1, s2;
+  CHECK(cudaStreamCreate(&s1));
+  CHECK(cudaStreamCreate(&s2));
+  CHECK(cudaStreamAttachMemAsync(s2, theirs, 0, cudaMemAttachSingle));
+  CHECK(cudaStreamAttachMemAsync(s1, mine, 0, cudaMemAttachSingle));
+  CHECK(cudaStreamSynchronize(s1));
+  for (size_t i = 0; i < n; ++i) mine[i] = static_cast<int>(i);
+  AddOne<<<32, 256, 0, s1>>>(mine, n);
+  CHECK(cudaStreamSynchronize(s1));
+  SlowFill<<<8, 64, 0, s2>>>(theirs, n, 9, 20000);  // Runs on while the host works on `mine`.
+  for (size_t i = 0; i < n; ++i) EXPECT(mine[i] == static_cast<int>(i + 1), "mine[%zu] = %d", i, mine[i]);
+  for (size_t i = 0; i < n; ++i) mine[i] *= 2;
+  CHECK(cudaStreamSynchronize(s2));
+  for (size_t i = 0; i < n; ++i) EXPECT(theirs[i] == 9, "theirs[%zu] = %d", i, theirs[i]);
+  AddOne<<<32, 256, 0, s1>>>(mine, n);
+  CHECK(cudaStreamSynchronize(s1));
+  for (size_t i = 0; i < n; ++i) EXPECT(mine[i] == static_cast<int>(2 * i + 3), "mine[%zu] = %d", i, mine[i]);
+  // Refused: part of an allocation, and one stream alone for the NULL stream.
+  EXPECT(cudaStreamAttachMemAsync(s1, mine + 1, 4, cudaMemAttachSingle) == cudaErrorInvalidValue, "partial attach");
+  cudaGetLastError();
+  EXPECT(cudaStreamAttachMemAsync(s1, mine, 0, 0x10) == cudaErrorInvalidValue, "unknown flags");
+  cudaGetLastError();
+  CHECK(cudaStreamDestroy(s1));
+  CHECK(cudaStreamDestroy(s2));
+  CHECK(cudaFree(mine));
+  CHECK(cudaFree(theirs));
+}
+
+// A host thread works on managed memory while another launches kernels on other managed memory: CUDA forbids it on
+// such a device (the host would fault); gpupool serialises it, and neither loses an update.
+static void Threads() {
+  const size_t n = 20000;
+  const int rounds = 40;
+  int *x = nullptr, *y = nullptr;
+  CHECK(cudaMallocManaged(&x, n * sizeof(int)));
+  CHECK(cudaMallocManaged(&y, n * sizeof(int)));
+  std::thread host([&] {
+    for (int r = 0; r < rounds; ++r) {
+      for (size_t i = 0; i < n; ++i) x[i] += 1;
+    }
+  });
+  std::thread launcher([&] {
+    for (int r = 0; r < rounds; ++r) {
+      AddOne<<<16, 128>>>(y, n);
+      CHECK(cudaDeviceSynchronize());
+    }
+  });
+  host.join();
+  launcher.join();
+  for (size_t i = 0; i < n; ++i) EXPECT(x[i] == rounds && y[i] == rounds, "x[%zu] = %d, y[%zu] = %d", i, x[i], i, y[i]);
+  CHECK(cudaFree(x));
+  CHECK(cudaFree(y));
+}
+
+// Prefetches move data ahead of need; advice is recorded and reported.
+static void PrefetchAndAdvice() {
+  const size_t n = 1 << 20;
+  float* a = nullptr;
+  CHECK(cudaMallocManaged(&a, n * sizeof(float)));
+  cudaStream_t s;
+  CHECK(cudaStreamCreate(&s));
+  for (size_t i = 0; i < n; ++i) a[i] = 1.0f;
+  CHECK(cudaMemPrefetchAsync(a, n * sizeof(float), Device(0), 0, s));
+  int last = -7;
+  CHECK(cudaMemRangeGetAttribute(&last, sizeof(last), cudaMemRangeAttributeLastPrefetchLocation, a, n * sizeof(float)));
+  EXPECT(last == 0, "last prefetch location %d after a prefetch to device 0", last);
+  Scale<<<64, 256, 0, s>>>(a, n, 4.0f);
+  CHECK(cudaMemPrefetchAsync(a, n * sizeof(float), Host(), 0, s));
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaMemRangeGetAttribute(&last, sizeof(last), cudaMemRangeAttributeLastPrefetchLocation, a, n * sizeof(float)));
+  EXPECT(last == cudaCpuDeviceId, "last prefetch location %d after a prefetch to the host", last);
+  for (size_t i = 0; i < n; ++i) EXPECT(a[i] == 4.0f, "a[%zu] = %f", i, a[i]);
+
+  CHECK(cudaMemAdvise(a, n * sizeof(float), cudaMemAdviseSetReadMostly, Device(0)));
+  CHECK(cudaMemAdvise(a, 4096, cudaMemAdviseSetPreferredLocation, Host()));
+  CHECK(cudaMemAdvise(a, n * sizeof(float), cudaMemAdviseSetAccessedBy, Device(0)));
+  int mostly = -1, preferred = -7, accessed[3] = {7, 7, 7};
+  CHECK(cudaMemRangeGetAttribute(&mostly, 4, cudaMemRangeAttributeReadMostly, a, n * sizeof(float)));
+  EXPECT(mostly == 1, "read mostly %d", mostly);
+  CHECK(cudaMemRangeGetAttribute(&preferred, 4, cudaMemRangeAttributePreferredLocation, a, 4096));
+  EXPECT(preferred == cudaCpuDeviceId, "preferred location of the first page %d", preferred);
+  CHECK(cudaMemRangeGetAttribute(&preferred, 4, cudaMemRangeAttributePreferredLocation, a, n * sizeof(float)));
+  EXPECT(preferred == cudaInvalidDeviceId, "preferred location of the whole range %d", preferred);
+  CHECK(cudaMemRangeGetAttribute(accessed, sizeof(accessed), cudaMemRangeAttributeAccessedBy, a, n * sizeof(float)));
+  EXPECT(accessed[0] == 0 && accessed[1] == cudaInvalidDeviceId && accessed[2] == cudaInvalidDeviceId,
+         "accessed by {%d, %d, %d}", accessed[0], accessed[1], accessed[2]);
+  CHECK(cudaMemAdvise(a, n * sizeof(float), cudaMemAdviseUnsetReadMostly, Device(0)));
+  CHECK(cudaMemRangeGetAttribute(&mostly, 4, cudaMemRangeAttributeReadMostly, a, n * sizeof(float)));
+  EXPECT(mostly == 0, "read mostly %d after unset", mostly);
+  // Advice keeps the data as it is.
+  Scale<<<64, 256, 0, s>>>(a, n, 0.25f);
+  CHECK(cudaStreamSynchronize(s));
+  for (size_t i = 0; i < n; ++i) EXPECT(a[i] == 1.0f, "a[%zu] = %f after advice", i, a[i]);
+
+  // Refused: not managed memory, a range past the allocation, an unknown device.
+  float* plain = nullptr;
+  CHECK(cudaMalloc(&plain, 4096));
+  EXPECT(cudaMemRangeGetAttribute(&mostly, 4, cudaMemRangeAttributeReadMostly, plain, 4096) == cudaErrorInvalidValue,
+         "range attribute of device memory");
+  cudaGetLastError();
+  EXPECT(cudaMemPrefetchAsync(a, n * sizeof(float) + 4096, Host(), 0, s) == cudaErrorInvalidValue,
+         "prefetch past the allocation");
+  cudaGetLastError();
+  EXPECT(cudaMemAdvise(a, 4096, cudaMemAdviseSetAccessedBy, Device(77)) == cudaErrorInvalidDevice,
+         "advice for device 77");
+  cudaGetLastError();
+  CHECK(cudaFree(plain));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFree(a));
+}
+
+// A graph's kernels see the host's writes on every launch (its recorded launches included).
+static void Graphs() {
+  const size_t n = 4096;
+  int* flag = nullptr;
+  CHECK(cudaMallocManaged(&flag, n * sizeof(int)));
+  cudaStream_t s;
+  CHECK(cudaStreamCreate(&s));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  AddOne<<<4, 256, 0, s>>>(flag, n);
+  CHECK(cudaStreamEndCapture(s, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int round = 0; round < 4; ++round) {
+    for (size_t i = 0; i < n; ++i) flag[i] = round * 10;
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    for (size_t i = 0; i < n; ++i) EXPECT(flag[i] == round * 10 + 1, "round %d flag[%zu] = %d", round, i, flag[i]);
+  }
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFree(flag));
+}
+
+static void Refusals() {
+  void* p = nullptr;
+  EXPECT(cudaMallocManaged(&p, 64, 0x7) == cudaErrorInvalidValue, "flags 7");
+  cudaGetLastError();
+  size_t free_bytes = 0, total = 0;
+  CHECK(cudaMemGetInfo(&free_bytes, &total));
+  EXPECT(cudaMallocManaged(&p, total * 2) == cudaErrorMemoryAllocation, "twice the slice");
+  cudaGetLastError();
+}
+
+static int Fork() {
+  int* a = nullptr;
+  CHECK(cudaMallocManaged(&a, 1 << 20));
+  for (int i = 0; i < (1 << 18); ++i) a[i] = i;
+  AddOne<<<64, 256>>>(a, 1 << 18);
+  CHECK(cudaDeviceSynchronize());
+  std::fflush(stdout);
+  pid_t child = fork();
+  if (child == 0) {
+    volatile int v = a[5];  // Not the parent's pages: gpupool's message, then SIGBUS.
+    std::printf("child read %d\n", v);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS, "the child ended with status %#x", status);
+  for (int i = 0; i < (1 << 18); ++i) EXPECT(a[i] == i + 1, "parent's a[%d] = %d after the fork", i, a[i]);
+  AddOne<<<64, 256>>>(a, 1 << 18);
+  CHECK(cudaDeviceSynchronize());
+  EXPECT(a[7] == 9, "a[7] = %d", a[7]);
+  CHECK(cudaFree(a));
+  std::printf("PASS\n");
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "all";
+  if (std::strcmp(mode, "fork") == 0) return Fork();
+  Attributes();
+  RoundTrips();
+  Small();
+  CopiesAndMemsets();
+  StreamAttachment();
+  Threads();
+  PrefetchAndAdvice();
+  Graphs();
+  Refusals();
+  std::printf("PASS\n");
+  return 0;
+}
