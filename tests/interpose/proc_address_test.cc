@@ -136,13 +136,17 @@ TEST_F(Library, GetProcAddressAnswersTheExportedVariant) {
 }
 
 TEST_F(Library, UnimplementedFunctionsAnswerNotSupported) {
-  // Managed memory stays unimplemented (a remote slice cannot share pages with the client).
-  using AllocFn = CUresult (*)(CUdeviceptr*, size_t, unsigned int);
-  auto alloc = reinterpret_cast<AllocFn>(Symbol("cuMemAllocManaged"));
-  ASSERT_NE(alloc, nullptr);
-  CUdeviceptr ptr = 0;
-  EXPECT_EQ(alloc(&ptr, 1024, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_NOT_SUPPORTED);
-  EXPECT_EQ(ptr, 0u);
+  // Multicast objects stay unimplemented (slices of one lease may live on different servers, with no fabric between
+  // them): the generated stub answers, and writes nothing.
+  using CreateFn = CUresult (*)(CUmemGenericAllocationHandle*, const CUmulticastObjectProp*);
+  auto create = reinterpret_cast<CreateFn>(Symbol("cuMulticastCreate"));
+  ASSERT_NE(create, nullptr);
+  CUmemGenericAllocationHandle handle = 0;
+  CUmulticastObjectProp prop{};
+  prop.numDevices = 1;
+  prop.size = 2 << 20;
+  EXPECT_EQ(create(&handle, &prop), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(handle, 0u);
 }
 
 TEST_F(Library, ErrorNamesAndStrings) {

@@ -67,6 +67,9 @@ else
   start_agent a "$agent" --no-nvml --emu 2 --emu-memory 4GiB
 fi
 
+# The program's agent, for programs that test its loss (they may kill it; cleanup then finds it gone).
+export RUN_REMOTE_AGENT_PID=${agent_pid##* }
+
 if [ -n "$pool_env" ]; then
   while [ $# -gt 0 ] && [ "$1" != -- ]; do shift; done
   shift

@@ -2,10 +2,13 @@
 // concurrent managed access: the host's writes reach kernels, kernels' writes reach the host, copies and memsets
 // see both, and allocations attached to one stream (or to the host) stay the host's while other streams run.
 //
-// usage: managed_memory [all | fork]
+// usage: managed_memory [all | fork | lost]
 //   all   every check below; exits 0 with "PASS" when all hold.
 //   fork  a child forked after CUDA's initialisation touches managed memory: it dies with gpupool's message
 //         (SIGBUS), and the parent, untouched, goes on.
+//   lost  a child (forked before CUDA's initialisation) kills its agent (RUN_REMOTE_AGENT_PID, run_remote.sh) after
+//         a kernel, then touches the managed memory the kernel wrote: it must die with gpupool's message (SIGBUS),
+//         neither hanging nor reading a stale page; the parent checks that and exits 0 with "PASS".
 #include <cuda_runtime.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -14,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -328,9 +332,44 @@ static int Fork() {
   return 0;
 }
 
+static int Lost() {
+  const char* agent = std::getenv("RUN_REMOTE_AGENT_PID");
+  EXPECT(agent != nullptr, "RUN_REMOTE_AGENT_PID is not set (run under run_remote.sh)");
+  int out[2];
+  EXPECT(pipe(out) == 0, "pipe");
+  pid_t child = fork();
+  if (child == 0) {
+    dup2(out[1], STDERR_FILENO);
+    close(out[0]);
+    alarm(60);  // A hang ends as SIGALRM, which the parent reports.
+    int* a = nullptr;
+    CHECK(cudaMallocManaged(&a, 4 << 20));
+    for (int i = 0; i < (1 << 20); ++i) a[i] = i;
+    AddOne<<<64, 256>>>(a, 1 << 20);
+    CHECK(cudaDeviceSynchronize());
+    kill(static_cast<pid_t>(std::atoi(agent)), SIGKILL);
+    sleep(1);
+    volatile int v = a[12345];  // Written by the kernel, on a slice that is gone.
+    std::fprintf(stderr, "read %d: a stale page\n", v);
+    _exit(0);
+  }
+  close(out[1]);
+  std::string said;
+  char buffer[4096];
+  for (ssize_t got; (got = read(out[0], buffer, sizeof(buffer))) > 0;) said.append(buffer, static_cast<size_t>(got));
+  int status = 0;
+  waitpid(child, &status, 0);
+  std::fprintf(stderr, "%s", said.c_str());
+  EXPECT(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS, "the child ended with status %#x", status);
+  EXPECT(said.find("could not be fetched from device 0") != std::string::npos, "the child said no why");
+  std::printf("PASS\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "all";
   if (std::strcmp(mode, "fork") == 0) return Fork();
+  if (std::strcmp(mode, "lost") == 0) return Lost();
   Attributes();
   RoundTrips();
   Small();
