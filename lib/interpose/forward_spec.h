@@ -222,6 +222,8 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
   X(cuLibraryGetModule, (CUmodule * m, CUlibrary l), LibraryGetModule(m, l), "client", "none")                    \
   X(cuLibraryGetGlobal, (CUdeviceptr * d, size_t* n, CUlibrary l, const char* name),                              \
     GetGlobal(d, n, reinterpret_cast<CUmodule>(l), name), "ctx", "waits")                                         \
+  X(cuLibraryGetManaged, (CUdeviceptr * d, size_t* n, CUlibrary l, const char* name),                             \
+    LibraryGetManaged(d, n, l, name), "ctx", "a __managed__ variable: its pages managed on the slice; waits")       \
   X(cuKernelGetFunction, (CUfunction * f, CUkernel k), KernelGetFunction(f, k), "client", "none")                 \
   X(cuKernelGetAttribute, (int* v, CUfunction_attribute a, CUkernel k, CUdevice dev),                             \
     FuncGetAttribute(v, a, reinterpret_cast<CUfunction>(k), dev), "device", "waits once per slice")               \

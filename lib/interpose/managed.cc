@@ -53,6 +53,11 @@ struct ManagedRange {
   uint64_t bytes = 0;         // As asked.
   uint64_t mapped = 0;        // Whole pages.
   uint64_t remote_base = 0;   // The slice's allocation (up to a page below base: slices align less than pages).
+  std::set<const void*> owners;  // Module variables' pages: the modules whose variables lie there; else empty.
+  // What of [base, base + mapped) is the slice's memory to copy: the whole range for an allocation; each variable's
+  // own bytes for module variables (the slice refuses a copy beyond one).
+  std::vector<std::pair<uint64_t, uint64_t>> extents;  // (address, bytes), by address.
+  bool outside_window = false;  // Module variables a GPU's driver placed outside the slice's window.
   int device = 0;
   int fd = -1;
   uint8_t* view = nullptr;    // gpupool's own view of the pages: never faults.
@@ -159,6 +164,19 @@ void SetPages(ManagedRange& a, size_t first, size_t count, uint8_t state) {
   }
 }
 
+// Calls f(address, bytes) for each part of pages [first, first + count) that is the slice's memory (extents).
+template <typename F>
+int ForCopies(const ManagedRange& a, size_t first, size_t count, F&& f) {
+  const size_t page = PageBytes();
+  const uint64_t begin = a.base + first * page, end = begin + count * page;
+  for (const auto& [address, bytes] : a.extents) {
+    const uint64_t lo = std::max(begin, address), hi = std::min(end, address + bytes);
+    if (lo >= hi) continue;
+    if (int code = f(lo, hi - lo); code != 0) return code;
+  }
+  return 0;
+}
+
 // Makes `stream` wait for every flush sent on other streams before (see DeviceState).
 int CatchUp(DeviceState& d, RemoteSession* session, uint64_t stream) {
   uint64_t& seen = d.stream_seen[stream];
@@ -171,15 +189,16 @@ int CatchUp(DeviceState& d, RemoteSession* session, uint64_t stream) {
 // write racing the send faults and waits).
 int Flush(ManagedRange& a, DeviceState& d, RemoteSession* session, uint64_t stream, size_t first, size_t last) {
   if (a.dirty == 0) return 0;
-  const size_t page = PageBytes();
   int code = 0;
   bool sent = false;
   ForRuns(a, first, last, kDirty, [&](size_t run, size_t count) {
     if (code != 0) return;
     Protect(a, run, count, PROT_READ);
-    code = session->CopyToDevice(a.base + run * page, a.view + run * page, count * page, stream);
+    code = ForCopies(a, run, count, [&](uint64_t address, uint64_t bytes) {
+      S().bytes_to_device += bytes;
+      return session->CopyToDevice(address, a.view + (address - a.base), bytes, stream);
+    });
     if (code != 0) return;
-    S().bytes_to_device += count * page;
     SetPages(a, run, count, kClean);
     sent = true;
   });
@@ -235,14 +254,15 @@ int WaitForWriters(ManagedRange& a, DeviceState& d, RemoteSession* session) {
 int Fetch(ManagedRange& a, DeviceState& d, size_t first, size_t last) {
   RemoteSession* session = Remote::Get().session(a.device);
   if (int code = WaitForWriters(a, d, session); code != 0) return code;
-  const size_t page = PageBytes();
   const uint64_t stream = a.attach == CU_MEM_ATTACH_SINGLE ? a.attach_stream : 0;
   int code = 0;
   ForRuns(a, first, last, kInvalid, [&](size_t run, size_t count) {
     if (code != 0) return;
-    code = session->CopyFromDevice(a.view + run * page, a.base + run * page, count * page, stream);
+    code = ForCopies(a, run, count, [&](uint64_t address, uint64_t bytes) {
+      S().bytes_to_host += bytes;
+      return session->CopyFromDevice(a.view + (address - a.base), address, bytes, stream);
+    });
     if (code != 0) return;
-    S().bytes_to_host += count * page;
     SetPages(a, run, count, kClean);
     Protect(a, run, count, PROT_READ);
   });
@@ -422,6 +442,7 @@ CUresult ManagedMemory::Allocate(int device, size_t bytes, unsigned int flags, C
     madvise(a->view, mapped, MADV_DONTFORK);
     a->pages.assign(mapped / page, kClean);
     a->valid = a->pages.size();
+    a->extents = {{a->base, mapped}};
     a->advice.assign(a->pages.size(), PageAdvice{});
     InstallFaultHandlerLocked();
     *out = a->base;
@@ -440,7 +461,7 @@ CUresult ManagedMemory::Free(CUdeviceptr base, bool* handled) {
   {
     Hold hold;
     auto it = S().allocations.find(base);
-    if (it == S().allocations.end()) return CUDA_SUCCESS;
+    if (it == S().allocations.end() || !it->second->owners.empty()) return CUDA_SUCCESS;
     a = std::move(it->second);
     S().allocations.erase(it);
     *handled = true;
@@ -460,6 +481,129 @@ CUresult ManagedMemory::Free(CUdeviceptr base, bool* handled) {
     return remote.Fail(a->device, code, "cuMemFree of managed memory");
   }
   return CUDA_SUCCESS;
+}
+
+namespace {
+
+// Drops a range of module variables: its pages are the window's reservation again. REQUIRES: Hold.
+void DropVariablesLocked(std::unique_ptr<ManagedRange> a) {
+  if (a->outside_window) {
+    munmap(reinterpret_cast<void*>(a->base), a->mapped);
+  } else {
+    mmap(reinterpret_cast<void*>(a->base), a->mapped, PROT_NONE,
+         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  }
+  munmap(a->view, a->mapped);
+  close(a->fd);
+}
+
+}  // namespace
+
+CUresult ManagedMemory::AdoptVariable(int device, uint64_t address, uint64_t bytes, const void* owner) {
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  Remote& remote = Remote::Get();
+  RemoteSession* session = remote.session(device);
+  // Inside the window the pages are the reservation's to replace; outside (a GPU's driver placed the variables
+  // there) only where nothing of this process is mapped yet.
+  const bool inside = session->Owns(address) && session->Owns(address + bytes - 1);
+  const size_t page = PageBytes();
+  uint64_t lo = address / page * page, hi = (address + bytes + page - 1) / page * page;
+  Hold hold;
+  State& s = S();
+  DeviceState& d = s.devices[device];
+  // Already managed (another variable of its page): one more owner.
+  if (ManagedRange* a = FindLocked(address); a != nullptr && !a->owners.empty() && a->device == device &&
+                                             address + bytes <= a->base + a->mapped) {
+    a->owners.insert(owner);
+    if (std::find(a->extents.begin(), a->extents.end(), std::make_pair(address, bytes)) == a->extents.end()) {
+      a->extents.emplace_back(address, bytes);
+      std::sort(a->extents.begin(), a->extents.end());
+    }
+    return CUDA_SUCCESS;
+  }
+  // Variables on pages of this one: merged into one range, after their host writes went to the slice.
+  std::set<const void*> owners{owner};
+  std::vector<std::pair<uint64_t, uint64_t>> extents{{address, bytes}};
+  for (auto it = s.allocations.begin(); it != s.allocations.end();) {
+    ManagedRange& a = *it->second;
+    if (a.base >= hi || a.base + a.mapped <= lo) {
+      ++it;
+      continue;
+    }
+    // Never an allocation's pages (they are its own), nor another device's variables (windows are disjoint, and a
+    // driver places a device's variables in that device's address range).
+    if (a.owners.empty() || a.device != device || a.outside_window == inside) return CUDA_ERROR_NOT_SUPPORTED;
+    if (int code = Flush(a, d, session, 0, 0, a.pages.size()); code != 0) {
+      return remote.Fail(device, code, "sending managed variables to the device");
+    }
+    lo = std::min(lo, a.base);
+    hi = std::max(hi, a.base + a.mapped);
+    owners.insert(a.owners.begin(), a.owners.end());
+    extents.insert(extents.end(), a.extents.begin(), a.extents.end());
+    std::unique_ptr<ManagedRange> dropped = std::move(it->second);
+    it = s.allocations.erase(it);
+    DropVariablesLocked(std::move(dropped));
+    live_.fetch_sub(1, std::memory_order_release);
+  }
+  auto a = std::make_unique<ManagedRange>();
+  a->base = lo;
+  a->bytes = a->mapped = hi - lo;
+  a->device = device;
+  a->outside_window = !inside;
+  a->owners = std::move(owners);
+  std::sort(extents.begin(), extents.end());
+  a->extents = std::move(extents);
+  a->fd = memfd_create("gpupool-managed-variables", MFD_CLOEXEC);
+  void* view = MAP_FAILED;
+  if (a->fd >= 0 && ftruncate(a->fd, static_cast<off_t>(a->mapped)) == 0) {
+    view = mmap(nullptr, a->mapped, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
+  }
+  void* at = MAP_FAILED;
+  if (view != MAP_FAILED) {
+    // No access until fetched: the slice holds the variables' initial values.
+    at = mmap(reinterpret_cast<void*>(lo), a->mapped, PROT_NONE,
+              MAP_SHARED | (inside ? MAP_FIXED : MAP_FIXED_NOREPLACE), a->fd, 0);
+    if (at != MAP_FAILED && at != reinterpret_cast<void*>(lo)) {  // A kernel without MAP_FIXED_NOREPLACE.
+      munmap(at, a->mapped);
+      at = MAP_FAILED;
+      errno = EEXIST;
+    }
+  }
+  if (at == MAP_FAILED) {
+    GP_ERROR("interpose", "managed variables at {:#x} ({} bytes) on device {} cannot have host pages at the same "
+             "address: {}", lo, a->mapped, device,
+             errno == EEXIST ? "this process has other memory there" : std::strerror(errno));
+    if (view != MAP_FAILED) munmap(view, a->mapped);
+    if (a->fd >= 0) close(a->fd);
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  a->view = static_cast<uint8_t*>(view);
+  madvise(at, a->mapped, MADV_DONTFORK);
+  madvise(a->view, a->mapped, MADV_DONTFORK);
+  a->pages.assign(a->mapped / page, kInvalid);
+  a->advice.assign(a->pages.size(), PageAdvice{});
+  a->invalidated_at = ++d.work_epoch;  // The module's load wrote them: the first touch waits for it.
+  InstallFaultHandlerLocked();
+  s.allocations[lo] = std::move(a);
+  live_.fetch_add(1, std::memory_order_release);
+  return CUDA_SUCCESS;
+}
+
+void ManagedMemory::ForgetOwner(const void* owner) {
+  if (!Any()) return;
+  Hold hold;
+  auto& table = S().allocations;
+  for (auto it = table.begin(); it != table.end();) {
+    ManagedRange& a = *it->second;
+    if (a.owners.erase(owner) == 0 || !a.owners.empty()) {
+      ++it;
+      continue;
+    }
+    std::unique_ptr<ManagedRange> dropped = std::move(it->second);
+    it = table.erase(it);
+    DropVariablesLocked(std::move(dropped));
+    live_.fetch_sub(1, std::memory_order_release);
+  }
 }
 
 bool ManagedMemory::Find(uint64_t address, uint64_t* base, uint64_t* bytes) const {

@@ -37,6 +37,13 @@ class ManagedMemory {
   // cuMemAllocManaged on `device`: `flags` CU_MEM_ATTACH_GLOBAL or CU_MEM_ATTACH_HOST. Counted against the slice's
   // memory like any allocation (rounded up to whole host pages).
   CUresult Allocate(int device, size_t bytes, unsigned int flags, CUdeviceptr* out);
+  // A module's __managed__ variable at [address, address + bytes) of `device`'s window (cuLibraryGetManaged), which
+  // already holds its initial value: its pages become managed like an allocation's (shared with neighbouring
+  // variables, whose device writes pass through the same hooks). `owner` (the module) keeps them until
+  // ForgetOwner.
+  CUresult AdoptVariable(int device, uint64_t address, uint64_t bytes, const void* owner);
+  // The module `owner` is unloaded: its variables' pages are the window's reservation again.
+  void ForgetOwner(const void* owner);
   // Frees the managed allocation at `base` (after the device work queued before), answering true in *handled; or
   // *handled = false when `base` is no managed allocation's base.
   CUresult Free(CUdeviceptr base, bool* handled);

@@ -14,6 +14,7 @@
 #include "driver.h"
 #include "emu/fatbin.h"
 #include "forward_spec.h"
+#include "managed.h"
 #include "remote.h"
 #include "shared_object.h"
 
@@ -189,6 +190,7 @@ CUresult ModuleUnload(CUmodule handle) {
     module->image.shrink_to_fit();
   }
   remote.ForgetGlobalsOf(module);
+  ManagedMemory::Get().ForgetOwner(module);
   for (const auto& [dev, id] : loaded) remote.session(dev)->ModuleUnload(id);
   return CUDA_SUCCESS;
 }
@@ -247,6 +249,36 @@ CUresult GetGlobal(CUdeviceptr* address, size_t* bytes, CUmodule handle, const c
   if (code == CUDA_ERROR_NOT_FOUND) return CUDA_ERROR_NOT_FOUND;  // Programs probe for optional globals.
   if (code != 0) return remote.Fail(dev, code, fmt::format("looking up global '{}'", name).c_str());
   if (n > 0 && remote.DeviceOf(a) != dev) remote.AddOutsideGlobal(a, n, dev, module);
+  if (address != nullptr) *address = a;
+  if (bytes != nullptr) *bytes = n;
+  return CUDA_SUCCESS;
+}
+
+// A __managed__ variable: cudart asks for each when it registers the library, before any context exists, and
+// points the program's host symbol at the answer. The variable lives on one slice (the current one, else the
+// first: CUDA's managed variables belong to no one device); its pages become managed memory there (managed.h).
+CUresult LibraryGetManaged(CUdeviceptr* address, size_t* bytes, CUlibrary library, const char* name) {
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Remote& remote = Remote::Get();
+  Module* module;
+  if (CUresult r = remote.ResolveModule(reinterpret_cast<CUmodule>(library), &module); r != CUDA_SUCCESS) return r;
+  int dev = 0;
+  if (CUresult r = remote.CurrentDevice(&dev); r == CUDA_ERROR_INVALID_CONTEXT) {
+    dev = 0;
+  } else if (r != CUDA_SUCCESS) {
+    return r;
+  }
+  uint64_t id;
+  if (CUresult r = remote.ModuleOn(module, dev, &id); r != CUDA_SUCCESS) return r;
+  uint64_t a = 0, n = 0;
+  int code = remote.session(dev)->GetGlobal(id, name, &a, &n);
+  if (code == CUDA_ERROR_NOT_FOUND) return CUDA_ERROR_NOT_FOUND;
+  if (code != 0) return remote.Fail(dev, code, fmt::format("looking up managed variable '{}'", name).c_str());
+  if (n == 0) return CUDA_ERROR_INVALID_VALUE;
+  // A GPU's driver places module variables where it likes, outside the slice's window: routed there by address,
+  // as cuModuleGetGlobal's are.
+  if (remote.DeviceOf(a) != dev) remote.AddOutsideGlobal(a, n, dev, module);
+  if (CUresult r = ManagedMemory::Get().AdoptVariable(dev, a, n, module); r != CUDA_SUCCESS) return r;
   if (address != nullptr) *address = a;
   if (bytes != nullptr) *bytes = n;
   return CUDA_SUCCESS;
