@@ -9,6 +9,8 @@ reach the device as PTX (the emulated device runs PTX; a GPU server runs either)
                            library, run on the CPU: cuRAND specifies its sequences exactly), and default_rng
   cupy_checks.py linalg    `a @ b` (cuBLAS) in float32 and float64 and cupy.linalg.solve (cuSOLVER getrf/getrs),
                            against NumPy; cuBLAS takes its PTX on an emulated device of compute capability 13.0
+  cupy_checks.py managed   managed memory (cudaMallocManaged): the host reads and writes CuPy's arrays at their own
+                           address between kernels; prefetch and advice; CuPy's allocator on managed memory
 """
 import ctypes
 import sys
@@ -152,5 +154,39 @@ def linalg():
     print(f"cupy linalg: a @ b exact (float32), within the bound (float64); solve residual {residual:.3g}: PASSED")
 
 
+def managed():
+    n = 1 << 18
+    pointer = cp.cuda.malloc_managed(n * 4)
+    memory = pointer.mem  # cupy.cuda.memory.ManagedMemory
+    device_view = cp.ndarray((n,), cp.float32, pointer)
+    # The same bytes from the host, at the same address: no copy anywhere in this program.
+    host_view = np.frombuffer((ctypes.c_float * n).from_address(memory.ptr), dtype=np.float32)
+    host_view[:] = np.arange(n, dtype=np.float32)
+    device_view *= 3
+    cp.cuda.Device().synchronize()
+    assert np.array_equal(host_view, np.arange(n, dtype=np.float32) * 3), "host view after a kernel"
+    host_view[::7] = -1  # Sparse host writes reach the next kernel.
+    device_view += 1
+    cp.cuda.Device().synchronize()
+    expected = np.arange(n, dtype=np.float32) * 3 + 1
+    expected[::7] = 0
+    assert np.array_equal(host_view, expected), "host view after sparse writes and a kernel"
+    stream = cp.cuda.Stream()
+    memory.prefetch(stream)
+    memory.advise(cp.cuda.runtime.cudaMemAdviseSetReadMostly, cp.cuda.Device(0))
+    stream.synchronize()
+    assert float(device_view.sum()) == float(expected.sum()), "sum after prefetch and advice"
+    attributes = cp.cuda.runtime.pointerGetAttributes(memory.ptr)
+    assert attributes.type == cp.cuda.runtime.memoryTypeManaged, f"pointer type {attributes.type}"
+    # CuPy's memory pool on managed memory: ordinary CuPy code, every array managed.
+    cp.cuda.set_allocator(cp.cuda.MemoryPool(cp.cuda.malloc_managed).malloc)
+    x = cp.arange(100000, dtype=cp.float64)
+    y = (x * 2 + 1).astype(cp.int64)
+    assert int(y.sum()) == 100000 * 100000, "sum on the managed pool"
+    assert np.array_equal(cp.asnumpy(y[:5]), [1, 3, 5, 7, 9]), "copy out of the managed pool"
+    print("cupy managed memory: host and kernels at one address, prefetch, advice, a managed pool: PASSED")
+
+
 if __name__ == "__main__":
-    {"kernels": kernels, "cub": cub, "cub_checked": cub_checked, "random": random, "linalg": linalg}[sys.argv[1]]()
+    {"kernels": kernels, "cub": cub, "cub_checked": cub_checked, "random": random, "linalg": linalg,
+     "managed": managed}[sys.argv[1]]()
