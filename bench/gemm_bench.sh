@@ -9,25 +9,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUILD_DIR="${1:-build}"
 N="${2:-256}"
 REPEATS="${3:-3}"
-AGENT="$BUILD_DIR/tools/gp-agent"
 RUN="$BUILD_DIR/tools/gp-run"
 BENCH="$BUILD_DIR/bench/gemm_bench"
-for f in "$AGENT" "$RUN" "$BENCH"; do
+for f in "$BUILD_DIR/tools/gp-agent" "$RUN" "$BENCH"; do
   [[ -x $f ]] || { echo "gemm_bench: $f is missing: build the tree first" >&2; exit 1; }
 done
-dir=$(mktemp -d "${TMPDIR:-/tmp}/gpupool-gemm-bench-XXXXXX")
-agent_pid=
-cleanup() {
-  [[ -n $agent_pid ]] && kill "$agent_pid" 2>/dev/null && wait "$agent_pid" 2>/dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-"$AGENT" --no-nvml --emu 1 --emu-memory 2GiB --listen "unix:$dir/a.sock" >"$dir/a.out" 2>"$dir/a.err" &
-agent_pid=$!
-for _ in $(seq 1 100); do
-  grep -q "listening on" "$dir/a.out" 2>/dev/null && break
-  kill -0 "$agent_pid" 2>/dev/null || { echo "gemm_bench: gp-agent exited:" >&2; cat "$dir/a.err" >&2; exit 1; }
-  sleep 0.1
-done
+source bench/lib/private_agent.sh
+start_private_agent "$BUILD_DIR" gemm_bench --emu 1 --emu-memory 2GiB
 # The emulated device runs on every core of this host: per-core figures divide by them.
-"$RUN" --servers "unix:$dir/a.sock" -- "$BENCH" "$N" "$REPEATS" "$(nproc)"
+"$RUN" --servers "$private_agent_socket" -- "$BENCH" "$N" "$REPEATS" "$(nproc)"

@@ -376,6 +376,11 @@ void InstallFaultHandlerLocked() {
   }
 }
 
+// Whether [address, address + bytes) lies in `a`'s allocated bytes (not past them into its last page's tail).
+bool RangeInside(const ManagedRange& a, uint64_t address, uint64_t bytes) {
+  return address >= a.base && address - a.base < a.bytes && bytes <= a.bytes - (address - a.base);
+}
+
 // [first, last) pages of `a` covering [address, address + bytes), clipped to the allocation.
 void PagesOf(const ManagedRange& a, uint64_t address, uint64_t bytes, size_t* first, size_t* last) {
   const size_t page = PageBytes();
@@ -693,7 +698,7 @@ CUresult ManagedMemory::Prefetch(CUdeviceptr address, size_t count, bool to_host
   Remote& remote = Remote::Get();
   Hold hold;
   ManagedRange* a = FindLocked(address);
-  if (a == nullptr || count > a->base + a->bytes - address) return CUDA_ERROR_INVALID_VALUE;
+  if (a == nullptr || !RangeInside(*a, address, count)) return CUDA_ERROR_INVALID_VALUE;
   if (!to_host && (to_device < 0 || static_cast<size_t>(to_device) >= remote.device_count())) {
     return CUDA_ERROR_INVALID_DEVICE;
   }
@@ -727,7 +732,7 @@ CUresult ManagedMemory::Advise(CUdeviceptr address, size_t count, CUmem_advise a
   }
   Hold hold;
   ManagedRange* a = FindLocked(address);
-  if (a == nullptr || count > a->base + a->bytes - address) return CUDA_ERROR_INVALID_VALUE;
+  if (a == nullptr || !RangeInside(*a, address, count)) return CUDA_ERROR_INVALID_VALUE;
   size_t first, last;
   PagesOf(*a, address, count, &first, &last);
   const uint16_t bit = static_cast<uint16_t>(1u << (location == CU_DEVICE_CPU ? kCpuAccessBit : location));
@@ -755,7 +760,7 @@ CUresult ManagedMemory::RangeAttribute(void* data, size_t data_size, CUmem_range
   {
     Hold hold;
     ManagedRange* a = FindLocked(address);
-    if (a == nullptr || count > a->base + a->bytes - address) return CUDA_ERROR_INVALID_VALUE;
+    if (a == nullptr || !RangeInside(*a, address, count)) return CUDA_ERROR_INVALID_VALUE;
     size_t first, last;
     PagesOf(*a, address, count, &first, &last);
     // The value every page of the range agrees on, or kNoLocation.
