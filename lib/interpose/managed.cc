@@ -25,7 +25,10 @@
 namespace gpupool::interpose {
 namespace {
 
-enum PageState : uint8_t { kInvalid = 0, kClean = 1, kDirty = 2 };
+// kFresh: a page of an allocation that no device work has used yet, read-write without tracking so that system
+// calls (read(2) into a new buffer) can fill it: the slice holds zeros there, and only the pages that hold anything
+// else go to the slice before the first device work.
+enum PageState : uint8_t { kInvalid = 0, kClean = 1, kDirty = 2, kFresh = 3 };
 
 // A host touch of an invalid page fetches this much of the allocation around it, and twice as much (up to the
 // maximum) each time the next touch lands where the last fetch ended: a sequential sweep costs a few round trips,
@@ -64,7 +67,7 @@ struct ManagedRange {
   unsigned int attach = CU_MEM_ATTACH_GLOBAL;
   uint64_t attach_stream = 0;  // For CU_MEM_ATTACH_SINGLE.
   std::vector<uint8_t> pages;  // PageState each.
-  size_t valid = 0, dirty = 0;  // Pages clean or dirty; pages dirty.
+  size_t valid = 0, dirty = 0, fresh = 0;  // Pages clean, dirty or fresh; pages dirty; pages fresh.
   std::vector<PageAdvice> advice;
   // Device work that may write the allocation: the device's work epoch of the newest, the streams it went on since
   // the host last waited for it, and the epoch up to which the host has waited.
@@ -158,8 +161,10 @@ void SetPages(ManagedRange& a, size_t first, size_t count, uint8_t state) {
     if (old == state) continue;
     if (old == kInvalid) ++a.valid;
     if (old == kDirty) --a.dirty;
+    if (old == kFresh) --a.fresh;
     if (state == kInvalid) --a.valid;
     if (state == kDirty) ++a.dirty;
+    if (state == kFresh) ++a.fresh;
     a.pages[i] = state;
   }
 }
@@ -188,19 +193,55 @@ int CatchUp(DeviceState& d, RemoteSession* session, uint64_t stream) {
 // Sends the dirty pages of [first, last) to the slice on `stream`; they become clean (read-only again, so that a
 // write racing the send faults and waits).
 int Flush(ManagedRange& a, DeviceState& d, RemoteSession* session, uint64_t stream, size_t first, size_t last) {
-  if (a.dirty == 0) return 0;
+  if (a.dirty == 0 && a.fresh == 0) return 0;
+  const size_t page = PageBytes();
   int code = 0;
   bool sent = false;
-  ForRuns(a, first, last, kDirty, [&](size_t run, size_t count) {
-    if (code != 0) return;
-    Protect(a, run, count, PROT_READ);
+  auto send = [&](size_t run, size_t count) {
     code = ForCopies(a, run, count, [&](uint64_t address, uint64_t bytes) {
       S().bytes_to_device += bytes;
       return session->CopyToDevice(address, a.view + (address - a.base), bytes, stream);
     });
+    sent = sent || code == 0;
+  };
+  ForRuns(a, first, last, kDirty, [&](size_t run, size_t count) {
     if (code != 0) return;
-    SetPages(a, run, count, kClean);
-    sent = true;
+    Protect(a, run, count, PROT_READ);
+    send(run, count);
+    if (code == 0) SetPages(a, run, count, kClean);
+  });
+  ForRuns(a, first, last, kFresh, [&](size_t run, size_t count) {
+    if (code != 0) return;
+    Protect(a, run, count, PROT_READ);
+    // Only what holds data (pages never written are holes of the memfd: not even read here), and of that only the
+    // pages that are not all zeros, as the slice's copy is.
+    const off_t begin = static_cast<off_t>(run * page), end = static_cast<off_t>((run + count) * page);
+    for (off_t data = lseek(a.fd, begin, SEEK_DATA); data >= 0 && data < end && code == 0;) {
+      off_t hole = lseek(a.fd, data, SEEK_HOLE);
+      if (hole < 0 || hole > end) hole = end;
+      size_t p = static_cast<size_t>(data) / page;
+      const size_t stop = (static_cast<size_t>(hole) + page - 1) / page;
+      while (p < stop && code == 0) {
+        auto zero = [&](size_t q) {
+          const uint64_t* words = reinterpret_cast<const uint64_t*>(a.view + q * page);
+          for (size_t w = 0; w < page / sizeof(uint64_t); ++w) {
+            if (words[w] != 0) return false;
+          }
+          return true;
+        };
+        if (zero(p)) {
+          ++p;
+          continue;
+        }
+        size_t q = p + 1;
+        while (q < stop && !zero(q)) ++q;
+        send(p, q - p);
+        p = q;
+      }
+      if (hole >= end) break;
+      data = lseek(a.fd, hole, SEEK_DATA);
+    }
+    if (code == 0) SetPages(a, run, count, kClean);
   });
   if (code != 0 || !sent) return code;
   if (d.flush_event == 0) {
@@ -430,7 +471,7 @@ CUresult ManagedMemory::Allocate(int device, size_t bytes, unsigned int flags, C
   void* view = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
   if (view == MAP_FAILED) return undo("mmap");
   a->view = static_cast<uint8_t*>(view);
-  // The device copy starts as zeros, like the host's fresh pages: both copies agree, and every page starts clean.
+  // The device copy starts as zeros, like the host's fresh pages: both copies agree until the host writes.
   if (int code = session->Memset(a->base, 0, 1, mapped, 0); code != 0) {
     munmap(a->view, mapped);
     close(a->fd);
@@ -440,13 +481,13 @@ CUresult ManagedMemory::Allocate(int device, size_t bytes, unsigned int flags, C
   {
     Hold hold;
     // Over the window's reservation (MAP_FIXED replaces it there; Free puts it back).
-    void* at = mmap(reinterpret_cast<void*>(a->base), mapped, PROT_READ, MAP_SHARED | MAP_FIXED, a->fd, 0);
+    void* at = mmap(reinterpret_cast<void*>(a->base), mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, a->fd, 0);
     if (at == MAP_FAILED) return undo("mmap at the device address");
     // A child forked later gets neither view: writes of its own could otherwise reach the parent's pages.
     madvise(at, mapped, MADV_DONTFORK);
     madvise(a->view, mapped, MADV_DONTFORK);
-    a->pages.assign(mapped / page, kClean);
-    a->valid = a->pages.size();
+    a->pages.assign(mapped / page, kFresh);
+    a->valid = a->fresh = a->pages.size();
     a->extents = {{a->base, mapped}};
     a->advice.assign(a->pages.size(), PageAdvice{});
     InstallFaultHandlerLocked();

@@ -5,18 +5,22 @@
 // An allocation is device memory of its slice at a window address, and the same address is host memory in this
 // process: a memfd mapped there over the window's reservation (plus a second, private view of the same pages through
 // which gpupool itself reads and writes them, so that its own accesses never fault). Each page is, on the host:
+//   fresh    (PROT_READ|WRITE) no device work used it yet: the slice holds zeros, the host what it wrote (system
+//                              calls included: read(2) may fill a new allocation);
 //   clean    (PROT_READ)       the host copy equals the device's;
 //   dirty    (PROT_READ|WRITE) the host wrote it since; the device copy is stale;
 //   invalid  (PROT_NONE)       device work that may have written it was sent since the host last had it.
 // The host's first write to a clean page faults and marks it dirty; a touch of an invalid page faults, waits for
 // the device work that may write it, and fetches the page (with read-ahead) from the slice. Before device work
 // that may use an allocation (a kernel or graph on a stream that sees it; a copy or memset on its range), the dirty
-// pages it covers go to the slice, in order on that work's stream, and pages that work may write become invalid.
+// pages it covers (and the fresh ones that are not all zeros) go to the slice, in order on that work's stream, and pages that work may write become invalid.
 // A stream sees an allocation attached CU_MEM_ATTACH_GLOBAL (on its device), or attached CU_MEM_ATTACH_SINGLE to
 // it (cuStreamAttachMemAsync); an allocation attached CU_MEM_ATTACH_HOST is seen by no kernel.
 //
 // An allocation lives on the slice that was current when it was made (a remote device cannot reach another
-// server's memory): kernels of other slices cannot use it; copies can.
+// server's memory): kernels of other slices cannot use it; copies can. A system call that writes into a page the
+// device may have written since the host last touched it (read(2) into an invalid page) fails with EFAULT: the
+// kernel does not raise the fault gpupool resolves; touch the memory or prefetch it to the host first.
 #ifndef GPUPOOL_INTERPOSE_MANAGED_H_
 #define GPUPOOL_INTERPOSE_MANAGED_H_
 

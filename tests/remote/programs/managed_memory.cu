@@ -10,6 +10,7 @@
 //         a kernel, then touches the managed memory the kernel wrote: it must die with gpupool's message (SIGBUS),
 //         neither hanging nor reading a stale page; the parent checks that and exits 0 with "PASS".
 #include <cuda_runtime.h>
+#include <errno.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -153,6 +154,28 @@ static void CopiesAndMemsets() {
   CHECK(cudaFree(a));
   CHECK(cudaFree(b));
   CHECK(cudaFree(device));
+}
+
+// A new allocation filled by a system call (read(2) into it, as a program loads a file): the kernel sees the data.
+static void SystemCallFills() {
+  const size_t n = 3 * 1024 * 1024 / sizeof(int) + 77;
+  std::vector<int> data(n);
+  for (size_t i = 0; i < n; ++i) data[i] = static_cast<int>(i * 3 + 1);
+  char path[] = "/tmp/gpupool-managed-XXXXXX";
+  int fd = mkstemp(path);
+  EXPECT(fd >= 0, "mkstemp");
+  unlink(path);
+  EXPECT(write(fd, data.data(), n * sizeof(int)) == static_cast<ssize_t>(n * sizeof(int)), "write");
+  EXPECT(lseek(fd, 0, SEEK_SET) == 0, "lseek");
+  int* a = nullptr;
+  CHECK(cudaMallocManaged(&a, n * sizeof(int)));
+  ssize_t got = read(fd, a, n * sizeof(int));
+  EXPECT(got == static_cast<ssize_t>(n * sizeof(int)), "read(2) into new managed memory: %zd (errno %d)", got, errno);
+  close(fd);
+  AddOne<<<64, 256>>>(a, n);
+  CHECK(cudaDeviceSynchronize());
+  for (size_t i = 0; i < n; ++i) EXPECT(a[i] == static_cast<int>(i * 3 + 2), "a[%zu] = %d", i, a[i]);
+  CHECK(cudaFree(a));
 }
 
 // cudaMemAttachHost and cudaStreamAttachMemAsync: memory of an idle stream is the host's while another stream runs.
@@ -374,6 +397,7 @@ int main(int argc, char** argv) {
   RoundTrips();
   Small();
   CopiesAndMemsets();
+  SystemCallFills();
   StreamAttachment();
   Threads();
   PrefetchAndAdvice();
