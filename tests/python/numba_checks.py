@@ -7,6 +7,7 @@ sees the PTX: see ptx_route() below.
                             functions and math, streams: each verified
   numba_checks.py stock     numba as installed (nvJitLink, LTO): the load fails and gpupool says what to do
   numba_checks.py attached  the kernels after gpupool.attach(), whose versioned shim takes the PTX route (no snippet)
+  numba_checks.py managed   cuda.managed_array after gpupool.attach(): the host and kernels work on one array
 """
 import math
 import sys
@@ -122,5 +123,32 @@ def attached():
     kernels(route=False)
 
 
+def managed():
+    """numba's managed arrays (cuMemAllocManaged): NumPy on the host and kernels on the slice, one array, no copies."""
+    import gpupool
+    gpupool.attach()
+    from numba import cuda
+
+    @cuda.jit
+    def triple_plus_one(a):
+        i = cuda.grid(1)
+        if i < a.size:
+            a[i] = a[i] * 3 + 1
+
+    n = 300000
+    a = cuda.managed_array(n, dtype=np.int64)
+    a[:] = np.arange(n)  # NumPy on the host, in place.
+    for _ in range(3):
+        triple_plus_one[(n + 255) // 256, 256](a)
+        cuda.synchronize()
+        a[::5] += 1  # The host between kernels.
+    expected = np.arange(n)
+    for _ in range(3):
+        expected = expected * 3 + 1
+        expected[::5] += 1
+    assert np.array_equal(np.asarray(a), expected), "managed array after three kernels and host updates"
+    print("numba managed arrays: host and kernels on one array: PASSED")
+
+
 if __name__ == "__main__":
-    {"kernels": kernels, "stock": stock, "attached": attached}[sys.argv[1]]()
+    {"kernels": kernels, "stock": stock, "attached": attached, "managed": managed}[sys.argv[1]]()
