@@ -66,6 +66,14 @@ def cupy_rows():
     row("CuPy", "`cupy.random` (cuRAND)", lambda: 0 <= float(cp.random.RandomState(1).random_sample(1000).mean()) < 1)
     row("CuPy", "`cupy.fft` (cuFFT)", lambda: np.allclose(cp.asnumpy(cp.fft.fft(d[0])), np.fft.fft(a[0])))
 
+    def managed():
+        pool = cp.cuda.MemoryPool(cp.cuda.malloc_managed)
+        m = cp.ndarray((8, 8), cp.float64, pool.malloc(a.nbytes))
+        m[...] = d
+        return np.allclose(cp.asnumpy(m @ m + 1), a @ a + 1)
+
+    row("CuPy", "managed memory (`cupy.cuda.malloc_managed`)", managed)
+
 
 def numba_rows():
     from numba import cuda
@@ -82,6 +90,15 @@ def numba_rows():
         return np.array_equal(v.copy_to_host(), np.ones(256, dtype=np.int32))
 
     row("numba-cuda", "`@cuda.jit` kernels (after `gpupool.attach()`)", kernel)
+
+    def managed():
+        m = cuda.managed_array(256, dtype=np.int32)
+        m[:] = np.arange(256)
+        add_one[2, 128](m)
+        cuda.synchronize()
+        return np.array_equal(np.asarray(m), np.arange(256) + 1)
+
+    row("numba-cuda", "`cuda.managed_array` (host and kernels on one array)", managed)
 
 
 def cuda_python_rows():
