@@ -22,13 +22,14 @@ source bench/lib/private_agent.sh
 start_private_agent "$BUILD_DIR" managed_bench --emu 1 --emu-memory 2GiB
 for stride in "${STRIDES[@]}"; do
   out=$(GPUPOOL_MANAGED_STATS=1 "$RUN" --servers "$private_agent_socket" -- "$BENCH" "$MIB" "$STEPS" "$stride" 2>&1)
-  grep -v "^gpupool: managed memory:\|^steps counted\|^dirtied bytes" <<<"$out"
+  grep -v "^gpupool: managed memory:\|^steps counted\|^dirtied bytes\|^dirtied pages" <<<"$out"
   counted=$(sed -n 's/^steps counted by gpupool: //p' <<<"$out")
   dirtied=$(sed -n 's/^dirtied bytes per step: //p' <<<"$out")
+  pages=$(sed -n 's/^dirtied pages per step: //p' <<<"$out")
   read -r to_device to_host faults < <(sed -n \
     's/^gpupool: managed memory: \([0-9]*\) bytes to the device, \([0-9]*\) bytes from it, \([0-9]*\) faults/\1 \2 \3/p' <<<"$out")
   [[ -n ${to_device:-} && -n $counted ]] || { echo "managed_bench: no figures from gpupool:" >&2; echo "$out" >&2; exit 1; }
-  awk -v d="$to_device" -v h="$to_host" -v f="$faults" -v s="$counted" -v w="$dirtied" 'BEGIN {
-    printf "moved per step: %.0f bytes to the device (%.2f x the bytes dirtied), %.0f bytes back, %.0f faults\n\n",
-           d / s, d / s / w, h / s, f / s }'
+  awk -v d="$to_device" -v h="$to_host" -v f="$faults" -v s="$counted" -v w="$dirtied" -v p="$pages" 'BEGIN {
+    printf "moved per step: %.0f bytes to the device (%.2f x the bytes dirtied, %.2f x their 4 KiB pages), " \
+           "%.0f bytes back, %.0f faults\n\n", d / s, d / s / w, d / s / (p * 4096), h / s, f / s }'
 done

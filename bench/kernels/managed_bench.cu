@@ -92,5 +92,13 @@ int main(int argc, char** argv) {
   std::printf("ratio managed / explicit: %.2f (goal: <= 1.30)\n", managed_s / explicit_s);
   std::printf("steps counted by gpupool: %d\n", steps + 1);
   std::printf("dirtied bytes per step: %.0f\n", dirtied);
+  // The pages those writes land on: what a page-granular tracker has to move at the least.
+  size_t pages = 0, last_page = SIZE_MAX;
+  for (size_t i = 0; i < n; i += stride) {
+    const size_t page = i * sizeof(int) / 4096;
+    if (page != last_page) ++pages;
+    last_page = page;
+  }
+  std::printf("dirtied pages per step: %zu\n", pages);
   return 0;
 }
