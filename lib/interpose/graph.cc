@@ -68,14 +68,22 @@ namespace {
 
 // Memory of a graph's allocation node: made with the node (so its address is known then, as the driver promises)
 // and kept across launches. When a graph frees it (a free node), it goes back to the slice with the last graph or
-// executable graph holding the allocation node; otherwise it outlives them, as graph memory not freed in a graph
-// does, until the program frees it (cuMemFree: MemoryFreedOutsideGraphs).
+// executable graph holding the allocation node. When the program frees it (cuMemFree, cuMemFreeAsync:
+// MemoryFreedOutsideGraphs), it stays the graph's, as a graph's memory pool keeps it on a GPU: the next launch
+// allocates it again at the same address (the allocation node's), and it goes back to the slice with the last
+// holder of the node.
 struct GraphMemory {
   CUdeviceptr address = 0;
+  uint64_t bytes = 0;
+  int device = 0;
   bool freed_in_graph = false;
-  bool freed = false;
+  bool freed = false;  // By the program, outside any graph: the slice still holds it for the graph.
   ~GraphMemory() {
-    if (freed_in_graph && !freed) MemFree(address);
+    if (freed_in_graph && !freed) {
+      MemFree(address);
+    } else if (freed) {
+      Remote::Get().session(device)->MemFree(address);
+    }
   }
 };
 
@@ -303,6 +311,8 @@ CUresult AllocWork(CUDA_MEM_ALLOC_NODE_PARAMS* p, NodeWork* w) {
   w->pool = p->poolProps;
   auto memory = std::make_shared<GraphMemory>();
   memory->address = address;
+  memory->bytes = p->bytesize;
+  memory->device = device;
   graph_memory[address] = memory;
   w->memory = memory;  // Shared by the node's copies (clones, executable graphs).
   return CUDA_SUCCESS;
@@ -408,9 +418,21 @@ CUresult RunNode(const GraphNode& n, CUstream stream) {
       if (!TopologicalOrder(*w.child, &order)) return CUDA_ERROR_INVALID_VALUE;
       return Run(order, stream);
     }
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
+      // The memory exists from the node's creation on; freed by the program since, it is the program's again.
+      Lock lock(mu);
+      auto memory = std::static_pointer_cast<GraphMemory>(w.memory);
+      if (memory != nullptr && memory->freed) {
+        memory->freed = false;
+        graph_memory[w.address] = memory;
+        Remote& remote = Remote::Get();
+        std::lock_guard<std::mutex> allocations(remote.mu());
+        remote.allocations[w.address] = Allocation{w.bytes, memory->device};
+      }
+      return CUDA_SUCCESS;
+    }
     case CU_GRAPH_NODE_TYPE_EMPTY:
-    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:  // The memory exists from the node's creation on.
-    case CU_GRAPH_NODE_TYPE_MEM_FREE:   // Kept for the graph's next launch; returned with the graph.
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:  // Kept for the graph's next launch; returned with the graph.
       return CUDA_SUCCESS;
     default:
       return CUDA_ERROR_NOT_SUPPORTED;
@@ -440,9 +462,10 @@ bool Replayable(const std::vector<GraphNode*>& order, RecordedLaunch* record) {
         record->memsets.push_back(w.memset.dst);
         break;
       case CU_GRAPH_NODE_TYPE_EMPTY:
-      case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
       case CU_GRAPH_NODE_TYPE_MEM_FREE:
         break;
+      case CU_GRAPH_NODE_TYPE_MEM_ALLOC:  // Its launch gives memory the program freed back to it (Run).
+        return false;
       case CU_GRAPH_NODE_TYPE_GRAPH: {
         std::vector<GraphNode*> child;
         if (!TopologicalOrder(*w.child, &child) || !Replayable(child, record)) return false;
@@ -661,12 +684,17 @@ CUresult CaptureMemFree(CUstream stream, CUdeviceptr address) {
   return CaptureWork(stream, std::move(work));
 }
 
-void MemoryFreedOutsideGraphs(CUdeviceptr address) {
+bool MemoryFreedOutsideGraphs(CUdeviceptr address) {
   Lock lock(mu);
   auto it = graph_memory.find(address);
-  if (it == graph_memory.end()) return;
-  if (auto memory = it->second.lock()) memory->freed = true;
-  graph_memory.erase(it);
+  if (it == graph_memory.end()) return false;
+  auto memory = it->second.lock();
+  if (memory == nullptr) {
+    graph_memory.erase(it);
+    return false;
+  }
+  memory->freed = true;  // Still graph memory: a free node of another graph may name it (the driver allows that).
+  return true;
 }
 
 // ---- Stream capture entry points.

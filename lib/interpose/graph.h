@@ -75,8 +75,9 @@ CUresult CaptureMemFree(CUstream stream, CUdeviceptr address);
 // The memory pool an address was allocated from (cuMemAllocAsync), or null (mempool.cc).
 CUmemoryPool PoolOf(CUdeviceptr address);
 
-// Memory the program freed with cuMemFree: if it was a graph allocation, the graph no longer returns it.
-void MemoryFreedOutsideGraphs(CUdeviceptr address);
+// Memory the program freed with cuMemFree: true if it is a graph allocation whose node still lives, which keeps it
+// (the slice must not free it: the graph's next launch gives it back to the program, at the same address).
+bool MemoryFreedOutsideGraphs(CUdeviceptr address);
 
 // Implementations the graph replays through (launch.cc, memory.cc, event.cc, stream.cc).
 CUresult LaunchPacked(const NodeWork& work, CUstream stream);

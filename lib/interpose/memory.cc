@@ -258,7 +258,7 @@ CUresult MemFree(CUdeviceptr p) {
     std::lock_guard<std::mutex> lock(remote.mu());
     if (remote.allocations.erase(p) == 0) return CUDA_ERROR_INVALID_VALUE;
   }
-  MemoryFreedOutsideGraphs(p);
+  if (MemoryFreedOutsideGraphs(p)) return CUDA_SUCCESS;  // The graph's still: its next launch allocates it again.
   // Waited for: cuMemFree returns with the memory free (the next allocation, of any thread or process of the
   // lease, may take it).
   if (int code = remote.session(dev)->MemFree(p); code != 0) return remote.Fail(dev, code, "cuMemFree");

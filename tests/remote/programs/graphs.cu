@@ -374,6 +374,68 @@ void GraphMemory() {
   EXPECT(free2 == free0, "graph memory returned with the graph");
 }
 
+// Graph memory that the program frees outside the graph stays the graph's: its next launch allocates it again at the
+// same address, and a free node of another graph may free it (the shape of NVIDIA's graphMemoryNodes sample).
+void GraphMemoryFreedOutside() {
+  CHECK(cudaDeviceSynchronize());
+  size_t free0 = 0, total = 0;
+  CHECK(cudaMemGetInfo(&free0, &total));
+  cudaStream_t s;
+  CHECK(cudaStreamCreate(&s));
+  cudaGraph_t g;
+  CHECK(cudaGraphCreate(&g, 0));
+  cudaMemAllocNodeParams ap{};
+  ap.poolProps.allocType = cudaMemAllocationTypePinned;
+  ap.poolProps.location.type = cudaMemLocationTypeDevice;
+  ap.poolProps.location.id = 0;
+  ap.bytesize = kN * sizeof(int);
+  cudaGraphNode_t alloc, set;
+  CHECK(cudaGraphAddMemAllocNode(&alloc, g, nullptr, 0, &ap));
+  int* memory = static_cast<int*>(ap.dptr);
+  cudaMemsetParams ms{};
+  ms.dst = memory;
+  ms.value = 7;
+  ms.elementSize = 4;
+  ms.width = kN;
+  ms.height = 1;
+  CHECK(cudaGraphAddMemsetNode(&set, g, &alloc, 1, &ms));
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, g, 0));
+  std::vector<int> out(kN, 0);
+  for (int round = 0; round < 2; ++round) {
+    CHECK(cudaGraphLaunch(exec, s));
+    AddConst<<<(kN + 255) / 256, 256, 0, s>>>(memory, round, kN);
+    CHECK(cudaMemcpyAsync(out.data(), memory, kN * sizeof(int), cudaMemcpyDeviceToHost, s));
+    CHECK(cudaStreamSynchronize(s));
+    EXPECTF(out[kN - 1] == 7 + round, "graph memory after launch %d: %d", round, out[kN - 1]);
+    if (round == 0) {
+      CHECK(cudaFree(memory));
+    } else {
+      CHECK(cudaFreeAsync(memory, s));
+    }
+  }
+  EXPECT_ERR(cudaFree(memory), cudaErrorInvalidValue);  // Freed already, until the graph's next launch.
+  // A free node of another graph frees it after one more launch of the first.
+  cudaGraph_t g2;
+  cudaGraphNode_t release;
+  cudaGraphExec_t exec2;
+  CHECK(cudaGraphCreate(&g2, 0));
+  CHECK(cudaGraphAddMemFreeNode(&release, g2, nullptr, 0, memory));
+  CHECK(cudaGraphInstantiate(&exec2, g2, 0));
+  CHECK(cudaGraphDestroy(g2));
+  CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaGraphLaunch(exec2, s));
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphExecDestroy(exec2));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaDeviceSynchronize());
+  size_t free1 = 0;
+  CHECK(cudaMemGetInfo(&free1, &total));
+  EXPECTF(free1 == free0, "graph memory returned with its graphs: %zu free, %zu before", free1, free0);
+}
+
 // The per-thread default stream can be captured (each thread's is its own); the legacy one cannot.
 void CapturePerThreadStream() {
   constexpr int n = 1024;
@@ -532,6 +594,7 @@ int main(int argc, char** argv) {
   ExplicitGraph();
   Capture();
   GraphMemory();
+  GraphMemoryFreedOutside();
   CapturePerThreadStream();
   ReplayedGraph();
   CHECK(cudaProfilerStop());

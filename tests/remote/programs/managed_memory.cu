@@ -22,24 +22,8 @@
 #include <thread>
 #include <vector>
 
-#define CHECK(call)                                                                                     \
-  do {                                                                                                  \
-    cudaError_t e_ = (call);                                                                            \
-    if (e_ != cudaSuccess) {                                                                            \
-      std::fprintf(stderr, "FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                                     \
-    }                                                                                                   \
-  } while (0)
-
-#define EXPECT(cond, ...)                                          \
-  do {                                                             \
-    if (!(cond)) {                                                 \
-      std::fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                           \
-      std::fprintf(stderr, "\n");                                  \
-      std::exit(1);                                                \
-    }                                                              \
-  } while (0)
+#define PROGRAM_NAME "managed_memory"
+#include "program_checks.h"
 
 __global__ void Scale(float* a, size_t n, float k) {
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) a[i] *= k;
@@ -71,10 +55,10 @@ static cudaMemLocation Host() {
 
 static void Attributes() {
   int managed = -1, concurrent = -1;
-  CHECK(cudaDeviceGetAttribute(&managed, cudaDevAttrManagedMemory, 0));
-  CHECK(cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess, 0));
-  EXPECT(managed == 1, "managedMemory = %d", managed);
-  EXPECT(concurrent == 0, "concurrentManagedAccess = %d (a remote device cannot offer it)", concurrent);
+  REQUIRE_OK(cudaDeviceGetAttribute(&managed, cudaDevAttrManagedMemory, 0));
+  REQUIRE_OK(cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess, 0));
+  REQUIRE(managed == 1, "managedMemory = %d", managed);
+  REQUIRE(concurrent == 0, "concurrentManagedAccess = %d (a remote device cannot offer it)", concurrent);
 }
 
 // Host writes, a kernel, host reads, several rounds, on an allocation large enough to be fetched in parts.
@@ -82,78 +66,78 @@ static void RoundTrips() {
   const size_t n = (size_t{6} << 20) / sizeof(float) + 123;  // 6 MiB and a bit: read-ahead, not whole.
   float* a = nullptr;
   size_t free_before = 0, free_after = 0, total = 0;
-  CHECK(cudaMemGetInfo(&free_before, &total));
-  CHECK(cudaMallocManaged(&a, n * sizeof(float)));
-  CHECK(cudaMemGetInfo(&free_after, &total));
-  EXPECT(free_before - free_after >= n * sizeof(float), "the slice's free memory fell by %zu only",
+  REQUIRE_OK(cudaMemGetInfo(&free_before, &total));
+  REQUIRE_OK(cudaMallocManaged(&a, n * sizeof(float)));
+  REQUIRE_OK(cudaMemGetInfo(&free_after, &total));
+  REQUIRE(free_before - free_after >= n * sizeof(float), "the slice's free memory fell by %zu only",
          free_before - free_after);
-  for (size_t i = 0; i < n; ++i) EXPECT(a[i] == 0.0f, "fresh managed memory at %zu is %f", i, a[i]);
+  for (size_t i = 0; i < n; ++i) REQUIRE(a[i] == 0.0f, "fresh managed memory at %zu is %f", i, a[i]);
   for (size_t i = 0; i < n; ++i) a[i] = static_cast<float>(i % 1000);
   Scale<<<64, 256>>>(a, n, 2.0f);
-  CHECK(cudaDeviceSynchronize());
-  for (size_t i = 0; i < n; ++i) EXPECT(a[i] == 2.0f * (i % 1000), "after one kernel a[%zu] = %f", i, a[i]);
+  REQUIRE_OK(cudaDeviceSynchronize());
+  for (size_t i = 0; i < n; ++i) REQUIRE(a[i] == 2.0f * (i % 1000), "after one kernel a[%zu] = %f", i, a[i]);
   // Sparse host writes: a few pages dirty, the rest as the device left them.
   for (size_t i = 0; i < n; i += 4099) a[i] = -1.0f;
   Scale<<<64, 256>>>(a, n, 3.0f);
-  CHECK(cudaDeviceSynchronize());
+  REQUIRE_OK(cudaDeviceSynchronize());
   auto want = [](size_t i) { return i % 4099 == 0 ? -3.0f : 6.0f * (i % 1000); };
   for (size_t i = n; i-- > 0;) {  // Backwards: read-ahead must serve a descending sweep too.
-    EXPECT(a[i] == want(i), "after the second kernel a[%zu] = %f, want %f", i, a[i], want(i));
+    REQUIRE(a[i] == want(i), "after the second kernel a[%zu] = %f, want %f", i, a[i], want(i));
   }
   // A kernel the host never waited for: the host's touch waits for it.
   Scale<<<64, 256>>>(a, n, 0.5f);
-  for (size_t i = 0; i < n; ++i) EXPECT(a[i] == 0.5f * want(i), "a[%zu] = %f with no synchronise", i, a[i]);
-  CHECK(cudaFree(a));
-  CHECK(cudaMemGetInfo(&free_after, &total));
-  EXPECT(free_after == free_before, "free memory %zu after cudaFree, %zu before", free_after, free_before);
+  for (size_t i = 0; i < n; ++i) REQUIRE(a[i] == 0.5f * want(i), "a[%zu] = %f with no synchronise", i, a[i]);
+  REQUIRE_OK(cudaFree(a));
+  REQUIRE_OK(cudaMemGetInfo(&free_after, &total));
+  REQUIRE(free_after == free_before, "free memory %zu after cudaFree, %zu before", free_after, free_before);
 }
 
 // A small allocation comes back whole on its first touch.
 static void Small() {
   int* s = nullptr;
-  CHECK(cudaMallocManaged(&s, 16 * sizeof(int)));
+  REQUIRE_OK(cudaMallocManaged(&s, 16 * sizeof(int)));
   for (int i = 0; i < 16; ++i) s[i] = i;
   for (int round = 0; round < 3; ++round) {
     AddOne<<<1, 16>>>(s, 16);
-    CHECK(cudaDeviceSynchronize());
+    REQUIRE_OK(cudaDeviceSynchronize());
   }
-  for (int i = 0; i < 16; ++i) EXPECT(s[i] == i + 3, "s[%d] = %d", i, s[i]);
+  for (int i = 0; i < 16; ++i) REQUIRE(s[i] == i + 3, "s[%d] = %d", i, s[i]);
   cudaPointerAttributes attributes{};
-  CHECK(cudaPointerGetAttributes(&attributes, s + 3));
-  EXPECT(attributes.type == cudaMemoryTypeManaged, "type %d", static_cast<int>(attributes.type));
-  EXPECT(attributes.hostPointer == s + 3 && attributes.devicePointer == s + 3, "host %p device %p for %p",
+  REQUIRE_OK(cudaPointerGetAttributes(&attributes, s + 3));
+  REQUIRE(attributes.type == cudaMemoryTypeManaged, "type %d", static_cast<int>(attributes.type));
+  REQUIRE(attributes.hostPointer == s + 3 && attributes.devicePointer == s + 3, "host %p device %p for %p",
          attributes.hostPointer, attributes.devicePointer, static_cast<void*>(s + 3));
-  CHECK(cudaFree(s));
+  REQUIRE_OK(cudaFree(s));
 }
 
 // Copies and memsets see the host's writes and leave theirs for the host.
 static void CopiesAndMemsets() {
   const size_t n = 300000;
   int *a = nullptr, *b = nullptr, *device = nullptr;
-  CHECK(cudaMallocManaged(&a, n * sizeof(int)));
-  CHECK(cudaMallocManaged(&b, n * sizeof(int)));
-  CHECK(cudaMalloc(&device, n * sizeof(int)));
+  REQUIRE_OK(cudaMallocManaged(&a, n * sizeof(int)));
+  REQUIRE_OK(cudaMallocManaged(&b, n * sizeof(int)));
+  REQUIRE_OK(cudaMalloc(&device, n * sizeof(int)));
   std::vector<int> host(n), back(n);
   for (size_t i = 0; i < n; ++i) a[i] = static_cast<int>(i * 7);
-  CHECK(cudaMemcpy(back.data(), a, n * sizeof(int), cudaMemcpyDefault));  // Host writes, read by the device side.
-  for (size_t i = 0; i < n; ++i) EXPECT(back[i] == static_cast<int>(i * 7), "copy out of a[%zu] = %d", i, back[i]);
-  CHECK(cudaMemcpy(device, a, n * sizeof(int), cudaMemcpyDefault));
+  REQUIRE_OK(cudaMemcpy(back.data(), a, n * sizeof(int), cudaMemcpyDefault));  // Host writes, read by the device side.
+  for (size_t i = 0; i < n; ++i) REQUIRE(back[i] == static_cast<int>(i * 7), "copy out of a[%zu] = %d", i, back[i]);
+  REQUIRE_OK(cudaMemcpy(device, a, n * sizeof(int), cudaMemcpyDefault));
   AddOne<<<64, 256>>>(device, n);
-  CHECK(cudaMemcpy(b, device, n * sizeof(int), cudaMemcpyDefault));  // Device memory into managed.
-  for (size_t i = 0; i < n; ++i) EXPECT(b[i] == static_cast<int>(i * 7 + 1), "b[%zu] = %d", i, b[i]);
+  REQUIRE_OK(cudaMemcpy(b, device, n * sizeof(int), cudaMemcpyDefault));  // Device memory into managed.
+  for (size_t i = 0; i < n; ++i) REQUIRE(b[i] == static_cast<int>(i * 7 + 1), "b[%zu] = %d", i, b[i]);
   for (size_t i = 0; i < n; ++i) host[i] = static_cast<int>(n - i);
-  CHECK(cudaMemcpy(a + 5, host.data(), (n - 5) * sizeof(int), cudaMemcpyHostToDevice));  // Partial first page.
-  for (size_t i = 0; i < 5; ++i) EXPECT(a[i] == static_cast<int>(i * 7), "a[%zu] = %d (not copied over)", i, a[i]);
-  for (size_t i = 5; i < n; ++i) EXPECT(a[i] == static_cast<int>(n - (i - 5)), "a[%zu] = %d", i, a[i]);
+  REQUIRE_OK(cudaMemcpy(a + 5, host.data(), (n - 5) * sizeof(int), cudaMemcpyHostToDevice));  // Partial first page.
+  for (size_t i = 0; i < 5; ++i) REQUIRE(a[i] == static_cast<int>(i * 7), "a[%zu] = %d (not copied over)", i, a[i]);
+  for (size_t i = 5; i < n; ++i) REQUIRE(a[i] == static_cast<int>(n - (i - 5)), "a[%zu] = %d", i, a[i]);
   a[1] = -42;  // Dirty on the host, next to what the memset writes.
-  CHECK(cudaMemset(a + 2, 0, (n - 2) * sizeof(int)));
-  EXPECT(a[0] == 0 && a[1] == -42, "a[0] = %d, a[1] = %d around a memset", a[0], a[1]);
-  for (size_t i = 2; i < n; ++i) EXPECT(a[i] == 0, "a[%zu] = %d after the memset", i, a[i]);
-  CHECK(cudaMemcpy(b, a, n * sizeof(int), cudaMemcpyDefault));  // Managed to managed.
-  EXPECT(b[1] == -42 && b[n - 1] == 0, "b[1] = %d, b[n-1] = %d", b[1], b[n - 1]);
-  CHECK(cudaFree(a));
-  CHECK(cudaFree(b));
-  CHECK(cudaFree(device));
+  REQUIRE_OK(cudaMemset(a + 2, 0, (n - 2) * sizeof(int)));
+  REQUIRE(a[0] == 0 && a[1] == -42, "a[0] = %d, a[1] = %d around a memset", a[0], a[1]);
+  for (size_t i = 2; i < n; ++i) REQUIRE(a[i] == 0, "a[%zu] = %d after the memset", i, a[i]);
+  REQUIRE_OK(cudaMemcpy(b, a, n * sizeof(int), cudaMemcpyDefault));  // Managed to managed.
+  REQUIRE(b[1] == -42 && b[n - 1] == 0, "b[1] = %d, b[n-1] = %d", b[1], b[n - 1]);
+  REQUIRE_OK(cudaFree(a));
+  REQUIRE_OK(cudaFree(b));
+  REQUIRE_OK(cudaFree(device));
 }
 
 // A new allocation filled by a system call (read(2) into it, as a program loads a file): the kernel sees the data.
@@ -163,53 +147,53 @@ static void SystemCallFills() {
   for (size_t i = 0; i < n; ++i) data[i] = static_cast<int>(i * 3 + 1);
   char path[] = "/tmp/gpupool-managed-XXXXXX";
   int fd = mkstemp(path);
-  EXPECT(fd >= 0, "mkstemp");
+  REQUIRE(fd >= 0, "mkstemp");
   unlink(path);
-  EXPECT(write(fd, data.data(), n * sizeof(int)) == static_cast<ssize_t>(n * sizeof(int)), "write");
-  EXPECT(lseek(fd, 0, SEEK_SET) == 0, "lseek");
+  REQUIRE(write(fd, data.data(), n * sizeof(int)) == static_cast<ssize_t>(n * sizeof(int)), "write");
+  REQUIRE(lseek(fd, 0, SEEK_SET) == 0, "lseek");
   int* a = nullptr;
-  CHECK(cudaMallocManaged(&a, n * sizeof(int)));
+  REQUIRE_OK(cudaMallocManaged(&a, n * sizeof(int)));
   ssize_t got = read(fd, a, n * sizeof(int));
-  EXPECT(got == static_cast<ssize_t>(n * sizeof(int)), "read(2) into new managed memory: %zd (errno %d)", got, errno);
+  REQUIRE(got == static_cast<ssize_t>(n * sizeof(int)), "read(2) into new managed memory: %zd (errno %d)", got, errno);
   close(fd);
   AddOne<<<64, 256>>>(a, n);
-  CHECK(cudaDeviceSynchronize());
-  for (size_t i = 0; i < n; ++i) EXPECT(a[i] == static_cast<int>(i * 3 + 2), "a[%zu] = %d", i, a[i]);
-  CHECK(cudaFree(a));
+  REQUIRE_OK(cudaDeviceSynchronize());
+  for (size_t i = 0; i < n; ++i) REQUIRE(a[i] == static_cast<int>(i * 3 + 2), "a[%zu] = %d", i, a[i]);
+  REQUIRE_OK(cudaFree(a));
 }
 
 // cudaMemAttachHost and cudaStreamAttachMemAsync: memory of an idle stream is the host's while another stream runs.
 static void StreamAttachment() {
   const size_t n = 1 << 16;
   int *mine = nullptr, *theirs = nullptr;
-  CHECK(cudaMallocManaged(&mine, n * sizeof(int), cudaMemAttachHost));
-  CHECK(cudaMallocManaged(&theirs, n * sizeof(int)));
+  REQUIRE_OK(cudaMallocManaged(&mine, n * sizeof(int), cudaMemAttachHost));
+  REQUIRE_OK(cudaMallocManaged(&theirs, n * sizeof(int)));
   cudaStream_t s1, s2;
-  CHECK(cudaStreamCreate(&s1));
-  CHECK(cudaStreamCreate(&s2));
-  CHECK(cudaStreamAttachMemAsync(s2, theirs, 0, cudaMemAttachSingle));
-  CHECK(cudaStreamAttachMemAsync(s1, mine, 0, cudaMemAttachSingle));
-  CHECK(cudaStreamSynchronize(s1));
+  REQUIRE_OK(cudaStreamCreate(&s1));
+  REQUIRE_OK(cudaStreamCreate(&s2));
+  REQUIRE_OK(cudaStreamAttachMemAsync(s2, theirs, 0, cudaMemAttachSingle));
+  REQUIRE_OK(cudaStreamAttachMemAsync(s1, mine, 0, cudaMemAttachSingle));
+  REQUIRE_OK(cudaStreamSynchronize(s1));
   for (size_t i = 0; i < n; ++i) mine[i] = static_cast<int>(i);
   AddOne<<<32, 256, 0, s1>>>(mine, n);
-  CHECK(cudaStreamSynchronize(s1));
+  REQUIRE_OK(cudaStreamSynchronize(s1));
   SlowFill<<<8, 64, 0, s2>>>(theirs, n, 9, 20000);  // Runs on while the host works on `mine`.
-  for (size_t i = 0; i < n; ++i) EXPECT(mine[i] == static_cast<int>(i + 1), "mine[%zu] = %d", i, mine[i]);
+  for (size_t i = 0; i < n; ++i) REQUIRE(mine[i] == static_cast<int>(i + 1), "mine[%zu] = %d", i, mine[i]);
   for (size_t i = 0; i < n; ++i) mine[i] *= 2;
-  CHECK(cudaStreamSynchronize(s2));
-  for (size_t i = 0; i < n; ++i) EXPECT(theirs[i] == 9, "theirs[%zu] = %d", i, theirs[i]);
+  REQUIRE_OK(cudaStreamSynchronize(s2));
+  for (size_t i = 0; i < n; ++i) REQUIRE(theirs[i] == 9, "theirs[%zu] = %d", i, theirs[i]);
   AddOne<<<32, 256, 0, s1>>>(mine, n);
-  CHECK(cudaStreamSynchronize(s1));
-  for (size_t i = 0; i < n; ++i) EXPECT(mine[i] == static_cast<int>(2 * i + 3), "mine[%zu] = %d", i, mine[i]);
+  REQUIRE_OK(cudaStreamSynchronize(s1));
+  for (size_t i = 0; i < n; ++i) REQUIRE(mine[i] == static_cast<int>(2 * i + 3), "mine[%zu] = %d", i, mine[i]);
   // Refused: part of an allocation, and one stream alone for the NULL stream.
-  EXPECT(cudaStreamAttachMemAsync(s1, mine + 1, 4, cudaMemAttachSingle) == cudaErrorInvalidValue, "partial attach");
+  REQUIRE(cudaStreamAttachMemAsync(s1, mine + 1, 4, cudaMemAttachSingle) == cudaErrorInvalidValue, "partial attach");
   cudaGetLastError();
-  EXPECT(cudaStreamAttachMemAsync(s1, mine, 0, 0x10) == cudaErrorInvalidValue, "unknown flags");
+  REQUIRE(cudaStreamAttachMemAsync(s1, mine, 0, 0x10) == cudaErrorInvalidValue, "unknown flags");
   cudaGetLastError();
-  CHECK(cudaStreamDestroy(s1));
-  CHECK(cudaStreamDestroy(s2));
-  CHECK(cudaFree(mine));
-  CHECK(cudaFree(theirs));
+  REQUIRE_OK(cudaStreamDestroy(s1));
+  REQUIRE_OK(cudaStreamDestroy(s2));
+  REQUIRE_OK(cudaFree(mine));
+  REQUIRE_OK(cudaFree(theirs));
 }
 
 // A host thread works on managed memory while another launches kernels on other managed memory: CUDA forbids it on
@@ -218,8 +202,8 @@ static void Threads() {
   const size_t n = 20000;
   const int rounds = 40;
   int *x = nullptr, *y = nullptr;
-  CHECK(cudaMallocManaged(&x, n * sizeof(int)));
-  CHECK(cudaMallocManaged(&y, n * sizeof(int)));
+  REQUIRE_OK(cudaMallocManaged(&x, n * sizeof(int)));
+  REQUIRE_OK(cudaMallocManaged(&y, n * sizeof(int)));
   std::thread host([&] {
     for (int r = 0; r < rounds; ++r) {
       for (size_t i = 0; i < n; ++i) x[i] += 1;
@@ -228,114 +212,114 @@ static void Threads() {
   std::thread launcher([&] {
     for (int r = 0; r < rounds; ++r) {
       AddOne<<<16, 128>>>(y, n);
-      CHECK(cudaDeviceSynchronize());
+      REQUIRE_OK(cudaDeviceSynchronize());
     }
   });
   host.join();
   launcher.join();
-  for (size_t i = 0; i < n; ++i) EXPECT(x[i] == rounds && y[i] == rounds, "x[%zu] = %d, y[%zu] = %d", i, x[i], i, y[i]);
-  CHECK(cudaFree(x));
-  CHECK(cudaFree(y));
+  for (size_t i = 0; i < n; ++i) REQUIRE(x[i] == rounds && y[i] == rounds, "x[%zu] = %d, y[%zu] = %d", i, x[i], i, y[i]);
+  REQUIRE_OK(cudaFree(x));
+  REQUIRE_OK(cudaFree(y));
 }
 
 // Prefetches move data ahead of need; advice is recorded and reported.
 static void PrefetchAndAdvice() {
   const size_t n = 1 << 20;
   float* a = nullptr;
-  CHECK(cudaMallocManaged(&a, n * sizeof(float)));
+  REQUIRE_OK(cudaMallocManaged(&a, n * sizeof(float)));
   cudaStream_t s;
-  CHECK(cudaStreamCreate(&s));
+  REQUIRE_OK(cudaStreamCreate(&s));
   for (size_t i = 0; i < n; ++i) a[i] = 1.0f;
-  CHECK(cudaMemPrefetchAsync(a, n * sizeof(float), Device(0), 0, s));
+  REQUIRE_OK(cudaMemPrefetchAsync(a, n * sizeof(float), Device(0), 0, s));
   int last = -7;
-  CHECK(cudaMemRangeGetAttribute(&last, sizeof(last), cudaMemRangeAttributeLastPrefetchLocation, a, n * sizeof(float)));
-  EXPECT(last == 0, "last prefetch location %d after a prefetch to device 0", last);
+  REQUIRE_OK(cudaMemRangeGetAttribute(&last, sizeof(last), cudaMemRangeAttributeLastPrefetchLocation, a, n * sizeof(float)));
+  REQUIRE(last == 0, "last prefetch location %d after a prefetch to device 0", last);
   Scale<<<64, 256, 0, s>>>(a, n, 4.0f);
-  CHECK(cudaMemPrefetchAsync(a, n * sizeof(float), Host(), 0, s));
-  CHECK(cudaStreamSynchronize(s));
-  CHECK(cudaMemRangeGetAttribute(&last, sizeof(last), cudaMemRangeAttributeLastPrefetchLocation, a, n * sizeof(float)));
-  EXPECT(last == cudaCpuDeviceId, "last prefetch location %d after a prefetch to the host", last);
-  for (size_t i = 0; i < n; ++i) EXPECT(a[i] == 4.0f, "a[%zu] = %f", i, a[i]);
+  REQUIRE_OK(cudaMemPrefetchAsync(a, n * sizeof(float), Host(), 0, s));
+  REQUIRE_OK(cudaStreamSynchronize(s));
+  REQUIRE_OK(cudaMemRangeGetAttribute(&last, sizeof(last), cudaMemRangeAttributeLastPrefetchLocation, a, n * sizeof(float)));
+  REQUIRE(last == cudaCpuDeviceId, "last prefetch location %d after a prefetch to the host", last);
+  for (size_t i = 0; i < n; ++i) REQUIRE(a[i] == 4.0f, "a[%zu] = %f", i, a[i]);
 
-  CHECK(cudaMemAdvise(a, n * sizeof(float), cudaMemAdviseSetReadMostly, Device(0)));
-  CHECK(cudaMemAdvise(a, 4096, cudaMemAdviseSetPreferredLocation, Host()));
-  CHECK(cudaMemAdvise(a, n * sizeof(float), cudaMemAdviseSetAccessedBy, Device(0)));
+  REQUIRE_OK(cudaMemAdvise(a, n * sizeof(float), cudaMemAdviseSetReadMostly, Device(0)));
+  REQUIRE_OK(cudaMemAdvise(a, 4096, cudaMemAdviseSetPreferredLocation, Host()));
+  REQUIRE_OK(cudaMemAdvise(a, n * sizeof(float), cudaMemAdviseSetAccessedBy, Device(0)));
   int mostly = -1, preferred = -7, accessed[3] = {7, 7, 7};
-  CHECK(cudaMemRangeGetAttribute(&mostly, 4, cudaMemRangeAttributeReadMostly, a, n * sizeof(float)));
-  EXPECT(mostly == 1, "read mostly %d", mostly);
-  CHECK(cudaMemRangeGetAttribute(&preferred, 4, cudaMemRangeAttributePreferredLocation, a, 4096));
-  EXPECT(preferred == cudaCpuDeviceId, "preferred location of the first page %d", preferred);
-  CHECK(cudaMemRangeGetAttribute(&preferred, 4, cudaMemRangeAttributePreferredLocation, a, n * sizeof(float)));
-  EXPECT(preferred == cudaInvalidDeviceId, "preferred location of the whole range %d", preferred);
-  CHECK(cudaMemRangeGetAttribute(accessed, sizeof(accessed), cudaMemRangeAttributeAccessedBy, a, n * sizeof(float)));
-  EXPECT(accessed[0] == 0 && accessed[1] == cudaInvalidDeviceId && accessed[2] == cudaInvalidDeviceId,
+  REQUIRE_OK(cudaMemRangeGetAttribute(&mostly, 4, cudaMemRangeAttributeReadMostly, a, n * sizeof(float)));
+  REQUIRE(mostly == 1, "read mostly %d", mostly);
+  REQUIRE_OK(cudaMemRangeGetAttribute(&preferred, 4, cudaMemRangeAttributePreferredLocation, a, 4096));
+  REQUIRE(preferred == cudaCpuDeviceId, "preferred location of the first page %d", preferred);
+  REQUIRE_OK(cudaMemRangeGetAttribute(&preferred, 4, cudaMemRangeAttributePreferredLocation, a, n * sizeof(float)));
+  REQUIRE(preferred == cudaInvalidDeviceId, "preferred location of the whole range %d", preferred);
+  REQUIRE_OK(cudaMemRangeGetAttribute(accessed, sizeof(accessed), cudaMemRangeAttributeAccessedBy, a, n * sizeof(float)));
+  REQUIRE(accessed[0] == 0 && accessed[1] == cudaInvalidDeviceId && accessed[2] == cudaInvalidDeviceId,
          "accessed by {%d, %d, %d}", accessed[0], accessed[1], accessed[2]);
-  CHECK(cudaMemAdvise(a, n * sizeof(float), cudaMemAdviseUnsetReadMostly, Device(0)));
-  CHECK(cudaMemRangeGetAttribute(&mostly, 4, cudaMemRangeAttributeReadMostly, a, n * sizeof(float)));
-  EXPECT(mostly == 0, "read mostly %d after unset", mostly);
+  REQUIRE_OK(cudaMemAdvise(a, n * sizeof(float), cudaMemAdviseUnsetReadMostly, Device(0)));
+  REQUIRE_OK(cudaMemRangeGetAttribute(&mostly, 4, cudaMemRangeAttributeReadMostly, a, n * sizeof(float)));
+  REQUIRE(mostly == 0, "read mostly %d after unset", mostly);
   // Advice keeps the data as it is.
   Scale<<<64, 256, 0, s>>>(a, n, 0.25f);
-  CHECK(cudaStreamSynchronize(s));
-  for (size_t i = 0; i < n; ++i) EXPECT(a[i] == 1.0f, "a[%zu] = %f after advice", i, a[i]);
+  REQUIRE_OK(cudaStreamSynchronize(s));
+  for (size_t i = 0; i < n; ++i) REQUIRE(a[i] == 1.0f, "a[%zu] = %f after advice", i, a[i]);
 
   // Refused: not managed memory, a range past the allocation, an unknown device.
   float* plain = nullptr;
-  CHECK(cudaMalloc(&plain, 4096));
-  EXPECT(cudaMemRangeGetAttribute(&mostly, 4, cudaMemRangeAttributeReadMostly, plain, 4096) == cudaErrorInvalidValue,
+  REQUIRE_OK(cudaMalloc(&plain, 4096));
+  REQUIRE(cudaMemRangeGetAttribute(&mostly, 4, cudaMemRangeAttributeReadMostly, plain, 4096) == cudaErrorInvalidValue,
          "range attribute of device memory");
   cudaGetLastError();
-  EXPECT(cudaMemPrefetchAsync(a, n * sizeof(float) + 4096, Host(), 0, s) == cudaErrorInvalidValue,
+  REQUIRE(cudaMemPrefetchAsync(a, n * sizeof(float) + 4096, Host(), 0, s) == cudaErrorInvalidValue,
          "prefetch past the allocation");
   cudaGetLastError();
-  EXPECT(cudaMemAdvise(a, 4096, cudaMemAdviseSetAccessedBy, Device(77)) == cudaErrorInvalidDevice,
+  REQUIRE(cudaMemAdvise(a, 4096, cudaMemAdviseSetAccessedBy, Device(77)) == cudaErrorInvalidDevice,
          "advice for device 77");
   cudaGetLastError();
-  CHECK(cudaFree(plain));
-  CHECK(cudaStreamDestroy(s));
-  CHECK(cudaFree(a));
+  REQUIRE_OK(cudaFree(plain));
+  REQUIRE_OK(cudaStreamDestroy(s));
+  REQUIRE_OK(cudaFree(a));
 }
 
 // A graph's kernels see the host's writes on every launch (its recorded launches included).
 static void Graphs() {
   const size_t n = 4096;
   int* flag = nullptr;
-  CHECK(cudaMallocManaged(&flag, n * sizeof(int)));
+  REQUIRE_OK(cudaMallocManaged(&flag, n * sizeof(int)));
   cudaStream_t s;
-  CHECK(cudaStreamCreate(&s));
+  REQUIRE_OK(cudaStreamCreate(&s));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  REQUIRE_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
   AddOne<<<4, 256, 0, s>>>(flag, n);
-  CHECK(cudaStreamEndCapture(s, &graph));
-  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  REQUIRE_OK(cudaStreamEndCapture(s, &graph));
+  REQUIRE_OK(cudaGraphInstantiate(&exec, graph, 0));
   for (int round = 0; round < 4; ++round) {
     for (size_t i = 0; i < n; ++i) flag[i] = round * 10;
-    CHECK(cudaGraphLaunch(exec, s));
-    CHECK(cudaStreamSynchronize(s));
-    for (size_t i = 0; i < n; ++i) EXPECT(flag[i] == round * 10 + 1, "round %d flag[%zu] = %d", round, i, flag[i]);
+    REQUIRE_OK(cudaGraphLaunch(exec, s));
+    REQUIRE_OK(cudaStreamSynchronize(s));
+    for (size_t i = 0; i < n; ++i) REQUIRE(flag[i] == round * 10 + 1, "round %d flag[%zu] = %d", round, i, flag[i]);
   }
-  CHECK(cudaGraphExecDestroy(exec));
-  CHECK(cudaGraphDestroy(graph));
-  CHECK(cudaStreamDestroy(s));
-  CHECK(cudaFree(flag));
+  REQUIRE_OK(cudaGraphExecDestroy(exec));
+  REQUIRE_OK(cudaGraphDestroy(graph));
+  REQUIRE_OK(cudaStreamDestroy(s));
+  REQUIRE_OK(cudaFree(flag));
 }
 
 static void Refusals() {
   void* p = nullptr;
-  EXPECT(cudaMallocManaged(&p, 64, 0x7) == cudaErrorInvalidValue, "flags 7");
+  REQUIRE(cudaMallocManaged(&p, 64, 0x7) == cudaErrorInvalidValue, "flags 7");
   cudaGetLastError();
   size_t free_bytes = 0, total = 0;
-  CHECK(cudaMemGetInfo(&free_bytes, &total));
-  EXPECT(cudaMallocManaged(&p, total * 2) == cudaErrorMemoryAllocation, "twice the slice");
+  REQUIRE_OK(cudaMemGetInfo(&free_bytes, &total));
+  REQUIRE(cudaMallocManaged(&p, total * 2) == cudaErrorMemoryAllocation, "twice the slice");
   cudaGetLastError();
 }
 
 static int Fork() {
   int* a = nullptr;
-  CHECK(cudaMallocManaged(&a, 1 << 20));
+  REQUIRE_OK(cudaMallocManaged(&a, 1 << 20));
   for (int i = 0; i < (1 << 18); ++i) a[i] = i;
   AddOne<<<64, 256>>>(a, 1 << 18);
-  CHECK(cudaDeviceSynchronize());
+  REQUIRE_OK(cudaDeviceSynchronize());
   std::fflush(stdout);
   pid_t child = fork();
   if (child == 0) {
@@ -345,31 +329,31 @@ static int Fork() {
   }
   int status = 0;
   waitpid(child, &status, 0);
-  EXPECT(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS, "the child ended with status %#x", status);
-  for (int i = 0; i < (1 << 18); ++i) EXPECT(a[i] == i + 1, "parent's a[%d] = %d after the fork", i, a[i]);
+  REQUIRE(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS, "the child ended with status %#x", status);
+  for (int i = 0; i < (1 << 18); ++i) REQUIRE(a[i] == i + 1, "parent's a[%d] = %d after the fork", i, a[i]);
   AddOne<<<64, 256>>>(a, 1 << 18);
-  CHECK(cudaDeviceSynchronize());
-  EXPECT(a[7] == 9, "a[7] = %d", a[7]);
-  CHECK(cudaFree(a));
+  REQUIRE_OK(cudaDeviceSynchronize());
+  REQUIRE(a[7] == 9, "a[7] = %d", a[7]);
+  REQUIRE_OK(cudaFree(a));
   std::printf("PASS\n");
   return 0;
 }
 
 static int Lost() {
   const char* agent = std::getenv("RUN_REMOTE_AGENT_PID");
-  EXPECT(agent != nullptr, "RUN_REMOTE_AGENT_PID is not set (run under run_remote.sh)");
+  REQUIRE(agent != nullptr, "RUN_REMOTE_AGENT_PID is not set (run under run_remote.sh)");
   int out[2];
-  EXPECT(pipe(out) == 0, "pipe");
+  REQUIRE(pipe(out) == 0, "pipe");
   pid_t child = fork();
   if (child == 0) {
     dup2(out[1], STDERR_FILENO);
     close(out[0]);
     alarm(60);  // A hang ends as SIGALRM, which the parent reports.
     int* a = nullptr;
-    CHECK(cudaMallocManaged(&a, 4 << 20));
+    REQUIRE_OK(cudaMallocManaged(&a, 4 << 20));
     for (int i = 0; i < (1 << 20); ++i) a[i] = i;
     AddOne<<<64, 256>>>(a, 1 << 20);
-    CHECK(cudaDeviceSynchronize());
+    REQUIRE_OK(cudaDeviceSynchronize());
     kill(static_cast<pid_t>(std::atoi(agent)), SIGKILL);
     sleep(1);
     volatile int v = a[12345];  // Written by the kernel, on a slice that is gone.
@@ -383,8 +367,8 @@ static int Lost() {
   int status = 0;
   waitpid(child, &status, 0);
   std::fprintf(stderr, "%s", said.c_str());
-  EXPECT(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS, "the child ended with status %#x", status);
-  EXPECT(said.find("could not be fetched from device 0") != std::string::npos, "the child said no why");
+  REQUIRE(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS, "the child ended with status %#x", status);
+  REQUIRE(said.find("could not be fetched from device 0") != std::string::npos, "the child said no why");
   std::printf("PASS\n");
   return 0;
 }

@@ -6,24 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CHECK(call)                                                                                     \
-  do {                                                                                                  \
-    cudaError_t e_ = (call);                                                                            \
-    if (e_ != cudaSuccess) {                                                                            \
-      std::fprintf(stderr, "FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                                     \
-    }                                                                                                   \
-  } while (0)
-
-#define EXPECT(cond, ...)                                                  \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      std::fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                   \
-      std::fprintf(stderr, "\n");                                          \
-      std::exit(1);                                                        \
-    }                                                                      \
-  } while (0)
+#define PROGRAM_NAME "managed_variables"
+#include "program_checks.h"
 
 __managed__ int counters[4];
 __managed__ int initialised = 7;
@@ -42,42 +26,42 @@ __global__ void Step() {
 int main() {
   // Before the first touch: where the variables cannot be managed, cudart says so here (the host symbols would
   // otherwise point nowhere).
-  CHECK(cudaFree(nullptr));
-  EXPECT(initialised == 7, "initial value %d", initialised);
+  REQUIRE_OK(cudaFree(nullptr));
+  REQUIRE(initialised == 7, "initial value %d", initialised);
   counters[0] = 100;
   Count<<<2, 64>>>();
-  CHECK(cudaDeviceSynchronize());
-  EXPECT(counters[0] == 132 && counters[1] == 32 && counters[3] == 32, "counters %d %d %d %d", counters[0],
+  REQUIRE_OK(cudaDeviceSynchronize());
+  REQUIRE(counters[0] == 132 && counters[1] == 32 && counters[3] == 32, "counters %d %d %d %d", counters[0],
          counters[1], counters[2], counters[3]);
 
   cudaStream_t s;
-  CHECK(cudaStreamCreate(&s));
+  REQUIRE_OK(cudaStreamCreate(&s));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  REQUIRE_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
   Step<<<1, 1, 0, s>>>();
-  CHECK(cudaStreamEndCapture(s, &graph));
-  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  REQUIRE_OK(cudaStreamEndCapture(s, &graph));
+  REQUIRE_OK(cudaGraphInstantiate(&exec, graph, 0));
   for (int round = 0; round < 3; ++round) {
     go = round % 2;  // Launches 1 and 3 see the flag off, 2 on.
-    CHECK(cudaGraphLaunch(exec, s));
-    CHECK(cudaStreamSynchronize(s));
+    REQUIRE_OK(cudaGraphLaunch(exec, s));
+    REQUIRE_OK(cudaStreamSynchronize(s));
   }
-  EXPECT(initialised == 8, "initialised %d after the graph", initialised);
+  REQUIRE(initialised == 8, "initialised %d after the graph", initialised);
   int device_value = 0;
-  CHECK(cudaMemcpyFromSymbol(&device_value, device_only, sizeof(int)));
-  EXPECT(device_value == 111, "device_only %d (the host's writes to its page overwrote it?)", device_value);
+  REQUIRE_OK(cudaMemcpyFromSymbol(&device_value, device_only, sizeof(int)));
+  REQUIRE(device_value == 111, "device_only %d (the host's writes to its page overwrote it?)", device_value);
   device_value = 5;
-  CHECK(cudaMemcpyToSymbol(initialised, &device_value, sizeof(int)));
-  EXPECT(initialised == 5, "initialised %d after cudaMemcpyToSymbol", initialised);
+  REQUIRE_OK(cudaMemcpyToSymbol(initialised, &device_value, sizeof(int)));
+  REQUIRE(initialised == 5, "initialised %d after cudaMemcpyToSymbol", initialised);
   void* address = nullptr;
-  CHECK(cudaGetSymbolAddress(&address, counters));
+  REQUIRE_OK(cudaGetSymbolAddress(&address, counters));
   cudaPointerAttributes attributes{};
-  CHECK(cudaPointerGetAttributes(&attributes, address));
-  EXPECT(attributes.type == cudaMemoryTypeManaged, "type %d", static_cast<int>(attributes.type));
-  CHECK(cudaGraphExecDestroy(exec));
-  CHECK(cudaGraphDestroy(graph));
-  CHECK(cudaStreamDestroy(s));
+  REQUIRE_OK(cudaPointerGetAttributes(&attributes, address));
+  REQUIRE(attributes.type == cudaMemoryTypeManaged, "type %d", static_cast<int>(attributes.type));
+  REQUIRE_OK(cudaGraphExecDestroy(exec));
+  REQUIRE_OK(cudaGraphDestroy(graph));
+  REQUIRE_OK(cudaStreamDestroy(s));
   std::printf("PASS\n");
   return 0;
 }

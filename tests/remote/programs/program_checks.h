@@ -4,6 +4,7 @@
 #define GPUPOOL_TESTS_REMOTE_PROGRAMS_PROGRAM_CHECKS_H_
 
 #include <cstdio>
+#include <cstdlib>
 
 static int failures = 0;
 #define CHECK(call)                                                                                 \
@@ -30,6 +31,26 @@ static int failures = 0;
       std::printf("\n");                               \
       ++failures;                                      \
     }                                                  \
+  } while (0)
+
+// REQUIRE(cond, format, ...) and REQUIRE_OK(call): a failure ends the program at once (exit status 1), for checks
+// that later steps build on, or that run over whole arrays (the first wrong element is the one worth a line).
+#define REQUIRE(cond, ...)                                                \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      std::printf(PROGRAM_NAME ": FAILED at line %d: %s: ", __LINE__, #cond); \
+      std::printf(__VA_ARGS__);                                           \
+      std::printf("\n");                                                  \
+      std::exit(1);                                                       \
+    }                                                                     \
+  } while (0)
+#define REQUIRE_OK(call)                                                                                     \
+  do {                                                                                                       \
+    cudaError_t err_ = (call);                                                                               \
+    if (err_ != cudaSuccess) {                                                                               \
+      std::printf(PROGRAM_NAME ": %s failed at line %d: %s\n", #call, __LINE__, cudaGetErrorString(err_));  \
+      std::exit(1);                                                                                          \
+    }                                                                                                        \
   } while (0)
 
 #endif  // GPUPOOL_TESTS_REMOTE_PROGRAMS_PROGRAM_CHECKS_H_
