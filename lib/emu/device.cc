@@ -1078,6 +1078,14 @@ void Device::Attributes(const Function* function, int* static_shared_bytes, int*
     }
   }
   if (f.bound_registers != 0) registers = std::min(registers, f.bound_registers);
+  if (f.bound_threads == 0 && f.bound_blocks_per_sm == 0 && f.bound_registers == 0) {
+    // No bounds: what ptxas would allocate is unknown here (the PTX's virtual registers are many more than a GPU
+    // thread's live values), and the interpreter holds any number. The count at which a block of the device's
+    // largest size fits keeps occupancy calculations from refusing launches a GPU takes (a cooperative grid sized
+    // by cudaOccupancyMaxActiveBlocksPerMultiprocessor had no block per SM at 255).
+    registers = std::min(registers, RegistersThatFit(static_cast<uint64_t>(p.registers_per_block),
+                                                     static_cast<uint64_t>(p.max_threads_per_block), 1));
+  }
   *num_regs = static_cast<int>(std::max(registers, kMinRegisters));
 }
 
