@@ -73,7 +73,8 @@ struct ManagedRange {
   // the host last waited for it, and the epoch up to which the host has waited.
   uint64_t invalidated_at = 0, synced_at = 0;
   std::set<uint64_t> writers;
-  size_t next_read = SIZE_MAX, read_ahead = kFirstReadAhead;
+  // Read-ahead: where the last fetch began and ended; a touch just past either end continues that sweep.
+  size_t next_read = SIZE_MAX, read_from = SIZE_MAX, read_ahead = kFirstReadAhead;
   size_t next_write = SIZE_MAX, write_ahead = 0;
 };
 
@@ -261,7 +262,7 @@ void Invalidate(ManagedRange& a, DeviceState& d, uint64_t stream, size_t first, 
   }
   a.invalidated_at = ++d.work_epoch;
   a.writers.insert(stream);
-  a.next_read = SIZE_MAX;
+  a.next_read = a.read_from = SIZE_MAX;
 }
 
 bool SeenBy(const ManagedRange& a, uint64_t stream) {
@@ -348,8 +349,16 @@ bool HandleFault(uint64_t address, Access access) {
       first = 0;
       last = pages;
     } else {
-      a->read_ahead = p == a->next_read ? std::min(a->read_ahead * 2, kMaxReadAhead) : kFirstReadAhead;
-      last = std::min(pages, p + a->read_ahead / page);
+      const bool ascending = p == a->next_read, descending = p + 1 == a->read_from;
+      a->read_ahead = ascending || descending ? std::min(a->read_ahead * 2, kMaxReadAhead) : kFirstReadAhead;
+      const size_t span = a->read_ahead / page;
+      if (descending) {
+        first = p + 1 > span ? p + 1 - span : 0;
+        last = p + 1;
+      } else {
+        last = std::min(pages, p + span);
+      }
+      a->read_from = first;
       a->next_read = last;
     }
     if (int code = Fetch(*a, d, first, last); code != 0) {
@@ -386,7 +395,15 @@ void ChainFault(int sig, siginfo_t* info, void* context) {
   previous.sa_handler(sig);
 }
 
+// Set while a fault that is not ours runs the handler that was there before: that handler may call the one it
+// replaced, which can be this one again (a handler installed after ours, and ours installed again after it).
+thread_local bool t_chaining = false;
+
 void OnSegv(int sig, siginfo_t* info, void* context) {
+  if (t_chaining) {
+    signal(sig, SIG_DFL);  // Not ours, and the chain came back: the default action.
+    return;
+  }
   const int saved_errno = errno;
   Access access = Access::kUnknown;
 #if defined(__x86_64__)
@@ -395,17 +412,26 @@ void OnSegv(int sig, siginfo_t* info, void* context) {
 #endif
   const bool ours = HandleFault(reinterpret_cast<uint64_t>(info->si_addr), access);
   errno = saved_errno;
-  if (!ours) ChainFault(sig, info, context);
+  if (!ours) {
+    t_chaining = true;
+    ChainFault(sig, info, context);
+    t_chaining = false;
+  }
 }
 
+// Installs the fault handler, again if the program (or a library: a crash reporter, Python's faulthandler) replaced
+// it since the last allocation; the handler found there gets the faults that are not gpupool's.
 void InstallFaultHandlerLocked() {
   State& s = S();
-  if (s.handler_installed) return;
+  struct sigaction current {};
+  sigaction(SIGSEGV, nullptr, &current);
+  if ((current.sa_flags & SA_SIGINFO) != 0 && current.sa_sigaction == OnSegv) return;
   struct sigaction action {};
   action.sa_sigaction = OnSegv;
   action.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&action.sa_mask);
   sigaction(SIGSEGV, &action, &s.previous);
+  if (s.handler_installed) return;
   s.handler_installed = true;
   if (const char* stats = std::getenv("GPUPOOL_MANAGED_STATS"); stats != nullptr && *stats != '\0') {
     std::atexit([] {
