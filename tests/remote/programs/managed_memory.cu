@@ -6,6 +6,8 @@
 //   all   every check below; exits 0 with "PASS" when all hold.
 //   fork  a child forked after CUDA's initialisation touches managed memory: it dies with gpupool's message
 //         (SIGBUS), and the parent, untouched, goes on.
+//   handler  the program's own SIGSEGV handler, installed before and after gpupool's: managed memory works, and a
+//         fault that is not gpupool's (a wild pointer) still reaches the program's handler.
 //   lost  a child (forked before CUDA's initialisation) kills its agent (RUN_REMOTE_AGENT_PID, run_remote.sh) after
 //         a kernel, then touches the managed memory the kernel wrote: it must die with gpupool's message (SIGBUS),
 //         neither hanging nor reading a stale page; the parent checks that and exits 0 with "PASS".
@@ -17,6 +19,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -339,6 +342,38 @@ static int Fork() {
   return 0;
 }
 
+// The program's crash handler: 42 for the wild pointer it expects, 43 for any other fault (a managed page's,
+// which gpupool's handler should have taken).
+static volatile sig_atomic_t g_wild = 0;
+static void ProgramsHandler(int) { _exit(g_wild ? 42 : 43); }
+
+static int Handler() {
+  std::fflush(stdout);
+  pid_t child = fork();  // Before CUDA's initialisation: the child is a program of its own.
+  if (child == 0) {
+    signal(SIGSEGV, ProgramsHandler);
+    int* a = nullptr;
+    REQUIRE_OK(cudaMallocManaged(&a, 1 << 20));
+    signal(SIGSEGV, ProgramsHandler);  // Installed again after gpupool's, as a crash reporter may be.
+    int* b = nullptr;
+    REQUIRE_OK(cudaMallocManaged(&b, 1 << 20));
+    for (int i = 0; i < (1 << 18); ++i) a[i] = b[i] = i;
+    AddOne<<<64, 256>>>(a, 1 << 18);
+    AddOne<<<64, 256>>>(b, 1 << 18);
+    REQUIRE_OK(cudaDeviceSynchronize());
+    REQUIRE(a[77] == 78 && b[99] == 100, "a[77] = %d, b[99] = %d", a[77], b[99]);
+    volatile int* wild = reinterpret_cast<volatile int*>(uintptr_t{16});
+    g_wild = 1;
+    *wild = 1;  // Not managed memory: the program's handler exits 42.
+    _exit(3);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  REQUIRE(WIFEXITED(status) && WEXITSTATUS(status) == 42, "the child ended with status %#x", status);
+  std::printf("PASS\n");
+  return 0;
+}
+
 static int Lost() {
   const char* agent = std::getenv("RUN_REMOTE_AGENT_PID");
   REQUIRE(agent != nullptr, "RUN_REMOTE_AGENT_PID is not set (run under run_remote.sh)");
@@ -377,6 +412,7 @@ int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "all";
   if (std::strcmp(mode, "fork") == 0) return Fork();
   if (std::strcmp(mode, "lost") == 0) return Lost();
+  if (std::strcmp(mode, "handler") == 0) return Handler();
   Attributes();
   RoundTrips();
   Small();
