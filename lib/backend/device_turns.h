@@ -25,14 +25,14 @@
 #include <mutex>
 
 #include "backend/session_meter.h"
-#include "emu/device.h"
+#include "core/execution_gate.h"
 #include "gpupool/status.h"
 
 namespace gpupool::backend {
 
 struct TurnsTable;  // The shared memory layout, internal to device_turns.cc.
 
-class DeviceTurns final : public emu::ExecutionGate {
+class DeviceTurns final : public ExecutionGate {
  public:
   // Longest a running kernel keeps the device while another session waits for it.
   static constexpr int64_t kSliceNanos = 10'000'000;

@@ -20,7 +20,6 @@
 #include "backend/device_turns.h"
 #include "backend/session_meter.h"
 #include "backend/slice_quota.h"
-#include "emu/device.h"
 #include "session.capnp.h"
 
 namespace gpupool::backend {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "emu/status.h"
+#include "core/execution_gate.h"
 #include "emu/texture.h"
 
 namespace gpupool::emu {
@@ -25,22 +26,8 @@ struct Dim3 {
   uint32_t x = 1, y = 1, z = 1;
 };
 
-// Shares the device's execution with other users of the same hardware (the sessions of one emulated GPU, each in
-// a process of its own). The device enters the gate before each kernel and leaves it after; the kernel's threads
-// pass checkpoints now and then, where the gate may hold them while another user has its turn: a time slice, as a
-// GPU gives its contexts, so that a kernel that never ends cannot keep the device from its neighbours.
-class ExecutionGate {
- public:
-  virtual ~ExecutionGate() = default;
-  // Blocks until this user may run kernels; returns early once `cancel` is set.
-  virtual void Enter(const std::atomic<bool>& cancel) = 0;
-  // The kernel ended: the device's time goes to whoever waits. `more_queued`: this user has more work queued and
-  // will enter again at once (the gate may keep the next turn for it an instant).
-  virtual void Leave(bool more_queued) = 0;
-  // Called by every thread of a running kernel, concurrently, every few thousand instructions. Blocks while
-  // another user has the turn; returns early once `cancel` is set.
-  virtual void Checkpoint(const std::atomic<bool>& cancel) = 0;
-};
+// The gate a device's kernels pass (core/execution_gate.h): null in DeviceOptions, the device runs alone.
+using ExecutionGate = ::gpupool::ExecutionGate;
 
 // The clock %clock and %clock64 count at, and cuDeviceGetAttribute's CLOCK_RATE: kernels that time themselves or
 // wait a number of cycles see wall-clock time, as on a GPU (1.59 GHz, a T4's boost clock).

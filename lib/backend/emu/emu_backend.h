@@ -23,7 +23,7 @@ struct EmuBackendConfig {
   int pci_bus = 0, pci_device = 0;
   int worker_threads = 0;        // Host threads for CTAs; 0 = one per core.
   // Shares the device's compute with the other sessions of the same device (DeviceTurns); null: alone.
-  std::shared_ptr<emu::ExecutionGate> gate;
+  std::shared_ptr<ExecutionGate> gate;
 };
 
 // Creates the emulated device, or fails with kResourceExhausted when its memory cannot be reserved at the window.
