@@ -1,0 +1,232 @@
+// newer_driver_abi: what CUDA 13.1 and 13.2 added to the driver ABI, which gpupool serves where it reports their
+// driver version (lib/interpose/driver_variants_newer.txt), asked for as a 13.2 cudart or library asks: by name and
+// version through cuGetProcAddress. Built against the CUDA 13.0 headers, so the new values are numbers here, named
+// in comments. Checks:
+//   - cuDriverGetVersion reports 13.2 or newer;
+//   - cuLaunchHostFunc at 13010+ is the 4-argument cuLaunchHostFunc_v2 (and its _ptsz twin), not the 3-argument
+//     one: its host function runs after the kernel before it on the stream, in both sync modes, and any other mode
+//     is refused;
+//   - cuFuncGetParamCount / cuKernelGetParamCount count a real kernel's parameters;
+//   - CU_DEVICE_ATTRIBUTE_ATOMIC_REDUCTION_SUPPORTED (148) is answered: 0;
+//   - cuLaunchKernelEx's CU_LAUNCH_ATTRIBUTE_SHARED_MEMORY_MODE (18) and PORTABLE_CLUSTER_SIZE_MODE (17) take effect.
+#define PROGRAM_NAME "newer_driver_abi"
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+
+#include "program_checks.h"
+
+#define DRV(call)                                                                 \
+  do {                                                                            \
+    CUresult r_ = (call);                                                         \
+    if (r_ != CUDA_SUCCESS) {                                                     \
+      const char* name_ = nullptr;                                                \
+      cuGetErrorName(r_, &name_);                                                 \
+      std::printf(PROGRAM_NAME ": %s failed: %s\n", #call, name_ ? name_ : "?"); \
+      ++failures;                                                                 \
+    }                                                                             \
+  } while (0)
+
+// CUDA 13.1/13.2 values (cuda.h of 13.2).
+constexpr unsigned int kHostTaskBlocking = 0, kHostTaskSpinWait = 1;  // CUhostTaskSyncMode
+constexpr int kAttributeAtomicReductionSupported = 148;              // CUdevice_attribute
+constexpr int kLaunchAttributePortableClusterSizeMode = 17;          // CUlaunchAttributeID
+constexpr int kLaunchAttributeSharedMemoryMode = 18;
+constexpr int kModeRequirePortable = 1, kModeAllowNonPortable = 2;
+
+using LaunchHostFuncV2 = CUresult (*)(CUstream, CUhostFn, void*, unsigned int);
+using GetParamCount = CUresult (*)(void*, size_t*);  // CUfunction or CUkernel: both pointers.
+
+constexpr int kN = 4096;
+
+__global__ void Fill(int* v, int n, int base) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) v[i] = base + i;
+}
+
+__global__ void NoParameters() {}
+
+__global__ void UsesSharedMemory(int* out) {
+  extern __shared__ int scratch[];
+  scratch[threadIdx.x] = threadIdx.x;
+  __syncthreads();
+  if (threadIdx.x == 0) out[0] = scratch[blockDim.x - 1];
+}
+
+// What the host functions saw: the host copy the stream made of the kernel's output just before each was queued
+// (had one overtaken that work, it would see the previous round's values).
+struct HostCall {
+  const int* host_copy = nullptr;
+  int expected_last = 0;
+  std::atomic<int> calls{0};
+  std::atomic<int> saw_data{0};
+};
+
+void CUDA_CB RecordCall(void* data) {
+  auto* call = static_cast<HostCall*>(data);
+  if (call->host_copy[kN - 1] == call->expected_last) call->saw_data.fetch_add(1);
+  call->calls.fetch_add(1);
+}
+
+void* Proc(const char* name, int version, cuuint64_t flags) {
+  void* fn = nullptr;
+  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  CUresult r = cuGetProcAddress(name, &fn, version, flags, &status);
+  if (r != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS) {
+    std::printf(PROGRAM_NAME ": cuGetProcAddress(%s, %d): %d, status %d\n", name, version, static_cast<int>(r),
+                static_cast<int>(status));
+    ++failures;
+    return nullptr;
+  }
+  return fn;
+}
+
+int main() {
+  CHECK(cudaFree(nullptr));  // Creates the primary context.
+  int version = 0;
+  DRV(cuDriverGetVersion(&version));
+  std::printf(PROGRAM_NAME ": driver version %d\n", version);
+  EXPECT(version >= 13020, "the driver version of CUDA 13.2, whose ABI gpupool serves");
+
+  // 1. cuLaunchHostFunc by 13.1's version and later: the 4-argument variant, distinct from the 3-argument one.
+  void* legacy = Proc("cuLaunchHostFunc", 10000, CU_GET_PROC_ADDRESS_DEFAULT);
+  auto launch_host_func =
+      reinterpret_cast<LaunchHostFuncV2>(Proc("cuLaunchHostFunc", 13020, CU_GET_PROC_ADDRESS_DEFAULT));
+  auto launch_host_func_ptsz = reinterpret_cast<LaunchHostFuncV2>(
+      Proc("cuLaunchHostFunc", 13010, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM));
+  EXPECT(reinterpret_cast<void*>(launch_host_func) != legacy, "cuLaunchHostFunc at 13020 is not the 3-argument ABI");
+  EXPECT(reinterpret_cast<void*>(launch_host_func_ptsz) != legacy &&
+             launch_host_func_ptsz != launch_host_func,
+         "the per-thread cuLaunchHostFunc at 13010 is its own variant");
+  int* data = nullptr;
+  CHECK(cudaMalloc(&data, kN * sizeof(int)));
+  static int host_copy[kN];
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CUstream s = reinterpret_cast<CUstream>(stream);
+  HostCall call;
+  call.host_copy = host_copy;
+  if (launch_host_func != nullptr && launch_host_func_ptsz != nullptr) {
+    // Each mode, and the per-thread variant: the kernel and the copy before it have run when it runs.
+    const unsigned int modes[3] = {kHostTaskBlocking, kHostTaskSpinWait, kHostTaskBlocking};
+    for (int round = 0; round < 3; ++round) {
+      call.expected_last = 1000 * (round + 1) + kN - 1;
+      Fill<<<kN / 256, 256, 0, stream>>>(data, kN, 1000 * (round + 1));
+      CHECK(cudaMemcpyAsync(host_copy, data, sizeof(host_copy), cudaMemcpyDeviceToHost, stream));
+      LaunchHostFuncV2 launch = round == 2 ? launch_host_func_ptsz : launch_host_func;
+      DRV(launch(s, RecordCall, &call, modes[round]));
+      CHECK(cudaStreamSynchronize(stream));
+    }
+    EXPECT(call.calls.load() == 3, "three host functions ran by the time their stream was synchronised");
+    EXPECT(call.saw_data.load() == 3, "each host function ran after the work queued before it");
+    // Any other sync mode is refused, and nothing runs.
+    EXPECT(launch_host_func(s, RecordCall, &call, 2) == CUDA_ERROR_INVALID_VALUE, "sync mode 2 is refused");
+    EXPECT(launch_host_func(s, RecordCall, &call, 0xffffffffu) == CUDA_ERROR_INVALID_VALUE,
+           "sync mode 0xffffffff is refused");
+    EXPECT(launch_host_func(s, nullptr, &call, kHostTaskBlocking) == CUDA_ERROR_INVALID_VALUE,
+           "a NULL host function is refused");
+    CHECK(cudaStreamSynchronize(stream));
+    EXPECT(call.calls.load() == 3, "the refused calls queued nothing");
+  }
+
+  // 2. Parameter counts of real kernels, through CUfunction and CUkernel.
+  auto func_param_count = reinterpret_cast<GetParamCount>(Proc("cuFuncGetParamCount", 13020, 0));
+  auto kernel_param_count = reinterpret_cast<GetParamCount>(Proc("cuKernelGetParamCount", 13020, 0));
+  cudaFunction_t fill_function = nullptr, empty_function = nullptr;
+  CHECK(cudaGetFuncBySymbol(&fill_function, reinterpret_cast<const void*>(Fill)));
+  CHECK(cudaGetFuncBySymbol(&empty_function, reinterpret_cast<const void*>(NoParameters)));
+  cudaKernel_t fill_kernel = nullptr;
+  CHECK(cudaGetKernel(&fill_kernel, reinterpret_cast<const void*>(Fill)));
+  if (func_param_count != nullptr && kernel_param_count != nullptr) {
+    size_t count = 99;
+    DRV(func_param_count(fill_function, &count));
+    EXPECT(count == 3, "Fill(int*, int, int) has 3 parameters");
+    count = 99;
+    DRV(func_param_count(empty_function, &count));
+    EXPECT(count == 0, "NoParameters() has none");
+    count = 99;
+    DRV(kernel_param_count(fill_kernel, &count));
+    EXPECT(count == 3, "Fill's CUkernel has 3 parameters");
+    EXPECT(func_param_count(fill_function, nullptr) == CUDA_ERROR_INVALID_VALUE, "a NULL count is refused");
+    int not_a_function = 0;
+    EXPECT(func_param_count(&not_a_function, &count) == CUDA_ERROR_INVALID_HANDLE, "a foreign handle is refused");
+  }
+
+  // 3. CUDA 13.2's device attribute: answered, and past it nothing.
+  CUdevice dev;
+  DRV(cuCtxGetDevice(&dev));
+  int atomic_reduction = -1, unused = 0;
+  DRV(cuDeviceGetAttribute(&atomic_reduction, static_cast<CUdevice_attribute>(kAttributeAtomicReductionSupported),
+                           dev));
+  EXPECT(atomic_reduction == 0, "no atomic reductions in stream memory operations");
+  EXPECT(cuDeviceGetAttribute(&unused, static_cast<CUdevice_attribute>(149), dev) == CUDA_ERROR_INVALID_VALUE,
+         "the attribute past CUDA 13.2's last is refused");
+
+  // 4. Launch attributes 17 and 18 (modes in the value's first int).
+  CUfunction shared_kernel = nullptr;
+  CHECK(cudaGetFuncBySymbol(&shared_kernel, reinterpret_cast<const void*>(UsesSharedMemory)));
+  int portable_shared = 0, optin_shared = 0;
+  DRV(cuDeviceGetAttribute(&portable_shared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, dev));
+  DRV(cuDeviceGetAttribute(&optin_shared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev));
+  const unsigned int beyond_portable = static_cast<unsigned int>(portable_shared) + 1024;
+  EXPECT(optin_shared >= static_cast<int>(beyond_portable), "the slice offers shared memory beyond the portable size");
+  auto launch = [&](unsigned int shared, int attribute, int mode, unsigned int cluster_x) {
+    CUlaunchAttribute attrs[2];
+    std::memset(attrs, 0, sizeof(attrs));
+    unsigned int n = 0;
+    if (attribute != 0) {
+      attrs[n].id = static_cast<CUlaunchAttributeID>(attribute);
+      std::memcpy(&attrs[n].value, &mode, sizeof(mode));
+      ++n;
+    }
+    if (cluster_x != 0) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attrs[n].value.clusterDim.x = cluster_x;
+      attrs[n].value.clusterDim.y = attrs[n].value.clusterDim.z = 1;
+      ++n;
+    }
+    CUlaunchConfig config;
+    std::memset(&config, 0, sizeof(config));
+    config.gridDimX = cluster_x != 0 ? cluster_x : 1;
+    config.gridDimY = config.gridDimZ = 1;
+    config.blockDimX = 64;
+    config.blockDimY = config.blockDimZ = 1;
+    config.sharedMemBytes = shared;
+    config.hStream = s;
+    config.attrs = attrs;
+    config.numAttrs = n;
+    int* out = data;
+    void* args[] = {&out};
+    return cuLaunchKernelEx(&config, shared_kernel, args, nullptr);
+  };
+  DRV(cuFuncSetAttribute(shared_kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                         static_cast<int>(beyond_portable)));
+  DRV(launch(beyond_portable, 0, 0, 0));  // Opted in: runs.
+  DRV(launch(beyond_portable, kLaunchAttributeSharedMemoryMode, 0, 0));  // DEFAULT: as without the attribute.
+  EXPECT(launch(beyond_portable, kLaunchAttributeSharedMemoryMode, kModeRequirePortable, 0) ==
+             CUDA_ERROR_INVALID_VALUE,
+         "REQUIRE_PORTABLE refuses shared memory beyond the portable size, opt-in or not");
+  DRV(launch(1024, kLaunchAttributeSharedMemoryMode, kModeRequirePortable, 0));  // Within it: runs.
+  DRV(launch(beyond_portable, kLaunchAttributeSharedMemoryMode, kModeAllowNonPortable, 0));  // Within the opt-in.
+  EXPECT(launch(beyond_portable + 1024, kLaunchAttributeSharedMemoryMode, kModeAllowNonPortable, 0) ==
+             CUDA_ERROR_NOT_SUPPORTED,
+         "ALLOW_NON_PORTABLE beyond the function's opt-in is refused as unsupported");
+  EXPECT(launch(1024, kLaunchAttributeSharedMemoryMode, 3, 0) == CUDA_ERROR_INVALID_VALUE, "shared memory mode 3");
+  EXPECT(launch(1024, kLaunchAttributePortableClusterSizeMode, 3, 0) == CUDA_ERROR_INVALID_VALUE,
+         "cluster size mode 3");
+  EXPECT(launch(0, kLaunchAttributePortableClusterSizeMode, kModeRequirePortable, 16) ==
+             CUDA_ERROR_INVALID_CLUSTER_SIZE,
+         "REQUIRE_PORTABLE refuses a cluster of 16 blocks");
+  CHECK(cudaStreamSynchronize(stream));
+  int last = -1;
+  CHECK(cudaMemcpy(&last, data, sizeof(last), cudaMemcpyDeviceToHost));
+  EXPECT(last == 63, "the launches that ran wrote their result");
+
+  CHECK(cudaStreamDestroy(stream));
+  CHECK(cudaFree(data));
+  std::printf(PROGRAM_NAME ": %d failure(s): %s\n", failures, failures ? "FAILED" : "PASSED");
+  return failures ? 1 : 0;
+}
