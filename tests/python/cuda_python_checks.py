@@ -4,10 +4,13 @@ to PTX (the emulated device runs PTX; a GPU server runs either). Run under gp-ru
   cuda_python_checks.py bindings   NVRTC -> PTX -> cuModuleLoadDataEx / cuLibraryLoadData -> cuLaunchKernel:
                                    saxpy and a shared-memory block reduction, verified; the slice's memory info
   cuda_python_checks.py core       cuda.core: Program.compile("ptx"), Device, streams, the device's memory pool,
-                                   launch, copies both ways, events: verified
+                                   launch, copies both ways, events: verified; and no warning that the driver is
+                                   older than cuda.core's CUDA (gpupool reports the driver version of the CUDA
+                                   toolkit wheel, whose driver API it serves)
   cuda_python_checks.py cubin      NVRTC asked for SASS (sm_75): loading fails, and gpupool says why on stderr
 """
 import sys
+import warnings
 
 import numpy as np
 
@@ -119,6 +122,17 @@ def bindings():
 
 
 def core():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        core_checks()
+    # cuda.core compares the driver's version with its NVRTC's: "The CUDA driver version is older than the backend
+    # version. The generated ptx will not be loadable by the current driver."
+    older = [str(w.message) for w in caught if "driver version is older" in str(w.message)]
+    assert not older, f"cuda.core warned: {older[0]}"
+    print(f"cuda.core: no driver-version warning ({len(caught)} other warning(s)): PASSED")
+
+
+def core_checks():
     from cuda.core import Device, EventOptions, LaunchConfig, Program, ProgramOptions, launch
     dev = Device(0)
     dev.set_current()
