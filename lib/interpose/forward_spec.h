@@ -604,6 +604,10 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
     "client", "none")                                                                                             \
   X(cuGraphMemFreeNodeGetParams, (CUgraphNode n, CUdeviceptr* p), MemFreeNodeGetParams(n, p), "client", "none")   \
   X(cuGraphNodeGetType, (CUgraphNode n, CUgraphNodeType* t), GraphNodeGetType(n, t), "client", "none")            \
+  X(cuGraphNodeGetContainingGraph, (CUgraphNode n, CUgraph * g), GraphNodeGetContainingGraph(n, g), "client",      \
+    "CUDA 13.1; none")                                                                                            \
+  X(cuGraphNodeGetLocalId, (CUgraphNode n, unsigned int* id), GraphNodeGetLocalId(n, id), "client",               \
+    "CUDA 13.1; its index in the graph; none")                                                                    \
   X(cuGraphGetNodes, (CUgraph g, CUgraphNode* n, size_t* c), GraphGetNodes(g, n, c, false), "client", "none")     \
   X(cuGraphGetRootNodes, (CUgraph g, CUgraphNode* n, size_t* c), GraphGetNodes(g, n, c, true), "client", "none")  \
   X(cuGraphGetEdges, (CUgraph g, CUgraphNode* f, CUgraphNode* t, size_t* c), GraphGetEdges(g, f, t, nullptr, c),  \

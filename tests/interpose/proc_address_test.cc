@@ -132,7 +132,7 @@ TEST(GeneratedTables, NewerVariantsImplementedWhereServed) {
     return false;
   };
   for (const char* symbol : {"cuLaunchHostFunc_v2", "cuLaunchHostFunc_v2_ptsz", "cuFuncGetParamCount",
-                             "cuKernelGetParamCount"}) {
+                             "cuKernelGetParamCount", "cuGraphNodeGetContainingGraph", "cuGraphNodeGetLocalId"}) {
     EXPECT_TRUE(implemented(symbol)) << symbol;
   }
   for (const char* symbol : {"cuMemcpyWithAttributesAsync", "cuCoredumpRegisterStartCallback", "cuGraphGetId"}) {

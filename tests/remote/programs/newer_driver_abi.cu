@@ -8,7 +8,8 @@
 //     is refused;
 //   - cuFuncGetParamCount / cuKernelGetParamCount count a real kernel's parameters;
 //   - CU_DEVICE_ATTRIBUTE_ATOMIC_REDUCTION_SUPPORTED (148) is answered: 0;
-//   - cuLaunchKernelEx's CU_LAUNCH_ATTRIBUTE_SHARED_MEMORY_MODE (18) and PORTABLE_CLUSTER_SIZE_MODE (17) take effect.
+//   - cuLaunchKernelEx's CU_LAUNCH_ATTRIBUTE_SHARED_MEMORY_MODE (18) and PORTABLE_CLUSTER_SIZE_MODE (17) take effect;
+//   - cuGraphNodeGetContainingGraph and cuGraphNodeGetLocalId answer for nodes of a graph and of its child graph.
 #define PROGRAM_NAME "newer_driver_abi"
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -39,6 +40,8 @@ constexpr int kModeRequirePortable = 1, kModeAllowNonPortable = 2;
 
 using LaunchHostFuncV2 = CUresult (*)(CUstream, CUhostFn, void*, unsigned int);
 using GetParamCount = CUresult (*)(void*, size_t*);  // CUfunction or CUkernel: both pointers.
+using NodeGetContainingGraph = CUresult (*)(CUgraphNode, CUgraph*);
+using NodeGetLocalId = CUresult (*)(CUgraphNode, unsigned int*);
 
 constexpr int kN = 4096;
 
@@ -224,6 +227,42 @@ int main() {
   int last = -1;
   CHECK(cudaMemcpy(&last, data, sizeof(last), cudaMemcpyDeviceToHost));
   EXPECT(last == 63, "the launches that ran wrote their result");
+
+  // 5. A graph's nodes say which graph holds them, and their ids there are distinct; a child graph's nodes name it.
+  auto containing_graph =
+      reinterpret_cast<NodeGetContainingGraph>(Proc("cuGraphNodeGetContainingGraph", 13010, 0));
+  auto local_id = reinterpret_cast<NodeGetLocalId>(Proc("cuGraphNodeGetLocalId", 13010, 0));
+  if (containing_graph != nullptr && local_id != nullptr) {
+    cudaGraph_t child = nullptr, parent = nullptr;
+    CHECK(cudaGraphCreate(&child, 0));
+    CHECK(cudaGraphCreate(&parent, 0));
+    cudaGraphNode_t in_child = nullptr, first = nullptr, second = nullptr, child_node = nullptr;
+    CHECK(cudaGraphAddEmptyNode(&in_child, child, nullptr, 0));
+    CHECK(cudaGraphAddEmptyNode(&first, parent, nullptr, 0));
+    CHECK(cudaGraphAddEmptyNode(&second, parent, &first, 1));
+    CHECK(cudaGraphAddChildGraphNode(&child_node, parent, &second, 1, child));
+    cudaGraph_t embedded = nullptr;
+    CHECK(cudaGraphChildGraphNodeGetGraph(child_node, &embedded));
+    cudaGraphNode_t embedded_node = nullptr;
+    size_t count = 1;
+    CHECK(cudaGraphGetNodes(embedded, &embedded_node, &count));
+    CUgraph holder = nullptr;
+    DRV(containing_graph(second, &holder));
+    EXPECT(holder == parent, "a node's containing graph is the graph it was added to");
+    DRV(containing_graph(embedded_node, &holder));
+    EXPECT(holder == embedded && holder != parent, "a node inside a child graph is held by that child graph");
+    unsigned int ids[3] = {~0u, ~0u, ~0u};
+    DRV(local_id(first, &ids[0]));
+    DRV(local_id(second, &ids[1]));
+    DRV(local_id(child_node, &ids[2]));
+    EXPECT(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2] && ids[2] != ~0u,
+           "the nodes of one graph have distinct local ids");
+    EXPECT(containing_graph(second, nullptr) == CUDA_ERROR_INVALID_VALUE, "a NULL graph pointer is refused");
+    CHECK(cudaGraphDestroyNode(first));
+    EXPECT(local_id(first, &ids[0]) == CUDA_ERROR_INVALID_VALUE, "a destroyed node is refused");
+    CHECK(cudaGraphDestroy(parent));
+    CHECK(cudaGraphDestroy(child));
+  }
 
   CHECK(cudaStreamDestroy(stream));
   CHECK(cudaFree(data));
