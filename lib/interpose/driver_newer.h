@@ -31,6 +31,16 @@ inline constexpr int kLaunchModeDefault = 0;
 inline constexpr int kLaunchModeRequirePortable = 1;
 inline constexpr int kLaunchModeAllowNonPortable = 2;
 
+// Read-only CUmemPool_attribute values of CUDA 13.2: CU_MEMPOOL_ATTR_ALLOCATION_TYPE (a CUmemAllocationType),
+// _EXPORT_HANDLE_TYPES (CUmemAllocationHandleType), _LOCATION_ID (int), _LOCATION_TYPE (CUmemLocationType),
+// _MAX_POOL_SIZE (cuuint64_t), _HW_DECOMPRESS_ENABLED (int).
+inline constexpr int kMemPoolAttrAllocationType = 9;
+inline constexpr int kMemPoolAttrExportHandleTypes = 10;
+inline constexpr int kMemPoolAttrLocationId = 11;
+inline constexpr int kMemPoolAttrLocationType = 12;
+inline constexpr int kMemPoolAttrMaxPoolSize = 13;
+inline constexpr int kMemPoolAttrHwDecompressEnabled = 14;
+
 }  // namespace gpupool::interpose
 
 #endif  // GPUPOOL_INTERPOSE_DRIVER_NEWER_H_

@@ -9,7 +9,8 @@
 //   - cuFuncGetParamCount / cuKernelGetParamCount count a real kernel's parameters;
 //   - CU_DEVICE_ATTRIBUTE_ATOMIC_REDUCTION_SUPPORTED (148) is answered: 0;
 //   - cuLaunchKernelEx's CU_LAUNCH_ATTRIBUTE_SHARED_MEMORY_MODE (18) and PORTABLE_CLUSTER_SIZE_MODE (17) take effect;
-//   - cuGraphNodeGetContainingGraph and cuGraphNodeGetLocalId answer for nodes of a graph and of its child graph.
+//   - cuGraphNodeGetContainingGraph and cuGraphNodeGetLocalId answer for nodes of a graph and of its child graph;
+//   - cuMemPoolGetAttribute answers CUDA 13.2's read-only pool attributes (9..14).
 #define PROGRAM_NAME "newer_driver_abi"
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -263,6 +264,28 @@ int main() {
     CHECK(cudaGraphDestroy(parent));
     CHECK(cudaGraphDestroy(child));
   }
+
+  // 6. The device's default pool, by CUDA 13.2's attributes (CUmemPool_attribute 9..14).
+  CUmemoryPool pool = nullptr;
+  DRV(cuDeviceGetDefaultMemPool(&pool, dev));
+  size_t free_bytes = 0, total_bytes = 0;
+  DRV(cuMemGetInfo(&free_bytes, &total_bytes));
+  int allocation_type = -1, export_types = -1, location_id = -1, location_type = -1, decompress = -1;
+  cuuint64_t max_size = 0;
+  auto pool_attribute = [&](int attribute, void* value) {
+    return cuMemPoolGetAttribute(pool, static_cast<CUmemPool_attribute>(attribute), value);
+  };
+  DRV(pool_attribute(9, &allocation_type));
+  DRV(pool_attribute(10, &export_types));
+  DRV(pool_attribute(11, &location_id));
+  DRV(pool_attribute(12, &location_type));
+  DRV(pool_attribute(13, &max_size));
+  DRV(pool_attribute(14, &decompress));
+  EXPECT(allocation_type == CU_MEM_ALLOCATION_TYPE_PINNED && export_types == CU_MEM_HANDLE_TYPE_NONE,
+         "the default pool: pinned device memory, not shareable");
+  EXPECT(location_type == CU_MEM_LOCATION_TYPE_DEVICE && location_id == dev, "the default pool is the device's");
+  EXPECT(max_size == total_bytes && decompress == 0, "the pool holds up to the slice's memory; no decompression");
+  EXPECT(pool_attribute(15, &decompress) == CUDA_ERROR_INVALID_VALUE, "pool attribute 15 is refused");
 
   CHECK(cudaStreamDestroy(stream));
   CHECK(cudaFree(data));
