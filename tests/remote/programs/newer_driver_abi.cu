@@ -7,7 +7,7 @@
 //     one: its host function runs after the kernel before it on the stream, in both sync modes, and any other mode
 //     is refused;
 //   - cuFuncGetParamCount / cuKernelGetParamCount count a real kernel's parameters;
-//   - CU_DEVICE_ATTRIBUTE_ATOMIC_REDUCTION_SUPPORTED (148) is answered: 0;
+//   - CU_DEVICE_ATTRIBUTE_ATOMIC_REDUCTION_SUPPORTED (148) is answered: 0, and such a reduction is unsupported;
 //   - cuLaunchKernelEx's CU_LAUNCH_ATTRIBUTE_SHARED_MEMORY_MODE (18) and PORTABLE_CLUSTER_SIZE_MODE (17) take effect;
 //   - cuGraphNodeGetContainingGraph and cuGraphNodeGetLocalId answer for nodes of a graph and of its child graph;
 //   - cuMemPoolGetAttribute answers CUDA 13.2's read-only pool attributes (9..14).
@@ -168,6 +168,12 @@ int main() {
   EXPECT(atomic_reduction == 0, "no atomic reductions in stream memory operations");
   EXPECT(cuDeviceGetAttribute(&unused, static_cast<CUdevice_attribute>(149), dev) == CUDA_ERROR_INVALID_VALUE,
          "the attribute past CUDA 13.2's last is refused");
+  // As it says, a stream memory operation's atomic reduction (CU_STREAM_MEM_OP_ATOMIC_REDUCTION, 8) is unsupported.
+  CUstreamBatchMemOpParams reduction;
+  std::memset(&reduction, 0, sizeof(reduction));
+  reduction.operation = static_cast<CUstreamBatchMemOpType>(8);
+  EXPECT(cuStreamBatchMemOp(s, 1, &reduction, 0) == CUDA_ERROR_NOT_SUPPORTED,
+         "an atomic reduction in a batch of stream memory operations is unsupported");
 
   // 4. Launch attributes 17 and 18 (modes in the value's first int).
   CUfunction shared_kernel = nullptr;
