@@ -305,11 +305,11 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
     "stream synchronised, then fn runs in the client")                                                            \
   X(cuLaunchHostFunc_ptsz, (CUstream st, CUhostFn fn, void* data), LaunchHostFunc(st, fn, data), "stream",        \
     "synchronised, then fn")                                                                                      \
-  /* CUDA 13.1 (driver_variants_newer.txt): with a sync mode, blocking or spinning; both run fn as above. */       \
+  /* CUDA 13.1 (driver_variants_newer.txt): with a sync mode, blocking or spinning; both run fn as above. */      \
   X(cuLaunchHostFunc_v2, (CUstream st, CUhostFn fn, void* data, unsigned int mode),                               \
-    LaunchHostFuncSynced(st, fn, data, mode), "stream", "mode checked; stream synchronised, then fn runs")          \
+    LaunchHostFuncSynced(st, fn, data, mode), "stream", "mode checked; stream synchronised, then fn runs")        \
   X(cuLaunchHostFunc_v2_ptsz, (CUstream st, CUhostFn fn, void* data, unsigned int mode),                          \
-    LaunchHostFuncSynced(st, fn, data, mode), "stream", "mode checked; synchronised, then fn")                     \
+    LaunchHostFuncSynced(st, fn, data, mode), "stream", "mode checked; synchronised, then fn")                    \
   X(cuStreamAddCallback, (CUstream st, CUstreamCallback cb, void* data, unsigned int flags),                      \
     StreamAddCallback(st, cb, data, flags), "stream", "stream synchronised, then cb(status) runs in the client")   \
   X(cuStreamAddCallback_ptsz, (CUstream st, CUstreamCallback cb, void* data, unsigned int flags),                 \
@@ -604,7 +604,7 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
     "client", "none")                                                                                             \
   X(cuGraphMemFreeNodeGetParams, (CUgraphNode n, CUdeviceptr* p), MemFreeNodeGetParams(n, p), "client", "none")   \
   X(cuGraphNodeGetType, (CUgraphNode n, CUgraphNodeType* t), GraphNodeGetType(n, t), "client", "none")            \
-  X(cuGraphNodeGetContainingGraph, (CUgraphNode n, CUgraph * g), GraphNodeGetContainingGraph(n, g), "client",      \
+  X(cuGraphNodeGetContainingGraph, (CUgraphNode n, CUgraph * g), GraphNodeGetContainingGraph(n, g), "client",     \
     "CUDA 13.1; none")                                                                                            \
   X(cuGraphNodeGetLocalId, (CUgraphNode n, unsigned int* id), GraphNodeGetLocalId(n, id), "client",               \
     "CUDA 13.1; its index in the graph; none")                                                                    \
