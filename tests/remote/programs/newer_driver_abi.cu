@@ -230,6 +230,17 @@ int main() {
   EXPECT(launch(0, kLaunchAttributePortableClusterSizeMode, kModeRequirePortable, 16) ==
              CUDA_ERROR_INVALID_CLUSTER_SIZE,
          "REQUIRE_PORTABLE refuses a cluster of 16 blocks");
+  // Attributes counted but not given: refused, not read from address 0.
+  CUlaunchConfig no_attrs;
+  std::memset(&no_attrs, 0, sizeof(no_attrs));
+  no_attrs.gridDimX = no_attrs.gridDimY = no_attrs.gridDimZ = 1;
+  no_attrs.blockDimX = no_attrs.blockDimY = no_attrs.blockDimZ = 1;
+  no_attrs.hStream = s;
+  no_attrs.numAttrs = 1;
+  int* no_attrs_out = data;
+  void* no_attrs_args[] = {&no_attrs_out};
+  EXPECT(cuLaunchKernelEx(&no_attrs, shared_kernel, no_attrs_args, nullptr) == CUDA_ERROR_INVALID_VALUE,
+         "numAttrs 1 with no attributes is refused");
   CHECK(cudaStreamSynchronize(stream));
   int last = -1;
   CHECK(cudaMemcpy(&last, data, sizeof(last), cudaMemcpyDeviceToHost));
