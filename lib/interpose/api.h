@@ -83,9 +83,15 @@ T TableCall(const char* name, T on_exception, Body&& body) noexcept {
   return value;
 }
 
-// The version cuDriverGetVersion reports, and which the integrity check hashes: the CUDA_VERSION of the headers
-// this library was built against (13000 for CUDA 13.0). cudart 13 refuses anything below 13000.
-inline constexpr int kDriverVersion = CUDA_VERSION;
+// The version cuDriverGetVersion reports, and which the integrity check hashes: the newest CUDA release whose
+// driver ABI this library serves. That is the CUDA_VERSION of the headers it was built against, or, when newer, the
+// newest release of driver_variants_newer.txt (13020 for CUDA 13.2): GPUPOOL_DRIVER_VERSION, from
+// lib/interpose/CMakeLists.txt. A cudart or library of that release then finds every driver entry point it asks
+// for by its version, each either implemented or refused with CUDA_ERROR_NOT_SUPPORTED, never an older ABI in its
+// place (cuLaunchHostFunc at 13010 is the 4-argument cuLaunchHostFunc_v2). Libraries newer than the driver they
+// find warn about it (cuda.core) or avoid what it lacks. cudart 13 refuses anything below 13000.
+inline constexpr int kDriverVersion = GPUPOOL_DRIVER_VERSION;
+static_assert(kDriverVersion >= CUDA_VERSION, "the driver version is at least the headers' CUDA_VERSION");
 static_assert(kDriverVersion >= 13000, "build against CUDA 13 headers: cudart 13 needs a driver version >= 13000");
 
 }  // namespace gpupool::interpose

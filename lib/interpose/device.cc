@@ -11,6 +11,7 @@
 #include "api.h"
 #include "core/log.h"
 #include "driver.h"
+#include "driver_newer.h"
 #include "remote.h"
 #include "shared_object.h"
 
@@ -175,7 +176,10 @@ CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) 
   return ApiCall(
       "cuDeviceGetAttribute",
       [&] {
-        if (pi == nullptr || attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
+        // Up to the newest attribute of the driver version reported (driver_newer.h), whatever the headers know.
+        if (pi == nullptr || attrib <= 0 || attrib >= gpupool::interpose::kDeviceAttributeEnd) {
+          return CUDA_ERROR_INVALID_VALUE;
+        }
         const DeviceInfo* d;
         if (CUresult r = Lookup(dev, &d); r != CUDA_SUCCESS) return r;
         *pi = gpupool::interpose::Attribute(*d, attrib);

@@ -17,6 +17,7 @@
 #include "api.h"
 #include "client/local_agent.h"
 #include "core/log.h"
+#include "driver_newer.h"
 #include "gpupool/pool.h"
 #include "gpupool/units.h"
 
@@ -129,6 +130,8 @@ class RemoteDeviceProvider : public DeviceProvider {
       d.attributes[CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED] = 0;
       d.attributes[CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED] = 0;
       d.attributes[CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES] = 0;
+      // Stream batch memory operations are gpupool's own (stream.cc), and they do no atomic reductions.
+      d.attributes[kDeviceAttributeAtomicReductionSupported] = 0;
       devices.push_back(std::move(d));
     }
     return devices;

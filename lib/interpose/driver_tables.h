@@ -42,6 +42,10 @@ extern const char* const gpupool_interpose_family_names[];
 extern const GpupoolProcVariant gpupool_interpose_variants[];
 extern const int gpupool_interpose_name_count;
 extern const GpupoolProcName gpupool_interpose_names[];
+/* The variants that only lib/interpose/driver_variants_newer.txt gave (ABI variants of CUDA releases newer than the
+ * build's headers): the headers' toolkit does not export them. */
+extern const int gpupool_interpose_newer_symbol_count;
+extern const char* const gpupool_interpose_newer_symbol_names[];
 extern const int gpupool_interpose_result_name_count;
 extern const GpupoolResultName gpupool_interpose_result_names[];
 

@@ -235,6 +235,8 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
     "client", "none")                                                                                             \
   X(cuKernelGetParamInfo, (CUkernel k, size_t i, size_t* off, size_t* size),                                      \
     FuncGetParamInfo(reinterpret_cast<CUfunction>(k), i, off, size), "ctx", "layout; waits once per slice")       \
+  X(cuKernelGetParamCount, (CUkernel k, size_t* n), FuncGetParamCount(reinterpret_cast<CUfunction>(k), n), "ctx", \
+    "CUDA 13.2; layout; waits once per slice")                                                                    \
   X(cuModuleLoad, (CUmodule * m, const char* path), ModuleLoadFile(m, path), "ctx", "file read; waits")           \
   X(cuModuleLoadData, (CUmodule * m, const void* image), ModuleLoadData(m, image), "ctx", "image; waits")         \
   X(cuModuleLoadDataEx, (CUmodule * m, const void* image, unsigned int n, CUjit_option* o, void** v),             \
@@ -256,6 +258,7 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
   X(cuFuncGetModule, (CUmodule * m, CUfunction f), FuncGetModule(m, f), "client", "none")                         \
   X(cuFuncGetParamInfo, (CUfunction f, size_t i, size_t* off, size_t* size), FuncGetParamInfo(f, i, off, size),   \
     "ctx", "layout")                                                                                              \
+  X(cuFuncGetParamCount, (CUfunction f, size_t* n), FuncGetParamCount(f, n), "ctx", "CUDA 13.2; layout")          \
   X(cuLinkCreate, (unsigned int n, CUjit_option* o, void** v, CUlinkState* s), LinkCreate(n, o, v, s), "client",  \
     "none")                                                                                                       \
   X(cuLinkCreate_v2, (unsigned int n, CUjit_option* o, void** v, CUlinkState* s), LinkCreate(n, o, v, s),         \
@@ -302,6 +305,11 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
     "stream synchronised, then fn runs in the client")                                                            \
   X(cuLaunchHostFunc_ptsz, (CUstream st, CUhostFn fn, void* data), LaunchHostFunc(st, fn, data), "stream",        \
     "synchronised, then fn")                                                                                      \
+  /* CUDA 13.1 (driver_variants_newer.txt): with a sync mode, blocking or spinning; both run fn as above. */      \
+  X(cuLaunchHostFunc_v2, (CUstream st, CUhostFn fn, void* data, unsigned int mode),                               \
+    LaunchHostFuncSynced(st, fn, data, mode), "stream", "mode checked; stream synchronised, then fn runs")        \
+  X(cuLaunchHostFunc_v2_ptsz, (CUstream st, CUhostFn fn, void* data, unsigned int mode),                          \
+    LaunchHostFuncSynced(st, fn, data, mode), "stream", "mode checked; synchronised, then fn")                    \
   X(cuStreamAddCallback, (CUstream st, CUstreamCallback cb, void* data, unsigned int flags),                      \
     StreamAddCallback(st, cb, data, flags), "stream", "stream synchronised, then cb(status) runs in the client")   \
   X(cuStreamAddCallback_ptsz, (CUstream st, CUstreamCallback cb, void* data, unsigned int flags),                 \
@@ -596,6 +604,10 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
     "client", "none")                                                                                             \
   X(cuGraphMemFreeNodeGetParams, (CUgraphNode n, CUdeviceptr* p), MemFreeNodeGetParams(n, p), "client", "none")   \
   X(cuGraphNodeGetType, (CUgraphNode n, CUgraphNodeType* t), GraphNodeGetType(n, t), "client", "none")            \
+  X(cuGraphNodeGetContainingGraph, (CUgraphNode n, CUgraph * g), GraphNodeGetContainingGraph(n, g), "client",     \
+    "CUDA 13.1; none")                                                                                            \
+  X(cuGraphNodeGetLocalId, (CUgraphNode n, unsigned int* id), GraphNodeGetLocalId(n, id), "client",               \
+    "CUDA 13.1; its index in the graph; none")                                                                    \
   X(cuGraphGetNodes, (CUgraph g, CUgraphNode* n, size_t* c), GraphGetNodes(g, n, c, false), "client", "none")     \
   X(cuGraphGetRootNodes, (CUgraph g, CUgraphNode* n, size_t* c), GraphGetNodes(g, n, c, true), "client", "none")  \
   X(cuGraphGetEdges, (CUgraph g, CUgraphNode* f, CUgraphNode* t, size_t* c), GraphGetEdges(g, f, t, nullptr, c),  \

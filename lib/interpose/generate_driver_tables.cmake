@@ -1,9 +1,11 @@
 # Generates the driver's symbol tables from the CUDA toolkit headers (run at build time with cmake -P):
 #
-#   cmake -DCUDA_INCLUDE_DIR=<dir with cuda.h> -DOUTPUT_C=<file.c> -DOUTPUT_MAP=<file.map> -P this_file
+#   cmake -DCUDA_INCLUDE_DIR=<dir with cuda.h> -DOUTPUT_C=<file.c> -DOUTPUT_MAP=<file.map>
+#         [-DNEWER_VARIANTS=<driver_variants_newer.txt>] [-DOUTPUT_LIST=<file.txt>] -P this_file
 #
-# Inputs: every `PFN_<name>_v<version>[_ptds|_ptsz]` typedef of cudaTypedefs.h (and cudaProfilerTypedefs.h), and
-# the CUresult enum of cuda.h. Outputs:
+# Inputs: every `PFN_<name>_v<version>[_ptds|_ptsz]` typedef of cudaTypedefs.h (and cudaProfilerTypedefs.h), the
+# CUresult enum of cuda.h, and the variants of NEWER_VARIANTS that those typedefs lack (variants of CUDA releases
+# newer than the headers, each taken as if its typedef were there; see that file). Outputs:
 #   OUTPUT_C    C source with
 #               - one weak stub per ABI variant (cuMemAlloc, cuMemAlloc_v2, cuMemcpyHtoD_v2_ptds, ...) that answers
 #                 CUDA_ERROR_NOT_SUPPORTED; a hand-written definition of the same name replaces it at link time;
@@ -11,8 +13,11 @@
 #               - the CUresult names, for cuGetErrorName;
 #               - each name's API family (its doxygen group in cuda.h or cudaProfiler.h) and each variant's stub
 #                 address, from which driver_coverage prints the README's coverage table: a variant whose
-#                 address is not its stub's has a hand-written implementation.
+#                 address is not its stub's has a hand-written implementation;
+#               - the variant names only NEWER_VARIANTS gave (the headers' stubs/libcuda.so cannot export them).
 #   OUTPUT_MAP  the linker version script: exactly those variant names are exported, everything else is local.
+#   OUTPUT_LIST (optional) one line per (name, version, variant): "cuLaunchHostFunc 13010 cuLaunchHostFunc_v2",
+#               sorted, to compare the tables of two toolkits (tests/interpose).
 #
 # How a typedef names its variant. For one <name>, sort the versions of its legacy typedefs (no suffix): the first
 # is the function <name>, the k-th (k >= 2) is <name>_v<k>. Example: PFN_cuCtxCreate_v2000 -> cuCtxCreate,
@@ -56,6 +61,47 @@ foreach(header IN LISTS typedef_headers)
     endif()
   endforeach()
 endforeach()
+
+# --- Variants of newer CUDA releases the headers lack. ------------------------------------------------------------
+if(DEFINED NEWER_VARIANTS AND NOT NEWER_VARIANTS STREQUAL "")
+  file(STRINGS ${NEWER_VARIANTS} newer_lines)
+  set(line_number 0)
+  foreach(line IN LISTS newer_lines)
+    math(EXPR line_number "${line_number} + 1")
+    if(line MATCHES "^[ \t]*(#|$)")
+      continue()
+    endif()
+    if(NOT line MATCHES "^(cu[A-Za-z0-9]+)[ \t]+([0-9]+)[ \t]+(-|_ptds|_ptsz)[ \t]*(.*)$")
+      message(FATAL_ERROR "${NEWER_VARIANTS}:${line_number}: expected 'name version -|_ptds|_ptsz [family]': ${line}")
+    endif()
+    set(name ${CMAKE_MATCH_1})
+    set(version ${CMAKE_MATCH_2})
+    set(suffix "${CMAKE_MATCH_3}")
+    string(STRIP "${CMAKE_MATCH_4}" family_title)
+    if(NOT family_title STREQUAL "")
+      set(newer_family_${name} "${family_title}")
+    endif()
+    if(suffix STREQUAL "-")
+      if(version IN_LIST legacy_${name})
+        continue()  # The headers have it (a build against that release or a newer one).
+      endif()
+      list(APPEND legacy_${name} ${version})
+      set(newer_legacy_${name}_${version} 1)
+    else()
+      if(DEFINED suffix_${name} AND NOT suffix_${name} STREQUAL suffix)
+        message(FATAL_ERROR "${NEWER_VARIANTS}:${line_number}: ${name} has ${suffix_${name}} typedefs, not ${suffix}")
+      endif()
+      if(version IN_LIST pt_${name})
+        continue()
+      endif()
+      set(suffix_${name} ${suffix})
+      list(APPEND pt_${name} ${version})
+      set(newer_pt_${name}_${version} 1)
+    endif()
+    list(APPEND names ${name})
+  endforeach()
+endif()
+
 list(REMOVE_DUPLICATES names)
 # Byte order, the order strcmp() sees: names are [A-Za-z0-9] only.
 list(SORT names COMPARE STRING)
@@ -102,6 +148,17 @@ list(LENGTH family_titles family_count)
 if(family_count LESS 20)
   message(FATAL_ERROR "only ${family_count} doxygen groups found in cuda.h: unexpected header layout")
 endif()
+# Names the headers do not declare take the family their NEWER_VARIANTS line gives (a new group if need be).
+foreach(name IN LISTS names)
+  if(NOT DEFINED family_${name} AND DEFINED newer_family_${name})
+    list(FIND family_titles "${newer_family_${name}}" family_${name})
+    if(family_${name} EQUAL -1)
+      list(LENGTH family_titles family_${name})
+      list(APPEND family_titles "${newer_family_${name}}")
+    endif()
+  endif()
+endforeach()
+list(LENGTH family_titles family_count)
 set(other_family ${family_count})  # Names declared in no group (none in CUDA 13.0).
 set(family_rows)
 foreach(title IN LISTS family_titles)
@@ -114,6 +171,9 @@ math(EXPR family_count "${family_count} + 1")
 set(symbols)          # every variant name, in first-seen order; index = position
 set(variant_rows)     # C initialisers of the variant array, in name order
 set(name_rows)        # C initialisers of the name array
+set(list_rows)        # OUTPUT_LIST lines
+set(header_symbols)   # variant names some typedef of the headers gives
+set(newer_symbols)    # variant names some NEWER_VARIANTS line gives
 set(variant_index 0)
 foreach(name IN LISTS names)
   set(legacy_begin ${variant_index})
@@ -136,6 +196,12 @@ foreach(name IN LISTS names)
         list(APPEND symbols ${symbol})
       endif()
       string(APPEND variant_rows "  {${version}, ${symbol_index}},  /* ${symbol} */\n")
+      list(APPEND list_rows "${name} ${version} ${symbol}")
+      if(DEFINED newer_legacy_${name}_${version})
+        list(APPEND newer_symbols ${symbol})
+      else()
+        list(APPEND header_symbols ${symbol})
+      endif()
       math(EXPR variant_index "${variant_index} + 1")
       math(EXPR legacy_count "${legacy_count} + 1")
       math(EXPR ordinal "${ordinal} + 1")
@@ -164,6 +230,12 @@ foreach(name IN LISTS names)
         list(APPEND symbols ${symbol})
       endif()
       string(APPEND variant_rows "  {${version}, ${symbol_index}},  /* ${symbol} */\n")
+      list(APPEND list_rows "${name} ${version}${suffix_${name}} ${symbol}")
+      if(DEFINED newer_pt_${name}_${version})
+        list(APPEND newer_symbols ${symbol})
+      else()
+        list(APPEND header_symbols ${symbol})
+      endif()
       math(EXPR variant_index "${variant_index} + 1")
       math(EXPR pt_count "${pt_count} + 1")
     endforeach()
@@ -176,6 +248,18 @@ foreach(name IN LISTS names)
   string(APPEND name_rows "  {\"${name}\", ${legacy_begin}, ${legacy_count}, ${pt_begin}, ${pt_count}, ${family}},\n")
 endforeach()
 list(LENGTH symbols symbol_count)
+if(newer_symbols)
+  list(REMOVE_DUPLICATES newer_symbols)
+  list(REMOVE_ITEM newer_symbols ${header_symbols})
+endif()
+list(LENGTH newer_symbols newer_symbol_count)
+set(newer_symbol_rows)
+foreach(symbol IN LISTS newer_symbols)
+  string(APPEND newer_symbol_rows "  \"${symbol}\",\n")
+endforeach()
+if(newer_symbol_count EQUAL 0)
+  set(newer_symbol_rows "  0,  /* none: C has no empty arrays */\n")
+endif()
 
 # --- CUresult names from cuda.h. ----------------------------------------------------------------------------------
 file(READ ${CUDA_INCLUDE_DIR}/cuda.h cuda_h)
@@ -207,7 +291,11 @@ foreach(symbol IN LISTS symbols)
   math(EXPR index "${index} + 1")
 endforeach()
 
-string(REPLACE ";" " " header_list "${typedef_headers}")
+set(sources ${typedef_headers})
+if(DEFINED NEWER_VARIANTS AND NOT NEWER_VARIANTS STREQUAL "")
+  list(APPEND sources ${NEWER_VARIANTS})
+endif()
+string(REPLACE ";" " " header_list "${sources}")
 file(WRITE ${OUTPUT_C}.tmp
 "/* Generated by lib/interpose/generate_driver_tables.cmake from ${header_list} and cuda.h. Do not edit. */
 #include \"driver_tables.h\"
@@ -246,6 +334,12 @@ const int gpupool_interpose_name_count = ${name_count};
 const GpupoolProcName gpupool_interpose_names[${name_count}] = {
 ${name_rows}};
 
+/* The variants only the list of newer ABI variants (NEWER_VARIANTS) gave: the headers' toolkit lacks them. */
+const int gpupool_interpose_newer_symbol_count = ${newer_symbol_count};
+
+const char* const gpupool_interpose_newer_symbol_names[] = {
+${newer_symbol_rows}};
+
 const int gpupool_interpose_result_name_count = ${result_count};
 
 const GpupoolResultName gpupool_interpose_result_names[${result_count}] = {
@@ -261,6 +355,11 @@ ${map_rows}    cuGpupoolSliceUtilization;
   local: *;
 };
 ")
+if(DEFINED OUTPUT_LIST AND NOT OUTPUT_LIST STREQUAL "")
+  list(SORT list_rows)
+  list(JOIN list_rows "\n" list_text)
+  file(WRITE ${OUTPUT_LIST} "${list_text}\n")
+endif()
 # Rewrite only on change, so that a rerun does not relink for nothing.
 file(COPY_FILE ${OUTPUT_C}.tmp ${OUTPUT_C} ONLY_IF_DIFFERENT)
 file(COPY_FILE ${OUTPUT_MAP}.tmp ${OUTPUT_MAP} ONLY_IF_DIFFERENT)

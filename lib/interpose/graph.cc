@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -1189,6 +1190,26 @@ CUresult GraphNodeGetType(CUgraphNode node, CUgraphNodeType* type) {
   Lock lock(mu);
   if (!LiveNode(N(node))) return CUDA_ERROR_INVALID_VALUE;
   *type = N(node)->work.type;
+  return CUDA_SUCCESS;
+}
+
+// cuGraphNodeGetContainingGraph (CUDA 13.1): the graph the node belongs to, a child graph's for a node inside one.
+CUresult GraphNodeGetContainingGraph(CUgraphNode node, CUgraph* graph) {
+  if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Lock lock(mu);
+  if (!LiveNode(N(node))) return CUDA_ERROR_INVALID_VALUE;
+  *graph = reinterpret_cast<CUgraph>(N(node)->graph);
+  return CUDA_SUCCESS;
+}
+
+// cuGraphNodeGetLocalId (CUDA 13.1): the node's id within its graph. Its index there, given at creation and never
+// reused (destroyed nodes keep theirs); a clone's node has its original's.
+CUresult GraphNodeGetLocalId(CUgraphNode node, unsigned int* id) {
+  if (id == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Lock lock(mu);
+  if (!LiveNode(N(node))) return CUDA_ERROR_INVALID_VALUE;
+  if (N(node)->index > std::numeric_limits<unsigned int>::max()) return CUDA_ERROR_NOT_SUPPORTED;
+  *id = static_cast<unsigned int>(N(node)->index);
   return CUDA_SUCCESS;
 }
 

@@ -85,6 +85,8 @@ CUresult Copy3D(const CUDA_MEMCPY3D* copy, CUstream stream);
 CUresult Memset2D(CUdeviceptr d, size_t pitch, unsigned int value, int element, size_t width, size_t height,
                   CUstream stream);
 CUresult LaunchHostFunc(CUstream stream, CUhostFn fn, void* data);
+// cuLaunchHostFunc_v2: the same, with a sync mode (CU_HOST_TASK_BLOCKING or _SPINWAIT; anything else is refused).
+CUresult LaunchHostFuncSynced(CUstream stream, CUhostFn fn, void* data, unsigned int sync_mode);
 CUresult EventRecord(CUevent event, CUstream stream);
 CUresult StreamWaitEvent(CUstream stream, CUevent event);
 CUresult MemAlloc(CUdeviceptr* p, size_t n);

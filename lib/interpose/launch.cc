@@ -10,6 +10,7 @@
 
 #include "core/log.h"
 #include "driver.h"
+#include "driver_newer.h"
 #include "forward_spec.h"
 #include "graph.h"
 #include "host_functions.h"
@@ -53,9 +54,10 @@ CUresult PackParams(const RemoteFunctionInfo& info, void** params, void** extra,
 
 // Checks a launch of `f` on slice `dev` the way the driver does and packs its arguments by the function's parameter
 // table into a kernel node's work (what a launch sends, a capture records and a graph replays).
+// `shared_memory_mode`: CUDA 13.2's launch attribute CU_LAUNCH_ATTRIBUTE_SHARED_MEMORY_MODE (driver_newer.h).
 CUresult PrepareLaunch(CUfunction f, const uint32_t grid[3], const uint32_t block[3], unsigned int shared, int dev,
                        void** params, void** extra, const uint32_t* cluster, NodeWork* work,
-                       RemoteFunctionInfo* info) {
+                       RemoteFunctionInfo* info, int shared_memory_mode = kLaunchModeDefault) {
   Remote& remote = Remote::Get();
   Kernel* kernel;
   if (CUresult r = remote.ResolveKernel(f, &kernel); r != CUDA_SUCCESS) return r;
@@ -89,8 +91,26 @@ CUresult PrepareLaunch(CUfunction f, const uint32_t grid[3], const uint32_t bloc
   if (info->max_threads_per_block > 0 && threads > static_cast<uint64_t>(info->max_threads_per_block)) {
     return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
   }
+  // A portable launch stays within the shared memory every device of the architecture has, opt-in or not.
+  if (shared_memory_mode == kLaunchModeRequirePortable &&
+      uint64_t{shared} + static_cast<uint64_t>(std::max(info->shared_bytes, 0)) >
+          static_cast<uint64_t>(DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024))) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   // The driver refuses more dynamic shared memory than the function opted into (cuFuncSetAttribute).
-  if (shared > static_cast<unsigned int>(MaxDynamicShared(*kernel, dev, *info))) return CUDA_ERROR_INVALID_VALUE;
+  if (shared > static_cast<unsigned int>(MaxDynamicShared(*kernel, dev, *info))) {
+    // A non-portable launch may take up to the device's opt-in limit without the opt-in; the slice checks launches
+    // against the function's opt-in, which this launch alone cannot change there. Said, rather than refused bare.
+    if (shared_memory_mode == kLaunchModeAllowNonPortable) {
+      GP_WARN("interpose",
+              "{}: {} bytes of dynamic shared memory under CU_SHARED_MEMORY_MODE_ALLOW_NON_PORTABLE are not supported "
+              "beyond the function's opt-in ({} bytes): raise it with cuFuncSetAttribute("
+              "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+              kernel->name, shared, MaxDynamicShared(*kernel, dev, *info));
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   if (CUresult r = PackParams(*info, params, extra, &work->params); r != CUDA_SUCCESS) return r;
   if (cluster != nullptr) {
     for (int i = 0; i < 3; ++i) {
@@ -121,13 +141,15 @@ CUresult SendLaunch(const NodeWork& w, int dev, uint64_t sid, const RemoteFuncti
 CUresult CooperativeGridFits(const NodeWork& work, int dev, const RemoteFunctionInfo& info);
 
 CUresult Launch(CUfunction f, const uint32_t grid[3], const uint32_t block[3], unsigned int shared, CUstream stream,
-                void** params, void** extra, const uint32_t* cluster = nullptr, bool cooperative = false) {
+                void** params, void** extra, const uint32_t* cluster = nullptr, bool cooperative = false,
+                int shared_memory_mode = kLaunchModeDefault) {
   int dev;
   uint64_t sid;
   if (CUresult r = Remote::Get().ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
   NodeWork work;
   RemoteFunctionInfo info;
-  if (CUresult r = PrepareLaunch(f, grid, block, shared, dev, params, extra, cluster, &work, &info);
+  if (CUresult r =
+          PrepareLaunch(f, grid, block, shared, dev, params, extra, cluster, &work, &info, shared_memory_mode);
       r != CUDA_SUCCESS) {
     return r;
   }
@@ -250,6 +272,9 @@ CUresult CooperativeGridFits(const NodeWork& work, int dev, const RemoteFunction
   return blocks <= resident ? CUDA_SUCCESS : CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
 }
 
+// The most blocks a portable cluster has (CUDA's programming guide: 8 on every architecture with clusters).
+constexpr uint64_t kPortableClusterBlocks = 8;
+
 // The cluster dimension among a launch configuration's attributes; false when it has none.
 bool ClusterDimension(const CUlaunchConfig& config, uint32_t out[3]) {
   for (unsigned int i = 0; i < config.numAttrs; ++i) {
@@ -274,21 +299,35 @@ CUresult LaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned i
 }
 
 CUresult LaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
-  if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (config == nullptr || (config->numAttrs > 0 && config->attrs == nullptr)) return CUDA_ERROR_INVALID_VALUE;
   bool cooperative = false;
+  int cluster_size_mode = kLaunchModeDefault, shared_memory_mode = kLaunchModeDefault;
   for (unsigned int i = 0; i < config->numAttrs; ++i) {
     const CUlaunchAttribute& a = config->attrs[i];
     if (a.id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && a.value.cooperative != 0) cooperative = true;
-    // The cluster dimension and the cooperative flag travel with the launch; everything else (priority, access policy, programmatic
-    // serialization, scheduling preference...) is a hint a slice may ignore: without it the work is ordered as a
-    // plain launch orders it.
+    // CUDA 13.2's modes (driver_newer.h): an enum at the start of the value, which the headers may not name.
+    if (a.id == kLaunchAttributePortableClusterSizeMode || a.id == kLaunchAttributeSharedMemoryMode) {
+      int mode;
+      std::memcpy(&mode, &a.value, sizeof(mode));
+      if (mode < kLaunchModeDefault || mode > kLaunchModeAllowNonPortable) return CUDA_ERROR_INVALID_VALUE;
+      (a.id == kLaunchAttributeSharedMemoryMode ? shared_memory_mode : cluster_size_mode) = mode;
+    }
+    // The cluster dimension, the cooperative flag and the modes take effect; everything else (priority, access
+    // policy, programmatic serialization, scheduling preference...) is a hint a slice may ignore: without it the
+    // work is ordered as a plain launch orders it.
   }
   uint32_t cluster[3];
   const bool clustered = ClusterDimension(*config, cluster);
+  // A portable cluster has at most 8 blocks, on every GPU that has clusters; a larger one is allowed as today
+  // (default and non-portable modes): the slice refuses what its device cannot run.
+  if (clustered && cluster_size_mode == kLaunchModeRequirePortable &&
+      uint64_t{cluster[0]} * cluster[1] * cluster[2] > kPortableClusterBlocks) {
+    return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  }
   const uint32_t grid[3] = {config->gridDimX, config->gridDimY, config->gridDimZ};
   const uint32_t block[3] = {config->blockDimX, config->blockDimY, config->blockDimZ};
   return Launch(f, grid, block, config->sharedMemBytes, config->hStream, params, extra, clustered ? cluster : nullptr,
-                cooperative);
+                cooperative, shared_memory_mode);
 }
 
 CUresult LaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
@@ -325,6 +364,14 @@ CUresult LaunchHostFunc(CUstream stream, CUhostFn fn, void* data) {
   }
   // Called whatever the work's outcome: a failed stream's error surfaces at the program's next synchronising call.
   return QueueHostFunction(stream, [fn, data](CUresult) { fn(data); });
+}
+
+// cuLaunchHostFunc_v2 (CUDA 13.1): syncMode says how the driver's callback thread waits for its next host function
+// (blocking or spinning), a matter of latency only. Here one thread of this library runs them, blocking, and the
+// host function runs in stream order either way.
+CUresult LaunchHostFuncSynced(CUstream stream, CUhostFn fn, void* data, unsigned int sync_mode) {
+  if (sync_mode != kHostTaskBlocking && sync_mode != kHostTaskSpinWait) return CUDA_ERROR_INVALID_VALUE;
+  return LaunchHostFunc(stream, fn, data);
 }
 
 // cuStreamAddCallback: the callback learns the stream's status (an error of the work before it reaches the

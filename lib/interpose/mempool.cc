@@ -13,6 +13,7 @@
 
 #include "core/log.h"
 #include "driver.h"
+#include "driver_newer.h"
 #include "forward_spec.h"
 #include "graph.h"
 #include "remote.h"
@@ -274,6 +275,30 @@ CUresult MemPoolGetAttribute(CUmemoryPool handle, CUmemPool_attribute attribute,
     case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
       *static_cast<cuuint64_t*>(value) = pool->used_high;
+      return CUDA_SUCCESS;
+    default:
+      break;
+  }
+  // CUDA 13.2's read-only attributes (driver_newer.h): what the pool was made with.
+  switch (static_cast<int>(attribute)) {
+    case kMemPoolAttrAllocationType:
+      *static_cast<CUmemAllocationType*>(value) = pool->props.allocType;
+      return CUDA_SUCCESS;
+    case kMemPoolAttrExportHandleTypes:
+      *static_cast<CUmemAllocationHandleType*>(value) = pool->props.handleTypes;
+      return CUDA_SUCCESS;
+    case kMemPoolAttrLocationId:
+      *static_cast<int*>(value) = pool->props.location.id;
+      return CUDA_SUCCESS;
+    case kMemPoolAttrLocationType:
+      *static_cast<CUmemLocationType*>(value) = pool->props.location.type;
+      return CUDA_SUCCESS;
+    case kMemPoolAttrMaxPoolSize:
+      // The pool grows as far as the slice's memory does: CUmemPoolProps::maxSize is not enforced here.
+      *static_cast<cuuint64_t*>(value) = Driver::Get().devices()[pool->device].total_memory;
+      return CUDA_SUCCESS;
+    case kMemPoolAttrHwDecompressEnabled:
+      *static_cast<int*>(value) = 0;
       return CUDA_SUCCESS;
     default:
       return CUDA_ERROR_INVALID_VALUE;

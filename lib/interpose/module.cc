@@ -415,6 +415,18 @@ CUresult FuncGetParamInfo(CUfunction handle, size_t index, size_t* offset, size_
   return CUDA_SUCCESS;
 }
 
+// cuFuncGetParamCount / cuKernelGetParamCount (CUDA 13.2): the length of the parameter table launches pack by.
+CUresult FuncGetParamCount(CUfunction handle, size_t* count) {
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Kernel* kernel;
+  int dev;
+  if (CUresult r = KernelOnCurrentSlice(handle, &kernel, &dev); r != CUDA_SUCCESS) return r;
+  RemoteFunctionInfo info;
+  if (CUresult r = Remote::Get().FunctionOn(kernel, dev, &info); r != CUDA_SUCCESS) return r;
+  *count = info.params.size();
+  return CUDA_SUCCESS;
+}
+
 // Functions load on a slice at first use (lazily, as CUDA_MODULE_LOADING=LAZY does); cuFuncLoad loads it on the
 // current context's slice now, and cuFuncIsLoaded says whether that happened there.
 CUresult FuncLoad(CUfunction handle) {

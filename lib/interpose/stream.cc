@@ -6,6 +6,7 @@
 
 #include "core/log.h"
 #include "driver.h"
+#include "driver_newer.h"
 #include "forward_spec.h"
 #include "graph.h"
 #include "host_functions.h"
@@ -167,6 +168,8 @@ CUresult StreamBatchMemOp(CUstream handle, unsigned int count, CUstreamBatchMemO
       case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
         break;
       default:
+        // CUDA 13.2's atomic reductions: gpupool says it has none (CU_DEVICE_ATTRIBUTE_ATOMIC_REDUCTION_SUPPORTED).
+        if (op.operation == kStreamMemOpAtomicReduction) return CUDA_ERROR_NOT_SUPPORTED;
         return CUDA_ERROR_INVALID_VALUE;
     }
     if (r != CUDA_SUCCESS) return r;

@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
 
   int driver_version = 0;
   CheckSuccess(cudaDriverGetVersion(&driver_version), "cudaDriverGetVersion");
-  Check(driver_version >= 13000, "driver version >= 13000");
+  Check(driver_version >= 13020, "driver version >= 13020 (CUDA 13.2's, which gpupool serves)");
 
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp prop;

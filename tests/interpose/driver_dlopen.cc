@@ -64,7 +64,9 @@ int main(int argc, char** argv) {
 
   int version = 0;
   CheckResult(cu_driver_get_version(&version), CUDA_SUCCESS, "cuDriverGetVersion");
-  Check(version >= 13000, "cuDriverGetVersion reports at least 13000");
+  // CUDA 13.2's: gpupool serves what its cudart and libraries ask of the driver
+  // (lib/interpose/driver_variants_newer.txt).
+  Check(version >= 13020, "cuDriverGetVersion reports at least 13020");
   std::printf("driver version %d\n", version);
 
   int count = -1;
@@ -124,9 +126,14 @@ int main(int argc, char** argv) {
     cu_device_get_attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
     cu_device_get_attribute(&warp, CU_DEVICE_ATTRIBUTE_WARP_SIZE, dev);
     cu_device_get_attribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, dev);
-    int unused = 0;
-    CheckResult(cu_device_get_attribute(&unused, CU_DEVICE_ATTRIBUTE_MAX, dev), CUDA_ERROR_INVALID_VALUE,
-                "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_MAX)");
+    // CUDA 13.2's newest attribute, ATOMIC_REDUCTION_SUPPORTED (148), is answered (gpupool's stream memory operations
+    // do no atomic reductions); past it (CU_DEVICE_ATTRIBUTE_MAX of 13.2) is refused.
+    int atomic_reduction = -1, unused = 0;
+    CheckResult(cu_device_get_attribute(&atomic_reduction, static_cast<CUdevice_attribute>(148), dev), CUDA_SUCCESS,
+                "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_ATOMIC_REDUCTION_SUPPORTED)");
+    Check(atomic_reduction == 0, "no atomic reductions in stream memory operations");
+    CheckResult(cu_device_get_attribute(&unused, static_cast<CUdevice_attribute>(149), dev), CUDA_ERROR_INVALID_VALUE,
+                "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_MAX of CUDA 13.2)");
     char pci[32] = {};
     CheckResult(cu_device_get_pci_bus_id(pci, sizeof(pci), dev), CUDA_SUCCESS, "cuDeviceGetPCIBusId");
     CUdevice by_pci = -1;

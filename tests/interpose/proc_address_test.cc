@@ -60,6 +60,40 @@ TEST(FindProc, PerThreadVariantsStayDistinct) {
   EXPECT_EQ(Pick("cuMemAlloc", 13000, kPerThread), "cuMemAlloc_v2");
 }
 
+// CUDA 13.1 and 13.2's variants (driver_variants_newer.txt), whatever headers the library was built against: asked
+// for by the version the library reports, each name gives its newest ABI, never an older one in its place.
+TEST(FindProc, NewerReleasesGetTheirOwnAbi) {
+  EXPECT_EQ(Pick("cuLaunchHostFunc", 13000), "cuLaunchHostFunc");
+  EXPECT_EQ(Pick("cuLaunchHostFunc", 13010), "cuLaunchHostFunc_v2");
+  EXPECT_EQ(Pick("cuLaunchHostFunc", 13020), "cuLaunchHostFunc_v2");
+  EXPECT_EQ(Pick("cuLaunchHostFunc", 13000, kPerThread), "cuLaunchHostFunc_ptsz");
+  EXPECT_EQ(Pick("cuLaunchHostFunc", 13020, kPerThread), "cuLaunchHostFunc_v2_ptsz");
+  EXPECT_EQ(Pick("cuMulticastBindMem", 13010), "cuMulticastBindMem_v2");
+  EXPECT_EQ(Pick("cuMemcpyWithAttributesAsync", 13020, kPerThread), "cuMemcpyWithAttributesAsync_ptsz");
+  EXPECT_EQ(Pick("cuFuncGetParamCount", 13020), "cuFuncGetParamCount");
+  EXPECT_EQ(Pick("cuKernelGetParamCount", 13020), "cuKernelGetParamCount");
+  CUdriverProcAddressQueryResult status;
+  EXPECT_EQ(Pick("cuFuncGetParamCount", 13010, 0, &status), "");
+  EXPECT_EQ(status, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+}
+
+// Every name's newest ABI variant is one the version reported gives: a library of that release would otherwise be
+// handed an older ABI than the one it calls.
+TEST(FindProc, ReportedVersionReachesEveryNewestVariant) {
+  for (int n = 0; n < gpupool_interpose_name_count; ++n) {
+    const GpupoolProcName& name = gpupool_interpose_names[n];
+    if (name.legacy_count > 0) {
+      EXPECT_LE(gpupool_interpose_variants[name.legacy_begin + name.legacy_count - 1].version, kDriverVersion)
+          << name.name;
+    }
+    if (name.per_thread_count > 0) {
+      EXPECT_LE(gpupool_interpose_variants[name.per_thread_begin + name.per_thread_count - 1].version,
+                kDriverVersion)
+          << name.name;
+    }
+  }
+}
+
 TEST(FindProc, UnknownNamesAndOldVersionsAreNotFound) {
   CUdriverProcAddressQueryResult status;
   EXPECT_EQ(Pick("", 0, 0, &status), "");
@@ -84,6 +118,26 @@ TEST(GeneratedTables, NamesSortedAndSymbolsDistinct) {
   std::set<std::string> symbols(gpupool_interpose_symbol_names,
                                 gpupool_interpose_symbol_names + gpupool_interpose_symbol_count);
   EXPECT_EQ(symbols.size(), static_cast<size_t>(gpupool_interpose_symbol_count));
+}
+
+// The newer variants gpupool serves (driver_newer.h) have implementations; the rest keep their stubs.
+TEST(GeneratedTables, NewerVariantsImplementedWhereServed) {
+  auto implemented = [](const std::string& symbol) {
+    for (int i = 0; i < gpupool_interpose_symbol_count; ++i) {
+      if (symbol == gpupool_interpose_symbol_names[i]) {
+        return gpupool_interpose_symbol_addresses[i] != gpupool_interpose_stub_addresses[i];
+      }
+    }
+    ADD_FAILURE() << symbol << " is not in the tables";
+    return false;
+  };
+  for (const char* symbol : {"cuLaunchHostFunc_v2", "cuLaunchHostFunc_v2_ptsz", "cuFuncGetParamCount",
+                             "cuKernelGetParamCount", "cuGraphNodeGetContainingGraph", "cuGraphNodeGetLocalId"}) {
+    EXPECT_TRUE(implemented(symbol)) << symbol;
+  }
+  for (const char* symbol : {"cuMemcpyWithAttributesAsync", "cuCoredumpRegisterStartCallback", "cuGraphGetId"}) {
+    EXPECT_FALSE(implemented(symbol)) << symbol;
+  }
 }
 
 // --- The built library. ---------------------------------------------------------------------------------------
@@ -125,6 +179,13 @@ TEST_F(Library, GetProcAddressAnswersTheExportedVariant) {
   EXPECT_NE(fn, Symbol("cuMemcpyHtoD_v2"));
   ASSERT_EQ(get("cuGetProcAddress", &fn, 13000, 0, &status), CUDA_SUCCESS);
   EXPECT_EQ(fn, reinterpret_cast<void*>(get));
+  // cudart 13.2 asks for cuLaunchHostFunc by 13010: the 4-argument ABI, implemented (its own entry, not the stub
+  // every unimplemented variant shares the behaviour of).
+  ASSERT_EQ(get("cuLaunchHostFunc", &fn, 13020, 0, &status), CUDA_SUCCESS);
+  EXPECT_EQ(fn, Symbol("cuLaunchHostFunc_v2"));
+  EXPECT_NE(fn, Symbol("cuLaunchHostFunc"));
+  ASSERT_EQ(get("cuLaunchHostFunc", &fn, 13020, kPerThread, &status), CUDA_SUCCESS);
+  EXPECT_EQ(fn, Symbol("cuLaunchHostFunc_v2_ptsz"));
 
   fn = reinterpret_cast<void*>(1);
   EXPECT_EQ(get("cuNoSuchFunction", &fn, 13000, 0, &status), CUDA_ERROR_NOT_FOUND);
@@ -167,13 +228,22 @@ TEST_F(Library, ErrorNamesAndStrings) {
 }
 
 // The naming rule of generate_driver_tables.cmake, checked against NVIDIA's own list: the toolkit's link stub
-// exports every driver function under its real name.
+// exports every driver function under its real name. The variants of newer releases (driver_variants_newer.txt)
+// are the exception, and must be: the headers' toolkit lacks them, or the list would not have added them
+// (python.cuda_toolkit.driver_variants checks them against the newer toolkit's typedefs).
 TEST(ToolkitStub, ExportsEveryGeneratedVariant) {
 #ifdef GPUPOOL_CUDA_STUB_LIBRARY
   void* stub = dlopen(GPUPOOL_CUDA_STUB_LIBRARY, RTLD_LAZY | RTLD_LOCAL);
   if (stub == nullptr) GTEST_SKIP() << dlerror();
+  const std::set<std::string> newer(gpupool_interpose_newer_symbol_names,
+                                    gpupool_interpose_newer_symbol_names + gpupool_interpose_newer_symbol_count);
   for (int i = 0; i < gpupool_interpose_symbol_count; ++i) {
-    EXPECT_NE(dlsym(stub, gpupool_interpose_symbol_names[i]), nullptr) << gpupool_interpose_symbol_names[i];
+    const char* name = gpupool_interpose_symbol_names[i];
+    if (newer.count(name) != 0) {
+      EXPECT_EQ(dlsym(stub, name), nullptr) << name << ": the headers' toolkit has it, yet the list added it";
+    } else {
+      EXPECT_NE(dlsym(stub, name), nullptr) << name;
+    }
   }
   dlclose(stub);
 #else

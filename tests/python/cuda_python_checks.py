@@ -4,10 +4,19 @@ to PTX (the emulated device runs PTX; a GPU server runs either). Run under gp-ru
   cuda_python_checks.py bindings   NVRTC -> PTX -> cuModuleLoadDataEx / cuLibraryLoadData -> cuLaunchKernel:
                                    saxpy and a shared-memory block reduction, verified; the slice's memory info
   cuda_python_checks.py core       cuda.core: Program.compile("ptx"), Device, streams, the device's memory pool,
-                                   launch, copies both ways, events: verified
+                                   launch, copies both ways, events: verified; and no warning that the driver is
+                                   older than cuda.core's CUDA (gpupool reports the driver version of the CUDA
+                                   toolkit wheel, whose driver API it serves)
   cuda_python_checks.py cubin      NVRTC asked for SASS (sm_75): loading fails, and gpupool says why on stderr
+  cuda_python_checks.py host_functions
+                                   the wheel's own cudart (CUDA 13.2, through ctypes): cudaLaunchHostFunc and 13.2's
+                                   cudaLaunchHostFunc_v2, which needs a 13.1 driver's cuLaunchHostFunc_v2, run their
+                                   host functions in stream order; a sync mode 13.2 does not define is refused
 """
+import ctypes
+import glob
 import sys
+import warnings
 
 import numpy as np
 
@@ -119,6 +128,17 @@ def bindings():
 
 
 def core():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        core_checks()
+    # cuda.core compares the driver's version with its NVRTC's: "The CUDA driver version is older than the backend
+    # version. The generated ptx will not be loadable by the current driver."
+    older = [str(w.message) for w in caught if "driver version is older" in str(w.message)]
+    assert not older, f"cuda.core warned: {older[0]}"
+    print(f"cuda.core: no driver-version warning ({len(caught)} other warning(s)): PASSED")
+
+
+def core_checks():
     from cuda.core import Device, EventOptions, LaunchConfig, Program, ProgramOptions, launch
     dev = Device(0)
     dev.set_current()
@@ -170,5 +190,47 @@ def cubin():
     sys.exit(1 if int(err) != 0 else 0)
 
 
+def host_functions():
+    """cudart 13.2's host functions: the 13.1 form asks the driver for cuLaunchHostFunc by 13010 (4 arguments)."""
+    found = glob.glob(f"{sys.prefix}/lib/python*/site-packages/nvidia/cu13/lib/libcudart.so.13")
+    assert len(found) == 1, f"the cuda-toolkit wheel's libcudart.so.13: {found}"
+    cudart = ctypes.CDLL(found[0])
+    version = ctypes.c_int()
+    assert cudart.cudaRuntimeGetVersion(ctypes.byref(version)) == 0 and version.value >= 13020, version.value
+    host_fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    seen = []
+    data = np.zeros(1024, dtype=np.int32)
+
+    @host_fn
+    def record(tag):
+        seen.append((tag, int(data[-1])))  # The copy queued before it has landed.
+
+    stream = ctypes.c_void_p()
+    assert cudart.cudaStreamCreate(ctypes.byref(stream)) == 0
+    d_data = ctypes.c_void_p()
+    assert cudart.cudaMalloc(ctypes.byref(d_data), ctypes.c_size_t(data.nbytes)) == 0
+    host_to_device, device_to_host = 1, 2  # cudaMemcpyKind
+    for tag, launch in ((1, lambda: cudart.cudaLaunchHostFunc(stream, record, ctypes.c_void_p(1))),
+                        (2, lambda: cudart.cudaLaunchHostFunc_v2(stream, record, ctypes.c_void_p(2),
+                                                                 ctypes.c_uint(0))),  # cudaHostTaskBlocking
+                        (3, lambda: cudart.cudaLaunchHostFunc_v2(stream, record, ctypes.c_void_p(3),
+                                                                 ctypes.c_uint(1)))):  # cudaHostTaskSpinWait
+        source = np.full(1024, 100 * tag, dtype=np.int32)
+        assert cudart.cudaMemcpyAsync(d_data, source.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(source.nbytes),
+                                      host_to_device, stream) == 0
+        assert cudart.cudaMemcpyAsync(data.ctypes.data_as(ctypes.c_void_p), d_data, ctypes.c_size_t(data.nbytes),
+                                      device_to_host, stream) == 0
+        err = launch()
+        assert err == 0, f"host function {tag}: cudaError {err}"
+        assert cudart.cudaStreamSynchronize(stream) == 0
+    assert seen == [(1, 100), (2, 200), (3, 300)], seen
+    invalid_value = 1  # cudaErrorInvalidValue
+    err = cudart.cudaLaunchHostFunc_v2(stream, record, None, ctypes.c_uint(2))
+    assert err == invalid_value, f"sync mode 2: cudaError {err}"
+    assert cudart.cudaStreamSynchronize(stream) == 0 and len(seen) == 3, seen
+    assert cudart.cudaFree(d_data) == 0 and cudart.cudaStreamDestroy(stream) == 0
+    print(f"cudart {version.value}: cudaLaunchHostFunc and cudaLaunchHostFunc_v2 in stream order: PASSED")
+
+
 if __name__ == "__main__":
-    {"bindings": bindings, "core": core, "cubin": cubin}[sys.argv[1]]()
+    {"bindings": bindings, "core": core, "cubin": cubin, "host_functions": host_functions}[sys.argv[1]]()
