@@ -4,7 +4,7 @@
 // values), 2 on bad usage.
 #include <memory>
 
-#include "client/bench.h"
+#include "gp-bench/bench.h"
 #include "client/local_agent.h"
 #include "core/json.h"
 #include "core/log.h"

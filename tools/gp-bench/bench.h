@@ -2,9 +2,9 @@
 // synchronous round trip against a raw ping-pong over the session's own transport (Unix socket or TCP), 64 MiB
 // copies against memcpy (Unix socket: same host) or raw TCP, asynchronous launches per second, a training-like loop
 // against the same loop on an emulated device in this process, and round trips under load from several clients.
-// Internal to gpupool (gp-bench links it with the agent's libraries, for the in-process emulated device).
-#ifndef GPUPOOL_CLIENT_BENCH_H_
-#define GPUPOOL_CLIENT_BENCH_H_
+// gp-bench's own (it links the agent's libraries, for the in-process emulated device).
+#ifndef GPUPOOL_TOOLS_GP_BENCH_BENCH_H_
+#define GPUPOOL_TOOLS_GP_BENCH_BENCH_H_
 
 #include <memory>
 #include <set>
@@ -52,4 +52,4 @@ Result<std::vector<BenchFigure>> RunBenchmarks(const std::string& token, const B
 
 }  // namespace gpupool
 
-#endif  // GPUPOOL_CLIENT_BENCH_H_
+#endif  // GPUPOOL_TOOLS_GP_BENCH_BENCH_H_

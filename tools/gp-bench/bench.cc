@@ -1,4 +1,4 @@
-#include "client/bench.h"
+#include "gp-bench/bench.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
