@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "emu/lz4.h"
-#include "emu/ptx_link.h"
+#include "emu/ptx_text.h"
 
 namespace gpupool::emu {
 namespace {

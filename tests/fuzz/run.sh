@@ -102,13 +102,12 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
 for target in $targets; do
   case $target in
-    fatbin) build fatbin tests/fuzz/fatbin_fuzz.cc lib/emu/fatbin.cc lib/emu/lz4.cc lib/emu/ptx_link.cc \
-        lib/emu/ptx_ast.cc -- -lzstd ;;
+    fatbin) build fatbin tests/fuzz/fatbin_fuzz.cc lib/emu/fatbin.cc lib/emu/lz4.cc lib/emu/ptx_text.cc -- -lzstd ;;
     ptx) build ptx tests/fuzz/ptx_fuzz.cc lib/emu/ptx_parser.cc lib/emu/ptx_ast.cc ;;
     texture)
       build texture tests/fuzz/texture_fuzz.cc lib/emu/device.cc lib/emu/exec.cc lib/emu/compile.cc \
-        lib/emu/ptx_parser.cc lib/emu/ptx_ast.cc lib/emu/ptx_link.cc lib/emu/printf.cc lib/emu/fatbin.cc \
-        lib/emu/lz4.cc -- -lzstd -lpthread -rtlib=compiler-rt
+        lib/emu/ptx_parser.cc lib/emu/ptx_ast.cc lib/emu/ptx_link.cc lib/emu/ptx_text.cc lib/emu/printf.cc \
+        lib/emu/fatbin.cc lib/emu/lz4.cc -- -lzstd -lpthread -rtlib=compiler-rt
       ;;
     wire)
       schema=${GPUPOOL_SCHEMA_DIR:?set GPUPOOL_SCHEMA_DIR to the folder of the generated schema code}
