@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "driver.h"
 #include "forward_spec.h"
+#include "graph_internal.h"
 #include "managed.h"
 #include "remote.h"
 
@@ -24,48 +25,7 @@ CUresult PrepareKernelWork(const CUDA_KERNEL_NODE_PARAMS& p, NodeWork* work);
 // With fake devices: checks a default-stream handle and the current context (stream.cc).
 CUresult FakeDefaultStream(CUstream handle);
 
-struct GraphNode {
-  Graph* graph = nullptr;
-  size_t index = 0;  // In graph->nodes; a clone's node has its original's index.
-  NodeWork work;
-  std::vector<GraphNode*> deps;
-  bool alive = true;
-  bool enabled = true;  // cuGraphNodeSetEnabled, on executable graphs.
-};
-
-struct Graph {
-  std::vector<std::unique_ptr<GraphNode>> nodes;  // Destroyed nodes stay (alive = false): indexes are stable.
-};
-
-// What a launch of an executable graph sent, kept to be sent again as it was (GraphLaunch): a graph of kernels and
-// memsets only, whose messages depend on nothing but the nodes, the launch stream, and what `kernels` and `memsets`
-// name, which a later launch checks (StillHolds) before it sends them.
-struct RecordedLaunch {
-  int dev = -1;
-  uint64_t sid = 0;
-  RemoteSession* session = nullptr;
-  RemoteSession::RecordedBatch batch;
-  struct KernelUse {
-    Kernel* kernel;
-    uint64_t handle;          // The function on the slice that the launches name.
-    unsigned int max_shared;  // The most dynamic shared memory a launch of it asks for.
-  };
-  std::vector<KernelUse> kernels;
-  std::vector<CUdeviceptr> memsets;  // Each memset's memory: on the launch stream's slice.
-};
-
-struct GraphExec {
-  std::shared_ptr<Graph> graph;        // A copy of the instantiated graph.
-  std::vector<GraphNode*> order;       // Its live nodes, dependencies first.
-  unsigned long long flags = 0;
-  // The last launch's messages, if they can be sent again; dropped whenever a node of the executable graph is
-  // touched or the graph updated, which also gives `generation` a new number, never used before (so a launch that
-  // recorded meanwhile, or one of an executable graph destroyed since, keeps nothing).
-  std::shared_ptr<const RecordedLaunch> recorded;
-  uint64_t generation = 0;
-};
-
-namespace {
+namespace graph_internal {
 
 // Memory of a graph's allocation node: made with the node (so its address is known then, as the driver promises)
 // and kept across launches. When a graph frees it (a free node), it goes back to the slice with the last graph or
@@ -98,31 +58,6 @@ std::set<Graph*>& graphs = *new std::set<Graph*>;  // Live graphs, the program's
 std::map<Graph*, std::shared_ptr<Graph>>& owned = *new std::map<Graph*, std::shared_ptr<Graph>>;
 std::set<GraphExec*>& execs = *new std::set<GraphExec*>;
 std::map<CUdeviceptr, std::weak_ptr<GraphMemory>>& graph_memory = *new std::map<CUdeviceptr, std::weak_ptr<GraphMemory>>;
-
-struct Capture {
-  uint64_t id = 0;
-  std::shared_ptr<Graph> graph;
-  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-  bool invalidated = false;
-  CUstream origin = nullptr;
-};
-struct StreamCapture {
-  std::shared_ptr<Capture> capture;
-  std::vector<CUgraphNode> deps;  // Where the stream's next captured node goes (cuStreamGetCaptureInfo).
-  std::vector<CUgraphEdgeData> edges;
-};
-std::map<CUstream, StreamCapture>& capturing = *new std::map<CUstream, StreamCapture>;
-struct EventCapture {
-  std::shared_ptr<Capture> capture;
-  std::vector<CUgraphNode> nodes;
-};
-std::map<CUevent, EventCapture>& captured_events = *new std::map<CUevent, EventCapture>;
-std::atomic<int> capturing_streams{0};
-std::atomic<uint64_t> next_capture_id{1};
-thread_local CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-
-GraphNode* N(CUgraphNode h) { return reinterpret_cast<GraphNode*>(h); }
-CUgraphNode H(GraphNode* n) { return reinterpret_cast<CUgraphNode>(n); }
 
 // Whether `g` is a live graph: one of the program's, or a child graph inside one of them.
 bool LiveGraph(Graph* g) { return g != nullptr && graphs.count(g) != 0; }
@@ -519,171 +454,9 @@ bool NoteFunctions(RecordedLaunch* r) {
   return true;
 }
 
-// ---- Capture helpers (mu held).
+}  // namespace graph_internal
 
-// The per-thread default stream is one handle for every thread, but each thread's is a stream of its own: its
-// captures are kept under an address unique to the thread.
-CUstream CaptureKey(CUstream stream) {
-  static thread_local char this_thread;
-  return stream == CU_STREAM_PER_THREAD ? reinterpret_cast<CUstream>(&this_thread) : stream;
-}
-
-StreamCapture* CaptureEntry(CUstream stream) {
-  auto it = capturing.find(CaptureKey(stream));
-  return it == capturing.end() ? nullptr : &it->second;
-}
-
-
-void Join(CUstream stream, const std::shared_ptr<Capture>& capture, std::vector<CUgraphNode> deps) {
-  auto [it, added] = capturing.try_emplace(CaptureKey(stream));
-  if (added) capturing_streams.fetch_add(1);
-  it->second.capture = capture;
-  it->second.deps = std::move(deps);
-  it->second.edges.assign(it->second.deps.size(), CUgraphEdgeData{});
-}
-
-void SetDeps(StreamCapture* s, std::vector<CUgraphNode> deps) {
-  s->deps = std::move(deps);
-  s->edges.assign(s->deps.size(), CUgraphEdgeData{});
-}
-
-// Ends every stream's and event's part in `capture`.
-void EndCapture(const std::shared_ptr<Capture>& capture) {
-  for (auto it = capturing.begin(); it != capturing.end();) {
-    if (it->second.capture == capture) {
-      it = capturing.erase(it);
-      capturing_streams.fetch_sub(1);
-    } else {
-      ++it;
-    }
-  }
-  for (auto it = captured_events.begin(); it != captured_events.end();) {
-    it = it->second.capture == capture ? captured_events.erase(it) : std::next(it);
-  }
-}
-
-// Whether every node of `nodes` is among `tips` or their ancestors.
-bool AllReach(const std::vector<CUgraphNode>& nodes, const std::vector<CUgraphNode>& tips) {
-  std::set<GraphNode*> seen;
-  std::vector<GraphNode*> todo;
-  for (CUgraphNode t : tips) todo.push_back(N(t));
-  while (!todo.empty()) {
-    GraphNode* n = todo.back();
-    todo.pop_back();
-    if (!seen.insert(n).second) continue;
-    for (GraphNode* d : n->deps) todo.push_back(d);
-  }
-  return std::all_of(nodes.begin(), nodes.end(), [&](CUgraphNode n) { return seen.count(N(n)) != 0; });
-}
-
-CUresult ResolveCapturable(CUstream stream) {
-  int dev;
-  uint64_t sid;
-  if (CUresult r = Remote::Get().ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
-  // The legacy default stream cannot be captured (as with the driver); the per-thread one, named by its handle, can.
-  // (Programs built with --default-stream per-thread reach here with NULL through the _ptsz entry points, which
-  // share the legacy ones' implementation: their NULL stream is refused.)
-  if (sid == 0 && stream != CU_STREAM_PER_THREAD) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  return CUDA_SUCCESS;
-}
-
-}  // namespace
-
-// ---- Capture, as the stream and event calls see it.
-
-bool Capturing(CUstream stream) {
-  if (capturing_streams.load(std::memory_order_relaxed) == 0) return false;
-  Lock lock(mu);
-  return CaptureEntry(stream) != nullptr;
-}
-
-CUresult CaptureWork(CUstream stream, NodeWork work) {
-  Lock lock(mu);
-  StreamCapture* s = CaptureEntry(stream);
-  if (s == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
-  if (s->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-  GraphNode* n = AddNode(s->capture->graph.get(), std::move(work), s->deps.data(), s->deps.size());
-  SetDeps(s, {H(n)});
-  return CUDA_SUCCESS;
-}
-
-bool CaptureEventRecord(CUevent event, CUstream stream, CUresult* result) {
-  if (capturing_streams.load(std::memory_order_relaxed) == 0 && captured_events.empty()) return false;
-  Lock lock(mu);
-  StreamCapture* s = CaptureEntry(stream);
-  if (s == nullptr) {
-    captured_events.erase(event);  // Recorded again outside any capture: no longer a capture's event.
-    return false;
-  }
-  captured_events[event] = EventCapture{s->capture, s->deps};
-  *result = s->capture->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
-  return true;
-}
-
-bool CaptureEventWait(CUstream stream, CUevent event, CUresult* result) {
-  if (capturing_streams.load(std::memory_order_relaxed) == 0) return false;
-  Lock lock(mu);
-  StreamCapture* s = CaptureEntry(stream);
-  auto e = captured_events.find(event);
-  if (e == captured_events.end()) {
-    if (s == nullptr) return false;
-    // An event of work outside the capture: the graph waits for it when it runs.
-    GraphNode* n = AddNode(s->capture->graph.get(), EventWork(CU_GRAPH_NODE_TYPE_WAIT_EVENT, event), s->deps.data(),
-                           s->deps.size());
-    SetDeps(s, {H(n)});
-    *result = CUDA_SUCCESS;
-    return true;
-  }
-  const EventCapture& ec = e->second;
-  if (s == nullptr) {
-    Join(stream, ec.capture, ec.nodes);  // The fork: this stream now captures into the same graph.
-  } else if (s->capture != ec.capture) {
-    s->capture->invalidated = true;
-    *result = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
-    return true;
-  } else {
-    std::vector<CUgraphNode> deps = s->deps;
-    for (CUgraphNode n : ec.nodes) {
-      if (std::find(deps.begin(), deps.end(), n) == deps.end()) deps.push_back(n);
-    }
-    SetDeps(s, std::move(deps));
-  }
-  *result = CUDA_SUCCESS;
-  return true;
-}
-
-CUresult RefuseWhileCapturing(CUstream stream) {
-  Lock lock(mu);
-  if (StreamCapture* s = CaptureEntry(stream)) s->capture->invalidated = true;
-  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-}
-
-CUresult CaptureMemAlloc(CUstream stream, int device, size_t bytes, CUdeviceptr* address) {
-  CUDA_MEM_ALLOC_NODE_PARAMS p{};
-  p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-  p.poolProps.location = {CU_MEM_LOCATION_TYPE_DEVICE, device};
-  p.bytesize = bytes;
-  NodeWork work;
-  {
-    Lock lock(mu);
-    if (CUresult r = AllocWork(&p, &work); r != CUDA_SUCCESS) return r;
-  }
-  std::shared_ptr<void> memory = work.memory;
-  if (CUresult r = CaptureWork(stream, std::move(work)); r != CUDA_SUCCESS) {
-    MemFree(p.dptr);  // Not in any graph: nothing else would return it.
-    return r;
-  }
-  *address = p.dptr;
-  return CUDA_SUCCESS;
-}
-
-CUresult CaptureMemFree(CUstream stream, CUdeviceptr address) {
-  if (CUresult r = MarkFreedInGraph(address); r != CUDA_SUCCESS) return r;
-  NodeWork work;
-  work.type = CU_GRAPH_NODE_TYPE_MEM_FREE;
-  work.address = address;
-  return CaptureWork(stream, std::move(work));
-}
+using namespace graph_internal;
 
 bool MemoryFreedOutsideGraphs(CUdeviceptr address) {
   Lock lock(mu);
@@ -696,133 +469,6 @@ bool MemoryFreedOutsideGraphs(CUdeviceptr address) {
   }
   memory->freed = true;  // Still graph memory: a free node of another graph may name it (the driver allows that).
   return true;
-}
-
-// ---- Stream capture entry points.
-
-CUresult StreamBeginCapture(CUstream stream, CUgraph graph, const CUgraphNode* deps, size_t count,
-                            CUstreamCaptureMode mode) {
-  if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
-      mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  if (CUresult r = ResolveCapturable(stream); r != CUDA_SUCCESS) return r;
-  Lock lock(mu);
-  if (CaptureEntry(stream) != nullptr) return CUDA_ERROR_ILLEGAL_STATE;
-  auto capture = std::make_shared<Capture>();
-  capture->id = next_capture_id.fetch_add(1);
-  capture->mode = mode;
-  capture->origin = CaptureKey(stream);
-  if (graph != nullptr) {  // cuStreamBeginCaptureToGraph: into the program's graph, after `deps`.
-    auto it = owned.find(reinterpret_cast<Graph*>(graph));
-    if (it == owned.end()) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult r = CheckDeps(it->first, deps, count); r != CUDA_SUCCESS) return r;
-    capture->graph = it->second;
-  } else {
-    capture->graph = std::make_shared<Graph>();
-    Register(capture->graph.get());
-  }
-  Join(stream, capture, std::vector<CUgraphNode>(deps, deps + count));
-  return CUDA_SUCCESS;
-}
-
-CUresult StreamEndCapture(CUstream stream, CUgraph* out) {
-  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult r = ResolveCapturable(stream); r != CUDA_SUCCESS) return r;
-  Lock lock(mu);
-  StreamCapture* s = CaptureEntry(stream);
-  if (s == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
-  std::shared_ptr<Capture> capture = s->capture;
-  const CUstream key = CaptureKey(stream);
-  if (capture->origin != key) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
-  // Every stream that forked from the capture must have been joined back into the origin stream.
-  bool joined = true;
-  for (const auto& [other, entry] : capturing) {
-    if (other != key && entry.capture == capture && !AllReach(entry.deps, s->deps)) joined = false;
-  }
-  EndCapture(capture);
-  *out = nullptr;
-  const bool into_program_graph = owned.count(capture->graph.get()) != 0;
-  if (capture->invalidated || !joined) {
-    if (!into_program_graph) Unregister(capture->graph.get());
-    return capture->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
-  }
-  if (!into_program_graph) owned[capture->graph.get()] = capture->graph;
-  *out = reinterpret_cast<CUgraph>(capture->graph.get());
-  return CUDA_SUCCESS;
-}
-
-CUresult StreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
-  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  Remote& remote = Remote::Get();
-  if (!remote.attached()) {
-    if (CUresult r = FakeDefaultStream(stream); r != CUDA_SUCCESS) return r;
-  } else {
-    int dev;
-    uint64_t sid;
-    if (CUresult r = remote.ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
-  }
-  *status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (capturing_streams.load(std::memory_order_relaxed) == 0) return CUDA_SUCCESS;
-  Lock lock(mu);
-  if (StreamCapture* s = CaptureEntry(stream)) {
-    *status = s->capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
-  }
-  return CUDA_SUCCESS;
-}
-
-CUresult StreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
-                              const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* count) {
-  if (CUresult r = StreamIsCapturing(stream, status); r != CUDA_SUCCESS) return r;
-  if (id != nullptr) *id = 0;
-  if (graph != nullptr) *graph = nullptr;
-  if (deps != nullptr) *deps = nullptr;
-  if (edges != nullptr) *edges = nullptr;
-  if (count != nullptr) *count = 0;
-  if (*status == CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_SUCCESS;
-  Lock lock(mu);
-  StreamCapture* s = CaptureEntry(stream);
-  if (s == nullptr) return CUDA_SUCCESS;  // Ended meanwhile by another thread.
-  if (id != nullptr) *id = s->capture->id;
-  if (graph != nullptr) *graph = reinterpret_cast<CUgraph>(s->capture->graph.get());
-  // The arrays stay valid until the stream's next captured call, as the driver promises.
-  if (deps != nullptr) *deps = s->deps.data();
-  if (edges != nullptr) *edges = s->edges.data();
-  if (count != nullptr) *count = s->deps.size();
-  return CUDA_SUCCESS;
-}
-
-CUresult StreamUpdateCaptureDependencies(CUstream stream, CUgraphNode* deps, const CUgraphEdgeData* edges,
-                                         size_t count, unsigned int flags) {
-  if (flags != CU_STREAM_ADD_CAPTURE_DEPENDENCIES && flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  if (edges != nullptr) {
-    for (size_t i = 0; i < count; ++i) {
-      if (edges[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT) return CUDA_ERROR_NOT_SUPPORTED;
-    }
-  }
-  if (CUresult r = ResolveCapturable(stream); r != CUDA_SUCCESS) return r;
-  Lock lock(mu);
-  StreamCapture* s = CaptureEntry(stream);
-  if (s == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
-  if (CUresult r = CheckDeps(s->capture->graph.get(), deps, count); r != CUDA_SUCCESS) return r;
-  std::vector<CUgraphNode> now = flags == CU_STREAM_SET_CAPTURE_DEPENDENCIES ? std::vector<CUgraphNode>{} : s->deps;
-  for (size_t i = 0; i < count; ++i) {
-    if (std::find(now.begin(), now.end(), deps[i]) == now.end()) now.push_back(deps[i]);
-  }
-  SetDeps(s, std::move(now));
-  return CUDA_SUCCESS;
-}
-
-CUresult ThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
-  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
-      *mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  std::swap(*mode, thread_mode);
-  return CUDA_SUCCESS;
 }
 
 // ---- Graphs.
@@ -843,9 +489,7 @@ CUresult GraphDestroy(CUgraph graph) {
   Lock lock(mu);
   auto it = owned.find(reinterpret_cast<Graph*>(graph));
   if (it == owned.end()) return CUDA_ERROR_INVALID_VALUE;
-  for (const auto& [stream, entry] : capturing) {
-    if (entry.capture->graph == it->second) return CUDA_ERROR_ILLEGAL_STATE;  // Still being captured into.
-  }
+  if (CapturedInto(it->second.get())) return CUDA_ERROR_ILLEGAL_STATE;  // Still being captured into.
   g = it->second;
   Unregister(g.get());
   owned.erase(it);
@@ -955,7 +599,7 @@ CUresult GraphAddMemFreeNode(CUgraphNode* out, CUgraph graph, const CUgraphNode*
 
 // ---- Generic node parameters (cuGraphAddNode, cuGraphNodeSetParams, cuGraphExecNodeSetParams).
 
-namespace {
+namespace graph_internal {
 
 CUresult WorkFromParams(const CUgraphNodeParams& p, NodeWork* w) {
   switch (p.type) {
@@ -1014,7 +658,7 @@ CUresult Replace(GraphNode* n, NodeWork w) {
   return CUDA_SUCCESS;
 }
 
-}  // namespace
+}  // namespace graph_internal
 
 CUresult GraphAddNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, const CUgraphEdgeData* edges,
                       size_t count, CUgraphNodeParams* p) {
@@ -1550,5 +1194,4 @@ CUresult GraphNodeGetEnabled(CUgraphExec exec_handle, CUgraphNode node, unsigned
 
 }  // namespace gpupool::interpose
 
-GP_CAPTURE_FORWARDS(GP_DEFINE_FORWARD)
 GP_GRAPH_FORWARDS(GP_DEFINE_FORWARD)
