@@ -295,6 +295,8 @@ class WorkerImpl final : public wire::SessionWorker::Server {
              std::function<void(uint64_t)> flow_limit, kj::Maybe<PreboundDoor> door)
       : io_(io), closed_(kj::mv(closed)), flow_limit_(std::move(flow_limit)), prebound_door_(kj::mv(door)) {}
 
+  // Opens the worker's one session: its limits, its slice's shared quota and meter, its device turns, its backend,
+  // then the session server and (when asked) a direct connection for the client.
   kj::Promise<void> open(OpenContext context) override {
     auto results = context.getResults();
     if (opened_) {
@@ -304,9 +306,38 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     }
     opened_ = true;
     auto c = context.getParams().getConfig();
-    Result<std::unique_ptr<backend::DeviceBackend>> device = Status(StatusCode::kInternal, "no backend");
+    backend::SessionLimits limits = LimitsOf(c);
+    // Called on this thread, which lives as long as the worker: the shared tables' memberships are held by it.
+    if (Status joined = JoinSharedTables(c, &limits); !joined.ok()) {
+      results.setCode(static_cast<int32_t>(joined.code()));
+      results.setMessage(joined.message());
+      closed_->fulfill();
+      return kj::READY_NOW;
+    }
+    Sharing sharing = JoinDeviceTurns(c, limits);
     // The backends answer kResourceExhausted when, and only when, the session's window cannot be had here.
-    bool window_taken = false;
+    Result<std::unique_ptr<backend::DeviceBackend>> device =
+        sharing.joined.ok() ? NewBackend(c, sharing, &limits) : Result<std::unique_ptr<backend::DeviceBackend>>(
+                                                                    sharing.joined);
+    if (!device.ok()) {
+      results.setCode(static_cast<int32_t>(device.status().code()));
+      results.setMessage(device.status().message());
+      results.setWindowTaken(device.status().code() == StatusCode::kResourceExhausted);
+      closed_->fulfill();  // Nothing to serve: the worker exits once this reply is out.
+      return kj::READY_NOW;
+    }
+    return Serve(std::move(device).value(), limits, sharing, c.getDirectListen(), results);
+  }
+
+  kj::Promise<void> revoke(RevokeContext context) override {
+    std::lock_guard<std::mutex> lock(control_->mu);
+    if (control_->revoke) control_->revoke(context.getParams().getReason());
+    return kj::READY_NOW;
+  }
+
+ private:
+  // The session's limits from its configuration; bounds the calls that come through the agent as well.
+  backend::SessionLimits LimitsOf(wire::WorkerConfig::Reader c) {
     backend::SessionLimits limits;
     limits.memory_bytes = c.getMemoryBytes();
     limits.window_base = c.getWindowBase();
@@ -326,46 +357,57 @@ class WorkerImpl final : public wire::SessionWorker::Server {
         _exit(0);
       }).detach();
     };
+    return limits;
+  }
+
+  // The slice's memory quota, shared by the lease's processes (refusing the session when it cannot be joined), and
+  // the agent's telemetry meter (without it the counts stay in this process).
+  static Status JoinSharedTables(wire::WorkerConfig::Reader c, backend::SessionLimits* limits) {
     if (c.getSliceQuota()) {
-      // Joined on this thread, which lives as long as the worker (membership is held by it).
       auto joined = backend::SliceQuota::Join(kQuotaFd);
       close(kQuotaFd);
-      if (!joined.ok()) {
-        results.setCode(static_cast<int32_t>(joined.status().code()));
-        results.setMessage(joined.status().message());
-        closed_->fulfill();
-        return kj::READY_NOW;
-      }
-      limits.quota = std::move(joined).value();
+      if (!joined.ok()) return joined.status();
+      limits->quota = std::move(joined).value();
     }
     if (c.getSessionMeter()) {
       auto meter = backend::SessionMeter::Map(kMeterFd);
       close(kMeterFd);
-      // Telemetry is no reason to refuse a session: without the agent's meter, the counts stay in this process.
       if (meter.ok()) {
-        limits.meter = std::move(meter).value();
+        limits->meter = std::move(meter).value();
       } else {
         GP_WARN("session", "the agent's session meter is unusable ({}): this session's telemetry stays at zero",
                 meter.status().message());
       }
     }
+    return Status::Ok();
+  }
+
+  // How the session shares its device with its neighbours.
+  struct Sharing {
     std::shared_ptr<backend::DeviceTurns> turns;
-    Status joined_turns = Status::Ok();
-    // A physical GPU under MPS shares itself by the active-thread percentage (below); every other device takes turns.
-    const bool mps = !c.getEmulated() && MpsRunning();
+    // Who enforces the turns: the emulated device itself, per kernel, preempting at its checkpoints (turns go to
+    // the backend as its gate); for a physical GPU the session server, throttling the submissions of a lease over
+    // its share while the driver time-slices the contexts (a GPU's kernels cannot be paused from outside).
+    std::shared_ptr<backend::DeviceTurns> submission_turns;
+    bool mps = false;  // A physical GPU under MPS: shared by the active-thread percentage instead.
+    Status joined = Status::Ok();
+  };
+
+  static Sharing JoinDeviceTurns(wire::WorkerConfig::Reader c, const backend::SessionLimits& limits) {
+    Sharing sharing;
+    sharing.mps = !c.getEmulated() && MpsRunning();
     if (c.getDeviceTurns()) {
-      if (!mps) {
-        // Joined on this thread, which lives as long as the worker: membership is held by it.
+      if (!sharing.mps) {
         auto joined = backend::DeviceTurns::Join(kTurnsFd, c.getShareMicros(), c.getTurnsGroup());
         if (joined.ok()) {
-          turns = std::move(joined).value();
-          if (limits.meter) turns->MeterInto(limits.meter);
+          sharing.turns = std::move(joined).value();
+          if (limits.meter) sharing.turns->MeterInto(limits.meter);
         } else {
-          joined_turns = joined.status();
+          sharing.joined = joined.status();
         }
       }
       close(kTurnsFd);
-    } else if (!mps) {
+    } else if (!sharing.mps) {
       // No turns table (an agent that made none): the nearest the CPU side can do is a CFS weight. Before any thread
       // exists: threads inherit the nice value.
       int nice = NiceForShare(c.getShareMicros());
@@ -373,15 +415,17 @@ class WorkerImpl final : public wire::SessionWorker::Server {
         GP_WARN("session", "cannot lower the worker's priority to nice {}: {}", nice, std::strerror(errno));
       }
     }
-    // Who shares the device: the emulated device itself, per kernel, preempting at its checkpoints; for a physical
-    // GPU the session server, throttling the submissions of a lease over its share while the driver time-slices
-    // the contexts (a GPU's kernels cannot be paused from outside).
     // GPUPOOL_EMU_SUBMISSION_TURNS=1 shares an emulated device the GPU's way, so that path runs without a GPU.
-    std::shared_ptr<backend::DeviceTurns> submission_turns;
-    if (!c.getEmulated() || EnvFlag("GPUPOOL_EMU_SUBMISSION_TURNS")) submission_turns = turns;
-    if (!joined_turns.ok()) {
-      device = joined_turns;
-    } else if (c.getEmulated()) {
+    if (!c.getEmulated() || EnvFlag("GPUPOOL_EMU_SUBMISSION_TURNS")) sharing.submission_turns = sharing.turns;
+    return sharing;
+  }
+
+  // The session's device: the emulated one, or the physical GPU through the driver this worker loads. Names the
+  // session in `limits` for log lines.
+  static Result<std::unique_ptr<backend::DeviceBackend>> NewBackend(wire::WorkerConfig::Reader c,
+                                                                    const Sharing& sharing,
+                                                                    backend::SessionLimits* limits) {
+    if (c.getEmulated()) {
       backend::EmuBackendConfig cfg;
       cfg.device_name = c.getDeviceName();
       if (c.getComputeCapability() != 0) {
@@ -395,51 +439,43 @@ class WorkerImpl final : public wire::SessionWorker::Server {
       std::memcpy(cfg.uuid, uuid.begin(), std::min<size_t>(16, uuid.size()));
       cfg.pci_bus = c.getPciBus();
       cfg.pci_device = c.getPciDevice();
-      if (!submission_turns) cfg.gate = turns;
-      limits.description = fmt::format("emulated {}, window 0x{:x}", cfg.device_name, cfg.window_base);
-      device = backend::NewEmuBackend(cfg);
-      window_taken = !device.ok() && device.status().code() == StatusCode::kResourceExhausted;
-    } else {
-      if (mps) {
-        // MPS reads it when this process first creates a context; a whole device needs no limit.
-        uint32_t percent = std::max(1u, static_cast<uint32_t>(std::lround(c.getShareMicros() / 10000.0)));
-        if (percent < 100) setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(percent).c_str(), 1);
-      }
-      // The worker's driver sees its own GPU alone (no context, no memory on the others), however the agent's
-      // environment ordered them.
-      std::string uuid = c.getNvmlUuid();
-      setenv("CUDA_VISIBLE_DEVICES", uuid.c_str(), 1);
-      auto driver = backend::CudaDriver::Load(c.getCudaDriver());
-      if (!driver.ok()) {
-        device = driver.status();
-      } else {
-        backend::CudaBackendConfig cfg;
-        cfg.nvml_uuid = c.getNvmlUuid();
-        cfg.memory_bytes = c.getMemoryBytes();
-        cfg.window_base = c.getWindowBase();
-        cfg.window_bytes = c.getWindowBytes();
-        limits.description = fmt::format("GPU {}, window 0x{:x}", cfg.nvml_uuid, cfg.window_base);
-        device = backend::NewCudaBackend(std::shared_ptr<backend::CudaDriver>(std::move(driver).value()), cfg);
-        window_taken = !device.ok() && device.status().code() == StatusCode::kResourceExhausted;
-      }
+      if (!sharing.submission_turns) cfg.gate = sharing.turns;
+      limits->description = fmt::format("emulated {}, window 0x{:x}", cfg.device_name, cfg.window_base);
+      return backend::NewEmuBackend(cfg);
     }
-    if (!device.ok()) {
-      results.setCode(static_cast<int32_t>(device.status().code()));
-      results.setMessage(device.status().message());
-      results.setWindowTaken(window_taken);
-      closed_->fulfill();  // Nothing to serve: the worker exits once this reply is out.
-      return kj::READY_NOW;
+    if (sharing.mps) {
+      // MPS reads it when this process first creates a context; a whole device needs no limit.
+      uint32_t percent = std::max(1u, static_cast<uint32_t>(std::lround(c.getShareMicros() / 10000.0)));
+      if (percent < 100) setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(percent).c_str(), 1);
     }
-    // The session server lives as long as some client holds it; when the last reference goes (the client closed
-    // it, or its connection broke), the worker's job is done.
+    // The worker's driver sees its own GPU alone (no context, no memory on the others), however the agent's
+    // environment ordered them.
+    std::string uuid = c.getNvmlUuid();
+    setenv("CUDA_VISIBLE_DEVICES", uuid.c_str(), 1);
+    auto driver = backend::CudaDriver::Load(c.getCudaDriver());
+    if (!driver.ok()) return driver.status();
+    backend::CudaBackendConfig cfg;
+    cfg.nvml_uuid = c.getNvmlUuid();
+    cfg.memory_bytes = c.getMemoryBytes();
+    cfg.window_base = c.getWindowBase();
+    cfg.window_bytes = c.getWindowBytes();
+    limits->description = fmt::format("GPU {}, window 0x{:x}", cfg.nvml_uuid, cfg.window_base);
+    return backend::NewCudaBackend(std::shared_ptr<backend::CudaDriver>(std::move(driver).value()), cfg);
+  }
+
+  // Serves the session: the session server lives as long as some client holds it; when the last reference goes
+  // (the client closed it, or its connection broke), the worker's job is done. `where`, when set, is where the
+  // client may connect directly.
+  kj::Promise<void> Serve(std::unique_ptr<backend::DeviceBackend> device, const backend::SessionLimits& limits,
+                          const Sharing& sharing, std::string where,
+                          wire::SessionWorker::OpenResults::Builder results) {
     auto* closed = closed_.get();
     backend::FramedSession* framed = nullptr;
-    auto server = backend::NewSessionServer(std::move(device).value(), limits, control_, submission_turns, &framed)
+    auto server = backend::NewSessionServer(std::move(device), limits, control_, sharing.submission_turns, &framed)
                       .attach(kj::defer([closed] { closed->fulfill(); }));
     wire::Session::Client client(kj::mv(server));
     results.setCode(0);
     results.setSession(client);
-    std::string where = c.getDirectListen();
     if (where.empty()) return kj::READY_NOW;
     door_ = kj::heap<Door>(io_, kj::mv(client), *framed, limits.bytes_in_flight);
     return door_->Open(where, prebound_door_, results.initDirect()).catch_([this, results](kj::Exception&& e) mutable {
@@ -450,13 +486,6 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     });
   }
 
-  kj::Promise<void> revoke(RevokeContext context) override {
-    std::lock_guard<std::mutex> lock(control_->mu);
-    if (control_->revoke) control_->revoke(context.getParams().getReason());
-    return kj::READY_NOW;
-  }
-
- private:
   kj::AsyncIoContext& io_;
   kj::Own<kj::PromiseFulfiller<void>> closed_;
   std::function<void(uint64_t)> flow_limit_;

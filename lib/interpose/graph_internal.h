@@ -64,8 +64,8 @@ struct GraphMemory;
 // graph memory (cuMemFree), which tells graph.cc about it.
 extern std::recursive_mutex mu;
 using Lock = std::lock_guard<std::recursive_mutex>;
-extern std::set<Graph*>& graphs;                          // Live graphs, the program's and the child graphs inside them.
-extern std::map<Graph*, std::shared_ptr<Graph>>& owned;   // The program's graphs, destroyed with cuGraphDestroy.
+extern std::set<Graph*>& graphs;                         // Live graphs, the program's and the child graphs inside them.
+extern std::map<Graph*, std::shared_ptr<Graph>>& owned;  // The program's graphs, destroyed with cuGraphDestroy.
 extern std::map<CUdeviceptr, std::weak_ptr<GraphMemory>>& graph_memory;
 
 inline GraphNode* N(CUgraphNode h) { return reinterpret_cast<GraphNode*>(h); }

@@ -698,7 +698,8 @@ CUresult ManagedMemory::BeforeKernel(int device, uint64_t stream) {
   for (auto& [base, a] : S().allocations) {
     if (a->device != device || !SeenBy(*a, stream)) continue;
     if (!caught_up) {
-      if (int code = CatchUp(d, session, stream); code != 0) return remote.Fail(device, code, "ordering managed memory");
+      if (int code = CatchUp(d, session, stream); code != 0)
+        return remote.Fail(device, code, "ordering managed memory");
       caught_up = true;
     }
     // Read-only first, then sent, then no access: a write racing the launch faults and waits for the kernel.
