@@ -42,8 +42,8 @@ bool IsDeviceLaunchFunction(std::string_view name) {
     return false;
   }
   for (std::string_view base : {"LaunchDevice", "GetParameterBuffer"}) {
-    if (name == base || (name.size() == base.size() + 2 && name.substr(0, base.size()) == base &&
-                         name.substr(base.size()) == "V2")) {
+    if (name == base ||
+        (name.size() == base.size() + 2 && name.substr(0, base.size()) == base && name.substr(base.size()) == "V2")) {
       return true;
     }
   }

@@ -57,7 +57,6 @@ StreamCapture* CaptureEntry(CUstream stream) {
   return it == capturing.end() ? nullptr : &it->second;
 }
 
-
 void Join(CUstream stream, const std::shared_ptr<Capture>& capture, std::vector<CUgraphNode> deps) {
   auto [it, added] = capturing.try_emplace(CaptureKey(stream));
   if (added) capturing_streams.fetch_add(1);
@@ -110,7 +109,6 @@ CUresult ResolveCapturable(CUstream stream) {
   if (sid == 0 && stream != CU_STREAM_PER_THREAD) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   return CUDA_SUCCESS;
 }
-
 
 }  // namespace
 
@@ -221,7 +219,6 @@ CUresult CaptureMemFree(CUstream stream, CUdeviceptr address) {
   return CaptureWork(stream, std::move(work));
 }
 
-
 // ---- Stream capture entry points.
 
 CUresult StreamBeginCapture(CUstream stream, CUgraph graph, const CUgraphNode* deps, size_t count,
@@ -316,8 +313,8 @@ CUresult StreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus* status, cu
   return CUDA_SUCCESS;
 }
 
-CUresult StreamUpdateCaptureDependencies(CUstream stream, CUgraphNode* deps, const CUgraphEdgeData* edges,
-                                         size_t count, unsigned int flags) {
+CUresult StreamUpdateCaptureDependencies(CUstream stream, CUgraphNode* deps, const CUgraphEdgeData* edges, size_t count,
+                                         unsigned int flags) {
   if (flags != CU_STREAM_ADD_CAPTURE_DEPENDENCIES && flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES) {
     return CUDA_ERROR_INVALID_VALUE;
   }

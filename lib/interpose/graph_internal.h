@@ -46,8 +46,8 @@ struct RecordedLaunch {
 };
 
 struct GraphExec {
-  std::shared_ptr<Graph> graph;        // A copy of the instantiated graph.
-  std::vector<GraphNode*> order;       // Its live nodes, dependencies first.
+  std::shared_ptr<Graph> graph;   // A copy of the instantiated graph.
+  std::vector<GraphNode*> order;  // Its live nodes, dependencies first.
   unsigned long long flags = 0;
   // The last launch's messages, if they can be sent again; dropped whenever a node of the executable graph is
   // touched or the graph updated, which also gives `generation` a new number, never used before (so a launch that

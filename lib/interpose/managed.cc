@@ -52,10 +52,10 @@ struct PageAdvice {
 };
 
 struct ManagedRange {
-  uint64_t base = 0;          // Page aligned; the program's pointer.
-  uint64_t bytes = 0;         // As asked.
-  uint64_t mapped = 0;        // Whole pages.
-  uint64_t remote_base = 0;   // The slice's allocation (up to a page below base: slices align less than pages).
+  uint64_t base = 0;             // Page aligned; the program's pointer.
+  uint64_t bytes = 0;            // As asked.
+  uint64_t mapped = 0;           // Whole pages.
+  uint64_t remote_base = 0;      // The slice's allocation (up to a page below base: slices align less than pages).
   std::set<const void*> owners;  // Module variables' pages: the modules whose variables lie there; else empty.
   // What of [base, base + mapped) is the slice's memory to copy: the whole range for an allocation; each variable's
   // own bytes for module variables (the slice refuses a copy beyond one).
@@ -63,10 +63,10 @@ struct ManagedRange {
   bool outside_window = false;  // Module variables a GPU's driver placed outside the slice's window.
   int device = 0;
   int fd = -1;
-  uint8_t* view = nullptr;    // gpupool's own view of the pages: never faults.
+  uint8_t* view = nullptr;  // gpupool's own view of the pages: never faults.
   unsigned int attach = CU_MEM_ATTACH_GLOBAL;
-  uint64_t attach_stream = 0;  // For CU_MEM_ATTACH_SINGLE.
-  std::vector<uint8_t> pages;  // PageState each.
+  uint64_t attach_stream = 0;              // For CU_MEM_ATTACH_SINGLE.
+  std::vector<uint8_t> pages;              // PageState each.
   size_t valid = 0, dirty = 0, fresh = 0;  // Pages clean, dirty or fresh; pages dirty; pages fresh.
   std::vector<PageAdvice> advice;
   // Device work that may write the allocation: the device's work epoch of the newest, the streams it went on since
@@ -584,8 +584,8 @@ CUresult ManagedMemory::AdoptVariable(int device, uint64_t address, uint64_t byt
   State& s = S();
   DeviceState& d = s.devices[device];
   // Already managed (another variable of its page): one more owner.
-  if (ManagedRange* a = FindLocked(address); a != nullptr && !a->owners.empty() && a->device == device &&
-                                             address + bytes <= a->base + a->mapped) {
+  if (ManagedRange* a = FindLocked(address);
+      a != nullptr && !a->owners.empty() && a->device == device && address + bytes <= a->base + a->mapped) {
     a->owners.insert(owner);
     if (std::find(a->extents.begin(), a->extents.end(), std::make_pair(address, bytes)) == a->extents.end()) {
       a->extents.emplace_back(address, bytes);
@@ -642,9 +642,10 @@ CUresult ManagedMemory::AdoptVariable(int device, uint64_t address, uint64_t byt
     }
   }
   if (at == MAP_FAILED) {
-    GP_ERROR("interpose", "managed variables at {:#x} ({} bytes) on device {} cannot have host pages at the same "
-             "address: {}", lo, a->mapped, device,
-             errno == EEXIST ? "this process has other memory there" : std::strerror(errno));
+    GP_ERROR("interpose",
+             "managed variables at {:#x} ({} bytes) on device {} cannot have host pages at the same "
+             "address: {}",
+             lo, a->mapped, device, errno == EEXIST ? "this process has other memory there" : std::strerror(errno));
     if (view != MAP_FAILED) munmap(view, a->mapped);
     if (a->fd >= 0) close(a->fd);
     return CUDA_ERROR_NOT_SUPPORTED;
@@ -698,8 +699,9 @@ CUresult ManagedMemory::BeforeKernel(int device, uint64_t stream) {
   for (auto& [base, a] : S().allocations) {
     if (a->device != device || !SeenBy(*a, stream)) continue;
     if (!caught_up) {
-      if (int code = CatchUp(d, session, stream); code != 0)
+      if (int code = CatchUp(d, session, stream); code != 0) {
         return remote.Fail(device, code, "ordering managed memory");
+      }
       caught_up = true;
     }
     // Read-only first, then sent, then no access: a write racing the launch faults and waits for the kernel.
@@ -711,8 +713,7 @@ CUresult ManagedMemory::BeforeKernel(int device, uint64_t stream) {
   return CUDA_SUCCESS;
 }
 
-CUresult ManagedMemory::BeforeDeviceAccess(int device, uint64_t stream, uint64_t address, uint64_t bytes,
-                                           bool write) {
+CUresult ManagedMemory::BeforeDeviceAccess(int device, uint64_t stream, uint64_t address, uint64_t bytes, bool write) {
   if (!Any() || bytes == 0) return CUDA_SUCCESS;
   Remote& remote = Remote::Get();
   RemoteSession* session = remote.session(device);
@@ -840,7 +841,7 @@ CUresult ManagedMemory::RangeAttribute(void* data, size_t data_size, CUmem_range
       return static_cast<int>(v);
     };
     auto type_of = [](int location) {
-      return location == kNoLocation ? CU_MEM_LOCATION_TYPE_INVALID
+      return location == kNoLocation     ? CU_MEM_LOCATION_TYPE_INVALID
              : location == CU_DEVICE_CPU ? CU_MEM_LOCATION_TYPE_HOST
                                          : CU_MEM_LOCATION_TYPE_DEVICE;
     };
@@ -875,8 +876,7 @@ CUresult ManagedMemory::RangeAttribute(void* data, size_t data_size, CUmem_range
         answer.resize(data_size / 4);
         break;
       }
-      default:
-        return CUDA_ERROR_INVALID_VALUE;
+      default: return CUDA_ERROR_INVALID_VALUE;
     }
   }
   // Written outside the lock: `data` may itself be managed memory, whose fault takes the lock.
@@ -910,14 +910,9 @@ bool LocationOrdinal(const CUmemLocation& l, int* ordinal) {
   switch (l.type) {
     case CU_MEM_LOCATION_TYPE_HOST:
     case CU_MEM_LOCATION_TYPE_HOST_NUMA:
-    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
-      *ordinal = CU_DEVICE_CPU;
-      return true;
-    case CU_MEM_LOCATION_TYPE_DEVICE:
-      *ordinal = l.id;
-      return true;
-    default:
-      return false;
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: *ordinal = CU_DEVICE_CPU; return true;
+    case CU_MEM_LOCATION_TYPE_DEVICE: *ordinal = l.id; return true;
+    default: return false;
   }
 }
 

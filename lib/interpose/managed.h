@@ -13,9 +13,10 @@
 // The host's first write to a clean page faults and marks it dirty; a touch of an invalid page faults, waits for
 // the device work that may write it, and fetches the page (with read-ahead) from the slice. Before device work
 // that may use an allocation (a kernel or graph on a stream that sees it; a copy or memset on its range), the dirty
-// pages it covers (and the fresh ones that are not all zeros) go to the slice, in order on that work's stream, and pages that work may write become invalid.
-// A stream sees an allocation attached CU_MEM_ATTACH_GLOBAL (on its device), or attached CU_MEM_ATTACH_SINGLE to
-// it (cuStreamAttachMemAsync); an allocation attached CU_MEM_ATTACH_HOST is seen by no kernel.
+// pages it covers (and the fresh ones that are not all zeros) go to the slice, in order on that work's stream, and
+// pages that work may write become invalid. A stream sees an allocation attached CU_MEM_ATTACH_GLOBAL (on its device),
+// or attached CU_MEM_ATTACH_SINGLE to it (cuStreamAttachMemAsync); an allocation attached CU_MEM_ATTACH_HOST is seen by
+// no kernel.
 //
 // An allocation lives on the slice that was current when it was made (a remote device cannot reach another
 // server's memory): kernels of other slices cannot use it; copies can. A system call that writes into a page the
