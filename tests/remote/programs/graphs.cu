@@ -333,29 +333,41 @@ void Capture() {
   CHECK(cudaFree(sum));
 }
 
+// An allocation node's parameters: `bytes` of device 0's memory.
+cudaMemAllocNodeParams DeviceAllocation(size_t bytes) {
+  cudaMemAllocNodeParams ap{};
+  ap.poolProps.allocType = cudaMemAllocationTypePinned;
+  ap.poolProps.location.type = cudaMemLocationTypeDevice;
+  ap.poolProps.location.id = 0;
+  ap.bytesize = bytes;
+  return ap;
+}
+
+// A memset node's parameters: kN ints at `dst` set to `value`.
+cudaMemsetParams Ints(void* dst, unsigned int value) {
+  cudaMemsetParams ms{};
+  ms.dst = dst;
+  ms.value = value;
+  ms.elementSize = 4;
+  ms.width = kN;
+  ms.height = 1;
+  return ms;
+}
+
 void GraphMemory() {
   CHECK(cudaDeviceSynchronize());  // Earlier frees have reached the device (they follow the work queued before).
   size_t free0 = 0, total = 0;
   CHECK(cudaMemGetInfo(&free0, &total));
   cudaGraph_t g;
   CHECK(cudaGraphCreate(&g, 0));
-  cudaMemAllocNodeParams ap{};
-  ap.poolProps.allocType = cudaMemAllocationTypePinned;
-  ap.poolProps.location.type = cudaMemLocationTypeDevice;
-  ap.poolProps.location.id = 0;
-  ap.bytesize = kN * sizeof(int);
+  cudaMemAllocNodeParams ap = DeviceAllocation(kN * sizeof(int));
   cudaGraphNode_t alloc, set, back, release;
   CHECK(cudaGraphAddMemAllocNode(&alloc, g, nullptr, 0, &ap));
   EXPECT(ap.dptr != nullptr, "graph memory has its address when the node is made");
   size_t free1 = 0;
   CHECK(cudaMemGetInfo(&free1, &total));
   EXPECT(free1 + kN * sizeof(int) <= free0, "graph memory counted against the slice");
-  cudaMemsetParams ms{};
-  ms.dst = ap.dptr;
-  ms.value = 0x01020304;
-  ms.elementSize = 4;
-  ms.width = kN;
-  ms.height = 1;
+  cudaMemsetParams ms = Ints(ap.dptr, 0x01020304);
   CHECK(cudaGraphAddMemsetNode(&set, g, &alloc, 1, &ms));
   std::vector<int> out(kN, 0);
   CHECK(cudaGraphAddMemcpyNode1D(&back, g, &set, 1, out.data(), ap.dptr, kN * sizeof(int), cudaMemcpyDeviceToHost));
@@ -384,20 +396,11 @@ void GraphMemoryFreedOutside() {
   CHECK(cudaStreamCreate(&s));
   cudaGraph_t g;
   CHECK(cudaGraphCreate(&g, 0));
-  cudaMemAllocNodeParams ap{};
-  ap.poolProps.allocType = cudaMemAllocationTypePinned;
-  ap.poolProps.location.type = cudaMemLocationTypeDevice;
-  ap.poolProps.location.id = 0;
-  ap.bytesize = kN * sizeof(int);
+  cudaMemAllocNodeParams ap = DeviceAllocation(kN * sizeof(int));
   cudaGraphNode_t alloc, set;
   CHECK(cudaGraphAddMemAllocNode(&alloc, g, nullptr, 0, &ap));
   int* memory = static_cast<int*>(ap.dptr);
-  cudaMemsetParams ms{};
-  ms.dst = memory;
-  ms.value = 7;
-  ms.elementSize = 4;
-  ms.width = kN;
-  ms.height = 1;
+  cudaMemsetParams ms = Ints(memory, 7);
   CHECK(cudaGraphAddMemsetNode(&set, g, &alloc, 1, &ms));
   cudaGraphExec_t exec;
   CHECK(cudaGraphInstantiate(&exec, g, 0));

@@ -21,17 +21,6 @@
 
 #include "program_checks.h"
 
-#define DRV(call)                                                                 \
-  do {                                                                            \
-    CUresult r_ = (call);                                                         \
-    if (r_ != CUDA_SUCCESS) {                                                     \
-      const char* name_ = nullptr;                                                \
-      cuGetErrorName(r_, &name_);                                                 \
-      std::printf(PROGRAM_NAME ": %s failed: %s\n", #call, name_ ? name_ : "?"); \
-      ++failures;                                                                 \
-    }                                                                             \
-  } while (0)
-
 // CUDA 13.1/13.2 values (cuda.h of 13.2).
 constexpr unsigned int kHostTaskBlocking = 0, kHostTaskSpinWait = 1;  // CUhostTaskSyncMode
 constexpr int kAttributeAtomicReductionSupported = 148;              // CUdevice_attribute

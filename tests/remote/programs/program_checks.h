@@ -33,6 +33,20 @@ static int failures = 0;
     }                                                  \
   } while (0)
 
+#ifdef CUDA_VERSION
+// DRV(call): CHECK for a driver API call (cuda.h included first), naming the CUresult.
+#define DRV(call)                                                                 \
+  do {                                                                            \
+    CUresult r_ = (call);                                                         \
+    if (r_ != CUDA_SUCCESS) {                                                     \
+      const char* name_ = nullptr;                                                \
+      cuGetErrorName(r_, &name_);                                                 \
+      std::printf(PROGRAM_NAME ": %s failed: %s\n", #call, name_ ? name_ : "?"); \
+      ++failures;                                                                 \
+    }                                                                             \
+  } while (0)
+#endif
+
 // REQUIRE(cond, format, ...) and REQUIRE_OK(call): a failure ends the program at once (exit status 1), for checks
 // that later steps build on, or that run over whole arrays (the first wrong element is the one worth a line).
 #define REQUIRE(cond, ...)                                                \

@@ -11,17 +11,6 @@
 
 #include "program_checks.h"
 
-#define DRV(call)                                                                          \
-  do {                                                                                     \
-    CUresult r_ = (call);                                                                  \
-    if (r_ != CUDA_SUCCESS) {                                                              \
-      const char* name_ = nullptr;                                                         \
-      cuGetErrorName(r_, &name_);                                                          \
-      std::printf(PROGRAM_NAME ": %s failed: %s\n", #call, name_ ? name_ : "?");          \
-      ++failures;                                                                          \
-    }                                                                                      \
-  } while (0)
-
 __global__ void Fill(int* v, int n, int base) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) v[i] = base + i;
