@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 #include <kj/async.h>
 
+#include "backend/device_wait.h"
 #include "backend/handle_table.h"
 #include "backend/session_checks.h"
 #include "core/log.h"
@@ -1010,41 +1011,16 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     if (!awaited_ || !backend_->CanTellNearlyReached() || wait->reached.load(std::memory_order_acquire)) return done;
     auto soon = kj::newPromiseAndCrossThreadFulfiller<void>();
     auto soon_fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(soon.fulfiller));
-    const Clock::duration lead = std::clamp<Clock::duration>(TypicalWakeup(kFirstWakeup) * 3 / 2 + kWakeMargin,
-                                                             kMinWakeLead, kMaxWakeLead);
+    const Clock::duration lead = WakeLead();
     backend_->WhenNearlyReached(stream, lead, [wait, soon_fulfiller] {
-      wait->soon_at.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+      wait->Soon();
       (*soon_fulfiller)->fulfill();
     });
     // Told at once, the wait takes no wakeup: nothing to learn of the thread's wakeups.
-    const bool at_once = wait->soon_at.load(std::memory_order_relaxed) != 0;
+    const bool at_once = wait->SaidSoon();
     auto awake = soon.promise.then([wait, at_once, lead] { AwaitCallback(*wait, !at_once, lead); },
                                    [](kj::Exception&&) {});
     return done.attach(awake.eagerlyEvaluate(nullptr));
-  }
-
-  // A wait for the device's callback, shared by the callbacks that end it (on the device's thread) and the session.
-  struct DeviceWait {
-    kj::Own<kj::CrossThreadPromiseFulfiller<void>> done;
-    std::atomic<bool> reached{false};    // Set once `done` is fulfilled: the event loop has the news by then.
-    std::atomic<int64_t> soon_at{0};     // When the device said the wait was about to end (steady clock ticks).
-    void Fulfil() {
-      done->fulfill();
-      reached.store(true, std::memory_order_release);
-    }
-  };
-
-  // The device said that `wait` ends within `lead`: polls for its callback rather than sleep through the wait's last
-  // microseconds (and pay a wakeup after them, 10-50 us where an idle CPU must be woken, on a virtual machine an
-  // exit to the hypervisor), for about as long as the lead, yielding the CPU at each turn, and only while the host
-  // has a CPU to spare. The lead follows how long this process's threads take to wake (`woken`: this one was woken
-  // for the hint, and tells how long that took): the wakeup must fit in it.
-  static void AwaitCallback(const DeviceWait& wait, bool woken, Clock::duration lead) {
-    const auto woke = Clock::now();
-    if (woken) NoteWakeup(woke - Clock::time_point(Clock::duration(wait.soon_at.load(std::memory_order_relaxed))));
-    if (!HostHasSpareCpu()) return;
-    const auto until = woke + lead + kWakeMargin;
-    while (!wait.reached.load(std::memory_order_acquire) && Clock::now() < until) std::this_thread::yield();
   }
 
   // The status of a call that waited for `stream` (handle `id`): the lease may have ended, or the stream been
@@ -1151,12 +1127,6 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   }
   // Whether the call being handled has a client waiting for its reply (not a posted call).
   bool awaited_ = false;
-  // How far ahead of a wait's end the event loop asks to be woken (CalledBack): the typical wakeup and a half, and a
-  // margin, within these bounds; what is assumed before any wakeup was measured.
-  static constexpr Clock::duration kMinWakeLead = std::chrono::microseconds(20);
-  static constexpr Clock::duration kMaxWakeLead = std::chrono::microseconds(200);
-  static constexpr Clock::duration kWakeMargin = std::chrono::microseconds(10);
-  static constexpr Clock::duration kFirstWakeup = std::chrono::microseconds(30);
   // Where BulkLanding read the bytes of the copy it answered for, until that copy is served.
   uint8_t* landed_at_ = nullptr;
   uint64_t landed_bytes_ = 0;
