@@ -277,6 +277,17 @@ static void PrefetchAndAdvice() {
   REQUIRE(cudaMemAdvise(a, 4096, cudaMemAdviseSetAccessedBy, Device(77)) == cudaErrorInvalidDevice,
          "advice for device 77");
   cudaGetLastError();
+  REQUIRE(cudaMemRangeGetAttribute(&mostly, 3, cudaMemRangeAttributeReadMostly, a, 4096) == cudaErrorInvalidValue,
+          "a 3-byte answer for a 4-byte attribute");
+  cudaGetLastError();
+  char* small = nullptr;  // 100 bytes: the rest of its page is no part of it.
+  REQUIRE_OK(cudaMallocManaged(&small, 100));
+  REQUIRE(cudaMemPrefetchAsync(small + 200, 16, Host(), 0, s) == cudaErrorInvalidValue, "prefetch past 100 bytes");
+  cudaGetLastError();
+  REQUIRE(cudaMemAdvise(small + 99, 2, cudaMemAdviseSetReadMostly, Device(0)) == cudaErrorInvalidValue,
+          "advice across the allocation's end");
+  cudaGetLastError();
+  REQUIRE_OK(cudaFree(small));
   REQUIRE_OK(cudaFree(plain));
   REQUIRE_OK(cudaStreamDestroy(s));
   REQUIRE_OK(cudaFree(a));
