@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "core/array_format.h"
 #include "core/log.h"
 #include "core/range_allocator.h"
 
@@ -493,12 +494,7 @@ class CudaBackend final : public DeviceBackend {
       res.res.linear.devPtr = spec.address;
       res.res.linear.format = format;
       res.res.linear.numChannels = spec.channels;
-      const uint64_t channel = format == CU_AD_FORMAT_UNSIGNED_INT8 || format == CU_AD_FORMAT_SIGNED_INT8 ? 1
-                               : format == CU_AD_FORMAT_FLOAT || format == CU_AD_FORMAT_UNSIGNED_INT32 ||
-                                       format == CU_AD_FORMAT_SIGNED_INT32
-                                   ? 4
-                                   : 2;
-      res.res.linear.sizeInBytes = uint64_t{spec.width} * channel * spec.channels;
+      res.res.linear.sizeInBytes = uint64_t{spec.width} * ChannelBytes(spec.format) * spec.channels;
     }
     CUDA_TEXTURE_DESC tex = {};
     for (int i = 0; i < 3; ++i) tex.addressMode[i] = static_cast<CUaddress_mode>(spec.address_mode[i]);
