@@ -11,11 +11,11 @@
 #include <charconv>
 #include <cstdlib>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include "api.h"
 #include "client/local_agent.h"
+#include "client/request_flags.h"
 #include "core/log.h"
 #include "driver_newer.h"
 #include "emu/device_attributes.h"
@@ -174,58 +174,13 @@ class RemoteDeviceProvider : public DeviceProvider {
     return "";
   }
 
-  // gp-run's request options, whitespace-separated.
+  // gp-run's request options, whitespace-separated: read as gp-run reads them (client/request_flags.h).
   static Status ParseRequest(const std::string& spec, Request* request, PoolOptions* options) {
-    std::istringstream in(spec);
-    std::vector<std::string> words;
-    for (std::string w; in >> w;) words.push_back(w);
-    auto bad = [&](const std::string& why) {
-      return Status(StatusCode::kInvalidArgument, fmt::format("GPUPOOL_REQUEST='{}': {}", spec, why));
-    };
-    for (size_t i = 0; i < words.size(); ++i) {
-      std::string opt = words[i], value;
-      if (size_t eq = opt.find('='); opt.rfind("--", 0) == 0 && eq != std::string::npos) {
-        value = opt.substr(eq + 1);
-        opt = opt.substr(0, eq);
-      }
-      bool flag = opt == "--same-server" || opt == "--spread";
-      if (!flag && value.empty()) {
-        if (i + 1 >= words.size()) return bad(opt + " needs a value");
-        value = words[++i];
-      }
-      if (opt == "-n" || opt == "--count") {
-        int n = 0;
-        auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-        if (ec != std::errc() || end != value.data() + value.size()) return bad("-n: '" + value + "' is not a count");
-        request->count = n;
-      } else if (opt == "-p" || opt == "--fraction") {
-        auto f = ParseFraction(value);
-        if (!f.ok()) return bad("-p: " + f.status().message());
-        request->fraction = *f;
-      } else if (opt == "-m" || opt == "--memory") {
-        auto m = ParseMemorySize(value);
-        if (!m.ok()) return bad("-m: " + m.status().message());
-        request->memory_bytes = *m;
-      } else if (opt == "--wait") {
-        auto d = ParseDuration(value);
-        if (!d.ok()) return bad("--wait: " + d.status().message());
-        request->wait = *d;
-      } else if (opt == "--class") {
-        request->device_class = value;
-      } else if (opt == "--same-server") {
-        request->spread = Spread::kSameServer;
-      } else if (opt == "--spread") {
-        request->spread = Spread::kSpread;
-      } else if (opt == "--servers") {
-        std::istringstream list(value);
-        for (std::string server; std::getline(list, server, ',');) {
-          if (!server.empty()) options->servers.push_back(server);
-        }
-      } else {
-        return bad("unknown option '" + opt + "'");
-      }
-    }
-    return Status();
+    RequestFlags flags;
+    Status s = ParseRequestFlags(spec, &flags);
+    if (s.ok()) s = BuildRequest(flags, request, options);
+    if (!s.ok()) return Status(s.code(), fmt::format("GPUPOOL_REQUEST='{}': {}", spec, s.message()));
+    return s;
   }
 
   std::string source_;
