@@ -641,6 +641,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     KernelInfo info;
     CallStatus s = backend_->GetFunction(it->second, a.name, &fn, &info);
     if (!s.ok()) return Done(s);
+    // Boilerplate by nature: field by field from the backend's answer to the wire's.
     r.params = info.params;
     r.shared_bytes = info.shared_bytes;
     r.local_bytes = info.local_bytes;

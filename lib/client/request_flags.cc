@@ -1,6 +1,8 @@
 #include "client/request_flags.h"
 
+#include <algorithm>
 #include <charconv>
+#include <utility>
 
 #include "gpupool/units.h"
 

@@ -99,6 +99,7 @@ class RemoteDeviceProvider : public DeviceProvider {
     std::vector<DeviceInfo> devices;
     for (const auto& session : sessions_) {
       const internal::RemoteProps& p = session->props();
+      // Boilerplate by nature: field by field from the session's device to the driver's.
       DeviceInfo d;
       d.name = p.name;
       d.total_memory = p.total_memory;

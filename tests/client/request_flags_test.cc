@@ -19,30 +19,20 @@ TEST(RequestFlags, ReadsEveryOptionSpelledEitherWay) {
   Request r;
   PoolOptions o;
   ASSERT_TRUE(Read("  -n 3\t--fraction=1/4 --class t4 --wait 30s --same-server --servers a:1,,b:2 ", &r, &o).ok());
-  EXPECT_EQ(r.count, 3);
-  EXPECT_DOUBLE_EQ(r.fraction, 0.25);
-  EXPECT_FALSE(r.memory_bytes.has_value());
-  EXPECT_EQ(r.device_class, "t4");
+  EXPECT_EQ(DescribeRequest(r), "3 x 25% of a GPU of class 't4' on one server");
   EXPECT_EQ(r.wait, std::chrono::seconds(30));
-  EXPECT_EQ(r.spread, Spread::kSameServer);
   EXPECT_EQ(o.servers, (std::vector<std::string>{"a:1", "b:2"}));
 
-  Request m;
-  PoolOptions none;
-  ASSERT_TRUE(Read("--count=2 -m 6GiB --spread", &m, &none).ok());
-  EXPECT_EQ(m.count, 2);
-  EXPECT_EQ(m.memory_bytes, uint64_t{6} << 30);
-  EXPECT_EQ(m.spread, Spread::kSpread);
-  EXPECT_TRUE(none.servers.empty());
+  r = Request();
+  ASSERT_TRUE(Read("--count=2 -m 6GiB --spread", &r, &o).ok());
+  EXPECT_EQ(DescribeRequest(r), "2 x 6 GiB slices spread across servers");
 }
 
 TEST(RequestFlags, NothingGivenIsGpRunsDefault) {
   Request r;
   PoolOptions o;
   ASSERT_TRUE(Read(" ", &r, &o).ok());
-  EXPECT_EQ(r.count, 1);
-  EXPECT_DOUBLE_EQ(r.fraction, 1.0);
-  EXPECT_EQ(r.spread, Spread::kPack);
+  EXPECT_EQ(DescribeRequest(r), "1 x GPU");
   EXPECT_EQ(r.wait.count(), 0);
   EXPECT_TRUE(o.servers.empty());
 }
@@ -51,8 +41,7 @@ TEST(RequestFlags, ALaterOptionOverridesAnEarlierOne) {
   Request r;
   PoolOptions o;
   ASSERT_TRUE(Read("-n 1 --same-server -n 4 --spread", &r, &o).ok());
-  EXPECT_EQ(r.count, 4);
-  EXPECT_EQ(r.spread, Spread::kSpread);
+  EXPECT_EQ(DescribeRequest(r), "4 x GPUs spread across servers");
 }
 
 TEST(RequestFlags, ErrorsNameTheOption) {

@@ -61,6 +61,7 @@ struct DriverLaunch {
   CUlaunchConfig config = {};
   CUlaunchAttribute attrs[2] = {};
 
+  // Boilerplate by nature: field by field from the launch's shape to the driver's configuration.
   DriverLaunch(const LaunchShape& shape, CUstream stream) {
     config.gridDimX = shape.grid.x;
     config.gridDimY = shape.grid.y;

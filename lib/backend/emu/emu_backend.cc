@@ -212,6 +212,7 @@ class EmuBackend final : public DeviceBackend {
       case CU_AD_FORMAT_FLOAT: d.format = emu::TexFormat::kF32; break;
       default: return {CUDA_ERROR_NOT_SUPPORTED, fmt::format("texel format 0x{:x}", spec.format)};
     }
+    // Boilerplate by nature: field by field from the device interface's struct to the emulator's.
     d.base = spec.address;
     d.pitch = spec.pitch;
     d.slice_pitch = spec.slice_pitch;
@@ -325,6 +326,7 @@ class EmuBackend final : public DeviceBackend {
 }  // namespace
 
 Result<std::unique_ptr<DeviceBackend>> NewEmuBackend(const EmuBackendConfig& config) {
+  // Boilerplate by nature: field by field from the backend's configuration to the emulator's.
   emu::DeviceOptions o;
   o.memory_bytes = config.memory_bytes;
   o.base_address = config.window_base;
