@@ -11,10 +11,8 @@ N="${2:-256}"
 REPEATS="${3:-3}"
 RUN="$BUILD_DIR/tools/gp-run"
 BENCH="$BUILD_DIR/bench/gemm_bench"
-for f in "$BUILD_DIR/tools/gp-agent" "$RUN" "$BENCH"; do
-  [[ -x $f ]] || { echo "gemm_bench: $f is missing: build the tree first" >&2; exit 1; }
-done
 source bench/lib/private_agent.sh
+require_built gemm_bench "$BUILD_DIR/tools/gp-agent" "$RUN" "$BENCH"
 start_private_agent "$BUILD_DIR" gemm_bench --emu 1 --emu-memory 2GiB
 # The emulated device runs on every core of this host: per-core figures divide by them.
 "$RUN" --servers "$private_agent_socket" -- "$BENCH" "$N" "$REPEATS" "$(nproc)"

@@ -15,10 +15,8 @@ STRIDES=("${@:-1}")
 [[ $# -gt 0 ]] || STRIDES=(1 4096)
 RUN="$BUILD_DIR/tools/gp-run"
 BENCH="$BUILD_DIR/bench/managed_bench"
-for f in "$BUILD_DIR/tools/gp-agent" "$RUN" "$BENCH"; do
-  [[ -x $f ]] || { echo "managed_bench: $f is missing: build the tree first" >&2; exit 1; }
-done
 source bench/lib/private_agent.sh
+require_built managed_bench "$BUILD_DIR/tools/gp-agent" "$RUN" "$BENCH"
 start_private_agent "$BUILD_DIR" managed_bench --emu 1 --emu-memory 2GiB
 for stride in "${STRIDES[@]}"; do
   out=$(GPUPOOL_MANAGED_STATS=1 "$RUN" --servers "$private_agent_socket" -- "$BENCH" "$MIB" "$STEPS" "$stride" 2>&1)

@@ -40,9 +40,8 @@ AGENT="$BUILD_DIR/tools/gp-agent"
 RUN="$BUILD_DIR/tools/gp-run"
 BUSY="$BUILD_DIR/tests/remote/programs/busy"
 SPIN="$BUILD_DIR/tests/remote/programs/spin"
-for f in "$AGENT" "$RUN" "$BUSY" "$SPIN"; do
-  [[ -x "$f" ]] || { echo "share_bench: $f is missing: build the tree first (scripts/setup.sh)" >&2; exit 1; }
-done
+source bench/lib/private_agent.sh  # require_built
+require_built share_bench "$AGENT" "$RUN" "$BUSY" "$SPIN"
 
 out=$(mktemp -d)
 trap 'kill $agent_pid 2>/dev/null; wait $agent_pid 2>/dev/null; rm -rf "$out"' EXIT

@@ -11,9 +11,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUILD_DIR="${1:-build}"
 AGENT="$BUILD_DIR/tools/gp-agent"
 BENCH="$BUILD_DIR/tools/gp-bench"
-for f in "$AGENT" "$BENCH"; do
-  [[ -x "$f" ]] || { echo "tls_bench: $f is missing: build the tree first (scripts/setup.sh)" >&2; exit 1; }
-done
+source bench/lib/private_agent.sh  # require_built
+require_built tls_bench "$AGENT" "$BENCH"
 command -v openssl >/dev/null || { echo "tls_bench: needs openssl" >&2; exit 1; }
 
 out=$(mktemp -d)

@@ -1,6 +1,6 @@
 // Shared by gp-run and gp-lease: the flags that say what to take from the pool (-n, -p, -m, --class, --same-server,
-// --spread, --wait, --servers) and their conversion into a Request and PoolOptions. gp-ls, gp-top and gp-bench read
-// their --servers with ServersFlag too.
+// --spread, --wait, --servers), converted into a Request and PoolOptions as GPUPOOL_REQUEST is
+// (client/request_flags.h). gp-ls, gp-top and gp-bench take their --servers (ServersArg) from here too.
 #ifndef GPUPOOL_TOOLS_REQUEST_ARGS_H_
 #define GPUPOOL_TOOLS_REQUEST_ARGS_H_
 
@@ -9,71 +9,65 @@
 #include <string>
 #include <vector>
 
+#include "client/request_flags.h"
 #include "gpupool/gpupool.h"
 
 namespace gpupool::tools {
 
-// The agents that `flag` (--servers) names in `text`. Given but naming none is an error (kInvalidArgument): an explicit
-// empty pool is a mistake, never a reason to use the configured pool or a private agent instead.
-inline Status ServersFlag(const CLI::Option* flag, const std::string& text, std::vector<std::string>* servers) {
-  for (size_t pos = 0; pos <= text.size() && !text.empty();) {
-    size_t comma = text.find(',', pos);
-    if (comma == std::string::npos) comma = text.size();
-    if (comma > pos) servers->push_back(text.substr(pos, comma - pos));
-    pos = comma + 1;
-  }
-  if (flag && flag->count() > 0 && servers->empty()) {
-    return Status(StatusCode::kInvalidArgument,
-                  "--servers names no servers: give agent addresses (host:port or unix:/path), or leave the flag out "
-                  "to use $GPUPOOL_SERVERS or the pool file");
-  }
-  return Status::Ok();
-}
+// --servers: the agents to use instead of $GPUPOOL_SERVERS or the pool file. gp-ls, gp-top and gp-bench declare it
+// alone, gp-run and gp-lease with the request flags.
+struct ServersArg {
+  std::string text;
+  CLI::Option* flag = nullptr;
 
-struct RequestArgs {
-  int count = 1;
-  std::string fraction, memory, wait, device_class, servers;
-  bool same_server = false, spread = false;
-
-  // Declares the flags on `app`.
+  // Declares the flag on `app`.
   void Add(CLI::App& app) {
-    app.add_option("-n,--count", count, "number of slices (devices the command sees); default 1");
-    auto* p = app.add_option("-p,--fraction", fraction, "fraction of a GPU per slice: 0.05..1, 25%, 1/4; default 1");
-    app.add_option("-m,--memory", memory, "memory per slice instead of a fraction, e.g. 6GiB")->excludes(p);
-    app.add_option("--class", device_class, "only GPUs of this class tag or model name");
-    auto* same = app.add_flag("--same-server", same_server, "all slices on one server");
-    app.add_flag("--spread", spread, "slices on as many servers as possible")->excludes(same);
-    app.add_option("--wait", wait, "queue up to this long when the pool is busy, e.g. 30s, 5m");
-    servers_flag = app.add_option("--servers", servers,
-                                  "comma-separated agent addresses (default: $GPUPOOL_SERVERS or pool file)");
+    flag = app.add_option("--servers", text,
+                          "comma-separated agent addresses (default: $GPUPOOL_SERVERS or pool file)");
+  }
+
+  bool given() const { return flag != nullptr && flag->count() > 0; }
+
+  // Appends the agents named to `servers`. Given but naming none is an error (kInvalidArgument, SplitServers).
+  Status AppendTo(std::vector<std::string>* servers) const { return SplitServers(text, given(), servers); }
+
+  // The pool of the agents named, else the configured one.
+  Result<Pool> Connect() const {
+    PoolOptions options;
+    if (Status s = AppendTo(&options.servers); !s.ok()) return s;
+    return Pool::Connect(std::move(options));
+  }
+};
+
+// The request flags on a command line; their meaning (and GPUPOOL_REQUEST's parser) is client/request_flags.h's.
+struct RequestArgs {
+  RequestFlags flags;  // All but the servers, which are `servers`'.
+  ServersArg servers;
+
+  // Declares the flags on `app`, bound to `flags` and `servers`.
+  void Add(CLI::App& app) {
+    app.add_option("-n,--count", flags.count, "number of slices (devices the command sees); default 1");
+    auto* p = app.add_option("-p,--fraction", flags.fraction,
+                             "fraction of a GPU per slice: 0.05..1, 25%, 1/4; default 1");
+    app.add_option("-m,--memory", flags.memory, "memory per slice instead of a fraction, e.g. 6GiB")->excludes(p);
+    app.add_option("--class", flags.device_class, "only GPUs of this class tag or model name");
+    auto* same = app.add_flag_callback(
+        "--same-server", [this] { flags.spread = Spread::kSameServer; }, "all slices on one server");
+    app.add_flag_callback("--spread", [this] { flags.spread = Spread::kSpread; },
+                          "slices on as many servers as possible")
+        ->excludes(same);
+    app.add_option("--wait", flags.wait, "queue up to this long when the pool is busy, e.g. 30s, 5m");
+    servers.Add(app);
   }
 
   // Fills `request` (all but its label) and `options`; kInvalidArgument names the flag at fault.
   Status Build(Request* request, PoolOptions* options) const {
-    request->count = count;
-    if (!fraction.empty()) {
-      auto f = ParseFraction(fraction);
-      if (!f.ok()) return Status(StatusCode::kInvalidArgument, "-p: " + f.status().message());
-      request->fraction = *f;
-    }
-    if (!memory.empty()) {
-      auto m = ParseMemorySize(memory);
-      if (!m.ok()) return Status(StatusCode::kInvalidArgument, "-m: " + m.status().message());
-      request->memory_bytes = *m;
-    }
-    if (!wait.empty()) {
-      auto d = ParseDuration(wait);
-      if (!d.ok()) return Status(StatusCode::kInvalidArgument, "--wait: " + d.status().message());
-      request->wait = *d;
-    }
-    request->device_class = device_class;
-    request->spread = same_server ? Spread::kSameServer : spread ? Spread::kSpread : Spread::kPack;
-    return ServersFlag(servers_flag, servers, &options->servers);
+    RequestFlags given = flags;
+    given.servers = servers.text;
+    given.servers_given = servers.given();
+    return BuildRequest(given, request, options);
   }
-
-  CLI::Option* servers_flag = nullptr;
 };
-
 
 }  // namespace gpupool::tools
 

@@ -70,6 +70,7 @@ Status LeaseTable::Reserve(const std::string& id, const std::string& secret, con
     usage_[d].memory_bytes += wanted[d].memory_bytes;
     usage_[d].share += wanted[d].share;
   }
+  // Boilerplate by nature: field by field into the entry.
   LeaseEntry entry;
   entry.id = id;
   entry.secret = secret;

@@ -700,6 +700,7 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   GP_DEBUG("session", "lease {}: session worker {} started", spec.lease_id, pid);
 
   auto req = bootstrap.openRequest();
+  // Boilerplate by nature: field by field from the spec to the worker's configuration message.
   auto c = req.initConfig();
   c.setEmulated(spec.emulated);
   c.setDeviceName(spec.device_name);

@@ -21,6 +21,7 @@
 #include "backend/device_wait.h"
 #include "backend/handle_table.h"
 #include "backend/session_checks.h"
+#include "core/array_format.h"
 #include "core/log.h"
 #include "core/range_map.h"
 #include "core/util.h"
@@ -641,6 +642,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     KernelInfo info;
     CallStatus s = backend_->GetFunction(it->second, a.name, &fn, &info);
     if (!s.ok()) return Done(s);
+    // Boilerplate by nature: field by field from the backend's answer to the wire's.
     r.params = info.params;
     r.shared_bytes = info.shared_bytes;
     r.local_bytes = info.local_bytes;
@@ -808,11 +810,8 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     spec->surface = a.surface != 0;
     if (a.resource > 2) return *error = fmt::format("unknown texture resource kind {}", a.resource), false;
     spec->resource = static_cast<TextureSpec::Resource>(a.resource);
-    switch (a.format) {
-      case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: case CU_AD_FORMAT_UNSIGNED_INT16:
-      case CU_AD_FORMAT_SIGNED_INT16: case CU_AD_FORMAT_HALF: case CU_AD_FORMAT_UNSIGNED_INT32:
-      case CU_AD_FORMAT_SIGNED_INT32: case CU_AD_FORMAT_FLOAT: break;
-      default: return *error = fmt::format("texel format 0x{:x} is not supported", a.format), false;
+    if (ChannelBytes(a.format) == 0) {
+      return *error = fmt::format("texel format 0x{:x} is not supported", a.format), false;
     }
     if (a.channels != 1 && a.channels != 2 && a.channels != 4) {
       return *error = fmt::format("a texel has 1, 2 or 4 channels, not {}", a.channels), false;
@@ -853,12 +852,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   // Bytes from the texture's address to the end of its last texel; false when rows or slices overlap their
   // predecessors' texels or the span exceeds any device.
   static bool TextureSpan(const TextureSpec& t, uint64_t* span) {
-    const uint64_t channel = t.format == CU_AD_FORMAT_UNSIGNED_INT8 || t.format == CU_AD_FORMAT_SIGNED_INT8 ? 1
-                             : t.format == CU_AD_FORMAT_UNSIGNED_INT16 || t.format == CU_AD_FORMAT_SIGNED_INT16 ||
-                                     t.format == CU_AD_FORMAT_HALF
-                                 ? 2
-                                 : 4;
-    const unsigned __int128 row = static_cast<unsigned __int128>(t.width) * channel * t.channels;
+    const unsigned __int128 row = static_cast<unsigned __int128>(t.width) * ChannelBytes(t.format) * t.channels;
     const uint32_t slices = t.layers ? t.layers : t.depth;
     if (t.height > 1 && t.pitch < row) return false;
     if (slices > 1 && t.slice_pitch < static_cast<unsigned __int128>(t.pitch) * t.height) return false;

@@ -95,16 +95,22 @@ Result<std::vector<Assignment>> Place(const Request& r, const std::vector<Server
     best_single = std::max(best_single, cands.back().size());
   }
   std::vector<Assignment> out;
-
-  if (r.spread == Spread::kSpread) {
-    if (total < n) {
-      return Status(StatusCode::kResourceExhausted,
-                    fmt::format("{} device(s) can take such a slice now; {} needed", total, n));
-    }
-    // Round-robin over servers, richest first, taking each server's best candidate in turn.
+  const auto too_few = [&] {
+    return Status(StatusCode::kResourceExhausted,
+                  fmt::format("{} device(s) can take such a slice now; {} needed", total, n));
+  };
+  // The servers, richest (most devices that can take a slice) first.
+  const auto richest_first = [&] {
     std::vector<size_t> order(servers.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cands[a].size() > cands[b].size(); });
+    return order;
+  };
+
+  if (r.spread == Spread::kSpread) {
+    if (total < n) return too_few();
+    // Round-robin over servers, richest first, taking each server's best candidate in turn.
+    const std::vector<size_t> order = richest_first();
     std::vector<size_t> taken(servers.size(), 0);
     while (out.size() < n) {
       for (size_t i : order) {
@@ -137,15 +143,9 @@ Result<std::vector<Assignment>> Place(const Request& r, const std::vector<Server
                   fmt::format("no single server can take {} such slice(s) now (at most {} on one server)", n,
                               best_single));
   }
-  if (total < n) {
-    return Status(StatusCode::kResourceExhausted,
-                  fmt::format("{} device(s) can take such a slice now; {} needed", total, n));
-  }
+  if (total < n) return too_few();
   // Span servers: fewest servers first (the richest), each contributing its best-fitting devices.
-  std::vector<size_t> order(servers.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cands[a].size() > cands[b].size(); });
-  for (size_t i : order) {
+  for (size_t i : richest_first()) {
     for (const Candidate& c : cands[i]) {
       if (out.size() == n) break;
       out.push_back(Assign(servers[i].server, c));

@@ -191,6 +191,21 @@ std::vector<internal::ServerView> ToViews(const std::vector<ServerInfo>& infos,
   return views;
 }
 
+// The slice of `share` millionths and `memory_bytes` on device `device` of the agent `info` describes.
+Slice SliceOn(const ServerInfo& info, uint32_t device, uint64_t memory_bytes, uint32_t share) {
+  Slice slice;
+  slice.server = info.address;
+  slice.server_name = info.name;
+  slice.device = device;
+  if (device < info.devices.size()) {
+    slice.device_uuid = info.devices[device].uuid;
+    slice.model = info.devices[device].model;
+  }
+  slice.memory_bytes = memory_bytes;
+  slice.compute_share = FractionFromShare(share);
+  return slice;
+}
+
 bool Retryable(StatusCode code) {
   return code == StatusCode::kResourceExhausted || code == StatusCode::kUnavailable ||
          code == StatusCode::kDisconnected || code == StatusCode::kTimeout || code == StatusCode::kNotFound;
@@ -314,18 +329,7 @@ static Result<Lease> ReserveAndCommit(const std::shared_ptr<Runtime>& runtime, c
   std::vector<Slice> slices;
   for (size_t s : order) {
     for (const auto& a : plan) {
-      if (a.server != s) continue;
-      Slice slice;
-      slice.server = infos[s].address;
-      slice.server_name = infos[s].name;
-      slice.device = a.device;
-      if (a.device < infos[s].devices.size()) {
-        slice.device_uuid = infos[s].devices[a.device].uuid;
-        slice.model = infos[s].devices[a.device].model;
-      }
-      slice.memory_bytes = a.memory_bytes;
-      slice.compute_share = FractionFromShare(a.share);
-      slices.push_back(std::move(slice));
+      if (a.server == s) slices.push_back(SliceOn(infos[s], a.device, a.memory_bytes, a.share));
     }
   }
   uint64_t interval = 0;
@@ -497,19 +501,7 @@ Result<Lease> Lease::Attach(const std::string& token, bool take_ownership) {
     }
     ttl_ms = ttl_ms == 0 ? static_cast<uint64_t>(infos[i].lease_ttl_s * 1000)
                          : std::min(ttl_ms, static_cast<uint64_t>(infos[i].lease_ttl_s * 1000));
-    for (const auto& r : *remote[i]) {
-      Slice s;
-      s.server = infos[i].address;
-      s.server_name = infos[i].name;
-      s.device = r.device;
-      if (r.device < infos[i].devices.size()) {
-        s.device_uuid = infos[i].devices[r.device].uuid;
-        s.model = infos[i].devices[r.device].model;
-      }
-      s.memory_bytes = r.memory_bytes;
-      s.compute_share = FractionFromShare(r.share);
-      slices.push_back(std::move(s));
-    }
+    for (const auto& r : *remote[i]) slices.push_back(SliceOn(infos[i], r.device, r.memory_bytes, r.share));
   }
   // Renew at a quarter of the shortest TTL, as the agents advise by default.
   auto interval = std::chrono::milliseconds(std::max<uint64_t>(ttl_ms / 4, 50));

@@ -14,6 +14,7 @@
 
 namespace gpupool::emu::internal {
 
+// Boilerplate by nature: the same bit cast for each width.
 inline float F32(uint64_t v) {
   uint32_t b = static_cast<uint32_t>(v);
   float f;

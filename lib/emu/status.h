@@ -9,6 +9,7 @@
 
 namespace gpupool::emu {
 
+// Boilerplate by nature: CUresult's values, a table.
 enum class Code : int {
   kSuccess = 0,
   kInvalidValue = 1,

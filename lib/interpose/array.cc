@@ -7,6 +7,7 @@
 // one over that pitched memory. Generated from forward_spec.h.
 #include <mutex>
 
+#include "core/array_format.h"
 #include "core/log.h"
 #include "driver.h"
 #include "forward_spec.h"
@@ -18,21 +19,6 @@ namespace gpupool::interpose {
 namespace {
 
 constexpr size_t kArrayPitchAlignment = 512;
-
-// Bytes of one channel of `format`; 0 for formats slices do not hold (block-compressed, video, packed UNORM).
-size_t FormatBytes(CUarray_format format) {
-  switch (format) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8: return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF: return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT: return 4;
-    default: return 0;
-  }
-}
 
 Array* Handle(CUarray handle) { return reinterpret_cast<Array*>(handle); }
 
@@ -53,7 +39,7 @@ CUresult Array3DCreate(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
   Remote& remote = Remote::Get();
   int dev;
   if (CUresult r = remote.CurrentDevice(&dev); r != CUDA_SUCCESS) return r;
-  const size_t channel = FormatBytes(desc->Format);
+  const size_t channel = ChannelBytes(desc->Format);
   if (channel == 0 || desc->Flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING)) {
     GP_WARN("interpose", "CUDA arrays of format 0x{:x} or flags 0x{:x} are not supported on gpupool slices",
             static_cast<int>(desc->Format), desc->Flags);

@@ -11,13 +11,14 @@
 #include <charconv>
 #include <cstdlib>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include "api.h"
 #include "client/local_agent.h"
+#include "client/request_flags.h"
 #include "core/log.h"
 #include "driver_newer.h"
+#include "emu/device_attributes.h"
 #include "gpupool/pool.h"
 #include "gpupool/units.h"
 
@@ -28,6 +29,8 @@ constexpr std::string_view kFakeDevicesVariable = "GPUPOOL_FAKE_DEVICES";
 constexpr uint64_t kDefaultFakeMemory = uint64_t{16} << 30;
 // More than any machine has; a typo such as "20000" should not allocate 20000 device records.
 constexpr int kMaxFakeDevices = 64;
+// A fake device stands for an emulated device of gp-agent's default capability, and reports its attributes.
+constexpr int kFakeCcMajor = 7, kFakeCcMinor = 5;
 
 class FakeDeviceProvider : public DeviceProvider {
  public:
@@ -96,6 +99,7 @@ class RemoteDeviceProvider : public DeviceProvider {
     std::vector<DeviceInfo> devices;
     for (const auto& session : sessions_) {
       const internal::RemoteProps& p = session->props();
+      // Boilerplate by nature: field by field from the session's device to the driver's.
       DeviceInfo d;
       d.name = p.name;
       d.total_memory = p.total_memory;
@@ -171,58 +175,13 @@ class RemoteDeviceProvider : public DeviceProvider {
     return "";
   }
 
-  // gp-run's request options, whitespace-separated.
+  // gp-run's request options, whitespace-separated: read as gp-run reads them (client/request_flags.h).
   static Status ParseRequest(const std::string& spec, Request* request, PoolOptions* options) {
-    std::istringstream in(spec);
-    std::vector<std::string> words;
-    for (std::string w; in >> w;) words.push_back(w);
-    auto bad = [&](const std::string& why) {
-      return Status(StatusCode::kInvalidArgument, fmt::format("GPUPOOL_REQUEST='{}': {}", spec, why));
-    };
-    for (size_t i = 0; i < words.size(); ++i) {
-      std::string opt = words[i], value;
-      if (size_t eq = opt.find('='); opt.rfind("--", 0) == 0 && eq != std::string::npos) {
-        value = opt.substr(eq + 1);
-        opt = opt.substr(0, eq);
-      }
-      bool flag = opt == "--same-server" || opt == "--spread";
-      if (!flag && value.empty()) {
-        if (i + 1 >= words.size()) return bad(opt + " needs a value");
-        value = words[++i];
-      }
-      if (opt == "-n" || opt == "--count") {
-        int n = 0;
-        auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-        if (ec != std::errc() || end != value.data() + value.size()) return bad("-n: '" + value + "' is not a count");
-        request->count = n;
-      } else if (opt == "-p" || opt == "--fraction") {
-        auto f = ParseFraction(value);
-        if (!f.ok()) return bad("-p: " + f.status().message());
-        request->fraction = *f;
-      } else if (opt == "-m" || opt == "--memory") {
-        auto m = ParseMemorySize(value);
-        if (!m.ok()) return bad("-m: " + m.status().message());
-        request->memory_bytes = *m;
-      } else if (opt == "--wait") {
-        auto d = ParseDuration(value);
-        if (!d.ok()) return bad("--wait: " + d.status().message());
-        request->wait = *d;
-      } else if (opt == "--class") {
-        request->device_class = value;
-      } else if (opt == "--same-server") {
-        request->spread = Spread::kSameServer;
-      } else if (opt == "--spread") {
-        request->spread = Spread::kSpread;
-      } else if (opt == "--servers") {
-        std::istringstream list(value);
-        for (std::string server; std::getline(list, server, ',');) {
-          if (!server.empty()) options->servers.push_back(server);
-        }
-      } else {
-        return bad("unknown option '" + opt + "'");
-      }
-    }
-    return Status();
+    RequestFlags flags;
+    Status s = ParseRequestFlags(spec, &flags);
+    if (s.ok()) s = BuildRequest(flags, request, options);
+    if (!s.ok()) return Status(s.code(), fmt::format("GPUPOOL_REQUEST='{}': {}", spec, s.message()));
+    return s;
   }
 
   std::string source_;
@@ -296,8 +255,8 @@ DeviceInfo MakeFakeDevice(int ordinal, uint64_t memory) {
   d.pci_domain = 0;
   d.pci_bus = ordinal + 1;
   d.pci_device = 0;
-  d.cc_major = 7;
-  d.cc_minor = 5;
+  d.cc_major = kFakeCcMajor;
+  d.cc_minor = kFakeCcMinor;
   d.attributes = FakeDeviceAttributes();
   d.attributes[CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID] = ordinal;
   return d;
@@ -351,115 +310,7 @@ Result<std::vector<DeviceInfo>> ParseFakeDevices(std::string_view spec) {
 }
 
 std::map<int, int> FakeDeviceAttributes() {
-  // Limits of a compute-capability-7.5 part with 40 SMs (Tesla T4). Features gpupool cannot provide remotely say
-  // 0, so that cudart and libraries take their fallback paths instead of failing later.
-  return {
-      {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024},
-      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, 1024},
-      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, 1024},
-      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, 64},
-      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, 2147483647},
-      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, 65535},
-      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, 65535},
-      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024},
-      {CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY, 64 * 1024},
-      {CU_DEVICE_ATTRIBUTE_WARP_SIZE, 32},
-      {CU_DEVICE_ATTRIBUTE_MAX_PITCH, 2147483647},
-      {CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, 65536},
-      {CU_DEVICE_ATTRIBUTE_CLOCK_RATE, 1590000},  // kHz
-      {CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, 512},
-      {CU_DEVICE_ATTRIBUTE_GPU_OVERLAP, 1},
-      {CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 40},
-      {CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT, 0},
-      {CU_DEVICE_ATTRIBUTE_INTEGRATED, 0},
-      {CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 0},  // Host memory is not addressable from a remote device.
-      {CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, CU_COMPUTEMODE_DEFAULT},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH, 131072},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH, 131072},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT, 65536},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH, 16384},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT, 16384},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH, 16384},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_WIDTH, 32768},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_HEIGHT, 32768},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_LAYERS, 2048},
-      {CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT, 512},
-      {CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, 1},
-      {CU_DEVICE_ATTRIBUTE_ECC_ENABLED, 0},
-      {CU_DEVICE_ATTRIBUTE_TCC_DRIVER, 0},
-      {CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, 5001000},  // kHz
-      {CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, 256},
-      {CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, 4 * 1024 * 1024},
-      {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, 1024},
-      {CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, 3},
-      {CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 1},  // Slices get disjoint address windows (ARCHITECTURE.md 4).
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_WIDTH, 32768},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_LAYERS, 2048},
-      {CU_DEVICE_ATTRIBUTE_CAN_TEX2D_GATHER, 1},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_GATHER_WIDTH, 32768},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_GATHER_HEIGHT, 32768},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH_ALTERNATE, 8192},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT_ALTERNATE, 8192},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH_ALTERNATE, 32768},
-      {CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, 32},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_WIDTH, 32768},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_LAYERED_WIDTH, 32768},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_LAYERED_LAYERS, 2046},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_WIDTH, 32768},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_WIDTH, 131072},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_HEIGHT, 65536},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_WIDTH, 16384},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_HEIGHT, 16384},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_DEPTH, 16384},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_LAYERED_WIDTH, 32768},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_LAYERED_LAYERS, 2048},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_WIDTH, 32768},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_HEIGHT, 32768},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_LAYERS, 2048},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_WIDTH, 32768},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_LAYERED_WIDTH, 32768},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_LAYERED_LAYERS, 2046},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LINEAR_WIDTH, 268435456},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_WIDTH, 131072},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_HEIGHT, 65000},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_PITCH, 2097120},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_WIDTH, 32768},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_HEIGHT, 32768},
-      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_MIPMAPPED_WIDTH, 32768},
-      {CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED, 1},
-      {CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED, 1},
-      {CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED, 1},
-      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 64 * 1024},
-      {CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, 65536},
-      {CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 0},
-      {CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD, 0},
-      {CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED, 0},
-      {CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO, 32},
-      {CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, 0},
-      {CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 0},
-      {CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED, 1},
-      {CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, 0},
-      {CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 1},
-      {CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH, 0},
-      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 64 * 1024},
-      {CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, 0},
-      {CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, 0},  // TODO(feature): cuMemHostRegister as a client-side no-op.
-      {CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, 0},
-      {CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST, 0},
-      {CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0},
-      {CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, 16},
-      {CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED, 0},
-      {CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, 0},
-      {CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE, 0},
-      {CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, 0},
-      {CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 0},  // TODO(feature): stream-ordered allocation.
-      {CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, 0},
-      {CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT, 1},
-      {CU_DEVICE_ATTRIBUTE_NUMA_CONFIG, CU_DEVICE_NUMA_CONFIG_NONE},
-      {CU_DEVICE_ATTRIBUTE_NUMA_ID, -1},
-      {CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, -1},
-      // Everything else (IPC, RDMA, handle types, multicast, MPS, interop, decompression...) reads as 0.
-  };
+  return emu::DeviceAttributes(emu::PropertiesOfCapability(kFakeCcMajor, kFakeCcMinor));
 }
 
 std::string UuidString(const DeviceInfo& device) {

@@ -94,8 +94,8 @@ std::vector<size_t> VisibleDevices(const char* value, const std::vector<DeviceIn
 // The driver's UUID string of a device: "GPU-" and the 16 bytes as 8-4-4-4-12 hex digits.
 std::string UuidString(const DeviceInfo& device);
 
-// Attributes of a 40-SM compute-capability-7.5 device (a Tesla T4's limits), minus what gpupool cannot offer
-// across a network: managed memory, host-mapped memory, IPC, virtual memory management.
+// The attributes of an emulated device of compute capability 7.5 (emu/device_attributes.h: a Tesla T4's limits,
+// 0 for what the emulated device does not offer): the fake devices', and those of a slice whose agent sends none.
 std::map<int, int> FakeDeviceAttributes();
 
 }  // namespace gpupool::interpose

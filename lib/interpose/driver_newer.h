@@ -19,6 +19,7 @@ inline constexpr int kDeviceAttributeAtomicReductionSupported = 148;
 // One past the newest CUdevice_attribute gpupool answers: CU_DEVICE_ATTRIBUTE_MAX of CUDA 13.2, or of the headers.
 inline constexpr int kDeviceAttributeEnd = CU_DEVICE_ATTRIBUTE_MAX > 149 ? CU_DEVICE_ATTRIBUTE_MAX : 149;
 
+// Boilerplate by nature: below, a table of the newer headers' constants.
 // CU_STREAM_MEM_OP_ATOMIC_REDUCTION (CUDA 13.2), a CUstreamBatchMemOpType.
 inline constexpr int kStreamMemOpAtomicReduction = 8;
 

@@ -36,6 +36,7 @@ CUresult EventRecord(CUevent handle, CUstream stream) {
   return CUDA_SUCCESS;
 }
 
+// Boilerplate by nature, with EventQuery below: resolve the event, forward one call.
 CUresult EventSynchronize(CUevent handle) {
   Remote& remote = Remote::Get();
   Event* event;

@@ -33,6 +33,7 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
   }
 
 // ---- memory.cc -----------------------------------------------------------------------------------------------
+// Boilerplate by nature: one row an entry point, here and in the families below, each alike in shape.
 #define GP_MEMORY_FORWARDS(X)                                                                                     \
   X(cuMemAlloc_v2, (CUdeviceptr * p, size_t n), MemAlloc(p, n), "ctx", "out: size; back: address; waits")        \
   X(cuMemAllocPitch_v2, (CUdeviceptr * p, size_t* pitch, size_t w, size_t h, unsigned int e),                     \

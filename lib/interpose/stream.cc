@@ -150,6 +150,7 @@ CUresult StreamBatchMemOp(CUstream handle, unsigned int count, CUstreamBatchMemO
   for (unsigned int i = 0; i < count; ++i) {
     const CUstreamBatchMemOpParams& op = ops[i];
     CUresult r = CUDA_SUCCESS;
+    // Boilerplate by nature: a switch over the driver's operation types.
     switch (op.operation) {
       case CU_STREAM_MEM_OP_WAIT_VALUE_32:
         r = StreamWaitValue(handle, op.waitValue.address, op.waitValue.value, 4, op.waitValue.flags);

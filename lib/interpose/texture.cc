@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 
+#include "core/array_format.h"
 #include "core/log.h"
 #include "driver.h"
 #include "forward_spec.h"
@@ -45,15 +46,6 @@ struct TextureTable {
 TextureTable& Textures() {
   static TextureTable* table = new TextureTable();  // Never destroyed: programs may destroy objects at exit.
   return *table;
-}
-
-size_t ChannelBytes(CUarray_format format) {
-  switch (format) {
-    case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT16: case CU_AD_FORMAT_HALF: return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32: case CU_AD_FORMAT_SIGNED_INT32: case CU_AD_FORMAT_FLOAT: return 4;
-    default: return 0;
-  }
 }
 
 CUresult NotSupported(const char* what) {

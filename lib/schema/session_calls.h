@@ -30,6 +30,7 @@
 //   kSync:   waits; reports first the error of an earlier posted call, if any; the reply carries the device's
 //            printf output (`output`), which the client writes to its stdout. A kSync call that waits for the
 //            device may be cancelled by a caller that goes away.
+// Boilerplate by nature: one declaration a call, each alike in shape.
 #define GP_SESSION_CALLS(CALL)                                                                                      \
   CALL(Properties, properties, 0, kReply, "The slice as a device: identity, attributes, the slice's memory.")       \
   CALL(MemGetInfo, memGetInfo, 1, kReply, "Free and total memory of the slice.")                                   \

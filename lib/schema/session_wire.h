@@ -73,6 +73,7 @@ inline void Fill(capnp::List<wire::ParamInfo>::Builder b, const std::vector<Kern
     b[i].setSize(v[i].size);
   }
 }
+// Boilerplate by nature, as every Fill here: field by field into the message.
 inline void Fill(wire::DeviceProps::Builder b, const DeviceInfo& v) {
   b.setName(v.name);
   b.setTotalMemory(v.total_memory);

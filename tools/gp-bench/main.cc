@@ -56,21 +56,21 @@ int ToolMain(int argc, char** argv) {
   CLI::App app{
       "gp-bench: round trip, copy bandwidth, launch rate, a training-like loop and round trips under load, "
       "to a pool slice, against same-run baselines"};
-  std::string which = "all", servers;
+  std::string which = "all";
+  tools::ServersArg servers;
   bool json = false, quiet = false;
   int steps = BenchOptions().loop_steps;
   app.add_option("benchmark", which, "latency, bandwidth, launch, loop, load or all (default)")
       ->check(CLI::IsMember({"latency", "bandwidth", "launch", "loop", "load", "all"}));
   app.add_flag("--json", json, "machine-readable output");
   app.add_flag("-q,--quiet", quiet, "no line saying what is measured when no pool is configured");
-  auto* servers_flag =
-      app.add_option("--servers", servers, "comma-separated agent addresses (default: $GPUPOOL_SERVERS or pool file)");
+  servers.Add(app);
   app.add_option("--steps", steps, "measured steps of each variant of the loop (default 600)")
       ->check(CLI::Range(1, 1000000));
   GP_PARSE_ARGS(app, argc, argv, 2);
 
   Target primary;
-  if (Status s = tools::ServersFlag(servers_flag, servers, &primary.servers); !s.ok()) {
+  if (Status s = servers.AppendTo(&primary.servers); !s.ok()) {
     PrintError("gp-bench: {}\n", s.message());
     return 2;
   }

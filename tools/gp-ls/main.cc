@@ -105,19 +105,13 @@ int ToolMain(int argc, char** argv) {
   log::SetProgramName("gp-ls");
   CLI::App app{"gp-ls: servers, GPUs and leases of the pool"};
   bool json = false, leases = false;
-  std::string servers;
+  tools::ServersArg servers;
   app.add_flag("--json", json, "machine-readable output (schema_version, base units, null for unknown)");
   app.add_flag("--leases", leases, "also list leases: who holds what");
-  auto* servers_flag =
-      app.add_option("--servers", servers, "comma-separated agent addresses (default: $GPUPOOL_SERVERS or pool file)");
+  servers.Add(app);
   GP_PARSE_ARGS(app, argc, argv, 2);
 
-  PoolOptions options;
-  if (Status s = tools::ServersFlag(servers_flag, servers, &options.servers); !s.ok()) {
-    PrintError("gp-ls: {}\n", s.message());
-    return 2;
-  }
-  auto pool = Pool::Connect(options);
+  auto pool = servers.Connect();
   if (!pool.ok()) {
     PrintError("gp-ls: {}\n", pool.status().message());
     return 2;

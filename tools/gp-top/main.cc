@@ -225,22 +225,16 @@ int ToolMain(int argc, char** argv) {
   bool json = false, once = false;
   double interval_s = 1.0;
   int history_s = 0;
-  std::string servers;
+  tools::ServersArg servers;
   app.add_flag("--once", once, "print one screen as text and exit");
   app.add_flag("--json", json, "print one snapshot as JSON (gp-ls --json's schema, leases included) and exit");
   app.add_option("--history", history_s, "with --json: also each GPU's and lease's last SECONDS of samples (max 600)")
       ->check(CLI::Range(0, 600));
   app.add_option("--interval", interval_s, "seconds between refreshes (default 1)")->check(CLI::Range(0.2, 3600.0));
-  auto* servers_flag =
-      app.add_option("--servers", servers, "comma-separated agent addresses (default: $GPUPOOL_SERVERS or pool file)");
+  servers.Add(app);
   GP_PARSE_ARGS(app, argc, argv, 2);
 
-  PoolOptions options;
-  if (Status s = tools::ServersFlag(servers_flag, servers, &options.servers); !s.ok()) {
-    PrintError("gp-top: {}\n", s.message());
-    return 2;
-  }
-  auto pool = Pool::Connect(options);
+  auto pool = servers.Connect();
   if (!pool.ok()) {
     PrintError("gp-top: {}\n", pool.status().message());
     return 2;

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "core/array_format.h"
 #include "core/log.h"
 #include "core/range_allocator.h"
 
@@ -60,6 +61,7 @@ struct DriverLaunch {
   CUlaunchConfig config = {};
   CUlaunchAttribute attrs[2] = {};
 
+  // Boilerplate by nature: field by field from the launch's shape to the driver's configuration.
   DriverLaunch(const LaunchShape& shape, CUstream stream) {
     config.gridDimX = shape.grid.x;
     config.gridDimY = shape.grid.y;
@@ -441,21 +443,11 @@ class CudaBackend final : public DeviceBackend {
     return From(api_->cuOccupancyMaxActiveClusters(clusters, F(function), &launch.config));
   }
 
-  CallStatus CreateStream(StreamRef* stream) override {
-    Current();
-    CUstream s;
-    CUresult res = api_->cuStreamCreate(&s, 0);
-    if (res == CUDA_SUCCESS) {
-      stream->p = s;
-      streams_.push_back(s);
-    }
-    return From(res);
-  }
+  CallStatus CreateStream(StreamRef* stream) override { return CreateOwned(api_->cuStreamCreate, &streams_, stream); }
 
+  // Returns at once; queued work still completes.
   CallStatus DestroyStream(StreamRef stream) override {
-    Current();
-    Forget(streams_, S(stream));
-    return From(api_->cuStreamDestroy(S(stream)));  // Returns at once; queued work still completes.
+    return DestroyOwned(api_->cuStreamDestroy, &streams_, S(stream));
   }
 
   CallStatus QueryStream(StreamRef stream) override {
@@ -493,12 +485,7 @@ class CudaBackend final : public DeviceBackend {
       res.res.linear.devPtr = spec.address;
       res.res.linear.format = format;
       res.res.linear.numChannels = spec.channels;
-      const uint64_t channel = format == CU_AD_FORMAT_UNSIGNED_INT8 || format == CU_AD_FORMAT_SIGNED_INT8 ? 1
-                               : format == CU_AD_FORMAT_FLOAT || format == CU_AD_FORMAT_UNSIGNED_INT32 ||
-                                       format == CU_AD_FORMAT_SIGNED_INT32
-                                   ? 4
-                                   : 2;
-      res.res.linear.sizeInBytes = uint64_t{spec.width} * channel * spec.channels;
+      res.res.linear.sizeInBytes = uint64_t{spec.width} * ChannelBytes(spec.format) * spec.channels;
     }
     CUDA_TEXTURE_DESC tex = {};
     for (int i = 0; i < 3; ++i) tex.addressMode[i] = static_cast<CUaddress_mode>(spec.address_mode[i]);
@@ -538,22 +525,9 @@ class CudaBackend final : public DeviceBackend {
     return From(api_->cuStreamWaitEvent(S(stream), E(event), 0));
   }
 
-  CallStatus CreateEvent(EventRef* event) override {
-    Current();
-    CUevent e;
-    CUresult res = api_->cuEventCreate(&e, 0);
-    if (res == CUDA_SUCCESS) {
-      event->p = e;
-      events_.push_back(e);
-    }
-    return From(res);
-  }
+  CallStatus CreateEvent(EventRef* event) override { return CreateOwned(api_->cuEventCreate, &events_, event); }
 
-  CallStatus DestroyEvent(EventRef event) override {
-    Current();
-    Forget(events_, E(event));
-    return From(api_->cuEventDestroy(E(event)));
-  }
+  CallStatus DestroyEvent(EventRef event) override { return DestroyOwned(api_->cuEventDestroy, &events_, E(event)); }
 
   CallStatus RecordEvent(EventRef event, StreamRef stream) override {
     Current();
@@ -629,6 +603,27 @@ class CudaBackend final : public DeviceBackend {
   }
 
   void Current() { api_->cuCtxSetCurrent(ctx_); }
+
+  // A stream or an event, with the driver's default flags, kept in `owned` until destroyed: the session's end
+  // destroys what the program left.
+  template <typename Handle, typename Tag>
+  CallStatus CreateOwned(CUresult (*create)(Handle*, unsigned int), std::vector<Handle>* owned, Ref<Tag>* ref) {
+    Current();
+    Handle handle;
+    CUresult res = create(&handle, 0);
+    if (res == CUDA_SUCCESS) {
+      ref->p = handle;
+      owned->push_back(handle);
+    }
+    return From(res);
+  }
+
+  template <typename Handle>
+  CallStatus DestroyOwned(CUresult (*destroy)(Handle), std::vector<Handle>* owned, Handle handle) {
+    Current();
+    Forget(*owned, handle);
+    return From(destroy(handle));
+  }
 
   // Whether no work of the session is queued or running (a query each, never a wait).
   bool Idle() {

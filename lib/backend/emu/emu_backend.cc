@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "emu/device.h"
+#include "emu/device_attributes.h"
 
 namespace gpupool::backend {
 namespace {
@@ -27,63 +28,6 @@ CallStatus NoClusters() { return {CUDA_ERROR_NOT_SUPPORTED, "thread block cluste
 
 // More than one block per cluster: the emulated device has no thread block clusters.
 bool Clustered(const Dim3& k) { return k.Volume() > 1; }
-
-std::map<int, int> Attributes(const emu::DeviceProperties& p, int pci_bus) {
-  return {
-      {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, p.max_threads_per_block},
-      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, static_cast<int>(p.max_block_dim.x)},
-      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, static_cast<int>(p.max_block_dim.y)},
-      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, static_cast<int>(p.max_block_dim.z)},
-      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, static_cast<int>(p.max_grid_dim.x)},
-      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, static_cast<int>(p.max_grid_dim.y)},
-      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, static_cast<int>(p.max_grid_dim.z)},
-      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, p.shared_memory_per_block},
-      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, p.shared_memory_per_block_optin},
-      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, p.shared_memory_per_multiprocessor},
-      {CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY, p.total_constant_memory},
-      {CU_DEVICE_ATTRIBUTE_WARP_SIZE, p.warp_size},
-      {CU_DEVICE_ATTRIBUTE_MAX_PITCH, 2147483647},
-      {CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, p.registers_per_block},
-      {CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, p.registers_per_multiprocessor},
-      {CU_DEVICE_ATTRIBUTE_CLOCK_RATE, p.clock_rate_khz},
-      {CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, p.texture_alignment},
-      {CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, p.multiprocessor_count},
-      {CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT, 0},
-      {CU_DEVICE_ATTRIBUTE_INTEGRATED, 0},
-      {CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 0},
-      {CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, CU_COMPUTEMODE_DEFAULT},
-      {CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, 1},
-      {CU_DEVICE_ATTRIBUTE_ECC_ENABLED, 0},
-      {CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, pci_bus},
-      {CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, 0},
-      {CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, 0},
-      {CU_DEVICE_ATTRIBUTE_TCC_DRIVER, 0},
-      {CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, p.memory_clock_rate_khz},
-      {CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, p.memory_bus_width},
-      {CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, p.l2_cache_size},
-      {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, p.max_threads_per_multiprocessor},
-      {CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, p.max_blocks_per_multiprocessor},
-      {CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 1},
-      {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, p.cc_major},
-      {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, p.cc_minor},
-      {CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED, 1},
-      {CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED, 1},
-      {CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED, 1},
-      {CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 0},
-      {CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD, 0},
-      {CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, 1},
-      {CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 1},  // All blocks of a cooperative grid run at once.
-      {CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 0},
-      {CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, 0},
-      {CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 0},
-      {CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 1},
-      {CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED, 0},
-      {CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO, 32},
-      {CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, 0},
-      {CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, p.reserved_shared_memory_per_block},
-      {CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED, 0},
-  };
-}
 
 class EmuBackend final : public DeviceBackend {
  public:
@@ -107,7 +51,8 @@ class EmuBackend final : public DeviceBackend {
     info.pci_bus = config_.pci_bus;
     info.pci_device = config_.pci_device;
     info.emulated = true;
-    info.attributes = Attributes(p, config_.pci_bus);
+    info.attributes = emu::DeviceAttributes(p);
+    info.attributes[CU_DEVICE_ATTRIBUTE_PCI_BUS_ID] = config_.pci_bus;
     return info;
   }
 
@@ -267,6 +212,7 @@ class EmuBackend final : public DeviceBackend {
       case CU_AD_FORMAT_FLOAT: d.format = emu::TexFormat::kF32; break;
       default: return {CUDA_ERROR_NOT_SUPPORTED, fmt::format("texel format 0x{:x}", spec.format)};
     }
+    // Boilerplate by nature: field by field from the device interface's struct to the emulator's.
     d.base = spec.address;
     d.pitch = spec.pitch;
     d.slice_pitch = spec.slice_pitch;
@@ -380,6 +326,7 @@ class EmuBackend final : public DeviceBackend {
 }  // namespace
 
 Result<std::unique_ptr<DeviceBackend>> NewEmuBackend(const EmuBackendConfig& config) {
+  // Boilerplate by nature: field by field from the backend's configuration to the emulator's.
   emu::DeviceOptions o;
   o.memory_bytes = config.memory_bytes;
   o.base_address = config.window_base;
