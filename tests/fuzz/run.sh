@@ -107,6 +107,7 @@ for target in $targets; do
     texture)
       build texture tests/fuzz/texture_fuzz.cc lib/emu/device.cc lib/emu/exec.cc lib/emu/compile.cc \
         lib/emu/ptx_parser.cc lib/emu/ptx_ast.cc lib/emu/ptx_link.cc lib/emu/ptx_text.cc lib/emu/printf.cc \
+        lib/emu/device_properties.cc \
         lib/emu/fatbin.cc lib/emu/lz4.cc -- -lzstd -lpthread -rtlib=compiler-rt
       ;;
     wire)
