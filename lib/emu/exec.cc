@@ -538,6 +538,7 @@ class CtaRunner {
   // ---- The interpreter. ----
   // Runs `t` until it blocks, exits, gives way at a wait, or has run `budget` instructions.
   bool RunThread(Thread& t, uint64_t budget = ~uint64_t{0});
+  bool RunValueOp(Thread& t, Frame* fr, LaneRegs R, const Function* fn, const Inst& in);
   bool RunWarp(uint32_t w, bool* waits_only);
   int RunTogether(WarpGroup& g);
   bool LoadStoreTogether(WarpGroup& g, const Inst& in, uint32_t act);
