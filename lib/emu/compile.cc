@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -621,6 +622,21 @@ class FunctionCompiler {
   }
 
   EmuStatus Decode(const ptx::Instruction& in, Inst& inst);
+  // Decode's instruction families: each answers for its own opcodes (nullopt: not one of them).
+  std::optional<EmuStatus> DecodeArithmetic(const ptx::Instruction& in, const Mods& m, Inst& inst);
+  std::optional<EmuStatus> DecodeMoveAndCompare(const ptx::Instruction& in, const Mods& m, Inst& inst);
+  std::optional<EmuStatus> DecodeBitFields(const ptx::Instruction& in, const Mods& m, Inst& inst);
+  std::optional<EmuStatus> DecodeAsyncCopies(const ptx::Instruction& in, const Mods& m, Inst& inst);
+  std::optional<EmuStatus> DecodeBitsAndDots(const ptx::Instruction& in, const Mods& m, Inst& inst);
+  std::optional<EmuStatus> DecodeConversions(const ptx::Instruction& in, const Mods& m, Inst& inst);
+  std::optional<EmuStatus> DecodeMemory(const ptx::Instruction& in, const Mods& m, Inst& inst);
+  std::optional<EmuStatus> DecodeControl(const ptx::Instruction& in, const Mods& m, Inst& inst);
+  std::optional<EmuStatus> DecodeWarpAndOther(const ptx::Instruction& in, const Mods& m, Inst& inst);
+  // An instruction that must name a type and does not: the error saying so.
+  EmuStatus NeedType(const ptx::Instruction& in, const Inst& inst) {
+    if (inst.type == Type::kNone) return Err(in.line, "'" + Joined(in) + "' needs a type");
+    return EmuStatus::Ok();
+  }
   // Tensor-core instructions (compile_matrix.inc).
   EmuStatus DecodeMatrix(const ptx::Instruction& in, Inst& inst);
   EmuStatus DecodeCvtTf32(const ptx::Instruction& in, Inst& inst);
@@ -736,12 +752,22 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
   inst.type = m.types.empty() ? Type::kNone : m.types.back();
   inst.space = m.space;
   inst.vec = static_cast<uint8_t>(m.vec);
-  auto need_type = [&]() -> EmuStatus {
-    if (inst.type == Type::kNone) return Err(in.line, "'" + Joined(in) + "' needs a type");
-    return EmuStatus::Ok();
-  };
 
-  // --- Arithmetic. ---
+  // Each family answers for its own opcodes, in this order (the cvt forms and cp's two kinds within one family).
+  for (auto family : {&FunctionCompiler::DecodeArithmetic, &FunctionCompiler::DecodeMoveAndCompare,
+                      &FunctionCompiler::DecodeBitFields, &FunctionCompiler::DecodeAsyncCopies,
+                      &FunctionCompiler::DecodeBitsAndDots, &FunctionCompiler::DecodeConversions,
+                      &FunctionCompiler::DecodeMemory, &FunctionCompiler::DecodeControl,
+                      &FunctionCompiler::DecodeWarpAndOther}) {
+    if (std::optional<EmuStatus> decoded = (this->*family)(in, m, inst)) return *decoded;
+  }
+  return Unsupported(in);
+}
+
+// Integer and floating-point arithmetic, logic, shifts and the unary math functions.
+std::optional<EmuStatus> FunctionCompiler::DecodeArithmetic(const ptx::Instruction& in, const Mods& m, Inst& inst) {
+  const std::string& op = in.opcode;
+  auto need_type = [&]() { return NeedType(in, inst); };
   static const std::unordered_map<std::string, Op> kArith = {
       {"add", Op::kAdd},   {"sub", Op::kSub},   {"mul", Op::kMul},   {"mad", Op::kMad},     {"fma", Op::kFma},
       {"div", Op::kDiv},   {"rem", Op::kRem},   {"abs", Op::kAbs},   {"neg", Op::kNeg},     {"min", Op::kMin},
@@ -838,6 +864,13 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     return Simple(in, inst, nsrc);
   }
 
+  return std::nullopt;
+}
+
+// mov, setp/set, selp and slct.
+std::optional<EmuStatus> FunctionCompiler::DecodeMoveAndCompare(const ptx::Instruction& in, const Mods& m, Inst& inst) {
+  const std::string& op = in.opcode;
+  auto need_type = [&]() { return NeedType(in, inst); };
   if (op == "mov") {
     if (EmuStatus s = need_type(); !s.ok()) return s;
     if (EmuStatus s = Operands(in, 2); !s.ok()) return s;
@@ -931,6 +964,13 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     return Resolve(in.operands[3], inst.type2, in.line, &inst.s[2]);
   }
 
+  return std::nullopt;
+}
+
+// bfe, bfi, prmt, shf and lop3.
+std::optional<EmuStatus> FunctionCompiler::DecodeBitFields(const ptx::Instruction& in, const Mods& m, Inst& inst) {
+  const std::string& op = in.opcode;
+  auto need_type = [&]() { return NeedType(in, inst); };
   if (op == "bfe" || op == "bfi" || op == "prmt" || op == "shf" || op == "lop3") {
     if (EmuStatus s = need_type(); !s.ok()) return s;
     if (op == "bfe") {
@@ -969,6 +1009,12 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     return Simple(in, inst, 4, Type::kB32);
   }
 
+  return std::nullopt;
+}
+
+// cp.async (with its commit and wait groups), mbarrier, cp.reduce.
+std::optional<EmuStatus> FunctionCompiler::DecodeAsyncCopies(const ptx::Instruction& in, const Mods& m, Inst& inst) {
+  const std::string& op = in.opcode;
   if (op == "cp" && !in.modifiers.empty() && in.modifiers[0] == "async") {
     // The interpreter copies at issue, so every copy has completed by the time any thread could wait for it:
     // commit and wait are nothing to do, and waiting early is allowed (an async copy may complete at any time).
@@ -1024,6 +1070,12 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     return Unsupported(in, "bulk reductions");
   }
 
+  return std::nullopt;
+}
+
+// bmsk, dp4a/dp2a and testp.
+std::optional<EmuStatus> FunctionCompiler::DecodeBitsAndDots(const ptx::Instruction& in, const Mods& m, Inst& inst) {
+  const std::string& op = in.opcode;
   if (op == "bmsk") {
     // bmsk.{clamp,wrap}.b32 d, a, b: ones in bits [a, a + b) of 32.
     inst.op = Op::kBmsk;
@@ -1052,6 +1104,13 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     return Resolve(in.operands[1], inst.type, in.line, &inst.s[0]);
   }
 
+  return std::nullopt;
+}
+
+// cvt in its forms (packed, fp8 pairs, plain), cvta and isspacep.
+std::optional<EmuStatus> FunctionCompiler::DecodeConversions(const ptx::Instruction& in, const Mods& m, Inst& inst) {
+  const std::string& op = in.opcode;
+  auto need_type = [&]() { return NeedType(in, inst); };
   if (op == "cvt" && !in.modifiers.empty() && in.modifiers[0] == "pack") {
     // cvt.pack.sat.convertType.s32[.b32]: the modifiers in that order (the narrow types are no PTX register types).
     static const std::unordered_map<std::string, std::pair<uint8_t, bool>> kNarrow = {
@@ -1132,6 +1191,13 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     return Simple(in, inst, 1);
   }
 
+  return std::nullopt;
+}
+
+// ld, ldu, st, atom and red.
+std::optional<EmuStatus> FunctionCompiler::DecodeMemory(const ptx::Instruction& in, const Mods& m, Inst& inst) {
+  const std::string& op = in.opcode;
+  auto need_type = [&]() { return NeedType(in, inst); };
   if (op == "ld" || op == "ldu" || op == "st") {
     inst.op = op == "st" ? Op::kSt : Op::kLd;
     if (EmuStatus s = need_type(); !s.ok()) return s;
@@ -1195,6 +1261,12 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     return EmuStatus::Ok();
   }
 
+  return std::nullopt;
+}
+
+// Branches, calls, returns, exit, trap and barriers.
+std::optional<EmuStatus> FunctionCompiler::DecodeControl(const ptx::Instruction& in, const Mods& m, Inst& inst) {
+  const std::string& op = in.opcode;
   if (op == "brx") {
     // brx.idx{.uni} index, tlist: a jump through a table declared with .branchtargets.
     if (!m.flags.count("idx")) return Unsupported(in, "brx without .idx");
@@ -1306,6 +1378,13 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
     return EmuStatus::Ok();
   }
 
+  return std::nullopt;
+}
+
+// Warp collectives (shfl, vote, match, redux...), the remaining instructions and textures.
+std::optional<EmuStatus> FunctionCompiler::DecodeWarpAndOther(const ptx::Instruction& in, const Mods& m, Inst& inst) {
+  const std::string& op = in.opcode;
+  auto need_type = [&]() { return NeedType(in, inst); };
   if (op == "shfl") {
     inst.op = Op::kShfl;
     if (!m.flags.count("sync")) return Unsupported(in, "shfl without .sync (removed on sm_70+)");
@@ -1400,8 +1479,9 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
   if (op == "tex" || op == "tld4" || op == "suld" || op == "sust" || op == "txq" || op == "suq" || op == "sured") {
     return DecodeTexture(in, inst, m);
   }
-  return Unsupported(in);
+  return std::nullopt;
 }
+
 
 #include "emu/compile_tex.inc"
 
