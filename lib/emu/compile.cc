@@ -639,6 +639,22 @@ class FunctionCompiler {
   }
   // Tensor-core instructions (compile_matrix.inc).
   EmuStatus DecodeMatrix(const ptx::Instruction& in, Inst& inst);
+  // What DecodeMatrix reads from a matrix instruction's modifiers (ParseMatrixModifiers), for its forms.
+  struct MatrixForm {
+    MatrixOp op;  // Its shape, and what the form fills in.
+    std::vector<MatrixType> types;
+    std::set<std::string> flags;
+    std::vector<std::string> layouts;  // .row/.col in order.
+    bool has_shape = false, has_space = false;
+    Space space = Space::kGeneric;
+  };
+  EmuStatus ParseMatrixModifiers(const ptx::Instruction& in, MatrixForm* form);
+  EmuStatus OnlyMatrixFlags(const ptx::Instruction& in, const MatrixForm& form,
+                            std::initializer_list<const char*> allowed);
+  EmuStatus DecodeWmma(const ptx::Instruction& in, MatrixForm& form, Inst& inst);
+  EmuStatus DecodeMma(const ptx::Instruction& in, MatrixForm& form, Inst& inst);
+  EmuStatus DecodeLdMovMatrix(const ptx::Instruction& in, MatrixForm& form, Inst& inst);
+  EmuStatus MatrixOperands(const ptx::Instruction& in, MatrixOp& op, Inst& inst);
   EmuStatus DecodeCvtTf32(const ptx::Instruction& in, Inst& inst);
   EmuStatus MatrixRegisters(const ptx::Instruction& in, const ptx::Operand& o, MatrixOp& op, MatrixRole role,
                             size_t count);
