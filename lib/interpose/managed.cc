@@ -191,8 +191,8 @@ int CatchUp(DeviceState& d, RemoteSession* session, uint64_t stream) {
   return session->StreamWaitEvent(stream, d.flush_event);
 }
 
-// Sends the dirty pages of [first, last) to the slice on `stream`; they become clean (read-only again, so that a
-// write racing the send faults and waits).
+// Sends the dirty pages of [first, last), and the fresh ones that are not all zeros, to the slice on `stream`; they
+// become clean (read-only again, so that a write racing the send faults and waits).
 int Flush(ManagedRange& a, DeviceState& d, RemoteSession* session, uint64_t stream, size_t first, size_t last) {
   if (a.dirty == 0 && a.fresh == 0) return 0;
   const size_t page = PageBytes();
@@ -253,6 +253,14 @@ int Flush(ManagedRange& a, DeviceState& d, RemoteSession* session, uint64_t stre
   return 0;
 }
 
+// The host's writes to [first, last), ahead of device work on `stream`: after the flushes other streams sent, and
+// then its own.
+int SendHostWrites(ManagedRange& a, DeviceState& d, RemoteSession* session, uint64_t stream, size_t first,
+                   size_t last) {
+  if (int code = CatchUp(d, session, stream); code != 0) return code;
+  return Flush(a, d, session, stream, first, last);
+}
+
 // Device work on `stream` may write [first, last): the host's copy of those pages is no longer to be trusted.
 void Invalidate(ManagedRange& a, DeviceState& d, uint64_t stream, size_t first, size_t last) {
   if (a.valid != 0) {
@@ -273,8 +281,8 @@ bool SeenBy(const ManagedRange& a, uint64_t stream) {
 
 // Waits until the device work that may have written `a` is done: its own stream when only the stream it is attached
 // to wrote it, else the whole device.
-int WaitForWriters(ManagedRange& a, DeviceState& d, RemoteSession* session) {
-  if (a.invalidated_at <= std::max(a.synced_at, d.synced_upto)) return 0;
+void WaitForWriters(ManagedRange& a, DeviceState& d, RemoteSession* session) {
+  if (a.invalidated_at <= std::max(a.synced_at, d.synced_upto)) return;
   int code;
   if (a.attach == CU_MEM_ATTACH_SINGLE && a.writers.size() == 1 && *a.writers.begin() == a.attach_stream &&
       a.attach_stream != 0) {
@@ -289,13 +297,12 @@ int WaitForWriters(ManagedRange& a, DeviceState& d, RemoteSession* session) {
   if (code != 0) session->KeepAsyncError(code);
   a.synced_at = a.invalidated_at;
   a.writers.clear();
-  return 0;
 }
 
 // Fetches the invalid pages of [first, last) from the slice; they become clean.
 int Fetch(ManagedRange& a, DeviceState& d, size_t first, size_t last) {
   RemoteSession* session = Remote::Get().session(a.device);
-  if (int code = WaitForWriters(a, d, session); code != 0) return code;
+  WaitForWriters(a, d, session);
   const uint64_t stream = a.attach == CU_MEM_ATTACH_SINGLE ? a.attach_stream : 0;
   int code = 0;
   ForRuns(a, first, last, kInvalid, [&](size_t run, size_t count) {
@@ -443,6 +450,20 @@ void InstallFaultHandlerLocked() {
   }
 }
 
+// Gives up a range's host pages and gpupool's view of them. In the window its pages are the window's reservation
+// again, so that no host mapping lands where device pointers route; outside it (variables a driver placed there)
+// nothing is left. REQUIRES: Hold.
+void ReleaseHostPages(const ManagedRange& a) {
+  if (a.outside_window) {
+    munmap(reinterpret_cast<void*>(a.base), a.mapped);
+  } else {
+    mmap(reinterpret_cast<void*>(a.base), a.mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+         -1, 0);
+  }
+  munmap(a.view, a.mapped);
+  close(a.fd);
+}
+
 // Whether [address, address + bytes) lies in `a`'s allocated bytes (not past them into its last page's tail).
 bool RangeInside(const ManagedRange& a, uint64_t address, uint64_t bytes) {
   return address >= a.base && address - a.base < a.bytes && bytes <= a.bytes - (address - a.base);
@@ -484,11 +505,15 @@ CUresult ManagedMemory::Allocate(int device, size_t bytes, unsigned int flags, C
   a->remote_base = remote_base;
   a->device = device;
   a->attach = flags;
-  auto undo = [&](const char* what) {
-    GP_ERROR("interpose", "managed memory: {} failed: {}", what, std::strerror(errno));
+  // What a failure gives back: the view, the memfd, the slice's memory.
+  auto release = [&] {
     if (a->view != nullptr) munmap(a->view, mapped);
     if (a->fd >= 0) close(a->fd);
     session->MemFree(remote_base);
+  };
+  auto undo = [&](const char* what) {
+    GP_ERROR("interpose", "managed memory: {} failed: {}", what, std::strerror(errno));
+    release();
     return CUDA_ERROR_OUT_OF_MEMORY;
   };
   a->fd = memfd_create("gpupool-managed", MFD_CLOEXEC);
@@ -499,9 +524,7 @@ CUresult ManagedMemory::Allocate(int device, size_t bytes, unsigned int flags, C
   a->view = static_cast<uint8_t*>(view);
   // The device copy starts as zeros, like the host's fresh pages: both copies agree until the host writes.
   if (int code = session->Memset(a->base, 0, 1, mapped, 0); code != 0) {
-    munmap(a->view, mapped);
-    close(a->fd);
-    session->MemFree(remote_base);
+    release();
     return remote.Fail(device, code, "zeroing a managed allocation");
   }
   {
@@ -537,13 +560,9 @@ CUresult ManagedMemory::Free(CUdeviceptr base, bool* handled) {
     a = std::move(it->second);
     S().allocations.erase(it);
     *handled = true;
-    // The window's reservation again, so that no host mapping lands where device pointers route.
-    mmap(reinterpret_cast<void*>(a->base), a->mapped, PROT_NONE,
-         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    ReleaseHostPages(*a);
   }
   live_.fetch_sub(1, std::memory_order_release);
-  munmap(a->view, a->mapped);
-  close(a->fd);
   Remote& remote = Remote::Get();
   {
     std::lock_guard<std::mutex> lock(remote.mu());
@@ -555,21 +574,7 @@ CUresult ManagedMemory::Free(CUdeviceptr base, bool* handled) {
   return CUDA_SUCCESS;
 }
 
-namespace {
-
-// Drops a range of module variables: its pages are the window's reservation again. REQUIRES: Hold.
-void DropVariablesLocked(std::unique_ptr<ManagedRange> a) {
-  if (a->outside_window) {
-    munmap(reinterpret_cast<void*>(a->base), a->mapped);
-  } else {
-    mmap(reinterpret_cast<void*>(a->base), a->mapped, PROT_NONE,
-         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-  }
-  munmap(a->view, a->mapped);
-  close(a->fd);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 CUresult ManagedMemory::AdoptVariable(int device, uint64_t address, uint64_t bytes, const void* owner) {
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -612,9 +617,8 @@ CUresult ManagedMemory::AdoptVariable(int device, uint64_t address, uint64_t byt
     hi = std::max(hi, a.base + a.mapped);
     owners.insert(a.owners.begin(), a.owners.end());
     extents.insert(extents.end(), a.extents.begin(), a.extents.end());
-    std::unique_ptr<ManagedRange> dropped = std::move(it->second);
+    ReleaseHostPages(a);
     it = s.allocations.erase(it);
-    DropVariablesLocked(std::move(dropped));
     live_.fetch_sub(1, std::memory_order_release);
   }
   auto a = std::make_unique<ManagedRange>();
@@ -672,9 +676,8 @@ void ManagedMemory::ForgetOwner(const void* owner) {
       ++it;
       continue;
     }
-    std::unique_ptr<ManagedRange> dropped = std::move(it->second);
+    ReleaseHostPages(a);
     it = table.erase(it);
-    DropVariablesLocked(std::move(dropped));
     live_.fetch_sub(1, std::memory_order_release);
   }
 }
@@ -695,17 +698,10 @@ CUresult ManagedMemory::BeforeKernel(int device, uint64_t stream) {
   RemoteSession* session = remote.session(device);
   Hold hold;
   DeviceState& d = S().devices[device];
-  bool caught_up = false;
   for (auto& [base, a] : S().allocations) {
     if (a->device != device || !SeenBy(*a, stream)) continue;
-    if (!caught_up) {
-      if (int code = CatchUp(d, session, stream); code != 0) {
-        return remote.Fail(device, code, "ordering managed memory");
-      }
-      caught_up = true;
-    }
     // Read-only first, then sent, then no access: a write racing the launch faults and waits for the kernel.
-    if (int code = Flush(*a, d, session, stream, 0, a->pages.size()); code != 0) {
+    if (int code = SendHostWrites(*a, d, session, stream, 0, a->pages.size()); code != 0) {
       return remote.Fail(device, code, "sending managed memory to the device");
     }
     Invalidate(*a, d, stream, 0, a->pages.size());
@@ -723,8 +719,7 @@ CUresult ManagedMemory::BeforeDeviceAccess(int device, uint64_t stream, uint64_t
   DeviceState& d = S().devices[device];
   size_t first, last;
   PagesOf(*a, address, bytes, &first, &last);
-  if (int code = CatchUp(d, session, stream); code != 0) return remote.Fail(device, code, "ordering managed memory");
-  if (int code = Flush(*a, d, session, stream, first, last); code != 0) {
+  if (int code = SendHostWrites(*a, d, session, stream, first, last); code != 0) {
     return remote.Fail(device, code, "sending managed memory to the device");
   }
   if (write) Invalidate(*a, d, stream, first, last);
@@ -781,8 +776,7 @@ CUresult ManagedMemory::Prefetch(CUdeviceptr address, size_t count, bool to_host
   if (to_host) {
     code = Fetch(*a, d, first, last);  // After the device work that may write it.
   } else {
-    code = CatchUp(d, session, on);
-    if (code == 0) code = Flush(*a, d, session, on, first, last);
+    code = SendHostWrites(*a, d, session, on, first, last);
   }
   if (code != 0) return remote.Fail(a->device, code, "prefetching managed memory");
   for (size_t i = first; i < last; ++i) {
