@@ -35,7 +35,6 @@ namespace graph_internal {
 // holder of the node.
 struct GraphMemory {
   CUdeviceptr address = 0;
-  uint64_t bytes = 0;
   int device = 0;
   bool freed_in_graph = false;
   bool freed = false;  // By the program, outside any graph: the slice still holds it for the graph.
@@ -247,7 +246,6 @@ CUresult AllocWork(CUDA_MEM_ALLOC_NODE_PARAMS* p, NodeWork* w) {
   w->pool = p->poolProps;
   auto memory = std::make_shared<GraphMemory>();
   memory->address = address;
-  memory->bytes = p->bytesize;
   memory->device = device;
   graph_memory[address] = memory;
   w->memory = memory;  // Shared by the node's copies (clones, executable graphs).
@@ -359,8 +357,7 @@ CUresult RunNode(const GraphNode& n, CUstream stream) {
       Lock lock(mu);
       auto memory = std::static_pointer_cast<GraphMemory>(w.memory);
       if (memory != nullptr && memory->freed) {
-        memory->freed = false;
-        graph_memory[w.address] = memory;
+        memory->freed = false;  // Still in graph_memory: an outside free keeps it there while the node lives.
         Remote& remote = Remote::Get();
         std::lock_guard<std::mutex> allocations(remote.mu());
         remote.allocations[w.address] = Allocation{w.bytes, memory->device};
