@@ -189,10 +189,9 @@ static void StreamAttachment() {
   REQUIRE_OK(cudaStreamSynchronize(s1));
   for (size_t i = 0; i < n; ++i) REQUIRE(mine[i] == static_cast<int>(2 * i + 3), "mine[%zu] = %d", i, mine[i]);
   // Refused: part of an allocation, and one stream alone for the NULL stream.
-  REQUIRE(cudaStreamAttachMemAsync(s1, mine + 1, 4, cudaMemAttachSingle) == cudaErrorInvalidValue, "partial attach");
-  cudaGetLastError();
-  REQUIRE(cudaStreamAttachMemAsync(s1, mine, 0, 0x10) == cudaErrorInvalidValue, "unknown flags");
-  cudaGetLastError();
+  REQUIRE_REFUSED(cudaStreamAttachMemAsync(s1, mine + 1, 4, cudaMemAttachSingle), cudaErrorInvalidValue,
+                  "partial attach");
+  REQUIRE_REFUSED(cudaStreamAttachMemAsync(s1, mine, 0, 0x10), cudaErrorInvalidValue, "unknown flags");
   REQUIRE_OK(cudaStreamDestroy(s1));
   REQUIRE_OK(cudaStreamDestroy(s2));
   REQUIRE_OK(cudaFree(mine));
@@ -268,25 +267,20 @@ static void PrefetchAndAdvice() {
   // Refused: not managed memory, a range past the allocation, an unknown device.
   float* plain = nullptr;
   REQUIRE_OK(cudaMalloc(&plain, 4096));
-  REQUIRE(cudaMemRangeGetAttribute(&mostly, 4, cudaMemRangeAttributeReadMostly, plain, 4096) == cudaErrorInvalidValue,
-         "range attribute of device memory");
-  cudaGetLastError();
-  REQUIRE(cudaMemPrefetchAsync(a, n * sizeof(float) + 4096, Host(), 0, s) == cudaErrorInvalidValue,
-         "prefetch past the allocation");
-  cudaGetLastError();
-  REQUIRE(cudaMemAdvise(a, 4096, cudaMemAdviseSetAccessedBy, Device(77)) == cudaErrorInvalidDevice,
-         "advice for device 77");
-  cudaGetLastError();
-  REQUIRE(cudaMemRangeGetAttribute(&mostly, 3, cudaMemRangeAttributeReadMostly, a, 4096) == cudaErrorInvalidValue,
-          "a 3-byte answer for a 4-byte attribute");
-  cudaGetLastError();
+  REQUIRE_REFUSED(cudaMemRangeGetAttribute(&mostly, 4, cudaMemRangeAttributeReadMostly, plain, 4096),
+                  cudaErrorInvalidValue, "range attribute of device memory");
+  REQUIRE_REFUSED(cudaMemPrefetchAsync(a, n * sizeof(float) + 4096, Host(), 0, s), cudaErrorInvalidValue,
+                  "prefetch past the allocation");
+  REQUIRE_REFUSED(cudaMemAdvise(a, 4096, cudaMemAdviseSetAccessedBy, Device(77)), cudaErrorInvalidDevice,
+                  "advice for device 77");
+  REQUIRE_REFUSED(cudaMemRangeGetAttribute(&mostly, 3, cudaMemRangeAttributeReadMostly, a, 4096), cudaErrorInvalidValue,
+                  "a 3-byte answer for a 4-byte attribute");
   char* small = nullptr;  // 100 bytes: the rest of its page is no part of it.
   REQUIRE_OK(cudaMallocManaged(&small, 100));
-  REQUIRE(cudaMemPrefetchAsync(small + 200, 16, Host(), 0, s) == cudaErrorInvalidValue, "prefetch past 100 bytes");
-  cudaGetLastError();
-  REQUIRE(cudaMemAdvise(small + 99, 2, cudaMemAdviseSetReadMostly, Device(0)) == cudaErrorInvalidValue,
-          "advice across the allocation's end");
-  cudaGetLastError();
+  REQUIRE_REFUSED(cudaMemPrefetchAsync(small + 200, 16, Host(), 0, s), cudaErrorInvalidValue,
+                  "prefetch past 100 bytes");
+  REQUIRE_REFUSED(cudaMemAdvise(small + 99, 2, cudaMemAdviseSetReadMostly, Device(0)), cudaErrorInvalidValue,
+                  "advice across the allocation's end");
   REQUIRE_OK(cudaFree(small));
   REQUIRE_OK(cudaFree(plain));
   REQUIRE_OK(cudaStreamDestroy(s));
@@ -320,12 +314,10 @@ static void Graphs() {
 
 static void Refusals() {
   void* p = nullptr;
-  REQUIRE(cudaMallocManaged(&p, 64, 0x7) == cudaErrorInvalidValue, "flags 7");
-  cudaGetLastError();
+  REQUIRE_REFUSED(cudaMallocManaged(&p, 64, 0x7), cudaErrorInvalidValue, "flags 7");
   size_t free_bytes = 0, total = 0;
   REQUIRE_OK(cudaMemGetInfo(&free_bytes, &total));
-  REQUIRE(cudaMallocManaged(&p, total * 2) == cudaErrorMemoryAllocation, "twice the slice");
-  cudaGetLastError();
+  REQUIRE_REFUSED(cudaMallocManaged(&p, total * 2), cudaErrorMemoryAllocation, "twice the slice");
 }
 
 static int Fork() {

@@ -67,4 +67,17 @@ static int failures = 0;
     }                                                                                                        \
   } while (0)
 
+// REQUIRE_REFUSED(call, expected, what): the call must answer `expected` (else the program ends at once, as REQUIRE);
+// the runtime's last error, which a refusal sets, is cleared for the checks after it.
+#define REQUIRE_REFUSED(call, expected, what)                                                            \
+  do {                                                                                                   \
+    cudaError_t err_ = (call);                                                                           \
+    if (err_ != (expected)) {                                                                            \
+      std::printf(PROGRAM_NAME ": FAILED at line %d: %s (%s): %s, expected %s\n", __LINE__, #call, what, \
+                  cudaGetErrorName(err_), #expected);                                                    \
+      std::exit(1);                                                                                      \
+    }                                                                                                    \
+    cudaGetLastError();                                                                                  \
+  } while (0)
+
 #endif  // GPUPOOL_TESTS_REMOTE_PROGRAMS_PROGRAM_CHECKS_H_
