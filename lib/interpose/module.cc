@@ -235,6 +235,24 @@ CUresult GetFunction(CUfunction* out, CUmodule handle, const char* name, bool re
   return CUDA_SUCCESS;
 }
 
+namespace {
+
+// Variable `name` of `module` on slice `dev` (loading the module there if needed): *a and *n. `kind` names it in the
+// log line of a failure ("global", "managed variable"). A variable a GPU's driver placed outside the slice's window
+// routes there by address from now on.
+CUresult VariableOn(Module* module, int dev, const char* name, const char* kind, uint64_t* a, uint64_t* n) {
+  Remote& remote = Remote::Get();
+  uint64_t id;
+  if (CUresult r = remote.ModuleOn(module, dev, &id); r != CUDA_SUCCESS) return r;
+  int code = remote.session(dev)->GetGlobal(id, name, a, n);
+  if (code == CUDA_ERROR_NOT_FOUND) return CUDA_ERROR_NOT_FOUND;  // Programs probe for optional globals.
+  if (code != 0) return remote.Fail(dev, code, fmt::format("looking up {} '{}'", kind, name).c_str());
+  if (*n > 0 && remote.DeviceOf(*a) != dev) remote.AddOutsideGlobal(*a, *n, dev, module);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
 CUresult GetGlobal(CUdeviceptr* address, size_t* bytes, CUmodule handle, const char* name) {
   if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Remote& remote = Remote::Get();
@@ -242,13 +260,8 @@ CUresult GetGlobal(CUdeviceptr* address, size_t* bytes, CUmodule handle, const c
   if (CUresult r = remote.ResolveModule(handle, &module); r != CUDA_SUCCESS) return r;
   int dev;
   if (CUresult r = remote.CurrentDevice(&dev); r != CUDA_SUCCESS) return r;
-  uint64_t id;
-  if (CUresult r = remote.ModuleOn(module, dev, &id); r != CUDA_SUCCESS) return r;
   uint64_t a = 0, n = 0;
-  int code = remote.session(dev)->GetGlobal(id, name, &a, &n);
-  if (code == CUDA_ERROR_NOT_FOUND) return CUDA_ERROR_NOT_FOUND;  // Programs probe for optional globals.
-  if (code != 0) return remote.Fail(dev, code, fmt::format("looking up global '{}'", name).c_str());
-  if (n > 0 && remote.DeviceOf(a) != dev) remote.AddOutsideGlobal(a, n, dev, module);
+  if (CUresult r = VariableOn(module, dev, name, "global", &a, &n); r != CUDA_SUCCESS) return r;
   if (address != nullptr) *address = a;
   if (bytes != nullptr) *bytes = n;
   return CUDA_SUCCESS;
@@ -268,16 +281,9 @@ CUresult LibraryGetManaged(CUdeviceptr* address, size_t* bytes, CUlibrary librar
   } else if (r != CUDA_SUCCESS) {
     return r;
   }
-  uint64_t id;
-  if (CUresult r = remote.ModuleOn(module, dev, &id); r != CUDA_SUCCESS) return r;
   uint64_t a = 0, n = 0;
-  int code = remote.session(dev)->GetGlobal(id, name, &a, &n);
-  if (code == CUDA_ERROR_NOT_FOUND) return CUDA_ERROR_NOT_FOUND;
-  if (code != 0) return remote.Fail(dev, code, fmt::format("looking up managed variable '{}'", name).c_str());
+  if (CUresult r = VariableOn(module, dev, name, "managed variable", &a, &n); r != CUDA_SUCCESS) return r;
   if (n == 0) return CUDA_ERROR_INVALID_VALUE;
-  // A GPU's driver places module variables where it likes, outside the slice's window: routed there by address,
-  // as cuModuleGetGlobal's are.
-  if (remote.DeviceOf(a) != dev) remote.AddOutsideGlobal(a, n, dev, module);
   if (CUresult r = ManagedMemory::Get().AdoptVariable(dev, a, n, module); r != CUDA_SUCCESS) return r;
   if (address != nullptr) *address = a;
   if (bytes != nullptr) *bytes = n;
