@@ -415,6 +415,14 @@ CUresult IdentityNumber(CUcontext handle, unsigned long long* number) {
   });
 }
 
+// `stream` resolved (*dev, *remote) as a stream of context `handle`: CUDA_ERROR_INVALID_HANDLE for another context's.
+CUresult ContextStream(CUcontext handle, CUstream stream, int* dev, uint64_t* remote) {
+  Context* ctx;
+  if (CUresult r = IdentityContext(handle, &ctx); r != CUDA_SUCCESS) return r;
+  if (CUresult r = Remote::Get().ResolveStream(stream, dev, remote, false); r != CUDA_SUCCESS) return r;
+  return *dev == ctx->device ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
 // Slot 51: the driver's own object for a stream handle, `per_thread` saying whether the NULL stream means the
 // per-thread default stream (cuBLAS passes its stream, CU_STREAM_LEGACY for the default one, or CU_STREAM_PER_THREAD
 // with per_thread set). Public descriptions of this table (CU_ETID_ToolsContext) pair it with slot 39, which reads an
@@ -424,14 +432,11 @@ CUresult IdentityStream(CUcontext handle, CUstream stream, CUstream* out, int pe
   return ApiCall(
       "context_identity.stream",
       [&] {
-        Context* ctx;
         if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-        if (CUresult r = IdentityContext(handle, &ctx); r != CUDA_SUCCESS) return r;
         if (stream == nullptr) stream = per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
         int dev;
         uint64_t remote;
-        if (CUresult r = Remote::Get().ResolveStream(stream, &dev, &remote, false); r != CUDA_SUCCESS) return r;
-        if (dev != ctx->device) return CUDA_ERROR_INVALID_HANDLE;  // Another context's stream.
+        if (CUresult r = ContextStream(handle, stream, &dev, &remote); r != CUDA_SUCCESS) return r;
         *out = stream;
         return CUDA_SUCCESS;
       },
@@ -448,13 +453,10 @@ CUresult IdentityStreamId(CUcontext handle, CUstream stream, unsigned long long*
   return ApiCall(
       "context_identity.stream_id",
       [&] {
-        Context* ctx;
         if (id == nullptr) return CUDA_ERROR_INVALID_VALUE;
-        if (CUresult r = IdentityContext(handle, &ctx); r != CUDA_SUCCESS) return r;
         int dev;
         uint64_t remote;
-        if (CUresult r = Remote::Get().ResolveStream(stream, &dev, &remote, false); r != CUDA_SUCCESS) return r;
-        if (dev != ctx->device) return CUDA_ERROR_INVALID_HANDLE;
+        if (CUresult r = ContextStream(handle, stream, &dev, &remote); r != CUDA_SUCCESS) return r;
         *id = (static_cast<unsigned long long>(dev) << 48) | remote;
         return CUDA_SUCCESS;
       },
