@@ -83,6 +83,7 @@ struct Device::Impl : public internal::MemoryMap {
   std::map<uint64_t, uint64_t> live;   // base -> size (as requested).
   RangeAllocator free_;  // Free ranges of the arena.
   uint64_t used = 0;
+  uint64_t module_bytes = 0;  // Of used: the modules' variables.
   uint64_t heap_used = 0;
   std::set<uint64_t> heap_blocks;
   mutable std::shared_ptr<const std::vector<std::pair<uint64_t, uint64_t>>> ranges_cache;
@@ -271,6 +272,17 @@ struct Device::Impl : public internal::MemoryMap {
     if (arena) munmap(arena, arena_size);
     if (vmm_base) munmap(vmm_base, vmm_size);
     if (physical_fd >= 0) close(physical_fd);
+  }
+
+  // Bytes the device lets its users hold: its capacity, or (when its owner enforces the limit) its whole arena.
+  uint64_t Limit() const { return options.enforce_capacity ? options.memory_bytes : arena_size; }
+  uint64_t FreeBytesLocked() const { return Limit() - std::min(Limit(), used); }
+  // Frees a module variable's memory. REQUIRES: mem_mu held; `address` one of ArenaAllocator's.
+  void FreeModuleBytesLocked(uint64_t address) {
+    const uint64_t bytes = AlignUp(std::max<uint64_t>(live[address], 1), kAlignment);
+    used -= bytes;
+    module_bytes -= bytes;
+    FreeLocked(address);
   }
 
   // The address space beyond the arena, for reservations: PROT_NONE, so a stray access faults.
@@ -609,12 +621,12 @@ class ArenaAllocator : public internal::GlobalAllocator {
   explicit ArenaAllocator(Device::Impl& impl) : impl_(impl) {}
   uint64_t Allocate(uint64_t bytes, uint64_t align) override {
     std::lock_guard<std::mutex> lock(impl_.mem_mu);
-    uint64_t free_bytes = impl_.options.memory_bytes - std::min(impl_.options.memory_bytes, impl_.used);
     uint64_t need = AlignUp(std::max<uint64_t>(bytes, 1), kAlignment);
-    if (need > free_bytes) return 0;
+    if (need > impl_.FreeBytesLocked()) return 0;
     uint64_t a = impl_.AllocateLocked(bytes, std::max<uint64_t>(align, kAlignment));
     if (a) {
       impl_.used += need;
+      impl_.module_bytes += need;
       made.push_back(a);
     }
     return a;
@@ -660,11 +672,11 @@ EmuStatus Device::Malloc(uint64_t bytes, uint64_t* device_ptr) {
   std::lock_guard<std::mutex> lock(impl_->mem_mu);
   if (bytes == 0) return BadValue("cannot allocate 0 bytes");
   // Compared before aligning: a size near 2^64 would wrap to 0 and "fit".
-  uint64_t need = bytes > impl_->options.memory_bytes ? bytes : AlignUp(bytes, kAlignment);
-  if (need > impl_->options.memory_bytes - std::min(impl_->options.memory_bytes, impl_->used)) {
+  const uint64_t limit = impl_->Limit(), free_bytes = impl_->FreeBytesLocked();
+  uint64_t need = bytes > limit ? bytes : AlignUp(bytes, kAlignment);
+  if (need > free_bytes) {
     return EmuStatus(Code::kOutOfMemory, "out of memory: " + std::to_string(bytes) + " bytes requested, " +
-                                             std::to_string(impl_->options.memory_bytes - impl_->used) +
-                                             " bytes free of " + std::to_string(impl_->options.memory_bytes));
+                                             std::to_string(free_bytes) + " bytes free of " + std::to_string(limit));
   }
   uint64_t a = impl_->AllocateLocked(bytes, kAlignment);
   if (!a) return EmuStatus(Code::kOutOfMemory, "out of memory (fragmented)");
@@ -713,6 +725,11 @@ void Device::MemInfo(uint64_t* free_bytes, uint64_t* total_bytes) const {
   if (free_bytes) *free_bytes = impl_->options.memory_bytes - std::min(impl_->options.memory_bytes, impl_->used);
 }
 
+uint64_t Device::ModuleBytes() const {
+  std::lock_guard<std::mutex> lock(impl_->mem_mu);
+  return impl_->module_bytes;
+}
+
 EmuStatus Device::ReserveAddress(uint64_t bytes, uint64_t alignment, uint64_t hint, uint64_t* address) {
   Impl& d = *impl_;
   std::lock_guard<std::mutex> lock(d.mem_mu);
@@ -748,11 +765,10 @@ EmuStatus Device::CreatePhysical(uint64_t bytes, uint64_t* handle) {
   if (bytes == 0 || bytes % kMappingGranularity != 0) {
     return BadValue("physical memory comes in multiples of 2 MiB, not " + std::to_string(bytes) + " bytes");
   }
-  uint64_t capacity = d.options.memory_bytes;
-  if (bytes > capacity - std::min(capacity, d.used)) {
+  uint64_t capacity = d.Limit();
+  if (bytes > d.FreeBytesLocked()) {
     return EmuStatus(Code::kOutOfMemory, "out of memory: " + std::to_string(bytes) + " bytes of physical memory "
-                                         "requested, " + std::to_string(capacity - std::min(capacity, d.used)) +
-                                         " bytes free");
+                                         "requested, " + std::to_string(d.FreeBytesLocked()) + " bytes free");
   }
   if (d.physical_fd < 0) {
     d.physical_fd = memfd_create("gpupool-emu-physical", MFD_CLOEXEC);
@@ -920,10 +936,7 @@ EmuStatus Device::LoadPtx(std::string_view ptx, Module** module) {
   auto program = internal::Compile(parsed.value(), alloc);
   if (!program.ok()) {
     std::lock_guard<std::mutex> lock(impl_->mem_mu);
-    for (uint64_t a : alloc.made) {
-      impl_->used -= AlignUp(std::max<uint64_t>(impl_->live[a], 1), kAlignment);
-      impl_->FreeLocked(a);
-    }
+    for (uint64_t a : alloc.made) impl_->FreeModuleBytesLocked(a);
     return program.status();
   }
   auto m = std::make_unique<Module>();
@@ -955,9 +968,7 @@ EmuStatus Device::UnloadModule(Module* module) {
   {
     std::lock_guard<std::mutex> lock(impl_->mem_mu);
     for (uint64_t a : module->allocations) {
-      if (!impl_->live.count(a)) continue;
-      impl_->used -= AlignUp(std::max<uint64_t>(impl_->live[a], 1), kAlignment);
-      impl_->FreeLocked(a);
+      if (impl_->live.count(a)) impl_->FreeModuleBytesLocked(a);
     }
   }
   delete module;

@@ -35,6 +35,10 @@ inline constexpr int kClockRateKhz = 1590000;
 
 struct DeviceOptions {
   uint64_t memory_bytes = 1ull << 30;  // Capacity; allocations beyond it fail with kOutOfMemory. Default 1 GiB.
+  // False where the device's owner enforces the memory limit itself, in one place for every process that shares it
+  // (a session server's slice quota): the device then refuses only what its arena cannot place, and its owner counts
+  // module memory through ModuleBytes(). Default true: the device is its own limit.
+  bool enforce_capacity = true;
   int cc_major = 7, cc_minor = 5;      // Compute capability reported and used to pick PTX. Default 7.5.
   std::string name = "gpupool emulated GPU";
   int worker_threads = 0;              // Host threads running CTAs. Default 0: one per core.
@@ -125,6 +129,8 @@ class Device {
   // Frees in stream order without blocking the caller (the memory stays valid for work queued before).
   EmuStatus FreeAsync(uint64_t device_ptr, Stream* stream = nullptr);
   void MemInfo(uint64_t* free_bytes, uint64_t* total_bytes) const;
+  // Device memory held for the loaded modules' variables (part of MemInfo's used memory).
+  uint64_t ModuleBytes() const;
 
   // ---- Virtual memory, as cuMemAddressReserve/cuMemCreate/cuMemMap: physical memory (counted like allocations)
   // mapped into reserved address space; one physical allocation may be mapped at several addresses. Sizes, offsets

@@ -56,6 +56,9 @@ class EmuBackend final : public DeviceBackend {
     return info;
   }
 
+  // The modules' variables: on a GPU the driver's memory, here the emulator's; the slice's either way.
+  uint64_t DriverHeldBytes() override { return device_->ModuleBytes(); }
+
   CallStatus MemInfo(uint64_t* free_bytes, uint64_t* total_bytes) override {
     device_->MemInfo(free_bytes, total_bytes);
     return From(device_->StickyError());
@@ -329,6 +332,9 @@ Result<std::unique_ptr<DeviceBackend>> NewEmuBackend(const EmuBackendConfig& con
   // Boilerplate by nature: field by field from the backend's configuration to the emulator's.
   emu::DeviceOptions o;
   o.memory_bytes = config.memory_bytes;
+  // The session server's slice quota is the slice's one memory limit (shared by the lease's sessions on the
+  // slice); the device only places, and reports its modules' memory to be counted there (DriverHeldBytes).
+  o.enforce_capacity = false;
   o.base_address = config.window_base;
   o.address_space_bytes = config.window_bytes;
   o.name = config.device_name;

@@ -15,7 +15,10 @@ namespace gpupool::backend {
 struct EmuBackendConfig {
   std::string device_name;       // Reported as the device's name.
   int cc_major = 7, cc_minor = 5;  // Compute capability reported, and by which PTX is picked from fatbins.
-  uint64_t memory_bytes = 0;     // The emulated device's memory (the slice's).
+  // The emulated device's memory (the slice's): what it reports and what its arena places. Not a limit of its own:
+  // the session server's slice quota (session_server.h) is the slice's one limit, and counts the modules' memory
+  // through DriverHeldBytes.
+  uint64_t memory_bytes = 0;
   uint64_t window_base = 0;      // Device addresses start here (the client's window for this slice).
   // The window's size: what lies beyond the slice's memory holds virtual memory reservations. 0: none.
   uint64_t window_bytes = 0;

@@ -2,7 +2,7 @@
 // to the lease's slice, and share its memory quota: together they hold at most the slice. A child's memory comes
 // back to the others when it exits, and when it is killed. Each process reckons by what cudaMemGetInfo shows it
 // free, not by the slice's total: on a GPU each process's context costs memory of the slice too (its heap, printf
-// buffer and stacks).
+// buffer and stacks), and so do the variables of the modules each process loads (here 24 MiB of them).
 //
 // usage: lease_processes                (the parent; starts its children with exec, as the 'spawn' start method)
 //        lease_processes crowded BYTES  (a child: BYTES of the slice are held by the parent)
@@ -26,6 +26,11 @@ extern char** environ;
 
 constexpr size_t kPiece = 1 << 21;  // The device's allocation granularity: sizes in whole pieces fit exactly.
 
+// Module memory: the slice's like an allocation, whichever process of the lease loaded the module.
+constexpr size_t kModuleBytes = 24u << 20;
+__device__ unsigned char module_bytes[kModuleBytes];
+__global__ void TouchModuleBytes() { module_bytes[threadIdx.x * (kModuleBytes / 32)] = 1; }
+
 size_t WholePieces(size_t bytes) { return bytes / kPiece * kPiece; }
 
 // Allocation attempts for up to `seconds`: a process that just exited leaves its session (and its bytes) a moment
@@ -47,7 +52,8 @@ bool AllocWithin(void** p, size_t bytes, int seconds) {
 int Crowded(size_t held) {
   size_t free_bytes = 0, total = 0;
   CHECK(cudaMemGetInfo(&free_bytes, &total));
-  EXPECT(free_bytes <= total - held, "the child sees the parent's memory as used");
+  std::printf("lease_processes: child: %zu bytes free, the parent holds %zu\n", free_bytes, held);
+  EXPECT(free_bytes <= total - held, "the child sees the parent's memory (its allocation and its module) as used");
   void* p = nullptr;
   // A piece more than the lease has left does not fit beside the parent's memory.
   cudaError_t err = cudaMalloc(&p, WholePieces(free_bytes) + kPiece);
@@ -98,6 +104,9 @@ int main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[1], "crowded") == 0) return Crowded(std::strtoull(argv[2], nullptr, 10));
   if (argc == 3 && std::strcmp(argv[1], "holder") == 0) return Holder();
 
+  // The module is loaded (and its variable placed) by its first kernel.
+  TouchModuleBytes<<<1, 32>>>();
+  CHECK(cudaDeviceSynchronize());
   size_t free_bytes = 0, total = 0;
   CHECK(cudaMemGetInfo(&free_bytes, &total));
   std::printf("lease_processes: slice of %zu bytes, %zu free\n", total, free_bytes);
@@ -108,8 +117,8 @@ int main(int argc, char** argv) {
   size_t others = 0;  // What the parent leaves to the lease's other processes.
   CHECK(cudaMemGetInfo(&others, &total));
 
-  // 1. A second process of the lease finds the parent's half taken.
-  pid_t child = Spawn("crowded", held, -1);
+  // 1. A second process of the lease finds the parent's half taken, and the parent's module memory with it.
+  pid_t child = Spawn("crowded", total - others, -1);
   int status = 0;
   EXPECT(child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
          "the crowded child passes");
