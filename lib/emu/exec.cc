@@ -541,6 +541,13 @@ class CtaRunner {
   bool RunValueOp(Thread& t, Frame* fr, LaneRegs R, const Function* fn, const Inst& in);
   bool RunWarp(uint32_t w, bool* waits_only);
   int RunTogether(WarpGroup& g);
+  uint32_t GroupActive(const WarpGroup& g, int32_t guard, uint64_t negated) const;
+  template <typename F>
+  void LanesTogether(WarpGroup& g, int32_t guard, uint64_t guard_negated, const Operand& s0, const Operand& s1,
+                     const Operand& s2, bool to_register, uint32_t dst, F f);
+  void WaitAtCollective(WarpGroup& g, uint32_t pc, uint32_t act);
+  void PartAtBranch(WarpGroup& g, uint32_t target, uint32_t pc, uint32_t act);
+  bool ArriveTogether(WarpGroup& g, const Inst& in, uint32_t pc, uint32_t act);
   bool LoadStoreTogether(WarpGroup& g, const Inst& in, uint32_t act);
   bool FullWarpTogether(WarpGroup& g, const Inst& in);
   const uint64_t* OperandRow(WarpGroup& g, const Operand& o, int k) const;
