@@ -105,6 +105,42 @@ class DeviceTurns final : public ExecutionGate {
   std::shared_ptr<SessionMeter> meter_;
 };
 
+// Shares a device that cannot pause running work (see NewSessionServer) by throttling one session's submissions
+// through the device's turns table (DeviceTurns's submission path): the table learns when the session has work in
+// flight (from its first submission until none is left) and holds a submission back while the session's lease is
+// over its share.
+// Thread-safe: submissions come from the session's thread, completions from the device's.
+class SubmissionTurns {
+ public:
+  explicit SubmissionTurns(std::shared_ptr<DeviceTurns> turns) : turns_(std::move(turns)) {}
+
+  ~SubmissionTurns() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (in_flight_ > 0) turns_->WorkDrained();
+  }
+
+  // Before work reaches the device: waits while the lease is over its share.
+  void BeforeSubmit() {
+    // Not under mu_: completions (which only ever end the work in flight) must not wait behind a throttled
+    // submission. The work counts as in flight only once it is let through: a throttled session is not charged.
+    turns_->WaitForShare(cancel_);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (in_flight_++ == 0) turns_->WorkStarted();
+  }
+
+  // The submitted work has run: the last one out tells the table that none of this session's work is left.
+  void Completed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (in_flight_ > 0 && --in_flight_ == 0) turns_->WorkDrained();
+  }
+
+ private:
+  std::shared_ptr<DeviceTurns> turns_;
+  std::atomic<bool> cancel_{false};
+  std::mutex mu_;
+  int in_flight_ = 0;  // Guarded by mu_.
+};
+
 }  // namespace gpupool::backend
 
 #endif  // GPUPOOL_BACKEND_DEVICE_TURNS_H_

@@ -28,4 +28,21 @@ void AwaitCallback(const DeviceWait& wait, bool woken, Clock::duration lead) {
   while (!wait.reached.load(std::memory_order_acquire) && Clock::now() < until) std::this_thread::yield();
 }
 
+kj::Promise<void> WakeAhead(DeviceBackend& backend, StreamRef stream, std::shared_ptr<DeviceWait> wait,
+                            kj::Promise<void> done) {
+  if (!backend.CanTellNearlyReached() || wait->reached.load(std::memory_order_acquire)) return done;
+  auto soon = kj::newPromiseAndCrossThreadFulfiller<void>();
+  auto soon_fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(soon.fulfiller));
+  const Clock::duration lead = WakeLead();
+  backend.WhenNearlyReached(stream, lead, [wait, soon_fulfiller] {
+    wait->Soon();
+    (*soon_fulfiller)->fulfill();
+  });
+  // Told at once, the wait takes no wakeup: nothing to learn of the thread's wakeups.
+  const bool at_once = wait->SaidSoon();
+  auto awake = soon.promise.then([wait, at_once, lead] { AwaitCallback(*wait, !at_once, lead); },
+                                 [](kj::Exception&&) {});
+  return done.attach(awake.eagerlyEvaluate(nullptr));
+}
+
 }  // namespace gpupool::backend

@@ -8,7 +8,11 @@
 #include <chrono>
 #include <cstdint>
 
+#include <memory>
+
 #include <kj/async.h>
+
+#include "backend/device_backend.h"
 
 namespace gpupool::backend {
 
@@ -35,6 +39,13 @@ std::chrono::steady_clock::duration WakeLead();
 // the hypervisor), for about as long as the lead, yielding the CPU at each turn, and only while the host has a CPU to
 // spare. `woken`: this thread was woken for the hint, and tells how long that took (WakeLead learns from it).
 void AwaitCallback(const DeviceWait& wait, bool woken, std::chrono::steady_clock::duration lead);
+
+// `done`, the end of `wait` (a wait for the callback of work on `stream` of `backend`; null stream: the device's),
+// for a wait a client is waiting on: where the device can tell when that work will end
+// (DeviceBackend::WhenNearlyReached), the event loop is woken WakeLead() ahead of the callback and polls for it
+// (AwaitCallback) rather than sleep through the wait's last microseconds.
+kj::Promise<void> WakeAhead(DeviceBackend& backend, StreamRef stream, std::shared_ptr<DeviceWait> wait,
+                            kj::Promise<void> done);
 
 }  // namespace gpupool::backend
 

@@ -43,41 +43,6 @@ Reply Ok() { return Done(CallStatus::Ok()); }
 Reply Invalid(std::string message) { return Done({CUDA_ERROR_INVALID_VALUE, std::move(message)}); }
 Reply Unknown(const char* what) { return Done({CUDA_ERROR_INVALID_HANDLE, fmt::format("unknown {} handle", what)}); }
 
-// Shares a device that cannot pause running work (see NewSessionServer) by throttling this session's submissions
-// through the device's turns table: the table learns when the session has work in flight (from its first
-// submission until none is left) and holds a submission back while the session's lease is over its share.
-// Thread-safe: submissions come from the session's thread, completions from the device's.
-class SubmissionTurns {
- public:
-  explicit SubmissionTurns(std::shared_ptr<DeviceTurns> turns) : turns_(std::move(turns)) {}
-
-  ~SubmissionTurns() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (in_flight_ > 0) turns_->WorkDrained();
-  }
-
-  // Before work reaches the device: waits while the lease is over its share.
-  void BeforeSubmit() {
-    // Not under mu_: completions (which only ever end the work in flight) must not wait behind a throttled
-    // submission. The work counts as in flight only once it is let through: a throttled session is not charged.
-    turns_->WaitForShare(cancel_);
-    std::lock_guard<std::mutex> lock(mu_);
-    if (in_flight_++ == 0) turns_->WorkStarted();
-  }
-
-  // The submitted work has run: the last one out tells the table that none of this session's work is left.
-  void Completed() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (in_flight_ > 0 && --in_flight_ == 0) turns_->WorkDrained();
-  }
-
- private:
-  std::shared_ptr<DeviceTurns> turns_;
-  std::atomic<bool> cancel_{false};
-  std::mutex mu_;
-  int in_flight_ = 0;  // Guarded by mu_.
-};
-
 class SessionServer final : public wire::Session::Server, public FramedSession {
  public:
   SessionServer(std::unique_ptr<DeviceBackend> backend, const SessionLimits& limits,
@@ -990,10 +955,8 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   // Resolves once the callback that `start` hands to the device has run. The callback owns only a fulfiller, never
   // the session, and travels to the device's thread, which fulfils it there: the session, its objects or its lease
   // may end meanwhile. If `start` fails nothing will run (a faulted device: Settled reports why); a callback the
-  // device dropped (the session was reset under it) ends the wait, not the call. The event loop sleeps meanwhile,
-  // but is woken a little ahead of the callback where the device can tell when `stream`'s work (null: the device's)
-  // will end (DeviceBackend::WhenNearlyReached), and then polls for it (AwaitCallback), when a client waits for the
-  // call's reply.
+  // device dropped (the session was reset under it) ends the wait, not the call. When a client waits for the
+  // call's reply, the event loop is woken a little ahead of the callback (device_wait.h's WakeAhead).
   template <typename Start>
   kj::Promise<void> CalledBack(StreamRef stream, Start start) {
     auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
@@ -1002,19 +965,8 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     if (!start([wait] { wait->Fulfil(); }).ok()) return kj::READY_NOW;
     kj::Promise<void> done = paf.promise.catch_([](kj::Exception&&) {});
     // A posted call's client waits for nothing: its wait may be slept through.
-    if (!awaited_ || !backend_->CanTellNearlyReached() || wait->reached.load(std::memory_order_acquire)) return done;
-    auto soon = kj::newPromiseAndCrossThreadFulfiller<void>();
-    auto soon_fulfiller = std::make_shared<kj::Own<kj::CrossThreadPromiseFulfiller<void>>>(kj::mv(soon.fulfiller));
-    const Clock::duration lead = WakeLead();
-    backend_->WhenNearlyReached(stream, lead, [wait, soon_fulfiller] {
-      wait->Soon();
-      (*soon_fulfiller)->fulfill();
-    });
-    // Told at once, the wait takes no wakeup: nothing to learn of the thread's wakeups.
-    const bool at_once = wait->SaidSoon();
-    auto awake = soon.promise.then([wait, at_once, lead] { AwaitCallback(*wait, !at_once, lead); },
-                                   [](kj::Exception&&) {});
-    return done.attach(awake.eagerlyEvaluate(nullptr));
+    if (!awaited_) return done;
+    return WakeAhead(*backend_, stream, std::move(wait), kj::mv(done));
   }
 
   // The status of a call that waited for `stream` (handle `id`): the lease may have ended, or the stream been
