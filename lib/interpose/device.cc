@@ -7,11 +7,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <string>
 
 #include "api.h"
 #include "core/log.h"
 #include "driver.h"
 #include "driver_newer.h"
+#include "forward_spec.h"
 #include "remote.h"
 #include "shared_object.h"
 
@@ -52,243 +55,158 @@ bool ToldPtxOnlyCapability(const DeviceInfo& d, const void* caller) {
   return math_library;
 }
 
-CUresult GetUuid(const char* name, CUuuid* uuid, CUdevice dev) {
-  return ApiCall(
-      name,
-      [&] {
-        if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
-        const DeviceInfo* d;
-        if (CUresult r = Lookup(dev, &d); r != CUDA_SUCCESS) return r;
-        std::memcpy(uuid->bytes, d->uuid.data(), sizeof(uuid->bytes));
-        return CUDA_SUCCESS;
-      },
-      [&](CUresult) { return fmt::format("dev={}", dev); });
-}
-
 std::string PciBusId(const DeviceInfo& d) {
   return fmt::format("{:04X}:{:02X}:{:02X}.0", d.pci_domain, d.pci_bus, d.pci_device);
 }
 
 }  // namespace
+
+// The implementations of device.cc's rows of forward_spec.h (GP_DEVICE_ENTRIES).
+
+CUresult DriverGetVersion(int* version) {
+  if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *version = kDriverVersion;
+  return CUDA_SUCCESS;
+}
+
+CUresult DeviceGetCount(int* count) {
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::Get();
+  if (CUresult r = driver.CheckInitialized(); r != CUDA_SUCCESS) return r;
+  *count = static_cast<int>(driver.devices().size());
+  return CUDA_SUCCESS;
+}
+
+CUresult DeviceGet(CUdevice* device, int ordinal) {
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const DeviceInfo* d;
+  if (CUresult r = Lookup(ordinal, &d); r != CUDA_SUCCESS) return r;
+  *device = ordinal;  // A CUdevice is its ordinal.
+  return CUDA_SUCCESS;
+}
+
+// Copies `text` into the caller's buffer of `len` bytes: at most len - 1 bytes and a NUL.
+CUresult CopyOut(const std::string& text, char* out, int len) {
+  const size_t n = std::min(text.size(), static_cast<size_t>(len) - 1);
+  std::memcpy(out, text.data(), n);
+  out[n] = '\0';
+  return CUDA_SUCCESS;
+}
+
+CUresult DeviceGetName(char* name, int len, CUdevice dev) {
+  if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  const DeviceInfo* d;
+  if (CUresult r = Lookup(dev, &d); r != CUDA_SUCCESS) return r;
+  return CopyOut(d->name, name, len);
+}
+
+// _v2 differs for MIG instances only; a slice is reported as a whole device.
+CUresult DeviceGetUuid(CUuuid* uuid, CUdevice dev) {
+  if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const DeviceInfo* d;
+  if (CUresult r = Lookup(dev, &d); r != CUDA_SUCCESS) return r;
+  std::memcpy(uuid->bytes, d->uuid.data(), sizeof(uuid->bytes));
+  return CUDA_SUCCESS;
+}
+
+// The slice's memory, not the card's; the 32-bit form saturates.
+template <typename Bytes>
+CUresult DeviceTotalMem(Bytes* bytes, CUdevice dev) {
+  if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const DeviceInfo* d;
+  if (CUresult r = Lookup(dev, &d); r != CUDA_SUCCESS) return r;
+  *bytes = static_cast<Bytes>(std::min<uint64_t>(d->total_memory, std::numeric_limits<Bytes>::max()));
+  return CUDA_SUCCESS;
+}
+
+CUresult DeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev, const void* caller) {
+  // Up to the newest attribute of the driver version reported (driver_newer.h), whatever the headers know.
+  if (pi == nullptr || attrib <= 0 || attrib >= kDeviceAttributeEnd) return CUDA_ERROR_INVALID_VALUE;
+  const DeviceInfo* d;
+  if (CUresult r = Lookup(dev, &d); r != CUDA_SUCCESS) return r;
+  *pi = Attribute(*d, attrib);
+  const bool capability =
+      attrib == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR || attrib == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR;
+  if (capability && ToldPtxOnlyCapability(*d, caller)) {
+    *pi = attrib == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? kPtxOnlyMajor : kPtxOnlyMinor;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult DeviceComputeCapability(int* major, int* minor, CUdevice dev, const void* caller) {
+  if (major == nullptr || minor == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const DeviceInfo* d;
+  if (CUresult r = Lookup(dev, &d); r != CUDA_SUCCESS) return r;
+  *major = d->cc_major;
+  *minor = d->cc_minor;
+  if (ToldPtxOnlyCapability(*d, caller)) {
+    *major = kPtxOnlyMajor;
+    *minor = kPtxOnlyMinor;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult DeviceGetProperties(CUdevprop* prop, CUdevice dev) {
+  if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const DeviceInfo* d;
+  if (CUresult r = Lookup(dev, &d); r != CUDA_SUCCESS) return r;
+  prop->maxThreadsPerBlock = Attribute(*d, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+  prop->maxThreadsDim[0] = Attribute(*d, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X);
+  prop->maxThreadsDim[1] = Attribute(*d, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y);
+  prop->maxThreadsDim[2] = Attribute(*d, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z);
+  prop->maxGridSize[0] = Attribute(*d, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
+  prop->maxGridSize[1] = Attribute(*d, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y);
+  prop->maxGridSize[2] = Attribute(*d, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z);
+  prop->sharedMemPerBlock = Attribute(*d, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
+  prop->totalConstantMemory = Attribute(*d, CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY);
+  prop->SIMDWidth = Attribute(*d, CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+  prop->memPitch = Attribute(*d, CU_DEVICE_ATTRIBUTE_MAX_PITCH);
+  prop->regsPerBlock = Attribute(*d, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
+  prop->clockRate = Attribute(*d, CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
+  prop->textureAlign = Attribute(*d, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT);
+  return CUDA_SUCCESS;
+}
+
+CUresult DeviceGetPCIBusId(char* pciBusId, int len, CUdevice dev) {
+  if (pciBusId == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  const DeviceInfo* d;
+  if (CUresult r = Lookup(dev, &d); r != CUDA_SUCCESS) return r;
+  return CopyOut(PciBusId(*d), pciBusId, len);
+}
+
+CUresult DeviceGetByPCIBusId(CUdevice* dev, const char* pciBusId) {
+  if (dev == nullptr || pciBusId == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Driver& driver = Driver::Get();
+  if (CUresult r = driver.CheckInitialized(); r != CUDA_SUCCESS) return r;
+  // "domain:bus:device.function", "domain:bus:device" or "bus:device.function", all hexadecimal.
+  unsigned int domain = 0, bus = 0, device = 0, function = 0;
+  char tail = 0;
+  if (std::sscanf(pciBusId, "%x:%x:%x.%x%c", &domain, &bus, &device, &function, &tail) != 4 &&
+      std::sscanf(pciBusId, "%x:%x:%x%c", &domain, &bus, &device, &tail) != 3) {
+    domain = 0;
+    if (std::sscanf(pciBusId, "%x:%x.%x%c", &bus, &device, &function, &tail) != 3) return CUDA_ERROR_INVALID_VALUE;
+  }
+  const auto& devices = driver.devices();
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const DeviceInfo& d = devices[i];
+    if (static_cast<unsigned int>(d.pci_domain) == domain && static_cast<unsigned int>(d.pci_bus) == bus &&
+        static_cast<unsigned int>(d.pci_device) == device) {
+      *dev = static_cast<CUdevice>(i);
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_INVALID_DEVICE;
+}
+
 }  // namespace gpupool::interpose
+
+GP_DEVICE_ENTRIES(GP_DEFINE_ENTRY)
 
 using gpupool::interpose::ApiCall;
 using gpupool::interpose::DeviceInfo;
 using gpupool::interpose::Driver;
-using gpupool::interpose::Lookup;
 
 extern "C" {
-
-CUresult cuInit(unsigned int flags) {
-  return ApiCall(
-      "cuInit", [&] { return Driver::Get().Init(flags); }, [&](CUresult) { return fmt::format("flags={}", flags); });
-}
-
-CUresult cuDriverGetVersion(int* version) {
-  return ApiCall(
-      "cuDriverGetVersion",
-      [&] {
-        if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
-        *version = gpupool::interpose::kDriverVersion;
-        return CUDA_SUCCESS;
-      },
-      [&](CUresult r) { return r == CUDA_SUCCESS ? fmt::format("-> {}", *version) : ""; });
-}
-
-CUresult cuDeviceGetCount(int* count) {
-  return ApiCall(
-      "cuDeviceGetCount",
-      [&] {
-        if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
-        Driver& driver = Driver::Get();
-        if (CUresult r = driver.CheckInitialized(); r != CUDA_SUCCESS) return r;
-        *count = static_cast<int>(driver.devices().size());
-        return CUDA_SUCCESS;
-      },
-      [&](CUresult r) { return r == CUDA_SUCCESS ? fmt::format("-> {}", *count) : ""; });
-}
-
-CUresult cuDeviceGet(CUdevice* device, int ordinal) {
-  return ApiCall(
-      "cuDeviceGet",
-      [&] {
-        if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
-        const DeviceInfo* d;
-        if (CUresult r = Lookup(ordinal, &d); r != CUDA_SUCCESS) return r;
-        *device = ordinal;  // A CUdevice is its ordinal.
-        return CUDA_SUCCESS;
-      },
-      [&](CUresult) { return fmt::format("ordinal={}", ordinal); });
-}
-
-CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
-  return ApiCall(
-      "cuDeviceGetName",
-      [&] {
-        if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-        const DeviceInfo* d;
-        if (CUresult r = Lookup(dev, &d); r != CUDA_SUCCESS) return r;
-        const size_t n = std::min(d->name.size(), static_cast<size_t>(len) - 1);
-        std::memcpy(name, d->name.data(), n);
-        name[n] = '\0';
-        return CUDA_SUCCESS;
-      },
-      [&](CUresult) { return fmt::format("dev={}", dev); });
-}
-
-CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
-  return gpupool::interpose::GetUuid("cuDeviceGetUuid", uuid, dev);
-}
-
-// _v2 differs for MIG instances only; a slice is reported as a whole device.
-CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
-  return gpupool::interpose::GetUuid("cuDeviceGetUuid_v2", uuid, dev);
-}
-
-CUresult cuDeviceTotalMem(unsigned int* bytes, CUdevice dev) {
-  return ApiCall(
-      "cuDeviceTotalMem",
-      [&] {
-        if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
-        const DeviceInfo* d;
-        if (CUresult r = Lookup(dev, &d); r != CUDA_SUCCESS) return r;
-        *bytes = static_cast<unsigned int>(std::min<uint64_t>(d->total_memory, UINT_MAX));
-        return CUDA_SUCCESS;
-      },
-      [&](CUresult) { return fmt::format("dev={}", dev); });
-}
-
-CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
-  return ApiCall(
-      "cuDeviceTotalMem_v2",
-      [&] {
-        if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
-        const DeviceInfo* d;
-        if (CUresult r = Lookup(dev, &d); r != CUDA_SUCCESS) return r;
-        *bytes = d->total_memory;
-        return CUDA_SUCCESS;
-      },
-      [&](CUresult r) { return r == CUDA_SUCCESS ? fmt::format("dev={} -> {}", dev, *bytes) : ""; });
-}
-
-CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) {
-  const void* caller = __builtin_return_address(0);
-  return ApiCall(
-      "cuDeviceGetAttribute",
-      [&] {
-        // Up to the newest attribute of the driver version reported (driver_newer.h), whatever the headers know.
-        if (pi == nullptr || attrib <= 0 || attrib >= gpupool::interpose::kDeviceAttributeEnd) {
-          return CUDA_ERROR_INVALID_VALUE;
-        }
-        const DeviceInfo* d;
-        if (CUresult r = Lookup(dev, &d); r != CUDA_SUCCESS) return r;
-        *pi = gpupool::interpose::Attribute(*d, attrib);
-        if ((attrib == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ||
-             attrib == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) &&
-            gpupool::interpose::ToldPtxOnlyCapability(*d, caller)) {
-          *pi = attrib == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? gpupool::interpose::kPtxOnlyMajor
-                                                                        : gpupool::interpose::kPtxOnlyMinor;
-        }
-        return CUDA_SUCCESS;
-      },
-      [&](CUresult r) {
-        return r == CUDA_SUCCESS ? fmt::format("attrib={}, dev={} -> {}", static_cast<int>(attrib), dev, *pi)
-                                 : fmt::format("attrib={}, dev={}", static_cast<int>(attrib), dev);
-      });
-}
-
-CUresult cuDeviceComputeCapability(int* major, int* minor, CUdevice dev) {
-  const void* caller = __builtin_return_address(0);
-  return ApiCall(
-      "cuDeviceComputeCapability",
-      [&] {
-        if (major == nullptr || minor == nullptr) return CUDA_ERROR_INVALID_VALUE;
-        const DeviceInfo* d;
-        if (CUresult r = Lookup(dev, &d); r != CUDA_SUCCESS) return r;
-        *major = d->cc_major;
-        *minor = d->cc_minor;
-        if (gpupool::interpose::ToldPtxOnlyCapability(*d, caller)) {
-          *major = gpupool::interpose::kPtxOnlyMajor;
-          *minor = gpupool::interpose::kPtxOnlyMinor;
-        }
-        return CUDA_SUCCESS;
-      },
-      [&](CUresult) { return fmt::format("dev={}", dev); });
-}
-
-CUresult cuDeviceGetProperties(CUdevprop* prop, CUdevice dev) {
-  return ApiCall(
-      "cuDeviceGetProperties",
-      [&] {
-        if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
-        const DeviceInfo* d;
-        if (CUresult r = Lookup(dev, &d); r != CUDA_SUCCESS) return r;
-        using gpupool::interpose::Attribute;
-        prop->maxThreadsPerBlock = Attribute(*d, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
-        prop->maxThreadsDim[0] = Attribute(*d, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X);
-        prop->maxThreadsDim[1] = Attribute(*d, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y);
-        prop->maxThreadsDim[2] = Attribute(*d, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z);
-        prop->maxGridSize[0] = Attribute(*d, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
-        prop->maxGridSize[1] = Attribute(*d, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y);
-        prop->maxGridSize[2] = Attribute(*d, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z);
-        prop->sharedMemPerBlock = Attribute(*d, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
-        prop->totalConstantMemory = Attribute(*d, CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY);
-        prop->SIMDWidth = Attribute(*d, CU_DEVICE_ATTRIBUTE_WARP_SIZE);
-        prop->memPitch = Attribute(*d, CU_DEVICE_ATTRIBUTE_MAX_PITCH);
-        prop->regsPerBlock = Attribute(*d, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
-        prop->clockRate = Attribute(*d, CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
-        prop->textureAlign = Attribute(*d, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT);
-        return CUDA_SUCCESS;
-      },
-      [&](CUresult) { return fmt::format("dev={}", dev); });
-}
-
-CUresult cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevice dev) {
-  return ApiCall(
-      "cuDeviceGetPCIBusId",
-      [&] {
-        if (pciBusId == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-        const DeviceInfo* d;
-        if (CUresult r = Lookup(dev, &d); r != CUDA_SUCCESS) return r;
-        const std::string id = gpupool::interpose::PciBusId(*d);
-        const size_t n = std::min(id.size(), static_cast<size_t>(len) - 1);
-        std::memcpy(pciBusId, id.data(), n);
-        pciBusId[n] = '\0';
-        return CUDA_SUCCESS;
-      },
-      [&](CUresult) { return fmt::format("dev={}", dev); });
-}
-
-CUresult cuDeviceGetByPCIBusId(CUdevice* dev, const char* pciBusId) {
-  return ApiCall(
-      "cuDeviceGetByPCIBusId",
-      [&] {
-        if (dev == nullptr || pciBusId == nullptr) return CUDA_ERROR_INVALID_VALUE;
-        Driver& driver = Driver::Get();
-        if (CUresult r = driver.CheckInitialized(); r != CUDA_SUCCESS) return r;
-        // "domain:bus:device.function", "domain:bus:device" or "bus:device.function", all hexadecimal.
-        unsigned int domain = 0, bus = 0, device = 0, function = 0;
-        char tail = 0;
-        if (std::sscanf(pciBusId, "%x:%x:%x.%x%c", &domain, &bus, &device, &function, &tail) != 4 &&
-            std::sscanf(pciBusId, "%x:%x:%x%c", &domain, &bus, &device, &tail) != 3) {
-          domain = 0;
-          if (std::sscanf(pciBusId, "%x:%x.%x%c", &bus, &device, &function, &tail) != 3) {
-            return CUDA_ERROR_INVALID_VALUE;
-          }
-        }
-        const auto& devices = driver.devices();
-        for (size_t i = 0; i < devices.size(); ++i) {
-          const DeviceInfo& d = devices[i];
-          if (static_cast<unsigned int>(d.pci_domain) == domain && static_cast<unsigned int>(d.pci_bus) == bus &&
-              static_cast<unsigned int>(d.pci_device) == device) {
-            *dev = static_cast<CUdevice>(i);
-            return CUDA_SUCCESS;
-          }
-        }
-        return CUDA_ERROR_INVALID_DEVICE;
-      },
-      [&](CUresult) { return fmt::format("{}", pciBusId != nullptr ? pciBusId : "NULL"); });
-}
 
 // gpupool's own, for the gpupool Python package (gpupool.attach): why cuInit found no device, as it logged it, and
 // the kind of failure (a gpupool::StatusCode as int, 0 while cuInit has not failed), so that the package raises the

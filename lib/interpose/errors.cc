@@ -10,6 +10,7 @@
 
 #include "api.h"
 #include "driver_tables.h"
+#include "forward_spec.h"
 
 namespace gpupool::interpose {
 namespace {
@@ -87,31 +88,27 @@ std::string ResultName(CUresult result) {
 
 }  // namespace gpupool::interpose
 
-using gpupool::interpose::ApiCall;
+namespace gpupool::interpose {
 
-extern "C" {
-
-CUresult cuGetErrorName(CUresult error, const char** pStr) {
-  return ApiCall("cuGetErrorName", [&] {
-    if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    const GpupoolResultName* r = gpupool::interpose::FindResult(error);
-    *pStr = r != nullptr ? r->name : nullptr;
-    return r != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-  });
+CUresult ErrorName(CUresult error, const char** pStr) {
+  if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const GpupoolResultName* r = FindResult(error);
+  *pStr = r != nullptr ? r->name : nullptr;
+  return r != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-CUresult cuGetErrorString(CUresult error, const char** pStr) {
-  return ApiCall("cuGetErrorString", [&] {
-    if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    const GpupoolResultName* r = gpupool::interpose::FindResult(error);
-    if (r == nullptr) {
-      *pStr = nullptr;
-      return CUDA_ERROR_INVALID_VALUE;
-    }
-    const char* known = gpupool::interpose::KnownDescription(error);
-    *pStr = known != nullptr ? known : gpupool::interpose::DerivedDescription(*r);
-    return CUDA_SUCCESS;
-  });
+CUresult ErrorString(CUresult error, const char** pStr) {
+  if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const GpupoolResultName* r = FindResult(error);
+  if (r == nullptr) {
+    *pStr = nullptr;
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const char* known = KnownDescription(error);
+  *pStr = known != nullptr ? known : DerivedDescription(*r);
+  return CUDA_SUCCESS;
 }
 
-}  // extern "C"
+}  // namespace gpupool::interpose
+
+GP_ERROR_ENTRIES(GP_DEFINE_ENTRY)

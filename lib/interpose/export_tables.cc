@@ -20,6 +20,7 @@
 #include <string>
 
 #include "api.h"
+#include "forward_spec.h"
 #include "core/log.h"
 #include "driver.h"
 #include "integrity.h"
@@ -559,30 +560,32 @@ void WarnUnknownTable(const CUuuid* id, const void* caller) {
 }  // namespace
 }  // namespace gpupool::interpose
 
-extern "C" CUresult cuGetExportTable(const void** ppExportTable, const CUuuid* pExportTableId) {
-  using namespace gpupool::interpose;
-  int found = -1;
-  const void* caller = __builtin_return_address(0);
-  return ApiCall(
-      "cuGetExportTable",
-      [&] {
-        if (ppExportTable == nullptr || pExportTableId == nullptr) return CUDA_ERROR_INVALID_VALUE;
-        for (size_t i = 0; i < std::size(kTables); ++i) {
-          if (std::memcmp(kTables[i].id->data(), pExportTableId->bytes, 16) == 0) {
-            // Served to cuFFT only, which fails without it either way: another asker that copes without the table
-            // might not cope with slots that all refuse.
-            if (i == kToolsModule && SharedLibraryAt(caller).rfind("libcufft", 0) != 0) break;
-            *ppExportTable = kTables[i].table;
-            found = static_cast<int>(i);
-            return CUDA_SUCCESS;
-          }
-        }
-        *ppExportTable = nullptr;
-        WarnUnknownTable(pExportTableId, caller);
-        return CUDA_ERROR_NOT_FOUND;
-      },
-      [&](CUresult) {
-        return fmt::format("{}{}", FormatUuid(pExportTableId),
-                           found >= 0 ? std::string(" = ") + kTableNames[found] : std::string());
-      });
+namespace gpupool::interpose {
+
+CUresult GetExportTable(const void** ppExportTable, const CUuuid* pExportTableId, const void* caller) {
+  if (ppExportTable == nullptr || pExportTableId == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < std::size(kTables); ++i) {
+    if (std::memcmp(kTables[i].id->data(), pExportTableId->bytes, 16) == 0) {
+      // Served to cuFFT only, which fails without it either way: another asker that copes without the table might
+      // not cope with slots that all refuse.
+      if (i == kToolsModule && SharedLibraryAt(caller).rfind("libcufft", 0) != 0) break;
+      *ppExportTable = kTables[i].table;
+      return CUDA_SUCCESS;
+    }
+  }
+  *ppExportTable = nullptr;
+  WarnUnknownTable(pExportTableId, caller);
+  return CUDA_ERROR_NOT_FOUND;
 }
+
+// The table's UUID, and the name of the table served.
+std::string ExportTableTrace(const CUuuid* id, const void* served) {
+  for (size_t i = 0; served != nullptr && i < std::size(kTables); ++i) {
+    if (kTables[i].table == served) return fmt::format("{} = {}", FormatUuid(id), kTableNames[i]);
+  }
+  return FormatUuid(id);
+}
+
+}  // namespace gpupool::interpose
+
+GP_EXPORT_TABLE_ENTRIES(GP_DEFINE_ENTRY)

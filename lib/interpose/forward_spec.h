@@ -1,11 +1,15 @@
-// The specification of every forwarded driver entry point (STYLE.md point 10), one line each, grouped by API
-// family. Each family's .cc file holds the hand-written implementations its lines call, then expands its list
-// with GP_DEFINE_FORWARD, which generates the extern "C" function: argument checks and tracing through ApiCall,
-// no exception escaping. Every ABI variant (_v2, _ptds/_ptsz) is its own line, mapping onto one implementation;
-// the per-thread-default-stream variants pass the same stream handle (the NULL stream is remote stream 0 of the
-// current slice either way: the agent orders it against the slice's other streams).
+// The specification of every driver entry point gpupool implements (STYLE.md point 10), one line each, grouped by
+// API family: those answered in the client from its own state (GP_DEFINE_ENTRY's families, first), and those
+// forwarded to the slices (GP_DEFINE_FORWARD's). Each family's .cc file holds the hand-written implementations its
+// lines call, then expands its list, which generates the extern "C" functions: argument checks and tracing through
+// ApiCall, no exception escaping. Every ABI variant (_v2, _ptds/_ptsz) is its own line, mapping onto one
+// implementation; the per-thread-default-stream variants pass the same stream handle (the NULL stream is remote
+// stream 0 of the current slice either way: the agent orders it against the slice's other streams). Entry points
+// this file does not list answer CUDA_ERROR_NOT_SUPPORTED (proc_address.cc); gpupool's own two (cuGpupool*, for its
+// Python package and its NVML) are written in device.cc.
 //
-// Columns:  X(symbol, (prototype), implementation call, routing rule, what goes out / comes back / waits)
+// Columns of the forwarded families:
+//           X(symbol, (prototype), implementation call, routing rule, what goes out / comes back / waits)
 //   routing: "ptr" = by the window holding the device pointer(s); "stream" = by the stream handle's slice;
 //            "ctx" = the current context's slice; "fn" = by the function's module, on the launching slice;
 //            "client" = answered in the client, nothing sent.
@@ -15,6 +19,8 @@
 #define GPUPOOL_INTERPOSE_FORWARD_SPEC_H_
 
 #include <string>
+
+#include <fmt/format.h>
 
 #include "api.h"
 
@@ -32,8 +38,124 @@ CUresult CheckForwarded(const char* symbol, CUresult result) noexcept;
                      [&](CUresult) { return std::string("[" route ", " waits "]"); }));             \
   }
 
-// ---- memory.cc -----------------------------------------------------------------------------------------------
+// Entry points answered in the client from its own state (devices, contexts, error names, the driver's tables), one
+// line each like the forwarded ones, with the trace they show in place of a route:
+//   X(symbol, (prototype), implementation call, trace)
+// `trace` renders the arguments (and, on success, the outputs) for GPUPOOL_TRACE: an expression of the parameters,
+// of `r` (the call's CUresult) and of gpupool::interpose's names. An implementation that must know which code called
+// the entry point (a library asking, not the program) takes `caller`, the entry point's return address.
+#define GP_DEFINE_ENTRY(symbol, params, call, trace)                                                 \
+  extern "C" CUresult symbol params {                                                                \
+    [[maybe_unused]] const void* const caller = __builtin_return_address(0);                        \
+    return ::gpupool::interpose::ApiCall(                                                            \
+        #symbol, [&]() -> CUresult { return ::gpupool::interpose::call; },                          \
+        [&]([[maybe_unused]] CUresult r) -> std::string {                                            \
+          using namespace ::gpupool::interpose;                                                      \
+          return trace;                                                                              \
+        });                                                                                          \
+  }
+
+namespace gpupool::interpose {
+// The arguments most entries' traces show.
+inline std::string DevArg(CUdevice dev) { return fmt::format("dev={}", dev); }
+inline std::string CtxArg(CUcontext ctx) { return fmt::format("ctx={}", static_cast<void*>(ctx)); }
+// The trace of an entry that shows no arguments.
+inline std::string NoArgsShown() { return {}; }
+}  // namespace gpupool::interpose
+
+// ---- device.cc: the device list cached at cuInit ------------------------------------------------------------------
 // Boilerplate by nature: one row an entry point, here and in the families below, each alike in shape.
+#define GP_DEVICE_ENTRIES(X)                                                                                      \
+  X(cuInit, (unsigned int flags), Driver::Get().Init(flags), fmt::format("flags={}", flags))                     \
+  X(cuDriverGetVersion, (int* version), DriverGetVersion(version),                                                \
+    r == CUDA_SUCCESS ? fmt::format("-> {}", *version) : "")                                                      \
+  X(cuDeviceGetCount, (int* count), DeviceGetCount(count), r == CUDA_SUCCESS ? fmt::format("-> {}", *count) : "") \
+  X(cuDeviceGet, (CUdevice * device, int ordinal), DeviceGet(device, ordinal), fmt::format("ordinal={}", ordinal)) \
+  X(cuDeviceGetName, (char* name, int len, CUdevice dev), DeviceGetName(name, len, dev), DevArg(dev))             \
+  X(cuDeviceGetUuid, (CUuuid * uuid, CUdevice dev), DeviceGetUuid(uuid, dev), DevArg(dev))                        \
+  X(cuDeviceGetUuid_v2, (CUuuid * uuid, CUdevice dev), DeviceGetUuid(uuid, dev), DevArg(dev))                     \
+  X(cuDeviceTotalMem, (unsigned int* bytes, CUdevice dev), DeviceTotalMem(bytes, dev), DevArg(dev))               \
+  X(cuDeviceTotalMem_v2, (size_t * bytes, CUdevice dev), DeviceTotalMem(bytes, dev),                              \
+    r == CUDA_SUCCESS ? fmt::format("dev={} -> {}", dev, *bytes) : "")                                           \
+  X(cuDeviceGetAttribute, (int* pi, CUdevice_attribute attrib, CUdevice dev),                                     \
+    DeviceGetAttribute(pi, attrib, dev, caller),                                                                  \
+    r == CUDA_SUCCESS ? fmt::format("attrib={}, dev={} -> {}", static_cast<int>(attrib), dev, *pi)                \
+                      : fmt::format("attrib={}, dev={}", static_cast<int>(attrib), dev))                          \
+  X(cuDeviceComputeCapability, (int* major, int* minor, CUdevice dev),                                            \
+    DeviceComputeCapability(major, minor, dev, caller), DevArg(dev))                                              \
+  X(cuDeviceGetProperties, (CUdevprop * prop, CUdevice dev), DeviceGetProperties(prop, dev), DevArg(dev))         \
+  X(cuDeviceGetPCIBusId, (char* pciBusId, int len, CUdevice dev), DeviceGetPCIBusId(pciBusId, len, dev),          \
+    DevArg(dev))                                                                                                  \
+  X(cuDeviceGetByPCIBusId, (CUdevice * dev, const char* pciBusId), DeviceGetByPCIBusId(dev, pciBusId),            \
+    fmt::format("{}", pciBusId != nullptr ? pciBusId : "NULL"))
+
+// ---- context.cc: primary contexts, the context stack, limits, peers ----------------------------------------------
+#define GP_CONTEXT_ENTRIES(X)                                                                                     \
+  X(cuDevicePrimaryCtxRetain, (CUcontext * pctx, CUdevice dev), PrimaryRetain(pctx, dev), DevArg(dev))            \
+  X(cuDevicePrimaryCtxRelease, (CUdevice dev), PrimaryRelease(dev), DevArg(dev))                                  \
+  X(cuDevicePrimaryCtxRelease_v2, (CUdevice dev), PrimaryRelease(dev), DevArg(dev))                               \
+  X(cuDevicePrimaryCtxSetFlags, (CUdevice dev, unsigned int flags), PrimarySetFlags(dev, flags),                  \
+    fmt::format("dev={}, flags={:#x}", dev, flags))                                                               \
+  X(cuDevicePrimaryCtxSetFlags_v2, (CUdevice dev, unsigned int flags), PrimarySetFlags(dev, flags),               \
+    fmt::format("dev={}, flags={:#x}", dev, flags))                                                               \
+  X(cuDevicePrimaryCtxGetState, (CUdevice dev, unsigned int* flags, int* active),                                 \
+    PrimaryGetState(dev, flags, active), DevArg(dev))                                                             \
+  X(cuDevicePrimaryCtxReset, (CUdevice dev), PrimaryReset(dev), DevArg(dev))                                      \
+  X(cuDevicePrimaryCtxReset_v2, (CUdevice dev), PrimaryReset(dev), DevArg(dev))                                   \
+  X(cuCtxGetCurrent, (CUcontext * pctx), GetCurrent(pctx),                                                        \
+    r == CUDA_SUCCESS ? fmt::format("-> {}", static_cast<void*>(*pctx)) : "")                                     \
+  X(cuCtxSetCurrent, (CUcontext ctx), SetCurrent(ctx), CtxArg(ctx))                                               \
+  X(cuCtxPushCurrent, (CUcontext ctx), PushCurrent(ctx), CtxArg(ctx))                                             \
+  X(cuCtxPushCurrent_v2, (CUcontext ctx), PushCurrent(ctx), CtxArg(ctx))                                          \
+  X(cuCtxPopCurrent, (CUcontext * pctx), PopCurrent(pctx), NoArgsShown())                                         \
+  X(cuCtxPopCurrent_v2, (CUcontext * pctx), PopCurrent(pctx), NoArgsShown())                                      \
+  X(cuCtxGetDevice, (CUdevice * device), GetDevice(device, nullptr),                                              \
+    r == CUDA_SUCCESS ? fmt::format("dev={}", *device) : CtxArg(nullptr))                                         \
+  X(cuCtxGetDevice_v2, (CUdevice * device, CUcontext ctx), GetDevice(device, ctx),                                \
+    r == CUDA_SUCCESS ? fmt::format("dev={}", *device) : CtxArg(ctx))                                             \
+  X(cuCtxSynchronize, (void), Synchronize(nullptr), CtxArg(nullptr))                                              \
+  X(cuCtxSynchronize_v2, (CUcontext ctx), Synchronize(ctx), CtxArg(ctx))                                          \
+  X(cuCtxGetFlags, (unsigned int* flags), GetFlags(flags), NoArgsShown())                                         \
+  X(cuCtxGetId, (CUcontext ctx, unsigned long long* ctx_id), GetId(ctx, ctx_id), CtxArg(ctx))                     \
+  X(cuCtxGetApiVersion, (CUcontext ctx, unsigned int* version), GetApiVersion(ctx, version), CtxArg(ctx))         \
+  /* Explicit contexts are the device's primary context (context.cc); their flags and affinity are not kept. */   \
+  X(cuCtxCreate_v2, (CUcontext * pctx, unsigned int flags, CUdevice dev), CtxCreate(pctx, dev), NoArgsShown())    \
+  X(cuCtxCreate_v3, (CUcontext * pctx, CUexecAffinityParam * params, int n, unsigned int flags, CUdevice dev),    \
+    CtxCreate(pctx, dev), NoArgsShown())                                                                          \
+  X(cuCtxCreate_v4, (CUcontext * pctx, CUctxCreateParams * params, unsigned int flags, CUdevice dev),             \
+    CtxCreate(pctx, dev), NoArgsShown())                                                                          \
+  X(cuCtxDestroy_v2, (CUcontext ctx), CtxDestroy(ctx), NoArgsShown())                                             \
+  X(cuCtxGetLimit, (size_t * value, CUlimit limit), GetLimit(value, limit), NoArgsShown())                        \
+  X(cuCtxSetLimit, (CUlimit limit, size_t value), SetLimit(limit, value), NoArgsShown())                          \
+  X(cuCtxGetCacheConfig, (CUfunc_cache * config), GetCacheConfig(config), NoArgsShown())                          \
+  X(cuCtxSetCacheConfig, (CUfunc_cache config), SetCacheConfig(config), NoArgsShown())                            \
+  X(cuDeviceCanAccessPeer, (int* can, CUdevice dev, CUdevice peer), NoPeerBetween(can, dev, peer), NoArgsShown()) \
+  X(cuDeviceGetP2PAttribute, (int* value, CUdevice_P2PAttribute attrib, CUdevice src, CUdevice dst),              \
+    NoPeerBetween(value, src, dst), NoArgsShown())                                                                \
+  X(cuCtxEnablePeerAccess, (CUcontext peer, unsigned int flags), PeerAccessUnsupported(), NoArgsShown())
+
+// ---- errors.cc, module.cc, memory.cc, proc_address.cc, export_tables.cc: the other entries -----------------------
+#define GP_ERROR_ENTRIES(X)                                                                                       \
+  X(cuGetErrorName, (CUresult error, const char** pStr), ErrorName(error, pStr), NoArgsShown())                   \
+  X(cuGetErrorString, (CUresult error, const char** pStr), ErrorString(error, pStr), NoArgsShown())
+#define GP_MODULE_ENTRIES(X)                                                                                      \
+  X(cuModuleGetLoadingMode, (CUmoduleLoadingMode * mode), ModuleLoadingMode(mode),                                \
+    r == CUDA_SUCCESS ? fmt::format("-> {}", *mode == CU_MODULE_LAZY_LOADING ? "lazy" : "eager") : "")
+// The 32-bit ABI of cuMemFree (before _v2), which old binaries still call.
+#define GP_MEMORY_ENTRIES(X) X(cuMemFree, (CUdeviceptr_v1 p), MemFree(p), NoArgsShown())
+#define GP_PROC_ADDRESS_ENTRIES(X)                                                                                \
+  X(cuGetProcAddress, (const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags),                        \
+    GetProcAddress(symbol, pfn, cudaVersion, flags, nullptr), ProcAddressTrace(symbol, cudaVersion, flags, r))    \
+  X(cuGetProcAddress_v2,                                                                                          \
+    (const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult* status),  \
+    GetProcAddress(symbol, pfn, cudaVersion, flags, status), ProcAddressTrace(symbol, cudaVersion, flags, r))
+// Served to the callers export_tables.cc names (cudart, cuFFT), by the calling library.
+#define GP_EXPORT_TABLE_ENTRIES(X)                                                                                \
+  X(cuGetExportTable, (const void** ppExportTable, const CUuuid* pExportTableId),                                 \
+    GetExportTable(ppExportTable, pExportTableId, caller),                                                        \
+    ExportTableTrace(pExportTableId, r == CUDA_SUCCESS ? *ppExportTable : nullptr))
+
+// ---- memory.cc -----------------------------------------------------------------------------------------------
 #define GP_MEMORY_FORWARDS(X)                                                                                     \
   X(cuMemAlloc_v2, (CUdeviceptr * p, size_t n), MemAlloc(p, n), "ctx", "out: size; back: address; waits")        \
   X(cuMemAllocPitch_v2, (CUdeviceptr * p, size_t* pitch, size_t w, size_t h, unsigned int e),                     \

@@ -548,6 +548,4 @@ CUresult Memset2D(CUdeviceptr d, size_t pitch, unsigned int value, int element, 
 
 GP_MEMORY_FORWARDS(GP_DEFINE_FORWARD)
 
-extern "C" CUresult cuMemFree(CUdeviceptr_v1 p) {
-  return gpupool::interpose::ApiCall("cuMemFree", [&] { return gpupool::interpose::MemFree(p); });
-}
+GP_MEMORY_ENTRIES(GP_DEFINE_ENTRY)

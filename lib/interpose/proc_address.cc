@@ -8,6 +8,7 @@
 
 #include "core/log.h"
 #include "driver_tables.h"
+#include "forward_spec.h"
 
 namespace gpupool::interpose {
 
@@ -32,41 +33,31 @@ CUdriverProcAddressQueryResult FindProc(const char* name, int cuda_version, uint
   return CU_GET_PROC_ADDRESS_SUCCESS;
 }
 
-namespace {
-
-CUresult GetProcAddress(const char* api_name, const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
+CUresult GetProcAddress(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
                         CUdriverProcAddressQueryResult* status) {
+  if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pfn = nullptr;
   int index = -1;
-  return ApiCall(
-      api_name,
-      [&] {
-        if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
-        *pfn = nullptr;
-        const CUdriverProcAddressQueryResult result = FindProc(symbol, cuda_version, flags, &index);
-        if (status != nullptr) *status = result;
-        if (result != CU_GET_PROC_ADDRESS_SUCCESS) return CUDA_ERROR_NOT_FOUND;
-        *pfn = gpupool_interpose_symbol_addresses[index];
-        return CUDA_SUCCESS;
-      },
-      [&](CUresult r) {
-        return fmt::format("{}, {}, flags={}{}", symbol != nullptr ? symbol : "NULL", cuda_version, flags,
-                           r == CUDA_SUCCESS ? fmt::format(" = {}", gpupool_interpose_symbol_names[index]) : "");
-      });
+  const CUdriverProcAddressQueryResult result = FindProc(symbol, cuda_version, flags, &index);
+  if (status != nullptr) *status = result;
+  if (result != CU_GET_PROC_ADDRESS_SUCCESS) return CUDA_ERROR_NOT_FOUND;
+  *pfn = gpupool_interpose_symbol_addresses[index];
+  return CUDA_SUCCESS;
 }
 
-}  // namespace
+std::string ProcAddressTrace(const char* symbol, int cuda_version, cuuint64_t flags, CUresult r) {
+  int index = -1;  // The variant found, found again (FindProc has no side effects).
+  const bool found = r == CUDA_SUCCESS && symbol != nullptr &&
+                     FindProc(symbol, cuda_version, flags, &index) == CU_GET_PROC_ADDRESS_SUCCESS;
+  return fmt::format("{}, {}, flags={}{}", symbol != nullptr ? symbol : "NULL", cuda_version, flags,
+                     found ? fmt::format(" = {}", gpupool_interpose_symbol_names[index]) : "");
+}
+
 }  // namespace gpupool::interpose
 
+GP_PROC_ADDRESS_ENTRIES(GP_DEFINE_ENTRY)
+
 extern "C" {
-
-CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
-  return gpupool::interpose::GetProcAddress("cuGetProcAddress", symbol, pfn, cudaVersion, flags, nullptr);
-}
-
-CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
-                             CUdriverProcAddressQueryResult* symbolStatus) {
-  return gpupool::interpose::GetProcAddress("cuGetProcAddress_v2", symbol, pfn, cudaVersion, flags, symbolStatus);
-}
 
 int gpupool_interpose_unimplemented(int symbol) {
   using namespace gpupool::interpose;
