@@ -244,13 +244,9 @@ Result<int> DeviceTurns::CreateSegment() {
 }
 
 Result<std::unique_ptr<DeviceTurns>> DeviceTurns::Join(int fd, uint32_t share_micros, uint64_t group) {
-  auto p = MapSharedSegment(fd, sizeof(TurnsTable), "device turns table");
-  if (!p.ok()) return p.status();
-  auto* t = static_cast<TurnsTable*>(*p);
-  if (t->magic != kMagic) {
-    munmap(t, sizeof(TurnsTable));
-    return Status(StatusCode::kInvalidArgument, "the device turns descriptor is not a turns table");
-  }
+  auto mapped = MapSharedTable<TurnsTable>(fd, kMagic, "device turns table");
+  if (!mapped.ok()) return mapped.status();
+  TurnsTable* t = *mapped;
   int slot;
   {
     TableLock lock(t);

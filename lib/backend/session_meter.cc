@@ -24,13 +24,9 @@ Result<int> SessionMeter::CreateSegment() {
 }
 
 Result<std::unique_ptr<SessionMeter>> SessionMeter::Map(int fd) {
-  auto p = MapSharedSegment(fd, sizeof(MeterCounters), "session meter");
-  if (!p.ok()) return p.status();
-  auto* c = static_cast<MeterCounters*>(*p);
-  if (c->magic != kMagic) {
-    munmap(c, sizeof(MeterCounters));
-    return Status(StatusCode::kInvalidArgument, "the session meter descriptor is not a session meter");
-  }
+  auto mapped = MapSharedTable<MeterCounters>(fd, kMagic, "session meter");
+  if (!mapped.ok()) return mapped.status();
+  MeterCounters* c = *mapped;
   return std::unique_ptr<SessionMeter>(new SessionMeter(c, true));
 }
 

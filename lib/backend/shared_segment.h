@@ -7,8 +7,12 @@
 
 #include <pthread.h>
 
+#include <sys/mman.h>
+
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <string>
 
 #include "gpupool/status.h"
 
@@ -18,6 +22,20 @@ namespace gpupool::backend {
 Result<int> CreateSharedSegment(const char* name, size_t bytes);
 // Maps the segment behind `fd` read-write; fails unless it holds at least `bytes`. `what` names it in errors.
 Result<void*> MapSharedSegment(int fd, size_t bytes, const char* what);
+// Maps the segment behind `fd` as a table of type T (a struct whose field `magic` says what it is): fails, unmapped
+// again, unless it holds a whole T with `magic` there. `what` names the table in errors, as MapSharedSegment's.
+template <typename T>
+Result<T*> MapSharedTable(int fd, uint64_t magic, const char* what) {
+  auto p = MapSharedSegment(fd, sizeof(T), what);
+  if (!p.ok()) return p.status();
+  auto* table = static_cast<T*>(*p);
+  if (table->magic != magic) {
+    munmap(table, sizeof(T));
+    return Status(StatusCode::kInvalidArgument, std::string("the ") + what + " descriptor is not a " + what);
+  }
+  return table;
+}
+
 // A new segment of `bytes` whose table `init` lays out (mapped for it, unmapped after): returns its descriptor.
 Result<int> CreateSharedTable(const char* name, size_t bytes, const char* what,
                               const std::function<void(void*)>& init);

@@ -85,13 +85,9 @@ Result<int> SliceQuota::CreateSegment(uint64_t limit_bytes) {
 }
 
 Result<std::unique_ptr<SliceQuota>> SliceQuota::Join(int fd) {
-  auto p = MapSharedSegment(fd, sizeof(QuotaTable), "slice quota table");
-  if (!p.ok()) return p.status();
-  auto* t = static_cast<QuotaTable*>(*p);
-  if (t->magic != kMagic) {
-    munmap(t, sizeof(QuotaTable));
-    return Status(StatusCode::kInvalidArgument, "the slice quota descriptor is not a slice quota table");
-  }
+  auto mapped = MapSharedTable<QuotaTable>(fd, kMagic, "slice quota table");
+  if (!mapped.ok()) return mapped.status();
+  QuotaTable* t = *mapped;
   int slot;
   {
     RobustLock lock(&t->mu);
