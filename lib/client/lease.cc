@@ -83,26 +83,25 @@ kj::Promise<Status> CallRenew(Runtime& rt, const std::string& server, const std:
   });
 }
 
+// A call of the agent's on the lease named by its key, answered by an Outcome: `request` makes it on `agent`.
+template <typename MakeRequest>
+kj::Promise<Status> CallOnLease(Runtime& rt, const std::string& server, const char* what, const std::string& id,
+                                const std::string& secret, MakeRequest request) {
+  return WithAgent(rt, server, what, [server, id, secret, request](Runtime& rt, wire::Agent::Client agent) {
+    auto req = request(agent);
+    SetKey(req.initLease(), id, secret);
+    return rt.Deadline(req.send()).then([server](auto&& r) { return StatusFromOutcome(r.getOutcome(), server); });
+  });
+}
+
 kj::Promise<Status> CallRelease(Runtime& rt, const std::string& server, const std::string& id,
                                 const std::string& secret) {
-  return WithAgent(rt, server, "release", [server, id, secret](Runtime& rt, wire::Agent::Client agent) {
-    auto req = agent.releaseRequest();
-    SetKey(req.initLease(), id, secret);
-    return rt.Deadline(req.send()).then([server](capnp::Response<wire::Agent::ReleaseResults>&& r) {
-      return StatusFromOutcome(r.getOutcome(), server);
-    });
-  });
+  return CallOnLease(rt, server, "release", id, secret, [](wire::Agent::Client& a) { return a.releaseRequest(); });
 }
 
 kj::Promise<Status> CallCancel(Runtime& rt, const std::string& server, const std::string& id,
                                const std::string& secret) {
-  return WithAgent(rt, server, "cancel", [server, id, secret](Runtime& rt, wire::Agent::Client agent) {
-    auto req = agent.cancelRequest();
-    SetKey(req.initLease(), id, secret);
-    return rt.Deadline(req.send()).then([server](capnp::Response<wire::Agent::CancelResults>&& r) {
-      return StatusFromOutcome(r.getOutcome(), server);
-    });
-  });
+  return CallOnLease(rt, server, "cancel", id, secret, [](wire::Agent::Client& a) { return a.cancelRequest(); });
 }
 
 LeaseCore::LeaseCore(std::shared_ptr<Runtime> runtime, TokenFields fields, std::vector<Slice> slices, bool owner,

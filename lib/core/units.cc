@@ -3,7 +3,9 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -33,6 +35,22 @@ bool SplitNumber(std::string_view text, double* number, std::string* suffix) {
   return true;
 }
 
+// A unit's suffixes (lower case) and how many of the base unit it is.
+struct Unit {
+  std::initializer_list<std::string_view> suffixes;
+  double scale;
+};
+
+// The scale of `suffix` in `units`, or 0 for none of them.
+double ScaleOf(const std::initializer_list<Unit>& units, std::string_view suffix) {
+  for (const Unit& unit : units) {
+    for (std::string_view s : unit.suffixes) {
+      if (s == suffix) return unit.scale;
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 Result<uint64_t> ParseMemorySize(std::string_view text) {
@@ -41,17 +59,17 @@ Result<uint64_t> ParseMemorySize(std::string_view text) {
   if (!SplitNumber(text, &number, &suffix)) {
     return Status(StatusCode::kInvalidArgument, fmt::format("'{}' is not a memory size (e.g. 512MiB, 16GiB)", text));
   }
-  double scale = 0;
-  if (suffix.empty() || suffix == "b") scale = 1;
-  else if (suffix == "k" || suffix == "kib" || suffix == "ki") scale = 1024.0;
-  else if (suffix == "m" || suffix == "mib" || suffix == "mi") scale = 1024.0 * 1024;
-  else if (suffix == "g" || suffix == "gib" || suffix == "gi") scale = 1024.0 * 1024 * 1024;
-  else if (suffix == "t" || suffix == "tib" || suffix == "ti") scale = 1024.0 * 1024 * 1024 * 1024;
-  else if (suffix == "kb") scale = 1e3;
-  else if (suffix == "mb") scale = 1e6;
-  else if (suffix == "gb") scale = 1e9;
-  else if (suffix == "tb") scale = 1e12;
-  else {
+  const double scale = ScaleOf({{{"", "b"}, 1},
+                                 {{"k", "kib", "ki"}, 1024.0},
+                                 {{"m", "mib", "mi"}, 1024.0 * 1024},
+                                 {{"g", "gib", "gi"}, 1024.0 * 1024 * 1024},
+                                 {{"t", "tib", "ti"}, 1024.0 * 1024 * 1024 * 1024},
+                                 {{"kb"}, 1e3},
+                                 {{"mb"}, 1e6},
+                                 {{"gb"}, 1e9},
+                                 {{"tb"}, 1e12}},
+                                suffix);
+  if (scale == 0) {
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("'{}': unknown size unit '{}' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)", text, suffix));
   }
@@ -94,13 +112,9 @@ Result<std::chrono::milliseconds> ParseDuration(std::string_view text) {
   if (!SplitNumber(text, &number, &suffix)) {
     return Status(StatusCode::kInvalidArgument, fmt::format("'{}' is not a duration (e.g. 500ms, 5s, 2m, 1h)", text));
   }
-  double ms_per_unit = 0;
-  if (suffix.empty() || suffix == "s" || suffix == "sec") ms_per_unit = 1000;
-  else if (suffix == "ms") ms_per_unit = 1;
-  else if (suffix == "m" || suffix == "min") ms_per_unit = 60e3;
-  else if (suffix == "h") ms_per_unit = 3600e3;
-  else if (suffix == "d") ms_per_unit = 86400e3;
-  else {
+  const double ms_per_unit =
+      ScaleOf({{{"", "s", "sec"}, 1000}, {{"ms"}, 1}, {{"m", "min"}, 60e3}, {{"h"}, 3600e3}, {{"d"}, 86400e3}}, suffix);
+  if (ms_per_unit == 0) {
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("'{}': unknown duration unit '{}' (use ms, s, m, h, d)", text, suffix));
   }
