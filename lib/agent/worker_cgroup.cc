@@ -115,6 +115,23 @@ void RemoveLeftWorkerGroups(const std::string& parent) {
   }
 }
 
+// Shows that workers' groups can be made under `parent` and limited there: makes a group, sets its `control` (the
+// memory limit's file) to `unlimited`, removes it again; then removes groups that workers of an earlier agent left.
+Status ProbeMemoryLimit(const std::string& parent, const char* control, const char* unlimited) {
+  const std::string probe = fmt::format("{}/probe-{}", parent, getpid());
+  if (mkdir(probe.c_str(), 0755) != 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("cannot create groups under {}: {}", parent, std::strerror(errno)));
+  }
+  Status s = WriteControl(probe + "/" + control, unlimited);
+  rmdir(probe.c_str());
+  if (!s.ok()) {
+    return Status(StatusCode::kInvalidArgument, fmt::format("cannot set {} under {}: {}", control, parent, s.message()));
+  }
+  RemoveLeftWorkerGroups(parent);
+  return Status::Ok();
+}
+
 // Makes `parent` able to hold workers' groups with the memory controller: memory enabled in its subtree_control,
 // and a group made and removed there to show that memory.max can be set. With `move_self`, the agent's own group:
 // cgroup v2 enables a controller for the children of a group only while no process is in it (the root group
@@ -160,37 +177,14 @@ Status Prepare(const std::string& parent, bool move_self, bool may_enable) {
                     fmt::format("cannot enable the memory controller for groups under {}: {}", parent, s.message()));
     }
   }
-  const std::string probe = fmt::format("{}/probe-{}", parent, getpid());
-  if (mkdir(probe.c_str(), 0755) != 0) {
-    return Status(StatusCode::kInvalidArgument,
-                  fmt::format("cannot create groups under {}: {}", parent, std::strerror(errno)));
-  }
-  Status s = WriteControl(probe + "/memory.max", "max");
-  rmdir(probe.c_str());
-  if (!s.ok()) {
-    return Status(StatusCode::kInvalidArgument, "cannot set memory.max under " + parent + ": " + s.message());
-  }
-  RemoveLeftWorkerGroups(parent);
-  return Status::Ok();
+  return ProbeMemoryLimit(parent, "memory.max", "max");
 }
 
 // Makes `parent`, a group of the cgroup v1 memory hierarchy, hold workers' groups: v1 has no controllers to enable
 // and no rule against processes beside child groups, so it needs only a group made and removed there to show that
 // memory.limit_in_bytes can be set.
 Status PrepareMemoryV1(const std::string& parent) {
-  const std::string probe = fmt::format("{}/probe-{}", parent, getpid());
-  if (mkdir(probe.c_str(), 0755) != 0) {
-    return Status(StatusCode::kInvalidArgument,
-                  fmt::format("cannot create groups under {}: {}", parent, std::strerror(errno)));
-  }
-  Status s = WriteControl(probe + "/memory.limit_in_bytes", "-1");
-  rmdir(probe.c_str());
-  if (!s.ok()) {
-    return Status(StatusCode::kInvalidArgument,
-                  "cannot set memory.limit_in_bytes under " + parent + ": " + s.message());
-  }
-  RemoveLeftWorkerGroups(parent);
-  return Status::Ok();
+  return ProbeMemoryLimit(parent, "memory.limit_in_bytes", "-1");
 }
 
 }  // namespace

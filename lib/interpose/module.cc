@@ -130,51 +130,36 @@ CUresult ResolveLink(CUlinkState handle, LinkState** state) {
 
 }  // namespace
 
-CUresult LibraryLoadData(CUlibrary* library, const void* code) {
-  if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
-  if (library == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::vector<uint8_t> image;
-  if (CUresult r = CopyImage(code, &image); r != CUDA_SUCCESS) return r;
-  Module* module;
-  if (CUresult r = NewModule(std::move(image), false, SharedLibraryAt(code), &module); r != CUDA_SUCCESS) return r;
-  *library = reinterpret_cast<CUlibrary>(module);
-  return CUDA_SUCCESS;
-}
+namespace {
 
-CUresult LibraryLoadFromFile(CUlibrary* library, const char* path) {
-  if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
-  if (library == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::vector<uint8_t> image;
-  if (CUresult r = ReadFile(path, &image); r != CUDA_SUCCESS) return r;
-  if (image.back() != 0 && emu::ImageSize(image.data()) == 0) image.push_back(0);  // PTX text without its NUL.
-  Module* module;
-  if (CUresult r = NewModule(std::move(image), false, "", &module); r != CUDA_SUCCESS) return r;
-  *library = reinterpret_cast<CUlibrary>(module);
-  return CUDA_SUCCESS;
-}
-
-CUresult ModuleLoadData(CUmodule* out, const void* code) {
+// Loads an image, from memory (`code`, which NVIDIA's loaders read up to the end its header gives) or, given a
+// `path`, from that file, as a module (`as_module`: loaded on the current slice now) or a library (loaded at first use), into
+// *out.
+template <typename Handle>
+CUresult LoadImage(Handle* out, bool as_module, const void* code, const char* path) {
   if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::vector<uint8_t> image;
-  if (CUresult r = CopyImage(code, &image); r != CUDA_SUCCESS) return r;
+  std::string library;  // Which shared object's image it is, for messages: the file's own name says it otherwise.
+  if (path == nullptr) {
+    if (CUresult r = CopyImage(code, &image); r != CUDA_SUCCESS) return r;
+    library = SharedLibraryAt(code);
+  } else {
+    if (CUresult r = ReadFile(path, &image); r != CUDA_SUCCESS) return r;
+    if (image.back() != 0 && emu::ImageSize(image.data()) == 0) image.push_back(0);  // PTX text without its NUL.
+  }
   Module* module;
-  if (CUresult r = NewModule(std::move(image), true, SharedLibraryAt(code), &module); r != CUDA_SUCCESS) return r;
-  *out = reinterpret_cast<CUmodule>(module);
+  if (CUresult r = NewModule(std::move(image), as_module, library, &module); r != CUDA_SUCCESS) return r;
+  *out = reinterpret_cast<Handle>(module);
   return CUDA_SUCCESS;
 }
 
-CUresult ModuleLoadFile(CUmodule* out, const char* path) {
-  if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
-  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::vector<uint8_t> image;
-  if (CUresult r = ReadFile(path, &image); r != CUDA_SUCCESS) return r;
-  if (image.back() != 0 && emu::ImageSize(image.data()) == 0) image.push_back(0);
-  Module* module;
-  if (CUresult r = NewModule(std::move(image), true, "", &module); r != CUDA_SUCCESS) return r;
-  *out = reinterpret_cast<CUmodule>(module);
-  return CUDA_SUCCESS;
-}
+}  // namespace
+
+CUresult LibraryLoadData(CUlibrary* library, const void* code) { return LoadImage(library, false, code, nullptr); }
+CUresult LibraryLoadFromFile(CUlibrary* library, const char* path) { return LoadImage(library, false, nullptr, path); }
+CUresult ModuleLoadData(CUmodule* out, const void* code) { return LoadImage(out, true, code, nullptr); }
+CUresult ModuleLoadFile(CUmodule* out, const char* path) { return LoadImage(out, true, nullptr, path); }
 
 CUresult ModuleUnload(CUmodule handle) {
   Module* module;

@@ -68,31 +68,36 @@ CUresult Remote::ResolveStream(CUstream handle, int* device, uint64_t* remote, b
   return CUDA_SUCCESS;
 }
 
+namespace {
+
+// The live object a handle names among `objects` (the program's own handles are pointers to them, checked here
+// before any use): CUDA_ERROR_INVALID_HANDLE for a null, foreign or dead one. REQUIRES: the objects' mutex held.
+template <typename Object, typename Handle, typename Set, typename Alive>
+CUresult Resolve(Handle handle, const Set& objects, Alive alive, Object** out) {
+  auto* object = reinterpret_cast<Object*>(handle);
+  if (object == nullptr || objects.count(object) == 0 || !alive(*object)) return CUDA_ERROR_INVALID_HANDLE;
+  *out = object;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
 CUresult Remote::ResolveEvent(CUevent handle, Event** event) {
   if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
-  auto* e = reinterpret_cast<Event*>(handle);
   std::lock_guard<std::mutex> lock(mu_);
-  if (e == nullptr || events.count(e) == 0 || !e->alive) return CUDA_ERROR_INVALID_HANDLE;
-  *event = e;
-  return CUDA_SUCCESS;
+  return Resolve(handle, events, [](const Event& e) { return e.alive; }, event);
 }
 
 CUresult Remote::ResolveModule(CUmodule handle, Module** module) {
   if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
-  auto* m = reinterpret_cast<Module*>(handle);
   std::lock_guard<std::mutex> lock(mu_);
-  if (m == nullptr || modules.count(m) == 0 || !m->alive) return CUDA_ERROR_INVALID_HANDLE;
-  *module = m;
-  return CUDA_SUCCESS;
+  return Resolve(handle, modules, [](const Module& m) { return m.alive; }, module);
 }
 
 CUresult Remote::ResolveKernel(CUfunction handle, Kernel** kernel) {
   if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
-  auto* k = reinterpret_cast<Kernel*>(handle);
   std::lock_guard<std::mutex> lock(mu_);
-  if (k == nullptr || kernels.count(k) == 0 || !k->module->alive) return CUDA_ERROR_INVALID_HANDLE;
-  *kernel = k;
-  return CUDA_SUCCESS;
+  return Resolve(handle, kernels, [](const Kernel& k) { return k.module->alive; }, kernel);
 }
 
 CUresult Remote::ModuleOn(Module* module, int device, uint64_t* remote) {

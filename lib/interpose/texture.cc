@@ -205,25 +205,37 @@ CUresult Destroy(uint64_t handle, bool surface) {
 
 }  // namespace
 
+// Creates a texture (`surface`: a surface) object; its handle goes to *out only once it exists.
+CUresult CreateInto(unsigned long long* out, const CUDA_RESOURCE_DESC* res, const CUDA_TEXTURE_DESC* tex,
+                    bool surface) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t handle = 0;
+  CUresult r = Create(&handle, res, tex, surface);
+  if (r == CUDA_SUCCESS) *out = handle;
+  return r;
+}
+
+// The resource description a texture (`surface`: a surface) object was created with.
+CUresult ResourceDescOf(CUDA_RESOURCE_DESC* out, uint64_t handle, bool surface) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  TextureObject object;
+  if (CUresult r = Find(handle, surface, &object); r != CUDA_SUCCESS) return r;
+  *out = object.resource;
+  return CUDA_SUCCESS;
+}
+
 CUresult TexObjectCreate(CUtexObject* out, const CUDA_RESOURCE_DESC* res, const CUDA_TEXTURE_DESC* tex,
                          const CUDA_RESOURCE_VIEW_DESC* view) {
   // A view reinterprets the resource (another format, a range of levels or layers): not offered. cudart passes
   // none unless the program gives one.
   if (view != nullptr) return NotSupported("texture resource views");
-  uint64_t handle = 0;
-  CUresult r = Create(&handle, res, tex, false);
-  if (r == CUDA_SUCCESS) *out = handle;
-  return r;
+  return CreateInto(out, res, tex, false);
 }
 
 CUresult TexObjectDestroy(CUtexObject handle) { return Destroy(handle, false); }
 
 CUresult TexObjectGetResourceDesc(CUDA_RESOURCE_DESC* out, CUtexObject handle) {
-  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  TextureObject object;
-  if (CUresult r = Find(handle, false, &object); r != CUDA_SUCCESS) return r;
-  *out = object.resource;
-  return CUDA_SUCCESS;
+  return ResourceDescOf(out, handle, false);
 }
 
 CUresult TexObjectGetTextureDesc(CUDA_TEXTURE_DESC* out, CUtexObject handle) {
@@ -261,20 +273,13 @@ CUresult TexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC* out, CUtexObject 
 }
 
 CUresult SurfObjectCreate(CUsurfObject* out, const CUDA_RESOURCE_DESC* res) {
-  uint64_t handle = 0;
-  CUresult r = Create(&handle, res, nullptr, true);
-  if (r == CUDA_SUCCESS) *out = handle;
-  return r;
+  return CreateInto(out, res, nullptr, true);
 }
 
 CUresult SurfObjectDestroy(CUsurfObject handle) { return Destroy(handle, true); }
 
 CUresult SurfObjectGetResourceDesc(CUDA_RESOURCE_DESC* out, CUsurfObject handle) {
-  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  TextureObject object;
-  if (CUresult r = Find(handle, true, &object); r != CUDA_SUCCESS) return r;
-  *out = object.resource;
-  return CUDA_SUCCESS;
+  return ResourceDescOf(out, handle, true);
 }
 
 }  // namespace gpupool::interpose
