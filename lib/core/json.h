@@ -28,6 +28,9 @@ class JsonWriter {
 
  private:
   void Separate();
+  // Opens an object or array with `bracket`; Close ends it with its closing bracket.
+  JsonWriter& Open(char bracket);
+  JsonWriter& Close(char bracket);
   std::string out_;
   std::vector<bool> first_;  // Per open container: no element written yet.
   bool after_key_ = false;

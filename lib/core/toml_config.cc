@@ -1,6 +1,7 @@
 #include "core/toml_config.h"
 
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -67,28 +68,31 @@ Status TomlFile::CheckKeys(const toml::table& table, std::initializer_list<std::
   return Status::Ok();
 }
 
-Status TomlFile::GetString(const toml::table& t, std::string_view key, std::string* out) const {
+namespace {
+
+// Reads `key` of `t` into *out when it is there as a T; `kind` says what it must be otherwise.
+template <typename T>
+Status GetExact(const TomlFile& file, const toml::table& t, std::string_view key, const char* kind, T* out) {
   const toml::node* node = t.get(key);
   if (!node) return Status::Ok();
-  if (!node->is_string()) return Error(*node, fmt::format("'{}' must be a string", key));
-  *out = node->as_string()->get();
+  std::optional<T> value = node->value_exact<T>();
+  if (!value) return file.Error(*node, fmt::format("'{}' must be {}", key, kind));
+  *out = std::move(*value);
   return Status::Ok();
+}
+
+}  // namespace
+
+Status TomlFile::GetString(const toml::table& t, std::string_view key, std::string* out) const {
+  return GetExact(*this, t, key, "a string", out);
 }
 
 Status TomlFile::GetInt(const toml::table& t, std::string_view key, int64_t* out) const {
-  const toml::node* node = t.get(key);
-  if (!node) return Status::Ok();
-  if (!node->is_integer()) return Error(*node, fmt::format("'{}' must be an integer", key));
-  *out = node->as_integer()->get();
-  return Status::Ok();
+  return GetExact(*this, t, key, "an integer", out);
 }
 
 Status TomlFile::GetBool(const toml::table& t, std::string_view key, bool* out) const {
-  const toml::node* node = t.get(key);
-  if (!node) return Status::Ok();
-  if (!node->is_boolean()) return Error(*node, fmt::format("'{}' must be true or false", key));
-  *out = node->as_boolean()->get();
-  return Status::Ok();
+  return GetExact(*this, t, key, "true or false", out);
 }
 
 Status TomlFile::GetMemory(const toml::table& t, std::string_view key, uint64_t* out) const {
