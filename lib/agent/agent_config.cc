@@ -19,6 +19,7 @@ static_assert(kMaxSessionsPerLease == backend::SliceQuota::kMaxMembers,
               "[limits] sessions_per_lease is at most what a slice's quota table holds");
 namespace {
 
+// Boilerplate by nature: the file's sections key by key, each checked and read alike.
 Status Read(const TomlFile& file, AgentConfig* c) {
   const toml::table& root = file.root();
   if (Status s = file.CheckKeys(root, {"name", "listen", "class", "nvml", "cuda_driver", "emulated", "leases", "drain",

@@ -33,6 +33,7 @@ void History(JsonWriter& w, const std::vector<Activity>& history) {
 
 }  // namespace
 
+// Boilerplate by nature: the pool's state field by field, each object written alike.
 std::string PoolStateJson(const PoolState& state, const StateJsonOptions& options) {
   JsonWriter w;
   w.BeginObject().Key("schema_version").Int(kStateJsonSchemaVersion).Key("servers").BeginArray();

@@ -22,6 +22,7 @@ const GpupoolResultName* FindResult(int value) {
   return nullptr;
 }
 
+// Boilerplate by nature: a table of the driver's descriptions, one case a code (as nvml.cc's nvmlErrorString).
 const char* KnownDescription(CUresult r) {
   switch (r) {
     case CUDA_SUCCESS: return "no error";

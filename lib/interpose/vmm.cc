@@ -100,6 +100,7 @@ CUresult MemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUde
   return CUDA_SUCCESS;
 }
 
+// Boilerplate by nature, with MemUnmap below: find the client's record under the lock, forward one call, forget it.
 CUresult MemAddressFree(CUdeviceptr ptr, size_t size) {
   if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;
   Remote& remote = Remote::Get();

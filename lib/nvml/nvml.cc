@@ -170,6 +170,7 @@ nvmlReturn_t nvmlShutdown() {
   return kSuccess;
 }
 
+// Boilerplate by nature: a table of NVML's descriptions, one case a code (as interpose/errors.cc's).
 const char* nvmlErrorString(nvmlReturn_t result) {
   switch (result) {
     case kSuccess: return "Success";
