@@ -93,9 +93,14 @@ inline void Fill(wire::DeviceProps::Builder b, const DeviceInfo& v) {
   }
 }
 
+// A call's status on the wire, both ways: the one place where a CallStatus takes session.capnp's shape.
 inline void WriteStatus(const CallStatus& s, wire::CallStatus::Builder b) {
-  b.setCode(s.code);
-  if (!s.ok()) b.setMessage(s.message);
+  b.setCode(s.code());
+  if (!s.ok()) b.setMessage(s.message());
+}
+inline CallStatus ReadStatus(wire::CallStatus::Reader r) {
+  if (r.getCode() == cu::kSuccess) return CallStatus::Ok();
+  return CallStatus(r.getCode(), r.getMessage().cStr());
 }
 
 // How each kind is written to (W) and read from (R) a message; P prepares a server's reply before the handler.
