@@ -968,5 +968,29 @@ TEST(OperatorsTrust, OnlyATakenWindowIsTriedAgain) {
   EXPECT_FALSE(reply.getOutcome().getWindowTaken());
 }
 
+// A session worker's refusal reaches the client in the shape the agent answers with (worker.capnp's open answers an
+// Outcome): here the worker's emulated device cannot have its window, which holds the worker's own program (a PIE
+// binary loads in [0x555555554000, +1 TiB)), so the answer is busy with windowTaken, in the worker's words.
+TEST(OperatorsTrust, AWorkersRefusalReachesTheClientAsItsOutcome) {
+  Agent agent(AgentOptions{.name = "taken", .emulated = 1, .emulated_memory = "2TiB"});
+  auto lease = Connect({agent.address()}).Allocate(Slices(1, 1.0));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  auto fields = internal::DecodeToken(lease->Token());
+  ASSERT_TRUE(fields.ok());
+  capnp::EzRpcClient client(agent.address());
+  auto req = client.getMain<wire::Agent>().openSessionRequest();
+  req.initLease().setId(fields->id);
+  req.getLease().setSecret(fields->secret);
+  req.setDevice(lease->slices()[0].device);
+  req.setWindowBase(uint64_t{0x5540} << 32);
+  req.setWindowBytes(uint64_t{2} << 40);
+  auto reply = req.send().wait(client.getWaitScope());
+  EXPECT_EQ(reply.getOutcome().getCode(), wire::Outcome::Code::BUSY) << reply.getOutcome().getMessage().cStr();
+  EXPECT_TRUE(reply.getOutcome().getWindowTaken());
+  EXPECT_NE(std::string(reply.getOutcome().getMessage()).find("could not reserve"), std::string::npos)
+      << reply.getOutcome().getMessage().cStr();
+  EXPECT_FALSE(reply.hasSession());
+}
+
 }  // namespace
 }  // namespace gpupool::testing
