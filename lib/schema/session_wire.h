@@ -1,6 +1,7 @@
 // The session calls of session_calls.h on the wire: Wire<calls::X> converts the call's plain arguments and
-// results to and from its Cap'n Proto messages. Used by the client (to send) and the session server (to serve);
-// nothing here is written per call.
+// results to and from its Cap'n Proto messages, and every reply's CallStatus to and from session.capnp's (WriteStatus,
+// ReadStatus: the one place a call's status takes its wire shape). Used by the client (to send) and the session
+// server (to serve); nothing here is written per call.
 #ifndef GPUPOOL_SCHEMA_SESSION_WIRE_H_
 #define GPUPOOL_SCHEMA_SESSION_WIRE_H_
 
