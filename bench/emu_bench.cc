@@ -22,9 +22,9 @@
 
 #include "emu/device.h"
 
+using gpupool::CallStatus;
 using gpupool::emu::Device;
 using gpupool::emu::DeviceOptions;
-using gpupool::emu::EmuStatus;
 using gpupool::emu::Function;
 using gpupool::emu::LaunchConfig;
 using gpupool::emu::Module;
@@ -39,7 +39,7 @@ struct Measurement {
   bool correct = false;
 };
 
-void Check(const EmuStatus& s, const char* what) {
+void Check(const CallStatus& s, const char* what) {
   if (!s.ok()) {
     std::fprintf(stderr, "emu_bench: %s: %s\n", what, s.message().c_str());
     std::exit(1);

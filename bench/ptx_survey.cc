@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     std::stringstream text;
     text << in.rdbuf();
     gpupool::emu::Module* module = nullptr;
-    gpupool::emu::EmuStatus s = device.LoadPtx(text.str(), &module);
+    gpupool::CallStatus s = device.LoadPtx(text.str(), &module);
     if (s.ok()) {
       ++loaded;
       device.UnloadModule(module);

@@ -35,6 +35,7 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "gpupool/units.h"
+#include "schema/outcome.h"
 #include "pool.capnp.h"
 
 namespace gpupool::agent {
@@ -182,23 +183,6 @@ std::string DirectListen(const std::string& configured) {
   return host + ":0";
 }
 
-wire::Outcome::Code ToWire(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk: return wire::Outcome::Code::OK;
-    case StatusCode::kInvalidArgument: return wire::Outcome::Code::INVALID_ARGUMENT;
-    case StatusCode::kResourceExhausted: return wire::Outcome::Code::BUSY;
-    case StatusCode::kNotFound: return wire::Outcome::Code::NOT_FOUND;
-    case StatusCode::kPermissionDenied: return wire::Outcome::Code::PERMISSION_DENIED;
-    case StatusCode::kUnavailable: return wire::Outcome::Code::DRAINING;
-    default: return wire::Outcome::Code::INTERNAL;
-  }
-}
-
-void SetOutcome(wire::Outcome::Builder out, const Status& status) {
-  out.setCode(ToWire(status.code()));
-  out.setMessage(status.message());
-}
-
 uint64_t Ms(std::chrono::milliseconds d) { return static_cast<uint64_t>(d.count()); }
 
 void FillSlices(capnp::List<wire::SliceSpec>::Builder out, const std::vector<SliceGrant>& slices) {
@@ -258,7 +242,7 @@ constexpr auto kSampleInterval = std::chrono::seconds(1);
 
 // A refusal's reason as the metrics label it.
 const char* ReasonOf(const Status& status) {
-  switch (ToWire(status.code())) {
+  switch (OutcomeCodeOf(status.code())) {
     case wire::Outcome::Code::BUSY: return "busy";
     case wire::Outcome::Code::INVALID_ARGUMENT: return "invalid_argument";
     case wire::Outcome::Code::DRAINING: return "draining";
@@ -458,6 +442,8 @@ class AgentImpl final : public wire::Agent::Server {
 
   kj::Promise<void> describe(DescribeContext context) override {
     if (std::string why = Unauthenticated(); !why.empty()) {
+      // describe's results carry no Outcome (hello already refused this client; only a client that ignored that
+      // gets here): the refusal is an exception, which the client reads as kPermissionDenied by its tag.
       return KJ_EXCEPTION(FAILED, "gpupool-refused", why);
     }
     auto params = context.getParams();

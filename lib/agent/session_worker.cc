@@ -32,6 +32,7 @@
 #include "backend/slice_quota.h"
 #include "core/log.h"
 #include "core/util.h"
+#include "schema/outcome.h"
 #include "schema/session_frames.h"
 #include "worker.capnp.h"
 
@@ -300,8 +301,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
   kj::Promise<void> open(OpenContext context) override {
     auto results = context.getResults();
     if (opened_) {
-      results.setCode(static_cast<int32_t>(StatusCode::kInvalidArgument));
-      results.setMessage("this worker already runs a session");
+      SetOutcome(results.initOutcome(), Status(StatusCode::kInvalidArgument, "this worker already runs a session"));
       return kj::READY_NOW;
     }
     opened_ = true;
@@ -309,8 +309,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     backend::SessionLimits limits = LimitsOf(c);
     // Called on this thread, which lives as long as the worker: the shared tables' memberships are held by it.
     if (Status joined = JoinSharedTables(c, &limits); !joined.ok()) {
-      results.setCode(static_cast<int32_t>(joined.code()));
-      results.setMessage(joined.message());
+      SetOutcome(results.initOutcome(), joined);
       closed_->fulfill();
       return kj::READY_NOW;
     }
@@ -320,9 +319,8 @@ class WorkerImpl final : public wire::SessionWorker::Server {
         sharing.joined.ok() ? NewBackend(c, sharing, &limits) : Result<std::unique_ptr<backend::DeviceBackend>>(
                                                                     sharing.joined);
     if (!device.ok()) {
-      results.setCode(static_cast<int32_t>(device.status().code()));
-      results.setMessage(device.status().message());
-      results.setWindowTaken(device.status().code() == StatusCode::kResourceExhausted);
+      SetOutcome(results.initOutcome(), device.status());
+      results.getOutcome().setWindowTaken(device.status().code() == StatusCode::kResourceExhausted);
       closed_->fulfill();  // Nothing to serve: the worker exits once this reply is out.
       return kj::READY_NOW;
     }
@@ -474,7 +472,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     auto server = backend::NewSessionServer(std::move(device), limits, control_, sharing.submission_turns, &framed)
                       .attach(kj::defer([closed] { closed->fulfill(); }));
     wire::Session::Client client(kj::mv(server));
-    results.setCode(0);
+    SetOutcome(results.initOutcome(), Status::Ok());
     results.setSession(client);
     if (where.empty()) return kj::READY_NOW;
     door_ = kj::heap<Door>(io_, kj::mv(client), *framed, limits.bytes_in_flight);
@@ -722,10 +720,9 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   c.setBytesInFlight(spec.bytes_in_flight);
   return req.send()
       .then([this, pid](capnp::Response<wire::SessionWorker::OpenResults>&& r) -> OpenedSession {
-        if (r.getCode() != 0) {
-          KillFailedToOpen(pid, r.getMessage());
-          return OpenedSession{Status(static_cast<StatusCode>(r.getCode()), r.getMessage()), nullptr, nullptr,
-                               r.getWindowTaken()};
+        if (Status refused = StatusOf(r.getOutcome()); !refused.ok()) {
+          KillFailedToOpen(pid, refused.message().c_str());
+          return OpenedSession{refused, nullptr, nullptr, r.getOutcome().getWindowTaken()};
         }
         OpenedSession opened{Status::Ok(), r.getSession(), nullptr};
         if (r.hasDirect()) {

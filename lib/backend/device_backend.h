@@ -22,7 +22,6 @@
 
 namespace gpupool::backend {
 
-using session::CallStatus;
 using session::DeviceInfo;
 using session::Dim3;
 using session::KernelParam;

@@ -86,6 +86,9 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
       FrameHeader h;
       std::memcpy(&h, bytes() + begin_, sizeof(h));
       if (h.words > session::kMaxFrameWords) {
+        // The one refusal on the session paths that stays an exception: a header this long leaves no frame to
+        // answer (the stream's framing is lost, so no reply or async-error frame can follow it), and ending the
+        // connection is the only answer. A corrupt message inside sound framing is answered with a CallStatus.
         return KJ_EXCEPTION(FAILED, "corrupt frame: a message of this many words", h.words);
       }
       size_t length = sizeof(h) + h.words * sizeof(word);

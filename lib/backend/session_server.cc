@@ -31,6 +31,33 @@
 namespace gpupool::backend {
 namespace {
 
+// Every backend's statuses pass through here to the client's CUDA program: the CUresult values gpupool names without
+// cuda.h (core/call_status.h) must be the driver's own.
+#define GP_SAME_CURESULT(ours, theirs) static_assert(cu::ours == theirs, #ours " is not " #theirs);
+GP_SAME_CURESULT(kSuccess, CUDA_SUCCESS)
+GP_SAME_CURESULT(kInvalidValue, CUDA_ERROR_INVALID_VALUE)
+GP_SAME_CURESULT(kOutOfMemory, CUDA_ERROR_OUT_OF_MEMORY)
+GP_SAME_CURESULT(kDeviceUnavailable, CUDA_ERROR_DEVICE_UNAVAILABLE)
+GP_SAME_CURESULT(kInvalidImage, CUDA_ERROR_INVALID_IMAGE)
+GP_SAME_CURESULT(kInvalidContext, CUDA_ERROR_INVALID_CONTEXT)
+GP_SAME_CURESULT(kNoBinaryForGpu, CUDA_ERROR_NO_BINARY_FOR_GPU)
+GP_SAME_CURESULT(kInvalidPtx, CUDA_ERROR_INVALID_PTX)
+GP_SAME_CURESULT(kInvalidSource, CUDA_ERROR_INVALID_SOURCE)
+GP_SAME_CURESULT(kInvalidHandle, CUDA_ERROR_INVALID_HANDLE)
+GP_SAME_CURESULT(kNotFound, CUDA_ERROR_NOT_FOUND)
+GP_SAME_CURESULT(kNotReady, CUDA_ERROR_NOT_READY)
+GP_SAME_CURESULT(kIllegalAddress, CUDA_ERROR_ILLEGAL_ADDRESS)
+GP_SAME_CURESULT(kLaunchOutOfResources, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
+GP_SAME_CURESULT(kLaunchTimeout, CUDA_ERROR_LAUNCH_TIMEOUT)
+GP_SAME_CURESULT(kAssert, CUDA_ERROR_ASSERT)
+GP_SAME_CURESULT(kIllegalInstruction, CUDA_ERROR_ILLEGAL_INSTRUCTION)
+GP_SAME_CURESULT(kMisalignedAddress, CUDA_ERROR_MISALIGNED_ADDRESS)
+GP_SAME_CURESULT(kLaunchFailed, CUDA_ERROR_LAUNCH_FAILED)
+GP_SAME_CURESULT(kCooperativeLaunchTooLarge, CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)
+GP_SAME_CURESULT(kNotSupported, CUDA_ERROR_NOT_SUPPORTED)
+GP_SAME_CURESULT(kUnknown, CUDA_ERROR_UNKNOWN)
+#undef GP_SAME_CURESULT
+
 // The first word of a fatbin wrapper (__fatBinC_Wrapper_t: magic, version, pointer to its container).
 constexpr uint32_t kFatbinWrapperMagic = 0x466243B1;
 
@@ -570,7 +597,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     ModuleRef module;
     CallStatus s = backend_->LoadModule(a.image.data, a.image.size, &module);
     if (!s.ok()) {
-      GP_INFO("session", "module load refused: {}", s.message);
+      GP_INFO("session", "module load refused: {}", s.message());
       return Done(s);
     }
     // What the driver took for it (code, constants, variables) is the slice's memory like an allocation.

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "core/log.h"
+#include "schema/outcome.h"
 
 namespace gpupool::internal {
 
@@ -176,16 +177,9 @@ Status StatusFromException(const kj::Exception& e, const std::string& address, s
 }
 
 Status StatusFromOutcome(wire::Outcome::Reader outcome, const std::string& address) {
-  std::string message = fmt::format("{}: {}", address, outcome.getMessage().cStr());
-  switch (outcome.getCode()) {
-    case wire::Outcome::Code::OK: return Status::Ok();
-    case wire::Outcome::Code::INVALID_ARGUMENT: return Status(StatusCode::kInvalidArgument, message);
-    case wire::Outcome::Code::BUSY: return Status(StatusCode::kResourceExhausted, message);
-    case wire::Outcome::Code::NOT_FOUND: return Status(StatusCode::kNotFound, message);
-    case wire::Outcome::Code::PERMISSION_DENIED: return Status(StatusCode::kPermissionDenied, message);
-    case wire::Outcome::Code::DRAINING: return Status(StatusCode::kUnavailable, message);
-    default: return Status(StatusCode::kInternal, message);
-  }
+  Status status = StatusOf(outcome);
+  if (status.ok()) return status;
+  return Status(status.code(), fmt::format("{}: {}", address, status.message()));
 }
 
 Runtime::Runtime(const PoolOptions& options)

@@ -19,6 +19,7 @@
 
 #include "core/util.h"
 #include "schema/session_frames.h"
+#include "schema/session_wire.h"
 #include "session.capnp.h"
 
 namespace gpupool::internal {
@@ -451,9 +452,9 @@ bool SessionChannel::Wait(uint32_t seq, Reply* reply) {
           r.message = kj::heap<capnp::FlatArrayMessageReader>(r.words, session::FrameReaderOptions());
         }
         if (kind == session::kAsyncErrorFrame) {
-          auto status = r.message->getRoot<wire::CallStatus>();
-          error_code = status.getCode();
-          error_message = status.getMessage();
+          CallStatus status = session::ReadStatus(r.message->getRoot<wire::CallStatus>());
+          error_code = status.code();
+          error_message = status.message();
         } else if (kind != session::kReplyFrame && kind != session::kQuietReplyFrame) {
           Lose(fmt::format("unexpected frame 0x{:x} from the session's worker", kind));
         }

@@ -20,6 +20,7 @@
 #include "client/lease_core.h"
 #include "client/runtime.h"
 #include "client/session_channel.h"
+#include "core/call_status.h"
 #include "core/log.h"
 #include "core/mapping.h"
 #include "core/util.h"
@@ -39,10 +40,6 @@ constexpr size_t kBatchBytes = 16u << 20;  // A batch this large is sent, and ga
 // its heap may be in that range too (around 85 TiB): each window is reserved in the client's address space
 // (RemoteSession::Reservation), and a range already in use is not taken.
 constexpr uint64_t kWindowLow = 32ull << 40, kWindowHigh = 96ull << 40;
-constexpr int kCudaErrorDeviceUnavailable = 46;
-constexpr int kCudaErrorLaunchFailure = 719;
-
-int CodeOf(wire::CallStatus::Reader s) { return s.getCode(); }
 
 // printf output of the device goes to the program's stdout, as on a GPU.
 void EmitOutput(capnp::Text::Reader text) {
@@ -93,7 +90,7 @@ struct RemoteSession::Impl : public kj::TaskSet::ErrorHandler {
 
   void taskFailed(kj::Exception&& e) override {
     if (e.getType() == kj::Exception::Type::DISCONNECTED) disconnected = true;
-    Record(kCudaErrorLaunchFailure, e.getDescription().cStr());
+    Record(cu::kLaunchFailed, e.getDescription().cStr());
   }
   void Record(int code, const std::string& message) {
     if (code == 0) return;
@@ -371,7 +368,7 @@ int RemoteSession::TakeAsyncError() {
 }
 
 void RemoteSession::ExplainIfLost(int code) {
-  if (code != kCudaErrorDeviceUnavailable || !impl_->ConnectionLost()) return;
+  if (code != cu::kDeviceUnavailable || !impl_->ConnectionLost()) return;
   last_error_ = ExplainLoss(last_error_);
 }
 
@@ -409,7 +406,10 @@ namespace {
 
 // The continuation of an unwaited call: keeps its error for the next synchronising call.
 auto RecordReply(RemoteSession::Impl* impl) {
-  return [impl](auto&& r) { impl->Record(CodeOf(r.getStatus()), r.getStatus().getMessage().cStr()); };
+  return [impl](auto&& r) {
+    CallStatus s = session::ReadStatus(r.getStatus());
+    impl->Record(s.code(), s.message());
+  };
 }
 
 template <typename Call>
@@ -426,10 +426,10 @@ void SendPosted(RemoteSession::Impl* impl, const typename Call::Args& args) {
 // A reply's status, with its message in `*error` when it failed; `use(r)` reads the rest of the reply.
 template <typename Reader, typename Use>
 int ReadReply(Reader& r, Use& use, std::string* error) {
-  int code = CodeOf(r.getStatus());
-  if (code) *error = r.getStatus().getMessage();
+  CallStatus s = session::ReadStatus(r.getStatus());
+  if (!s.ok()) *error = s.message();
   use(r);
-  return code;
+  return s.code();
 }
 
 template <typename Build, typename Use>
@@ -439,7 +439,7 @@ int Call(Runtime& rt, RemoteSession::Impl* impl, Build build, Use use, std::stri
   } catch (const kj::Exception& e) {
     if (e.getType() == kj::Exception::Type::DISCONNECTED) impl->disconnected = true;
     *error = e.getDescription().cStr();
-    return kCudaErrorDeviceUnavailable;
+    return cu::kDeviceUnavailable;
   }
 }
 
@@ -491,14 +491,14 @@ int ChannelCall(SessionChannel& channel, uint32_t seq, Use use, std::string* err
   SessionChannel::Reply reply;
   if (!channel.Wait(seq, &reply)) {
     *error = channel.lost();
-    return kCudaErrorDeviceUnavailable;
+    return cu::kDeviceUnavailable;
   }
   try {
     auto r = reply.message->getRoot<typename W::ResultsStruct>();
     return ReadReply(r, use, error);
   } catch (const kj::Exception& e) {
     *error = fmt::format("corrupt {} reply from the session's worker: {}", Call::kMethod, e.getDescription().cStr());
-    return kCudaErrorDeviceUnavailable;
+    return cu::kDeviceUnavailable;
   }
 }
 
@@ -549,7 +549,7 @@ void SharedCopyToDevice(RemoteSession::Impl* impl, uint64_t dst, const uint8_t* 
     capnp::MallocMessageBuilder message(kFirstSegmentWords);
     W::WriteArgs({dst + off, s * slot, n, {stream}}, message.initRoot<W::Params>());
     impl->shared_unsettled[s] = channel.Send(calls::CopyToDeviceShared::kOrdinal, message);
-    if (impl->shared_unsettled[s] == 0) impl->Record(kCudaErrorDeviceUnavailable, channel.lost());
+    if (impl->shared_unsettled[s] == 0) impl->Record(cu::kDeviceUnavailable, channel.lost());
   }
 }
 
@@ -814,10 +814,10 @@ int RemoteSession::CopyFromDevice(void* dst, uint64_t src, size_t bytes, uint64_
           auto req = W::Request(impl->S());
           W::WriteArgs({src + off, n, {stream}}, req);
           parts.add(req.send().then([p, off, n, &error](auto&& r) {
-            int c = CodeOf(r.getStatus());
-            if (c) {
-              error = r.getStatus().getMessage();
-              return c;
+            CallStatus s = session::ReadStatus(r.getStatus());
+            if (!s.ok()) {
+              error = s.message();
+              return s.code();
             }
             calls::CopyFromDevice::Results results;
             W::ReadResults(r, results);
@@ -835,7 +835,7 @@ int RemoteSession::CopyFromDevice(void* dst, uint64_t src, size_t bytes, uint64_
     } catch (const kj::Exception& e) {
       if (e.getType() == kj::Exception::Type::DISCONNECTED) impl->disconnected = true;
       error = e.getDescription().cStr();
-      code = kCudaErrorDeviceUnavailable;
+      code = cu::kDeviceUnavailable;
     }
   }
   if (code) last_error_ = error;

@@ -1,6 +1,6 @@
 // Plain C++ values of the session protocol, shared by the client (lib/client), the session server and the device
 // backends (lib/backend): no Cap'n Proto type appears here, so a backend never sees the wire. The calls themselves
-// are declared once in lib/schema/session_calls.h.
+// are declared once in lib/schema/session_calls.h; their outcome is a CallStatus (lib/core/call_status.h).
 #ifndef GPUPOOL_CORE_SESSION_TYPES_H_
 #define GPUPOOL_CORE_SESSION_TYPES_H_
 
@@ -10,17 +10,9 @@
 #include <map>
 #include <string>
 
+#include "core/call_status.h"
+
 namespace gpupool::session {
-
-// A call's outcome: a CUresult value (0 = success) and, for errors, what went wrong in words.
-struct CallStatus {
-  int code = 0;
-  std::string message;
-
-  bool ok() const { return code == 0; }
-  static CallStatus Ok() { return {}; }
-  static CallStatus Error(int code, std::string message) { return {code, std::move(message)}; }
-};
 
 struct Dim3 {
   uint32_t x = 1, y = 1, z = 1;

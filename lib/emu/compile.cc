@@ -40,7 +40,7 @@ class FunctionCompiler;
 class ModuleCompiler {
  public:
   ModuleCompiler(const Module& m, GlobalAllocator& alloc) : m_(m), alloc_(alloc) {}
-  EmuResult<Program> Run();
+  CallResult<Program> Run();
 
   const Module& m_;
   GlobalAllocator& alloc_;
@@ -51,13 +51,13 @@ class ModuleCompiler {
   std::map<std::pair<int, std::string>, uint64_t> function_shared_;
 };
 
-EmuStatus Err(int line, const std::string& what) {
-  return EmuStatus(Code::kInvalidPtx, "line " + std::to_string(line) + ": " + what);
+CallStatus Err(int line, const std::string& what) {
+  return CallStatus(cu::kInvalidPtx, "line " + std::to_string(line) + ": " + what);
 }
 
 // The block size bound of a kernel's .maxntid (at most that many threads) or .reqntid (exactly that many): the
 // product of its one to three dimensions. Both bound the block; a value below 1 is refused, as ptxas refuses it.
-EmuStatus BlockBound(const ptx::Function& f, uint32_t* max_threads) {
+CallStatus BlockBound(const ptx::Function& f, uint32_t* max_threads) {
   uint64_t bound = 0;
   for (const char* name : {"maxntid", "reqntid"}) {
     auto it = f.directives.find(name);
@@ -76,7 +76,7 @@ EmuStatus BlockBound(const ptx::Function& f, uint32_t* max_threads) {
     bound = bound == 0 ? threads : std::min(bound, threads);
   }
   *max_threads = static_cast<uint32_t>(bound);  // At most 1024^3: fits.
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
 uint64_t AlignUp(uint64_t v, uint64_t a) { return a <= 1 ? v : (v + a - 1) / a * a; }
@@ -94,7 +94,7 @@ class FunctionCompiler {
   FunctionCompiler(ModuleCompiler& mc, const ptx::Function& f, Function& out, int index)
       : mc_(mc), f_(f), out_(out), index_(index) {}
 
-  EmuStatus Run() {
+  CallStatus Run() {
     // Registers (the parser bounds them too; a module may come from elsewhere, as the fuzz targets build them).
     uint64_t declared = 0;
     for (const auto& r : f_.registers) declared += r.is_range ? static_cast<uint64_t>(std::max(r.count, 0)) : 1;
@@ -187,7 +187,7 @@ class FunctionCompiler {
         inst.guard = static_cast<int32_t>(it->second);
         inst.guard_negated = in.guard_negated;
       }
-      if (EmuStatus s = Decode(in, inst); !s.ok()) return s;
+      if (CallStatus s = Decode(in, inst); !s.ok()) return s;
       Specialise(inst);
       out_.code.push_back(inst);
     }
@@ -198,7 +198,7 @@ class FunctionCompiler {
     out_.code.push_back(ret);
     out_.num_regs = static_cast<uint32_t>(out_.reg_bytes.size());
     ReadLaunchBounds();
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
 
  private:
@@ -325,7 +325,7 @@ class FunctionCompiler {
   }
 
   // A source or destination operand.
-  EmuStatus Resolve(const ptx::Operand& o, Type t, int line, Operand* out) {
+  CallStatus Resolve(const ptx::Operand& o, Type t, int line, Operand* out) {
     out->negated = o.negated;
     switch (o.kind) {
       case ptx::Operand::Kind::kImmInt:
@@ -333,22 +333,22 @@ class FunctionCompiler {
       case ptx::Operand::Kind::kImmDouble:
         out->kind = Src::kImm;
         out->imm = Imm(o, t);
-        return EmuStatus::Ok();
+        return CallStatus::Ok();
       case ptx::Operand::Kind::kSink:
         out->kind = Src::kNone;
-        return EmuStatus::Ok();
+        return CallStatus::Ok();
       case ptx::Operand::Kind::kRegister: {
         auto it = regs_.find(o.name);
         if (it != regs_.end()) {
           out->kind = Src::kReg;
           out->reg = it->second;
-          return EmuStatus::Ok();
+          return CallStatus::Ok();
         }
         Special sp;
         if (SpecialFor(o.name, &sp)) {
           out->kind = Src::kSpecial;
           out->reg = static_cast<uint32_t>(sp);
-          return EmuStatus::Ok();
+          return CallStatus::Ok();
         }
         Symbol sym;
         if (LookupSymbol(o.name, &sym)) {
@@ -361,7 +361,7 @@ class FunctionCompiler {
             case Symbol::kParam: out->kind = Src::kParamSym; out->imm = sym.value + offset; break;
             case Symbol::kFunction: out->kind = Src::kImm; out->imm = kFunctionAddressBase + sym.value; break;
           }
-          return EmuStatus::Ok();
+          return CallStatus::Ok();
         }
         return Err(line, "unknown register or symbol '" + o.name + "'");
       }
@@ -379,13 +379,13 @@ class FunctionCompiler {
   }
 
   // A destination that may be written "a|p" (a value and a predicate, as shfl, match and setp allow).
-  EmuStatus ResolveDestinations(const ptx::Operand& d, Type first, Type second, int line, Inst& inst) {
+  CallStatus ResolveDestinations(const ptx::Operand& d, Type first, Type second, int line, Inst& inst) {
     if (d.kind != ptx::Operand::Kind::kPipe) return Resolve(d, first, line, &inst.d[0]);
-    if (EmuStatus s = Resolve(d.elements[0], first, line, &inst.d[0]); !s.ok()) return s;
+    if (CallStatus s = Resolve(d.elements[0], first, line, &inst.d[0]); !s.ok()) return s;
     return Resolve(d.elements[1], second, line, &inst.d[1]);
   }
 
-  EmuStatus ResolveAddress(const ptx::Operand& o, int line, Inst& inst) {
+  CallStatus ResolveAddress(const ptx::Operand& o, int line, Inst& inst) {
     if (o.kind != ptx::Operand::Kind::kAddress) {
       // "ld.param.u32 %r1, sym" without brackets is not PTX; but allow a bare symbol as an address.
       if (o.kind != ptx::Operand::Kind::kRegister) return Err(line, "expected an address operand [..]");
@@ -393,13 +393,13 @@ class FunctionCompiler {
     inst.offset = o.int_value;
     if (o.name.empty()) {
       inst.base.kind = Src::kNone;
-      return EmuStatus::Ok();
+      return CallStatus::Ok();
     }
     auto it = regs_.find(o.name);
     if (it != regs_.end()) {
       inst.base.kind = Src::kReg;
       inst.base.reg = it->second;
-      return EmuStatus::Ok();
+      return CallStatus::Ok();
     }
     Symbol sym;
     if (!LookupSymbol(o.name, &sym)) return Err(line, "unknown address base '" + o.name + "'");
@@ -420,7 +420,7 @@ class FunctionCompiler {
       case Symbol::kFunction:
         return Err(line, "a function is not an address to load from: " + o.name);
     }
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
 
   struct Mods {
@@ -490,15 +490,15 @@ class FunctionCompiler {
   // An instruction's second address (its first takes inst.base/offset): the base into *base, the offset as an
   // immediate into *offset. Only a register or an absolute address (symbols included) is accepted; otherwise the
   // instruction is refused with `what`.
-  EmuStatus ResolveSecondAddress(const ptx::Instruction& in, const ptx::Operand& o, const char* what, Operand* base,
+  CallStatus ResolveSecondAddress(const ptx::Instruction& in, const ptx::Operand& o, const char* what, Operand* base,
                                  Operand* offset) {
     Inst address;
-    if (EmuStatus s = ResolveAddress(o, in.line, address); !s.ok()) return s;
+    if (CallStatus s = ResolveAddress(o, in.line, address); !s.ok()) return s;
     if (address.base.kind != Src::kReg && address.base.kind != Src::kNone) return Unsupported(in, what);
     *base = address.base;
     offset->kind = Src::kImm;
     offset->imm = static_cast<uint64_t>(address.offset);
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
 
   // A .L2::cache_hint form: its last operand is the cache policy.
@@ -508,7 +508,7 @@ class FunctionCompiler {
   }
 
   // mbarrier.{init,inval,arrive,arrive_drop,expect_tx,complete_tx,test_wait,try_wait,pending_count}.
-  EmuStatus DecodeMbarrier(const ptx::Instruction& in, const Mods& m, Inst& inst) {
+  CallStatus DecodeMbarrier(const ptx::Instruction& in, const Mods& m, Inst& inst) {
     static const std::unordered_map<std::string, uint8_t> kOps = {
         {"init", kMbarInit},         {"inval", kMbarInval},           {"arrive", kMbarArrive},
         {"arrive_drop", kMbarArriveDrop}, {"expect_tx", kMbarExpectTx}, {"complete_tx", kMbarCompleteTx},
@@ -527,46 +527,46 @@ class FunctionCompiler {
     const size_t n = in.operands.size();
     switch (inst.mode) {
       case kMbarInit: case kMbarExpectTx: case kMbarCompleteTx:
-        if (EmuStatus s = Operands(in, 2); !s.ok()) return s;
-        if (EmuStatus s = ResolveAddress(in.operands[0], in.line, inst); !s.ok()) return s;
+        if (CallStatus s = Operands(in, 2); !s.ok()) return s;
+        if (CallStatus s = ResolveAddress(in.operands[0], in.line, inst); !s.ok()) return s;
         return Resolve(in.operands[1], Type::kU32, in.line, &inst.s[0]);
       case kMbarInval:
-        if (EmuStatus s = Operands(in, 1); !s.ok()) return s;
-        if (EmuStatus s = ResolveAddress(in.operands[0], in.line, inst); !s.ok()) return s;
-        return EmuStatus::Ok();
+        if (CallStatus s = Operands(in, 1); !s.ok()) return s;
+        if (CallStatus s = ResolveAddress(in.operands[0], in.line, inst); !s.ok()) return s;
+        return CallStatus::Ok();
       case kMbarArrive: case kMbarArriveDrop: {
         // state, [addr] {, count}; with .expect_tx: state, [addr], txCount.
         if (n < 2 || n > 3) return Err(in.line, "'" + Joined(in) + "' takes 2 or 3 operands");
-        if (EmuStatus s = Resolve(in.operands[0], Type::kB64, in.line, &inst.d[0]); !s.ok()) return s;
-        if (EmuStatus s = ResolveAddress(in.operands[1], in.line, inst); !s.ok()) return s;
+        if (CallStatus s = Resolve(in.operands[0], Type::kB64, in.line, &inst.d[0]); !s.ok()) return s;
+        if (CallStatus s = ResolveAddress(in.operands[1], in.line, inst); !s.ok()) return s;
         const bool expect_tx = inst.mode2 & kMbarrierExpectTx;
         if (expect_tx && n != 3) return Err(in.line, "'" + Joined(in) + "' needs a transaction count");
         inst.s[0].kind = Src::kImm;
         inst.s[0].imm = 1;
         if (n == 3) return Resolve(in.operands[2], Type::kU32, in.line, &inst.s[expect_tx ? 1 : 0]);
-        return EmuStatus::Ok();
+        return CallStatus::Ok();
       }
       case kMbarTestWait: case kMbarTryWait:
         // waitComplete, [addr], state|phaseParity {, suspendTimeHint}.
         if (n < 3 || n > 4) return Err(in.line, "'" + Joined(in) + "' takes 3 or 4 operands");
-        if (EmuStatus s = Resolve(in.operands[0], Type::kPred, in.line, &inst.d[0]); !s.ok()) return s;
-        if (EmuStatus s = ResolveAddress(in.operands[1], in.line, inst); !s.ok()) return s;
+        if (CallStatus s = Resolve(in.operands[0], Type::kPred, in.line, &inst.d[0]); !s.ok()) return s;
+        if (CallStatus s = ResolveAddress(in.operands[1], in.line, inst); !s.ok()) return s;
         return Resolve(in.operands[2], (inst.mode2 & kMbarrierParity) ? Type::kU32 : Type::kB64, in.line,
                        &inst.s[0]);
       default:  // pending_count: count, state.
-        if (EmuStatus s = Operands(in, 2); !s.ok()) return s;
-        if (EmuStatus s = Resolve(in.operands[0], Type::kU32, in.line, &inst.d[0]); !s.ok()) return s;
+        if (CallStatus s = Operands(in, 2); !s.ok()) return s;
+        if (CallStatus s = Resolve(in.operands[0], Type::kU32, in.line, &inst.d[0]); !s.ok()) return s;
         return Resolve(in.operands[1], Type::kB64, in.line, &inst.s[0]);
     }
   }
 
   // cp.async.bulk: global -> shared completing on an mbarrier, shared -> global in bulk groups; their commit,
   // wait and prefetch forms do nothing here, since copies complete at issue. Tensor (TMA) copies need tensor maps.
-  EmuStatus DecodeBulkCopy(const ptx::Instruction& in, Inst& inst) {
+  CallStatus DecodeBulkCopy(const ptx::Instruction& in, Inst& inst) {
     const std::string& what = in.modifiers.size() > 2 ? in.modifiers[2] : "";
     if (what == "commit_group" || what == "wait_group" || what == "prefetch") {
       inst.op = Op::kNop;
-      return EmuStatus::Ok();
+      return CallStatus::Ok();
     }
     if (what == "tensor") return Unsupported(in, "tensor copies (TMA) need tensor maps, which slices do not offer");
     bool multicast = false, to_global = false;
@@ -583,62 +583,62 @@ class FunctionCompiler {
       return Unsupported(in, "bulk copies between these state spaces");
     }
     const size_t expected = (to_global ? 3 : 4) + (HasCacheHint(in) ? 1 : 0);
-    if (EmuStatus s = Operands(in, expected); !s.ok()) return s;
+    if (CallStatus s = Operands(in, expected); !s.ok()) return s;
     inst.op = Op::kCpAsyncBulk;
     inst.mode = to_global ? 1 : 0;
     inst.space = to_global ? Space::kGlobal : Space::kShared;
-    if (EmuStatus s = ResolveAddress(in.operands[0], in.line, inst); !s.ok()) return s;
+    if (CallStatus s = ResolveAddress(in.operands[0], in.line, inst); !s.ok()) return s;
     MarkAddressWidth(inst);
-    if (EmuStatus s = ResolveSecondAddress(in, in.operands[1], "this source address", &inst.s[0], &inst.s[1]);
+    if (CallStatus s = ResolveSecondAddress(in, in.operands[1], "this source address", &inst.s[0], &inst.s[1]);
         !s.ok()) {
       return s;
     }
-    if (EmuStatus s = Resolve(in.operands[2], Type::kU32, in.line, &inst.s[2]); !s.ok()) return s;
-    if (to_global) return EmuStatus::Ok();
+    if (CallStatus s = Resolve(in.operands[2], Type::kU32, in.line, &inst.s[2]); !s.ok()) return s;
+    if (to_global) return CallStatus::Ok();
     return ResolveSecondAddress(in, in.operands[3], "this mbarrier address", &inst.s[3], &inst.s[4]);
   }
 
-  EmuStatus Unsupported(const ptx::Instruction& in, const std::string& why = "") {
+  CallStatus Unsupported(const ptx::Instruction& in, const std::string& why = "") {
     return Err(in.line, "unsupported instruction '" + Joined(in) + "'" + (why.empty() ? "" : ": " + why));
   }
 
-  EmuStatus Operands(const ptx::Instruction& in, size_t n) {
+  CallStatus Operands(const ptx::Instruction& in, size_t n) {
     if (in.operands.size() != n) {
       return Err(in.line, "'" + Joined(in) + "' takes " + std::to_string(n) + " operands, got " +
                               std::to_string(in.operands.size()));
     }
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
 
   // dst, src... with all sources of the op's type.
-  EmuStatus Simple(const ptx::Instruction& in, Inst& inst, size_t nsrc, Type src_type = Type::kNone) {
-    if (EmuStatus s = Operands(in, nsrc + 1); !s.ok()) return s;
-    if (EmuStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
+  CallStatus Simple(const ptx::Instruction& in, Inst& inst, size_t nsrc, Type src_type = Type::kNone) {
+    if (CallStatus s = Operands(in, nsrc + 1); !s.ok()) return s;
+    if (CallStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
     Type st = src_type == Type::kNone ? inst.type : src_type;
     for (size_t i = 0; i < nsrc; ++i) {
-      if (EmuStatus s = Resolve(in.operands[i + 1], st, in.line, &inst.s[i]); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[i + 1], st, in.line, &inst.s[i]); !s.ok()) return s;
     }
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
 
-  EmuStatus Decode(const ptx::Instruction& in, Inst& inst);
+  CallStatus Decode(const ptx::Instruction& in, Inst& inst);
   // Decode's instruction families: each answers for its own opcodes (nullopt: not one of them).
-  std::optional<EmuStatus> DecodeArithmetic(const ptx::Instruction& in, const Mods& m, Inst& inst);
-  std::optional<EmuStatus> DecodeMoveAndCompare(const ptx::Instruction& in, const Mods& m, Inst& inst);
-  std::optional<EmuStatus> DecodeBitFields(const ptx::Instruction& in, const Mods& m, Inst& inst);
-  std::optional<EmuStatus> DecodeAsyncCopies(const ptx::Instruction& in, const Mods& m, Inst& inst);
-  std::optional<EmuStatus> DecodeBitsAndDots(const ptx::Instruction& in, const Mods& m, Inst& inst);
-  std::optional<EmuStatus> DecodeConversions(const ptx::Instruction& in, const Mods& m, Inst& inst);
-  std::optional<EmuStatus> DecodeMemory(const ptx::Instruction& in, const Mods& m, Inst& inst);
-  std::optional<EmuStatus> DecodeControl(const ptx::Instruction& in, const Mods& m, Inst& inst);
-  std::optional<EmuStatus> DecodeWarpAndOther(const ptx::Instruction& in, const Mods& m, Inst& inst);
+  std::optional<CallStatus> DecodeArithmetic(const ptx::Instruction& in, const Mods& m, Inst& inst);
+  std::optional<CallStatus> DecodeMoveAndCompare(const ptx::Instruction& in, const Mods& m, Inst& inst);
+  std::optional<CallStatus> DecodeBitFields(const ptx::Instruction& in, const Mods& m, Inst& inst);
+  std::optional<CallStatus> DecodeAsyncCopies(const ptx::Instruction& in, const Mods& m, Inst& inst);
+  std::optional<CallStatus> DecodeBitsAndDots(const ptx::Instruction& in, const Mods& m, Inst& inst);
+  std::optional<CallStatus> DecodeConversions(const ptx::Instruction& in, const Mods& m, Inst& inst);
+  std::optional<CallStatus> DecodeMemory(const ptx::Instruction& in, const Mods& m, Inst& inst);
+  std::optional<CallStatus> DecodeControl(const ptx::Instruction& in, const Mods& m, Inst& inst);
+  std::optional<CallStatus> DecodeWarpAndOther(const ptx::Instruction& in, const Mods& m, Inst& inst);
   // An instruction that must name a type and does not: the error saying so.
-  EmuStatus NeedType(const ptx::Instruction& in, const Inst& inst) {
+  CallStatus NeedType(const ptx::Instruction& in, const Inst& inst) {
     if (inst.type == Type::kNone) return Err(in.line, "'" + Joined(in) + "' needs a type");
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
   // Tensor-core instructions (compile_matrix.inc).
-  EmuStatus DecodeMatrix(const ptx::Instruction& in, Inst& inst);
+  CallStatus DecodeMatrix(const ptx::Instruction& in, Inst& inst);
   // What DecodeMatrix reads from a matrix instruction's modifiers (ParseMatrixModifiers), for its forms.
   struct MatrixForm {
     MatrixOp op;  // Its shape, and what the form fills in.
@@ -648,18 +648,18 @@ class FunctionCompiler {
     bool has_shape = false, has_space = false;
     Space space = Space::kGeneric;
   };
-  EmuStatus ParseMatrixModifiers(const ptx::Instruction& in, MatrixForm* form);
-  EmuStatus OnlyMatrixFlags(const ptx::Instruction& in, const MatrixForm& form,
+  CallStatus ParseMatrixModifiers(const ptx::Instruction& in, MatrixForm* form);
+  CallStatus OnlyMatrixFlags(const ptx::Instruction& in, const MatrixForm& form,
                             std::initializer_list<const char*> allowed);
-  EmuStatus DecodeWmma(const ptx::Instruction& in, MatrixForm& form, Inst& inst);
-  EmuStatus DecodeMma(const ptx::Instruction& in, MatrixForm& form, Inst& inst);
-  EmuStatus DecodeLdMovMatrix(const ptx::Instruction& in, MatrixForm& form, Inst& inst);
-  EmuStatus MatrixOperands(const ptx::Instruction& in, MatrixOp& op, Inst& inst);
-  EmuStatus DecodeCvtTf32(const ptx::Instruction& in, Inst& inst);
-  EmuStatus MatrixRegisters(const ptx::Instruction& in, const ptx::Operand& o, MatrixOp& op, MatrixRole role,
+  CallStatus DecodeWmma(const ptx::Instruction& in, MatrixForm& form, Inst& inst);
+  CallStatus DecodeMma(const ptx::Instruction& in, MatrixForm& form, Inst& inst);
+  CallStatus DecodeLdMovMatrix(const ptx::Instruction& in, MatrixForm& form, Inst& inst);
+  CallStatus MatrixOperands(const ptx::Instruction& in, MatrixOp& op, Inst& inst);
+  CallStatus DecodeCvtTf32(const ptx::Instruction& in, Inst& inst);
+  CallStatus MatrixRegisters(const ptx::Instruction& in, const ptx::Operand& o, MatrixOp& op, MatrixRole role,
                             size_t count);
   // tex, tld4, suld, sust (compile_tex.inc).
-  EmuStatus DecodeTexture(const ptx::Instruction& in, Inst& inst, const Mods& m);
+  CallStatus DecodeTexture(const ptx::Instruction& in, Inst& inst, const Mods& m);
 
   // Picks a fast opcode when the instruction's shape allows it (see Op::kFast*).
   static void Specialise(Inst& in) {
@@ -756,7 +756,7 @@ bool ParseCmp(const std::string& s, uint8_t* out) {
 
 #include "emu/compile_matrix.inc"
 
-EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
+CallStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
   const std::string& op = in.opcode;
   if (op == "wmma" || op == "mma" || op == "ldmatrix" || op == "movmatrix") return DecodeMatrix(in, inst);
   if (op == "cvt" && std::find(in.modifiers.begin(), in.modifiers.end(), "tf32") != in.modifiers.end()) {
@@ -775,13 +775,13 @@ EmuStatus FunctionCompiler::Decode(const ptx::Instruction& in, Inst& inst) {
                       &FunctionCompiler::DecodeBitsAndDots, &FunctionCompiler::DecodeConversions,
                       &FunctionCompiler::DecodeMemory, &FunctionCompiler::DecodeControl,
                       &FunctionCompiler::DecodeWarpAndOther}) {
-    if (std::optional<EmuStatus> decoded = (this->*family)(in, m, inst)) return *decoded;
+    if (std::optional<CallStatus> decoded = (this->*family)(in, m, inst)) return *decoded;
   }
   return Unsupported(in);
 }
 
 // Integer and floating-point arithmetic, logic, shifts and the unary math functions.
-std::optional<EmuStatus> FunctionCompiler::DecodeArithmetic(const ptx::Instruction& in, const Mods& m, Inst& inst) {
+std::optional<CallStatus> FunctionCompiler::DecodeArithmetic(const ptx::Instruction& in, const Mods& m, Inst& inst) {
   const std::string& op = in.opcode;
   auto need_type = [&]() { return NeedType(in, inst); };
   static const std::unordered_map<std::string, Op> kArith = {
@@ -807,7 +807,7 @@ std::optional<EmuStatus> FunctionCompiler::DecodeArithmetic(const ptx::Instructi
       inst.mode = s16x2 ? 1 : 2;
       return Simple(in, inst, 2);
     }
-    if (EmuStatus s = need_type(); !s.ok()) return s;
+    if (CallStatus s = need_type(); !s.ok()) return s;
     if (m.flags.count("hi")) inst.flags |= kHi;
     if (m.flags.count("wide")) inst.flags |= kWide;
     if (m.flags.count("shiftamt")) inst.flags |= kShiftAmt;
@@ -850,26 +850,26 @@ std::optional<EmuStatus> FunctionCompiler::DecodeArithmetic(const ptx::Instructi
       }
       inst.type2 = inst.type;
       inst.type = dst;
-      if (EmuStatus s = Operands(in, nsrc + 1); !s.ok()) return s;
-      if (EmuStatus s = Resolve(in.operands[0], dst, in.line, &inst.d[0]); !s.ok()) return s;
+      if (CallStatus s = Operands(in, nsrc + 1); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[0], dst, in.line, &inst.d[0]); !s.ok()) return s;
       for (size_t i = 0; i < nsrc; ++i) {
         Type st = (inst.op == Op::kMad && i == 2) ? dst : inst.type2;
-        if (EmuStatus s = Resolve(in.operands[i + 1], st, in.line, &inst.s[i]); !s.ok()) return s;
+        if (CallStatus s = Resolve(in.operands[i + 1], st, in.line, &inst.s[i]); !s.ok()) return s;
       }
-      return EmuStatus::Ok();
+      return CallStatus::Ok();
     }
     if (inst.op == Op::kShl || inst.op == Op::kShr) {
       // The shift amount is always a .u32.
-      if (EmuStatus s = Operands(in, 3); !s.ok()) return s;
-      if (EmuStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
-      if (EmuStatus s = Resolve(in.operands[1], inst.type, in.line, &inst.s[0]); !s.ok()) return s;
+      if (CallStatus s = Operands(in, 3); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[1], inst.type, in.line, &inst.s[0]); !s.ok()) return s;
       return Resolve(in.operands[2], Type::kU32, in.line, &inst.s[1]);
     }
     if (inst.op == Op::kPopc || inst.op == Op::kClz || inst.op == Op::kBfind) {
       // Destination is .u32 whatever the source type.
       inst.type2 = inst.type;
-      if (EmuStatus s = Operands(in, 2); !s.ok()) return s;
-      if (EmuStatus s = Resolve(in.operands[0], Type::kU32, in.line, &inst.d[0]); !s.ok()) return s;
+      if (CallStatus s = Operands(in, 2); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[0], Type::kU32, in.line, &inst.d[0]); !s.ok()) return s;
       return Resolve(in.operands[1], inst.type, in.line, &inst.s[0]);
     }
     if (inst.type == Type::kF16 &&
@@ -884,12 +884,13 @@ std::optional<EmuStatus> FunctionCompiler::DecodeArithmetic(const ptx::Instructi
 }
 
 // mov, setp/set, selp and slct.
-std::optional<EmuStatus> FunctionCompiler::DecodeMoveAndCompare(const ptx::Instruction& in, const Mods& m, Inst& inst) {
+std::optional<CallStatus> FunctionCompiler::DecodeMoveAndCompare(const ptx::Instruction& in, const Mods& m,
+                                                                 Inst& inst) {
   const std::string& op = in.opcode;
   auto need_type = [&]() { return NeedType(in, inst); };
   if (op == "mov") {
-    if (EmuStatus s = need_type(); !s.ok()) return s;
-    if (EmuStatus s = Operands(in, 2); !s.ok()) return s;
+    if (CallStatus s = need_type(); !s.ok()) return s;
+    if (CallStatus s = Operands(in, 2); !s.ok()) return s;
     const auto& dst = in.operands[0];
     const auto& src = in.operands[1];
     if (src.kind == ptx::Operand::Kind::kVector) {
@@ -897,14 +898,14 @@ std::optional<EmuStatus> FunctionCompiler::DecodeMoveAndCompare(const ptx::Instr
       inst.op = Op::kMovPack;
       inst.vec = static_cast<uint8_t>(src.elements.size());
       if (inst.vec != 2 && inst.vec != 4) return Unsupported(in, "vector of " + std::to_string(inst.vec));
-      if (EmuStatus s = Resolve(dst, inst.type, in.line, &inst.d[0]); !s.ok()) return s;
+      if (CallStatus s = Resolve(dst, inst.type, in.line, &inst.d[0]); !s.ok()) return s;
       Type part = ptx::TypeSize(inst.type) / inst.vec == 2 ? Type::kB16 : ptx::TypeSize(inst.type) / inst.vec == 4
                                                                              ? Type::kB32 : Type::kB8;
       inst.type2 = part;
       for (size_t i = 0; i < src.elements.size(); ++i) {
-        if (EmuStatus s = Resolve(src.elements[i], part, in.line, &inst.s[i]); !s.ok()) return s;
+        if (CallStatus s = Resolve(src.elements[i], part, in.line, &inst.s[i]); !s.ok()) return s;
       }
-      return EmuStatus::Ok();
+      return CallStatus::Ok();
     }
     if (dst.kind == ptx::Operand::Kind::kVector) {
       inst.op = Op::kMovUnpack;
@@ -914,7 +915,7 @@ std::optional<EmuStatus> FunctionCompiler::DecodeMoveAndCompare(const ptx::Instr
                                                                              ? Type::kB32 : Type::kB8;
       inst.type2 = part;
       for (size_t i = 0; i < dst.elements.size(); ++i) {
-        if (EmuStatus s = Resolve(dst.elements[i], part, in.line, &inst.d[i]); !s.ok()) return s;
+        if (CallStatus s = Resolve(dst.elements[i], part, in.line, &inst.d[i]); !s.ok()) return s;
       }
       return Resolve(src, inst.type, in.line, &inst.s[0]);
     }
@@ -947,25 +948,25 @@ std::optional<EmuStatus> FunctionCompiler::DecodeMoveAndCompare(const ptx::Instr
     }
     inst.type2 = src;
     size_t expected = inst.mode2 ? 4 : 3;
-    if (EmuStatus s = Operands(in, expected); !s.ok()) return s;
-    if (EmuStatus s = ResolveDestinations(in.operands[0], inst.op == Op::kSetp ? Type::kPred : inst.type, Type::kPred,
+    if (CallStatus s = Operands(in, expected); !s.ok()) return s;
+    if (CallStatus s = ResolveDestinations(in.operands[0], inst.op == Op::kSetp ? Type::kPred : inst.type, Type::kPred,
                                           in.line, inst);
         !s.ok()) {
       return s;
     }
-    if (EmuStatus s = Resolve(in.operands[1], src, in.line, &inst.s[0]); !s.ok()) return s;
-    if (EmuStatus s = Resolve(in.operands[2], src, in.line, &inst.s[1]); !s.ok()) return s;
+    if (CallStatus s = Resolve(in.operands[1], src, in.line, &inst.s[0]); !s.ok()) return s;
+    if (CallStatus s = Resolve(in.operands[2], src, in.line, &inst.s[1]); !s.ok()) return s;
     if (inst.mode2) return Resolve(in.operands[3], Type::kPred, in.line, &inst.s[2]);
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
 
   if (op == "selp") {
     inst.op = Op::kSelp;
-    if (EmuStatus s = need_type(); !s.ok()) return s;
-    if (EmuStatus s = Operands(in, 4); !s.ok()) return s;
-    if (EmuStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
-    if (EmuStatus s = Resolve(in.operands[1], inst.type, in.line, &inst.s[0]); !s.ok()) return s;
-    if (EmuStatus s = Resolve(in.operands[2], inst.type, in.line, &inst.s[1]); !s.ok()) return s;
+    if (CallStatus s = need_type(); !s.ok()) return s;
+    if (CallStatus s = Operands(in, 4); !s.ok()) return s;
+    if (CallStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
+    if (CallStatus s = Resolve(in.operands[1], inst.type, in.line, &inst.s[0]); !s.ok()) return s;
+    if (CallStatus s = Resolve(in.operands[2], inst.type, in.line, &inst.s[1]); !s.ok()) return s;
     return Resolve(in.operands[3], Type::kPred, in.line, &inst.s[2]);
   }
   if (op == "slct") {
@@ -973,10 +974,10 @@ std::optional<EmuStatus> FunctionCompiler::DecodeMoveAndCompare(const ptx::Instr
     if (m.types.size() != 2) return Err(in.line, "slct needs two types");
     inst.type = m.types[0];
     inst.type2 = m.types[1];
-    if (EmuStatus s = Operands(in, 4); !s.ok()) return s;
-    if (EmuStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
-    if (EmuStatus s = Resolve(in.operands[1], inst.type, in.line, &inst.s[0]); !s.ok()) return s;
-    if (EmuStatus s = Resolve(in.operands[2], inst.type, in.line, &inst.s[1]); !s.ok()) return s;
+    if (CallStatus s = Operands(in, 4); !s.ok()) return s;
+    if (CallStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
+    if (CallStatus s = Resolve(in.operands[1], inst.type, in.line, &inst.s[0]); !s.ok()) return s;
+    if (CallStatus s = Resolve(in.operands[2], inst.type, in.line, &inst.s[1]); !s.ok()) return s;
     return Resolve(in.operands[3], inst.type2, in.line, &inst.s[2]);
   }
 
@@ -984,26 +985,26 @@ std::optional<EmuStatus> FunctionCompiler::DecodeMoveAndCompare(const ptx::Instr
 }
 
 // bfe, bfi, prmt, shf and lop3.
-std::optional<EmuStatus> FunctionCompiler::DecodeBitFields(const ptx::Instruction& in, const Mods& m, Inst& inst) {
+std::optional<CallStatus> FunctionCompiler::DecodeBitFields(const ptx::Instruction& in, const Mods& m, Inst& inst) {
   const std::string& op = in.opcode;
   auto need_type = [&]() { return NeedType(in, inst); };
   if (op == "bfe" || op == "bfi" || op == "prmt" || op == "shf" || op == "lop3") {
-    if (EmuStatus s = need_type(); !s.ok()) return s;
+    if (CallStatus s = need_type(); !s.ok()) return s;
     if (op == "bfe") {
       inst.op = Op::kBfe;
-      if (EmuStatus s = Operands(in, 4); !s.ok()) return s;
-      if (EmuStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
-      if (EmuStatus s = Resolve(in.operands[1], inst.type, in.line, &inst.s[0]); !s.ok()) return s;
-      if (EmuStatus s = Resolve(in.operands[2], Type::kU32, in.line, &inst.s[1]); !s.ok()) return s;
+      if (CallStatus s = Operands(in, 4); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[1], inst.type, in.line, &inst.s[0]); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[2], Type::kU32, in.line, &inst.s[1]); !s.ok()) return s;
       return Resolve(in.operands[3], Type::kU32, in.line, &inst.s[2]);
     }
     if (op == "bfi") {
       inst.op = Op::kBfi;
-      if (EmuStatus s = Operands(in, 5); !s.ok()) return s;
-      if (EmuStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
-      if (EmuStatus s = Resolve(in.operands[1], inst.type, in.line, &inst.s[0]); !s.ok()) return s;
-      if (EmuStatus s = Resolve(in.operands[2], inst.type, in.line, &inst.s[1]); !s.ok()) return s;
-      if (EmuStatus s = Resolve(in.operands[3], Type::kU32, in.line, &inst.s[2]); !s.ok()) return s;
+      if (CallStatus s = Operands(in, 5); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[1], inst.type, in.line, &inst.s[0]); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[2], inst.type, in.line, &inst.s[1]); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[3], Type::kU32, in.line, &inst.s[2]); !s.ok()) return s;
       return Resolve(in.operands[4], Type::kU32, in.line, &inst.s[3]);
     }
     if (op == "prmt") {
@@ -1029,7 +1030,7 @@ std::optional<EmuStatus> FunctionCompiler::DecodeBitFields(const ptx::Instructio
 }
 
 // cp.async (with its commit and wait groups), mbarrier, cp.reduce.
-std::optional<EmuStatus> FunctionCompiler::DecodeAsyncCopies(const ptx::Instruction& in, const Mods& m, Inst& inst) {
+std::optional<CallStatus> FunctionCompiler::DecodeAsyncCopies(const ptx::Instruction& in, const Mods& m, Inst& inst) {
   const std::string& op = in.opcode;
   if (op == "cp" && !in.modifiers.empty() && in.modifiers[0] == "async") {
     // The interpreter copies at issue, so every copy has completed by the time any thread could wait for it:
@@ -1037,7 +1038,7 @@ std::optional<EmuStatus> FunctionCompiler::DecodeAsyncCopies(const ptx::Instruct
     const std::string& what = in.modifiers.size() > 1 ? in.modifiers[1] : "";
     if (what == "commit_group" || what == "wait_group" || what == "wait_all") {
       inst.op = Op::kNop;
-      return EmuStatus::Ok();
+      return CallStatus::Ok();
     }
     if (what == "mbarrier") {
       // cp.async.mbarrier.arrive{.noinc}.shared{::cta}.b64 [mbar]: the thread's earlier copies are done already.
@@ -1045,7 +1046,7 @@ std::optional<EmuStatus> FunctionCompiler::DecodeAsyncCopies(const ptx::Instruct
       inst.mode = kMbarAsyncArrive;
       if (m.flags.count("noinc")) inst.mode2 = kMbarrierNoInc;
       inst.space = m.has_space ? m.space : Space::kGeneric;
-      if (EmuStatus s = Operands(in, 1); !s.ok()) return s;
+      if (CallStatus s = Operands(in, 1); !s.ok()) return s;
       return ResolveAddress(in.operands[0], in.line, inst);
     }
     if (what == "bulk") return DecodeBulkCopy(in, inst);
@@ -1060,14 +1061,14 @@ std::optional<EmuStatus> FunctionCompiler::DecodeAsyncCopies(const ptx::Instruct
     inst.space = Space::kShared;
     const size_t extra = in.operands.size() - (HasCacheHint(in) ? 1 : 0);
     if (in.operands.size() < 3 || extra < 3 || extra > 4) return Err(in.line, "'" + Joined(in) + "': operands");
-    if (EmuStatus s = ResolveAddress(in.operands[0], in.line, inst); !s.ok()) return s;
+    if (CallStatus s = ResolveAddress(in.operands[0], in.line, inst); !s.ok()) return s;
     MarkAddressWidth(inst);
-    if (EmuStatus s = ResolveSecondAddress(in, in.operands[1], "a source address that is not global memory",
+    if (CallStatus s = ResolveSecondAddress(in, in.operands[1], "a source address that is not global memory",
                                            &inst.s[0], &inst.s[1]);
         !s.ok()) {
       return s;
     }
-    if (EmuStatus s = Resolve(in.operands[2], Type::kU32, in.line, &inst.s[2]); !s.ok()) return s;
+    if (CallStatus s = Resolve(in.operands[2], Type::kU32, in.line, &inst.s[2]); !s.ok()) return s;
     if (inst.s[2].kind != Src::kImm || (inst.s[2].imm != 4 && inst.s[2].imm != 8 && inst.s[2].imm != 16)) {
       return Err(in.line, "cp.async copies 4, 8 or 16 bytes");
     }
@@ -1076,9 +1077,9 @@ std::optional<EmuStatus> FunctionCompiler::DecodeAsyncCopies(const ptx::Instruct
       auto reg = regs_.find(last.name);
       const bool predicate = reg != regs_.end() && out_.reg_bytes[reg->second] == 1;  // .pred (u8 is no size).
       inst.mode = predicate ? 1 : 0;
-      if (EmuStatus s = Resolve(last, predicate ? Type::kPred : Type::kU32, in.line, &inst.s[3]); !s.ok()) return s;
+      if (CallStatus s = Resolve(last, predicate ? Type::kPred : Type::kU32, in.line, &inst.s[3]); !s.ok()) return s;
     }
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
 
   if (op == "mbarrier") return DecodeMbarrier(in, m, inst);
@@ -1090,7 +1091,7 @@ std::optional<EmuStatus> FunctionCompiler::DecodeAsyncCopies(const ptx::Instruct
 }
 
 // bmsk, dp4a/dp2a and testp.
-std::optional<EmuStatus> FunctionCompiler::DecodeBitsAndDots(const ptx::Instruction& in, const Mods& m, Inst& inst) {
+std::optional<CallStatus> FunctionCompiler::DecodeBitsAndDots(const ptx::Instruction& in, const Mods& m, Inst& inst) {
   const std::string& op = in.opcode;
   if (op == "bmsk") {
     // bmsk.{clamp,wrap}.b32 d, a, b: ones in bits [a, a + b) of 32.
@@ -1115,8 +1116,8 @@ std::optional<EmuStatus> FunctionCompiler::DecodeBitsAndDots(const ptx::Instruct
     static const std::unordered_map<std::string, uint8_t> kKinds = {
         {"finite", 0}, {"infinite", 1}, {"number", 2}, {"notanumber", 3}, {"normal", 4}, {"subnormal", 5}};
     if (!ModeFromFlags(m, kKinds, &inst.mode)) return Err(in.line, "testp needs a test (.finite, .number...)");
-    if (EmuStatus s = Operands(in, 2); !s.ok()) return s;
-    if (EmuStatus s = Resolve(in.operands[0], Type::kPred, in.line, &inst.d[0]); !s.ok()) return s;
+    if (CallStatus s = Operands(in, 2); !s.ok()) return s;
+    if (CallStatus s = Resolve(in.operands[0], Type::kPred, in.line, &inst.d[0]); !s.ok()) return s;
     return Resolve(in.operands[1], inst.type, in.line, &inst.s[0]);
   }
 
@@ -1124,7 +1125,7 @@ std::optional<EmuStatus> FunctionCompiler::DecodeBitsAndDots(const ptx::Instruct
 }
 
 // cvt in its forms (packed, fp8 pairs, plain), cvta and isspacep.
-std::optional<EmuStatus> FunctionCompiler::DecodeConversions(const ptx::Instruction& in, const Mods& m, Inst& inst) {
+std::optional<CallStatus> FunctionCompiler::DecodeConversions(const ptx::Instruction& in, const Mods& m, Inst& inst) {
   const std::string& op = in.opcode;
   auto need_type = [&]() { return NeedType(in, inst); };
   if (op == "cvt" && !in.modifiers.empty() && in.modifiers[0] == "pack") {
@@ -1140,14 +1141,14 @@ std::optional<EmuStatus> FunctionCompiler::DecodeConversions(const ptx::Instruct
     inst.op = Op::kCvtPack;
     inst.mode = bits;
     inst.mode2 = is_signed ? 1 : 0;
-    if (EmuStatus s = Operands(in, with_c ? 4 : 3); !s.ok()) return s;
-    if (EmuStatus s = Resolve(in.operands[0], Type::kB32, in.line, &inst.d[0]); !s.ok()) return s;
-    if (EmuStatus s = Resolve(in.operands[1], Type::kS32, in.line, &inst.s[0]); !s.ok()) return s;
-    if (EmuStatus s = Resolve(in.operands[2], Type::kS32, in.line, &inst.s[1]); !s.ok()) return s;
+    if (CallStatus s = Operands(in, with_c ? 4 : 3); !s.ok()) return s;
+    if (CallStatus s = Resolve(in.operands[0], Type::kB32, in.line, &inst.d[0]); !s.ok()) return s;
+    if (CallStatus s = Resolve(in.operands[1], Type::kS32, in.line, &inst.s[0]); !s.ok()) return s;
+    if (CallStatus s = Resolve(in.operands[2], Type::kS32, in.line, &inst.s[1]); !s.ok()) return s;
     if (with_c) return Resolve(in.operands[3], Type::kB32, in.line, &inst.s[2]);
     inst.s[2].kind = Src::kImm;
     inst.s[2].imm = 0;
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
 
   if (op == "cvt" && (m.flags.count("e4m3x2") || m.flags.count("e5m2x2"))) {
@@ -1161,15 +1162,15 @@ std::optional<EmuStatus> FunctionCompiler::DecodeConversions(const ptx::Instruct
     if (m.round != Round::kRn || m.flags.count("e4m3x2") + m.flags.count("e5m2x2") != 1) return Unsupported(in);
     if (m.types.size() == 1 && m.types[0] == Type::kF32 && m.flags.count("satfinite")) {
       inst.op = Op::kCvtToFp8x2;
-      if (EmuStatus s = Operands(in, 3); !s.ok()) return s;
-      if (EmuStatus s = Resolve(in.operands[0], Type::kB16, in.line, &inst.d[0]); !s.ok()) return s;
-      if (EmuStatus s = Resolve(in.operands[1], Type::kF32, in.line, &inst.s[0]); !s.ok()) return s;
+      if (CallStatus s = Operands(in, 3); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[0], Type::kB16, in.line, &inst.d[0]); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[1], Type::kF32, in.line, &inst.s[0]); !s.ok()) return s;
       return Resolve(in.operands[2], Type::kF32, in.line, &inst.s[1]);
     }
     if (m.types.size() == 1 && m.types[0] == Type::kF16x2 && !m.flags.count("satfinite")) {
       inst.op = Op::kCvtFromFp8x2;
-      if (EmuStatus s = Operands(in, 2); !s.ok()) return s;
-      if (EmuStatus s = Resolve(in.operands[0], Type::kB32, in.line, &inst.d[0]); !s.ok()) return s;
+      if (CallStatus s = Operands(in, 2); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[0], Type::kB32, in.line, &inst.d[0]); !s.ok()) return s;
       return Resolve(in.operands[1], Type::kB16, in.line, &inst.s[0]);
     }
     return Unsupported(in, "this fp8 conversion");
@@ -1184,9 +1185,9 @@ std::optional<EmuStatus> FunctionCompiler::DecodeConversions(const ptx::Instruct
     if ((inst.type == Type::kF16x2 || inst.type == Type::kBF16x2) && inst.type2 == Type::kF32) {
       // cvt.rn{.relu}{.satfinite}.f16x2.f32 d, a, b: a to the upper half, b to the lower.
       if (m.flags.count("satfinite")) inst.mode = 1;
-      if (EmuStatus s = Operands(in, 3); !s.ok()) return s;
-      if (EmuStatus s = Resolve(in.operands[0], Type::kB32, in.line, &inst.d[0]); !s.ok()) return s;
-      if (EmuStatus s = Resolve(in.operands[1], Type::kF32, in.line, &inst.s[0]); !s.ok()) return s;
+      if (CallStatus s = Operands(in, 3); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[0], Type::kB32, in.line, &inst.d[0]); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[1], Type::kF32, in.line, &inst.s[0]); !s.ok()) return s;
       return Resolve(in.operands[2], Type::kF32, in.line, &inst.s[1]);
     }
     if (packed(inst.type) || packed(inst.type2)) return Unsupported(in, "this packed conversion");
@@ -1199,11 +1200,11 @@ std::optional<EmuStatus> FunctionCompiler::DecodeConversions(const ptx::Instruct
     if (!m.has_space) return Err(in.line, "'" + Joined(in) + "' needs a state space");
     inst.space2 = m.space;
     if (op == "isspacep") {
-      if (EmuStatus s = Operands(in, 2); !s.ok()) return s;
-      if (EmuStatus s = Resolve(in.operands[0], Type::kPred, in.line, &inst.d[0]); !s.ok()) return s;
+      if (CallStatus s = Operands(in, 2); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[0], Type::kPred, in.line, &inst.d[0]); !s.ok()) return s;
       return Resolve(in.operands[1], Type::kU64, in.line, &inst.s[0]);
     }
-    if (EmuStatus s = need_type(); !s.ok()) return s;
+    if (CallStatus s = need_type(); !s.ok()) return s;
     return Simple(in, inst, 1);
   }
 
@@ -1211,24 +1212,24 @@ std::optional<EmuStatus> FunctionCompiler::DecodeConversions(const ptx::Instruct
 }
 
 // ld, ldu, st, atom and red.
-std::optional<EmuStatus> FunctionCompiler::DecodeMemory(const ptx::Instruction& in, const Mods& m, Inst& inst) {
+std::optional<CallStatus> FunctionCompiler::DecodeMemory(const ptx::Instruction& in, const Mods& m, Inst& inst) {
   const std::string& op = in.opcode;
   auto need_type = [&]() { return NeedType(in, inst); };
   if (op == "ld" || op == "ldu" || op == "st") {
     inst.op = op == "st" ? Op::kSt : Op::kLd;
-    if (EmuStatus s = need_type(); !s.ok()) return s;
+    if (CallStatus s = need_type(); !s.ok()) return s;
     if (inst.type == Type::kB128) return Unsupported(in, "128-bit loads and stores");
     if (m.flags.count("volatile")) inst.flags |= kVolatile;
     // .L2::cache_hint: a third operand, the cache policy (createpolicy's), a hint the emulator has no cache for.
     const bool cache_hint = HasCacheHint(in);
-    if (EmuStatus s = Operands(in, cache_hint ? 3 : 2); !s.ok()) return s;
+    if (CallStatus s = Operands(in, cache_hint ? 3 : 2); !s.ok()) return s;
     if (cache_hint) {
       Operand policy;
-      if (EmuStatus s = Resolve(in.operands[2], Type::kB64, in.line, &policy); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[2], Type::kB64, in.line, &policy); !s.ok()) return s;
     }
     const auto& addr = in.operands[op == "st" ? 0 : 1];
     const auto& val = in.operands[op == "st" ? 1 : 0];
-    if (EmuStatus s = ResolveAddress(addr, in.line, inst); !s.ok()) return s;
+    if (CallStatus s = ResolveAddress(addr, in.line, inst); !s.ok()) return s;
     MarkAddressWidth(inst);
     Operand* vals = op == "st" ? inst.s : inst.d;
     if (inst.vec > 1) {
@@ -1236,16 +1237,16 @@ std::optional<EmuStatus> FunctionCompiler::DecodeMemory(const ptx::Instruction& 
         return Err(in.line, "'" + Joined(in) + "' needs a vector of " + std::to_string(inst.vec));
       }
       for (size_t i = 0; i < inst.vec; ++i) {
-        if (EmuStatus s = Resolve(val.elements[i], inst.type, in.line, &vals[i]); !s.ok()) return s;
+        if (CallStatus s = Resolve(val.elements[i], inst.type, in.line, &vals[i]); !s.ok()) return s;
       }
-      return EmuStatus::Ok();
+      return CallStatus::Ok();
     }
     return Resolve(val, inst.type, in.line, &vals[0]);
   }
 
   if (op == "atom" || op == "red") {
     inst.op = op == "atom" ? Op::kAtom : Op::kRed;
-    if (EmuStatus s = need_type(); !s.ok()) return s;
+    if (CallStatus s = need_type(); !s.ok()) return s;
     static const std::unordered_map<std::string, uint8_t> kAtomOps = {
         {"add", 0}, {"min", 1}, {"max", 2}, {"inc", 3}, {"dec", 4}, {"and", 5}, {"or", 6}, {"xor", 7},
         {"exch", 8}, {"cas", 9}};
@@ -1263,32 +1264,32 @@ std::optional<EmuStatus> FunctionCompiler::DecodeMemory(const ptx::Instruction& 
     size_t nsrc = inst.mode == 9 ? 2 : 1;
     size_t first = 0;
     if (inst.op == Op::kAtom) {
-      if (EmuStatus s = Operands(in, nsrc + 2); !s.ok()) return s;
-      if (EmuStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
+      if (CallStatus s = Operands(in, nsrc + 2); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[0], inst.type, in.line, &inst.d[0]); !s.ok()) return s;
       first = 1;
-    } else if (EmuStatus s = Operands(in, nsrc + 1); !s.ok()) {
+    } else if (CallStatus s = Operands(in, nsrc + 1); !s.ok()) {
       return s;
     }
-    if (EmuStatus s = ResolveAddress(in.operands[first], in.line, inst); !s.ok()) return s;
+    if (CallStatus s = ResolveAddress(in.operands[first], in.line, inst); !s.ok()) return s;
     MarkAddressWidth(inst);
     for (size_t i = 0; i < nsrc; ++i) {
-      if (EmuStatus s = Resolve(in.operands[first + 1 + i], inst.type, in.line, &inst.s[i]); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[first + 1 + i], inst.type, in.line, &inst.s[i]); !s.ok()) return s;
     }
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
 
   return std::nullopt;
 }
 
 // Branches, calls, returns, exit, trap and barriers.
-std::optional<EmuStatus> FunctionCompiler::DecodeControl(const ptx::Instruction& in, const Mods& m, Inst& inst) {
+std::optional<CallStatus> FunctionCompiler::DecodeControl(const ptx::Instruction& in, const Mods& m, Inst& inst) {
   const std::string& op = in.opcode;
   if (op == "brx") {
     // brx.idx{.uni} index, tlist: a jump through a table declared with .branchtargets.
     if (!m.flags.count("idx")) return Unsupported(in, "brx without .idx");
     inst.op = Op::kBrxIdx;
-    if (EmuStatus s = Operands(in, 2); !s.ok()) return s;
-    if (EmuStatus s = Resolve(in.operands[0], Type::kU32, in.line, &inst.s[0]); !s.ok()) return s;
+    if (CallStatus s = Operands(in, 2); !s.ok()) return s;
+    if (CallStatus s = Resolve(in.operands[0], Type::kU32, in.line, &inst.s[0]); !s.ok()) return s;
     auto list = f_.branch_targets.find(in.operands[1].name);
     if (list == f_.branch_targets.end()) {
       return Err(in.line, "brx.idx names '" + in.operands[1].name + "', which is no .branchtargets list");
@@ -1301,16 +1302,16 @@ std::optional<EmuStatus> FunctionCompiler::DecodeControl(const ptx::Instruction&
     }
     inst.target = static_cast<int32_t>(out_.jump_tables.size());
     out_.jump_tables.push_back(std::move(table));
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
 
   if (op == "bra") {
     inst.op = Op::kBra;
-    if (EmuStatus s = Operands(in, 1); !s.ok()) return s;
+    if (CallStatus s = Operands(in, 1); !s.ok()) return s;
     auto it = labels_.find(in.operands[0].name);
     if (it == labels_.end()) return Err(in.line, "unknown label " + in.operands[0].name);
     inst.target = it->second;
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
 
   if (op == "call") {
@@ -1335,33 +1336,33 @@ std::optional<EmuStatus> FunctionCompiler::DecodeControl(const ptx::Instruction&
       return Err(in.line, "call of unknown function '" + callee.name + "'");
     }
     inst.call_args = static_cast<uint32_t>(out_.call_operands.size());
-    auto add_list = [&](const ptx::Operand* list, uint16_t* count) -> EmuStatus {
-      if (!list) return EmuStatus::Ok();
+    auto add_list = [&](const ptx::Operand* list, uint16_t* count) -> CallStatus {
+      if (!list) return CallStatus::Ok();
       for (const auto& e : list->elements) {
         Operand o;
-        if (EmuStatus s = Resolve(e, Type::kB64, in.line, &o); !s.ok()) return s;
+        if (CallStatus s = Resolve(e, Type::kB64, in.line, &o); !s.ok()) return s;
         out_.call_operands.push_back(o);
         ++*count;
       }
-      return EmuStatus::Ok();
+      return CallStatus::Ok();
     };
-    if (EmuStatus s = add_list(rets, &inst.nrets); !s.ok()) return s;
-    if (EmuStatus s = add_list(args, &inst.nargs); !s.ok()) return s;
-    return EmuStatus::Ok();
+    if (CallStatus s = add_list(rets, &inst.nrets); !s.ok()) return s;
+    if (CallStatus s = add_list(args, &inst.nargs); !s.ok()) return s;
+    return CallStatus::Ok();
   }
 
   if (op == "ret") {
     inst.op = Op::kRet;
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
   if (op == "exit") {
     inst.op = Op::kExit;
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
   if (op == "trap" || op == "brkpt") {
     inst.op = Op::kTrap;
     inst.mode = op == "brkpt" ? 1 : 0;
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
 
   if (op == "bar" || op == "barrier") {
@@ -1369,7 +1370,7 @@ std::optional<EmuStatus> FunctionCompiler::DecodeControl(const ptx::Instruction&
     // bar.warp.sync mask.
     if (m.flags.count("warp")) {
       inst.op = Op::kWarpSync;
-      if (EmuStatus s = Operands(in, 1); !s.ok()) return s;
+      if (CallStatus s = Operands(in, 1); !s.ok()) return s;
       return Resolve(in.operands[0], Type::kB32, in.line, &inst.s[0]);
     }
     if (m.flags.count("red")) {
@@ -1380,25 +1381,25 @@ std::optional<EmuStatus> FunctionCompiler::DecodeControl(const ptx::Instruction&
       else return Err(in.line, "bar.red needs .popc, .and or .or");
       if (in.operands.size() != 3 && in.operands.size() != 4) return Err(in.line, "bar.red takes 3 or 4 operands");
       Type dt = inst.mode == 0 ? Type::kU32 : Type::kPred;
-      if (EmuStatus s = Resolve(in.operands[0], dt, in.line, &inst.d[0]); !s.ok()) return s;
-      if (EmuStatus s = Resolve(in.operands[1], Type::kU32, in.line, &inst.s[0]); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[0], dt, in.line, &inst.d[0]); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[1], Type::kU32, in.line, &inst.s[0]); !s.ok()) return s;
       if (in.operands.size() == 4) {
-        if (EmuStatus s = Resolve(in.operands[2], Type::kU32, in.line, &inst.s[1]); !s.ok()) return s;
+        if (CallStatus s = Resolve(in.operands[2], Type::kU32, in.line, &inst.s[1]); !s.ok()) return s;
       }
       return Resolve(in.operands.back(), Type::kPred, in.line, &inst.s[2]);
     }
     inst.op = m.flags.count("arrive") ? Op::kBarArrive : Op::kBar;
     if (in.operands.empty() || in.operands.size() > 2) return Err(in.line, "bar takes 1 or 2 operands");
-    if (EmuStatus s = Resolve(in.operands[0], Type::kU32, in.line, &inst.s[0]); !s.ok()) return s;
+    if (CallStatus s = Resolve(in.operands[0], Type::kU32, in.line, &inst.s[0]); !s.ok()) return s;
     if (in.operands.size() == 2) return Resolve(in.operands[1], Type::kU32, in.line, &inst.s[1]);
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
 
   return std::nullopt;
 }
 
 // Warp collectives (shfl, vote, match, redux...), the remaining instructions and textures.
-std::optional<EmuStatus> FunctionCompiler::DecodeWarpAndOther(const ptx::Instruction& in, const Mods& m, Inst& inst) {
+std::optional<CallStatus> FunctionCompiler::DecodeWarpAndOther(const ptx::Instruction& in, const Mods& m, Inst& inst) {
   const std::string& op = in.opcode;
   auto need_type = [&]() { return NeedType(in, inst); };
   if (op == "shfl") {
@@ -1407,12 +1408,12 @@ std::optional<EmuStatus> FunctionCompiler::DecodeWarpAndOther(const ptx::Instruc
     static const std::unordered_map<std::string, uint8_t> kShflModes = {{"up", 0}, {"down", 1}, {"bfly", 2}, {"idx", 3}};
     if (!ModeFromFlags(m, kShflModes, &inst.mode)) return Err(in.line, "shfl needs .up, .down, .bfly or .idx");
     inst.type = Type::kB32;
-    if (EmuStatus s = Operands(in, 5); !s.ok()) return s;
-    if (EmuStatus s = ResolveDestinations(in.operands[0], Type::kB32, Type::kPred, in.line, inst); !s.ok()) return s;
+    if (CallStatus s = Operands(in, 5); !s.ok()) return s;
+    if (CallStatus s = ResolveDestinations(in.operands[0], Type::kB32, Type::kPred, in.line, inst); !s.ok()) return s;
     for (int i = 0; i < 4; ++i) {
-      if (EmuStatus s = Resolve(in.operands[i + 1], Type::kB32, in.line, &inst.s[i]); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[i + 1], Type::kB32, in.line, &inst.s[i]); !s.ok()) return s;
     }
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
 
   if (op == "vote") {
@@ -1420,27 +1421,27 @@ std::optional<EmuStatus> FunctionCompiler::DecodeWarpAndOther(const ptx::Instruc
     if (!m.flags.count("sync")) return Unsupported(in, "vote without .sync (removed on sm_70+)");
     static const std::unordered_map<std::string, uint8_t> kVoteModes = {{"all", 0}, {"any", 1}, {"uni", 2}, {"ballot", 3}};
     if (!ModeFromFlags(m, kVoteModes, &inst.mode)) return Err(in.line, "vote needs .all, .any, .uni or .ballot");
-    if (EmuStatus s = Operands(in, 3); !s.ok()) return s;
+    if (CallStatus s = Operands(in, 3); !s.ok()) return s;
     Type dt = inst.mode == 3 ? Type::kB32 : Type::kPred;
-    if (EmuStatus s = Resolve(in.operands[0], dt, in.line, &inst.d[0]); !s.ok()) return s;
-    if (EmuStatus s = Resolve(in.operands[1], Type::kPred, in.line, &inst.s[0]); !s.ok()) return s;
+    if (CallStatus s = Resolve(in.operands[0], dt, in.line, &inst.d[0]); !s.ok()) return s;
+    if (CallStatus s = Resolve(in.operands[1], Type::kPred, in.line, &inst.s[0]); !s.ok()) return s;
     return Resolve(in.operands[2], Type::kB32, in.line, &inst.s[1]);
   }
 
   if (op == "match") {
     inst.op = Op::kMatch;
-    if (EmuStatus s = need_type(); !s.ok()) return s;
+    if (CallStatus s = need_type(); !s.ok()) return s;
     inst.mode = m.flags.count("all") ? 1 : 0;
     if (!m.flags.count("all") && !m.flags.count("any")) return Err(in.line, "match needs .any or .all");
-    if (EmuStatus s = Operands(in, 3); !s.ok()) return s;
-    if (EmuStatus s = ResolveDestinations(in.operands[0], Type::kB32, Type::kPred, in.line, inst); !s.ok()) return s;
-    if (EmuStatus s = Resolve(in.operands[1], inst.type, in.line, &inst.s[0]); !s.ok()) return s;
+    if (CallStatus s = Operands(in, 3); !s.ok()) return s;
+    if (CallStatus s = ResolveDestinations(in.operands[0], Type::kB32, Type::kPred, in.line, inst); !s.ok()) return s;
+    if (CallStatus s = Resolve(in.operands[1], inst.type, in.line, &inst.s[0]); !s.ok()) return s;
     return Resolve(in.operands[2], Type::kB32, in.line, &inst.s[1]);
   }
 
   if (op == "redux") {
     inst.op = Op::kRedux;
-    if (EmuStatus s = need_type(); !s.ok()) return s;
+    if (CallStatus s = need_type(); !s.ok()) return s;
     static const std::unordered_map<std::string, uint8_t> kOps = {
         {"add", 0}, {"min", 1}, {"max", 2}, {"and", 3}, {"or", 4}, {"xor", 5}};
     if (!ModeFromFlags(m, kOps, &inst.mode)) return Err(in.line, "redux needs an operation");
@@ -1450,21 +1451,21 @@ std::optional<EmuStatus> FunctionCompiler::DecodeWarpAndOther(const ptx::Instruc
 
   if (op == "activemask") {
     inst.op = Op::kActivemask;
-    if (EmuStatus s = Operands(in, 1); !s.ok()) return s;
+    if (CallStatus s = Operands(in, 1); !s.ok()) return s;
     return Resolve(in.operands[0], Type::kB32, in.line, &inst.d[0]);
   }
 
   if (op == "membar" || op == "fence") {
     if (m.flags.count("proxy")) {
       inst.op = Op::kFence;  // Proxy fences order nothing our interpreter reorders.
-      return EmuStatus::Ok();
+      return CallStatus::Ok();
     }
     inst.op = Op::kFence;
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
   if (op == "nanosleep") {
     inst.op = Op::kNanosleep;
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
   if (op == "griddepcontrol") {
     // Programmatic dependent launch. The emulated device starts a kernel only after the kernels before it in its
@@ -1475,7 +1476,7 @@ std::optional<EmuStatus> FunctionCompiler::DecodeWarpAndOther(const ptx::Instruc
     }
     if (!in.operands.empty()) return Err(in.line, "griddepcontrol takes no operands");
     inst.op = Op::kNop;
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
   if (op == "prefetch" || op == "prefetchu" || op == "discard" || op == "applypriority" ||
       op == "createpolicy") {
@@ -1484,13 +1485,13 @@ std::optional<EmuStatus> FunctionCompiler::DecodeWarpAndOther(const ptx::Instruc
       inst.op = Op::kMov;
       inst.type = Type::kB64;
       if (in.operands.empty()) return Err(in.line, "createpolicy needs a destination");
-      if (EmuStatus s = Resolve(in.operands[0], Type::kB64, in.line, &inst.d[0]); !s.ok()) return s;
+      if (CallStatus s = Resolve(in.operands[0], Type::kB64, in.line, &inst.d[0]); !s.ok()) return s;
       inst.s[0].kind = Src::kImm;
       inst.s[0].imm = 0;
-      return EmuStatus::Ok();
+      return CallStatus::Ok();
     }
     inst.op = Op::kNop;  // Cache hints only.
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
   if (op == "tex" || op == "tld4" || op == "suld" || op == "sust" || op == "txq" || op == "suq" || op == "sured") {
     return DecodeTexture(in, inst, m);
@@ -1501,7 +1502,7 @@ std::optional<EmuStatus> FunctionCompiler::DecodeWarpAndOther(const ptx::Instruc
 
 #include "emu/compile_tex.inc"
 
-EmuResult<Program> ModuleCompiler::Run() {
+CallResult<Program> ModuleCompiler::Run() {
   prog_.version_major = m_.version_major;
   prog_.version_minor = m_.version_minor;
   if (m_.target.size() > 3 && m_.target.compare(0, 3, "sm_") == 0) {
@@ -1712,7 +1713,7 @@ EmuResult<Program> ModuleCompiler::Run() {
     uint64_t size = std::max<uint64_t>(v.ByteSize(), 1);
     uint64_t addr = alloc_.Allocate(size, std::max<uint64_t>(VarAlign(v), 8));
     if (addr == 0) {
-      return EmuStatus(Code::kOutOfMemory, "out of device memory for module variable " + v.name);
+      return CallStatus(cu::kOutOfMemory, "out of device memory for module variable " + v.name);
     }
     prog_.globals[v.name] = {addr, v.ByteSize(), v.space};
     module_symbols_[v.name] = {Symbol::kGlobalAddr, addr};
@@ -1755,9 +1756,9 @@ EmuResult<Program> ModuleCompiler::Run() {
     if (out.defined) continue;
     out.is_entry = f.is_entry;
     out.defined = true;
-    if (EmuStatus s = BlockBound(f, &out.bound_threads); !s.ok()) return s;
+    if (CallStatus s = BlockBound(f, &out.bound_threads); !s.ok()) return s;
     FunctionCompiler fc(*this, f, out, index);
-    if (EmuStatus s = fc.Run(); !s.ok()) return s;
+    if (CallStatus s = fc.Run(); !s.ok()) return s;
   }
   // Calls must land somewhere.
   for (auto& f : prog_.functions) {
@@ -1775,7 +1776,7 @@ EmuResult<Program> ModuleCompiler::Run() {
       // A device-side launch, whether libcudadevrt's PTX was linked in or not, is refused here: declared, it would
       // fail only when reached; defined, it would launch nothing.
       if (IsDeviceLaunchFunction(callee.name) && !IsDeviceLaunchFunction(f.name)) {
-        return EmuStatus(Code::kNotSupported, DeviceLaunchRefusal(f.name, callee.name));
+        return CallStatus(cu::kNotSupported, DeviceLaunchRefusal(f.name, callee.name));
       }
       if (!callee.defined && callee.native == Native::kNone) {
         // Kernels that never reach the call still run, as on a GPU; one that does fails naming the function.
@@ -1789,7 +1790,7 @@ EmuResult<Program> ModuleCompiler::Run() {
 
 }  // namespace
 
-EmuResult<Program> Compile(const ptx::Module& module, GlobalAllocator& allocator) {
+CallResult<Program> Compile(const ptx::Module& module, GlobalAllocator& allocator) {
   ModuleCompiler mc(module, allocator);
   return mc.Run();
 }

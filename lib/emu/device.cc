@@ -182,7 +182,7 @@ struct Device::Impl : public internal::MemoryMap {
   std::set<Module*> modules;
 
   std::mutex sticky_mu;
-  EmuStatus sticky;
+  CallStatus sticky;
   // Whether `sticky` holds an error: every call checks, and almost always finds none, without the mutex.
   std::atomic<bool> faulted{false};
   std::mutex sink_mu;
@@ -522,8 +522,8 @@ struct Device::Impl : public internal::MemoryMap {
 
   // Runs `callback` once the queue is past all work queued so far: here and now if it already is, else queued on
   // `s` behind it, as a notice (done before it runs).
-  EmuStatus CallWhenDone(Stream* s, std::function<void()> callback) {
-    if (EmuStatus st = Sticky(); !st.ok()) return st;
+  CallStatus CallWhenDone(Stream* s, std::function<void()> callback) {
+    if (CallStatus st = Sticky(); !st.ok()) return st;
     {
       std::lock_guard<std::mutex> lock(q_mu);
       if (!DrainedLocked()) {
@@ -535,7 +535,7 @@ struct Device::Impl : public internal::MemoryMap {
       }
     }
     callback();
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
 
   // Waits until the queue is past `ticket`. REQUIRES: `lock` holds q_mu.
@@ -572,7 +572,7 @@ struct Device::Impl : public internal::MemoryMap {
       constexpr uint64_t kWorkspaceBytes = 256;
       launch.grid_workspace = HeapAlloc(kWorkspaceBytes);
       if (launch.grid_workspace == 0) {
-        SetSticky(EmuStatus(Code::kLaunchOutOfResources, "no device heap left for grid sync's workspace"));
+        SetSticky(CallStatus(cu::kLaunchOutOfResources, "no device heap left for grid sync's workspace"));
         return;
       }
       std::memset(reinterpret_cast<void*>(launch.grid_workspace), 0, kWorkspaceBytes);
@@ -596,12 +596,12 @@ struct Device::Impl : public internal::MemoryMap {
 
   Stream* StreamOf(Stream* s) { return s ? s : &default_stream; }
 
-  EmuStatus Sticky() {
-    if (!faulted.load(std::memory_order_acquire)) return EmuStatus::Ok();
+  CallStatus Sticky() {
+    if (!faulted.load(std::memory_order_acquire)) return CallStatus::Ok();
     std::lock_guard<std::mutex> lock(sticky_mu);
     return sticky;
   }
-  void SetSticky(const EmuStatus& s) {
+  void SetSticky(const CallStatus& s) {
     std::lock_guard<std::mutex> lock(sticky_mu);
     if (sticky.ok()) sticky = s;
     faulted.store(!sticky.ok(), std::memory_order_release);
@@ -641,7 +641,7 @@ class ArenaAllocator : public internal::GlobalAllocator {
   Device::Impl& impl_;
 };
 
-EmuStatus BadValue(const std::string& m) { return EmuStatus(Code::kInvalidValue, m); }
+CallStatus BadValue(const std::string& m) { return CallStatus(cu::kInvalidValue, m); }
 
 }  // namespace
 
@@ -657,37 +657,37 @@ Device::~Device() {
 
 const DeviceProperties& Device::properties() const { return impl_->props; }
 
-EmuStatus Device::StartupStatus() const {
-  if (impl_->arena) return EmuStatus::Ok();
-  return EmuStatus(Code::kOutOfMemory, "the emulated device could not reserve " +
+CallStatus Device::StartupStatus() const {
+  if (impl_->arena) return CallStatus::Ok();
+  return CallStatus(cu::kOutOfMemory, "the emulated device could not reserve " +
                                            std::to_string(impl_->arena_size) + " bytes of address space" +
                                            (impl_->options.base_address ? " at the requested address" : ""));
 }
 
-EmuStatus Device::Malloc(uint64_t bytes, uint64_t* device_ptr) {
-  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+CallStatus Device::Malloc(uint64_t bytes, uint64_t* device_ptr) {
+  if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
   if (!device_ptr) return BadValue("null output pointer");
   *device_ptr = 0;
-  if (!impl_->arena) return EmuStatus(Code::kOutOfMemory, "the emulated device could not reserve its memory");
+  if (!impl_->arena) return CallStatus(cu::kOutOfMemory, "the emulated device could not reserve its memory");
   std::lock_guard<std::mutex> lock(impl_->mem_mu);
   if (bytes == 0) return BadValue("cannot allocate 0 bytes");
   // Compared before aligning: a size near 2^64 would wrap to 0 and "fit".
   const uint64_t limit = impl_->Limit(), free_bytes = impl_->FreeBytesLocked();
   uint64_t need = bytes > limit ? bytes : AlignUp(bytes, kAlignment);
   if (need > free_bytes) {
-    return EmuStatus(Code::kOutOfMemory, "out of memory: " + std::to_string(bytes) + " bytes requested, " +
+    return CallStatus(cu::kOutOfMemory, "out of memory: " + std::to_string(bytes) + " bytes requested, " +
                                              std::to_string(free_bytes) + " bytes free of " + std::to_string(limit));
   }
   uint64_t a = impl_->AllocateLocked(bytes, kAlignment);
-  if (!a) return EmuStatus(Code::kOutOfMemory, "out of memory (fragmented)");
+  if (!a) return CallStatus(cu::kOutOfMemory, "out of memory (fragmented)");
   impl_->used += need;
   *device_ptr = a;
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
-EmuStatus Device::Free(uint64_t device_ptr) {
-  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
-  if (device_ptr == 0) return EmuStatus::Ok();
+CallStatus Device::Free(uint64_t device_ptr) {
+  if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
+  if (device_ptr == 0) return CallStatus::Ok();
   impl_->WaitAll();  // cudaFree synchronises: no running kernel may still use the memory.
   std::lock_guard<std::mutex> lock(impl_->mem_mu);
   auto it = impl_->live.find(device_ptr);
@@ -696,12 +696,12 @@ EmuStatus Device::Free(uint64_t device_ptr) {
   }
   impl_->used -= AlignUp(std::max<uint64_t>(it->second, 1), kAlignment);
   impl_->FreeLocked(device_ptr);
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
-EmuStatus Device::FreeAsync(uint64_t device_ptr, Stream* stream) {
-  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
-  if (device_ptr == 0) return EmuStatus::Ok();
+CallStatus Device::FreeAsync(uint64_t device_ptr, Stream* stream) {
+  if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
+  if (device_ptr == 0) return CallStatus::Ok();
   {
     std::lock_guard<std::mutex> lock(impl_->mem_mu);
     if (!impl_->live.count(device_ptr) || impl_->heap_blocks.count(device_ptr)) {
@@ -716,7 +716,7 @@ EmuStatus Device::FreeAsync(uint64_t device_ptr, Stream* stream) {
     impl->used -= AlignUp(std::max<uint64_t>(it->second, 1), kAlignment);
     impl->FreeLocked(device_ptr);
   });
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
 void Device::MemInfo(uint64_t* free_bytes, uint64_t* total_bytes) const {
@@ -730,44 +730,44 @@ uint64_t Device::ModuleBytes() const {
   return impl_->module_bytes;
 }
 
-EmuStatus Device::ReserveAddress(uint64_t bytes, uint64_t alignment, uint64_t hint, uint64_t* address) {
+CallStatus Device::ReserveAddress(uint64_t bytes, uint64_t alignment, uint64_t hint, uint64_t* address) {
   Impl& d = *impl_;
   std::lock_guard<std::mutex> lock(d.mem_mu);
-  if (!d.vmm_base) return EmuStatus(Code::kOutOfMemory, "this emulated device has no address space for reservations");
+  if (!d.vmm_base) return CallStatus(cu::kOutOfMemory, "this emulated device has no address space for reservations");
   if (bytes == 0 || bytes % kMappingGranularity != 0) return BadValue("a reservation's size must be a multiple of 2 MiB");
   uint64_t base = reinterpret_cast<uint64_t>(d.vmm_base), offset = 0;
   if (hint != 0 && hint % kMappingGranularity == 0 && d.InVirtualRegion(hint, bytes) &&
       (alignment <= 1 || hint % alignment == 0) && d.vmm_free_.TakeAt(hint - base, bytes)) {
     *address = hint;
-    return EmuStatus::Ok();
+    return CallStatus::Ok();
   }
   if (!d.vmm_free_.Take(bytes, std::max(alignment, kMappingGranularity), &offset)) {
-    return EmuStatus(Code::kOutOfMemory, "no free address range of " + std::to_string(bytes) +
+    return CallStatus(cu::kOutOfMemory, "no free address range of " + std::to_string(bytes) +
                                              " bytes left for reservations (" + std::to_string(d.vmm_size) +
                                              " bytes in all)");
   }
   *address = base + offset;
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
-EmuStatus Device::FreeAddress(uint64_t address, uint64_t bytes) {
+CallStatus Device::FreeAddress(uint64_t address, uint64_t bytes) {
   Impl& d = *impl_;
   std::lock_guard<std::mutex> lock(d.mem_mu);
   if (!d.InVirtualRegion(address, bytes)) return BadValue("not a reservation of this device");
   d.vmm_free_.Give(address - reinterpret_cast<uint64_t>(d.vmm_base), bytes);
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
-EmuStatus Device::CreatePhysical(uint64_t bytes, uint64_t* handle) {
+CallStatus Device::CreatePhysical(uint64_t bytes, uint64_t* handle) {
   Impl& d = *impl_;
-  if (EmuStatus s = d.Sticky(); !s.ok()) return s;
+  if (CallStatus s = d.Sticky(); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(d.mem_mu);
   if (bytes == 0 || bytes % kMappingGranularity != 0) {
     return BadValue("physical memory comes in multiples of 2 MiB, not " + std::to_string(bytes) + " bytes");
   }
   uint64_t capacity = d.Limit();
   if (bytes > d.FreeBytesLocked()) {
-    return EmuStatus(Code::kOutOfMemory, "out of memory: " + std::to_string(bytes) + " bytes of physical memory "
+    return CallStatus(cu::kOutOfMemory, "out of memory: " + std::to_string(bytes) + " bytes of physical memory "
                                          "requested, " + std::to_string(d.FreeBytesLocked()) + " bytes free");
   }
   if (d.physical_fd < 0) {
@@ -775,21 +775,21 @@ EmuStatus Device::CreatePhysical(uint64_t bytes, uint64_t* handle) {
     if (d.physical_fd < 0 || ftruncate(d.physical_fd, static_cast<off_t>(AlignUp(capacity, kMappingGranularity))) != 0) {
       if (d.physical_fd >= 0) close(d.physical_fd);
       d.physical_fd = -1;
-      return EmuStatus(Code::kOutOfMemory, "the emulated device could not create its physical memory (memfd)");
+      return CallStatus(cu::kOutOfMemory, "the emulated device could not create its physical memory (memfd)");
     }
     d.physical_free_.Reset(AlignUp(capacity, kMappingGranularity));
   }
   uint64_t offset = 0;
   if (!d.physical_free_.Take(bytes, kMappingGranularity, &offset)) {
-    return EmuStatus(Code::kOutOfMemory, "out of memory (physical memory fragmented)");
+    return CallStatus(cu::kOutOfMemory, "out of memory (physical memory fragmented)");
   }
   d.used += bytes;
   *handle = d.next_physical++;
   d.physical[*handle] = {offset, bytes};
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
-EmuStatus Device::ReleasePhysical(uint64_t handle) {
+CallStatus Device::ReleasePhysical(uint64_t handle) {
   Impl& d = *impl_;
   std::lock_guard<std::mutex> lock(d.mem_mu);
   auto it = d.physical.find(handle);
@@ -801,10 +801,10 @@ EmuStatus Device::ReleasePhysical(uint64_t handle) {
   d.physical_free_.Give(offset, bytes);
   d.used -= bytes;
   d.physical.erase(it);
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
-EmuStatus Device::Map(uint64_t address, uint64_t bytes, uint64_t handle, uint64_t offset) {
+CallStatus Device::Map(uint64_t address, uint64_t bytes, uint64_t handle, uint64_t offset) {
   Impl& d = *impl_;
   std::lock_guard<std::mutex> lock(d.mem_mu);
   auto it = d.physical.find(handle);
@@ -819,13 +819,13 @@ EmuStatus Device::Map(uint64_t address, uint64_t bytes, uint64_t handle, uint64_
   if (!d.InVirtualRegion(address, bytes)) return BadValue("the mapping lies outside the reserved address space");
   void* p = mmap(reinterpret_cast<void*>(address), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
                  d.physical_fd, static_cast<off_t>(it->second.first + offset));
-  if (p == MAP_FAILED) return EmuStatus(Code::kOutOfMemory, "the emulated device could not map the memory");
+  if (p == MAP_FAILED) return CallStatus(cu::kOutOfMemory, "the emulated device could not map the memory");
   d.mapped[address] = bytes;
   d.ranges_cache.reset();
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
-EmuStatus Device::Unmap(uint64_t address, uint64_t bytes) {
+CallStatus Device::Unmap(uint64_t address, uint64_t bytes) {
   Impl& d = *impl_;
   d.WaitAll();  // No running kernel or copy may lose its memory.
   std::lock_guard<std::mutex> lock(d.mem_mu);
@@ -834,11 +834,11 @@ EmuStatus Device::Unmap(uint64_t address, uint64_t bytes) {
     it = d.mapped.erase(it);
   }
   d.ranges_cache.reset();
-  if (!d.Unreserve(address, bytes)) return EmuStatus(Code::kOutOfMemory, "the emulated device could not unmap");
-  return EmuStatus::Ok();
+  if (!d.Unreserve(address, bytes)) return CallStatus(cu::kOutOfMemory, "the emulated device could not unmap");
+  return CallStatus::Ok();
 }
 
-EmuStatus Device::AddressRange(uint64_t device_ptr, uint64_t* base, uint64_t* size) const {
+CallStatus Device::AddressRange(uint64_t device_ptr, uint64_t* base, uint64_t* size) const {
   std::lock_guard<std::mutex> lock(impl_->mem_mu);
   auto it = impl_->live.upper_bound(device_ptr);
   if (it == impl_->live.begin()) return BadValue("not a device address");
@@ -846,14 +846,14 @@ EmuStatus Device::AddressRange(uint64_t device_ptr, uint64_t* base, uint64_t* si
   if (device_ptr >= it->first + std::max<uint64_t>(it->second, 1)) return BadValue("not a device address");
   if (base) *base = it->first;
   if (size) *size = it->second;
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
 namespace {
 
 // Runs `op` on the stream (async) or in order and waits for it (sync).
 template <typename Op>
-EmuStatus Enqueue(Device::Impl& impl, Stream* stream, bool async, Op op) {
+CallStatus Enqueue(Device::Impl& impl, Stream* stream, bool async, Op op) {
   Stream* s = impl.StreamOf(stream);
   uint64_t ticket = impl.Submit(s, std::move(op));
   if (!async) impl.WaitTicket(ticket);
@@ -862,32 +862,32 @@ EmuStatus Enqueue(Device::Impl& impl, Stream* stream, bool async, Op op) {
 
 // Enqueue for copies and memsets: their time counts as the device's memory activity (Utilization).
 template <typename Op>
-EmuStatus EnqueueMemoryWork(Device::Impl& impl, Stream* stream, bool async, Op op) {
+CallStatus EnqueueMemoryWork(Device::Impl& impl, Stream* stream, bool async, Op op) {
   Device::Impl* d = &impl;
   return Enqueue(impl, stream, async, [d, op] { d->Busy(Device::Impl::kMemoryBusy, op); });
 }
 
 }  // namespace
 
-EmuStatus Device::CopyToDevice(uint64_t dst, const void* src, size_t bytes, Stream* stream, bool async) {
-  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
-  if (bytes == 0) return EmuStatus::Ok();
+CallStatus Device::CopyToDevice(uint64_t dst, const void* src, size_t bytes, Stream* stream, bool async) {
+  if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
+  if (bytes == 0) return CallStatus::Ok();
   if (!impl_->Contains(dst, bytes)) return BadValue("copy destination is not inside one device allocation");
   return EnqueueMemoryWork(*impl_, stream, async,
                            [=] { std::memcpy(reinterpret_cast<void*>(dst), src, bytes); });
 }
 
-EmuStatus Device::CopyFromDevice(void* dst, uint64_t src, size_t bytes, Stream* stream, bool async) {
-  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
-  if (bytes == 0) return EmuStatus::Ok();
+CallStatus Device::CopyFromDevice(void* dst, uint64_t src, size_t bytes, Stream* stream, bool async) {
+  if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
+  if (bytes == 0) return CallStatus::Ok();
   if (!impl_->Contains(src, bytes)) return BadValue("copy source is not inside one device allocation");
   return EnqueueMemoryWork(*impl_, stream, async,
                            [=] { std::memcpy(dst, reinterpret_cast<const void*>(src), bytes); });
 }
 
-EmuStatus Device::CopyOnDevice(uint64_t dst, uint64_t src, size_t bytes, Stream* stream, bool async) {
-  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
-  if (bytes == 0) return EmuStatus::Ok();
+CallStatus Device::CopyOnDevice(uint64_t dst, uint64_t src, size_t bytes, Stream* stream, bool async) {
+  if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
+  if (bytes == 0) return CallStatus::Ok();
   if (!impl_->Contains(dst, bytes) || !impl_->Contains(src, bytes)) {
     return BadValue("device-to-device copy outside an allocation");
   }
@@ -896,11 +896,11 @@ EmuStatus Device::CopyOnDevice(uint64_t dst, uint64_t src, size_t bytes, Stream*
   });
 }
 
-EmuStatus Device::Memset(uint64_t dst, uint32_t value, size_t element_size, size_t count, Stream* stream,
+CallStatus Device::Memset(uint64_t dst, uint32_t value, size_t element_size, size_t count, Stream* stream,
                          bool async) {
-  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+  if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
   if (element_size != 1 && element_size != 2 && element_size != 4) return BadValue("memset element size must be 1, 2 or 4");
-  if (count == 0) return EmuStatus::Ok();
+  if (count == 0) return CallStatus::Ok();
   if (count > UINT64_MAX / element_size) return BadValue("memset size overflows");
   if (!impl_->Contains(dst, element_size * count)) return BadValue("memset outside a device allocation");
   return EnqueueMemoryWork(*impl_, stream, async, [=] {
@@ -913,15 +913,15 @@ EmuStatus Device::Memset(uint64_t dst, uint32_t value, size_t element_size, size
   });
 }
 
-EmuStatus Device::LoadModule(const void* image, size_t size, Module** module) {
+CallStatus Device::LoadModule(const void* image, size_t size, Module** module) {
   if (!image || !module) return BadValue("null image or output");
   auto ptx = PtxForDevice(image, size, impl_->props.cc_major * 10 + impl_->props.cc_minor);
   if (!ptx.ok()) return ptx.status();
   return LoadPtx(ptx.value(), module);
 }
 
-EmuStatus Device::LoadPtx(std::string_view ptx, Module** module) {
-  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+CallStatus Device::LoadPtx(std::string_view ptx, Module** module) {
+  if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
   if (!module) return BadValue("null output");
   // Several modules one after another are the translation units of a device link (-rdc=true): joined here.
   std::vector<ptx::Module> units;
@@ -956,13 +956,13 @@ EmuStatus Device::LoadPtx(std::string_view ptx, Module** module) {
   *module = m.release();
   std::lock_guard<std::mutex> lock(impl_->q_mu);
   impl_->modules.insert(*module);
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
-EmuStatus Device::UnloadModule(Module* module) {
+CallStatus Device::UnloadModule(Module* module) {
   {
     std::lock_guard<std::mutex> lock(impl_->q_mu);
-    if (!impl_->modules.erase(module)) return EmuStatus(Code::kInvalidHandle, "unknown module");
+    if (!impl_->modules.erase(module)) return CallStatus(cu::kInvalidHandle, "unknown module");
   }
   impl_->WaitAll();
   {
@@ -972,26 +972,26 @@ EmuStatus Device::UnloadModule(Module* module) {
     }
   }
   delete module;
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
-EmuStatus Device::GetFunction(Module* module, const std::string& name, Function** function) {
+CallStatus Device::GetFunction(Module* module, const std::string& name, Function** function) {
   if (!module || !function) return BadValue("null module or output");
   auto it = module->functions.find(name);
-  if (it == module->functions.end()) return EmuStatus(Code::kNotFound, "no kernel named '" + name + "' in the module");
+  if (it == module->functions.end()) return CallStatus(cu::kNotFound, "no kernel named '" + name + "' in the module");
   *function = it->second;
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
-EmuStatus Device::GetGlobal(Module* module, const std::string& name, uint64_t* device_ptr, size_t* bytes) {
+CallStatus Device::GetGlobal(Module* module, const std::string& name, uint64_t* device_ptr, size_t* bytes) {
   if (!module) return BadValue("null module");
   auto it = module->program.globals.find(name);
   if (it == module->program.globals.end()) {
-    return EmuStatus(Code::kNotFound, "no global or constant variable named '" + name + "' in the module");
+    return CallStatus(cu::kNotFound, "no global or constant variable named '" + name + "' in the module");
   }
   if (device_ptr) *device_ptr = it->second.address;
   if (bytes) *bytes = it->second.size;
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
 const std::vector<ParamInfo>& Device::Params(const Function* function) { return function->params; }
@@ -1064,8 +1064,8 @@ int Device::MaxThreadsPerBlock(const Function* function) const {
   return static_cast<int>(low >= warp ? low / warp * warp : low);
 }
 
-EmuStatus Device::Launch(Function* function, const LaunchConfig& config, void** params) {
-  if (!function) return EmuStatus(Code::kInvalidHandle, "null function");
+CallStatus Device::Launch(Function* function, const LaunchConfig& config, void** params) {
+  if (!function) return CallStatus(cu::kInvalidHandle, "null function");
   const auto& layout = function->params;
   const internal::Function& f = function->module->program.functions[static_cast<size_t>(function->index)];
   // Packed on the stack when it fits (nearly always), so that a launch allocates nothing.
@@ -1085,9 +1085,9 @@ EmuStatus Device::Launch(Function* function, const LaunchConfig& config, void** 
   return LaunchPacked(function, config, buffer, f.kernel_param_bytes);
 }
 
-EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, const void* buffer, size_t bytes) {
-  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
-  if (!function) return EmuStatus(Code::kInvalidHandle, "null function");
+CallStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, const void* buffer, size_t bytes) {
+  if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
+  if (!function) return CallStatus(cu::kInvalidHandle, "null function");
   const DeviceProperties& p = impl_->props;
   const Dim3& b = config.block;
   const Dim3& g = config.grid;
@@ -1105,7 +1105,7 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
   const internal::Program& prog = function->module->program;
   if (uint32_t bound = prog.functions[static_cast<size_t>(function->index)].bound_threads;
       bound > 0 && threads > bound) {
-    return EmuStatus(Code::kLaunchOutOfResources,
+    return CallStatus(cu::kLaunchOutOfResources,
                      "too many resources requested for launch: a block of " + std::to_string(threads) +
                          " threads of '" + function->name + "', whose launch bounds (.maxntid/.reqntid) allow " +
                          std::to_string(bound));
@@ -1114,7 +1114,7 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
   // The kernel's own static shared memory (not the module's), as a GPU counts it.
   const uint64_t block_shared = uint64_t{entry.static_shared_bytes} + config.shared_bytes;
   if (block_shared > static_cast<uint64_t>(p.shared_memory_per_block_optin)) {
-    return EmuStatus(Code::kLaunchOutOfResources,
+    return CallStatus(cu::kLaunchOutOfResources,
                      "shared memory of " + std::to_string(block_shared) + " bytes for '" + function->name +
                          "' exceeds the per-block limit of " + std::to_string(p.shared_memory_per_block_optin));
   }
@@ -1125,7 +1125,7 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
   }
   internal::BlockLayout layout;
   if (!internal::LayBlock(prog, function->index, b, config.shared_bytes, bytes, &layout)) {
-    return EmuStatus(Code::kLaunchOutOfResources,
+    return CallStatus(cu::kLaunchOutOfResources,
                      "too many resources requested for launch: a block of " + std::to_string(threads) +
                          " threads of '" + function->name + "' needs " + std::to_string(layout.footprint) +
                          " bytes of emulator memory (registers, local and parameter stacks, shared memory); the "
@@ -1142,13 +1142,13 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
     uint64_t ctas = static_cast<uint64_t>(g.x) * g.y * g.z;
     // Every block is held at once, each in a context of its own (exec.h).
     if (ctas * layout.footprint > internal::kMaxLaunchFootprintBytes) {
-      return EmuStatus(Code::kCooperativeLaunchTooLarge,
+      return CallStatus(cu::kCooperativeLaunchTooLarge,
                        "a cooperative grid of " + std::to_string(ctas) + " blocks of " +
                            std::to_string(layout.footprint) + " bytes of emulator memory each does not fit the " +
                            std::to_string(internal::kMaxLaunchFootprintBytes) + " the emulator holds at once");
     }
     if (ctas > per_sm * static_cast<uint64_t>(p.multiprocessor_count)) {
-      return EmuStatus(Code::kCooperativeLaunchTooLarge,
+      return CallStatus(cu::kCooperativeLaunchTooLarge,
                        "a cooperative grid of " + std::to_string(ctas) + " blocks does not fit the device at once (" +
                            std::to_string(per_sm * static_cast<uint64_t>(p.multiprocessor_count)) + " at most)");
     }
@@ -1169,12 +1169,12 @@ EmuStatus Device::LaunchPacked(Function* function, const LaunchConfig& config, c
   return impl_->Sticky();
 }
 
-EmuStatus Device::LaunchHostFunc(Stream* stream, std::function<void()> callback) {
-  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+CallStatus Device::LaunchHostFunc(Stream* stream, std::function<void()> callback) {
+  if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
   return Enqueue(*impl_, stream, true, std::move(callback));
 }
 
-EmuStatus Device::WhenReached(Stream* stream, std::function<void()> callback) {
+CallStatus Device::WhenReached(Stream* stream, std::function<void()> callback) {
   // Past all work queued so far, not only the stream's: a callback queued behind it ran after everything before it
   // (one queue for every stream), and callers count on that (memory a free on the default stream gives back is
   // back once a wait on another stream returns).
@@ -1197,48 +1197,48 @@ void Device::WhenNearlyReached(Stream* stream, std::chrono::nanoseconds lead, st
   soon();
 }
 
-EmuStatus Device::CreateStream(Stream** stream) {
+CallStatus Device::CreateStream(Stream** stream) {
   if (!stream) return BadValue("null output");
   *stream = new Stream();
   std::lock_guard<std::mutex> lock(impl_->q_mu);
   impl_->streams.insert(*stream);
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
-EmuStatus Device::DestroyStream(Stream* stream) {
-  if (!stream) return EmuStatus(Code::kInvalidHandle, "null stream");
+CallStatus Device::DestroyStream(Stream* stream) {
+  if (!stream) return CallStatus(cu::kInvalidHandle, "null stream");
   {
     std::lock_guard<std::mutex> lock(impl_->q_mu);
-    if (!impl_->streams.count(stream)) return EmuStatus(Code::kInvalidHandle, "unknown stream");
+    if (!impl_->streams.count(stream)) return CallStatus(cu::kInvalidHandle, "unknown stream");
   }
   impl_->WaitStream(stream);  // Pending work completes; then the handle goes.
   std::lock_guard<std::mutex> lock(impl_->q_mu);
   impl_->streams.erase(stream);
   delete stream;
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
-EmuStatus Device::StreamSynchronize(Stream* stream) {
+CallStatus Device::StreamSynchronize(Stream* stream) {
   impl_->WaitStream(impl_->StreamOf(stream));
   return impl_->Sticky();
 }
 
-EmuStatus Device::StreamQuery(Stream* stream) {
-  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+CallStatus Device::StreamQuery(Stream* stream) {
+  if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
   Stream* s = impl_->StreamOf(stream);
   std::lock_guard<std::mutex> lock(impl_->q_mu);
-  return impl_->done_ticket >= s->last_ticket ? EmuStatus::Ok() : EmuStatus(Code::kNotReady, "stream busy");
+  return impl_->done_ticket >= s->last_ticket ? CallStatus::Ok() : CallStatus(cu::kNotReady, "stream busy");
 }
 
-EmuStatus Device::StreamWaitEvent(Stream* stream, Event* event) {
+CallStatus Device::StreamWaitEvent(Stream* stream, Event* event) {
   // Every stream shares one in-order queue, so work submitted after the event's record already runs after it.
   // TODO(perf): independent streams could overlap on separate queues.
-  if (!event) return EmuStatus(Code::kInvalidHandle, "null event");
+  if (!event) return CallStatus(cu::kInvalidHandle, "null event");
   return impl_->Sticky();
 }
 
-EmuStatus Device::WaitValue(Stream* stream, uint64_t address, uint64_t value, unsigned width, uint32_t condition) {
-  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+CallStatus Device::WaitValue(Stream* stream, uint64_t address, uint64_t value, unsigned width, uint32_t condition) {
+  if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
   if ((width != 4 && width != 8) || address % width != 0 || condition > 3) {
     return BadValue("stream wait: 4 or 8 aligned bytes and a condition of 0..3");
   }
@@ -1264,22 +1264,22 @@ EmuStatus Device::WaitValue(Stream* stream, uint64_t address, uint64_t value, un
                   "order, so no work queued after the wait can change it; it would wait forever",
                   static_cast<unsigned long long>(address), kNames[condition], static_cast<unsigned long long>(value),
                   static_cast<unsigned long long>(now));
-    impl->SetSticky(EmuStatus(Code::kLaunchTimeout, message));
+    impl->SetSticky(CallStatus(cu::kLaunchTimeout, message));
   });
 }
 
-EmuStatus Device::CreateEvent(Event** event) {
+CallStatus Device::CreateEvent(Event** event) {
   if (!event) return BadValue("null output");
   *event = new Event();
   std::lock_guard<std::mutex> lock(impl_->q_mu);
   impl_->events.insert(*event);
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
-EmuStatus Device::DestroyEvent(Event* event) {
+CallStatus Device::DestroyEvent(Event* event) {
   {
     std::lock_guard<std::mutex> lock(impl_->q_mu);
-    if (!impl_->events.count(event)) return EmuStatus(Code::kInvalidHandle, "unknown event");
+    if (!impl_->events.count(event)) return CallStatus(cu::kInvalidHandle, "unknown event");
   }
   if (event->recorded) impl_->WaitTicket(event->ticket);  // A pending record still writes to it.
   {
@@ -1287,12 +1287,12 @@ EmuStatus Device::DestroyEvent(Event* event) {
     impl_->events.erase(event);
   }
   delete event;
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
-EmuStatus Device::RecordEvent(Event* event, Stream* stream) {
-  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
-  if (!event) return EmuStatus(Code::kInvalidHandle, "null event");
+CallStatus Device::RecordEvent(Event* event, Stream* stream) {
+  if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
+  if (!event) return CallStatus(cu::kInvalidHandle, "null event");
   Impl::Task task;
   task.run = [event] {
     event->when = std::chrono::steady_clock::now();
@@ -1303,34 +1303,34 @@ EmuStatus Device::RecordEvent(Event* event, Stream* stream) {
   event->recorded = true;
   event->done = false;
   event->ticket = impl_->SubmitLocked(impl_->StreamOf(stream), std::move(task));
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
-EmuStatus Device::EventSynchronize(Event* event) {
-  if (!event) return EmuStatus(Code::kInvalidHandle, "null event");
+CallStatus Device::EventSynchronize(Event* event) {
+  if (!event) return CallStatus(cu::kInvalidHandle, "null event");
   if (event->recorded) impl_->WaitTicket(event->ticket);
   return impl_->Sticky();
 }
 
-EmuStatus Device::EventQuery(Event* event) {
-  if (!event) return EmuStatus(Code::kInvalidHandle, "null event");
+CallStatus Device::EventQuery(Event* event) {
+  if (!event) return CallStatus(cu::kInvalidHandle, "null event");
   std::lock_guard<std::mutex> lock(impl_->q_mu);
   if (!event->recorded || impl_->done_ticket >= event->ticket) return impl_->Sticky();
-  return EmuStatus(Code::kNotReady, "event not reached yet");
+  return CallStatus(cu::kNotReady, "event not reached yet");
 }
 
-EmuStatus Device::ElapsedMs(Event* start, Event* end, float* ms) {
+CallStatus Device::ElapsedMs(Event* start, Event* end, float* ms) {
   if (!start || !end || !ms) return BadValue("null event or output");
   std::lock_guard<std::mutex> lock(impl_->q_mu);
-  if (!start->recorded || !end->recorded) return EmuStatus(Code::kInvalidHandle, "event was never recorded");
+  if (!start->recorded || !end->recorded) return CallStatus(cu::kInvalidHandle, "event was never recorded");
   if (impl_->done_ticket < start->ticket || impl_->done_ticket < end->ticket) {
-    return EmuStatus(Code::kNotReady, "event not reached yet");
+    return CallStatus(cu::kNotReady, "event not reached yet");
   }
   *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
-EmuStatus Device::Synchronize() {
+CallStatus Device::Synchronize() {
   impl_->WaitAll();
   return impl_->Sticky();
 }
@@ -1369,7 +1369,7 @@ void Device::Utilization(unsigned* gpu_percent, unsigned* memory_percent) {
   *memory_percent = last.memory_percent;
 }
 
-EmuStatus Device::StickyError() const { return impl_->Sticky(); }
+CallStatus Device::StickyError() const { return impl_->Sticky(); }
 
 void Device::ResetContext() {
   impl_->cancel = true;
@@ -1409,14 +1409,14 @@ void Device::ResetContext() {
     impl_->physical.clear();
   }
   std::lock_guard<std::mutex> lock(impl_->sticky_mu);
-  impl_->sticky = EmuStatus::Ok();
+  impl_->sticky = CallStatus::Ok();
   impl_->faulted.store(false, std::memory_order_release);
 }
 
 // ---- Texture and surface objects (texture.h). ----
 
-EmuStatus Device::CreateTextureObject(const TextureDesc& desc, uint64_t* handle) {
-  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+CallStatus Device::CreateTextureObject(const TextureDesc& desc, uint64_t* handle) {
+  if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
   if (!handle) return BadValue("null output pointer");
   *handle = 0;
   if (desc.dims < 1 || desc.dims > 3 || (desc.layers && desc.dims == 3)) {
@@ -1457,7 +1457,7 @@ EmuStatus Device::CreateTextureObject(const TextureDesc& desc, uint64_t* handle)
       slot = impl->texture_free.front();
       impl->texture_free.pop_front();
     } else {
-      return EmuStatus(Code::kOutOfMemory, "too many texture and surface objects: a device holds at most " +
+      return CallStatus(cu::kOutOfMemory, "too many texture and surface objects: a device holds at most " +
                                                std::to_string(TextureTable::kCapacity) + " at once");
     }
     generation = (impl->texture_generations[slot] & TextureTable::kGenerationMask) + 1;
@@ -1470,11 +1470,11 @@ EmuStatus Device::CreateTextureObject(const TextureDesc& desc, uint64_t* handle)
     impl->texture_table.Set(slot, generation, desc);
   });
   *handle = TextureTable::Handle(impl->texture_table.salt(), slot, generation);
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
-EmuStatus Device::DestroyTextureObject(uint64_t handle) {
-  if (EmuStatus s = impl_->Sticky(); !s.ok()) return s;
+CallStatus Device::DestroyTextureObject(uint64_t handle) {
+  if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
   Impl* impl = impl_.get();
   uint32_t slot = 0, generation = 0;
   {
@@ -1488,7 +1488,7 @@ EmuStatus Device::DestroyTextureObject(uint64_t handle) {
   }
   // In stream order: kernels queued before may still sample the object.
   impl->Submit(&impl->default_stream, [impl, slot, generation] { impl->texture_table.Clear(slot, generation); });
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
 void Device::SetPrintfSink(std::function<void(std::string_view)> sink) {

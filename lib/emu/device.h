@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "emu/status.h"
+#include "core/call_status.h"
 #include "core/execution_gate.h"
 #include "emu/texture.h"
 
@@ -121,13 +121,13 @@ class Device {
 
   const DeviceProperties& properties() const;
   // Whether the device could reserve its memory (at base_address, when one was asked for).
-  EmuStatus StartupStatus() const;
+  CallStatus StartupStatus() const;
 
   // ---- Memory. Device addresses are stable for the allocation's life and 256-byte aligned. ----
-  EmuStatus Malloc(uint64_t bytes, uint64_t* device_ptr);
-  EmuStatus Free(uint64_t device_ptr);
+  CallStatus Malloc(uint64_t bytes, uint64_t* device_ptr);
+  CallStatus Free(uint64_t device_ptr);
   // Frees in stream order without blocking the caller (the memory stays valid for work queued before).
-  EmuStatus FreeAsync(uint64_t device_ptr, Stream* stream = nullptr);
+  CallStatus FreeAsync(uint64_t device_ptr, Stream* stream = nullptr);
   void MemInfo(uint64_t* free_bytes, uint64_t* total_bytes) const;
   // Device memory held for the loaded modules' variables (part of MemInfo's used memory).
   uint64_t ModuleBytes() const;
@@ -138,40 +138,40 @@ class Device {
   // physical allocation released unmapped, mappings unmapped whole); the device checks the bounds. ----
   static constexpr uint64_t kMappingGranularity = 2ull << 20;
   // `hint`: a wanted address (0: any); another is chosen when it is not free.
-  EmuStatus ReserveAddress(uint64_t bytes, uint64_t alignment, uint64_t hint, uint64_t* address);
-  EmuStatus FreeAddress(uint64_t address, uint64_t bytes);
-  EmuStatus CreatePhysical(uint64_t bytes, uint64_t* handle);
-  EmuStatus ReleasePhysical(uint64_t handle);
-  EmuStatus Map(uint64_t address, uint64_t bytes, uint64_t handle, uint64_t offset);
+  CallStatus ReserveAddress(uint64_t bytes, uint64_t alignment, uint64_t hint, uint64_t* address);
+  CallStatus FreeAddress(uint64_t address, uint64_t bytes);
+  CallStatus CreatePhysical(uint64_t bytes, uint64_t* handle);
+  CallStatus ReleasePhysical(uint64_t handle);
+  CallStatus Map(uint64_t address, uint64_t bytes, uint64_t handle, uint64_t offset);
   // Waits for all queued work first, as cuMemUnmap does.
-  EmuStatus Unmap(uint64_t address, uint64_t bytes);
+  CallStatus Unmap(uint64_t address, uint64_t bytes);
   // The allocation containing `device_ptr`: its base and size; kInvalidValue if none.
-  EmuStatus AddressRange(uint64_t device_ptr, uint64_t* base, uint64_t* size) const;
+  CallStatus AddressRange(uint64_t device_ptr, uint64_t* base, uint64_t* size) const;
   // Synchronous copies and sets wait for earlier work on the default stream, like cuMemcpy.
-  EmuStatus CopyToDevice(uint64_t dst, const void* src, size_t bytes, Stream* stream = nullptr, bool async = false);
-  EmuStatus CopyFromDevice(void* dst, uint64_t src, size_t bytes, Stream* stream = nullptr, bool async = false);
-  EmuStatus CopyOnDevice(uint64_t dst, uint64_t src, size_t bytes, Stream* stream = nullptr, bool async = false);
+  CallStatus CopyToDevice(uint64_t dst, const void* src, size_t bytes, Stream* stream = nullptr, bool async = false);
+  CallStatus CopyFromDevice(void* dst, uint64_t src, size_t bytes, Stream* stream = nullptr, bool async = false);
+  CallStatus CopyOnDevice(uint64_t dst, uint64_t src, size_t bytes, Stream* stream = nullptr, bool async = false);
   // Fills `count` elements of `element_size` (1, 2 or 4) bytes with the low bytes of `value`.
-  EmuStatus Memset(uint64_t dst, uint32_t value, size_t element_size, size_t count, Stream* stream = nullptr,
+  CallStatus Memset(uint64_t dst, uint32_t value, size_t element_size, size_t count, Stream* stream = nullptr,
                    bool async = false);
 
   // ---- Texture and surface objects (texture.h): the description goes into the device's TextureTable, which only
   // the device writes, and the handle is an opaque number naming it (never an address). The resource's texels must
   // lie inside one allocation. At most TextureTable::kCapacity objects live at once (kOutOfMemory beyond). ----
-  EmuStatus CreateTextureObject(const TextureDesc& desc, uint64_t* handle);
+  CallStatus CreateTextureObject(const TextureDesc& desc, uint64_t* handle);
   // Frees in stream order: kernels queued before may still sample the object.
-  EmuStatus DestroyTextureObject(uint64_t handle);
+  CallStatus DestroyTextureObject(uint64_t handle);
 
   // ---- Modules. ----
   // `image`: fatbin wrapper, fatbin container or PTX text (see fatbin.h); `size` 0 if unknown.
   // Errors: kNoBinaryForGpu (no PTX), kInvalidImage (corrupt), kInvalidPtx (malformed or unsupported PTX, with
   // the line and instruction).
-  EmuStatus LoadModule(const void* image, size_t size, Module** module);
-  EmuStatus LoadPtx(std::string_view ptx, Module** module);
-  EmuStatus UnloadModule(Module* module);
-  EmuStatus GetFunction(Module* module, const std::string& name, Function** function);
+  CallStatus LoadModule(const void* image, size_t size, Module** module);
+  CallStatus LoadPtx(std::string_view ptx, Module** module);
+  CallStatus UnloadModule(Module* module);
+  CallStatus GetFunction(Module* module, const std::string& name, Function** function);
   // Module-scope .global/.const variable: device address and size.
-  EmuStatus GetGlobal(Module* module, const std::string& name, uint64_t* device_ptr, size_t* bytes);
+  CallStatus GetGlobal(Module* module, const std::string& name, uint64_t* device_ptr, size_t* bytes);
   static const std::vector<ParamInfo>& Params(const Function* function);
   static const std::string& Name(const Function* function);
   // Static shared memory, local (stack) bytes per thread, and the register count we claim: what a GPU's compiler
@@ -189,16 +189,16 @@ class Device {
 
   // ---- Launch (asynchronous, in stream order). ----
   // `params` as cuLaunchKernel's kernelParams: one pointer per parameter, read now (copied before returning).
-  EmuStatus Launch(Function* function, const LaunchConfig& config, void** params);
+  CallStatus Launch(Function* function, const LaunchConfig& config, void** params);
   // Same with the parameter buffer already packed at Params() offsets.
-  EmuStatus LaunchPacked(Function* function, const LaunchConfig& config, const void* buffer, size_t bytes);
+  CallStatus LaunchPacked(Function* function, const LaunchConfig& config, const void* buffer, size_t bytes);
   // Runs `callback` on the stream's worker once earlier work is done (cuLaunchHostFunc).
-  EmuStatus LaunchHostFunc(Stream* stream, std::function<void()> callback);
+  CallStatus LaunchHostFunc(Stream* stream, std::function<void()> callback);
   // Runs `callback` once the work queued on `stream` so far has run (with one queue for every stream: all work
   // queued so far): at once, on the calling thread, when it already has; else on the stream's worker, which counts
   // it as done before it runs it. For a caller's own waits (no thread hop when nothing is queued); a
   // program's host function goes through LaunchHostFunc, which never runs it on the caller's thread.
-  EmuStatus WhenReached(Stream* stream, std::function<void()> callback);
+  CallStatus WhenReached(Stream* stream, std::function<void()> callback);
   // Runs `soon` once the work queued on `stream` so far is expected to have run within `lead`, judging by how long
   // recent pieces of work took: a waiter that sleeps until WhenReached's callback can be woken that much ahead of
   // it, so that its wakeup (tens of microseconds on a virtual machine) overlaps the last of the work instead of
@@ -208,28 +208,28 @@ class Device {
   void WhenNearlyReached(Stream* stream, std::chrono::nanoseconds lead, std::function<void()> soon);
 
   // ---- Streams and events. ----
-  EmuStatus CreateStream(Stream** stream);
-  EmuStatus DestroyStream(Stream* stream);  // Pending work still completes.
-  EmuStatus StreamSynchronize(Stream* stream);
-  EmuStatus StreamQuery(Stream* stream);     // kSuccess when idle, kNotReady otherwise.
-  EmuStatus StreamWaitEvent(Stream* stream, Event* event);
+  CallStatus CreateStream(Stream** stream);
+  CallStatus DestroyStream(Stream* stream);  // Pending work still completes.
+  CallStatus StreamSynchronize(Stream* stream);
+  CallStatus StreamQuery(Stream* stream);     // kSuccess when idle, kNotReady otherwise.
+  CallStatus StreamWaitEvent(Stream* stream, Event* event);
   // cuStreamWaitValue32/64: later work of `stream` waits until the `width` (4 or 8) bytes at `address` satisfy
   // `condition` (0 GEQ, 1 EQ, 2 AND, 3 NOR) against `value`. Every stream of this device runs in one order, so
   // nothing queued after the wait can ever satisfy it: a condition that does not hold once the work before it has
   // run is a deadlock, reported as a sticky kLaunchTimeout (as a barrier that can never complete), not a hang.
-  EmuStatus WaitValue(Stream* stream, uint64_t address, uint64_t value, unsigned width, uint32_t condition);
-  EmuStatus CreateEvent(Event** event);
-  EmuStatus DestroyEvent(Event* event);
-  EmuStatus RecordEvent(Event* event, Stream* stream);
-  EmuStatus EventSynchronize(Event* event);
-  EmuStatus EventQuery(Event* event);
-  EmuStatus ElapsedMs(Event* start, Event* end, float* ms);
+  CallStatus WaitValue(Stream* stream, uint64_t address, uint64_t value, unsigned width, uint32_t condition);
+  CallStatus CreateEvent(Event** event);
+  CallStatus DestroyEvent(Event* event);
+  CallStatus RecordEvent(Event* event, Stream* stream);
+  CallStatus EventSynchronize(Event* event);
+  CallStatus EventQuery(Event* event);
+  CallStatus ElapsedMs(Event* start, Event* end, float* ms);
   // Waits for all work on all streams.
-  EmuStatus Synchronize();
+  CallStatus Synchronize();
 
   // A kernel fault (illegal address, trap, assert) is sticky, as on a GPU: every later call returns it until
   // ResetContext(), which frees all memory and modules.
-  EmuStatus StickyError() const;
+  CallStatus StickyError() const;
   // Whether every stream's work has run and the context has not faulted.
   bool Idle() const;
   void ResetContext();

@@ -95,7 +95,7 @@ struct Barrier {
 };
 
 struct Fault {
-  EmuStatus status;
+  CallStatus status;
 };
 
 // Zeroed memory from calloc, kept and reused while big enough. Large blocks usually come as fresh pages from the
@@ -317,14 +317,14 @@ class CtaRunner {
     return true;
   }
 
-  const EmuStatus& fault() const { return fault_; }
+  const CallStatus& fault() const { return fault_; }
 
   // Polled now and then by running threads: a cancelled launch (device reset or destroyed) stops mid-kernel.
   // Also the gate's checkpoint: a kernel of this device may be held here while a neighbour has its turn.
   bool Cancelled() {
     if (gate_ && cancel_) gate_->Checkpoint(*cancel_);
     if (cancel_ && cancel_->load(std::memory_order_relaxed)) {
-      Fail(Code::kLaunchFailed, "launch cancelled: the context was reset or destroyed");
+      Fail(cu::kLaunchFailed, "launch cancelled: the context was reset or destroyed");
       return true;
     }
     return abort_.load(std::memory_order_relaxed);
@@ -340,8 +340,8 @@ class CtaRunner {
            "," + std::to_string(ctaid_[1]) + "," + std::to_string(ctaid_[2]) + ") thread (" +
            std::to_string(t.tid[0]) + "," + std::to_string(t.tid[1]) + "," + std::to_string(t.tid[2]) + ")";
   }
-  bool Fail(Code code, const std::string& message) {
-    if (fault_.ok()) fault_ = EmuStatus(code, message);
+  bool Fail(int code, const std::string& message) {
+    if (fault_.ok()) fault_ = CallStatus(code, message);
     abort_.store(true);
     return false;
   }
@@ -354,7 +354,7 @@ class CtaRunner {
       at_collective += t.state == ThreadState::kCollective ? 1 : 0;
       at_mbarrier += t.state == ThreadState::kRunning ? 1 : 0;  // Running only to poll an mbarrier.
     }
-    return Fail(Code::kLaunchTimeout,
+    return Fail(cu::kLaunchTimeout,
                 "the kernel can never finish (barrier deadlock) in block (" + std::to_string(ctaid_[0]) + "," +
                     std::to_string(ctaid_[1]) + "," + std::to_string(ctaid_[2]) + "): " +
                     std::to_string(at_barrier) + " thread(s) wait at a barrier, " + std::to_string(at_collective) +
@@ -426,7 +426,7 @@ class CtaRunner {
       }
     }
     static const char* kNames[] = {"generic", "global", "shared", "local", "param", "const"};
-    Fail(Code::kIllegalAddress,
+    Fail(cu::kIllegalAddress,
          "illegal address: " + std::to_string(size) + "-byte " + (write ? "store to " : "load from ") +
              kNames[static_cast<int>(space)] + " address 0x" + Hex(addr) + " " + Where(t, in) +
              (space == Space::kShared ? " (shared window is " + std::to_string(shared_size_) + " bytes)"
@@ -436,7 +436,7 @@ class CtaRunner {
 
   uint8_t* Aligned(Thread& t, const Inst& in, uint8_t* p, uint64_t addr, uint32_t size) {
     if ((addr & (size - 1)) != 0) {
-      Fail(Code::kMisalignedAddress, "misaligned " + std::to_string(size) + "-byte access at 0x" + Hex(addr) + " " +
+      Fail(cu::kMisalignedAddress, "misaligned " + std::to_string(size) + "-byte access at 0x" + Hex(addr) + " " +
                                           Where(t, in));
       return nullptr;
     }
@@ -601,7 +601,7 @@ class CtaRunner {
   std::span<Thread> threads_;   // The block's threads, the context's first nthreads_.
   std::span<std::vector<uint64_t>> warp_regs_;  // The block's warps' register files, in the context.
   Barrier barriers_[16];
-  EmuStatus fault_;
+  CallStatus fault_;
   std::string output_;
   uint64_t instructions_ = 0;
 
@@ -666,7 +666,7 @@ struct LaunchRunner::State {
   // worker keeps its CTAs' output tagged with the CTA index, merged in CTA order at the end.
   struct WorkerResult {
     std::vector<std::pair<uint64_t, std::string>> outputs;
-    EmuStatus fault;
+    CallStatus fault;
     uint64_t fault_cta = ~0ull;
     uint64_t instructions = 0;
   };
@@ -785,7 +785,7 @@ LaunchOutcome LaunchRunner::Run(const Launch& launch, MemoryMap& memory, const s
     return true;
   }();
   if (!type_table_in_step) {
-    out.status = EmuStatus(Code::kUnknown, "internal: type size table out of step with ptx::Type");
+    out.status = CallStatus(cu::kUnknown, "internal: type size table out of step with ptx::Type");
     return out;
   }
   State& st = *state_;
@@ -814,7 +814,7 @@ LaunchOutcome LaunchRunner::Run(const Launch& launch, MemoryMap& memory, const s
   st.results.resize(static_cast<size_t>(workers));
   for (auto& r : st.results) {
     r.outputs.clear();
-    r.fault = EmuStatus::Ok();
+    r.fault = CallStatus::Ok();
     r.fault_cta = ~0ull;
     r.instructions = 0;
   }
@@ -856,7 +856,7 @@ LaunchOutcome LaunchRunner::Run(const Launch& launch, MemoryMap& memory, const s
   for (auto& th : extra_threads) th.join();
   for (auto& context : st.contexts) context->Trim();
   if (!started) {
-    out.status = EmuStatus(Code::kLaunchOutOfResources,
+    out.status = CallStatus(cu::kLaunchOutOfResources,
                            "the host could not start a thread for every block of the grid (" +
                                std::to_string(workers) + " needed)");
     return out;

@@ -60,7 +60,7 @@ struct Launch {
 };
 
 struct LaunchOutcome {
-  EmuStatus status;
+  CallStatus status;
   std::string printf_output;       // In CTA order, each CTA's lines in the order its threads printed them.
   uint64_t instructions = 0;       // Dynamic thread-instructions executed.
 };

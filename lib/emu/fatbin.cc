@@ -71,7 +71,7 @@ T Load(const uint8_t* p) {
   return value;
 }
 
-EmuStatus Invalid(std::string message) { return EmuStatus(Code::kInvalidImage, std::move(message)); }
+CallStatus Invalid(std::string message) { return CallStatus(cu::kInvalidImage, std::move(message)); }
 
 std::string Hex(uint64_t value) {
   char buf[24];
@@ -92,7 +92,7 @@ uint32_t PeekMagic(const uint8_t* p, size_t size) {
 }
 
 // The size a container's header claims (header + entries), checked for sanity; the header must be readable.
-EmuResult<size_t> ContainerSizeFromHeader(const uint8_t* p) {
+CallResult<size_t> ContainerSizeFromHeader(const uint8_t* p) {
   uint32_t magic = Load<uint32_t>(p);
   if (magic != kContainerMagic) {
     return Invalid("not a fatbin container (magic " + Hex(magic) + ", expected " + Hex(kContainerMagic) + ")");
@@ -164,7 +164,7 @@ size_t ElfSize(const uint8_t* p) {
   return end > kMaxImageBytes ? 0 : static_cast<size_t>(end);
 }
 
-EmuStatus ZstdDecompress(const uint8_t* src, size_t src_size, size_t expected, std::string* out) {
+CallStatus ZstdDecompress(const uint8_t* src, size_t src_size, size_t expected, std::string* out) {
   // A frame that records its size is checked before anything is allocated.
   unsigned long long declared = ZSTD_getFrameContentSize(src, src_size);
   if (declared == ZSTD_CONTENTSIZE_ERROR) return Invalid("zstd payload does not start with a valid zstd frame header");
@@ -173,7 +173,7 @@ EmuStatus ZstdDecompress(const uint8_t* src, size_t src_size, size_t expected, s
                    std::to_string(expected));
   }
   std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
-  if (!dctx) return EmuStatus(Code::kOutOfMemory, "cannot allocate a zstd decoder");
+  if (!dctx) return CallStatus(cu::kOutOfMemory, "cannot allocate a zstd decoder");
   // Streaming into a buffer that grows with what the frame actually produces: a header claiming a huge size
   // costs nothing unless the data backs it. One spare byte detects output beyond `expected`.
   out->clear();
@@ -205,10 +205,10 @@ EmuStatus ZstdDecompress(const uint8_t* src, size_t src_size, size_t expected, s
                    std::to_string(expected));
   }
   out->resize(produced);
-  return EmuStatus::Ok();
+  return CallStatus::Ok();
 }
 
-EmuResult<std::string> SelectPtx(const uint8_t* container, size_t size, int arch) {
+CallResult<std::string> SelectPtx(const uint8_t* container, size_t size, int arch) {
   auto entries = ParseFatbinContainer(container, size);
   if (!entries.ok()) return entries.status();
   // How widely a PTX entry runs: portable PTX on any later arch, family PTX (compute_100f) on the later archs of
@@ -236,8 +236,8 @@ EmuResult<std::string> SelectPtx(const uint8_t* container, size_t size, int arch
     for (const FatbinEntry& e : *entries) {
       if (e.kind == FatbinEntry::Kind::kPtx && (oldest == 0 || e.arch < oldest)) oldest = e.arch;
     }
-    if (oldest == 0) return EmuStatus(Code::kNoBinaryForGpu, kNoPtxMessage);
-    return EmuStatus(Code::kNoBinaryForGpu,
+    if (oldest == 0) return CallStatus(cu::kNoBinaryForGpu, kNoPtxMessage);
+    return CallStatus(cu::kNoBinaryForGpu,
                      "the binary's PTX is for compute_" + std::to_string(oldest) + " and newer; this device has " +
                          "compute capability " + std::to_string(arch / 10) + "." + std::to_string(arch % 10) +
                          " (an emulated device reports what gp-agent --emu-cc sets)");
@@ -247,7 +247,7 @@ EmuResult<std::string> SelectPtx(const uint8_t* container, size_t size, int arch
 
 }  // namespace
 
-EmuResult<std::vector<FatbinEntry>> ParseFatbinContainer(const uint8_t* data, size_t size) {
+CallResult<std::vector<FatbinEntry>> ParseFatbinContainer(const uint8_t* data, size_t size) {
   if (data == nullptr) return Invalid("fatbin container pointer is null");
   if (size < kContainerHeaderSize) {
     return Invalid("fatbin container header truncated (" + std::to_string(size) + " of 16 bytes)");
@@ -310,7 +310,7 @@ EmuResult<std::vector<FatbinEntry>> ParseFatbinContainer(const uint8_t* data, si
   return entries;
 }
 
-EmuResult<std::string> ExtractEntry(const uint8_t* container, size_t size, const FatbinEntry& entry) {
+CallResult<std::string> ExtractEntry(const uint8_t* container, size_t size, const FatbinEntry& entry) {
   if (container == nullptr) return Invalid("fatbin container pointer is null");
   if (entry.payload_offset > size || entry.payload_size > size - entry.payload_offset) {
     return Invalid("fatbin entry payload [" + std::to_string(entry.payload_offset) + ", +" +
@@ -335,7 +335,7 @@ EmuResult<std::string> ExtractEntry(const uint8_t* container, size_t size, const
     std::string error = Lz4DecompressBlock(src, src_size, reinterpret_cast<uint8_t*>(out.data()), out.size());
     if (!error.empty()) return Invalid("fatbin entry LZ4 payload is corrupt: " + error);
   } else if (entry.flags & kFlagZstd) {
-    EmuStatus status = ZstdDecompress(src, src_size, static_cast<size_t>(entry.uncompressed_size), &out);
+    CallStatus status = ZstdDecompress(src, src_size, static_cast<size_t>(entry.uncompressed_size), &out);
     if (!status.ok()) return status;
   } else {
     out.assign(reinterpret_cast<const char*>(src), src_size);
@@ -348,8 +348,8 @@ EmuResult<std::string> ExtractEntry(const uint8_t* container, size_t size, const
   return out;
 }
 
-EmuResult<std::string> PtxForDevice(const void* image, size_t size, int arch) {
-  if (image == nullptr) return EmuStatus(Code::kInvalidValue, "image pointer is null");
+CallResult<std::string> PtxForDevice(const void* image, size_t size, int arch) {
+  if (image == nullptr) return CallStatus(cu::kInvalidValue, "image pointer is null");
   const auto* p = static_cast<const uint8_t*>(image);
   const uint32_t magic = PeekMagic(p, size);
 
@@ -372,7 +372,7 @@ EmuResult<std::string> PtxForDevice(const void* image, size_t size, int arch) {
     // The header is read when the buffer holds one, or when only the pointer is known (its size comes from it).
     auto container_size = size == 0 || size >= kContainerHeaderSize
                               ? ContainerSizeFromHeader(p)
-                              : EmuResult<size_t>(EmuStatus(Code::kInvalidImage, "truncated header"));
+                              : CallResult<size_t>(CallStatus(cu::kInvalidImage, "truncated header"));
     if (size == 0) {
       if (!container_size.ok()) return container_size.status();
       size = *container_size;
@@ -387,7 +387,7 @@ EmuResult<std::string> PtxForDevice(const void* image, size_t size, int arch) {
     }
     return SelectPtx(p, size, arch);
   }
-  if (IsElf(magic)) return EmuStatus(Code::kNoBinaryForGpu, kCubinMessage);
+  if (IsElf(magic)) return CallStatus(cu::kNoBinaryForGpu, kCubinMessage);
 
   const char* text = static_cast<const char*>(image);
   size_t length = size == 0 ? std::strlen(text) : static_cast<size_t>(std::find(text, text + size, '\0') - text);
@@ -403,14 +403,14 @@ EmuResult<std::string> PtxForDevice(const void* image, size_t size, int arch) {
                  (first.empty() ? std::string("none") : first) + ")");
 }
 
-EmuResult<std::string> PrelinkedPtx(const void* wrapper, int arch) {
+CallResult<std::string> PrelinkedPtx(const void* wrapper, int arch) {
   if (wrapper == nullptr || PeekMagic(static_cast<const uint8_t*>(wrapper), 0) != kWrapperMagic) return std::string();
   const auto* p = static_cast<const uint8_t*>(wrapper);
   if (Load<uint32_t>(p + 4) != 2) return std::string();
   const auto* units = static_cast<const void* const*>(Load<const void*>(p + 16));
   if (units == nullptr) return std::string();
   std::string linked;
-  EmuStatus missing;  // The first unit without PTX for the device.
+  CallStatus missing;  // The first unit without PTX for the device.
   // A program has a handful of translation units; a bound keeps a corrupt list from running away.
   constexpr size_t kMaxUnits = 4096;
   size_t i = 0;
@@ -421,7 +421,7 @@ EmuResult<std::string> PrelinkedPtx(const void* wrapper, int arch) {
     auto ptx = SelectPtx(container, *size, arch);
     if (!ptx.ok()) {
       if (missing.ok()) {
-        missing = EmuStatus(ptx.status().code(), "translation unit " + std::to_string(i + 1) +
+        missing = CallStatus(ptx.status().code(), "translation unit " + std::to_string(i + 1) +
                                                      " of a device-linked binary: " + ptx.status().message());
       }
       continue;
@@ -434,7 +434,7 @@ EmuResult<std::string> PrelinkedPtx(const void* wrapper, int arch) {
     // The unit without PTX is libcudadevrt's when the program launches kernels from the device (its PTX is for
     // newer GPUs only): the launches are why the binary cannot run here, and the message says so.
     if (std::string launch = DeviceLaunchNamedIn(linked); !launch.empty()) {
-      return EmuStatus(Code::kNotSupported, DeviceLaunchRefusal({}, launch));
+      return CallStatus(cu::kNotSupported, DeviceLaunchRefusal({}, launch));
     }
     return missing;
   }

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "emu/status.h"
+#include "core/call_status.h"
 
 namespace gpupool::emu {
 
@@ -26,10 +26,10 @@ struct FatbinEntry {
 
 // Walks one fatbin container (magic 0xBA55ED50). Fails with kInvalidImage naming what is wrong (bad magic,
 // truncated header or entry, entry beyond the end) and never reads outside [data, data + size).
-EmuResult<std::vector<FatbinEntry>> ParseFatbinContainer(const uint8_t* data, size_t size);
+CallResult<std::vector<FatbinEntry>> ParseFatbinContainer(const uint8_t* data, size_t size);
 
 // The payload of one entry, decompressed (zstd or LZ4) as needed; PTX keeps its text and drops the trailing NUL.
-EmuResult<std::string> ExtractEntry(const uint8_t* container, size_t size, const FatbinEntry& entry);
+CallResult<std::string> ExtractEntry(const uint8_t* container, size_t size, const FatbinEntry& entry);
 
 // Accepts a fatbin wrapper (magic 0x466243B1, version 1 or 2, pointing at a container), a raw container, or PTX
 // text (starts, after whitespace/comments, with a directive such as ".version"). `size` is the buffer's size
@@ -39,13 +39,13 @@ EmuResult<std::string> ExtractEntry(const uint8_t* container, size_t size, const
 // translation units of a device-linked binary (PrelinkedPtx) beside the container the real driver reads.
 // A container with no usable PTX fails with kNoBinaryForGpu and the message
 // "no PTX in this binary; rebuild with PTX (e.g. -arch=compute_75)"; corrupt input fails with kInvalidImage.
-EmuResult<std::string> PtxForDevice(const void* image, size_t size, int arch);
+CallResult<std::string> PtxForDevice(const void* image, size_t size, int arch);
 
 // nvcc -rdc=true registers the device-linked fatbin (SASS only) through a version-2 wrapper whose last field lists
 // the translation units' own fatbins (NULL-terminated), each with its PTX. Returns that PTX, the best for `arch`
 // from each unit, one module after another: a linked image (emu/ptx_link.h). Fails with kNoBinaryForGpu naming
 // the unit that has none; returns an empty string when `wrapper` is no such wrapper.
-EmuResult<std::string> PrelinkedPtx(const void* wrapper, int arch);
+CallResult<std::string> PrelinkedPtx(const void* wrapper, int arch);
 
 // The number of bytes the image occupies (wrapper: its container), so callers can copy an image given only a
 // pointer (cuLibraryLoadData). 0 when the image is not recognised. PTX: strlen + 1.

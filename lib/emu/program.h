@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "core/call_status.h"
 #include "emu/device.h"
 #include "emu/matrix_op.h"
 #include "emu/ptx_ast.h"
-#include "emu/status.h"
 
 namespace gpupool::emu::internal {
 
@@ -231,7 +231,7 @@ struct GlobalAllocator {
   virtual void Write(uint64_t address, const void* data, uint64_t bytes) = 0;
   virtual void Zero(uint64_t address, uint64_t bytes) = 0;
 };
-EmuResult<Program> Compile(const ptx::Module& module, GlobalAllocator& allocator);
+CallResult<Program> Compile(const ptx::Module& module, GlobalAllocator& allocator);
 
 }  // namespace gpupool::emu::internal
 

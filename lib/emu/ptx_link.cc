@@ -63,30 +63,30 @@ void Rename(Module& m, const std::map<std::string, std::string>& renames) {
 
 }  // namespace
 
-EmuResult<ptx::Module> LinkPtxModules(std::vector<ptx::Module> modules) {
-  if (modules.empty()) return EmuStatus(Code::kInvalidPtx, "nothing to link");
+CallResult<ptx::Module> LinkPtxModules(std::vector<ptx::Module> modules) {
+  if (modules.empty()) return CallStatus(cu::kInvalidPtx, "nothing to link");
   if (modules.size() == 1) return std::move(modules.front());
 
   // Which modules name each module-scope symbol, and which define it visibly.
   std::map<std::string, std::set<size_t>> named_in;
   std::map<std::string, size_t> visible_definition;
   for (size_t i = 0; i < modules.size(); ++i) {
-    auto note = [&](const auto& symbol) -> EmuStatus {
+    auto note = [&](const auto& symbol) -> CallStatus {
       named_in[symbol.name].insert(i);
-      if (!Defines(symbol) || Private(symbol) || Mergeable(symbol)) return EmuStatus::Ok();
+      if (!Defines(symbol) || Private(symbol) || Mergeable(symbol)) return CallStatus::Ok();
       auto [it, first] = visible_definition.emplace(symbol.name, i);
       if (!first && it->second != i) {
-        return EmuStatus(Code::kInvalidPtx, "device link: '" + symbol.name + "' is defined in module " +
+        return CallStatus(cu::kInvalidPtx, "device link: '" + symbol.name + "' is defined in module " +
                                                 std::to_string(it->second + 1) + " and in module " +
                                                 std::to_string(i + 1));
       }
-      return EmuStatus::Ok();
+      return CallStatus::Ok();
     };
     for (const Function& f : modules[i].functions) {
-      if (EmuStatus s = note(f); !s.ok()) return s;
+      if (CallStatus s = note(f); !s.ok()) return s;
     }
     for (const Variable& v : modules[i].globals) {
-      if (EmuStatus s = note(v); !s.ok()) return s;
+      if (CallStatus s = note(v); !s.ok()) return s;
     }
   }
 
@@ -111,7 +111,7 @@ EmuResult<ptx::Module> LinkPtxModules(std::vector<ptx::Module> modules) {
   std::set<std::string> defined_functions, defined_globals;
   for (const Module& m : modules) {
     if (m.address_size != out.address_size) {
-      return EmuStatus(Code::kInvalidPtx, "device link: modules of " + std::to_string(out.address_size) + "- and " +
+      return CallStatus(cu::kInvalidPtx, "device link: modules of " + std::to_string(out.address_size) + "- and " +
                                               std::to_string(m.address_size) + "-bit addresses");
     }
     if (std::tie(m.version_major, m.version_minor) > std::tie(out.version_major, out.version_minor)) {

@@ -7,9 +7,9 @@
 #include <string_view>
 #include <vector>
 
+#include "core/call_status.h"
 #include "emu/ptx_ast.h"
 #include "emu/ptx_text.h"
-#include "emu/status.h"
 
 namespace gpupool::emu {
 
@@ -19,7 +19,7 @@ namespace gpupool::emu {
 // defined twice keeps its first definition; two modules defining the same .visible symbol fail with kInvalidPtx
 // naming it, as nvlink does. What stays declared and undefined is left to the compiler: a call of such a function
 // fails at run time naming it, a variable fails the load.
-EmuResult<ptx::Module> LinkPtxModules(std::vector<ptx::Module> modules);
+CallResult<ptx::Module> LinkPtxModules(std::vector<ptx::Module> modules);
 
 }  // namespace gpupool::emu
 

@@ -1272,14 +1272,14 @@ void Parser::ParseVariables(const Linkage& linkage, int line, std::vector<Variab
 
 }  // namespace
 
-EmuResult<ptx::Module> ParsePtx(std::string_view text) {
+CallResult<ptx::Module> ParsePtx(std::string_view text) {
   try {
     Parser parser(text);
     return parser.Run();
   } catch (const ParseError& e) {
-    return EmuStatus(Code::kInvalidPtx, "line " + std::to_string(e.line) + ": " + e.what);
+    return CallStatus(cu::kInvalidPtx, "line " + std::to_string(e.line) + ": " + e.what);
   } catch (const std::bad_alloc&) {
-    return EmuStatus(Code::kOutOfMemory, "out of memory while parsing PTX");
+    return CallStatus(cu::kOutOfMemory, "out of memory while parsing PTX");
   }
 }
 

@@ -4,8 +4,8 @@
 
 #include <string_view>
 
+#include "core/call_status.h"
 #include "emu/ptx_ast.h"
-#include "emu/status.h"
 
 namespace gpupool::emu {
 
@@ -13,7 +13,7 @@ namespace gpupool::emu {
 // (debug info, -G output), .pragma and unknown-but-harmless directives are skipped. Declarations inside nested
 // "{ }" blocks of a function body are renamed to stay unique in the function ("param0" in the third block becomes
 // "param0$3") and every use inside the block follows. Fails with kInvalidPtx "line N: what" on malformed text.
-EmuResult<ptx::Module> ParsePtx(std::string_view text);
+CallResult<ptx::Module> ParsePtx(std::string_view text);
 
 }  // namespace gpupool::emu
 

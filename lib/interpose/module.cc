@@ -41,7 +41,7 @@ CUresult CopyImage(const void* image, std::vector<uint8_t>* out) {
     auto prelinked = emu::PrelinkedPtx(image, LinkArch());
     if (!prelinked.ok()) {
       GP_ERROR("interpose", "cannot load this device-linked module: {}", prelinked.status().message());
-      return prelinked.status().code() == emu::Code::kNotSupported ? CUDA_ERROR_NOT_SUPPORTED
+      return prelinked.status().code() == cu::kNotSupported ? CUDA_ERROR_NOT_SUPPORTED
                                                                      : CUDA_ERROR_NO_BINARY_FOR_GPU;
     }
     linked = std::move(prelinked).value();

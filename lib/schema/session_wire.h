@@ -1,6 +1,7 @@
 // The session calls of session_calls.h on the wire: Wire<calls::X> converts the call's plain arguments and
-// results to and from its Cap'n Proto messages. Used by the client (to send) and the session server (to serve);
-// nothing here is written per call.
+// results to and from its Cap'n Proto messages, and every reply's CallStatus to and from session.capnp's (WriteStatus,
+// ReadStatus: the one place a call's status takes its wire shape). Used by the client (to send) and the session
+// server (to serve); nothing here is written per call.
 #ifndef GPUPOOL_SCHEMA_SESSION_WIRE_H_
 #define GPUPOOL_SCHEMA_SESSION_WIRE_H_
 
@@ -93,9 +94,14 @@ inline void Fill(wire::DeviceProps::Builder b, const DeviceInfo& v) {
   }
 }
 
+// A call's status on the wire, both ways: the one place where a CallStatus takes session.capnp's shape.
 inline void WriteStatus(const CallStatus& s, wire::CallStatus::Builder b) {
-  b.setCode(s.code);
-  if (!s.ok()) b.setMessage(s.message);
+  b.setCode(s.code());
+  if (!s.ok()) b.setMessage(s.message());
+}
+inline CallStatus ReadStatus(wire::CallStatus::Reader r) {
+  if (r.getCode() == cu::kSuccess) return CallStatus::Ok();
+  return CallStatus(r.getCode(), r.getMessage().cStr());
 }
 
 // How each kind is written to (W) and read from (R) a message; P prepares a server's reply before the handler.

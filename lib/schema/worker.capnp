@@ -8,6 +8,7 @@ $Cxx.namespace("gpupool::wire");
 
 using import "session.capnp".Session;
 using import "session.capnp".DirectSession;
+using import "pool.capnp".Outcome;
 
 struct WorkerConfig {
   emulated @0 :Bool;
@@ -36,11 +37,11 @@ struct WorkerConfig {
 }
 
 interface SessionWorker {
-  open @0 (config :WorkerConfig) -> (code :Int32, message :Text, session :Session, direct :DirectSession,
-                                     windowTaken :Bool);
-  # code: 0 = opened; otherwise a gpupool StatusCode value and the reason (the worker then exits). windowTaken: the
-  # device could not have the session's address window in the worker (its addresses are in use there): another
-  # window may do.
+  open @0 (config :WorkerConfig) -> (outcome :Outcome, session :Session, direct :DirectSession);
+  # outcome: ok = opened; otherwise why not (the worker then exits), in the shape the agent answers openSession with
+  # (agent and worker are one binary, and the refusal reaches the client as this Outcome). windowTaken: the device
+  # could not have the session's address window in the worker (its addresses are in use there): another window may
+  # do.
 
   revoke @1 (reason :Text) -> ();
   # The lease ended: free the session's memory and stop its kernels now; later calls answer "the lease of this

@@ -28,6 +28,24 @@ TEST(SessionWire, EveryReplyCarriesAStatus) {
   }
 }
 
+TEST(SessionWire, AStatusRoundTripsAndSuccessCarriesNoMessage) {
+  capnp::MallocMessageBuilder message;
+  auto status = message.initRoot<wire::CallStatus>();
+  WriteStatus(CallStatus(cu::kIllegalAddress, "an out-of-bounds store"), status);
+  CallStatus failed = ReadStatus(status.asReader());
+  EXPECT_EQ(failed.code(), cu::kIllegalAddress);
+  EXPECT_EQ(failed.message(), "an out-of-bounds store");
+
+  capnp::MallocMessageBuilder ok_message;
+  auto ok = ok_message.initRoot<wire::CallStatus>();
+  WriteStatus(CallStatus::Ok(), ok);
+  EXPECT_FALSE(ok.hasMessage());
+  EXPECT_TRUE(ReadStatus(ok.asReader()).ok());
+  // A peer's words beside success mean nothing: the call succeeded.
+  ok.setMessage("stray words");
+  EXPECT_TRUE(ReadStatus(ok.asReader()).message().empty());
+}
+
 TEST(SessionWire, ArgumentsRoundTripIncludingAnAbsentCluster) {
   const uint8_t bytes[] = {1, 2, 3, 4, 5};
   for (bool clustered : {false, true}) {

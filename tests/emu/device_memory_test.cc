@@ -68,11 +68,11 @@ TEST(DeviceMemory, ADeviceWhoseOwnerEnforcesTheLimitRefusesOnlyWhatItsArenaCanno
   ASSERT_TRUE(own.StartupStatus().ok());
   ASSERT_TRUE(owned.StartupStatus().ok());
   uint64_t a = 0, b = 0;
-  EXPECT_EQ(own.Malloc(kMemory + (1 << 20), &a).code(), Code::kOutOfMemory);
+  EXPECT_EQ(own.Malloc(kMemory + (1 << 20), &a).code(), cu::kOutOfMemory);
   ASSERT_TRUE(owned.Malloc(kMemory + (1 << 20), &b).ok()) << "the owner's quota, not the device, decides";
   ASSERT_TRUE(owned.Free(b).ok());
-  EmuStatus beyond = owned.Malloc(4 * kMemory, &b);
-  EXPECT_EQ(beyond.code(), Code::kOutOfMemory);
+  CallStatus beyond = owned.Malloc(4 * kMemory, &b);
+  EXPECT_EQ(beyond.code(), cu::kOutOfMemory);
   EXPECT_NE(beyond.message().find("bytes free of"), std::string::npos) << beyond.message();
 }
 

@@ -184,7 +184,7 @@ TEST(FatbinReal, SassOnlyHasNoBinaryForGpu) {
   for (int arch : {75, 80, 90}) {
     auto ptx = PtxForDevice(bin.data(), bin.size(), arch);
     ASSERT_FALSE(ptx.ok());
-    EXPECT_EQ(ptx.status().code(), Code::kNoBinaryForGpu);
+    EXPECT_EQ(ptx.status().code(), cu::kNoBinaryForGpu);
     EXPECT_EQ(ptx.status().message(), kNoPtx);
   }
 }
@@ -194,7 +194,7 @@ TEST(FatbinReal, CubinHasNoBinaryForGpu) {
   LOAD_OR_SKIP(cubin, "kernels.cubin");
   auto ptx = PtxForDevice(cubin.data(), cubin.size(), 75);
   ASSERT_FALSE(ptx.ok());
-  EXPECT_EQ(ptx.status().code(), Code::kNoBinaryForGpu);
+  EXPECT_EQ(ptx.status().code(), cu::kNoBinaryForGpu);
   // Names what made it and how to get PTX instead.
   EXPECT_EQ(ptx.status().message().rfind("no PTX in this binary: it is a cubin", 0), 0u) << ptx.status().message();
   EXPECT_NE(ptx.status().message().find("gpupool.attach()"), std::string::npos) << ptx.status().message();
@@ -216,7 +216,7 @@ TEST(FatbinReal, PicksHighestPtxArchNotAboveDevice) {
     EXPECT_TRUE(Contains(*ptx, std::string("\n.target ") + c.target + "\n"));
   }
   auto too_old = PtxForDevice(bin.data(), bin.size(), 70);
-  EXPECT_EQ(too_old.status().code(), Code::kNoBinaryForGpu);
+  EXPECT_EQ(too_old.status().code(), cu::kNoBinaryForGpu);
   EXPECT_EQ(too_old.status().message(),
             "the binary's PTX is for compute_75 and newer; this device has compute capability 7.0 (an emulated device "
             "reports what gp-agent --emu-cc sets)");
@@ -240,7 +240,7 @@ TEST(FatbinReal, ArchSpecificPtxOnlyForItsOwnArch) {
     ASSERT_TRUE(ptx.ok()) << ptx.status().message();
     EXPECT_TRUE(Contains(*ptx, "\n.target sm_80\n"));
   }
-  EXPECT_EQ(PtxForDevice(bin.data(), bin.size(), 75).status().code(), Code::kNoBinaryForGpu);
+  EXPECT_EQ(PtxForDevice(bin.data(), bin.size(), 75).status().code(), cu::kNoBinaryForGpu);
 }
 
 TEST(FatbinReal, FamilySpecificPtxForItsFamily) {
@@ -275,13 +275,13 @@ TEST(FatbinReal, WrapperWithUnknownSize) {
 
   Wrapper bad_version{0x466243B1, 3, bin.data(), nullptr};
   auto v3 = PtxForDevice(&bad_version, 0, 75);
-  EXPECT_EQ(v3.status().code(), Code::kInvalidImage);
+  EXPECT_EQ(v3.status().code(), cu::kInvalidImage);
   EXPECT_TRUE(Contains(v3.status().message(), "wrapper version 3")) << v3.status().message();
   EXPECT_EQ(ImageSize(&bad_version), 0u);
 
   Wrapper no_data{0x466243B1, 1, nullptr, nullptr};
   auto null_data = PtxForDevice(&no_data, 0, 75);
-  EXPECT_EQ(null_data.status().code(), Code::kInvalidImage);
+  EXPECT_EQ(null_data.status().code(), cu::kInvalidImage);
   EXPECT_TRUE(Contains(null_data.status().message(), "null")) << null_data.status().message();
   EXPECT_EQ(ImageSize(&no_data), 0u);
 
@@ -325,8 +325,8 @@ TEST(FatbinReal, PtxTextPassesThrough) {
 // Damaged real inputs: every failure is an error naming the problem, never a crash or a read out of bounds (the
 // fuzzer, built with ASan, checks the latter; here each cut is copied into an exact-size buffer).
 
-bool IsCleanFailure(const EmuResult<std::string>& r) {
-  return !r.ok() && (r.status().code() == Code::kInvalidImage || r.status().code() == Code::kNoBinaryForGpu) &&
+bool IsCleanFailure(const CallResult<std::string>& r) {
+  return !r.ok() && (r.status().code() == cu::kInvalidImage || r.status().code() == cu::kNoBinaryForGpu) &&
          !r.status().message().empty();
 }
 
@@ -347,7 +347,7 @@ TEST(FatbinDamaged, TruncatedAtEveryLength) {
       }
       auto entries = ParseFatbinContainer(cut.get(), len);
       ASSERT_FALSE(entries.ok());
-      EXPECT_EQ(entries.status().code(), Code::kInvalidImage);
+      EXPECT_EQ(entries.status().code(), cu::kInvalidImage);
     }
   }
 }
@@ -401,7 +401,7 @@ size_t PtxHeaderOffset(const Bytes& bin) {
 void ExpectInvalid(const Bytes& bin, const std::string& words) {
   auto ptx = PtxForDevice(bin.data(), bin.size(), 75);
   ASSERT_FALSE(ptx.ok());
-  EXPECT_EQ(ptx.status().code(), Code::kInvalidImage) << ptx.status().message();
+  EXPECT_EQ(ptx.status().code(), cu::kInvalidImage) << ptx.status().message();
   EXPECT_TRUE(Contains(ptx.status().message(), words)) << ptx.status().message();
 }
 
@@ -464,7 +464,7 @@ TEST(FatbinDamaged, NamedHeaderErrors) {
   {
     Bytes b = bin;  // Arch beyond the device: no PTX left to choose.
     Store<uint32_t>(b, ptx + kEntryArch, 86);
-    EXPECT_EQ(PtxForDevice(b.data(), b.size(), 75).status().code(), Code::kNoBinaryForGpu);
+    EXPECT_EQ(PtxForDevice(b.data(), b.size(), 75).status().code(), cu::kNoBinaryForGpu);
   }
   {
     Bytes b = bin;
@@ -540,7 +540,7 @@ std::string ZstdCompress(const std::string& text, bool record_size) {
 TEST(FatbinSynthetic, EmptyContainerHasNoBinary) {
   Bytes c = MakeContainer({});
   auto ptx = PtxForDevice(c.data(), c.size(), 75);
-  EXPECT_EQ(ptx.status().code(), Code::kNoBinaryForGpu);
+  EXPECT_EQ(ptx.status().code(), cu::kNoBinaryForGpu);
   EXPECT_EQ(ptx.status().message(), kNoPtx);
 }
 
@@ -618,27 +618,27 @@ TEST(FatbinSynthetic, ExtractEntryChecksTheCallersEntry) {
   e.payload_offset = c.size() - 4;
   e.payload_size = 8;
   auto r = ExtractEntry(c.data(), c.size(), e);
-  EXPECT_EQ(r.status().code(), Code::kInvalidImage);
+  EXPECT_EQ(r.status().code(), cu::kInvalidImage);
   e.payload_offset = ~uint64_t{0};
-  EXPECT_EQ(ExtractEntry(c.data(), c.size(), e).status().code(), Code::kInvalidImage);
+  EXPECT_EQ(ExtractEntry(c.data(), c.size(), e).status().code(), cu::kInvalidImage);
 }
 
 TEST(FatbinInput, NotAnImage) {
-  EXPECT_EQ(PtxForDevice(nullptr, 0, 75).status().code(), Code::kInvalidValue);
+  EXPECT_EQ(PtxForDevice(nullptr, 0, 75).status().code(), cu::kInvalidValue);
   EXPECT_EQ(ImageSize(nullptr), 0u);
   const char garbage[] = "hello, world";
   auto r = PtxForDevice(garbage, sizeof garbage, 75);
-  EXPECT_EQ(r.status().code(), Code::kInvalidImage);
+  EXPECT_EQ(r.status().code(), cu::kInvalidImage);
   EXPECT_TRUE(Contains(r.status().message(), "68 65 6c 6c")) << r.status().message();
   EXPECT_EQ(ImageSize(garbage), 0u);
-  EXPECT_EQ(PtxForDevice("", 0, 75).status().code(), Code::kInvalidImage);
-  EXPECT_EQ(PtxForDevice("ab", 0, 75).status().code(), Code::kInvalidImage);
-  EXPECT_EQ(PtxForDevice("/* unterminated", 0, 75).status().code(), Code::kInvalidImage);
+  EXPECT_EQ(PtxForDevice("", 0, 75).status().code(), cu::kInvalidImage);
+  EXPECT_EQ(PtxForDevice("ab", 0, 75).status().code(), cu::kInvalidImage);
+  EXPECT_EQ(PtxForDevice("/* unterminated", 0, 75).status().code(), cu::kInvalidImage);
   uint8_t short_magic[] = {0xB1, 0x43};  // The wrapper magic's first bytes, size known.
-  EXPECT_EQ(PtxForDevice(short_magic, sizeof short_magic, 75).status().code(), Code::kInvalidImage);
+  EXPECT_EQ(PtxForDevice(short_magic, sizeof short_magic, 75).status().code(), cu::kInvalidImage);
   uint8_t wrapper_prefix[8] = {0xB1, 0x43, 0x62, 0x46, 1, 0, 0, 0};
   auto w = PtxForDevice(wrapper_prefix, sizeof wrapper_prefix, 75);
-  EXPECT_EQ(w.status().code(), Code::kInvalidImage);
+  EXPECT_EQ(w.status().code(), cu::kInvalidImage);
   EXPECT_TRUE(Contains(w.status().message(), "wrapper truncated")) << w.status().message();
 }
 

@@ -20,7 +20,7 @@ using ErrorTest = KernelTest;
 
 // After a sticky fault: StickyError() and every later call report it; ResetContext() clears it, frees
 // everything, and a freshly loaded module works again.
-void ExpectStickyThenRecover(ErrorTest* t, Code code) {
+void ExpectStickyThenRecover(ErrorTest* t, int code) {
   EXPECT_EQ(t->device().StickyError().code(), code) << "StickyError() after the fault";
   uint64_t ptr = 0;
   EXPECT_EQ(t->device().Malloc(256, &ptr).code(), code) << "Malloc after the fault";
@@ -41,29 +41,29 @@ TEST_P(ErrorTest, OutOfBoundsWriteIsIllegalAddressAndSticky) {
   Function* fill = Get(module, "fill_index");
   uint64_t buffer = Zeros<int>(64);
   const uint64_t far_away = buffer + (1ull << 40);  // Far outside any allocation of a 256 MiB device.
-  EmuStatus status = TryLaunch(write_at, {1}, {32}, 0, far_away, 7);
-  EXPECT_EQ(status.code(), Code::kIllegalAddress) << Describe(status);
+  CallStatus status = TryLaunch(write_at, {1}, {32}, 0, far_away, 7);
+  EXPECT_EQ(status.code(), cu::kIllegalAddress) << Describe(status);
   EXPECT_FALSE(status.message().empty());
   // A launch after the fault fails with the same error, as on a GPU.
   int n = 16;
   void* params[] = {&buffer, &n};
-  EXPECT_EQ(device().Launch(fill, LaunchConfig{{1}, {32}, 0, nullptr}, params).code(), Code::kIllegalAddress)
+  EXPECT_EQ(device().Launch(fill, LaunchConfig{{1}, {32}, 0, nullptr}, params).code(), cu::kIllegalAddress)
       << "Launch after the fault";
-  ExpectStickyThenRecover(this, Code::kIllegalAddress);
+  ExpectStickyThenRecover(this, cu::kIllegalAddress);
 }
 
 TEST_P(ErrorTest, NullPointerReadIsIllegalAddress) {
   uint64_t out = Output<int>(1);
-  EmuStatus status = TryLaunch(Kernel("errors", "read_at"), {1}, {32}, 0, uint64_t{0}, out);
-  EXPECT_EQ(status.code(), Code::kIllegalAddress) << Describe(status);
-  ExpectStickyThenRecover(this, Code::kIllegalAddress);
+  CallStatus status = TryLaunch(Kernel("errors", "read_at"), {1}, {32}, 0, uint64_t{0}, out);
+  EXPECT_EQ(status.code(), cu::kIllegalAddress) << Describe(status);
+  ExpectStickyThenRecover(this, cu::kIllegalAddress);
 }
 
 TEST_P(ErrorTest, MisalignedStoreIsMisalignedAddress) {
   uint64_t buffer = Zeros<int>(16);
-  EmuStatus status = TryLaunch(Kernel("errors", "misaligned_write"), {1}, {32}, 0, buffer);
-  EXPECT_EQ(status.code(), Code::kMisalignedAddress) << Describe(status);
-  ExpectStickyThenRecover(this, Code::kMisalignedAddress);
+  CallStatus status = TryLaunch(Kernel("errors", "misaligned_write"), {1}, {32}, 0, buffer);
+  EXPECT_EQ(status.code(), cu::kMisalignedAddress) << Describe(status);
+  ExpectStickyThenRecover(this, cu::kMisalignedAddress);
 }
 
 TEST_P(ErrorTest, FailedAssertIsAssertWithMessage) {
@@ -73,14 +73,14 @@ TEST_P(ErrorTest, FailedAssertIsAssertWithMessage) {
   for (int& v : x) v = Int(0, 41);
   x[Int(0, n - 1)] = 42;
   TakePrintf();
-  EmuStatus status = TryLaunch(Kernel("errors", "assert_kernel"), {4}, {128}, 0, Upload(x), n);
-  EXPECT_EQ(status.code(), Code::kAssert) << Describe(status);
+  CallStatus status = TryLaunch(Kernel("errors", "assert_kernel"), {4}, {128}, 0, Upload(x), n);
+  EXPECT_EQ(status.code(), cu::kAssert) << Describe(status);
   // The failing expression appears in the error message or in the device's output, as the CUDA driver prints
   // "...: block: [b,0,0], thread: [t,0,0] Assertion `v != 42` failed."
   std::string printed = TakePrintf();
   EXPECT_TRUE(status.message().find("v != 42") != std::string::npos || printed.find("v != 42") != std::string::npos)
       << "message: " << status.message() << "\nprinted: " << printed;
-  ExpectStickyThenRecover(this, Code::kAssert);
+  ExpectStickyThenRecover(this, cu::kAssert);
 }
 
 TEST_P(ErrorTest, PassingAssertIsFine) {
@@ -91,9 +91,9 @@ TEST_P(ErrorTest, PassingAssertIsFine) {
 }
 
 TEST_P(ErrorTest, TrapIsLaunchFailed) {
-  EmuStatus status = TryLaunch(Kernel("errors", "trap_kernel"), {2}, {64}, 0, 37);
-  EXPECT_EQ(status.code(), Code::kLaunchFailed) << Describe(status);
-  ExpectStickyThenRecover(this, Code::kLaunchFailed);
+  CallStatus status = TryLaunch(Kernel("errors", "trap_kernel"), {2}, {64}, 0, 37);
+  EXPECT_EQ(status.code(), cu::kLaunchFailed) << Describe(status);
+  ExpectStickyThenRecover(this, cu::kLaunchFailed);
 }
 
 TEST_P(ErrorTest, BarrierDeadlockFailsInsteadOfHanging) {
@@ -107,8 +107,8 @@ TEST_P(ErrorTest, BarrierDeadlockFailsInsteadOfHanging) {
     std::fflush(nullptr);
     std::_Exit(1);  // The hung launch cannot be cancelled, and ~Device would wait for it.
   }
-  EmuStatus status = result.get();
-  EXPECT_EQ(status.code(), Code::kLaunchTimeout) << Describe(status);
+  CallStatus status = result.get();
+  EXPECT_EQ(status.code(), cu::kLaunchTimeout) << Describe(status);
   EXPECT_FALSE(status.message().empty());
   device().ResetContext();
 }
@@ -123,7 +123,7 @@ TEST_P(ErrorTest, ExitedThreadsReleaseBarrier) {
     std::fflush(nullptr);
     std::_Exit(1);
   }
-  EmuStatus status = result.get();
+  CallStatus status = result.get();
   ASSERT_TRUE(status.ok()) << Describe(status);
   std::vector<int> want(64, 0);
   for (int t = 0; t < 16; ++t) want[t] = 1;
@@ -136,7 +136,7 @@ TEST_P(ErrorTest, TooMuchDynamicSharedMemoryIsRefusedNotSticky) {
   int n = 128;
   void* params[] = {&in, &out, &n};
   const uint32_t too_much = device().properties().shared_memory_per_block_optin + 4096;
-  EmuStatus status = device().Launch(f, LaunchConfig{{1}, {128}, too_much, nullptr}, params);
+  CallStatus status = device().Launch(f, LaunchConfig{{1}, {128}, too_much, nullptr}, params);
   if (status.ok()) status = device().Synchronize();
   EXPECT_FALSE(status.ok()) << "launch with " << too_much << " bytes of dynamic shared memory";
   EXPECT_TRUE(device().StickyError().ok()) << "a refused launch is not a fault: " << Describe(device().StickyError());
@@ -151,8 +151,8 @@ using RefuseTest = EmuTest;
 TEST_F(RefuseTest, SassOnlyFatbinIsNoBinaryForGpu) {
   std::string image = ReadFile(FatbinPath("basic", "sm80"));
   Module* module = nullptr;
-  EmuStatus status = device().LoadModule(image.data(), image.size(), &module);
-  EXPECT_EQ(status.code(), Code::kNoBinaryForGpu) << Describe(status);
+  CallStatus status = device().LoadModule(image.data(), image.size(), &module);
+  EXPECT_EQ(status.code(), cu::kNoBinaryForGpu) << Describe(status);
   EXPECT_TRUE(device().StickyError().ok()) << "a refused module is not a fault";
 }
 
@@ -167,8 +167,8 @@ void ExpectRefusedPtx(RefuseTest* t, const std::string& file, const std::string&
   std::string ptx = ReadFile(KernelSourcePath(file));
   const int line = LineOf(ptx, instruction);
   Module* module = nullptr;
-  EmuStatus status = t->device().LoadPtx(ptx, &module);
-  EXPECT_EQ(status.code(), Code::kInvalidPtx) << Describe(status);
+  CallStatus status = t->device().LoadPtx(ptx, &module);
+  EXPECT_EQ(status.code(), cu::kInvalidPtx) << Describe(status);
   const std::string opcode = instruction.substr(0, instruction.find('.'));
   EXPECT_NE(status.message().find(opcode), std::string::npos)
       << "the message should name the instruction '" << instruction << "': " << status.message();
@@ -176,15 +176,15 @@ void ExpectRefusedPtx(RefuseTest* t, const std::string& file, const std::string&
       << "the message should give line " << line << ": " << status.message();
   EXPECT_TRUE(t->device().StickyError().ok());
   // The same text through LoadModule (which accepts PTX too) is refused the same way.
-  EXPECT_EQ(t->device().LoadModule(ptx.c_str(), ptx.size() + 1, &module).code(), Code::kInvalidPtx);
+  EXPECT_EQ(t->device().LoadModule(ptx.c_str(), ptx.size() + 1, &module).code(), cu::kInvalidPtx);
 }
 
 // Texture objects run (kernel_texture_test.cc); texture references, removed in CUDA 12, are refused by name.
 TEST_F(RefuseTest, TextureReferenceIsInvalidPtx) {
   std::string ptx = ReadFile(KernelSourcePath("unsupported_texref.ptx"));
   Module* module = nullptr;
-  EmuStatus status = device().LoadPtx(ptx, &module);
-  EXPECT_EQ(status.code(), Code::kInvalidPtx) << Describe(status);
+  CallStatus status = device().LoadPtx(ptx, &module);
+  EXPECT_EQ(status.code(), cu::kInvalidPtx) << Describe(status);
   for (const std::string& part : {std::string("old_texture"), std::string("removed in CUDA 12"),
                                   std::to_string(LineOf(ptx, ".global .texref"))}) {
     EXPECT_NE(status.message().find(part), std::string::npos) << "the message should say " << part << ": "
@@ -198,8 +198,8 @@ TEST_F(RefuseTest, TextureReferenceOperandIsInvalidPtx) {
   std::string ptx = ReadFile(KernelSourcePath("unsupported_texref.ptx"));
   ptx.replace(ptx.find(".global .texref old_texture;"), 28, ".global .u64 old_texture;   ");
   Module* module = nullptr;
-  EmuStatus status = device().LoadPtx(ptx, &module);
-  EXPECT_EQ(status.code(), Code::kInvalidPtx) << Describe(status);
+  CallStatus status = device().LoadPtx(ptx, &module);
+  EXPECT_EQ(status.code(), cu::kInvalidPtx) << Describe(status);
   EXPECT_NE(status.message().find("removed in CUDA 12"), std::string::npos) << status.message();
   EXPECT_NE(status.message().find(std::to_string(LineOf(ptx, "tex.2d"))), std::string::npos) << status.message();
 }
@@ -210,14 +210,14 @@ TEST_F(RefuseTest, CorruptFatbinIsInvalidImage) {
   std::string image = ReadFile(FatbinPath("basic", "default"));
   image.resize(image.size() / 3);  // Truncated: entries run past the end.
   Module* module = nullptr;
-  EmuStatus status = device().LoadModule(image.data(), image.size(), &module);
-  EXPECT_EQ(status.code(), Code::kInvalidImage) << Describe(status);
+  CallStatus status = device().LoadModule(image.data(), image.size(), &module);
+  EXPECT_EQ(status.code(), cu::kInvalidImage) << Describe(status);
 }
 
 TEST_F(RefuseTest, UnknownKernelNameIsNotFound) {
   Module* module = LoadFile(FatbinPath("basic", "default"));
   Function* f = nullptr;
-  EXPECT_EQ(device().GetFunction(module, "no_such_kernel", &f).code(), Code::kNotFound);
+  EXPECT_EQ(device().GetFunction(module, "no_such_kernel", &f).code(), cu::kNotFound);
 }
 
 // ---- Issue "Tenant isolation, hardened", item 5: what a module declares, and what a launch multiplies it by,
@@ -244,8 +244,8 @@ TEST_F(RefuseTest, ResourcesBeyondAGpusLimitsAreRefusedAtLoad) {
   for (const auto& [body, limit] : cases) {
     SCOPED_TRACE(body);
     Module* module = nullptr;
-    EmuStatus status = device().LoadPtx(Ptx(body), &module);
-    EXPECT_EQ(status.code(), Code::kInvalidPtx) << Describe(status);
+    CallStatus status = device().LoadPtx(Ptx(body), &module);
+    EXPECT_EQ(status.code(), cu::kInvalidPtx) << Describe(status);
     EXPECT_NE(status.message().find(limit), std::string::npos) << "should name the limit: " << status.message();
   }
   // At the limits, modules load, and cuFuncGetAttribute's values (Device::Attributes) and cuDeviceGetAttribute's
@@ -309,8 +309,8 @@ TEST_F(RefuseTest, BlocksBeyondTheEmulatorsFootprintAreRefusedAtLaunch) {
   EXPECT_EQ(DownloadValue<uint32_t>(out), 9u);
   for (const char* kernel : {"big_local", "many_registers"}) {
     SCOPED_TRACE(kernel);
-    EmuStatus status = TryLaunch(Get(module, kernel), {1}, {1024}, 0, out);
-    EXPECT_EQ(status.code(), Code::kLaunchOutOfResources) << Describe(status);
+    CallStatus status = TryLaunch(Get(module, kernel), {1}, {1024}, 0, out);
+    EXPECT_EQ(status.code(), cu::kLaunchOutOfResources) << Describe(status);
     EXPECT_NE(status.message().find("too many resources requested for launch"), std::string::npos)
         << status.message();
     EXPECT_NE(status.message().find(std::to_string(internal::kMaxBlockFootprintBytes)), std::string::npos)
@@ -323,13 +323,13 @@ TEST_F(RefuseTest, BlocksBeyondTheEmulatorsFootprintAreRefusedAtLaunch) {
     EXPECT_EQ(most % 32, 0) << most;
     EXPECT_TRUE(TryLaunch(Get(module, kernel), {1}, {static_cast<uint32_t>(most)}, 0, out).ok()) << most;
     EXPECT_EQ(TryLaunch(Get(module, kernel), {1}, {static_cast<uint32_t>(most + 32)}, 0, out).code(),
-              Code::kLaunchOutOfResources) << most;
+              cu::kLaunchOutOfResources) << most;
   }
   // A parameter buffer far beyond what the kernel takes is refused, not copied to every thread.
   std::vector<uint8_t> huge(1 << 20, 0);
-  EmuStatus status = device().LaunchPacked(Get(module, "big_local"), LaunchConfig{{1}, {1}, 0, nullptr},
+  CallStatus status = device().LaunchPacked(Get(module, "big_local"), LaunchConfig{{1}, {1}, 0, nullptr},
                                            huge.data(), huge.size());
-  EXPECT_EQ(status.code(), Code::kInvalidValue) << Describe(status);
+  EXPECT_EQ(status.code(), cu::kInvalidValue) << Describe(status);
   EXPECT_NE(status.message().find("32764"), std::string::npos) << status.message();
 }
 
@@ -421,8 +421,8 @@ TEST_F(RefuseTest, KernelsReportTheirOwnSharedMemoryAndRegistersWithinTheirLaunc
   Launch(Get(module, "big"), {2}, {32}, optin - 40960, out);
   EXPECT_EQ(DownloadValue<uint32_t>(out), 5u);
   // One byte more than the limit is refused, naming it.
-  EmuStatus status = TryLaunch(Get(module, "small"), {1}, {32}, dynamic + 1, out, 0u);
-  EXPECT_EQ(status.code(), Code::kLaunchOutOfResources) << Describe(status);
+  CallStatus status = TryLaunch(Get(module, "small"), {1}, {32}, dynamic + 1, out, 0u);
+  EXPECT_EQ(status.code(), cu::kLaunchOutOfResources) << Describe(status);
   EXPECT_NE(status.message().find(std::to_string(optin)), std::string::npos) << status.message();
   EXPECT_TRUE(device().StickyError().ok()) << "a refused launch is not a fault";
 }
@@ -458,8 +458,8 @@ TEST_F(RefuseTest, DeviceSideLaunchesAreRefusedAtLoadNamingThem) {
 }
 )";
   Module* module = nullptr;
-  EmuStatus status = device().LoadPtx(Ptx(declarations + parent), &module);
-  EXPECT_EQ(status.code(), Code::kNotSupported) << Describe(status);
+  CallStatus status = device().LoadPtx(Ptx(declarations + parent), &module);
+  EXPECT_EQ(status.code(), cu::kNotSupported) << Describe(status);
   for (const char* part : {"'parent' launches kernels from the device", "__cudaCDP2GetParameterBufferV2",
                            "dynamic parallelism", "launch the kernels from the host"}) {
     EXPECT_NE(status.message().find(part), std::string::npos) << "should say " << part << ": " << status.message();
@@ -481,7 +481,7 @@ TEST_F(RefuseTest, DeviceSideLaunchesAreRefusedAtLoadNamingThem) {
 }
 )";
   status = device().LoadPtx(Ptx(defined), &module);
-  EXPECT_EQ(status.code(), Code::kNotSupported) << Describe(status);
+  EXPECT_EQ(status.code(), cu::kNotSupported) << Describe(status);
   EXPECT_NE(status.message().find("'old_parent' launches kernels from the device (it calls cudaGetParameterBuffer"),
             std::string::npos)
       << status.message();
@@ -522,16 +522,16 @@ TEST_F(RefuseTest, LaunchBoundsAreTheKernelsMaxThreadsPerBlock) {
   uint64_t out = Zeros<uint32_t>(1);
   Launch(Get(module, "bounded"), {1}, {64, 2}, 0, out);
   EXPECT_EQ(DownloadValue<uint32_t>(out), 5u);
-  EmuStatus status = TryLaunch(Get(module, "bounded"), {1}, {129}, 0, out);
-  EXPECT_EQ(status.code(), Code::kLaunchOutOfResources) << Describe(status);
+  CallStatus status = TryLaunch(Get(module, "bounded"), {1}, {129}, 0, out);
+  EXPECT_EQ(status.code(), cu::kLaunchOutOfResources) << Describe(status);
   EXPECT_NE(status.message().find("launch bounds (.maxntid/.reqntid) allow 128"), std::string::npos)
       << status.message();
-  EXPECT_EQ(TryLaunch(Get(module, "required"), {1}, {128}, 0, out).code(), Code::kLaunchOutOfResources);
+  EXPECT_EQ(TryLaunch(Get(module, "required"), {1}, {128}, 0, out).code(), cu::kLaunchOutOfResources);
   EXPECT_TRUE(device().StickyError().ok()) << "a refused launch is not a fault";
 
   Module* refused = nullptr;
-  EmuStatus load = device().LoadPtx(Ptx(".visible .entry k()\n.maxntid 0, 1, 1\n{ ret; }"), &refused);
-  EXPECT_EQ(load.code(), Code::kInvalidPtx) << Describe(load);
+  CallStatus load = device().LoadPtx(Ptx(".visible .entry k()\n.maxntid 0, 1, 1\n{ ret; }"), &refused);
+  EXPECT_EQ(load.code(), cu::kInvalidPtx) << Describe(load);
   EXPECT_NE(load.message().find("each must be 1 to 1024"), std::string::npos) << load.message();
 }
 
@@ -563,8 +563,8 @@ TEST_F(RefuseTest, DeepRecursionOfLargeFramesStopsAtTheRegisterBudget) {
   ret;
 }
 )"));
-  EmuStatus status = TryLaunch(Get(module, "recurse"), {1}, {32}, 0);
-  EXPECT_EQ(status.code(), Code::kLaunchFailed) << Describe(status);
+  CallStatus status = TryLaunch(Get(module, "recurse"), {1}, {32}, 0);
+  EXPECT_EQ(status.code(), cu::kLaunchFailed) << Describe(status);
   EXPECT_NE(status.message().find("register stack overflow"), std::string::npos) << status.message();
 }
 
@@ -621,7 +621,7 @@ TEST_F(RefuseTest, EachKernelHoldsOnlyTheSharedVariablesItUses) {
 }
 )") + Kernel("a", 1000) + Kernel("b", 2000);
   Module* module = nullptr;
-  EmuStatus loaded = device().LoadPtx(ptx, &module);
+  CallStatus loaded = device().LoadPtx(ptx, &module);
   ASSERT_TRUE(loaded.ok()) << Describe(loaded);
   for (const auto& [name, base] : {std::pair<const char*, uint32_t>{"kernel_a", 1000}, {"kernel_b", 2000}}) {
     SCOPED_TRACE(name);
@@ -662,7 +662,7 @@ TEST_F(RefuseTest, PackedSixteenBitIntegerMinAndMaxWorkHalfByHalf) {
 }
 )");
   Module* module = nullptr;
-  EmuStatus loaded = device().LoadPtx(ptx, &module);
+  CallStatus loaded = device().LoadPtx(ptx, &module);
   ASSERT_TRUE(loaded.ok()) << Describe(loaded);
   const std::vector<std::pair<uint32_t, uint32_t>> inputs = {
       {0x8000'7fffu, 0x7fff'8000u}, {0xfffd'0003u, 0x0002'fffeu}, {0x0000'ffffu, 0xffff'0000u}, {0x1234'5678u, 0x1234'5678u}};

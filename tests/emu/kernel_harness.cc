@@ -4,50 +4,48 @@
 #include <fstream>
 #include <sstream>
 
-namespace gpupool::emu {
+namespace gpupool {
 
-void PrintTo(Code code, std::ostream* os) { *os << test::CodeName(code) << " (" << static_cast<int>(code) << ")"; }
+void PrintTo(const CallStatus& status, std::ostream* os) { *os << emu::test::Describe(status); }
 
-void PrintTo(const EmuStatus& status, std::ostream* os) { *os << test::Describe(status); }
-
-}  // namespace gpupool::emu
+}  // namespace gpupool
 
 namespace gpupool::emu::test {
 
-const char* CodeName(Code code) {
+const char* CodeName(int code) {
   switch (code) {
-    case Code::kSuccess: return "kSuccess";
-    case Code::kInvalidValue: return "kInvalidValue";
-    case Code::kOutOfMemory: return "kOutOfMemory";
-    case Code::kInvalidImage: return "kInvalidImage";
-    case Code::kInvalidContext: return "kInvalidContext";
-    case Code::kNoBinaryForGpu: return "kNoBinaryForGpu";
-    case Code::kInvalidPtx: return "kInvalidPtx";
-    case Code::kInvalidSource: return "kInvalidSource";
-    case Code::kInvalidHandle: return "kInvalidHandle";
-    case Code::kNotFound: return "kNotFound";
-    case Code::kNotReady: return "kNotReady";
-    case Code::kIllegalAddress: return "kIllegalAddress";
-    case Code::kLaunchOutOfResources: return "kLaunchOutOfResources";
-    case Code::kLaunchTimeout: return "kLaunchTimeout";
-    case Code::kAssert: return "kAssert";
-    case Code::kIllegalInstruction: return "kIllegalInstruction";
-    case Code::kMisalignedAddress: return "kMisalignedAddress";
-    case Code::kLaunchFailed: return "kLaunchFailed";
-    case Code::kNotSupported: return "kNotSupported";
-    case Code::kUnknown: return "kUnknown";
+    case cu::kSuccess: return "kSuccess";
+    case cu::kInvalidValue: return "kInvalidValue";
+    case cu::kOutOfMemory: return "kOutOfMemory";
+    case cu::kInvalidImage: return "kInvalidImage";
+    case cu::kInvalidContext: return "kInvalidContext";
+    case cu::kNoBinaryForGpu: return "kNoBinaryForGpu";
+    case cu::kInvalidPtx: return "kInvalidPtx";
+    case cu::kInvalidSource: return "kInvalidSource";
+    case cu::kInvalidHandle: return "kInvalidHandle";
+    case cu::kNotFound: return "kNotFound";
+    case cu::kNotReady: return "kNotReady";
+    case cu::kIllegalAddress: return "kIllegalAddress";
+    case cu::kLaunchOutOfResources: return "kLaunchOutOfResources";
+    case cu::kLaunchTimeout: return "kLaunchTimeout";
+    case cu::kAssert: return "kAssert";
+    case cu::kIllegalInstruction: return "kIllegalInstruction";
+    case cu::kMisalignedAddress: return "kMisalignedAddress";
+    case cu::kLaunchFailed: return "kLaunchFailed";
+    case cu::kNotSupported: return "kNotSupported";
+    case cu::kUnknown: return "kUnknown";
   }
   return "(unnamed code)";
 }
 
-std::string Describe(const EmuStatus& status) {
+std::string Describe(const CallStatus& status) {
   std::ostringstream os;
-  os << CodeName(status.code()) << " (" << static_cast<int>(status.code()) << ")";
+  os << CodeName(status.code()) << " (" << status.code() << ")";
   if (!status.message().empty()) os << ": " << status.message();
   return os.str();
 }
 
-void Check(const EmuStatus& status, std::string_view what) {
+void Check(const CallStatus& status, std::string_view what) {
   if (!status.ok()) throw HarnessError(std::string(what) + ": " + Describe(status));
 }
 

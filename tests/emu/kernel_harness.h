@@ -22,14 +22,13 @@
 #include <tuple>
 #include <vector>
 
+#include "core/call_status.h"
 #include "emu/device.h"
-#include "emu/status.h"
 
-namespace gpupool::emu {
-// GoogleTest printers, found by ADL, so failed expectations show codes by name.
-void PrintTo(Code code, std::ostream* os);
-void PrintTo(const EmuStatus& status, std::ostream* os);
-}  // namespace gpupool::emu
+namespace gpupool {
+// GoogleTest's printer, found by ADL, so that a failed expectation on a status shows its code by name.
+void PrintTo(const CallStatus& status, std::ostream* os);
+}  // namespace gpupool
 
 namespace gpupool::emu::test {
 
@@ -44,10 +43,11 @@ class HarnessError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-const char* CodeName(Code code);
-std::string Describe(const EmuStatus& status);
+// The name of a CUresult the emulator returns (its cu:: constant), for messages.
+const char* CodeName(int code);
+std::string Describe(const CallStatus& status);
 // Throws HarnessError("<what>: <code name> (<number>): <message>") unless `status` is ok.
-void Check(const EmuStatus& status, std::string_view what);
+void Check(const CallStatus& status, std::string_view what);
 
 std::string FatbinPath(std::string_view kernel, std::string_view variant);  // In the build tree.
 std::string KernelSourcePath(std::string_view file);                        // tests/emu/kernels/<file>
@@ -125,7 +125,7 @@ class EmuTest : public ::testing::Test {
   // checks that the arguments match Device::Params() in number and size (a mismatch throws: it would make the
   // kernel read garbage).
   template <typename... Args>
-  EmuStatus TryLaunch(Function* function, Dim3 grid, Dim3 block, uint32_t shared_bytes, const Args&... args) {
+  CallStatus TryLaunch(Function* function, Dim3 grid, Dim3 block, uint32_t shared_bytes, const Args&... args) {
     std::tuple<Args...> values(args...);
     std::vector<void*> pointers;
     std::vector<size_t> sizes;
@@ -137,8 +137,8 @@ class EmuTest : public ::testing::Test {
         values);
     CheckParams(function, sizes);
     LaunchConfig config{grid, block, shared_bytes, nullptr};
-    EmuStatus status = device_->Launch(function, config, pointers.empty() ? nullptr : pointers.data());
-    EmuStatus sync = device_->Synchronize();
+    CallStatus status = device_->Launch(function, config, pointers.empty() ? nullptr : pointers.data());
+    CallStatus sync = device_->Synchronize();
     return status.ok() ? sync : status;
   }
   template <typename... Args>

@@ -169,8 +169,8 @@ TEST_P(PackedTest, Clock64CountsTimeAtTheReportedClockRate) {
 TEST_P(PackedTest, UndefinedDeviceRuntimeCallFailsTheLaunchNamingIt) {
   Module* module = LoadKernel("packed");  // The module loads: its other kernels run.
   uint64_t out = Output<int>(32);
-  EmuStatus status = TryLaunch(Get(module, "graph_set_conditional"), {1}, {32}, 0, uint64_t{0}, out);
-  EXPECT_EQ(status.code(), Code::kNotSupported) << status.message();
+  CallStatus status = TryLaunch(Get(module, "graph_set_conditional"), {1}, {32}, 0, uint64_t{0}, out);
+  EXPECT_EQ(status.code(), cu::kNotSupported) << status.message();
   EXPECT_NE(status.message().find("cudaGraphSetConditional"), std::string::npos) << status.message();
   EXPECT_NE(status.message().find("device-side CUDA runtime function"), std::string::npos) << status.message();
 }
@@ -224,8 +224,8 @@ TEST_P(PackedTest, MbarriersCompleteOnArrivalsAndBulkCopies) {
 void ExpectStuckBarrierFails(PackedTest* t, const std::string& kernel) {
   std::vector<int> in(4 * 512, 1);
   uint64_t out = t->Output<int>(4 * 512);
-  EmuStatus stuck = t->TryLaunch(t->Kernel(kernel, "barrier_copies"), {1}, {64}, 0, t->Upload(in), out, 1);
-  EXPECT_EQ(stuck.code(), Code::kLaunchTimeout) << stuck.message();
+  CallStatus stuck = t->TryLaunch(t->Kernel(kernel, "barrier_copies"), {1}, {64}, 0, t->Upload(in), out, 1);
+  EXPECT_EQ(stuck.code(), cu::kLaunchTimeout) << stuck.message();
   EXPECT_NE(stuck.message().find("64 on an mbarrier phase that cannot complete"), std::string::npos)
       << stuck.message();
 }
@@ -252,8 +252,8 @@ TEST_F(JumpTableTest, BrxIdxJumpsThroughItsBranchTargetsAndRefusesAnIndexOutside
   }
   EXPECT_TRUE(ArraysEqual(device.Download<int>(out, n), want, "brx.idx over 4 targets"));
   selectors[5] = 9;
-  EmuStatus status = device.TryLaunch(device.Get(module, "jump_table"), {1}, {n}, 0, out, device.Upload(selectors));
-  EXPECT_EQ(status.code(), Code::kIllegalInstruction) << status.message();
+  CallStatus status = device.TryLaunch(device.Get(module, "jump_table"), {1}, {n}, 0, out, device.Upload(selectors));
+  EXPECT_EQ(status.code(), cu::kIllegalInstruction) << status.message();
   EXPECT_NE(status.message().find("brx.idx index 9"), std::string::npos) << status.message();
 }
 
@@ -338,8 +338,8 @@ TEST_F(JumpTableTest, LinkedImagesBindDeclarationsAndKeepPrivateNamesApart) {
   EXPECT_TRUE(ArraysEqual(Download<uint32_t>(out, 32), want, "triple() from the library, helper() from each unit"));
 
   Module* refused = nullptr;
-  EmuStatus twice = device().LoadPtx(library_unit + library_unit, &refused);
-  EXPECT_EQ(twice.code(), Code::kInvalidPtx) << twice.message();
+  CallStatus twice = device().LoadPtx(library_unit + library_unit, &refused);
+  EXPECT_EQ(twice.code(), cu::kInvalidPtx) << twice.message();
   EXPECT_NE(twice.message().find("'triple' is defined in module 1 and in module 2"), std::string::npos)
       << twice.message();
 }

@@ -850,8 +850,8 @@ void ExpectRefused(TensorRefuseTest* t, const std::string& instruction, const st
   const std::string ptx = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k(.param .u64 p)\n{\n" +
                           declarations + "\n" + instruction + "\nret;\n}\n";
   Module* module = nullptr;
-  EmuStatus status = t->device().LoadPtx(ptx, &module);
-  EXPECT_EQ(status.code(), Code::kInvalidPtx) << Describe(status);
+  CallStatus status = t->device().LoadPtx(ptx, &module);
+  EXPECT_EQ(status.code(), cu::kInvalidPtx) << Describe(status);
   const std::string opcode = instruction.substr(0, instruction.find(' '));
   EXPECT_NE(status.message().find(opcode), std::string::npos) << status.message();
 }

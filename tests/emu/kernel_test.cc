@@ -130,7 +130,7 @@ TEST_P(KernelsTest, TemplateKernelByMangledName) {
     EXPECT_TRUE(ArraysEqual(Download<int>(out, n), want, "scale_kernel<int>"));
   }
   Function* missing = nullptr;
-  EXPECT_EQ(device().GetFunction(module, "scale_kernel", &missing).code(), Code::kNotFound)
+  EXPECT_EQ(device().GetFunction(module, "scale_kernel", &missing).code(), cu::kNotFound)
       << "a C++ kernel is found by its mangled name only";
 }
 

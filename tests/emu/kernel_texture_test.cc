@@ -605,9 +605,9 @@ TEST_P(TextureTest, Surface2DOutOfRangeModes) {
   }
   // .trap: the launch fails with an illegal address that names the surface access.
   std::vector<int> bad_x = {0, 40}, bad_y = {0, 0};
-  EmuStatus s = TryLaunch(Kernel("texture", "surf2d_read_trap"), {1}, {2}, 0, surface, Upload(bad_x), Upload(bad_y),
+  CallStatus s = TryLaunch(Kernel("texture", "surf2d_read_trap"), {1}, {2}, 0, surface, Upload(bad_x), Upload(bad_y),
                           Output<uint32_t>(2), 2);
-  EXPECT_EQ(s.code(), Code::kIllegalAddress) << Describe(s);
+  EXPECT_EQ(s.code(), cu::kIllegalAddress) << Describe(s);
   EXPECT_NE(s.message().find("outside the surface"), std::string::npos) << s.message();
 }
 
@@ -710,9 +710,9 @@ TEST_P(TextureTest, WrongGeometryOrHandleFaults) {
   HostTexture t = MakeFloat(d);
   const uint64_t one_d = Object(t.desc);
   std::vector<float> c = {1.0f};
-  EmuStatus s = TryLaunch(Kernel("texture", "tex2d_f4"), {1}, {1}, 0, one_d, Upload(c), Upload(c),
+  CallStatus s = TryLaunch(Kernel("texture", "tex2d_f4"), {1}, {1}, 0, one_d, Upload(c), Upload(c),
                           Output<float>(4), 1);
-  EXPECT_EQ(s.code(), Code::kIllegalInstruction) << Describe(s);
+  EXPECT_EQ(s.code(), cu::kIllegalInstruction) << Describe(s);
   EXPECT_NE(s.message().find("2D texture instruction on a 1D texture object"), std::string::npos) << s.message();
 }
 
@@ -720,8 +720,8 @@ TEST_P(TextureTest, PlainMemoryIsNoTextureObject) {
   // A buffer of the program's own is not a texture object, nor is a surface object.
   std::vector<float> c = {1.0f};
   uint64_t buffer = Output<float>(64, 0);
-  EmuStatus s = TryLaunch(Kernel("texture", "tex1d_f4"), {1}, {1}, 0, buffer, Upload(c), Output<float>(4), 1);
-  EXPECT_EQ(s.code(), Code::kIllegalAddress) << Describe(s);
+  CallStatus s = TryLaunch(Kernel("texture", "tex1d_f4"), {1}, {1}, 0, buffer, Upload(c), Output<float>(4), 1);
+  EXPECT_EQ(s.code(), cu::kIllegalAddress) << Describe(s);
   EXPECT_NE(s.message().find("is not a texture object"), std::string::npos) << s.message();
 }
 
@@ -731,8 +731,8 @@ TEST_P(TextureTest, SurfaceIsNoTextureObject) {
   d.width = 8;
   HostTexture t = MakeFloat(d);
   std::vector<float> c = {1.0f};
-  EmuStatus s = TryLaunch(Kernel("texture", "tex1d_f4"), {1}, {1}, 0, Object(t.desc), Upload(c), Output<float>(4), 1);
-  EXPECT_EQ(s.code(), Code::kIllegalAddress) << Describe(s);
+  CallStatus s = TryLaunch(Kernel("texture", "tex1d_f4"), {1}, {1}, 0, Object(t.desc), Upload(c), Output<float>(4), 1);
+  EXPECT_EQ(s.code(), cu::kIllegalAddress) << Describe(s);
 }
 
 // Issue "Tenant isolation, hardened", item 1. Handles were once the addresses of descriptors in device memory,
@@ -768,11 +768,11 @@ TEST_P(TextureTest, ForgedDescriptorInTenantMemoryIsNoObject) {
       std::memcpy(bytes.data(), &record, sizeof(record));
       const uint64_t forged = Upload(bytes);
       std::vector<int> c = {1};
-      EmuStatus s = surface ? TryLaunch(Kernel("texture", "surf2d_read_trap"), {1}, {1}, 0, forged, Upload(c),
+      CallStatus s = surface ? TryLaunch(Kernel("texture", "surf2d_read_trap"), {1}, {1}, 0, forged, Upload(c),
                                         Upload(c), Output<uint32_t>(1), 1)
                             : TryLaunch(Kernel("texture", "tex1d_f4"), {1}, {1}, 0, forged,
                                         Upload(std::vector<float>{1.0f}), Output<float>(4), 1);
-      EXPECT_EQ(s.code(), Code::kIllegalAddress) << Describe(s);
+      EXPECT_EQ(s.code(), cu::kIllegalAddress) << Describe(s);
       EXPECT_NE(s.message().find(surface ? "is not a surface object" : "is not a texture object"), std::string::npos)
           << s.message();
       device().ResetContext();
@@ -809,8 +809,8 @@ TEST_P(TextureTest, RandomAndNeighbouringHandlesAreRefused) {
     if (handle == live) continue;
     SCOPED_TRACE("candidate " + std::to_string(k) + ": handle " + std::to_string(handle) + " next to " +
                  std::to_string(live));
-    EmuStatus s = TryLaunch(fetch, {1}, {1}, 0, handle, Upload(std::vector<float>{1.0f}), Output<float>(4), 1);
-    EXPECT_EQ(s.code(), Code::kIllegalAddress) << Describe(s);
+    CallStatus s = TryLaunch(fetch, {1}, {1}, 0, handle, Upload(std::vector<float>{1.0f}), Output<float>(4), 1);
+    EXPECT_EQ(s.code(), cu::kIllegalAddress) << Describe(s);
     device().ResetContext();
     fetch = Kernel("texture", "tex1d_f4");
   }
@@ -845,8 +845,8 @@ TEST_P(TextureTest, ObjectsFollowStreamOrder) {
   Check(device().Synchronize(), "sync");
   EXPECT_EQ(U(Download<float>(out_first, 4)[0]), first.Fetch(x.data(), 0)[0]);
   EXPECT_EQ(U(Download<float>(out_second, 4)[0]), second.Fetch(x.data(), 0)[0]);
-  EmuStatus s = TryLaunch(fetch, {1}, {1}, 0, a, coords, Output<float>(4), 1);
-  EXPECT_EQ(s.code(), Code::kIllegalAddress) << "a destroyed object: " << Describe(s);
+  CallStatus s = TryLaunch(fetch, {1}, {1}, 0, a, coords, Output<float>(4), 1);
+  EXPECT_EQ(s.code(), cu::kIllegalAddress) << "a destroyed object: " << Describe(s);
 }
 
 GPUPOOL_INSTANTIATE_VARIANTS(TextureTest);
@@ -865,16 +865,16 @@ TEST_F(TextureObjectTest, TexelsMustLieInsideOneAllocation) {
   uint64_t handle = 0;
   EXPECT_TRUE(device().CreateTextureObject(d, &handle).ok());  // 16 rows of 64 bytes: exactly the allocation.
   d.height = 17;
-  EXPECT_EQ(device().CreateTextureObject(d, &handle).code(), Code::kInvalidValue);
+  EXPECT_EQ(device().CreateTextureObject(d, &handle).code(), cu::kInvalidValue);
   d.height = 16;
   d.pitch = 32;  // Shorter than a row of 16 floats.
-  EXPECT_EQ(device().CreateTextureObject(d, &handle).code(), Code::kInvalidValue);
+  EXPECT_EQ(device().CreateTextureObject(d, &handle).code(), cu::kInvalidValue);
   d.pitch = 64;
   d.channels = 3;
-  EXPECT_EQ(device().CreateTextureObject(d, &handle).code(), Code::kInvalidValue);
+  EXPECT_EQ(device().CreateTextureObject(d, &handle).code(), cu::kInvalidValue);
   d.channels = 1;
   d.base = 0x1000;
-  EXPECT_EQ(device().CreateTextureObject(d, &handle).code(), Code::kInvalidValue);
+  EXPECT_EQ(device().CreateTextureObject(d, &handle).code(), cu::kInvalidValue);
 }
 
 TEST_F(TextureObjectTest, DestroyOnceAndTakesNoDeviceMemory) {
@@ -890,9 +890,9 @@ TEST_F(TextureObjectTest, DestroyOnceAndTakesNoDeviceMemory) {
   EXPECT_EQ(free_before, free_after) << "the description lives in the device's table, not in its memory";
   EXPECT_EQ(handle >> 56, TextureTable::kHandleTag) << "a handle is never an address";
   Check(device().DestroyTextureObject(handle), "destroy");
-  EXPECT_EQ(device().DestroyTextureObject(handle).code(), Code::kInvalidValue) << "destroyed twice";
-  EXPECT_EQ(device().DestroyTextureObject(memory).code(), Code::kInvalidValue) << "not an object";
-  EXPECT_EQ(device().DestroyTextureObject(0).code(), Code::kInvalidValue) << "not an object";
+  EXPECT_EQ(device().DestroyTextureObject(handle).code(), cu::kInvalidValue) << "destroyed twice";
+  EXPECT_EQ(device().DestroyTextureObject(memory).code(), cu::kInvalidValue) << "not an object";
+  EXPECT_EQ(device().DestroyTextureObject(0).code(), cu::kInvalidValue) << "not an object";
 }
 
 // The table holds TextureTable::kCapacity objects at once, and refuses one more naming the limit. Slots are reused
@@ -904,13 +904,13 @@ TEST_F(TextureObjectTest, AtMostCapacityObjectsAndReusedSlotsRefuseOldHandles) {
   std::vector<uint64_t> handles(TextureTable::kCapacity);
   for (uint64_t& h : handles) Check(device().CreateTextureObject(d, &h), "create");
   uint64_t extra = 0;
-  EmuStatus s = device().CreateTextureObject(d, &extra);
-  EXPECT_EQ(s.code(), Code::kOutOfMemory) << Describe(s);
+  CallStatus s = device().CreateTextureObject(d, &extra);
+  EXPECT_EQ(s.code(), cu::kOutOfMemory) << Describe(s);
   EXPECT_NE(s.message().find(std::to_string(TextureTable::kCapacity)), std::string::npos) << s.message();
   Check(device().DestroyTextureObject(handles[5]), "destroy");
   Check(device().CreateTextureObject(d, &extra), "create in the freed slot");
   EXPECT_NE(extra, handles[5]) << "a reused slot gets a new generation";
-  EXPECT_EQ(device().DestroyTextureObject(handles[5]).code(), Code::kInvalidValue) << "the old handle";
+  EXPECT_EQ(device().DestroyTextureObject(handles[5]).code(), cu::kInvalidValue) << "the old handle";
   Check(device().DestroyTextureObject(extra), "destroy the new one");
   for (size_t i = 0; i < handles.size(); ++i) {
     if (i != 5) Check(device().DestroyTextureObject(handles[i]), "destroy");

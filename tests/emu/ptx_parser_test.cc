@@ -51,7 +51,7 @@ std::string NumbaPtx(const std::string& name) { return std::string(GPUPOOL_NUMBA
   } while (0)
 
 Module Parse(std::string_view text) {
-  EmuResult<Module> r = ParsePtx(text);
+  CallResult<Module> r = ParsePtx(text);
   EXPECT_TRUE(r.ok()) << r.status().message();
   if (!r.ok()) return Module{};
   return std::move(r).value();
@@ -60,17 +60,17 @@ Module Parse(std::string_view text) {
 Module ParseFile(const std::string& path) {
   std::string text = ReadFile(path);
   EXPECT_FALSE(text.empty()) << path;
-  EmuResult<Module> r = ParsePtx(text);
+  CallResult<Module> r = ParsePtx(text);
   EXPECT_TRUE(r.ok()) << path << ": " << r.status().message();
   if (!r.ok()) return Module{};
   return std::move(r).value();
 }
 
 std::string ParseError(std::string_view text) {
-  EmuResult<Module> r = ParsePtx(text);
+  CallResult<Module> r = ParsePtx(text);
   EXPECT_FALSE(r.ok()) << "parsed unexpectedly:\n" << text;
   if (r.ok()) return "";
-  EXPECT_EQ(r.status().code(), Code::kInvalidPtx);
+  EXPECT_EQ(r.status().code(), cu::kInvalidPtx);
   return r.status().message();
 }
 
@@ -164,10 +164,10 @@ void CheckTruncations(const std::string& text, size_t step) {
   int total_lines = static_cast<int>(std::count(text.begin(), text.end(), '\n')) + 1;
   int failures = 0;
   for (size_t cut = 0; cut < text.size(); cut += step) {
-    EmuResult<Module> r = ParsePtx(std::string_view(text).substr(0, cut));
+    CallResult<Module> r = ParsePtx(std::string_view(text).substr(0, cut));
     if (r.ok()) continue;
     ++failures;
-    ASSERT_EQ(r.status().code(), Code::kInvalidPtx) << "cut " << cut;
+    ASSERT_EQ(r.status().code(), cu::kInvalidPtx) << "cut " << cut;
     const std::string& msg = r.status().message();
     ASSERT_EQ(msg.rfind("line ", 0), 0u) << "cut " << cut << ": " << msg;
     int line = std::atoi(msg.c_str() + 5);
@@ -861,7 +861,7 @@ TEST(PtxParserErrors, Malformed) {
 TEST(PtxParserErrors, TruncatedHandWritten) {
   std::string text(kKernel);
   for (size_t cut = 0; cut < text.size(); ++cut) {
-    EmuResult<Module> r = ParsePtx(std::string_view(text).substr(0, cut));
+    CallResult<Module> r = ParsePtx(std::string_view(text).substr(0, cut));
     if (r.ok()) continue;
     ASSERT_EQ(r.status().message().rfind("line ", 0), 0u) << cut << ": " << r.status().message();
   }
@@ -897,7 +897,7 @@ TEST(PtxParserErrors, RandomCorruptionNeverCrashes) {
       }
       if (text.empty()) text = "x";
     }
-    EmuResult<Module> r = ParsePtx(text);
+    CallResult<Module> r = ParsePtx(text);
     if (r.ok()) continue;
     ++failures;
     ASSERT_EQ(r.status().message().rfind("line ", 0), 0u) << r.status().message();
@@ -1322,7 +1322,7 @@ TEST(PtxParserSpeed, LargeSyntheticModule) {
   }
   text += "\tret;\n}\n";
   auto start = std::chrono::steady_clock::now();
-  EmuResult<Module> r = ParsePtx(text);
+  CallResult<Module> r = ParsePtx(text);
   auto elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_TRUE(r.ok()) << r.status().message();
   const Function& f = r.value().functions[0];

@@ -11,8 +11,8 @@
 
 namespace {
 
-using gpupool::emu::Code;
-using gpupool::emu::EmuResult;
+using gpupool::CallResult;
+namespace cu = gpupool::cu;
 
 constexpr uint32_t kWrapperMagic = 0x466243B1;
 constexpr uint32_t kContainerMagic = 0xBA55ED50;
@@ -57,12 +57,12 @@ uint32_t Magic(const uint8_t* data, size_t size) {
 
 // A failure must carry one of the documented codes and say what went wrong.
 template <typename T>
-void CheckFailure(const EmuResult<T>& r, const char* call) {
+void CheckFailure(const CallResult<T>& r, const char* call) {
   if (r.ok()) return;
-  Code code = r.status().code();
-  if ((code != Code::kInvalidImage && code != Code::kNoBinaryForGpu && code != Code::kInvalidValue) ||
+  int code = r.status().code();
+  if ((code != cu::kInvalidImage && code != cu::kNoBinaryForGpu && code != cu::kInvalidValue) ||
       r.status().message().empty()) {
-    std::fprintf(stderr, "%s failed with code %d and message \"%s\"\n", call, static_cast<int>(code),
+    std::fprintf(stderr, "%s failed with code %d and message \"%s\"\n", call, code,
                  r.status().message().c_str());
     std::abort();
   }

@@ -10,7 +10,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto module = gpupool::emu::ParsePtx(std::string_view(reinterpret_cast<const char*>(data), size));
   if (!module.ok() &&
-      (module.status().code() != gpupool::emu::Code::kInvalidPtx || module.status().message().empty())) {
+      (module.status().code() != gpupool::cu::kInvalidPtx || module.status().message().empty())) {
     std::fprintf(stderr, "ParsePtx failed with code %d and message \"%s\"\n", static_cast<int>(module.status().code()),
                  module.status().message().c_str());
     std::abort();

@@ -17,9 +17,9 @@
 
 namespace {
 
-using gpupool::emu::Code;
+using gpupool::CallStatus;
 using gpupool::emu::Device;
-using gpupool::emu::EmuStatus;
+namespace cu = gpupool::cu;
 using gpupool::emu::Function;
 using gpupool::emu::LaunchConfig;
 using gpupool::emu::Module;
@@ -93,7 +93,7 @@ class Input {
   size_t size_, at_ = 0;
 };
 
-[[noreturn]] void Die(const std::string& what, const EmuStatus& s) {
+[[noreturn]] void Die(const std::string& what, const CallStatus& s) {
   std::fprintf(stderr, "%s: code %d: %s\n", what.c_str(), static_cast<int>(s.code()), s.message().c_str());
   std::abort();
 }
@@ -112,15 +112,15 @@ struct Fixture {
   // (Re)loads the kernels and allocates the buffers: after a fault, the context was reset and they are gone.
   void Prepare() {
     if (module != nullptr) return;
-    if (EmuStatus s = device.LoadPtx(kPtx, &module); !s.ok()) Die("LoadPtx", s);
+    if (CallStatus s = device.LoadPtx(kPtx, &module); !s.ok()) Die("LoadPtx", s);
     kernels.clear();
     for (const char* name : kKernels) {
       Function* f = nullptr;
-      if (EmuStatus s = device.GetFunction(module, name, &f); !s.ok()) Die(name, s);
+      if (CallStatus s = device.GetFunction(module, name, &f); !s.ok()) Die(name, s);
       kernels.push_back(f);
     }
     for (uint64_t* p : {&texels, &coords, &out, &forged}) {
-      if (EmuStatus s = device.Malloc(p == &texels ? kTexelBytes : 256, p); !s.ok()) Die("Malloc", s);
+      if (CallStatus s = device.Malloc(p == &texels ? kTexelBytes : 256, p); !s.ok()) Die("Malloc", s);
     }
   }
 };
@@ -166,13 +166,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint64_t noise = in.Take<uint64_t>();
   std::vector<uint8_t> texels = in.Rest(kTexelBytes);
 
-  if (EmuStatus s = device.CopyToDevice(fx.coords, coords, sizeof(coords)); !s.ok()) Die("coords", s);
+  if (CallStatus s = device.CopyToDevice(fx.coords, coords, sizeof(coords)); !s.ok()) Die("coords", s);
   if (!texels.empty()) {
-    if (EmuStatus s = device.CopyToDevice(fx.texels, texels.data(), texels.size()); !s.ok()) Die("texels", s);
+    if (CallStatus s = device.CopyToDevice(fx.texels, texels.data(), texels.size()); !s.ok()) Die("texels", s);
   }
   uint64_t object = 0;
-  EmuStatus created = device.CreateTextureObject(d, &object);
-  if (!created.ok() && (created.code() != Code::kInvalidValue || created.message().empty())) {
+  CallStatus created = device.CreateTextureObject(d, &object);
+  if (!created.ok() && (created.code() != cu::kInvalidValue || created.message().empty())) {
     Die("CreateTextureObject", created);
   }
   uint64_t handle = 0;
@@ -191,30 +191,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       // A tenant knows its own pointers: the forgery's texels may lie in its real memory.
       if (noise >> 63) std::memcpy(record + sizeof(magic) + offsetof(TextureDesc, base), &fx.texels, 8);
-      if (EmuStatus s = device.CopyToDevice(fx.forged, record, sizeof(record)); !s.ok()) Die("forged", s);
+      if (CallStatus s = device.CopyToDevice(fx.forged, record, sizeof(record)); !s.ok()) Die("forged", s);
       handle = fx.forged + (noise & 0x7f) * 8 % 128;
       break;
     }
     default:  // Stale: destroyed before the launch.
       handle = object;
       if (created.ok()) {
-        if (EmuStatus s = device.DestroyTextureObject(object); !s.ok()) Die("DestroyTextureObject", s);
-        created = EmuStatus(Code::kInvalidValue, "destroyed");
+        if (CallStatus s = device.DestroyTextureObject(object); !s.ok()) Die("DestroyTextureObject", s);
+        created = CallStatus(cu::kInvalidValue, "destroyed");
       }
       break;
   }
   Function* f = fx.kernels[kernel % fx.kernels.size()];
   void* params[] = {&handle, &fx.coords, &fx.out};
-  EmuStatus launched = device.Launch(f, LaunchConfig{{1}, {1}, 0, nullptr}, params);
+  CallStatus launched = device.Launch(f, LaunchConfig{{1}, {1}, 0, nullptr}, params);
   if (launched.ok()) launched = device.Synchronize();
   if (created.ok()) {
-    if (EmuStatus s = device.DestroyTextureObject(object); !s.ok() && device.StickyError().ok()) {
+    if (CallStatus s = device.DestroyTextureObject(object); !s.ok() && device.StickyError().ok()) {
       Die("DestroyTextureObject", s);
     }
   }
   if (!launched.ok()) {
-    if (launched.code() != Code::kIllegalAddress && launched.code() != Code::kIllegalInstruction &&
-        launched.code() != Code::kMisalignedAddress) {
+    if (launched.code() != cu::kIllegalAddress && launched.code() != cu::kIllegalInstruction &&
+        launched.code() != cu::kMisalignedAddress) {
       Die("launch", launched);
     }
     device.ResetContext();  // A fault is sticky: start the next input on a clean context.

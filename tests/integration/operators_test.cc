@@ -920,6 +920,30 @@ TEST(OperatorsTrust, ConnectionsThatSayNothingAreClosed) {
 namespace gpupool::testing {
 namespace {
 
+// What an agent answers openSession of `lease`'s first slice with the window [base, base + bytes), asked over the
+// wire itself (a RemoteSession would try other windows).
+struct RawOpen {
+  wire::Outcome::Code code = wire::Outcome::Code::OK;
+  std::string message;
+  bool window_taken = false;
+  bool has_session = false;
+};
+RawOpen OpenSessionAt(const std::string& address, const Lease& lease, uint64_t base, uint64_t bytes) {
+  auto fields = internal::DecodeToken(lease.Token());
+  EXPECT_TRUE(fields.ok()) << fields.status().ToString();
+  if (!fields.ok()) return {wire::Outcome::Code::INTERNAL, "the lease's token does not decode"};
+  capnp::EzRpcClient client(address);
+  auto req = client.getMain<wire::Agent>().openSessionRequest();
+  req.initLease().setId(fields->id);
+  req.getLease().setSecret(fields->secret);
+  req.setDevice(lease.slices()[0].device);
+  req.setWindowBase(base);
+  req.setWindowBytes(bytes);
+  auto reply = req.send().wait(client.getWaitScope());
+  return {reply.getOutcome().getCode(), reply.getOutcome().getMessage(), reply.getOutcome().getWindowTaken(),
+          reply.hasSession()};
+}
+
 // Issue 41: the agent tells a window taken (worth another window) apart from its other refusals of a session on the
 // wire (Outcome.windowTaken), and the client tries another window only then, whatever a refusal's words: it used to
 // look for "[limits]" in the message, and tried 16 windows on any other busy refusal.
@@ -952,20 +976,24 @@ TEST(OperatorsTrust, OnlyATakenWindowIsTriedAgain) {
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   auto first = internal::RemoteSession::OpenLease(lease->Token());
   ASSERT_TRUE(first.ok()) << first.status().ToString();
-  auto fields = internal::DecodeToken(lease->Token());
-  ASSERT_TRUE(fields.ok());
-  capnp::EzRpcClient client(agent.address());
-  auto req = client.getMain<wire::Agent>().openSessionRequest();
-  req.initLease().setId(fields->id);
-  req.getLease().setSecret(fields->secret);
-  req.setDevice(lease->slices()[0].device);
-  req.setWindowBase(uint64_t{40} << 40);
-  req.setWindowBytes(uint64_t{2} << 30);
-  auto reply = req.send().wait(client.getWaitScope());
-  EXPECT_EQ(reply.getOutcome().getCode(), wire::Outcome::Code::BUSY);
-  EXPECT_NE(std::string(reply.getOutcome().getMessage()).find("[limits] sessions_per_lease = 1"), std::string::npos)
-      << reply.getOutcome().getMessage().cStr();
-  EXPECT_FALSE(reply.getOutcome().getWindowTaken());
+  RawOpen reply = OpenSessionAt(agent.address(), *lease, uint64_t{40} << 40, uint64_t{2} << 30);
+  EXPECT_EQ(reply.code, wire::Outcome::Code::BUSY);
+  EXPECT_NE(reply.message.find("[limits] sessions_per_lease = 1"), std::string::npos) << reply.message;
+  EXPECT_FALSE(reply.window_taken);
+}
+
+// A session worker's refusal reaches the client in the shape the agent answers with (worker.capnp's open answers an
+// Outcome): here the worker's emulated device cannot have its window, which holds the worker's own program (a PIE
+// binary loads in [0x555555554000, +1 TiB)), so the answer is busy with windowTaken, in the worker's words.
+TEST(OperatorsTrust, AWorkersRefusalReachesTheClientAsItsOutcome) {
+  Agent agent(AgentOptions{.name = "taken", .emulated = 1, .emulated_memory = "2TiB"});
+  auto lease = Connect({agent.address()}).Allocate(Slices(1, 1.0));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  RawOpen reply = OpenSessionAt(agent.address(), *lease, uint64_t{0x5540} << 32, uint64_t{2} << 40);
+  EXPECT_EQ(reply.code, wire::Outcome::Code::BUSY) << reply.message;
+  EXPECT_TRUE(reply.window_taken);
+  EXPECT_NE(reply.message.find("could not reserve"), std::string::npos) << reply.message;
+  EXPECT_FALSE(reply.has_session);
 }
 
 }  // namespace

@@ -454,8 +454,8 @@ class InProcessLoop : public LoopDevice {
   }
 
  private:
-  bool Check(const backend::CallStatus& s) {
-    if (!s.ok()) error_ = s.message;
+  bool Check(const CallStatus& s) {
+    if (!s.ok()) error_ = s.message();
     return s.ok();
   }
   // Until the device has run everything queued.

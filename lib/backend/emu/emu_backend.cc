@@ -16,13 +16,8 @@
 namespace gpupool::backend {
 namespace {
 
-using emu::Code;
-using emu::EmuStatus;
-
 static_assert(emu::Device::kMappingGranularity == kMappingGranularity,
               "the emulated device maps in the session protocol's unit");
-
-CallStatus From(const EmuStatus& s) { return {static_cast<int>(s.code()), s.ok() ? std::string() : s.message()}; }
 
 CallStatus NoClusters() { return {CUDA_ERROR_NOT_SUPPORTED, "thread block clusters are not emulated"}; }
 
@@ -61,69 +56,69 @@ class EmuBackend final : public DeviceBackend {
 
   CallStatus MemInfo(uint64_t* free_bytes, uint64_t* total_bytes) override {
     device_->MemInfo(free_bytes, total_bytes);
-    return From(device_->StickyError());
+    return device_->StickyError();
   }
 
   CallStatus ReserveAddress(uint64_t bytes, uint64_t alignment, uint64_t hint, uint64_t* address) override {
-    return From(device_->ReserveAddress(bytes, alignment, hint, address));
+    return device_->ReserveAddress(bytes, alignment, hint, address);
   }
   CallStatus FreeAddress(uint64_t address, uint64_t bytes) override {
-    return From(device_->FreeAddress(address, bytes));
+    return device_->FreeAddress(address, bytes);
   }
   CallStatus CreatePhysical(uint64_t bytes, PhysicalRef* memory) override {
     uint64_t handle = 0;
-    EmuStatus s = device_->CreatePhysical(bytes, &handle);
+    CallStatus s = device_->CreatePhysical(bytes, &handle);
     memory->p = reinterpret_cast<void*>(handle);
-    return From(s);
+    return s;
   }
   CallStatus ReleasePhysical(PhysicalRef memory) override {
-    return From(device_->ReleasePhysical(reinterpret_cast<uint64_t>(memory.p)));
+    return device_->ReleasePhysical(reinterpret_cast<uint64_t>(memory.p));
   }
   CallStatus Map(uint64_t address, uint64_t bytes, PhysicalRef memory, uint64_t offset) override {
-    return From(device_->Map(address, bytes, reinterpret_cast<uint64_t>(memory.p), offset));
+    return device_->Map(address, bytes, reinterpret_cast<uint64_t>(memory.p), offset);
   }
-  CallStatus Unmap(uint64_t address, uint64_t bytes) override { return From(device_->Unmap(address, bytes)); }
+  CallStatus Unmap(uint64_t address, uint64_t bytes) override { return device_->Unmap(address, bytes); }
 
   CallStatus Alloc(uint64_t bytes, uint64_t* address, uint64_t* reserved) override {
-    EmuStatus s = device_->Malloc(bytes, address);
-    if (!s.ok()) return From(s);
+    CallStatus s = device_->Malloc(bytes, address);
+    if (!s.ok()) return s;
     uint64_t base = 0, size = bytes;
     device_->AddressRange(*address, &base, &size);
     *reserved = size;
     return CallStatus::Ok();
   }
 
-  CallStatus Free(uint64_t address, uint64_t) override { return From(device_->FreeAsync(address)); }
+  CallStatus Free(uint64_t address, uint64_t) override { return device_->FreeAsync(address); }
 
   CallStatus CopyToDevice(uint64_t dst, const uint8_t* src, uint64_t bytes, StreamRef stream) override {
-    return From(device_->CopyToDevice(dst, src, bytes, stream.as<emu::Stream>(), true));
+    return device_->CopyToDevice(dst, src, bytes, stream.as<emu::Stream>(), true);
   }
 
   CallStatus CopyFromDevice(uint8_t* dst, uint64_t src, uint64_t bytes, StreamRef stream) override {
-    return From(device_->CopyFromDevice(dst, src, bytes, stream.as<emu::Stream>(), true));
+    return device_->CopyFromDevice(dst, src, bytes, stream.as<emu::Stream>(), true);
   }
 
   CallStatus CopyOnDevice(uint64_t dst, uint64_t src, uint64_t bytes, StreamRef stream) override {
-    return From(device_->CopyOnDevice(dst, src, bytes, stream.as<emu::Stream>(), true));
+    return device_->CopyOnDevice(dst, src, bytes, stream.as<emu::Stream>(), true);
   }
 
   CallStatus Memset(uint64_t dst, uint32_t value, uint8_t element_size, uint64_t count, StreamRef stream) override {
-    return From(device_->Memset(dst, value, element_size, count, stream.as<emu::Stream>(), true));
+    return device_->Memset(dst, value, element_size, count, stream.as<emu::Stream>(), true);
   }
 
   CallStatus LoadModule(const uint8_t* image, size_t bytes, ModuleRef* module) override {
     emu::Module* m = nullptr;
-    EmuStatus s = device_->LoadModule(image, bytes, &m);
+    CallStatus s = device_->LoadModule(image, bytes, &m);
     module->p = m;
-    return From(s);
+    return s;
   }
 
-  CallStatus UnloadModule(ModuleRef module) override { return From(device_->UnloadModule(module.as<emu::Module>())); }
+  CallStatus UnloadModule(ModuleRef module) override { return device_->UnloadModule(module.as<emu::Module>()); }
 
   CallStatus GetFunction(ModuleRef module, const std::string& name, FunctionRef* function, KernelInfo* info) override {
     emu::Function* fn = nullptr;
-    EmuStatus s = device_->GetFunction(module.as<emu::Module>(), name, &fn);
-    if (!s.ok()) return From(s);
+    CallStatus s = device_->GetFunction(module.as<emu::Module>(), name, &fn);
+    if (!s.ok()) return s;
     function->p = fn;
     for (const emu::ParamInfo& p : emu::Device::Params(fn)) {
       info->params.push_back({static_cast<uint32_t>(p.offset), static_cast<uint32_t>(p.size)});
@@ -136,9 +131,9 @@ class EmuBackend final : public DeviceBackend {
 
   CallStatus GetGlobal(ModuleRef module, const std::string& name, uint64_t* address, uint64_t* bytes) override {
     size_t size = 0;
-    EmuStatus s = device_->GetGlobal(module.as<emu::Module>(), name, address, &size);
+    CallStatus s = device_->GetGlobal(module.as<emu::Module>(), name, address, &size);
     *bytes = size;
-    return From(s);
+    return s;
   }
 
   CallStatus Launch(FunctionRef function, const KernelInfo&, const LaunchShape& shape, StreamRef stream,
@@ -150,7 +145,7 @@ class EmuBackend final : public DeviceBackend {
     c.shared_bytes = shape.shared_bytes;
     c.stream = stream.as<emu::Stream>();
     c.cooperative = shape.cooperative;
-    return From(device_->LaunchPacked(function.as<emu::Function>(), c, params, param_bytes));
+    return device_->LaunchPacked(function.as<emu::Function>(), c, params, param_bytes);
   }
 
   // The emulated device follows no carve-out or scheduling preference, and checks dynamic shared memory against
@@ -187,15 +182,15 @@ class EmuBackend final : public DeviceBackend {
 
   CallStatus CreateStream(StreamRef* stream) override {
     emu::Stream* s = nullptr;
-    EmuStatus st = device_->CreateStream(&s);
+    CallStatus st = device_->CreateStream(&s);
     stream->p = s;
-    return From(st);
+    return st;
   }
 
   // The emulated stream lives on until the session ends, so queued work still completes without waiting here.
-  CallStatus DestroyStream(StreamRef) override { return From(device_->StickyError()); }
+  CallStatus DestroyStream(StreamRef) override { return device_->StickyError(); }
 
-  CallStatus QueryStream(StreamRef stream) override { return From(device_->StreamQuery(stream.as<emu::Stream>())); }
+  CallStatus QueryStream(StreamRef stream) override { return device_->StreamQuery(stream.as<emu::Stream>()); }
 
   // The emulated device resolves texture objects itself (emu/texture.h): the description goes into a table of the
   // device that kernels cannot write, bounded by emu::TextureTable::kCapacity objects, and takes no device memory.
@@ -230,13 +225,13 @@ class EmuBackend final : public DeviceBackend {
     d.srgb = (spec.flags & CU_TRSF_SRGB) != 0;
     d.linear_resource = spec.resource == TextureSpec::Resource::kLinear;
     for (int i = 0; i < 4; ++i) d.border[i] = spec.border[i];
-    EmuStatus s = device_->CreateTextureObject(d, handle);
-    if (!s.ok()) return From(s);
+    CallStatus s = device_->CreateTextureObject(d, handle);
+    if (!s.ok()) return s;
     *reserved = 0;
     return CallStatus::Ok();
   }
 
-  CallStatus DestroyTexture(uint64_t handle) override { return From(device_->DestroyTextureObject(handle)); }
+  CallStatus DestroyTexture(uint64_t handle) override { return device_->DestroyTextureObject(handle); }
 
   CallStatus Utilization(uint32_t* gpu_percent, uint32_t* memory_percent) override {
     unsigned gpu = 0, memory = 0;
@@ -248,35 +243,35 @@ class EmuBackend final : public DeviceBackend {
 
   CallStatus StreamWaitValue(StreamRef stream, uint64_t address, uint64_t value, unsigned width,
                              uint32_t flags) override {
-    return From(device_->WaitValue(stream.as<emu::Stream>(), address, value, width, flags & 0x3));
+    return device_->WaitValue(stream.as<emu::Stream>(), address, value, width, flags & 0x3);
   }
 
   CallStatus StreamWaitEvent(StreamRef stream, EventRef event) override {
-    return From(device_->StreamWaitEvent(stream.as<emu::Stream>(), event.as<emu::Event>()));
+    return device_->StreamWaitEvent(stream.as<emu::Stream>(), event.as<emu::Event>());
   }
 
   CallStatus CreateEvent(EventRef* event) override {
     emu::Event* e = nullptr;
-    EmuStatus st = device_->CreateEvent(&e);
+    CallStatus st = device_->CreateEvent(&e);
     event->p = e;
-    return From(st);
+    return st;
   }
 
   // Like streams, events live until the session ends: queued records and waits still name them.
   CallStatus DestroyEvent(EventRef) override { return CallStatus::Ok(); }
 
   CallStatus RecordEvent(EventRef event, StreamRef stream) override {
-    return From(device_->RecordEvent(event.as<emu::Event>(), stream.as<emu::Stream>()));
+    return device_->RecordEvent(event.as<emu::Event>(), stream.as<emu::Stream>());
   }
 
-  CallStatus QueryEvent(EventRef event) override { return From(device_->EventQuery(event.as<emu::Event>())); }
+  CallStatus QueryEvent(EventRef event) override { return device_->EventQuery(event.as<emu::Event>()); }
 
   CallStatus ElapsedMs(EventRef start, EventRef end, float* ms) override {
-    return From(device_->ElapsedMs(start.as<emu::Event>(), end.as<emu::Event>(), ms));
+    return device_->ElapsedMs(start.as<emu::Event>(), end.as<emu::Event>(), ms);
   }
 
   CallStatus WhenReached(StreamRef stream, std::function<void()> done) override {
-    return From(device_->WhenReached(stream.as<emu::Stream>(), std::move(done)));
+    return device_->WhenReached(stream.as<emu::Stream>(), std::move(done));
   }
 
   void WhenNearlyReached(StreamRef stream, std::chrono::nanoseconds lead, std::function<void()> soon) override {
@@ -286,12 +281,12 @@ class EmuBackend final : public DeviceBackend {
 
   // All streams share one in-order queue: everything before the record is done when the queue gets here.
   CallStatus WhenRecorded(EventRef, std::function<void()> done) override {
-    return From(device_->WhenReached(nullptr, std::move(done)));
+    return device_->WhenReached(nullptr, std::move(done));
   }
 
   // A fault is the device's (the context's), not a stream's: it is sticky, as on a GPU.
-  CallStatus Settled(StreamRef) override { return From(device_->StickyError()); }
-  CallStatus SettledEvent(EventRef) override { return From(device_->StickyError()); }
+  CallStatus Settled(StreamRef) override { return device_->StickyError(); }
+  CallStatus SettledEvent(EventRef) override { return device_->StickyError(); }
 
   std::string TakeOutput() override {
     std::lock_guard<std::mutex> lock(output_->mu);
@@ -343,8 +338,8 @@ Result<std::unique_ptr<DeviceBackend>> NewEmuBackend(const EmuBackendConfig& con
   o.worker_threads = config.worker_threads;
   o.gate = config.gate;
   auto device = std::make_unique<emu::Device>(o);
-  if (EmuStatus s = device->StartupStatus(); !s.ok()) {
-    return Status(StatusCode::kResourceExhausted, s.message());
+  if (CallStatus s = device->StartupStatus(); !s.ok()) {
+    return ToStatus(s);  // Out of memory: the window's addresses are taken (kResourceExhausted, "windowTaken").
   }
   return std::unique_ptr<DeviceBackend>(std::make_unique<EmuBackend>(config, std::move(device)));
 }

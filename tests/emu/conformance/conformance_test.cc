@@ -2009,7 +2009,7 @@ TEST_P(ConformanceTest, EveryFormMatchesTheIsaReference) {
     ++forms;
     Module* module = nullptr;
     const std::string ptx = GenerateKernel(f);
-    EmuStatus loaded = device().LoadPtx(ptx, &module);
+    CallStatus loaded = device().LoadPtx(ptx, &module);
     if (!loaded.ok()) {
       ++mismatches;
       report += f.name + ": refused at load: " + loaded.message() + "\n";
@@ -2022,7 +2022,7 @@ TEST_P(ConformanceTest, EveryFormMatchesTheIsaReference) {
     }
     const uint64_t in_ptr = Upload(in);
     const uint64_t out_ptr = Output<uint64_t>(size_t{n} * 2, 0xA5);
-    EmuStatus launched = TryLaunch(Get(module, "conformance"), {(n + 127) / 128}, {128}, 0, in_ptr, out_ptr, n);
+    CallStatus launched = TryLaunch(Get(module, "conformance"), {(n + 127) / 128}, {128}, 0, in_ptr, out_ptr, n);
     if (!launched.ok()) {
       ++mismatches;
       report += f.name + ": launch failed: " + Describe(launched) + "\n";
