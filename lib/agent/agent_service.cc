@@ -33,6 +33,7 @@
 #include "backend/device_turns.h"
 #include "backend/slice_quota.h"
 #include "core/log.h"
+#include "core/test_seams.h"
 #include "core/util.h"
 #include "gpupool/units.h"
 #include "pool.capnp.h"
@@ -209,11 +210,11 @@ void FillSlices(capnp::List<wire::SliceSpec>::Builder out, const std::vector<Sli
   }
 }
 
-// The time policies go by: the wall clock, or (tests) the local time written in the file $GPUPOOL_POLICY_CLOCK
-// ("YYYY-MM-DD HH:MM[:SS]"), re-read at every look.
+// The time policies go by: the wall clock, or the local time in the file a test seam names
+// (test_seams::PolicyClock), re-read at every look.
 std::time_t PolicyNow() {
-  const char* path = std::getenv("GPUPOOL_POLICY_CLOCK");
-  if (!path || !*path) return std::time(nullptr);
+  const char* path = test_seams::PolicyClock();
+  if (path == nullptr) return std::time(nullptr);
   std::ifstream in(path);
   std::string text;
   std::getline(in, text);
