@@ -222,7 +222,7 @@ std::time_t PolicyNow() {
   int seconds = 0;
   if (std::sscanf(text.c_str(), "%d-%d-%d %d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
                   &seconds) < 5) {
-    GP_WARN("policy", "GPUPOOL_POLICY_CLOCK file {} holds no \"YYYY-MM-DD HH:MM\"; using the wall clock", path);
+    GP_WARN("policy", "the policy clock file {} holds no \"YYYY-MM-DD HH:MM\"; using the wall clock", path);
     return std::time(nullptr);
   }
   tm.tm_year -= 1900;
