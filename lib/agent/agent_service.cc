@@ -33,6 +33,7 @@
 #include "backend/device_turns.h"
 #include "backend/slice_quota.h"
 #include "core/log.h"
+#include "core/test_seams.h"
 #include "core/util.h"
 #include "gpupool/units.h"
 #include "schema/outcome.h"
@@ -193,11 +194,11 @@ void FillSlices(capnp::List<wire::SliceSpec>::Builder out, const std::vector<Sli
   }
 }
 
-// The time policies go by: the wall clock, or (tests) the local time written in the file $GPUPOOL_POLICY_CLOCK
-// ("YYYY-MM-DD HH:MM[:SS]"), re-read at every look.
+// The time policies go by: the wall clock, or the local time in the file a test seam names
+// (test_seams::PolicyClock), re-read at every look.
 std::time_t PolicyNow() {
-  const char* path = std::getenv("GPUPOOL_POLICY_CLOCK");
-  if (!path || !*path) return std::time(nullptr);
+  const char* path = test_seams::PolicyClock();
+  if (path == nullptr) return std::time(nullptr);
   std::ifstream in(path);
   std::string text;
   std::getline(in, text);
@@ -205,7 +206,7 @@ std::time_t PolicyNow() {
   int seconds = 0;
   if (std::sscanf(text.c_str(), "%d-%d-%d %d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
                   &seconds) < 5) {
-    GP_WARN("policy", "GPUPOOL_POLICY_CLOCK file {} holds no \"YYYY-MM-DD HH:MM\"; using the wall clock", path);
+    GP_WARN("policy", "the policy clock file {} holds no \"YYYY-MM-DD HH:MM\"; using the wall clock", path);
     return std::time(nullptr);
   }
   tm.tm_year -= 1900;

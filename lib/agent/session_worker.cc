@@ -31,6 +31,7 @@
 #include "backend/session_meter.h"
 #include "backend/slice_quota.h"
 #include "core/log.h"
+#include "core/test_seams.h"
 #include "core/util.h"
 #include "schema/outcome.h"
 #include "schema/session_frames.h"
@@ -61,12 +62,6 @@ bool MpsRunning() {
   std::string control = std::string(dir && *dir ? dir : "/tmp/nvidia-mps") + "/control";
   struct stat st;
   return stat(control.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
-}
-
-// Whether the environment variable `name` is set to "1".
-bool EnvFlag(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::string_view(v) == "1";
 }
 
 // The permission bits of the agent's own Unix socket, which a door's `where` ("unix:PATH.session") sits beside;
@@ -413,8 +408,8 @@ class WorkerImpl final : public wire::SessionWorker::Server {
         GP_WARN("session", "cannot lower the worker's priority to nice {}: {}", nice, std::strerror(errno));
       }
     }
-    // GPUPOOL_EMU_SUBMISSION_TURNS=1 shares an emulated device the GPU's way, so that path runs without a GPU.
-    if (!c.getEmulated() || EnvFlag("GPUPOOL_EMU_SUBMISSION_TURNS")) sharing.submission_turns = sharing.turns;
+    // A test seam shares an emulated device the GPU's way, so that path runs without a GPU.
+    if (!c.getEmulated() || test_seams::EmuSubmissionTurns()) sharing.submission_turns = sharing.turns;
     return sharing;
   }
 

@@ -195,6 +195,10 @@ Result<std::unique_ptr<SessionChannel>> SessionChannel::Enter(const std::string&
   return channel;
 }
 
+std::unique_ptr<SessionChannel> SessionChannel::Adopt(int fd, AsyncErrorSink errors) {
+  return std::unique_ptr<SessionChannel>(new SessionChannel(fd, std::move(errors)));
+}
+
 SessionChannel::SessionChannel(int fd, AsyncErrorSink errors)
     : fd_(fd), errors_(std::move(errors)), read_ahead_(kReadAheadBytes) {
   // The flusher takes no signal of the program's: they go to the program's own threads.

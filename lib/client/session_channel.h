@@ -35,6 +35,10 @@ class SessionChannel {
   // Connects to the worker's door at `address` ("unix:PATH", "host:port", "[v6]:port") and enters with `ticket`.
   static Result<std::unique_ptr<SessionChannel>> Enter(const std::string& address, const std::string& ticket,
                                                        std::chrono::milliseconds timeout, AsyncErrorSink errors);
+  // Speaks on `fd`, a connected stream socket whose far end already serves framed session calls (no door, no
+  // ticket, no shared memory: copies go through the socket); takes ownership of `fd`. A session server hosted in a
+  // test's own process is reached so (tests/support/session_host.h).
+  static std::unique_ptr<SessionChannel> Adopt(int fd, AsyncErrorSink errors);
   ~SessionChannel();
   SessionChannel(const SessionChannel&) = delete;
   SessionChannel& operator=(const SessionChannel&) = delete;

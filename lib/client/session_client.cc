@@ -310,10 +310,29 @@ Result<std::vector<std::unique_ptr<RemoteSession>>> RemoteSession::OpenLease(con
   return out;
 }
 
+Result<std::unique_ptr<RemoteSession>> RemoteSession::OverConnection(int fd, uint64_t window_base,
+                                                                     uint64_t window_bytes) {
+  auto rs = std::unique_ptr<RemoteSession>(new RemoteSession());
+  rs->impl_ = std::make_unique<Impl>();
+  Impl* raw = rs->impl_.get();
+  raw->channel = SessionChannel::Adopt(fd, [raw](int code, const std::string& message) { raw->Record(code, message); });
+  rs->window_base_ = window_base;
+  rs->window_bytes_ = window_bytes;
+  calls::Properties::Results properties;
+  if (int code = rs->Invoke<calls::Properties>({}, &properties); code != 0) {
+    return Status(StatusCode::kUnavailable, fmt::format("the session's properties: error {}: {}", code,
+                                                        rs->last_error()));
+  }
+  rs->props_ = std::move(properties.props);
+  raw->used = false;  // Asking for the properties leaves nothing on the session.
+  return rs;
+}
+
 bool RemoteSession::Untouched() const { return !impl_->used.load(); }
 
 Status RemoteSession::Relocate(uint64_t address, uint64_t bytes) {
   uint64_t memory_part = MemoryPart(slice_);
+  if (!runtime_) return Status(StatusCode::kInvalidArgument, "a session over a given connection stays in its window");
   if (address % kGiB != 0 || address < memory_part) {
     return Status(StatusCode::kInvalidArgument, "a window is placed at a 1 GiB boundary");
   }
@@ -347,6 +366,7 @@ RemoteSession::~RemoteSession() {
   if (!impl_) return;
   // Close on the loop thread: dropping the capability ends the session on the agent.
   impl_->channel.reset();  // Closing it ends the session in its worker.
+  if (!runtime_) return;  // OverConnection's: nothing went through an agent.
   runtime_->Run([this] {
     impl_->tasks = nullptr;
     impl_->session = nullptr;

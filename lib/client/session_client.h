@@ -36,6 +36,12 @@ class RemoteSession {
  public:
   // Opens one session per slice of the lease behind `token` (attaching to it), each in its own address window.
   static Result<std::vector<std::unique_ptr<RemoteSession>>> OpenLease(const std::string& token);
+  // A session over `fd` (owned from now on), a connected stream socket whose far end serves the framed session calls
+  // of a session opened in [window_base, window_base + window_bytes): no lease, no agent, and no reservation of the
+  // window in this process (whoever serves the session holds it). Every call then behaves as on a direct connection
+  // to a session's worker. For tests that host a session server in their own process (tests/support/session_host.h);
+  // such a session cannot Relocate.
+  static Result<std::unique_ptr<RemoteSession>> OverConnection(int fd, uint64_t window_base, uint64_t window_bytes);
   ~RemoteSession();
 
   const RemoteProps& props() const { return props_; }

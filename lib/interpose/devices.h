@@ -2,9 +2,9 @@
 //
 // At cuInit the interposer asks a DeviceProvider, once, for the devices this process may use, and caches them:
 // every device query (cuDeviceGetAttribute and friends) is answered from that cache, because cudart asks ~110
-// attributes per device at init and never again (shared/design/CUDA-NOTES.md). The provider for this milestone
-// fakes devices from GPUPOOL_FAKE_DEVICES for tests; the real one will attach the slices of a lease (gp-run's
-// environment, or GPUPOOL_REQUEST) and fill the same structure from the agents in one round trip.
+// attributes per device at init and never again (shared/design/CUDA-NOTES.md). The provider attaches the slices of a
+// lease (gp-run's environment, GPUPOOL_REQUEST, or a private agent's) and fills that structure from the agents in one
+// round trip; the interposer's own tests may fake devices instead (fake_devices.h, a test seam).
 #ifndef GPUPOOL_INTERPOSE_DEVICES_H_
 #define GPUPOOL_INTERPOSE_DEVICES_H_
 
@@ -47,7 +47,7 @@ class DeviceProvider {
   virtual ~DeviceProvider() = default;
 
   // The devices, ordinal 0..N-1. An empty list is not an error. A failure carries a one-line message meant for
-  // the user ("GPUPOOL_FAKE_DEVICES=...: expected N[:SIZE]").
+  // the user ("GPUPOOL_REQUEST='...': ...").
   virtual Result<std::vector<DeviceInfo>> ListDevices() = 0;
 
   // Says, in one line, why there are no devices; shown when ListDevices returned none.
@@ -74,15 +74,10 @@ void ReleaseAtExit(Lease* lease);
 //   GPUPOOL_REQUEST       gp-run's options ("-n 2 -p 0.5 --class x --same-server --spread --wait 10s -m 6GiB
 //                         --servers a,b"): allocate a lease from the pool at cuInit, held for the process and
 //                         released when it exits (ReleaseAtExit);
-//   GPUPOOL_FAKE_DEVICES  fake devices for the interposer's own tests (nothing is forwarded);
+//   GPUPOOL_FAKE_DEVICES  fake devices for the interposer's own tests (nothing is forwarded), in a build with the
+//                         test seams alone (core/test_seams.h);
 //   otherwise             a private gp-agent (found beside this library) with one slice.
 std::unique_ptr<DeviceProvider> MakeDeviceProviderFromEnvironment();
-
-// Fake devices for tests, from a spec: a comma-separated list of groups "N[:SIZE]", e.g. "2:16GiB" (two devices
-// of 16 GiB), "1:16GiB,1:8GiB", "1" (one device of 16 GiB), "0" (none). SIZE takes the units of ParseMemorySize.
-// Every fake device is named "gpupool emulated GPU", compute capability 7.5, with the attributes of
-// FakeDeviceAttributes(); device i gets a distinct UUID and PCI bus i+1.
-Result<std::vector<DeviceInfo>> ParseFakeDevices(std::string_view spec);
 
 // The devices CUDA_VISIBLE_DEVICES lets the process see, as the real driver reads it: indices into `devices` in
 // the order listed, from a comma-separated list of ordinals ("1,0") or UUIDs ("GPU-8f3a...", any unique prefix of
@@ -93,6 +88,12 @@ std::vector<size_t> VisibleDevices(const char* value, const std::vector<DeviceIn
 
 // The driver's UUID string of a device: "GPU-" and the 16 bytes as 8-4-4-4-12 hex digits.
 std::string UuidString(const DeviceInfo& device);
+
+// `s` without the blanks (spaces and tabs) around it: for the entries of comma-separated lists.
+std::string_view Trim(std::string_view s);
+
+// A fake device stands for an emulated device of gp-agent's default capability, and reports its attributes.
+inline constexpr int kFakeCcMajor = 7, kFakeCcMinor = 5;
 
 // The attributes of an emulated device of compute capability 7.5 (emu/device_attributes.h: a Tesla T4's limits,
 // 0 for what the emulated device does not offer): the fake devices', and those of a slice whose agent sends none.

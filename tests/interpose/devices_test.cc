@@ -1,5 +1,6 @@
 // GPUPOOL_FAKE_DEVICES parsing and the fake devices' properties (lib/interpose/devices.h).
 #include "devices.h"
+#include "fake_devices.h"
 
 #include <gtest/gtest.h>
 
