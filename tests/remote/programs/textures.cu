@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <vector>
 
+#include <cuda.h>
+
 #include "program_checks.h"
 
 __global__ void Resample(cudaTextureObject_t t, float* out, int w, int h) {
@@ -162,6 +164,23 @@ int main() {
   plain.res.array.array = array;
   EXPECT(cudaCreateSurfaceObject(&refused, &plain) != cudaSuccess, "a surface over a non-surface array is refused");
   cudaGetLastError();
+  // The driver's entry points with no place for the handle: refused, not written through.
+  using CreateTexture = CUresult (*)(CUtexObject*, const CUDA_RESOURCE_DESC*, const CUDA_TEXTURE_DESC*,
+                                     const CUDA_RESOURCE_VIEW_DESC*);
+  using CreateSurface = CUresult (*)(CUsurfObject*, const CUDA_RESOURCE_DESC*);
+  void* create_texture = nullptr;
+  void* create_surface = nullptr;
+  cudaDriverEntryPointQueryResult found;
+  CHECK(cudaGetDriverEntryPointByVersion("cuTexObjectCreate", &create_texture, 13000, cudaEnableDefault, &found));
+  CHECK(cudaGetDriverEntryPointByVersion("cuSurfObjectCreate", &create_surface, 13000, cudaEnableDefault, &found));
+  CUDA_RESOURCE_DESC driver_res = {};
+  driver_res.resType = CU_RESOURCE_TYPE_ARRAY;
+  driver_res.res.array.hArray = reinterpret_cast<CUarray>(surface_array);
+  CUDA_TEXTURE_DESC driver_tex = {};
+  EXPECT(reinterpret_cast<CreateTexture>(create_texture)(nullptr, &driver_res, &driver_tex, nullptr) ==
+             CUDA_ERROR_INVALID_VALUE, "cuTexObjectCreate(NULL, ...) is refused");
+  EXPECT(reinterpret_cast<CreateSurface>(create_surface)(nullptr, &driver_res) == CUDA_ERROR_INVALID_VALUE,
+         "cuSurfObjectCreate(NULL, ...) is refused");
 
   CHECK(cudaFreeArray(array));
   CHECK(cudaFreeArray(surface_array));
