@@ -321,6 +321,20 @@ struct Device::Impl : public internal::MemoryMap {
     return address;
   }
 
+  // Takes exactly [address, address + bytes) of the arena (aligned as AllocateLocked aligns): 0 when any of it is
+  // outside the arena or taken.
+  uint64_t AllocateAtLocked(uint64_t address, uint64_t bytes) {
+    const uint64_t base = reinterpret_cast<uint64_t>(arena);
+    const uint64_t need = AlignUp(std::max<uint64_t>(bytes, 1), kAlignment);
+    if (!arena || address < base || address % kAlignment != 0 || address - base > arena_size ||
+        need > arena_size - (address - base) || !free_.TakeAt(address - base, need)) {
+      return 0;
+    }
+    live[address] = bytes;
+    ranges_cache.reset();
+    return address;
+  }
+
   void FreeLocked(uint64_t address) {
     auto it = live.find(address);
     uint64_t offset = address - reinterpret_cast<uint64_t>(arena);
@@ -616,14 +630,25 @@ struct Device::Impl : public internal::MemoryMap {
 
 namespace {
 
+// Places a module's variables in the device's memory: first fit, or (`placements`, a module restored elsewhere) at
+// the addresses it had there, in the order the compiler asks for them.
 class ArenaAllocator : public internal::GlobalAllocator {
  public:
-  explicit ArenaAllocator(Device::Impl& impl) : impl_(impl) {}
+  explicit ArenaAllocator(Device::Impl& impl, const std::vector<uint64_t>* placements = nullptr)
+      : impl_(impl), placements_(placements) {}
   uint64_t Allocate(uint64_t bytes, uint64_t align) override {
     std::lock_guard<std::mutex> lock(impl_.mem_mu);
     uint64_t need = AlignUp(std::max<uint64_t>(bytes, 1), kAlignment);
     if (need > impl_.FreeBytesLocked()) return 0;
-    uint64_t a = impl_.AllocateLocked(bytes, std::max<uint64_t>(align, kAlignment));
+    uint64_t a = 0;
+    if (placements_ == nullptr) {
+      a = impl_.AllocateLocked(bytes, std::max<uint64_t>(align, kAlignment));
+    } else if (made.size() < placements_->size() && (*placements_)[made.size()] % std::max<uint64_t>(align, 1) == 0) {
+      a = impl_.AllocateAtLocked((*placements_)[made.size()], bytes);
+      misplaced = misplaced || a == 0;
+    } else {
+      misplaced = true;
+    }
     if (a) {
       impl_.used += need;
       impl_.module_bytes += need;
@@ -636,10 +661,18 @@ class ArenaAllocator : public internal::GlobalAllocator {
   }
   void Zero(uint64_t address, uint64_t bytes) override { std::memset(reinterpret_cast<void*>(address), 0, bytes); }
   std::vector<uint64_t> made;
+  bool misplaced = false;  // A variable could not have its place: taken, misaligned, or beyond the placements.
 
  private:
   Device::Impl& impl_;
+  const std::vector<uint64_t>* placements_;
 };
+
+std::string HexAddress(uint64_t address) {
+  char text[24];
+  std::snprintf(text, sizeof(text), "0x%llx", static_cast<unsigned long long>(address));
+  return text;
+}
 
 CallStatus BadValue(const std::string& m) { return CallStatus(cu::kInvalidValue, m); }
 
@@ -682,6 +715,23 @@ CallStatus Device::Malloc(uint64_t bytes, uint64_t* device_ptr) {
   if (!a) return CallStatus(cu::kOutOfMemory, "out of memory (fragmented)");
   impl_->used += need;
   *device_ptr = a;
+  return CallStatus::Ok();
+}
+
+CallStatus Device::MallocAt(uint64_t address, uint64_t bytes) {
+  if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
+  if (bytes == 0) return BadValue("cannot allocate 0 bytes");
+  std::lock_guard<std::mutex> lock(impl_->mem_mu);
+  const uint64_t need = bytes > impl_->Limit() ? bytes : AlignUp(bytes, kAlignment);
+  if (need > impl_->FreeBytesLocked()) {
+    return CallStatus(cu::kOutOfMemory, "out of memory: " + std::to_string(bytes) + " bytes requested at " +
+                                            HexAddress(address) + ", " + std::to_string(impl_->FreeBytesLocked()) +
+                                            " bytes free");
+  }
+  if (impl_->AllocateAtLocked(address, bytes) == 0) {
+    return BadValue("[" + HexAddress(address) + ", +" + std::to_string(bytes) + ") is not free memory of this device");
+  }
+  impl_->used += need;
   return CallStatus::Ok();
 }
 
@@ -920,7 +970,19 @@ CallStatus Device::LoadModule(const void* image, size_t size, Module** module) {
   return LoadPtx(ptx.value(), module);
 }
 
-CallStatus Device::LoadPtx(std::string_view ptx, Module** module) {
+CallStatus Device::LoadPtx(std::string_view ptx, Module** module) { return LoadPtxPlaced(ptx, nullptr, module); }
+
+CallStatus Device::LoadModuleAt(const void* image, size_t size, const std::vector<uint64_t>& placements,
+                                Module** module) {
+  if (!image || !module) return BadValue("null image or output");
+  auto ptx = PtxForDevice(image, size, impl_->props.cc_major * 10 + impl_->props.cc_minor);
+  if (!ptx.ok()) return ptx.status();
+  return LoadPtxPlaced(ptx.value(), &placements, module);
+}
+
+std::vector<uint64_t> Device::ModulePlacements(const Module* module) const { return module->allocations; }
+
+CallStatus Device::LoadPtxPlaced(std::string_view ptx, const std::vector<uint64_t>* placements, Module** module) {
   if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
   if (!module) return BadValue("null output");
   // Several modules one after another are the translation units of a device link (-rdc=true): joined here.
@@ -932,8 +994,16 @@ CallStatus Device::LoadPtx(std::string_view ptx, Module** module) {
   }
   auto parsed = LinkPtxModules(std::move(units));
   if (!parsed.ok()) return parsed.status();
-  ArenaAllocator alloc(*impl_);
+  ArenaAllocator alloc(*impl_, placements);
   auto program = internal::Compile(parsed.value(), alloc);
+  if (alloc.misplaced) {
+    program = CallStatus(cu::kInvalidValue, "variable " + std::to_string(alloc.made.size()) +
+                                                " of the module cannot have the place it had where it was checkpointed");
+  } else if (program.ok() && placements != nullptr && alloc.made.size() != placements->size()) {
+    program = CallStatus(cu::kInvalidValue, "the module places " + std::to_string(alloc.made.size()) +
+                                                " variable(s), not the " + std::to_string(placements->size()) +
+                                                " it had where it was checkpointed");
+  }
   if (!program.ok()) {
     std::lock_guard<std::mutex> lock(impl_->mem_mu);
     for (uint64_t a : alloc.made) impl_->FreeModuleBytesLocked(a);

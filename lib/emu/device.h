@@ -125,6 +125,9 @@ class Device {
 
   // ---- Memory. Device addresses are stable for the allocation's life and 256-byte aligned. ----
   CallStatus Malloc(uint64_t bytes, uint64_t* device_ptr);
+  // Allocates exactly [address, address + bytes): a session restored on this device keeps the addresses its program
+  // and its device memory hold. kInvalidValue when any of that range is taken or outside the device's memory.
+  CallStatus MallocAt(uint64_t address, uint64_t bytes);
   CallStatus Free(uint64_t device_ptr);
   // Frees in stream order without blocking the caller (the memory stays valid for work queued before).
   CallStatus FreeAsync(uint64_t device_ptr, Stream* stream = nullptr);
@@ -168,6 +171,12 @@ class Device {
   // the line and instruction).
   CallStatus LoadModule(const void* image, size_t size, Module** module);
   CallStatus LoadPtx(std::string_view ptx, Module** module);
+  // LoadModule with the module's variables at `placements` (ModulePlacements of the same image loaded on a device
+  // with the same memory window): a restored module's variables keep their addresses. kInvalidValue when one of
+  // them is taken, or the module places another number of variables.
+  CallStatus LoadModuleAt(const void* image, size_t size, const std::vector<uint64_t>& placements, Module** module);
+  // Where `module` placed its variables, in the order it placed them.
+  std::vector<uint64_t> ModulePlacements(const Module* module) const;
   CallStatus UnloadModule(Module* module);
   CallStatus GetFunction(Module* module, const std::string& name, Function** function);
   // Module-scope .global/.const variable: device address and size.
@@ -246,6 +255,8 @@ class Device {
   struct Impl;  // Internal to lib/emu.
 
  private:
+  CallStatus LoadPtxPlaced(std::string_view ptx, const std::vector<uint64_t>* placements, Module** module);
+
   std::unique_ptr<Impl> impl_;
 };
 

@@ -76,5 +76,70 @@ TEST(DeviceMemory, ADeviceWhoseOwnerEnforcesTheLimitRefusesOnlyWhatItsArenaCanno
   EXPECT_NE(beyond.message().find("bytes free of"), std::string::npos) << beyond.message();
 }
 
+// A session restored on another device keeps its addresses: allocations taken again at the same addresses (in any
+// order), and a module's variables placed where they were, so that pointers held by the program and stored in
+// device memory stay valid. What is taken already is refused, not overlapped.
+TEST(DeviceMemory, AllocationsAndModuleVariablesCanBeRestoredAtTheirAddresses) {
+  constexpr uint64_t kBase = 45ull << 40;  // A fixed window, free in this process, as a session's is.
+  constexpr char kPtx[] = R"(
+.version 7.0
+.target sm_75
+.address_size 64
+.global .align 8 .b8 table[100000];
+.global .align 4 .u32 counter = 7;
+.visible .entry touch() { ret; }
+)";
+  uint64_t small = 0, large = 0, table = 0, counter = 0;
+  std::vector<uint64_t> placements;
+  {
+    Device first(DeviceOptions{.memory_bytes = 64ull << 20, .base_address = kBase});
+    ASSERT_TRUE(first.StartupStatus().ok()) << first.StartupStatus().message();
+    ASSERT_TRUE(first.Malloc(1000, &small).ok());
+    Module* module = nullptr;
+    ASSERT_TRUE(first.LoadModule(kPtx, sizeof(kPtx), &module).ok());
+    ASSERT_TRUE(first.Malloc(5 << 20, &large).ok());
+    size_t bytes = 0;
+    ASSERT_TRUE(first.GetGlobal(module, "table", &table, &bytes).ok());
+    ASSERT_TRUE(first.GetGlobal(module, "counter", &counter, &bytes).ok());
+    placements = first.ModulePlacements(module);
+    ASSERT_EQ(placements.size(), 2u);
+  }
+  Device second(DeviceOptions{.memory_bytes = 64ull << 20, .base_address = kBase});
+  ASSERT_TRUE(second.StartupStatus().ok()) << second.StartupStatus().message();
+  // The large allocation first: restoring needs no particular order.
+  ASSERT_TRUE(second.MallocAt(large, 5 << 20).ok());
+  ASSERT_TRUE(second.MallocAt(small, 1000).ok());
+  Module* module = nullptr;
+  CallStatus loaded = second.LoadModuleAt(kPtx, sizeof(kPtx), placements, &module);
+  ASSERT_TRUE(loaded.ok()) << loaded.message();
+  EXPECT_EQ(second.ModulePlacements(module), placements);
+  uint64_t table_again = 0, counter_again = 0;
+  size_t bytes = 0;
+  ASSERT_TRUE(second.GetGlobal(module, "table", &table_again, &bytes).ok());
+  ASSERT_TRUE(second.GetGlobal(module, "counter", &counter_again, &bytes).ok());
+  EXPECT_EQ(table_again, table);
+  EXPECT_EQ(counter_again, counter);
+  uint32_t value = 0;
+  ASSERT_TRUE(second.CopyFromDevice(&value, counter_again, sizeof(value)).ok());
+  EXPECT_EQ(value, 7u) << "the variable is initialised where it is placed";
+  uint64_t free_bytes = 0, total = 0;
+  second.MemInfo(&free_bytes, &total);
+  EXPECT_EQ(total - free_bytes, 1024u + (5u << 20) + second.ModuleBytes()) << "restored memory is counted";
+
+  // Taken ranges, ranges outside the device's memory and a module that places other variables are refused.
+  CallStatus inside = second.MallocAt(small + 256, 16);
+  EXPECT_EQ(inside.code(), cu::kInvalidValue) << "inside the restored allocation: " << inside.message();
+  EXPECT_EQ(second.MallocAt(kBase - 4096, 16).code(), cu::kInvalidValue) << "below the device's memory";
+  EXPECT_EQ(second.MallocAt(kBase + 1, 16).code(), cu::kInvalidValue) << "not aligned as allocations are";
+  Module* twice = nullptr;
+  EXPECT_EQ(second.LoadModuleAt(kPtx, sizeof(kPtx), placements, &twice).code(), cu::kInvalidValue)
+      << "the variables' places are taken";
+  EXPECT_EQ(second.LoadModuleAt(kPtx, sizeof(kPtx), {placements[0]}, &twice).code(), cu::kInvalidValue)
+      << "a placement short";
+  uint64_t free_after = 0;
+  second.MemInfo(&free_after, &total);
+  EXPECT_EQ(free_after, free_bytes) << "a refused restore leaves nothing behind";
+}
+
 }  // namespace
 }  // namespace gpupool::emu
