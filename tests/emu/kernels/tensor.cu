@@ -115,19 +115,7 @@ extern "C" __global__ void wmma_gemm_f16(const half* a, const half* b, float* c,
 
 // ---- mma.sync: registers in, registers out. ----
 
-// Lane registers: in holds A, B, C registers of every thread one after another (kIn words a thread), out the D
-// registers (kOut words a thread).
-#define GP_MMA_BEGIN(name, kIn, kOut)                          \
-  extern "C" __global__ void name(const unsigned* in, unsigned* out) { \
-    const unsigned thread = blockIdx.x * blockDim.x + threadIdx.x;     \
-    unsigned x[kIn], y[kOut];                                           \
-    for (int i = 0; i < kIn; ++i) x[i] = in[thread * kIn + i];
-#define GP_MMA_END(kOut)                                        \
-    for (int i = 0; i < kOut; ++i) out[thread * kOut + i] = y[i]; \
-  }
-
-#define R(i) "r"(x[i])
-#define D(i) "=r"(y[i])
+#include "mma_kernel.h"
 
 // f16 and bf16 with f32 or f16 accumulators.
 GP_MMA_BEGIN(mma_m16n8k8_f32_f16_f16_f32, 7, 4)

@@ -1,18 +1,8 @@
 // Instructions of newer GPUs than tensor.cu's sm_80, built for sm_90: fp8 mma.sync (sm_89+), as cuBLASLt's fp8
 // GEMMs use it, and programmatic dependent launch's griddepcontrol (sm_90+). Same calling convention as tensor.cu's
-// mma kernels: each thread reads its registers from in[thread * kIn...] and writes its D registers.
+// mma kernels (mma_kernel.h).
 
-#define GP_MMA_BEGIN(name, kIn, kOut)                          \
-  extern "C" __global__ void name(const unsigned* in, unsigned* out) { \
-    const unsigned thread = blockIdx.x * blockDim.x + threadIdx.x;     \
-    unsigned x[kIn], y[kOut];                                           \
-    for (int i = 0; i < kIn; ++i) x[i] = in[thread * kIn + i];
-#define GP_MMA_END(kOut)                                        \
-    for (int i = 0; i < kOut; ++i) out[thread * kOut + i] = y[i]; \
-  }
-
-#define R(i) "r"(x[i])
-#define D(i) "=r"(y[i])
+#include "mma_kernel.h"
 
 #define GP_MMA_FP8(a, b)                                                                                          \
   GP_MMA_BEGIN(mma_m16n8k32_f32_##a##_##b##_f32, 10, 4)                                                           \
