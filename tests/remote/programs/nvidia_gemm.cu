@@ -119,18 +119,17 @@ struct Operands {
 
 cublasOperation_t OpOf(bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
-// The end of every GEMM check: `name`'s status, and when it succeeded, the m x n C against op(A) op(B) on the host
-// within `tolerance` (Compare); then the three device matrices are freed.
+// The end of the cuBLAS GEMM checks: frees the three device matrices, then checks `name`'s status and, when it
+// succeeded, the m x n C against op(A) op(B) on the host within `tolerance` (Compare).
 template <typename In, typename Out>
 void CheckGemm(const char* name, cublasStatus_t s, const Operands& o, bool ta, bool tb, In* a, In* b, Out* c, int m,
                int n, int k, double tolerance, bool integers) {
-  EXPECTF(s == CUBLAS_STATUS_SUCCESS, "%s: status %d", name, s);
-  if (s == CUBLAS_STATUS_SUCCESS) {
-    Compare(name, o.a, ta, o.b, tb, Download(c, static_cast<size_t>(m) * n), m, n, k, tolerance, integers);
-  }
+  const std::vector<double> got = Download(c, static_cast<size_t>(m) * n);  // Unread when the GEMM failed.
   cudaFree(a);
   cudaFree(b);
   cudaFree(c);
+  EXPECTF(s == CUBLAS_STATUS_SUCCESS, "%s: status %d", name, s);
+  if (s == CUBLAS_STATUS_SUCCESS) Compare(name, o.a, ta, o.b, tb, got, m, n, k, tolerance, integers);
 }
 
 // C = op(A) op(B) through cublasSgemm or cublasDgemm (`gemm`, named `label`), on `fill` operands seeded from `seed`
