@@ -4,12 +4,8 @@
 
 #include "mma_kernel.h"
 
-#define GP_MMA_FP8(a, b)                                                                                          \
-  GP_MMA_BEGIN(mma_m16n8k32_f32_##a##_##b##_f32, 10, 4)                                                           \
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." #a "." #b ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, " \
-               "{%10,%11,%12,%13};"                                                                              \
-               : D(0), D(1), D(2), D(3) : R(0), R(1), R(2), R(3), R(4), R(5), R(6), R(7), R(8), R(9));         \
-  GP_MMA_END(4)
+#define GP_MMA_FP8(a, b) \
+  GP_MMA_A4B2C4D4(mma_m16n8k32_f32_##a##_##b##_f32, "mma.sync.aligned.m16n8k32.row.col.f32." #a "." #b ".f32")
 
 GP_MMA_FP8(e4m3, e4m3)
 GP_MMA_FP8(e4m3, e5m2)
