@@ -445,7 +445,6 @@ TEST(OperatorsTrust, AdministrationRefusalsSayWhatWasRefusedAndHowToBeAllowed) {
       << bogus.err;
 }
 
-
 // Issue 41 item 9: one agent listed at two addresses (127.0.0.1:P and localhost:P) is one agent: gp-ls shows it
 // once, its one GPU is counted once, and a two-slice request is placed on it, not "on both" (which reserved one
 // lease id twice: "lease id ... is already in use").
@@ -471,7 +470,6 @@ TEST(OperatorsTrust, OneAgentListedTwiceIsCountedOnce) {
   EXPECT_NE(three.err.find("the pool has 2"), std::string::npos) << three.err;
   ExpectAllFree(Connect({"127.0.0.1:" + port}).State());
 }
-
 
 // What KJ, CLI11 or our own code's internals put in a message, and no user should read.
 const char* const kLibraryText[] = {"e.getDescription()", "segmentCount", "params.host", "gai_strerror", "toString()",
@@ -538,7 +536,6 @@ TEST(OperatorsTrust, MessagesSayWhatHappenedWithoutLibraryText) {
   EXPECT_NE(zero.err.find("it must be at least 0.05 (1/20 of a GPU)"), std::string::npos) << zero.err;
 }
 
-
 // Issue 41 item 10: `gp-lease release` of a held lease is what its holder waits for: the holder ends with 0, without
 // a "heartbeat failed: not_found" warning.
 TEST(OperatorsTrust, GpLeaseHoldEndsQuietlyWhenReleasedWithItsToken) {
@@ -553,7 +550,6 @@ TEST(OperatorsTrust, GpLeaseHoldEndsQuietlyWhenReleasedWithItsToken) {
   EXPECT_EQ(holder.Stderr().find("heartbeat"), std::string::npos) << holder.Stderr();
   ExpectAllFree(Connect({agent.address()}).State());
 }
-
 
 // A server on loopback that accepts connections and never says a word; counts what it accepted.
 class SilentServer {
@@ -625,7 +621,6 @@ TEST(OperatorsTrust, ASilentServerIsSkippedNotWaitedForAtEveryLook) {
   RunResult ls = RunCommand({ToolPath("gp-ls"), "--servers", silent.address() + "," + agent.address()});
   EXPECT_NE(ls.out.find("did not answer within 1500 ms"), std::string::npos) << ls.out;
 }
-
 
 // Atomically (a rename): the agent reads the policy clock's file at any moment.
 void SetPolicyClock(const std::string& path, const std::string& local) {
@@ -699,7 +694,6 @@ TEST(OperatorsTrust, HoldersWarnBeforeAPolicysGraceEnds) {
   EXPECT_EQ(Occurrences(run.Stderr(), "ends in"), 1u) << run.Stderr();
 }
 
-
 // Issue 41: a client waiting with --wait retries every second or so; the agent logs its first refusal, not one line
 // per retry (186 lines in 136 s), and a line when the policy allows it at last.
 TEST(OperatorsTrust, AWaitingClientsRetriesAreLoggedOnce) {
@@ -743,7 +737,6 @@ TEST(OperatorsTrust, AWaitingClientsRetriesAreLoggedOnce) {
   EXPECT_NE(after.find("reservation after "), std::string::npos) << after;
 }
 
-
 // Issue 41: gp-run --wait and gp-lease hold --wait say on stderr, once, what they wait for and why (the policy's
 // refusal), not at every retry; -q says nothing of it.
 TEST(OperatorsTrust, WaitingSaysOnceWhatItWaitsForAndWhy) {
@@ -784,7 +777,6 @@ TEST(OperatorsTrust, WaitingSaysOnceWhatItWaitsForAndWhy) {
   EXPECT_EQ(now.code, 125);
   EXPECT_EQ(now.err.find("waiting"), std::string::npos) << now.err;
 }
-
 
 // A raw loopback TCP connection to `address` ("127.0.0.1:PORT"), or -1.
 int ConnectRaw(const std::string& address) {
@@ -864,7 +856,6 @@ TEST(OperatorsTrust, ConnectionsThatSayNothingAreClosed) {
   EXPECT_EQ(refused.code, 2) << refused.err;
   EXPECT_NE(refused.err.find("[limits] hello_timeout must be within 1s..1h"), std::string::npos) << refused.err;
 }
-
 
 // Issue 41: the agent tells a window taken (worth another window) apart from its other refusals of a session on the
 // wire (Outcome.windowTaken), and the client tries another window only then, whatever a refusal's words: it used to
