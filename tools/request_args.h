@@ -11,6 +11,7 @@
 
 #include "client/request_flags.h"
 #include "gpupool/gpupool.h"
+#include "output.h"
 
 namespace gpupool::tools {
 
@@ -36,6 +37,13 @@ struct ServersArg {
     PoolOptions options;
     if (Status s = AppendTo(&options.servers); !s.ok()) return s;
     return Pool::Connect(std::move(options));
+  }
+
+  // Connect(), and when it fails, why on stderr as "TOOL: reason" (gp-ls and gp-top then end with status 2).
+  Result<Pool> ConnectOrSay(const char* tool) const {
+    Result<Pool> pool = Connect();
+    if (!pool.ok()) PrintError("{}: {}\n", tool, pool.status().message());
+    return pool;
   }
 };
 

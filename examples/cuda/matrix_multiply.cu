@@ -4,14 +4,9 @@
 #include <cstdlib>
 #include <vector>
 
-#define CHECK(call)                                                                               \
-  do {                                                                                            \
-    cudaError_t err_ = (call);                                                                    \
-    if (err_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "matrix_multiply: %s failed: %s\n", #call, cudaGetErrorString(err_)); \
-      return 1;                                                                                   \
-    }                                                                                             \
-  } while (0)
+#include "check.h"
+
+constexpr char kExample[] = "matrix_multiply";
 
 constexpr int kTile = 16;
 

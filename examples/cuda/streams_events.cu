@@ -2,14 +2,9 @@
 #include <cstdio>
 #include <vector>
 
-#define CHECK(call)                                                                              \
-  do {                                                                                           \
-    cudaError_t err_ = (call);                                                                   \
-    if (err_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "streams_events: %s failed: %s\n", #call, cudaGetErrorString(err_)); \
-      return 1;                                                                                  \
-    }                                                                                            \
-  } while (0)
+#include "check.h"
+
+constexpr char kExample[] = "streams_events";
 
 __global__ void Scale(float* x, float factor, int n, int stream_id) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

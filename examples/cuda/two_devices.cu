@@ -2,14 +2,9 @@
 #include <cstdio>
 #include <vector>
 
-#define CHECK(call)                                                                           \
-  do {                                                                                        \
-    cudaError_t err_ = (call);                                                                \
-    if (err_ != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "two_devices: %s failed: %s\n", #call, cudaGetErrorString(err_)); \
-      return 1;                                                                               \
-    }                                                                                         \
-  } while (0)
+#include "check.h"
+
+constexpr char kExample[] = "two_devices";
 
 __global__ void Squares(const int* in, unsigned long long* sum, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

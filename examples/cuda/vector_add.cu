@@ -4,14 +4,9 @@
 #include <cstdlib>
 #include <vector>
 
-#define CHECK(call)                                                                         \
-  do {                                                                                      \
-    cudaError_t err_ = (call);                                                              \
-    if (err_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "vector_add: %s failed: %s\n", #call, cudaGetErrorString(err_)); \
-      return 1;                                                                             \
-    }                                                                                       \
-  } while (0)
+#include "check.h"
+
+constexpr char kExample[] = "vector_add";
 
 __global__ void VectorAdd(const float* a, const float* b, float* c, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

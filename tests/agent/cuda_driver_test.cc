@@ -23,12 +23,6 @@ TEST(CudaDriver, MissingLibraryIsAClearError) {
   EXPECT_NE(driver.status().message().find("no CUDA driver"), std::string::npos) << driver.status().message();
 }
 
-}  // namespace
-}  // namespace gpupool::backend
-
-namespace gpupool::backend {
-namespace {
-
 TEST(CudaBackend, WithoutADriverItIsRefusedClearly) {
   CudaBackendConfig config;
   config.nvml_uuid = "GPU-00000000-0000-0000-0000-000000000000";

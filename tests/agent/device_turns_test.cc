@@ -75,6 +75,21 @@ class DeviceTurnsTest : public ::testing::Test {
     }
     children_.clear();
   }
+  // Members 0 (share 0.75) and 1 (0.25), started together, each doing `batch` (3 ms of work on its DeviceTurns) back
+  // to back for 1.5 s and then reporting its device time; reaped.
+  template <typename Batch>
+  void RunBusyPair(Batch batch) {
+    for (int i = 0; i < 2; ++i) {
+      Member(i == 0 ? 750000 : 250000, [&, i](DeviceTurns& t) {
+        ++report_->ready;
+        while (report_->ready.load() < 2) std::this_thread::yield();
+        auto end = Clock::now() + std::chrono::milliseconds(1500);
+        while (Clock::now() < end) batch(t);
+        report_->used[i] = t.used_nanos();
+      });
+    }
+    ReapMembers();
+  }
   // Once the members are reaped: members 0 (share 0.75) and 1 (0.25) reported their device time 3:1, within 0.05.
   void ExpectThreeToOne(const char* what) {
     double big = report_->used[0].load(), small = report_->used[1].load();
@@ -89,20 +104,11 @@ class DeviceTurnsTest : public ::testing::Test {
 
 TEST_F(DeviceTurnsTest, BusyMembersGetDeviceTimeInProportionToTheirShares) {
   std::atomic<bool> no_cancel{false};
-  for (int i = 0; i < 2; ++i) {
-    Member(i == 0 ? 750000 : 250000, [&, i](DeviceTurns& t) {
-      ++report_->ready;
-      while (report_->ready.load() < 2) std::this_thread::yield();
-      auto end = Clock::now() + std::chrono::milliseconds(1500);
-      while (Clock::now() < end) {  // Kernels of 3 ms, back to back.
-        t.Enter(no_cancel);
-        Work(t, std::chrono::microseconds(3000), no_cancel);
-        t.Leave(true);
-      }
-      report_->used[i] = t.used_nanos();
-    });
-  }
-  ReapMembers();
+  RunBusyPair([&](DeviceTurns& t) {  // Kernels of 3 ms, back to back.
+    t.Enter(no_cancel);
+    Work(t, std::chrono::microseconds(3000), no_cancel);
+    t.Leave(true);
+  });
   // Hold time is what the table accounts, so the split does not depend on how the OS schedules the children.
   ExpectThreeToOne("used");
 }
@@ -379,23 +385,14 @@ TEST_F(DeviceTurnsTest, AMemberKilledWhileWaitingLeavesItsNeighboursTheirShares)
 // submits. Two busy members with 0.75 and 0.25 are charged 3:1, however the OS runs their "kernels".
 TEST_F(DeviceTurnsTest, SubmissionsOfALeaseOverItsShareAreHeldBack) {
   std::atomic<bool> no_cancel{false};
-  for (int i = 0; i < 2; ++i) {
-    Member(i == 0 ? 750000 : 250000, [&, i](DeviceTurns& t) {
-      ++report_->ready;
-      while (report_->ready.load() < 2) std::this_thread::yield();
-      auto end = Clock::now() + std::chrono::milliseconds(1500);
-      while (Clock::now() < end) {  // Batches of 3 ms, back to back, running beside the neighbour's.
-        t.WaitForShare(no_cancel);
-        t.WorkStarted();
-        auto done = Clock::now() + std::chrono::microseconds(3000);
-        while (Clock::now() < done) {
-        }
-        t.WorkDrained();
-      }
-      report_->used[i] = t.used_nanos();
-    });
-  }
-  ReapMembers();
+  RunBusyPair([&](DeviceTurns& t) {  // Batches of 3 ms, back to back, running beside the neighbour's.
+    t.WaitForShare(no_cancel);
+    t.WorkStarted();
+    auto done = Clock::now() + std::chrono::microseconds(3000);
+    while (Clock::now() < done) {
+    }
+    t.WorkDrained();
+  });
   ExpectThreeToOne("charged");
 }
 

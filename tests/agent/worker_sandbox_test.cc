@@ -29,9 +29,12 @@
 #include <gtest/gtest.h>
 
 #include "agent/agent_config.h"
+#include "support/proc_status.h"
 
 namespace gpupool::agent {
 namespace {
+
+using gpupool::testing::ProcStatusField;
 
 // Runs `body` in a forked child after applying `sandbox` there; returns what the child reported (one line per
 // failed expectation), or why the child could not report.
@@ -74,18 +77,6 @@ void ExpectFails(std::string& failures, const char* what, long result, int errno
 
 void ExpectWorks(std::string& failures, const char* what, long result) {
   if (result < 0) failures += std::string(what) + ": " + std::strerror(errno) + "\n";
-}
-
-std::string StatusField(const std::string& name) {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(name + ":", 0) == 0) {
-      std::string value = line.substr(name.size() + 1);
-      value.erase(0, value.find_first_not_of(" \t"));
-      return value;
-    }
-  }
-  return "";
 }
 
 WorkerSandbox FilterOnly() {
@@ -139,8 +130,8 @@ TEST(WorkerSandbox, ForbiddenSyscallsFailWithEperm) {
 
 TEST(WorkerSandbox, WhatAWorkerNeedsStillWorks) {
   std::string report = InConfinedChild(FilterOnly(), [](std::string& f) {
-    if (StatusField("NoNewPrivs") != "1") f += "NoNewPrivs is " + StatusField("NoNewPrivs") + "\n";
-    if (StatusField("Seccomp") != "2") f += "Seccomp is " + StatusField("Seccomp") + "\n";
+    if (std::string v = ProcStatusField("self", "NoNewPrivs"); v != "1") f += "NoNewPrivs is " + v + "\n";
+    if (std::string v = ProcStatusField("self", "Seccomp"); v != "2") f += "Seccomp is " + v + "\n";
     int sv[2];
     ExpectWorks(f, "socketpair(AF_UNIX)", socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
     int tcp = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -197,7 +188,9 @@ TEST(WorkerSandbox, ARootWorkerBecomesTheWorkerUserForGood) {
       if (groups[i] == 0) f += "still in group 0\n";
     }
     ExpectFails(f, "setuid(0)", setuid(0));
-    if (StatusField("CapEff") != "0000000000000000") f += "capabilities left: " + StatusField("CapEff") + "\n";
+    if (std::string v = ProcStatusField("self", "CapEff"); v != "0000000000000000") {
+      f += "capabilities left: " + v + "\n";
+    }
     // The death signal survives the change of user (setuid clears it; the sandbox sets it again).
     int signal_on_death = 0;
     prctl(PR_GET_PDEATHSIG, &signal_on_death);

@@ -10,6 +10,18 @@
 namespace gpupool::session {
 namespace {
 
+// `results` written into a message of Call's results and read back from it: what the client gets. (Results own
+// their data; arguments may view the message's bytes, kArgsView, so their message must outlive them.)
+template <typename Call>
+typename Call::Results ResultsThroughTheWire(const typename Call::Results& results) {
+  capnp::MallocMessageBuilder message;
+  auto b = message.initRoot<typename Wire<Call>::ResultsStruct>();
+  Wire<Call>::WriteResults(results, b);
+  typename Call::Results back;
+  Wire<Call>::ReadResults(b.asReader(), back);
+  return back;
+}
+
 TEST(SessionWire, TheGeneratedSchemaHasEveryDeclaredCallAtItsOrdinal) {
   auto methods = capnp::Schema::from<wire::Session>().getMethods();
   int declared = 0;
@@ -80,11 +92,7 @@ TEST(SessionWire, ResultsRoundTripListsAndDeviceProperties) {
   f.function.value = 3;
   f.params = {{0, 8}, {8, 4}, {16, 8}};
   f.num_regs = 32;
-  capnp::MallocMessageBuilder m1;
-  auto b1 = m1.initRoot<wire::Session::ModuleGetFunctionResults>();
-  Wire<calls::ModuleGetFunction>::WriteResults(f, b1);
-  calls::ModuleGetFunction::Results f2;
-  Wire<calls::ModuleGetFunction>::ReadResults(b1.asReader(), f2);
+  const calls::ModuleGetFunction::Results f2 = ResultsThroughTheWire<calls::ModuleGetFunction>(f);
   EXPECT_EQ(f2.function.value, 3u);
   ASSERT_EQ(f2.params.size(), 3u);
   EXPECT_EQ(f2.params[2].offset, 16u);
@@ -97,11 +105,7 @@ TEST(SessionWire, ResultsRoundTripListsAndDeviceProperties) {
   p.props.uuid[15] = 0xab;
   p.props.attributes = {{1, 1024}, {16, 8}};
   p.props.emulated = true;
-  capnp::MallocMessageBuilder m2;
-  auto b2 = m2.initRoot<wire::Session::PropertiesResults>();
-  Wire<calls::Properties>::WriteResults(p, b2);
-  calls::Properties::Results p2;
-  Wire<calls::Properties>::ReadResults(b2.asReader(), p2);
+  const calls::Properties::Results p2 = ResultsThroughTheWire<calls::Properties>(p);
   EXPECT_EQ(p2.props.name, "emulated");
   EXPECT_EQ(p2.props.total_memory, 1ull << 33);
   EXPECT_EQ(p2.props.uuid[15], 0xab);

@@ -115,19 +115,13 @@ class MathTest : public KernelTest {
             -100.0f};
   }
 
-  std::vector<float> Run32(Function* f, int op, const std::vector<float>& x, const std::vector<float>& y,
-                           const std::vector<float>& z) {
+  // Function `op` of the family kernel `f` (math_f32 or math_f64) on x[i], y[i], z[i]: out[i].
+  template <typename T>
+  std::vector<T> Run(Function* f, int op, const std::vector<T>& x, const std::vector<T>& y, const std::vector<T>& z) {
     const int n = static_cast<int>(x.size());
-    uint64_t out = Output<float>(n);
+    uint64_t out = Output<T>(n);
     Launch(f, {Blocks(n)}, {kBlock}, 0, op, Upload(x), Upload(y), Upload(z), out, n);
-    return Download<float>(out, n);
-  }
-  std::vector<double> Run64(Function* f, int op, const std::vector<double>& x, const std::vector<double>& y,
-                            const std::vector<double>& z) {
-    const int n = static_cast<int>(x.size());
-    uint64_t out = Output<double>(n);
-    Launch(f, {Blocks(n)}, {kBlock}, 0, op, Upload(x), Upload(y), Upload(z), out, n);
-    return Download<double>(out, n);
+    return Download<T>(out, n);
   }
 };
 
@@ -252,7 +246,7 @@ TEST_P(MathTest, SinglePrecisionLibraryWithinDocumentedUlp) {
       y.resize(x.size(), 0.0f);
       z.resize(x.size(), 0.0f);
     }
-    std::vector<float> got = Run32(f, c.op, x, y, z);
+    std::vector<float> got = Run(f, c.op, x, y, z);
     int bad = 0;
     double worst = 0;
     for (size_t i = 0; i < x.size(); ++i) {
@@ -374,7 +368,7 @@ TEST_P(MathTest, DoublePrecisionLibraryWithinDocumentedUlp) {
       y.push_back(c.gen_y ? c.gen_y(this) : 0.0);
       z.push_back(std::ldexp(Double(-2, 2), Int(-300, 300)));
     }
-    std::vector<double> got = Run64(f, c.op, x, y, z);
+    std::vector<double> got = Run(f, c.op, x, y, z);
     int bad = 0;
     for (size_t i = 0; i < x.size(); ++i) {
       bool ok;

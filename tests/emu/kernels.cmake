@@ -61,8 +61,10 @@ set(GPUPOOL_EMU_KERNEL_ARCH_packed sm_80)
 set(GPUPOOL_EMU_KERNEL_ARCH_packed_sm90 sm_90)
 
 set(GPUPOOL_EMU_KERNEL_HEADERS ${GPUPOOL_EMU_KERNEL_SRC_DIR}/kernel_types.h)
-# Kernels that #include another kernel file depend on it too.
+# Kernels that #include another kernel file or a header of their own depend on it too.
 set(GPUPOOL_EMU_KERNEL_INCLUDES_packed_sm90 ${GPUPOOL_EMU_KERNEL_SRC_DIR}/packed.cu)
+set(GPUPOOL_EMU_KERNEL_INCLUDES_tensor ${GPUPOOL_EMU_KERNEL_SRC_DIR}/mma_kernel.h)
+set(GPUPOOL_EMU_KERNEL_INCLUDES_tensor_fp8 ${GPUPOOL_EMU_KERNEL_SRC_DIR}/mma_kernel.h)
 set(GPUPOOL_EMU_FATBINS)
 foreach(kernel IN LISTS GPUPOOL_EMU_KERNELS)
   set(src ${GPUPOOL_EMU_KERNEL_SRC_DIR}/${kernel}.cu)
@@ -107,14 +109,6 @@ add_executable(emu_kernel_tests
   device_queue_test.cc
   kernel_harness.cc)
 add_dependencies(emu_kernel_tests emu_kernel_fatbins)
-target_include_directories(emu_kernel_tests PRIVATE ${CMAKE_CURRENT_LIST_DIR} ${GPUPOOL_EMU_KERNEL_SRC_DIR})
-target_compile_definitions(emu_kernel_tests PRIVATE
-  GPUPOOL_EMU_KERNEL_DIR="${GPUPOOL_EMU_KERNEL_OUT_DIR}"
-  GPUPOOL_EMU_KERNEL_SRC_DIR="${GPUPOOL_EMU_KERNEL_SRC_DIR}"
-  GPUPOOL_EMU_NUMBA_DIR="${CMAKE_CURRENT_LIST_DIR}/numba")
-# The host references for the rounding-mode intrinsics switch the FPU rounding mode: keep the compiler from
-# folding or moving floating-point operations across fesetround().
-target_compile_options(emu_kernel_tests PRIVATE -frounding-math -Wno-missing-field-initializers)
-target_link_libraries(emu_kernel_tests PRIVATE gpupool::emu GTest::gtest_main Threads::Threads)
+gpupool_emu_harness_test(emu_kernel_tests)
 # Discovery at test time, so building never runs the binary. The interpreter is slow: a generous timeout.
 gtest_discover_tests(emu_kernel_tests DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 300)

@@ -16,25 +16,25 @@ class Seed:
     def __init__(self, mode):
         self.b = bytearray([mode])
 
-    def u8(self, v):
-        self.b += struct.pack("<B", v)
+    def pack(self, fmt, v):
+        """Appends v in struct's little-endian `fmt`."""
+        self.b += struct.pack("<" + fmt, v)
         return self
+
+    def u8(self, v):
+        return self.pack("B", v)
 
     def u16(self, v):
-        self.b += struct.pack("<H", v)
-        return self
+        return self.pack("H", v)
 
     def u32(self, v):
-        self.b += struct.pack("<I", v)
-        return self
+        return self.pack("I", v)
 
     def u64(self, v):
-        self.b += struct.pack("<Q", v)
-        return self
+        return self.pack("Q", v)
 
     def f32(self, v):
-        self.b += struct.pack("<f", v)
-        return self
+        return self.pack("f", v)
 
     # Number<T>: a small value, an offset into the window, or raw bytes of T's width.
     def small(self, v):

@@ -326,12 +326,6 @@ TEST(Auth, AnAgentRefusesATokenFileOthersCanRead) {
   EXPECT_NE(short_token.err.find("shorter than 16"), std::string::npos) << short_token.err;
 }
 
-}  // namespace
-}  // namespace gpupool::testing
-
-namespace gpupool::testing {
-namespace {
-
 // Several Unix users created here, one of them in a Unix group that a policy names: the kernel says who connects,
 // the policy's "@group" says who may use the class.
 TEST(Auth, PoliciesSeeUnixUsersAndGroupsAsTheKernelReportsThem) {

@@ -10,20 +10,16 @@ namespace {
 
 class BadInput : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { agent_ = new Agent(AgentOptions{.name = "strict", .emulated = 2}); }
-  static void TearDownTestSuite() {
-    delete agent_;
-    agent_ = nullptr;
-  }
+  static void SetUpTestSuite() { agent_ = std::make_unique<Agent>(AgentOptions{.name = "strict", .emulated = 2}); }
+  static void TearDownTestSuite() { agent_.reset(); }
   void TearDown() override { ExpectAllFree(Connect({agent_->address()}).State()); }
   RunResult GpRun(std::vector<std::string> args) {
     std::vector<std::string> argv = {ToolPath("gp-run"), "--servers", agent_->address()};
     argv.insert(argv.end(), args.begin(), args.end());
     return RunCommand(argv);
   }
-  static Agent* agent_;
+  static inline std::unique_ptr<Agent> agent_;
 };
-Agent* BadInput::agent_ = nullptr;
 
 TEST_F(BadInput, MalformedAgentConfigNamesFileAndLine) {
   TempDir dir;

@@ -10,11 +10,10 @@ namespace {
 
 class Campus : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { agents_ = new AgentGroup(8, AgentOptions{.name = "campus", .emulated = 8}); }
-  static void TearDownTestSuite() {
-    delete agents_;
-    agents_ = nullptr;
+  static void SetUpTestSuite() {
+    agents_ = std::make_unique<AgentGroup>(8, AgentOptions{.name = "campus", .emulated = 8});
   }
+  static void TearDownTestSuite() { agents_.reset(); }
   void SetUp() override { pool_ = std::make_unique<Pool>(Connect(agents_->Addresses())); }
   void TearDown() override {
     leases_.clear();  // RAII: destroying the handles releases them.
@@ -34,11 +33,10 @@ class Campus : public ::testing::Test {
     ExpectAllFree(pool_->State());
   }
 
-  static AgentGroup* agents_;
+  static inline std::unique_ptr<AgentGroup> agents_;
   std::unique_ptr<Pool> pool_;
   std::vector<Lease> leases_;
 };
-AgentGroup* Campus::agents_ = nullptr;
 
 TEST_F(Campus, SixtyFourUsersTakeOneGpuEach) {
   TakeMany(64, Slices(1, 1.0));

@@ -10,20 +10,18 @@ using std::chrono::seconds;
 
 class Cli : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { agents_ = new AgentGroup(2, AgentOptions{.name = "cli", .emulated = 2}); }
-  static void TearDownTestSuite() {
-    delete agents_;
-    agents_ = nullptr;
+  static void SetUpTestSuite() {
+    agents_ = std::make_unique<AgentGroup>(2, AgentOptions{.name = "cli", .emulated = 2});
   }
+  static void TearDownTestSuite() { agents_.reset(); }
   void TearDown() override { ExpectAllFree(Connect(agents_->Addresses()).State()); }
   std::vector<std::string> GpRun(std::vector<std::string> args) {
     std::vector<std::string> argv = {ToolPath("gp-run"), "--servers", agents_->Servers()};
     argv.insert(argv.end(), args.begin(), args.end());
     return argv;
   }
-  static AgentGroup* agents_;
+  static inline std::unique_ptr<AgentGroup> agents_;
 };
-AgentGroup* Cli::agents_ = nullptr;
 
 TEST_F(Cli, GpRunReturnsTheCommandsExitStatus) {
   EXPECT_EQ(RunCommand(GpRun({"--", "/bin/sh", "-c", "exit 0"})).code, 0);

@@ -6,9 +6,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include <capnp/rpc-twoparty.h>
@@ -120,15 +123,7 @@ class CapnpFake final : public FakeServer {
 class HttpFake final : public FakeServer {
  public:
   HttpFake() {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    listen(fd_, 16);
-    socklen_t len = sizeof(a);
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    address_ = fmt::format("127.0.0.1:{}", ntohs(a.sin_port));
+    fd_ = ListenOnLoopback(&address_);
     thread_ = std::thread([this] {
       while (!stop_) {
         int c = accept(fd_, nullptr, nullptr);
@@ -169,5 +164,21 @@ std::unique_ptr<FakeServer> StartSessionRefusingAgent(bool window_taken, const s
   });
 }
 std::unique_ptr<FakeServer> StartHttpServer() { return std::make_unique<HttpFake>(); }
+
+int ListenOnLoopback(std::string* address) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd, 16) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int error = errno;
+    if (fd >= 0) close(fd);
+    throw std::runtime_error(fmt::format("listening on loopback: {}", std::strerror(error)));
+  }
+  *address = fmt::format("127.0.0.1:{}", ntohs(addr.sin_port));
+  return fd;
+}
 
 }  // namespace gpupool::testing

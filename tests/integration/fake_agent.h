@@ -23,6 +23,10 @@ std::unique_ptr<FakeServer> StartSessionRefusingAgent(bool window_taken, const s
 // Accepts TCP connections, writes an HTTP error and closes: not Cap'n Proto at all.
 std::unique_ptr<FakeServer> StartHttpServer();
 
+// A TCP socket listening on 127.0.0.1 at a port the kernel picks, for a fake peer to accept on; sets `*address` to
+// its "127.0.0.1:PORT". Throws std::runtime_error, with errno's words, when it cannot.
+int ListenOnLoopback(std::string* address);
+
 }  // namespace gpupool::testing
 
 #endif  // GPUPOOL_TESTS_INTEGRATION_FAKE_AGENT_H_

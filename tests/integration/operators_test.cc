@@ -445,12 +445,6 @@ TEST(OperatorsTrust, AdministrationRefusalsSayWhatWasRefusedAndHowToBeAllowed) {
       << bogus.err;
 }
 
-}  // namespace
-}  // namespace gpupool::testing
-
-namespace gpupool::testing {
-namespace {
-
 // Issue 41 item 9: one agent listed at two addresses (127.0.0.1:P and localhost:P) is one agent: gp-ls shows it
 // once, its one GPU is counted once, and a two-slice request is placed on it, not "on both" (which reserved one
 // lease id twice: "lease id ... is already in use").
@@ -476,12 +470,6 @@ TEST(OperatorsTrust, OneAgentListedTwiceIsCountedOnce) {
   EXPECT_NE(three.err.find("the pool has 2"), std::string::npos) << three.err;
   ExpectAllFree(Connect({"127.0.0.1:" + port}).State());
 }
-
-}  // namespace
-}  // namespace gpupool::testing
-
-namespace gpupool::testing {
-namespace {
 
 // What KJ, CLI11 or our own code's internals put in a message, and no user should read.
 const char* const kLibraryText[] = {"e.getDescription()", "segmentCount", "params.host", "gai_strerror", "toString()",
@@ -548,12 +536,6 @@ TEST(OperatorsTrust, MessagesSayWhatHappenedWithoutLibraryText) {
   EXPECT_NE(zero.err.find("it must be at least 0.05 (1/20 of a GPU)"), std::string::npos) << zero.err;
 }
 
-}  // namespace
-}  // namespace gpupool::testing
-
-namespace gpupool::testing {
-namespace {
-
 // Issue 41 item 10: `gp-lease release` of a held lease is what its holder waits for: the holder ends with 0, without
 // a "heartbeat failed: not_found" warning.
 TEST(OperatorsTrust, GpLeaseHoldEndsQuietlyWhenReleasedWithItsToken) {
@@ -569,26 +551,11 @@ TEST(OperatorsTrust, GpLeaseHoldEndsQuietlyWhenReleasedWithItsToken) {
   ExpectAllFree(Connect({agent.address()}).State());
 }
 
-}  // namespace
-}  // namespace gpupool::testing
-
-namespace gpupool::testing {
-namespace {
-
 // A server on loopback that accepts connections and never says a word; counts what it accepted.
 class SilentServer {
  public:
   SilentServer() {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd_, 16) != 0 ||
-        getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      throw std::runtime_error(std::string("silent server: ") + std::strerror(errno));
-    }
-    address_ = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    fd_ = ListenOnLoopback(&address_);
     thread_ = std::thread([this] {
       for (;;) {
         int c = accept(fd_, nullptr, nullptr);
@@ -654,12 +621,6 @@ TEST(OperatorsTrust, ASilentServerIsSkippedNotWaitedForAtEveryLook) {
   RunResult ls = RunCommand({ToolPath("gp-ls"), "--servers", silent.address() + "," + agent.address()});
   EXPECT_NE(ls.out.find("did not answer within 1500 ms"), std::string::npos) << ls.out;
 }
-
-}  // namespace
-}  // namespace gpupool::testing
-
-namespace gpupool::testing {
-namespace {
 
 // Atomically (a rename): the agent reads the policy clock's file at any moment.
 void SetPolicyClock(const std::string& path, const std::string& local) {
@@ -733,12 +694,6 @@ TEST(OperatorsTrust, HoldersWarnBeforeAPolicysGraceEnds) {
   EXPECT_EQ(Occurrences(run.Stderr(), "ends in"), 1u) << run.Stderr();
 }
 
-}  // namespace
-}  // namespace gpupool::testing
-
-namespace gpupool::testing {
-namespace {
-
 // Issue 41: a client waiting with --wait retries every second or so; the agent logs its first refusal, not one line
 // per retry (186 lines in 136 s), and a line when the policy allows it at last.
 TEST(OperatorsTrust, AWaitingClientsRetriesAreLoggedOnce) {
@@ -782,12 +737,6 @@ TEST(OperatorsTrust, AWaitingClientsRetriesAreLoggedOnce) {
   EXPECT_NE(after.find("reservation after "), std::string::npos) << after;
 }
 
-}  // namespace
-}  // namespace gpupool::testing
-
-namespace gpupool::testing {
-namespace {
-
 // Issue 41: gp-run --wait and gp-lease hold --wait say on stderr, once, what they wait for and why (the policy's
 // refusal), not at every retry; -q says nothing of it.
 TEST(OperatorsTrust, WaitingSaysOnceWhatItWaitsForAndWhy) {
@@ -828,12 +777,6 @@ TEST(OperatorsTrust, WaitingSaysOnceWhatItWaitsForAndWhy) {
   EXPECT_EQ(now.code, 125);
   EXPECT_EQ(now.err.find("waiting"), std::string::npos) << now.err;
 }
-
-}  // namespace
-}  // namespace gpupool::testing
-
-namespace gpupool::testing {
-namespace {
 
 // A raw loopback TCP connection to `address` ("127.0.0.1:PORT"), or -1.
 int ConnectRaw(const std::string& address) {
@@ -913,12 +856,6 @@ TEST(OperatorsTrust, ConnectionsThatSayNothingAreClosed) {
   EXPECT_EQ(refused.code, 2) << refused.err;
   EXPECT_NE(refused.err.find("[limits] hello_timeout must be within 1s..1h"), std::string::npos) << refused.err;
 }
-
-}  // namespace
-}  // namespace gpupool::testing
-
-namespace gpupool::testing {
-namespace {
 
 // What an agent answers openSession of `lease`'s first slice with the window [base, base + bytes), asked over the
 // wire itself (a RemoteSession would try other windows).

@@ -4,8 +4,7 @@
 //   cudart_devices COUNT [BYTES]
 //
 // COUNT: the devices expected (0: cudaGetDeviceCount must report cudaErrorNoDevice); BYTES: each one's memory.
-// Prints what it sees on stdout (never stderr: the tests count the interposer's stderr lines); exits 1 when a
-// check fails.
+// Prints what it sees on stdout (device_checks.h); exits 1 when a check fails.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -13,16 +12,9 @@
 #include <cstring>
 #include <thread>
 
+#include "device_checks.h"
+
 namespace {
-
-int failures = 0;
-
-void Check(bool ok, const char* what) {
-  if (!ok) {
-    std::printf("FAIL: %s\n", what);
-    ++failures;
-  }
-}
 
 void CheckSuccess(cudaError_t e, const char* call) {
   std::printf("%s: %s\n", call, cudaGetErrorName(e));
@@ -41,12 +33,7 @@ __global__ void Scale(float* data, float factor, int n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::printf("usage: %s COUNT [BYTES]\n", argv[0]);
-    return 2;
-  }
-  const int expected_count = std::atoi(argv[1]);
-  const size_t expected_bytes = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 0;
+  const auto [expected_count, expected_bytes] = ParseExpectedDevices(argc, argv);
 
   int count = -1;
   const cudaError_t count_error = cudaGetDeviceCount(&count);

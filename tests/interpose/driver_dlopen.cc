@@ -13,10 +13,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "device_checks.h"
+
 namespace {
 
 void* lib = nullptr;
-int failures = 0;
 
 template <typename F>
 F Load(const char* name) {
@@ -26,13 +27,6 @@ F Load(const char* name) {
     std::exit(1);
   }
   return reinterpret_cast<F>(p);
-}
-
-void Check(bool ok, const char* what) {
-  if (!ok) {
-    std::printf("FAIL: %s\n", what);
-    ++failures;
-  }
 }
 
 void CheckResult(CUresult got, CUresult want, const char* call) {
@@ -45,12 +39,7 @@ void CheckResult(CUresult got, CUresult want, const char* call) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::printf("usage: %s COUNT [BYTES]\n", argv[0]);
-    return 2;
-  }
-  const int expected_count = std::atoi(argv[1]);
-  const unsigned long long expected_bytes = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 0;
+  const auto [expected_count, expected_bytes] = ParseExpectedDevices(argc, argv);
 
   lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {

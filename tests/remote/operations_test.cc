@@ -388,12 +388,6 @@ print("same")
   EXPECT_EQ(bad.code, 2);
 }
 
-}  // namespace
-}  // namespace gpupool::testing
-
-namespace gpupool::testing {
-namespace {
-
 RunResult Ctl(const std::string& server, std::vector<std::string> verb, const std::string& as_user = "") {
   std::vector<std::string> argv;
   if (!as_user.empty()) argv = {"/usr/sbin/runuser", "-u", as_user, "--"};
@@ -466,12 +460,6 @@ TEST(Admin, CordonRevokeAndDrainFromTheShell) {
   EXPECT_EQ(Ctl(server, {"cordon", "7"}).code, 1);
   EXPECT_EQ(Ctl(server, {"bogus"}).code, 2);
 }
-
-}  // namespace
-}  // namespace gpupool::testing
-
-namespace gpupool::testing {
-namespace {
 
 std::string PolicyFile(const std::string& user, double day_fraction) {
   return fmt::format(R"(

@@ -20,6 +20,7 @@
 #include "client/session_client.h"
 #include "core/mapping.h"
 #include "integration/helpers.h"
+#include "support/proc_status.h"
 
 namespace gpupool::testing {
 namespace {
@@ -936,19 +937,6 @@ TEST_F(Stacked, TheDriversMemoryForASessionIsChargedToTheSliceAndRefusedPastIt) 
   uint64_t after_unload = 0;
   ASSERT_EQ(session.MemGetInfo(&after_unload, &total), 0);
   EXPECT_EQ(after_unload - after_launch, free_bytes - after_load);
-}
-
-// /proc/PID/status's `field` ("Uid", "Seccomp"...), its value without the leading blanks; "" if absent.
-std::string ProcStatusField(pid_t pid, const std::string& field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(field + ":", 0) == 0) {
-      std::string value = line.substr(field.size() + 1);
-      value.erase(0, value.find_first_not_of(" \t"));
-      return value;
-    }
-  }
-  return "";
 }
 
 // The soft and hard RLIMIT_AS of `pid` as /proc/PID/limits shows them ("unlimited" or bytes).

@@ -54,27 +54,21 @@ BenchFigure Figure(std::string name, double value, std::string unit, double base
   return f;
 }
 
-bool ReadAll(int fd, void* p, size_t n) {
-  char* c = static_cast<char*>(p);
+// Moves all `n` bytes at `p` through `io` (read or write), which may move fewer at a time; false at an error or the
+// end of the stream.
+template <typename Io, typename Byte>
+bool AllBytes(Io io, int fd, Byte* p, size_t n) {
   while (n > 0) {
-    ssize_t r = read(fd, c, n);
-    if (r <= 0) return false;
-    c += r;
-    n -= static_cast<size_t>(r);
+    const ssize_t moved = io(fd, p, n);
+    if (moved <= 0) return false;
+    p += moved;
+    n -= static_cast<size_t>(moved);
   }
   return true;
 }
 
-bool WriteAll(int fd, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    ssize_t w = write(fd, c, n);
-    if (w <= 0) return false;
-    c += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
+bool ReadAll(int fd, void* p, size_t n) { return AllBytes(read, fd, static_cast<char*>(p), n); }
+bool WriteAll(int fd, const void* p, size_t n) { return AllBytes(write, fd, static_cast<const char*>(p), n); }
 
 // A raw byte stream over one transport, with a thread at the far end that echoes pings and acknowledges bulk
 // transfers: what the transport alone costs, the baselines of the round trip and of the copies. Blocking reads and

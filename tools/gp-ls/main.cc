@@ -111,11 +111,8 @@ int ToolMain(int argc, char** argv) {
   servers.Add(app);
   GP_PARSE_ARGS(app, argc, argv, 2);
 
-  auto pool = servers.Connect();
-  if (!pool.ok()) {
-    PrintError("gp-ls: {}\n", pool.status().message());
-    return 2;
-  }
+  auto pool = servers.ConnectOrSay("gp-ls");
+  if (!pool.ok()) return 2;
   PoolState state = pool->State();
   if (json) Print("{}\n", PoolStateJson(state, {leases, false}));
   else PrintText(state, leases);

@@ -234,11 +234,8 @@ int ToolMain(int argc, char** argv) {
   servers.Add(app);
   GP_PARSE_ARGS(app, argc, argv, 2);
 
-  auto pool = servers.Connect();
-  if (!pool.ok()) {
-    PrintError("gp-top: {}\n", pool.status().message());
-    return 2;
-  }
+  auto pool = servers.ConnectOrSay("gp-top");
+  if (!pool.ok()) return 2;
   auto interval = std::chrono::milliseconds(static_cast<int64_t>(interval_s * 1000));
   if (json) {
     PoolState state = pool->State(std::chrono::seconds(history_s));

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cfenv>
 #include <cfloat>
 #include <cinttypes>
@@ -83,27 +84,10 @@ Format FormatOf(Ty t) {
     default: return kDouble;
   }
 }
-float F32(uint64_t v) {
-  const uint32_t b = static_cast<uint32_t>(v);
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-double F64(uint64_t v) {
-  double d;
-  std::memcpy(&d, &v, 8);
-  return d;
-}
-uint64_t Bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
-uint64_t Bits(double d) {
-  uint64_t b;
-  std::memcpy(&b, &d, 8);
-  return b;
-}
+float F32(uint64_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v)); }
+double F64(uint64_t v) { return std::bit_cast<double>(v); }
+uint64_t Bits(float f) { return std::bit_cast<uint32_t>(f); }
+uint64_t Bits(double d) { return std::bit_cast<uint64_t>(d); }
 bool IsNan(uint64_t v, Ty t) { return Info(t).is_float && Decode(v & Mask(Info(t).bits), FormatOf(t)).nan; }
 
 // ---- Edge values of each type (bit patterns). ----
@@ -348,6 +332,27 @@ auto InMode(Rounding r, F f) {
   auto out = f();
   std::fesetround(FE_TONEAREST);
   return out;
+}
+// A value the compiler must load at run time (inside InMode), so that it cannot fold the arithmetic on it.
+template <typename T>
+T Opaque(T v) {
+  volatile T x = v;
+  return x;
+}
+// The bits of `op` (a generic lambda of the operands' values) on the f32 (`f32`) or f64 values of `operands`,
+// computed on the host in rounding mode r.
+template <typename Op, typename... Operands>
+uint64_t IeeeBits(bool f32, Rounding r, Op op, Operands... operands) {
+  if (f32) {
+    return Bits(InMode(r, [&] {
+      volatile float q = op(Opaque(F32(operands))...);
+      return q;
+    }));
+  }
+  return Bits(InMode(r, [&] {
+    volatile double q = op(Opaque(F64(operands))...);
+    return q;
+  }));
 }
 bool IsSubnormal32(uint64_t v) { return (v & 0x7f800000) == 0 && (v & 0x7fffff) != 0; }
 // .ftz: subnormal f32 inputs and results become zeros of the same sign.
@@ -966,20 +971,8 @@ void FloatForms(Table& t) {
           const Rounding r = RoundingOf(rnd);
           t.Add("float", name, ty, {ty, ty}, [=](const Inputs& i) {
             const uint64_t a = In(i[0], ftz), b = In(i[1], ftz);
-            uint64_t bits;
-            if (f32) {
-              bits = Bits(InMode(r, [&] {
-                volatile float x = F32(a), y = F32(b);
-                volatile float q = op == "add" ? x + y : op == "sub" ? x - y : x * y;
-                return q;
-              }));
-            } else {
-              bits = Bits(InMode(r, [&] {
-                volatile double x = F64(a), y = F64(b);
-                volatile double q = op == "add" ? x + y : op == "sub" ? x - y : x * y;
-                return q;
-              }));
-            }
+            const uint64_t bits = IeeeBits(
+                f32, r, [&](auto x, auto y) { return op == "add" ? x + y : op == "sub" ? x - y : x * y; }, a, b);
             return FloatResult(ty, bits, ftz, sat);
           });
         }
@@ -993,62 +986,24 @@ void FloatForms(Table& t) {
         for (const std::string& op : {"fma", "mad"}) {
           t.Add("float", op + mods, ty, {ty, ty, ty}, [=](const Inputs& i) {
             const uint64_t a = In(i[0], ftz), b = In(i[1], ftz), c = In(i[2], ftz);
-            const uint64_t bits = f32 ? Bits(InMode(r,
-                                                    [&] {
-                                                      volatile float q = std::fma(F32(a), F32(b), F32(c));
-                                                      return q;
-                                                    }))
-                                      : Bits(InMode(r, [&] {
-                                          volatile double q = std::fma(F64(a), F64(b), F64(c));
-                                          return q;
-                                        }));
+            const uint64_t bits = IeeeBits(f32, r, [](auto x, auto y, auto z) { return std::fma(x, y, z); }, a, b, c);
             return FloatResult(ty, bits, ftz, sat);
           });
         }
         if (sat) continue;
         t.Add("float", "div" + mods, ty, {ty, ty}, [=](const Inputs& i) {
           const uint64_t a = In(i[0], ftz), b = In(i[1], ftz);
-          const uint64_t bits = f32 ? Bits(InMode(r,
-                                                  [&] {
-                                                    volatile float x = F32(a), y = F32(b);
-                                                    volatile float q = x / y;
-                                                    return q;
-                                                  }))
-                                    : Bits(InMode(r, [&] {
-                                        volatile double x = F64(a), y = F64(b);
-                                        volatile double q = x / y;
-                                        return q;
-                                      }));
+          const uint64_t bits = IeeeBits(f32, r, [](auto x, auto y) { return x / y; }, a, b);
           return FloatResult(ty, bits, ftz, false);
         });
         t.Add("float", "rcp" + mods, ty, {ty}, [=](const Inputs& i) {
           const uint64_t a = In(i[0], ftz);
-          const uint64_t bits = f32 ? Bits(InMode(r,
-                                                  [&] {
-                                                    volatile float x = F32(a);
-                                                    volatile float q = 1.0f / x;
-                                                    return q;
-                                                  }))
-                                    : Bits(InMode(r, [&] {
-                                        volatile double x = F64(a);
-                                        volatile double q = 1.0 / x;
-                                        return q;
-                                      }));
+          const uint64_t bits = IeeeBits(f32, r, [](auto x) { return decltype(x)(1) / x; }, a);
           return FloatResult(ty, bits, ftz, false);
         });
         t.Add("float", "sqrt" + mods, ty, {ty}, [=](const Inputs& i) {
           const uint64_t a = In(i[0], ftz);
-          const uint64_t bits = f32 ? Bits(InMode(r,
-                                                  [&] {
-                                                    volatile float x = F32(a);
-                                                    volatile float q = std::sqrt(x);
-                                                    return q;
-                                                  }))
-                                    : Bits(InMode(r, [&] {
-                                        volatile double x = F64(a);
-                                        volatile double q = std::sqrt(x);
-                                        return q;
-                                      }));
+          const uint64_t bits = IeeeBits(f32, r, [](auto x) { return std::sqrt(x); }, a);
           return FloatResult(ty, bits, ftz, false);
         });
       }

@@ -115,47 +115,21 @@ extern "C" __global__ void wmma_gemm_f16(const half* a, const half* b, float* c,
 
 // ---- mma.sync: registers in, registers out. ----
 
-// Lane registers: in holds A, B, C registers of every thread one after another (kIn words a thread), out the D
-// registers (kOut words a thread).
-#define GP_MMA_BEGIN(name, kIn, kOut)                          \
-  extern "C" __global__ void name(const unsigned* in, unsigned* out) { \
-    const unsigned thread = blockIdx.x * blockDim.x + threadIdx.x;     \
-    unsigned x[kIn], y[kOut];                                           \
-    for (int i = 0; i < kIn; ++i) x[i] = in[thread * kIn + i];
-#define GP_MMA_END(kOut)                                        \
-    for (int i = 0; i < kOut; ++i) out[thread * kOut + i] = y[i]; \
-  }
-
-#define R(i) "r"(x[i])
-#define D(i) "=r"(y[i])
+#include "mma_kernel.h"
 
 // f16 and bf16 with f32 or f16 accumulators.
-GP_MMA_BEGIN(mma_m16n8k8_f32_f16_f16_f32, 7, 4)
-asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%8,%9,%10};"
-             : D(0), D(1), D(2), D(3) : R(0), R(1), R(2), R(3), R(4), R(5), R(6));
-GP_MMA_END(4)
+GP_MMA_A2B1C4D4(mma_m16n8k8_f32_f16_f16_f32, "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32")
 GP_MMA_BEGIN(mma_m16n8k8_f16_f16_f16_f16, 5, 2)
 asm volatile("mma.sync.aligned.m16n8k8.row.col.f16.f16.f16.f16 {%0,%1}, {%2,%3}, {%4}, {%5,%6};"
              : D(0), D(1) : R(0), R(1), R(2), R(3), R(4));
 GP_MMA_END(2)
-GP_MMA_BEGIN(mma_m16n8k16_f32_f16_f16_f32, 10, 4)
-asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-             "{%10,%11,%12,%13};"
-             : D(0), D(1), D(2), D(3) : R(0), R(1), R(2), R(3), R(4), R(5), R(6), R(7), R(8), R(9));
-GP_MMA_END(4)
+GP_MMA_A4B2C4D4(mma_m16n8k16_f32_f16_f16_f32, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")
 GP_MMA_BEGIN(mma_m16n8k16_f16_f16_f16_f16, 8, 2)
 asm volatile("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%0,%1}, {%2,%3,%4,%5}, {%6,%7}, {%8,%9};"
              : D(0), D(1) : R(0), R(1), R(2), R(3), R(4), R(5), R(6), R(7));
 GP_MMA_END(2)
-GP_MMA_BEGIN(mma_m16n8k8_f32_bf16_bf16_f32, 7, 4)
-asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%8,%9,%10};"
-             : D(0), D(1), D(2), D(3) : R(0), R(1), R(2), R(3), R(4), R(5), R(6));
-GP_MMA_END(4)
-GP_MMA_BEGIN(mma_m16n8k16_f32_bf16_bf16_f32, 10, 4)
-asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-             "{%10,%11,%12,%13};"
-             : D(0), D(1), D(2), D(3) : R(0), R(1), R(2), R(3), R(4), R(5), R(6), R(7), R(8), R(9));
-GP_MMA_END(4)
+GP_MMA_A2B1C4D4(mma_m16n8k8_f32_bf16_bf16_f32, "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32")
+GP_MMA_A4B2C4D4(mma_m16n8k16_f32_bf16_bf16_f32, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32")
 
 // tf32 with f32 registers for the accumulators, as CUTLASS writes it.
 extern "C" __global__ void mma_m16n8k4_f32_tf32_tf32_f32(const unsigned* in, unsigned* out) {
@@ -168,32 +142,13 @@ extern "C" __global__ void mma_m16n8k4_f32_tf32_tf32_f32(const unsigned* in, uns
                : "r"(x[0]), "r"(x[1]), "r"(x[2]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
   for (int i = 0; i < 4; ++i) out[thread * 4 + i] = __float_as_uint(d[i]);
 }
-GP_MMA_BEGIN(mma_m16n8k8_f32_tf32_tf32_f32, 10, 4)
-asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-             "{%10,%11,%12,%13};"
-             : D(0), D(1), D(2), D(3) : R(0), R(1), R(2), R(3), R(4), R(5), R(6), R(7), R(8), R(9));
-GP_MMA_END(4)
+GP_MMA_A4B2C4D4(mma_m16n8k8_f32_tf32_tf32_f32, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32")
 
 // 8-bit integers, signed and unsigned mixed, wrapping and saturating.
-GP_MMA_BEGIN(mma_m16n8k16_s32_s8_s8_s32, 7, 4)
-asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%8,%9,%10};"
-             : D(0), D(1), D(2), D(3) : R(0), R(1), R(2), R(3), R(4), R(5), R(6));
-GP_MMA_END(4)
-GP_MMA_BEGIN(mma_m16n8k16_s32_u8_s8_s32_satfinite, 7, 4)
-asm volatile("mma.sync.aligned.m16n8k16.row.col.satfinite.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
-             "{%7,%8,%9,%10};"
-             : D(0), D(1), D(2), D(3) : R(0), R(1), R(2), R(3), R(4), R(5), R(6));
-GP_MMA_END(4)
-GP_MMA_BEGIN(mma_m16n8k32_s32_u8_u8_s32, 10, 4)
-asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-             "{%10,%11,%12,%13};"
-             : D(0), D(1), D(2), D(3) : R(0), R(1), R(2), R(3), R(4), R(5), R(6), R(7), R(8), R(9));
-GP_MMA_END(4)
-GP_MMA_BEGIN(mma_m16n8k32_s32_s8_u8_s32_satfinite, 10, 4)
-asm volatile("mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-             "{%10,%11,%12,%13};"
-             : D(0), D(1), D(2), D(3) : R(0), R(1), R(2), R(3), R(4), R(5), R(6), R(7), R(8), R(9));
-GP_MMA_END(4)
+GP_MMA_A2B1C4D4(mma_m16n8k16_s32_s8_s8_s32, "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32")
+GP_MMA_A2B1C4D4(mma_m16n8k16_s32_u8_s8_s32_satfinite, "mma.sync.aligned.m16n8k16.row.col.satfinite.s32.u8.s8.s32")
+GP_MMA_A4B2C4D4(mma_m16n8k32_s32_u8_u8_s32, "mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32")
+GP_MMA_A4B2C4D4(mma_m16n8k32_s32_s8_u8_s32_satfinite, "mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.u8.s32")
 GP_MMA_BEGIN(mma_m8n8k16_s32_s8_s8_s32, 4, 2)
 asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%0,%1}, {%2}, {%3}, {%4,%5};"
              : D(0), D(1) : R(0), R(1), R(2), R(3));

@@ -1,25 +1,11 @@
 // Instructions of newer GPUs than tensor.cu's sm_80, built for sm_90: fp8 mma.sync (sm_89+), as cuBLASLt's fp8
 // GEMMs use it, and programmatic dependent launch's griddepcontrol (sm_90+). Same calling convention as tensor.cu's
-// mma kernels: each thread reads its registers from in[thread * kIn...] and writes its D registers.
+// mma kernels (mma_kernel.h).
 
-#define GP_MMA_BEGIN(name, kIn, kOut)                          \
-  extern "C" __global__ void name(const unsigned* in, unsigned* out) { \
-    const unsigned thread = blockIdx.x * blockDim.x + threadIdx.x;     \
-    unsigned x[kIn], y[kOut];                                           \
-    for (int i = 0; i < kIn; ++i) x[i] = in[thread * kIn + i];
-#define GP_MMA_END(kOut)                                        \
-    for (int i = 0; i < kOut; ++i) out[thread * kOut + i] = y[i]; \
-  }
+#include "mma_kernel.h"
 
-#define R(i) "r"(x[i])
-#define D(i) "=r"(y[i])
-
-#define GP_MMA_FP8(a, b)                                                                                          \
-  GP_MMA_BEGIN(mma_m16n8k32_f32_##a##_##b##_f32, 10, 4)                                                           \
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." #a "." #b ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, " \
-               "{%10,%11,%12,%13};"                                                                              \
-               : D(0), D(1), D(2), D(3) : R(0), R(1), R(2), R(3), R(4), R(5), R(6), R(7), R(8), R(9));         \
-  GP_MMA_END(4)
+#define GP_MMA_FP8(a, b) \
+  GP_MMA_A4B2C4D4(mma_m16n8k32_f32_##a##_##b##_f32, "mma.sync.aligned.m16n8k32.row.col.f32." #a "." #b ".f32")
 
 GP_MMA_FP8(e4m3, e4m3)
 GP_MMA_FP8(e4m3, e5m2)

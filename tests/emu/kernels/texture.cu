@@ -3,99 +3,57 @@
 // into tex.{1d,2d,3d,a1d,a2d}.v4.{f32,s32,u32}.{f32,s32}, tld4.{r,g,b,a}.2d, suld.b.* and sust.b.*.
 #include <cuda_runtime.h>
 
+// GP_TEX_KERNEL(name, T, fetch, inputs...): a kernel `name(t, inputs..., T* out, n)` whose thread i writes `fetch`
+// (an expression of t and the inputs at i) to out[i].
+#define GP_TEX_KERNEL(name, T, fetch, ...)                                             \
+  extern "C" __global__ void name(cudaTextureObject_t t, __VA_ARGS__, T* out, int n) { \
+    int i = blockIdx.x * blockDim.x + threadIdx.x;                                     \
+    if (i < n) out[i] = fetch;                                                         \
+  }
+
 // Float results: tex1D/2D/3D, layered, tex1Dfetch (linear memory), with a float4 texture type.
-extern "C" __global__ void tex1d_f4(cudaTextureObject_t t, const float* x, float4* out, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = tex1D<float4>(t, x[i]);
-}
-
-extern "C" __global__ void tex2d_f4(cudaTextureObject_t t, const float* x, const float* y, float4* out, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = tex2D<float4>(t, x[i], y[i]);
-}
-
+GP_TEX_KERNEL(tex1d_f4, float4, tex1D<float4>(t, x[i]), const float* x)
+GP_TEX_KERNEL(tex2d_f4, float4, tex2D<float4>(t, x[i], y[i]), const float* x, const float* y)
 // A single-channel read (the .x of the same .v4 instruction): what most programs write.
-extern "C" __global__ void tex2d_f1(cudaTextureObject_t t, const float* x, const float* y, float* out, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = tex2D<float>(t, x[i], y[i]);
-}
-
-extern "C" __global__ void tex3d_f4(cudaTextureObject_t t, const float* x, const float* y, const float* z,
-                                    float4* out, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = tex3D<float4>(t, x[i], y[i], z[i]);
-}
-
-extern "C" __global__ void tex1d_layered_f4(cudaTextureObject_t t, const float* x, const int* layer, float4* out,
-                                            int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = tex1DLayered<float4>(t, x[i], layer[i]);
-}
-
-extern "C" __global__ void tex2d_layered_f4(cudaTextureObject_t t, const float* x, const float* y, const int* layer,
-                                            float4* out, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = tex2DLayered<float4>(t, x[i], y[i], layer[i]);
-}
-
-extern "C" __global__ void fetch_f4(cudaTextureObject_t t, const int* index, float4* out, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = tex1Dfetch<float4>(t, index[i]);
-}
+GP_TEX_KERNEL(tex2d_f1, float, tex2D<float>(t, x[i], y[i]), const float* x, const float* y)
+GP_TEX_KERNEL(tex3d_f4, float4, tex3D<float4>(t, x[i], y[i], z[i]), const float* x, const float* y, const float* z)
+GP_TEX_KERNEL(tex1d_layered_f4, float4, tex1DLayered<float4>(t, x[i], layer[i]), const float* x, const int* layer)
+GP_TEX_KERNEL(tex2d_layered_f4, float4, tex2DLayered<float4>(t, x[i], y[i], layer[i]), const float* x, const float* y,
+              const int* layer)
+GP_TEX_KERNEL(fetch_f4, float4, tex1Dfetch<float4>(t, index[i]), const int* index)
 
 // Integer results (cudaReadModeElementType on integer formats): tex.*.v4.s32 / .u32.
-extern "C" __global__ void tex2d_i4(cudaTextureObject_t t, const float* x, const float* y, int4* out, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = tex2D<int4>(t, x[i], y[i]);
-}
-
-extern "C" __global__ void tex2d_u4(cudaTextureObject_t t, const float* x, const float* y, uint4* out, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = tex2D<uint4>(t, x[i], y[i]);
-}
-
-extern "C" __global__ void fetch_i4(cudaTextureObject_t t, const int* index, int4* out, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = tex1Dfetch<int4>(t, index[i]);
-}
+GP_TEX_KERNEL(tex2d_i4, int4, tex2D<int4>(t, x[i], y[i]), const float* x, const float* y)
+GP_TEX_KERNEL(tex2d_u4, uint4, tex2D<uint4>(t, x[i], y[i]), const float* x, const float* y)
+GP_TEX_KERNEL(fetch_i4, int4, tex1Dfetch<int4>(t, index[i]), const int* index)
 
 // tex2Dgather: the four components, one tld4 each; out[4 * i + c] holds component c's four texels.
-extern "C" __global__ void gather_f4(cudaTextureObject_t t, const float* x, const float* y, float4* out, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  out[4 * i + 0] = tex2Dgather<float4>(t, x[i], y[i], 0);
-  out[4 * i + 1] = tex2Dgather<float4>(t, x[i], y[i], 1);
-  out[4 * i + 2] = tex2Dgather<float4>(t, x[i], y[i], 2);
-  out[4 * i + 3] = tex2Dgather<float4>(t, x[i], y[i], 3);
-}
-
-extern "C" __global__ void gather_i4(cudaTextureObject_t t, const float* x, const float* y, int4* out, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  out[4 * i + 0] = tex2Dgather<int4>(t, x[i], y[i], 0);
-  out[4 * i + 1] = tex2Dgather<int4>(t, x[i], y[i], 1);
-  out[4 * i + 2] = tex2Dgather<int4>(t, x[i], y[i], 2);
-  out[4 * i + 3] = tex2Dgather<int4>(t, x[i], y[i], 3);
-}
+#define GP_GATHER_KERNEL(name, T)                                                                         \
+  extern "C" __global__ void name(cudaTextureObject_t t, const float* x, const float* y, T* out, int n) { \
+    int i = blockIdx.x * blockDim.x + threadIdx.x;                                                        \
+    if (i >= n) return;                                                                                   \
+    out[4 * i + 0] = tex2Dgather<T>(t, x[i], y[i], 0);                                                    \
+    out[4 * i + 1] = tex2Dgather<T>(t, x[i], y[i], 1);                                                    \
+    out[4 * i + 2] = tex2Dgather<T>(t, x[i], y[i], 2);                                                    \
+    out[4 * i + 3] = tex2Dgather<T>(t, x[i], y[i], 3);                                                    \
+  }
+GP_GATHER_KERNEL(gather_f4, float4)
+GP_GATHER_KERNEL(gather_i4, int4)
 
 // tex2DLod on a texture with one level: level 0 whatever the level asked for.
-extern "C" __global__ void tex2d_lod_f4(cudaTextureObject_t t, const float* x, const float* y, float lod, float4* out,
-                                        int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = tex2DLod<float4>(t, x[i], y[i], lod);
-}
+GP_TEX_KERNEL(tex2d_lod_f4, float4, tex2DLod<float4>(t, x[i], y[i], lod), const float* x, const float* y, float lod)
 
 // Surfaces. x coordinates are in bytes. One kernel per out-of-range mode (the mode is part of the instruction).
-#define SURF2D_READ_WRITE(mode, Mode)                                                                                \
-  extern "C" __global__ void surf2d_read_##mode(cudaSurfaceObject_t s, const int* x, const int* y, unsigned* out,    \
-                                                int n) {                                                             \
-    int i = blockIdx.x * blockDim.x + threadIdx.x;                                                                   \
-    if (i < n) out[i] = surf2Dread<unsigned>(s, x[i], y[i], Mode);                                                   \
-  }                                                                                                                  \
-  extern "C" __global__ void surf2d_write_##mode(cudaSurfaceObject_t s, const int* x, const int* y,                  \
-                                                 const unsigned* value, int n) {                                     \
-    int i = blockIdx.x * blockDim.x + threadIdx.x;                                                                   \
-    if (i < n) surf2Dwrite(value[i], s, x[i], y[i], Mode);                                                           \
+#define SURF2D_READ_WRITE(mode, Mode)                                                                             \
+  extern "C" __global__ void surf2d_read_##mode(cudaSurfaceObject_t s, const int* x, const int* y, unsigned* out, \
+                                                int n) {                                                          \
+    int i = blockIdx.x * blockDim.x + threadIdx.x;                                                                \
+    if (i < n) out[i] = surf2Dread<unsigned>(s, x[i], y[i], Mode);                                                \
+  }                                                                                                               \
+  extern "C" __global__ void surf2d_write_##mode(cudaSurfaceObject_t s, const int* x, const int* y,               \
+                                                 const unsigned* value, int n) {                                  \
+    int i = blockIdx.x * blockDim.x + threadIdx.x;                                                                \
+    if (i < n) surf2Dwrite(value[i], s, x[i], y[i], Mode);                                                        \
   }
 SURF2D_READ_WRITE(trap, cudaBoundaryModeTrap)
 SURF2D_READ_WRITE(clamp, cudaBoundaryModeClamp)

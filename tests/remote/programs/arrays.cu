@@ -131,9 +131,7 @@ int main() {
   EXPECT(cuArrayDestroy(line) == CUDA_SUCCESS, "cuArrayDestroy");
   cuMemFree(d);
   CHECK(cudaFree(pitched));
-  CHECK(cudaDeviceSynchronize());
-  size_t free_end = 0;
-  CHECK(cudaMemGetInfo(&free_end, &total));
+  const size_t free_end = FreeMemoryWhenIdle();
   EXPECT(free_end == free_before, "the arrays' memory went back to the slice");
   std::printf("arrays: %d+%d+%d+%d wrong, %d failure(s): %s\n", wrong, sub_wrong, wrong3d, wrong1d, failures,
               failures ? "FAILED" : "PASSED");

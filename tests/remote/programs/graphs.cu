@@ -355,9 +355,8 @@ cudaMemsetParams Ints(void* dst, unsigned int value) {
 }
 
 void GraphMemory() {
-  CHECK(cudaDeviceSynchronize());  // Earlier frees have reached the device (they follow the work queued before).
-  size_t free0 = 0, total = 0;
-  CHECK(cudaMemGetInfo(&free0, &total));
+  const size_t free0 = FreeMemoryWhenIdle();  // Earlier frees have reached the device.
+  size_t total = 0;
   cudaGraph_t g;
   CHECK(cudaGraphCreate(&g, 0));
   cudaMemAllocNodeParams ap = DeviceAllocation(kN * sizeof(int));
@@ -380,18 +379,14 @@ void GraphMemory() {
   EXPECT(out[kN - 1] == 0x01020304, "graph memory written and read back");
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(g));
-  CHECK(cudaDeviceSynchronize());
-  size_t free2 = 0;
-  CHECK(cudaMemGetInfo(&free2, &total));
+  const size_t free2 = FreeMemoryWhenIdle();
   EXPECT(free2 == free0, "graph memory returned with the graph");
 }
 
 // Graph memory that the program frees outside the graph stays the graph's: its next launch allocates it again at the
 // same address, and a free node of another graph may free it (the shape of NVIDIA's graphMemoryNodes sample).
 void GraphMemoryFreedOutside() {
-  CHECK(cudaDeviceSynchronize());
-  size_t free0 = 0, total = 0;
-  CHECK(cudaMemGetInfo(&free0, &total));
+  const size_t free0 = FreeMemoryWhenIdle();
   cudaStream_t s;
   CHECK(cudaStreamCreate(&s));
   cudaGraph_t g;
@@ -433,9 +428,7 @@ void GraphMemoryFreedOutside() {
   CHECK(cudaGraphExecDestroy(exec2));
   CHECK(cudaGraphDestroy(g));
   CHECK(cudaStreamDestroy(s));
-  CHECK(cudaDeviceSynchronize());
-  size_t free1 = 0;
-  CHECK(cudaMemGetInfo(&free1, &total));
+  const size_t free1 = FreeMemoryWhenIdle();
   EXPECTF(free1 == free0, "graph memory returned with its graphs: %zu free, %zu before", free1, free0);
 }
 

@@ -119,6 +119,19 @@ struct Operands {
 
 cublasOperation_t OpOf(bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
+// The end of the cuBLAS GEMM checks: frees the three device matrices, then checks `name`'s status and, when it
+// succeeded, the m x n C against op(A) op(B) on the host within `tolerance` (Compare).
+template <typename In, typename Out>
+void CheckGemm(const char* name, cublasStatus_t s, const Operands& o, bool ta, bool tb, In* a, In* b, Out* c, int m,
+               int n, int k, double tolerance, bool integers) {
+  const std::vector<double> got = Download(c, static_cast<size_t>(m) * n);  // Unread when the GEMM failed.
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  EXPECTF(s == CUBLAS_STATUS_SUCCESS, "%s: status %d", name, s);
+  if (s == CUBLAS_STATUS_SUCCESS) Compare(name, o.a, ta, o.b, tb, got, m, n, k, tolerance, integers);
+}
+
 // C = op(A) op(B) through cublasSgemm or cublasDgemm (`gemm`, named `label`), on `fill` operands seeded from `seed`
 // and the sizes, checked against the host within `tolerance` (exact for integers).
 template <typename T>
@@ -135,14 +148,7 @@ void RealGemm(RealGemmFn<T> gemm, const char* label, int seed, double tolerance,
   char name[96];
   std::snprintf(name, sizeof(name), "%s %s%s %s", label, ta ? "T" : "N", tb ? "T" : "N",
                 fill == Fill::kIntegers ? "integers" : "random");
-  EXPECTF(s == CUBLAS_STATUS_SUCCESS, "%s: status %d", name, s);
-  if (s == CUBLAS_STATUS_SUCCESS) {
-    Compare(name, o.a, ta, o.b, tb, Download(c, static_cast<size_t>(m) * n), m, n, k, tolerance,
-            fill == Fill::kIntegers);
-  }
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(c);
+  CheckGemm(name, s, o, ta, tb, a, b, c, m, n, k, tolerance, fill == Fill::kIntegers);
 }
 
 void Sgemm(cublasHandle_t h, int m, int n, int k, bool ta, bool tb, Fill fill) {
@@ -161,14 +167,7 @@ void Hgemm(cublasHandle_t h, int m, int n, int k) {
   cudaMalloc(&c, sizeof(__half) * m * n);
   const __half one = 1.0f, zero = 0.0f;
   cublasStatus_t s = cublasHgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, m, b, k, &zero, c, m);
-  EXPECTF(s == CUBLAS_STATUS_SUCCESS, "cublasHgemm: status %d", s);
-  if (s == CUBLAS_STATUS_SUCCESS) {
-    Compare("cublasHgemm NN integers", o.a, false, o.b, false, Download(c, static_cast<size_t>(m) * n), m, n, k, 0,
-            true);
-  }
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(c);
+  CheckGemm("cublasHgemm NN integers", s, o, false, false, a, b, c, m, n, k, 0, true);
 }
 
 // cublasGemmEx with FP32 output: `type` of A and B, `compute` (TF32 or FP32 on BF16 inputs).
@@ -188,14 +187,7 @@ void GemmEx(cublasHandle_t h, const char* name, cudaDataType type, cublasCompute
   const float one = 1, zero = 0;
   cublasStatus_t s = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, m, n, k, &one, a, type, m, b, type, n, &zero, c,
                                   CUDA_R_32F, m, compute, CUBLAS_GEMM_DEFAULT);
-  EXPECTF(s == CUBLAS_STATUS_SUCCESS, "%s: status %d", name, s);
-  if (s == CUBLAS_STATUS_SUCCESS) {
-    Compare(name, o.a, false, o.b, true, Download(c, static_cast<size_t>(m) * n), m, n, k, eps,
-            fill == Fill::kIntegers);
-  }
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(c);
+  CheckGemm(name, s, o, false, true, a, b, c, m, n, k, eps, fill == Fill::kIntegers);
 }
 
 void SgemmStridedBatched(cublasHandle_t h, int m, int n, int k, int batch) {

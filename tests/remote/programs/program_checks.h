@@ -80,4 +80,13 @@ static int failures = 0;
     cudaGetLastError();                                                                                  \
   } while (0)
 
+// The device's free memory once the work queued before has run (its frees included): cudaDeviceSynchronize, then
+// cudaMemGetInfo, each CHECKed. For the checks that what a program freed went back to the slice.
+static inline size_t FreeMemoryWhenIdle() {
+  CHECK(cudaDeviceSynchronize());
+  size_t free_bytes = 0, total = 0;
+  CHECK(cudaMemGetInfo(&free_bytes, &total));
+  return free_bytes;
+}
+
 #endif  // GPUPOOL_TESTS_REMOTE_PROGRAMS_PROGRAM_CHECKS_H_

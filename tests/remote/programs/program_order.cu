@@ -74,13 +74,17 @@ size_t FirstNot(const int* dev, size_t n, int value) {
   return n;
 }
 
-// Runs `first` on this thread, then `second` on another thread that starts only once `first` returned (a handover
-// the program orders, as a mutex or a queue would).
+// Runs `first` on this thread, then `second`: on this thread too, or (other_thread) on another thread that starts
+// only once `first` returned (a handover the program orders, as a mutex or a queue would).
 template <typename First, typename Second>
-void Handover(First first, Second second) {
+void Handover(bool other_thread, First first, Second second) {
   first();
-  std::thread t(second);
-  t.join();
+  if (other_thread) {
+    std::thread t(second);
+    t.join();
+  } else {
+    second();
+  }
 }
 
 size_t SliceBytes() {
@@ -107,12 +111,7 @@ void FreeThenAlloc(bool other_thread) {
       cudaGetLastError();
     }
   };
-  if (other_thread) {
-    Handover(free_it, alloc_more);
-  } else {
-    free_it();
-    alloc_more();
-  }
+  Handover(other_thread, free_it, alloc_more);
   if (q) CHECK(cudaFree(q));
 }
 
@@ -131,12 +130,7 @@ void FreeThenMemGetInfo(bool other_thread) {
            before, after);
     }
   };
-  if (other_thread) {
-    Handover(free_it, look);
-  } else {
-    free_it();
-    look();
-  }
+  Handover(other_thread, free_it, look);
 }
 
 // cudaMemsetAsync, then a copy back on the same stream (or after a stream synchronisation on another thread).
@@ -162,11 +156,7 @@ void MemsetThenCopyBack(bool other_thread, int value) {
       }
     }
   };
-  if (other_thread) {
-    Handover([] {}, check);
-  } else {
-    check();
-  }
+  Handover(other_thread, [] {}, check);
   CHECK(cudaStreamDestroy(s));
   CHECK(cudaFree(d));
 }
@@ -185,11 +175,7 @@ void CopyThenCopyBack(bool other_thread, int value) {
     size_t wrong = FirstNot(d, n, value);
     if (wrong != n) FAIL("copy then copy back%s: element %zu", other_thread ? " (other thread)" : "", wrong);
   };
-  if (other_thread) {
-    Handover([] {}, check);
-  } else {
-    check();
-  }
+  Handover(other_thread, [] {}, check);
   CHECK(cudaFreeHost(pinned));
   CHECK(cudaFree(d));
 }
@@ -224,11 +210,7 @@ void KernelThenEvent(bool other_thread) {
       }
     }
   };
-  if (other_thread) {
-    Handover([] {}, check);
-  } else {
-    check();
-  }
+  Handover(other_thread, [] {}, check);
   CHECK(cudaEventDestroy(e));
   CHECK(cudaFree(d));
 }
@@ -258,11 +240,7 @@ void StreamOrderedFreeThenTrim(bool other_thread) {
            after);
     }
   };
-  if (other_thread) {
-    Handover([] {}, check);
-  } else {
-    check();
-  }
+  Handover(other_thread, [] {}, check);
   CHECK(cudaStreamDestroy(s));
 }
 
@@ -296,11 +274,7 @@ void GraphUpdateThenLaunch(bool other_thread, int value) {
     size_t wrong = FirstNot(d, n, updated);
     if (wrong != n) FAIL("graph update then launch%s: element %zu is not %d", other_thread ? " (other thread)" : "", wrong, updated);
   };
-  if (other_thread) {
-    Handover([] {}, launch_and_check);
-  } else {
-    launch_and_check();
-  }
+  Handover(other_thread, [] {}, launch_and_check);
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(graph));
   CHECK(cudaStreamDestroy(s));
@@ -353,11 +327,7 @@ void ModuleUnloadThenLoad(bool other_thread) {
       CHECK(cudaMemcpy(&back, d, sizeof(int), cudaMemcpyDeviceToHost));
       if (back != static_cast<int>(value)) FAIL("module round %d: the kernel wrote %d, not %u", i, back, value);
     };
-    if (other_thread) {
-      Handover([] {}, load_and_run);
-    } else {
-      load_and_run();
-    }
+    Handover(other_thread, [] {}, load_and_run);
     if (module != nullptr && cuModuleUnload(module) != CUDA_SUCCESS) FAIL("cuModuleUnload");
   }
   CHECK(cudaFree(d));
@@ -405,11 +375,7 @@ void SynchronisationsIncludePostedCalls(bool other_thread) {
         }
       }
     };
-    if (other_thread && kind != 1 && kind != 3) {
-      Handover([] {}, sync_and_check);
-    } else {
-      sync_and_check();
-    }
+    Handover(other_thread && kind != 1 && kind != 3, [] {}, sync_and_check);
   }
   CHECK(cudaEventDestroy(e));
   CHECK(cudaStreamDestroy(s));

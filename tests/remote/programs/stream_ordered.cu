@@ -138,9 +138,7 @@ int main() {
   }
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(g));
-  CHECK(cudaDeviceSynchronize());
-  size_t free_after = 0;
-  CHECK(cudaMemGetInfo(&free_after, &total));
+  const size_t free_after = FreeMemoryWhenIdle();
   EXPECT(free_after == free_bytes, "all memory back with the graph");
   if (free_after != free_bytes) std::printf("stream_ordered: %zu bytes free at the end, %zu before\n", free_after, free_bytes);
 

@@ -187,9 +187,7 @@ int main() {
   CHECK(cudaFree(resampled));
   CHECK(cudaFree(linear));
   CHECK(cudaFree(fetched));
-  CHECK(cudaDeviceSynchronize());
-  size_t free_end = 0;
-  CHECK(cudaMemGetInfo(&free_end, &total));
+  const size_t free_end = FreeMemoryWhenIdle();
   EXPECT(free_end == free_before, "the objects' and arrays' memory went back to the slice");
   std::printf("textures: %d+%d+%d wrong, %d failure(s): %s\n", wrong_filter, wrong_fetch, wrong_surface, failures,
               failures ? "FAILED" : "PASSED");
