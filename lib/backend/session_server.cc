@@ -700,6 +700,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
 
   // ---- Streams and events.
 
+  // Boilerplate by nature, with the other objects' create and destroy calls below: one backend call, one handle.
   Reply Handle(const calls::StreamCreate::Args&, calls::StreamCreate::Results& r) {
     StreamRef stream;
     CallStatus s = backend_->CreateStream(&stream);

@@ -47,6 +47,7 @@ inline constexpr int kUnknown = 999;
 
 // A call's outcome: a CUresult value (cu::kSuccess = success) and, for errors, what went wrong in words. A cheap
 // value type, as gpupool::Status is.
+// Boilerplate by nature: the same shape as gpupool::Status (a code, a message), for the driver's codes.
 class CallStatus {
  public:
   CallStatus() = default;  // Success.

@@ -990,6 +990,7 @@ std::optional<CallStatus> FunctionCompiler::DecodeBitFields(const ptx::Instructi
   auto need_type = [&]() { return NeedType(in, inst); };
   if (op == "bfe" || op == "bfi" || op == "prmt" || op == "shf" || op == "lop3") {
     if (CallStatus s = need_type(); !s.ok()) return s;
+    // Boilerplate by nature: each instruction's operands resolved one by one, bfe/bfi/prmt alike.
     if (op == "bfe") {
       inst.op = Op::kBfe;
       if (CallStatus s = Operands(in, 4); !s.ok()) return s;

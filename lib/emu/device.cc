@@ -1267,6 +1267,7 @@ void Device::WhenNearlyReached(Stream* stream, std::chrono::nanoseconds lead, st
   soon();
 }
 
+// Boilerplate by nature, with the events' and modules' below: an object made or ended under the queue's lock.
 CallStatus Device::CreateStream(Stream** stream) {
   if (!stream) return BadValue("null output");
   *stream = new Stream();

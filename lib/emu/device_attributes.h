@@ -18,6 +18,7 @@ namespace gpupool::emu {
 // features the emulated device does not have, so that cudart and libraries take their fallback paths instead of
 // failing later. Attributes not listed read as 0 (IPC, RDMA, handle types, multicast, MPS, interop...). The PCI
 // location is `p`'s; callers that place the device elsewhere overwrite it.
+// Boilerplate by nature: a table, one attribute a row.
 inline std::map<int, int> DeviceAttributes(const DeviceProperties& p) {
   return {
       {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, p.max_threads_per_block},

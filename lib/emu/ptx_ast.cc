@@ -5,6 +5,7 @@
 
 namespace gpupool::emu::ptx {
 
+// Boilerplate by nature: a table of PTX type names (as ptx_parser.cc's SpaceOf of state spaces).
 Type ParseType(const std::string& name) {
   std::string_view n = name;
   if (!n.empty() && n.front() == '.') n.remove_prefix(1);

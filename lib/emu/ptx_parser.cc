@@ -380,6 +380,7 @@ Operand ParseNumber(const Token& t, bool negative) {
   return op;
 }
 
+// Boilerplate by nature: a table of state space directives (as ptx_ast.cc's ParseType of types).
 Space SpaceOf(std::string_view directive) {
   if (directive == ".global") return Space::kGlobal;
   if (directive == ".const") return Space::kConst;

@@ -20,6 +20,7 @@ CUresult EventCreate(CUevent* out, unsigned int flags) {
   return CUDA_SUCCESS;
 }
 
+// Boilerplate by nature, with EventSynchronize and EventQuery below: resolve the event, forward one call.
 CUresult EventRecord(CUevent handle, CUstream stream) {
   Remote& remote = Remote::Get();
   Event* event;

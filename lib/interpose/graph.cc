@@ -609,6 +609,7 @@ CUresult WorkFromParams(const CUgraphNodeParams& p, NodeWork* w) {
       if (CUresult r = ValidateCopy(&p.memcpy.copyParams); r != CUDA_SUCCESS) return r;
       *w = CopyWork(p.memcpy.copyParams);
       return CUDA_SUCCESS;
+      // Boilerplate by nature: field by field from the node's parameters to the driver's.
     case CU_GRAPH_NODE_TYPE_MEMSET: {
       CUDA_MEMSET_NODE_PARAMS m{};
       m.dst = p.memset.dst;

@@ -178,6 +178,7 @@ struct Wire;
 #define GP_SESSION_P_PROPS(b, Name, v)
 #define GP_SESSION_SKIP(kind, name, Name)
 
+// Boilerplate by nature: one converter per direction of args and results, each a field list expanded alike.
 #define GP_SESSION_WIRE(Name, method, ordinal, mode, doc)                                                   \
   template <>                                                                                              \
   struct Wire<calls::Name> {                                                                               \
