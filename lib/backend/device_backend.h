@@ -16,6 +16,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/session_types.h"
@@ -81,6 +82,9 @@ struct TextureSpec {
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
+  static CallStatus CannotPlace(const char* what) {
+    return CallStatus(cu::kNotSupported, std::string("this device cannot place ") + what + " at a given address");
+  }
 
   // The device as the client sees it (total memory: the server puts the slice's quota there).
   virtual DeviceInfo Info() = 0;
@@ -194,6 +198,21 @@ class DeviceBackend {
   // emulated device's memory is the worker's own). Null otherwise, and where device memory is not host memory (a
   // GPU). REQUIRES: the range lies inside memory of the caller's.
   virtual uint8_t* IdleHostView(uint64_t address, uint64_t bytes) { return nullptr; }
+
+  // Restoring a session at the addresses it had (session_image.h). An allocation at exactly `address`; a module whose
+  // variables go where `placements` say (ModuleVariables of the same image, where it was loaded before); where a
+  // module placed its variables, with their sizes, in the order it placed them. Backends that cannot choose
+  // addresses (a GPU's driver places module variables itself) answer CUDA_ERROR_NOT_SUPPORTED.
+  virtual CallStatus AllocAt(uint64_t address, uint64_t bytes, uint64_t* reserved) {
+    return CannotPlace("an allocation");
+  }
+  virtual CallStatus LoadModuleAt(const uint8_t* image, size_t bytes, const std::vector<uint64_t>& placements,
+                                  ModuleRef* module) {
+    return CannotPlace("a module's variables");
+  }
+  virtual CallStatus ModuleVariables(ModuleRef module, std::vector<std::pair<uint64_t, uint64_t>>* placed) {
+    return CannotPlace("a module's variables");
+  }
 
   // The lease ended: free every allocation, module, stream and event now. Later calls never reach the backend.
   virtual void Reset() = 0;

@@ -24,6 +24,14 @@ class HandleTable {
     return id;
   }
 
+  // Stores `value` under handle `id` (a restored session's handle, session_image.h); false when `id` is 0 or taken.
+  // Later Adds never reuse it.
+  bool AddAt(uint64_t id, T value) {
+    if (id == 0 || !items_.emplace(id, std::move(value)).second) return false;
+    if (id >= next_) next_ = id + 1;
+    return true;
+  }
+
   typename Map::iterator find(uint64_t id) { return items_.find(id); }
   typename Map::iterator begin() { return items_.begin(); }
   typename Map::iterator end() { return items_.end(); }

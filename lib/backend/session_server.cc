@@ -83,6 +83,8 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     if (control_) {
       std::lock_guard<std::mutex> lock(control_->mu);
       control_->revoke = [this](const std::string& why) { Revoke(why); };
+      control_->checkpoint = [this](SessionImage* image) { return Checkpoint(image); };
+      control_->restore = [this](const SessionImage& image) { return Restore(image); };
     }
     // The driver's memory for the context itself (heap, printf buffer, the threads' stacks) is the slice's from the
     // start. Where the lease's other sessions leave no room for it, the first module load asks again, refused.
@@ -96,6 +98,8 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     if (control_) {
       std::lock_guard<std::mutex> lock(control_->mu);
       control_->revoke = nullptr;
+      control_->checkpoint = nullptr;
+      control_->restore = nullptr;
     }
     if (limits_.closing) limits_.closing();
     backend_.reset();  // Frees everything the session still holds.
@@ -610,6 +614,8 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       return Done({CUDA_ERROR_OUT_OF_MEMORY, why});
     }
     r.module.value = modules_.Add(module);
+    // Kept for a checkpoint (session_image.h): the client's image is all there is of the module as loaded.
+    module_images_[r.module.value].assign(a.image.data, a.image.data + a.image.size);
     return Ok();
   }
 
@@ -622,6 +628,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     for (auto g = globals_.begin(); g != globals_.end();) {
       g = g->second.module == handle ? globals_.erase(g) : std::next(g);
     }
+    module_images_.erase(handle);
     CallStatus s = backend_->UnloadModule(module);
     ChargeDriver(backend_->DriverHeldBytes());  // Less than before: always fits.
     return Done(s);
@@ -641,7 +648,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     r.num_regs = info.num_regs;
     r.ptx_version = info.ptx_version;
     r.max_threads_per_block = info.max_threads_per_block;
-    r.function.value = functions_.Add({it->first, fn, std::move(info)});
+    r.function.value = functions_.Add({it->first, fn, std::move(info), a.name, {}});
     return Ok();
   }
 
@@ -695,7 +702,9 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   Reply Handle(const calls::FunctionSetAttribute::Args& a, calls::FunctionSetAttribute::Results&) {
     auto it = functions_.find(a.function.value);
     if (it == functions_.end()) return Unknown("function");
-    return Done(backend_->SetFunctionAttribute(it->second.fn, a.attribute, a.value));
+    CallStatus s = backend_->SetFunctionAttribute(it->second.fn, a.attribute, a.value);
+    if (s.ok()) it->second.attributes.emplace_back(a.attribute, a.value);  // For a checkpoint.
+    return Done(s);
   }
 
   // ---- Streams and events.
@@ -921,6 +930,8 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     uint64_t module;  // The handle of its module: unloading the module erases it.
     FunctionRef fn;
     KernelInfo info;
+    std::string name;                               // For a checkpoint: how to find it again,
+    std::vector<std::pair<int, int>> attributes;  // and what was set on it.
   };
   struct Global {
     uint64_t bytes;
@@ -1036,6 +1047,152 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
                        "processes of the lease)", bytes, used, quota_->limit(), used - mine);
   }
 
+  // ---- Checkpoint and restore (session_image.h). Both run on the session's thread, between calls.
+
+  CallStatus Checkpoint(SessionImage* image) {
+    if (revoked_) return Revoked();
+    if (in_flight_ > 0 || !backend_->Quiet()) {
+      return {CUDA_ERROR_NOT_READY, "checkpoint: the session has work queued or running; it can be taken when quiet"};
+    }
+    if (CallStatus s = NotYetRestorable(); !s.ok()) return s;
+    SessionImage taken;
+    taken.window_base = limits_.window_base;
+    taken.window_bytes = limits_.window_bytes;
+    for (const auto& [address, reserved] : allocations_) {
+      SessionImage::Memory memory{address, reserved, {}};
+      if (CallStatus s = ReadIdle(address, reserved, &memory.data); !s.ok()) return s;
+      taken.allocations.push_back(std::move(memory));
+    }
+    for (auto& [handle, module] : modules_) {
+      SessionImage::Module saved{handle, module_images_[handle], {}};
+      std::vector<std::pair<uint64_t, uint64_t>> placed;
+      if (CallStatus s = backend_->ModuleVariables(module, &placed); !s.ok()) return s;
+      for (const auto& [address, bytes] : placed) {
+        SessionImage::Memory variable{address, bytes, {}};
+        if (CallStatus s = ReadIdle(address, bytes, &variable.data); !s.ok()) return s;
+        saved.variables.push_back(std::move(variable));
+      }
+      taken.modules.push_back(std::move(saved));
+    }
+    for (auto& [handle, function] : functions_) {
+      taken.functions.push_back({handle, function.module, function.name, function.attributes});
+    }
+    for (const auto& [address, global] : globals_) taken.globals.push_back({address, global.bytes, global.module});
+    for (auto& [handle, stream] : streams_) taken.streams.push_back(handle);
+    for (auto& [handle, event] : events_) taken.events.push_back(handle);
+    *image = std::move(taken);
+    return CallStatus::Ok();
+  }
+
+  CallStatus Restore(const SessionImage& image) {
+    if (revoked_) return Revoked();
+    if (!allocations_.empty() || modules_.begin() != modules_.end() || streams_.begin() != streams_.end() ||
+        events_.begin() != events_.end()) {
+      return {CUDA_ERROR_INVALID_VALUE, "restore: only a fresh session can become another"};
+    }
+    if (image.window_base != limits_.window_base || image.window_bytes != limits_.window_bytes) {
+      return {CUDA_ERROR_INVALID_VALUE,
+              fmt::format("restore: the image's window [0x{:x}, +0x{:x}) is not this session's [0x{:x}, +0x{:x})",
+                          image.window_base, image.window_bytes, limits_.window_base, limits_.window_bytes)};
+    }
+    for (const SessionImage::Memory& memory : image.allocations) {
+      if (memory.bytes == 0 || memory.data.size() != memory.bytes ||
+          !RangeInside(memory.address, memory.bytes, limits_.window_base, limits_.window_bytes)) {
+        return {CUDA_ERROR_INVALID_VALUE, "restore: an allocation of the image lies outside the session's window"};
+      }
+      uint64_t reserved = 0;
+      if (CallStatus s = backend_->AllocAt(memory.address, memory.bytes, &reserved); !s.ok()) return s;
+      if (!quota_->Take(reserved)) {
+        backend_->Free(memory.address, reserved);
+        return {CUDA_ERROR_OUT_OF_MEMORY, "restore: " + QuotaMessage(reserved)};
+      }
+      allocations_[memory.address] = reserved;
+      if (CallStatus s = WriteIdle(memory.address, memory.data); !s.ok()) return s;
+    }
+    MemoryChanged();
+    for (const SessionImage::Module& saved : image.modules) {
+      std::vector<uint64_t> placements;
+      for (const SessionImage::Memory& variable : saved.variables) placements.push_back(variable.address);
+      ModuleRef module;
+      if (CallStatus s = backend_->LoadModuleAt(saved.image.data(), saved.image.size(), placements, &module);
+          !s.ok()) {
+        return s;
+      }
+      if (!modules_.AddAt(saved.handle, module)) {
+        backend_->UnloadModule(module);
+        return {CUDA_ERROR_INVALID_VALUE, fmt::format("restore: module handle {} twice", saved.handle)};
+      }
+      module_images_[saved.handle] = saved.image;
+      if (!ChargeDriver(backend_->DriverHeldBytes())) {
+        return {CUDA_ERROR_OUT_OF_MEMORY, "restore: the modules' memory: " + QuotaMessage(backend_->DriverHeldBytes())};
+      }
+      for (const SessionImage::Memory& variable : saved.variables) {
+        if (CallStatus s = WriteIdle(variable.address, variable.data); !s.ok()) return s;
+      }
+    }
+    for (const SessionImage::Function& saved : image.functions) {
+      auto module = modules_.find(saved.module);
+      if (module == modules_.end()) return {CUDA_ERROR_INVALID_VALUE, "restore: a function of no module"};
+      Function function{saved.module, {}, {}, saved.name, saved.attributes};
+      if (CallStatus s = backend_->GetFunction(module->second, saved.name, &function.fn, &function.info); !s.ok()) {
+        return s;
+      }
+      for (const auto& [attribute, value] : saved.attributes) {
+        if (CallStatus s = backend_->SetFunctionAttribute(function.fn, attribute, value); !s.ok()) return s;
+      }
+      if (!functions_.AddAt(saved.handle, std::move(function))) {
+        return {CUDA_ERROR_INVALID_VALUE, fmt::format("restore: function handle {} twice", saved.handle)};
+      }
+    }
+    for (const SessionImage::Global& global : image.globals) {
+      if (modules_.find(global.module) == modules_.end()) return {CUDA_ERROR_INVALID_VALUE, "restore: a variable of no module"};
+      globals_[global.address] = {global.bytes, global.module};
+    }
+    for (uint64_t handle : image.streams) {
+      StreamRef stream;
+      if (CallStatus s = backend_->CreateStream(&stream); !s.ok()) return s;
+      if (!streams_.AddAt(handle, stream)) {
+        backend_->DestroyStream(stream);
+        return {CUDA_ERROR_INVALID_VALUE, fmt::format("restore: stream handle {} twice", handle)};
+      }
+    }
+    for (uint64_t handle : image.events) {
+      EventRef event;
+      if (CallStatus s = backend_->CreateEvent(&event); !s.ok()) return s;
+      if (!events_.AddAt(handle, event)) {
+        backend_->DestroyEvent(event);
+        return {CUDA_ERROR_INVALID_VALUE, fmt::format("restore: event handle {} twice", handle)};
+      }
+    }
+    return CallStatus::Ok();
+  }
+
+  // What a checkpoint cannot carry yet: refused by name, never dropped.
+  CallStatus NotYetRestorable() {
+    const char* what = !textures_.empty()                          ? "texture or surface objects"
+                       : physical_.begin() != physical_.end()      ? "physical memory (cuMemCreate)"
+                       : !reservations_.empty()                    ? "address reservations (cuMemAddressReserve)"
+                       : !mappings_.empty()                        ? "memory mappings (cuMemMap)"
+                                                                   : nullptr;
+    if (what == nullptr) return CallStatus::Ok();
+    return {CUDA_ERROR_NOT_SUPPORTED, fmt::format("checkpoint: the session holds {}, which a checkpoint does not "
+                                                  "carry yet", what)};
+  }
+
+  // Device memory read or written in place while the device is idle (a checkpoint's or a restore's).
+  CallStatus ReadIdle(uint64_t address, uint64_t bytes, std::vector<uint8_t>* out) {
+    const uint8_t* view = backend_->IdleHostView(address, bytes);
+    if (view == nullptr) return {CUDA_ERROR_NOT_SUPPORTED, "checkpoint: this device's memory cannot be read in place"};
+    out->assign(view, view + bytes);
+    return CallStatus::Ok();
+  }
+  CallStatus WriteIdle(uint64_t address, const std::vector<uint8_t>& data) {
+    uint8_t* view = backend_->IdleHostView(address, data.size());
+    if (view == nullptr) return {CUDA_ERROR_NOT_SUPPORTED, "restore: this device's memory cannot be written in place"};
+    std::memcpy(view, data.data(), data.size());
+    return CallStatus::Ok();
+  }
+
   // The lease ended: every object goes now, and every later call fails (Serve checks revoked_ first).
   void Revoke(const std::string& why) {
     revoked_ = true;
@@ -1112,6 +1269,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   HandleTable<Physical> physical_;              // memCreate's physical memory, counted in quota_.
   std::map<uint64_t, uint64_t> textures_;       // Texture and surface objects: handle -> reserved bytes.
   HandleTable<ModuleRef> modules_;
+  std::map<uint64_t, std::vector<uint8_t>> module_images_;  // Module handle -> its image, for a checkpoint.
   HandleTable<Function> functions_;
   HandleTable<StreamRef> streams_;
   HandleTable<EventRef> events_;

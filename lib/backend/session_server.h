@@ -18,6 +18,7 @@
 
 #include "backend/device_backend.h"
 #include "backend/device_turns.h"
+#include "backend/session_image.h"
 #include "backend/session_meter.h"
 #include "backend/slice_quota.h"
 #include "session.capnp.h"
@@ -29,6 +30,12 @@ struct SessionControl {
   std::mutex mu;
   // Set while the session lives; frees its device memory and fails later calls, saying why the lease ended.
   std::function<void(const std::string& why)> revoke;
+  // Set while the session lives; called on the session's own thread (its event loop). checkpoint: the session as it
+  // stands (session_image.h), when it is quiet (CUDA_ERROR_NOT_READY while work is queued or running). restore: a
+  // fresh session (nothing allocated, loaded or made yet) becomes the one `image` describes, at the same addresses
+  // and handles; on failure it is left unusable, and its caller ends it.
+  std::function<CallStatus(SessionImage* image)> checkpoint;
+  std::function<CallStatus(const SessionImage& image)> restore;
 };
 
 struct SessionLimits {

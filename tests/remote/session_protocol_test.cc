@@ -926,5 +926,124 @@ TEST_F(SessionProtocol, AHostToDeviceCopyWhoseBytesComeSlowlyArrivesWhole) {
   }
   ExpectAllUnharmed();
 }
+
+// Issue 43's ground: a quiet session checkpointed and restored as a fresh session in the same window, with another
+// device: its allocations hold their bytes at their addresses, its module's variable keeps its value and address,
+// and the handles its client holds (module, function, stream, event) name the same objects, so the client carries
+// on as if nothing had happened.
+TEST(SessionImage, AQuietSessionIsRestoredAtItsAddressesWithItsHandles) {
+  constexpr char kPtx[] = R"(
+.version 7.0
+.target sm_75
+.address_size 64
+.global .align 4 .u32 counter = 5;
+.visible .entry bump(.param .u64 out) {
+  .reg .b32 %r<3>;
+  .reg .b64 %rd<3>;
+  ld.global.u32 %r1, [counter];
+  add.u32 %r2, %r1, 1;
+  st.global.u32 [counter], %r2;
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd2, %rd1;
+  st.global.u32 [%rd2], %r2;
+  ret;
+}
+)";
+  const uint32_t one[3] = {1, 1, 1};
+  auto bump = [&](RemoteSession& s, uint64_t function, uint64_t out, uint64_t stream) {
+    return s.Launch(function, one, one, 0, stream, &out, sizeof(out));
+  };
+  std::vector<uint8_t> pattern(3 << 20);
+  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
+
+  backend::SessionImage image;
+  uint64_t out = 0, big = 0, module = 0, stream = 0, event = 0, counter = 0, counter_bytes = 0;
+  RemoteFunctionInfo function;
+  uint64_t window_base = 0, window_bytes = 0;
+  {
+    auto host = SessionHost::Start();
+    ASSERT_TRUE(host.ok()) << host.status().ToString();
+    auto session = (*host)->Connect();
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    RemoteSession& s = **session;
+    ASSERT_EQ(s.MemAlloc(4, &out), kOk);
+    ASSERT_EQ(s.MemAlloc(pattern.size(), &big), kOk);
+    s.CopyToDevice(big, pattern.data(), pattern.size(), 0);
+    ASSERT_EQ(s.ModuleLoad(kPtx, sizeof(kPtx), &module), kOk) << s.last_error();
+    ASSERT_EQ(s.GetFunction(module, "bump", &function), kOk) << s.last_error();
+    ASSERT_EQ(s.GetGlobal(module, "counter", &counter, &counter_bytes), kOk);
+    ASSERT_EQ(s.StreamCreate(&stream), kOk);
+    ASSERT_EQ(s.EventCreate(&event), kOk);
+    ASSERT_EQ(bump(s, function.handle, out, stream), kOk);
+    ASSERT_EQ(bump(s, function.handle, out, stream), kOk);
+    ASSERT_EQ(s.Synchronize(), kOk) << s.last_error();
+    CallStatus taken = (*host)->Checkpoint(&image);
+    ASSERT_TRUE(taken.ok()) << taken.message();
+    window_base = (*host)->window_base();
+    window_bytes = (*host)->window_bytes();
+  }  // The first session and its device are gone: its window is free for the second.
+  EXPECT_EQ(image.allocations.size(), 2u);
+  ASSERT_EQ(image.modules.size(), 1u);
+  EXPECT_EQ(image.modules[0].variables.size(), 1u);
+
+  SessionHostOptions options;
+  options.window_base = window_base;
+  options.window_bytes = window_bytes;
+  options.restore = &image;
+  auto host = SessionHost::Start(options);
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  auto session = (*host)->Connect();
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  RemoteSession& s = **session;
+  // The same function handle, on the same stream handle, into the same allocation: the variable counts on from 7.
+  ASSERT_EQ(bump(s, function.handle, out, stream), kOk);
+  ASSERT_EQ(s.EventRecord(event, stream), kOk);
+  ASSERT_EQ(s.EventSynchronize(event), kOk) << s.last_error();
+  uint32_t value = 0;
+  ASSERT_EQ(s.CopyFromDevice(&value, out, sizeof(value), 0), kOk) << s.last_error();
+  EXPECT_EQ(value, 8u) << "the module's variable kept its value across the restore";
+  uint64_t counter_again = 0;
+  ASSERT_EQ(s.GetGlobal(module, "counter", &counter_again, &counter_bytes), kOk);
+  EXPECT_EQ(counter_again, counter) << "and its address";
+  std::vector<uint8_t> back(pattern.size());
+  ASSERT_EQ(s.CopyFromDevice(back.data(), big, back.size(), 0), kOk) << s.last_error();
+  EXPECT_TRUE(back == pattern) << "the allocation's bytes at its address";
+  // The restored memory is the session's: freeing it works, and a new allocation does not land on it.
+  uint64_t fresh = 0;
+  ASSERT_EQ(s.MemAlloc(4096, &fresh), kOk);
+  EXPECT_TRUE(fresh + 4096 <= big || fresh >= big + pattern.size()) << "a new allocation overlaps a restored one";
+  EXPECT_EQ(s.MemFree(big), kOk);
+  EXPECT_EQ(s.ModuleUnload(module), kOk);
+  EXPECT_EQ(s.Synchronize(), kOk) << s.last_error();
+}
+
+// A checkpoint is refused, by name, where it cannot carry everything: work still queued, or objects it does not
+// carry yet; and a restore into a session that is not fresh, or into another window, is refused.
+TEST(SessionImage, CheckpointsAndRestoresThatWouldLoseSomethingAreRefused) {
+  auto host = SessionHost::Start();
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  auto session = (*host)->Connect();
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  RemoteSession& s = **session;
+  uint64_t buffer = 0;
+  ASSERT_EQ(s.MemAlloc(4096, &buffer), kOk);
+  ASSERT_EQ(s.Synchronize(), kOk);
+  backend::SessionImage image;
+  ASSERT_TRUE((*host)->Checkpoint(&image).ok());
+  // Physical memory (cuMemCreate) is not carried yet: refused, not dropped.
+  session::calls::MemCreate::Results physical;
+  ASSERT_EQ(s.Invoke<session::calls::MemCreate>({session::kMappingGranularity}, &physical), kOk) << s.last_error();
+  backend::SessionImage refused;
+  CallStatus s1 = (*host)->Checkpoint(&refused);
+  EXPECT_EQ(s1.code(), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_NE(s1.message().find("physical memory"), std::string::npos) << s1.message();
+
+  // Another window: refused before anything is made.
+  SessionHostOptions elsewhere;
+  elsewhere.restore = &image;
+  auto moved = SessionHost::Start(elsewhere);
+  ASSERT_FALSE(moved.ok());
+  EXPECT_NE(moved.status().message().find("is not this session's"), std::string::npos) << moved.status().ToString();
+}
 }  // namespace
 }  // namespace gpupool::testing

@@ -65,6 +65,7 @@ struct SessionHost::Loop {
   // Set, on the host's thread, once the session serves; the host's thread then waits for `stop` until the end.
   const kj::Executor* executor = nullptr;
   kj::Own<kj::PromiseFulfiller<void>> stop;  // The host's thread only.
+  std::shared_ptr<backend::SessionControl> control = std::make_shared<backend::SessionControl>();
 
   // The host's thread: opens the session, reports how that went through `started`, serves `server_fd` (owned)
   // until the connection ends or the host stops.
@@ -84,7 +85,14 @@ struct SessionHost::Loop {
     limits.description = fmt::format("in-process emulated GPU, window 0x{:x}", *window_base);
     backend::FramedSession* framed = nullptr;
     kj::Own<wire::Session::Server> server =
-        backend::NewSessionServer(std::move(device).value(), limits, nullptr, nullptr, &framed);
+        backend::NewSessionServer(std::move(device).value(), limits, control, nullptr, &framed);
+    if (options.restore != nullptr) {
+      if (CallStatus s = control->restore(*options.restore); !s.ok()) {
+        close(server_fd);
+        started->set_value(Status(StatusCode::kInvalidArgument, "restoring the session: " + s.message()));
+        return;
+      }
+    }
     auto stream = io.lowLevelProvider->wrapSocketFd(server_fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
     auto stopped = kj::newPromiseAndFulfiller<void>();
     stop = kj::mv(stopped.fulfiller);
@@ -133,6 +141,16 @@ SessionHost::~SessionHost() {
   }
   loop_->thread.join();
   if (client_fd_ >= 0) close(client_fd_);
+}
+
+CallStatus SessionHost::Checkpoint(backend::SessionImage* image) {
+  if (loop_->executor == nullptr || !loop_->serving) return CallStatus(cu::kInvalidValue, "the session has ended");
+  Loop* loop = loop_.get();
+  return loop->executor->executeSync([loop, image] {
+    std::lock_guard<std::mutex> lock(loop->control->mu);
+    return loop->control->checkpoint ? loop->control->checkpoint(image)
+                                     : CallStatus(cu::kInvalidValue, "the session has ended");
+  });
 }
 
 int SessionHost::TakeClientFd() { return std::exchange(client_fd_, -1); }

@@ -15,7 +15,9 @@
 #include <memory>
 #include <string>
 
+#include "backend/session_image.h"
 #include "client/session_client.h"
+#include "core/call_status.h"
 #include "gpupool/status.h"
 
 namespace gpupool::testing {
@@ -29,6 +31,8 @@ struct SessionHostOptions {
   uint64_t window_bytes = 0;
   int cc_major = 7, cc_minor = 5;  // Compute capability; default 7.5, as the guard kernels' PTX.
   int worker_threads = 2;          // The emulated device's CTA threads; default 2.
+  // A checkpoint (Checkpoint's) the session becomes before it serves: window_base and window_bytes must be its.
+  const backend::SessionImage* restore = nullptr;
 };
 
 class SessionHost {
@@ -47,6 +51,9 @@ class SessionHost {
   int TakeClientFd();
   // A RemoteSession over the client's end (TakeClientFd's), the real client code.
   Result<std::unique_ptr<internal::RemoteSession>> Connect();
+  // The session as it stands now (SessionControl::checkpoint), taken on the host's thread between calls.
+  CallStatus Checkpoint(backend::SessionImage* image);
+
   // Whether the session is still served: false once its connection ended (the client hung up, or sent a frame
   // that ends it) and the session closed.
   bool Serving() const;

@@ -88,6 +88,14 @@ class EmuBackend final : public DeviceBackend {
     return CallStatus::Ok();
   }
 
+  CallStatus AllocAt(uint64_t address, uint64_t bytes, uint64_t* reserved) override {
+    if (CallStatus s = device_->MallocAt(address, bytes); !s.ok()) return s;
+    uint64_t base = 0, size = bytes;
+    device_->AddressRange(address, &base, &size);
+    *reserved = size;
+    return CallStatus::Ok();
+  }
+
   CallStatus Free(uint64_t address, uint64_t) override { return device_->FreeAsync(address); }
 
   CallStatus CopyToDevice(uint64_t dst, const uint8_t* src, uint64_t bytes, StreamRef stream) override {
@@ -111,6 +119,24 @@ class EmuBackend final : public DeviceBackend {
     CallStatus s = device_->LoadModule(image, bytes, &m);
     module->p = m;
     return s;
+  }
+
+  CallStatus LoadModuleAt(const uint8_t* image, size_t bytes, const std::vector<uint64_t>& placements,
+                          ModuleRef* module) override {
+    emu::Module* m = nullptr;
+    CallStatus s = device_->LoadModuleAt(image, bytes, placements, &m);
+    module->p = m;
+    return s;
+  }
+
+  CallStatus ModuleVariables(ModuleRef module, std::vector<std::pair<uint64_t, uint64_t>>* placed) override {
+    placed->clear();
+    for (uint64_t address : device_->ModulePlacements(module.as<emu::Module>())) {
+      uint64_t base = 0, size = 0;
+      if (CallStatus s = device_->AddressRange(address, &base, &size); !s.ok()) return s;
+      placed->emplace_back(address, size);
+    }
+    return CallStatus::Ok();
   }
 
   CallStatus UnloadModule(ModuleRef module) override { return device_->UnloadModule(module.as<emu::Module>()); }
