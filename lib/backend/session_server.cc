@@ -1145,23 +1145,30 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       }
     }
     for (const SessionImage::Global& global : image.globals) {
-      if (modules_.find(global.module) == modules_.end()) return {CUDA_ERROR_INVALID_VALUE, "restore: a variable of no module"};
+      if (modules_.find(global.module) == modules_.end()) {
+        return {CUDA_ERROR_INVALID_VALUE, "restore: a variable of no module"};
+      }
       globals_[global.address] = {global.bytes, global.module};
     }
-    for (uint64_t handle : image.streams) {
-      StreamRef stream;
-      if (CallStatus s = backend_->CreateStream(&stream); !s.ok()) return s;
-      if (!streams_.AddAt(handle, stream)) {
-        backend_->DestroyStream(stream);
-        return {CUDA_ERROR_INVALID_VALUE, fmt::format("restore: stream handle {} twice", handle)};
-      }
-    }
-    for (uint64_t handle : image.events) {
-      EventRef event;
-      if (CallStatus s = backend_->CreateEvent(&event); !s.ok()) return s;
-      if (!events_.AddAt(handle, event)) {
-        backend_->DestroyEvent(event);
-        return {CUDA_ERROR_INVALID_VALUE, fmt::format("restore: event handle {} twice", handle)};
+    auto stream = [this](StreamRef* s) { return backend_->CreateStream(s); };
+    auto drop_stream = [this](StreamRef s) { backend_->DestroyStream(s); };
+    if (CallStatus s = RemakeUnder(image.streams, "stream", stream, drop_stream, &streams_); !s.ok()) return s;
+    auto event = [this](EventRef* e) { return backend_->CreateEvent(e); };
+    auto drop_event = [this](EventRef e) { backend_->DestroyEvent(e); };
+    return RemakeUnder(image.events, "event", event, drop_event, &events_);
+  }
+
+  // Makes one object with `make` for each of `handles` and files it under that handle in `table` (`drop`: ends an
+  // object the table refused).
+  template <typename Ref, typename Make, typename Drop>
+  static CallStatus RemakeUnder(const std::vector<uint64_t>& handles, const char* what, Make make, Drop drop,
+                                HandleTable<Ref>* table) {
+    for (uint64_t handle : handles) {
+      Ref object;
+      if (CallStatus s = make(&object); !s.ok()) return s;
+      if (!table->AddAt(handle, object)) {
+        drop(object);
+        return {CUDA_ERROR_INVALID_VALUE, fmt::format("restore: {} handle {} twice", what, handle)};
       }
     }
     return CallStatus::Ok();

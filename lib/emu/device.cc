@@ -998,7 +998,7 @@ CallStatus Device::LoadPtxPlaced(std::string_view ptx, const std::vector<uint64_
   auto program = internal::Compile(parsed.value(), alloc);
   if (alloc.misplaced) {
     program = CallStatus(cu::kInvalidValue, "variable " + std::to_string(alloc.made.size()) +
-                                                " of the module cannot have the place it had where it was checkpointed");
+                                                " of the module cannot have the place it had when checkpointed");
   } else if (program.ok() && placements != nullptr && alloc.made.size() != placements->size()) {
     program = CallStatus(cu::kInvalidValue, "the module places " + std::to_string(alloc.made.size()) +
                                                 " variable(s), not the " + std::to_string(placements->size()) +

@@ -633,8 +633,8 @@ TEST_F(SessionProtocol, HostileBatchesAreRefused) {
   ExpectAllUnharmed();
 }
 
-// The session server marks a reply quiet when nothing the client sent before is left to run or report: the client may then
-// answer a synchronisation itself, until it sends anything more.
+// The session server marks a reply quiet when nothing the client sent before is left to run or report: the client may
+// then answer a synchronisation itself, until it sends anything more.
 TEST_F(SessionProtocol, QuietRepliesHoldOnlyUntilTheClientSendsMore) {
   auto host = StartRawHost();
   ASSERT_TRUE(host);
