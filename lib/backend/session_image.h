@@ -36,6 +36,19 @@ struct SessionImage {
     uint64_t address = 0, bytes = 0;
     uint64_t module = 0;
   };
+  // Virtual memory management: address space reserved, physical memory made, and where it is mapped.
+  struct Reservation {
+    uint64_t address = 0, bytes = 0;
+  };
+  struct Physical {
+    uint64_t handle = 0, bytes = 0;
+    bool released = false;  // The client released it: it lives on in its mappings.
+  };
+  struct Mapping {
+    uint64_t address = 0, bytes = 0;
+    uint64_t memory = 0, offset = 0;  // Its physical memory's handle, and where in it the mapping starts.
+    std::vector<uint8_t> data;        // The bytes seen there (a physical memory mapped twice is saved twice).
+  };
 
   uint64_t window_base = 0, window_bytes = 0;  // The session's address window: a restore needs the same.
   std::vector<Memory> allocations;            // memAlloc's, with their reserved bytes as `bytes`.
@@ -43,6 +56,9 @@ struct SessionImage {
   std::vector<Function> functions;
   std::vector<Global> globals;  // moduleGetGlobal's answers, which the session's pointer checks accept.
   std::vector<uint64_t> streams, events;  // Handles; the work behind them had all run when the image was taken.
+  std::vector<Reservation> reservations;
+  std::vector<Physical> physical;
+  std::vector<Mapping> mappings;
 };
 
 }  // namespace gpupool::backend

@@ -563,7 +563,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     if (OverlapsAnyRange(mappings_, a.address, a.bytes, MappingBytes)) return Invalid(fmt::format("{} is already mapped (in part)", DescribeRange(a.address, a.bytes)));
     CallStatus s = backend_->Map(a.address, a.bytes, memory.ref, a.offset);
     if (!s.ok()) return Done(s);
-    mappings_[a.address] = {a.bytes, a.memory.value};
+    mappings_[a.address] = {a.bytes, a.memory.value, a.offset};
     ++memory.mappings;
     return Ok();
   }
@@ -945,7 +945,8 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   };
   struct Mapping {
     uint64_t bytes;
-    uint64_t memory;  // The handle of its physical memory.
+    uint64_t memory;       // The handle of its physical memory.
+    uint64_t offset = 0;   // Where in it the mapping starts.
   };
 
   // Frees physical memory the client released once nothing maps it any more; its bytes return to the quota.
@@ -1080,6 +1081,13 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     for (const auto& [address, global] : globals_) taken.globals.push_back({address, global.bytes, global.module});
     for (auto& [handle, stream] : streams_) taken.streams.push_back(handle);
     for (auto& [handle, event] : events_) taken.events.push_back(handle);
+    for (const auto& [address, bytes] : reservations_) taken.reservations.push_back({address, bytes});
+    for (auto& [handle, memory] : physical_) taken.physical.push_back({handle, memory.bytes, memory.released});
+    for (const auto& [address, mapping] : mappings_) {
+      SessionImage::Mapping saved{address, mapping.bytes, mapping.memory, mapping.offset, {}};
+      if (CallStatus s = ReadIdle(address, mapping.bytes, &saved.data); !s.ok()) return s;
+      taken.mappings.push_back(std::move(saved));
+    }
     *image = std::move(taken);
     return CallStatus::Ok();
   }
@@ -1087,7 +1095,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   CallStatus Restore(const SessionImage& image) {
     if (revoked_) return Revoked();
     if (!allocations_.empty() || modules_.begin() != modules_.end() || streams_.begin() != streams_.end() ||
-        events_.begin() != events_.end()) {
+        events_.begin() != events_.end() || !reservations_.empty() || physical_.begin() != physical_.end()) {
       return {CUDA_ERROR_INVALID_VALUE, "restore: only a fresh session can become another"};
     }
     if (image.window_base != limits_.window_base || image.window_bytes != limits_.window_bytes) {
@@ -1150,6 +1158,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       }
       globals_[global.address] = {global.bytes, global.module};
     }
+    if (CallStatus s = RestoreVirtualMemory(image); !s.ok()) return s;
     auto stream = [this](StreamRef* s) { return backend_->CreateStream(s); };
     auto drop_stream = [this](StreamRef s) { backend_->DestroyStream(s); };
     if (CallStatus s = RemakeUnder(image.streams, "stream", stream, drop_stream, &streams_); !s.ok()) return s;
@@ -1174,16 +1183,71 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     return CallStatus::Ok();
   }
 
-  // What a checkpoint cannot carry yet: refused by name, never dropped.
+  // What a checkpoint cannot carry yet: refused by name, never dropped. Physical memory is saved through its
+  // mappings, so each must be mapped whole somewhere.
   CallStatus NotYetRestorable() {
-    const char* what = !textures_.empty()                          ? "texture or surface objects"
-                       : physical_.begin() != physical_.end()      ? "physical memory (cuMemCreate)"
-                       : !reservations_.empty()                    ? "address reservations (cuMemAddressReserve)"
-                       : !mappings_.empty()                        ? "memory mappings (cuMemMap)"
-                                                                   : nullptr;
-    if (what == nullptr) return CallStatus::Ok();
-    return {CUDA_ERROR_NOT_SUPPORTED, fmt::format("checkpoint: the session holds {}, which a checkpoint does not "
-                                                  "carry yet", what)};
+    if (!textures_.empty()) {
+      return {CUDA_ERROR_NOT_SUPPORTED, "checkpoint: the session holds texture or surface objects, which a checkpoint "
+                                        "does not carry yet"};
+    }
+    for (auto& [handle, memory] : physical_) {
+      std::map<uint64_t, uint64_t> seen;  // Offset -> end, of the memory's mappings.
+      for (const auto& [address, mapping] : mappings_) {
+        if (mapping.memory != handle) continue;
+        seen[mapping.offset] = std::max(seen[mapping.offset], mapping.offset + mapping.bytes);
+      }
+      uint64_t covered = 0;
+      for (const auto& [offset, end] : seen) {
+        if (offset > covered) break;
+        covered = std::max(covered, end);
+      }
+      if (covered < memory.bytes) {
+        return {CUDA_ERROR_NOT_SUPPORTED,
+                fmt::format("checkpoint: physical memory {} is not mapped whole (bytes {}.. are mapped nowhere), so a "
+                            "checkpoint cannot read it",
+                            handle, covered)};
+      }
+    }
+    return CallStatus::Ok();
+  }
+
+  // Restore's part for virtual memory: the reservations at their addresses, the physical memory under its handles,
+  // the mappings where they were, then the bytes seen through them.
+  CallStatus RestoreVirtualMemory(const SessionImage& image) {
+    for (const SessionImage::Reservation& r : image.reservations) {
+      uint64_t address = 0;
+      if (CallStatus s = backend_->ReserveAddress(r.bytes, kMappingGranularity, r.address, &address); !s.ok()) return s;
+      reservations_[address] = r.bytes;
+      if (address != r.address) return {CUDA_ERROR_INVALID_VALUE, "restore: a reservation's address is taken"};
+    }
+    for (const SessionImage::Physical& p : image.physical) {
+      if (!quota_->Take(p.bytes)) return {CUDA_ERROR_OUT_OF_MEMORY, "restore: " + QuotaMessage(p.bytes)};
+      Physical memory{{}, p.bytes, 0, p.released};
+      if (CallStatus s = backend_->CreatePhysical(p.bytes, &memory.ref); !s.ok()) {
+        quota_->Give(p.bytes);
+        return s;
+      }
+      if (!physical_.AddAt(p.handle, memory)) {
+        backend_->ReleasePhysical(memory.ref);
+        quota_->Give(p.bytes);
+        return {CUDA_ERROR_INVALID_VALUE, fmt::format("restore: physical memory handle {} twice", p.handle)};
+      }
+    }
+    MemoryChanged();
+    for (const SessionImage::Mapping& m : image.mappings) {
+      auto memory = physical_.find(m.memory);
+      if (memory == physical_.end() || m.data.size() != m.bytes ||
+          !InsideOneOf(reservations_, m.address, m.bytes, [](uint64_t size) { return size; })) {
+        return {CUDA_ERROR_INVALID_VALUE, "restore: a mapping of no physical memory, or outside the reservations"};
+      }
+      if (CallStatus s = backend_->Map(m.address, m.bytes, memory->second.ref, m.offset); !s.ok()) return s;
+      mappings_[m.address] = {m.bytes, m.memory, m.offset};
+      ++memory->second.mappings;
+    }
+    for (const SessionImage::Mapping& m : image.mappings) {
+      if (CallStatus s = WriteIdle(m.address, m.data); !s.ok()) return s;
+    }
+    return CallStatus::Ok();
   }
 
   // Device memory read or written in place while the device is idle (a checkpoint's or a restore's).

@@ -956,8 +956,10 @@ TEST(SessionImage, AQuietSessionIsRestoredAtItsAddressesWithItsHandles) {
   std::vector<uint8_t> pattern(3 << 20);
   for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
 
+  namespace calls = session::calls;
+  constexpr uint64_t kGran = session::kMappingGranularity;
   backend::SessionImage image;
-  uint64_t out = 0, big = 0, module = 0, stream = 0, event = 0, counter = 0, counter_bytes = 0;
+  uint64_t out = 0, big = 0, module = 0, stream = 0, event = 0, counter = 0, counter_bytes = 0, reservation = 0;
   RemoteFunctionInfo function;
   uint64_t window_base = 0, window_bytes = 0;
   {
@@ -976,6 +978,16 @@ TEST(SessionImage, AQuietSessionIsRestoredAtItsAddressesWithItsHandles) {
     ASSERT_EQ(s.EventCreate(&event), kOk);
     ASSERT_EQ(bump(s, function.handle, out, stream), kOk);
     ASSERT_EQ(bump(s, function.handle, out, stream), kOk);
+    // Virtual memory: one physical memory mapped twice in a reservation, then released (it lives in its mappings).
+    calls::AddressReserve::Results reserved;
+    ASSERT_EQ(s.Invoke<calls::AddressReserve>({2 * kGran, 0, 0}, &reserved), kOk) << s.last_error();
+    reservation = reserved.address;
+    calls::MemCreate::Results created;
+    ASSERT_EQ(s.Invoke<calls::MemCreate>({kGran}, &created), kOk) << s.last_error();
+    ASSERT_EQ(s.Invoke<calls::MemMap>({reservation, kGran, 0, created.memory}), kOk) << s.last_error();
+    ASSERT_EQ(s.Invoke<calls::MemMap>({reservation + kGran, kGran, 0, created.memory}), kOk) << s.last_error();
+    ASSERT_EQ(s.Invoke<calls::MemRelease>({created.memory}), kOk) << s.last_error();
+    s.CopyToDevice(reservation, pattern.data(), kGran, 0);
     ASSERT_EQ(s.Synchronize(), kOk) << s.last_error();
     CallStatus taken = (*host)->Checkpoint(&image);
     ASSERT_TRUE(taken.ok()) << taken.message();
@@ -1008,6 +1020,16 @@ TEST(SessionImage, AQuietSessionIsRestoredAtItsAddressesWithItsHandles) {
   std::vector<uint8_t> back(pattern.size());
   ASSERT_EQ(s.CopyFromDevice(back.data(), big, back.size(), 0), kOk) << s.last_error();
   EXPECT_TRUE(back == pattern) << "the allocation's bytes at its address";
+  // The mappings: both show the physical memory's bytes, and they are one memory still.
+  std::vector<uint8_t> first(kGran), second(kGran);
+  ASSERT_EQ(s.CopyFromDevice(first.data(), reservation, kGran, 0), kOk) << s.last_error();
+  EXPECT_TRUE(std::equal(first.begin(), first.end(), pattern.begin())) << "the first mapping's bytes";
+  const uint8_t mark = 0xa5;
+  s.CopyToDevice(reservation + 17, &mark, 1, 0);
+  ASSERT_EQ(s.CopyFromDevice(second.data(), reservation + kGran, kGran, 0), kOk) << s.last_error();
+  EXPECT_EQ(second[17], mark) << "the two mappings share one physical memory";
+  EXPECT_EQ(s.Invoke<calls::MemUnmap>({reservation, 2 * kGran}), kOk) << s.last_error();
+  EXPECT_EQ(s.Invoke<calls::AddressFree>({reservation, 2 * kGran}), kOk);
   // The restored memory is the session's: freeing it works, and a new allocation does not land on it.
   uint64_t fresh = 0;
   ASSERT_EQ(s.MemAlloc(4096, &fresh), kOk);
@@ -1030,7 +1052,7 @@ TEST(SessionImage, CheckpointsAndRestoresThatWouldLoseSomethingAreRefused) {
   ASSERT_EQ(s.Synchronize(), kOk);
   backend::SessionImage image;
   ASSERT_TRUE((*host)->Checkpoint(&image).ok());
-  // Physical memory (cuMemCreate) is not carried yet: refused, not dropped.
+  // Physical memory that no mapping shows whole cannot be read: refused, not dropped.
   session::calls::MemCreate::Results physical;
   ASSERT_EQ(s.Invoke<session::calls::MemCreate>({session::kMappingGranularity}, &physical), kOk) << s.last_error();
   backend::SessionImage refused;
