@@ -213,6 +213,10 @@ class DeviceBackend {
   virtual CallStatus ModuleVariables(ModuleRef module, std::vector<std::pair<uint64_t, uint64_t>>* placed) {
     return CannotPlace("a module's variables");
   }
+  // CreateTexture under the handle the client holds (a restored session's).
+  virtual CallStatus CreateTextureAt(const TextureSpec& spec, uint64_t handle, uint64_t* reserved) {
+    return CannotPlace("a texture object");
+  }
 
   // The lease ended: free every allocation, module, stream and event now. Later calls never reach the backend.
   virtual void Reset() = 0;

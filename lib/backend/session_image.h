@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "backend/device_backend.h"
+
 namespace gpupool::backend {
 
 struct SessionImage {
@@ -36,6 +38,10 @@ struct SessionImage {
     uint64_t address = 0, bytes = 0;
     uint64_t module = 0;
   };
+  struct Texture {
+    uint64_t handle = 0;  // As the client holds it (the device's, which a restore must give again).
+    TextureSpec spec;
+  };
   // Virtual memory management: address space reserved, physical memory made, and where it is mapped.
   struct Reservation {
     uint64_t address = 0, bytes = 0;
@@ -56,6 +62,7 @@ struct SessionImage {
   std::vector<Function> functions;
   std::vector<Global> globals;  // moduleGetGlobal's answers, which the session's pointer checks accept.
   std::vector<uint64_t> streams, events;  // Handles; the work behind them had all run when the image was taken.
+  std::vector<Texture> textures;  // Texture and surface objects.
   std::vector<Reservation> reservations;
   std::vector<Physical> physical;
   std::vector<Mapping> mappings;

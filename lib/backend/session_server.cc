@@ -790,6 +790,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       return Done({CUDA_ERROR_OUT_OF_MEMORY, QuotaMessage(reserved)});
     }
     textures_[handle] = reserved;
+    texture_specs_[handle] = spec;  // For a checkpoint.
     MemoryChanged();
     r.handle = handle;
     return Ok();
@@ -803,6 +804,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     }
     quota_->Give(it->second);
     textures_.erase(it);
+    texture_specs_.erase(a.handle);
     MemoryChanged();
     return Done(backend_->DestroyTexture(a.handle));
   }
@@ -1081,6 +1083,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     for (const auto& [address, global] : globals_) taken.globals.push_back({address, global.bytes, global.module});
     for (auto& [handle, stream] : streams_) taken.streams.push_back(handle);
     for (auto& [handle, event] : events_) taken.events.push_back(handle);
+    for (const auto& [handle, spec] : texture_specs_) taken.textures.push_back({handle, spec});
     for (const auto& [address, bytes] : reservations_) taken.reservations.push_back({address, bytes});
     for (auto& [handle, memory] : physical_) taken.physical.push_back({handle, memory.bytes, memory.released});
     for (const auto& [address, mapping] : mappings_) {
@@ -1095,7 +1098,8 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   CallStatus Restore(const SessionImage& image) {
     if (revoked_) return Revoked();
     if (!allocations_.empty() || modules_.begin() != modules_.end() || streams_.begin() != streams_.end() ||
-        events_.begin() != events_.end() || !reservations_.empty() || physical_.begin() != physical_.end()) {
+        events_.begin() != events_.end() || !reservations_.empty() || physical_.begin() != physical_.end() ||
+        !textures_.empty()) {
       return {CUDA_ERROR_INVALID_VALUE, "restore: only a fresh session can become another"};
     }
     if (image.window_base != limits_.window_base || image.window_bytes != limits_.window_bytes) {
@@ -1159,6 +1163,21 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       globals_[global.address] = {global.bytes, global.module};
     }
     if (CallStatus s = RestoreVirtualMemory(image); !s.ok()) return s;
+    for (const SessionImage::Texture& texture : image.textures) {
+      uint64_t span = 0;
+      if (!TextureSpan(texture.spec, &span) ||
+          !Owned(texture.spec.address, span, "a restored texture's memory").ok()) {
+        return {CUDA_ERROR_INVALID_VALUE, "restore: a texture of the image lies outside the session's memory"};
+      }
+      uint64_t reserved = 0;
+      if (CallStatus s = backend_->CreateTextureAt(texture.spec, texture.handle, &reserved); !s.ok()) return s;
+      if (!quota_->Take(reserved)) {
+        backend_->DestroyTexture(texture.handle);
+        return {CUDA_ERROR_OUT_OF_MEMORY, "restore: " + QuotaMessage(reserved)};
+      }
+      textures_[texture.handle] = reserved;
+      texture_specs_[texture.handle] = texture.spec;
+    }
     auto stream = [this](StreamRef* s) { return backend_->CreateStream(s); };
     auto drop_stream = [this](StreamRef s) { backend_->DestroyStream(s); };
     if (CallStatus s = RemakeUnder(image.streams, "stream", stream, drop_stream, &streams_); !s.ok()) return s;
@@ -1183,13 +1202,9 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     return CallStatus::Ok();
   }
 
-  // What a checkpoint cannot carry yet: refused by name, never dropped. Physical memory is saved through its
-  // mappings, so each must be mapped whole somewhere.
+  // What a checkpoint cannot carry: refused by name, never dropped. Physical memory is saved through its mappings,
+  // so each must be mapped whole somewhere.
   CallStatus NotYetRestorable() {
-    if (!textures_.empty()) {
-      return {CUDA_ERROR_NOT_SUPPORTED, "checkpoint: the session holds texture or surface objects, which a checkpoint "
-                                        "does not carry yet"};
-    }
     for (auto& [handle, memory] : physical_) {
       std::map<uint64_t, uint64_t> seen;  // Offset -> end, of the memory's mappings.
       for (const auto& [address, mapping] : mappings_) {
@@ -1339,6 +1354,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   std::map<uint64_t, Mapping> mappings_;        // Start -> mapping of physical memory (memMap).
   HandleTable<Physical> physical_;              // memCreate's physical memory, counted in quota_.
   std::map<uint64_t, uint64_t> textures_;       // Texture and surface objects: handle -> reserved bytes.
+  std::map<uint64_t, TextureSpec> texture_specs_;  // Handle -> what it was made of, for a checkpoint.
   HandleTable<ModuleRef> modules_;
   std::map<uint64_t, std::vector<uint8_t>> module_images_;  // Module handle -> its image, for a checkpoint.
   HandleTable<Function> functions_;

@@ -1487,9 +1487,17 @@ void Device::ResetContext() {
 // ---- Texture and surface objects (texture.h). ----
 
 CallStatus Device::CreateTextureObject(const TextureDesc& desc, uint64_t* handle) {
-  if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
   if (!handle) return BadValue("null output pointer");
   *handle = 0;
+  return MakeTextureObject(desc, false, handle);
+}
+
+CallStatus Device::CreateTextureObjectAt(const TextureDesc& desc, uint64_t handle) {
+  return MakeTextureObject(desc, true, &handle);
+}
+
+CallStatus Device::MakeTextureObject(const TextureDesc& desc, bool at_handle, uint64_t* handle) {
+  if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
   if (desc.dims < 1 || desc.dims > 3 || (desc.layers && desc.dims == 3)) {
     return BadValue("a texture has 1, 2 or 3 dimensions (layered: 1 or 2)");
   }
@@ -1519,8 +1527,26 @@ CallStatus Device::CreateTextureObject(const TextureDesc& desc, uint64_t* handle
   uint32_t slot = 0, generation = 0;
   {
     std::lock_guard<std::mutex> lock(impl->mem_mu);
-    // Fresh slots first, then the one free longest: a slot's generation wraps as late as it can.
-    if (impl->texture_generations.size() < TextureTable::kCapacity) {
+    if (at_handle) {
+      // A restored session's object, under the handle its program holds: that slot and generation, free here.
+      if (!impl->texture_table.Decode(*handle, &slot, &generation) || generation == 0 ||
+          slot >= TextureTable::kCapacity) {
+        return BadValue("not a texture or surface handle of this device's window");
+      }
+      while (impl->texture_generations.size() <= slot) {  // The fresh slots before it become free ones.
+        if (impl->texture_generations.size() < slot) {
+          impl->texture_free.push_back(static_cast<uint32_t>(impl->texture_generations.size()));
+        }
+        impl->texture_generations.push_back(0);
+        impl->texture_live.push_back(false);
+      }
+      if (impl->texture_live[slot]) return BadValue("that texture or surface handle is taken");
+      impl->texture_free.erase(std::remove(impl->texture_free.begin(), impl->texture_free.end(), slot),
+                               impl->texture_free.end());
+      impl->texture_generations[slot] = generation;
+      impl->texture_live[slot] = true;
+    } else if (impl->texture_generations.size() < TextureTable::kCapacity) {
+      // Fresh slots first, then the one free longest: a slot's generation wraps as late as it can.
       slot = static_cast<uint32_t>(impl->texture_generations.size());
       impl->texture_generations.push_back(0);
       impl->texture_live.push_back(false);
@@ -1531,10 +1557,12 @@ CallStatus Device::CreateTextureObject(const TextureDesc& desc, uint64_t* handle
       return CallStatus(cu::kOutOfMemory, "too many texture and surface objects: a device holds at most " +
                                                std::to_string(TextureTable::kCapacity) + " at once");
     }
-    generation = (impl->texture_generations[slot] & TextureTable::kGenerationMask) + 1;
-    if (generation > TextureTable::kGenerationMask) generation = 1;
-    impl->texture_generations[slot] = generation;
-    impl->texture_live[slot] = true;
+    if (!at_handle) {
+      generation = (impl->texture_generations[slot] & TextureTable::kGenerationMask) + 1;
+      if (generation > TextureTable::kGenerationMask) generation = 1;
+      impl->texture_generations[slot] = generation;
+      impl->texture_live[slot] = true;
+    }
   }
   // In stream order: a kernel queued after this call sees the object, one queued before does not.
   impl->Submit(&impl->default_stream, [impl, slot, generation, desc] {

@@ -164,6 +164,9 @@ class Device {
   CallStatus CreateTextureObject(const TextureDesc& desc, uint64_t* handle);
   // Frees in stream order: kernels queued before may still sample the object.
   CallStatus DestroyTextureObject(uint64_t handle);
+  // CreateTextureObject under a given handle (a restored session's, on a device in the same window): refused when
+  // the handle is not of this device's window or is taken.
+  CallStatus CreateTextureObjectAt(const TextureDesc& desc, uint64_t handle);
 
   // ---- Modules. ----
   // `image`: fatbin wrapper, fatbin container or PTX text (see fatbin.h); `size` 0 if unknown.
@@ -256,6 +259,7 @@ class Device {
 
  private:
   CallStatus LoadPtxPlaced(std::string_view ptx, const std::vector<uint64_t>* placements, Module** module);
+  CallStatus MakeTextureObject(const TextureDesc& desc, bool at_handle, uint64_t* handle);
 
   std::unique_ptr<Impl> impl_;
 };

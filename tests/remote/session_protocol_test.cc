@@ -960,6 +960,7 @@ TEST(SessionImage, AQuietSessionIsRestoredAtItsAddressesWithItsHandles) {
   constexpr uint64_t kGran = session::kMappingGranularity;
   backend::SessionImage image;
   uint64_t out = 0, big = 0, module = 0, stream = 0, event = 0, counter = 0, counter_bytes = 0, reservation = 0;
+  uint64_t texture = 0;
   RemoteFunctionInfo function;
   uint64_t window_base = 0, window_bytes = 0;
   {
@@ -988,6 +989,20 @@ TEST(SessionImage, AQuietSessionIsRestoredAtItsAddressesWithItsHandles) {
     ASSERT_EQ(s.Invoke<calls::MemMap>({reservation + kGran, kGran, 0, created.memory}), kOk) << s.last_error();
     ASSERT_EQ(s.Invoke<calls::MemRelease>({created.memory}), kOk) << s.last_error();
     s.CopyToDevice(reservation, pattern.data(), kGran, 0);
+    // A texture object over the pattern (16 x 16 floats, 256-byte rows).
+    calls::TexObjectCreate::Args t;
+    t.dims = 2;
+    t.format = CU_AD_FORMAT_FLOAT;
+    t.channels = 1;
+    t.address = big;
+    t.pitch = 256;
+    t.width = 16;
+    t.height = 16;
+    t.depth = 1;
+    t.resource = 2;
+    calls::TexObjectCreate::Results made;
+    ASSERT_EQ(s.Invoke<calls::TexObjectCreate>(t, &made), kOk) << s.last_error();
+    texture = made.handle;
     ASSERT_EQ(s.Synchronize(), kOk) << s.last_error();
     CallStatus taken = (*host)->Checkpoint(&image);
     ASSERT_TRUE(taken.ok()) << taken.message();
@@ -1030,6 +1045,11 @@ TEST(SessionImage, AQuietSessionIsRestoredAtItsAddressesWithItsHandles) {
   EXPECT_EQ(second[17], mark) << "the two mappings share one physical memory";
   EXPECT_EQ(s.Invoke<calls::MemUnmap>({reservation, 2 * kGran}), kOk) << s.last_error();
   EXPECT_EQ(s.Invoke<calls::AddressFree>({reservation, 2 * kGran}), kOk);
+  // The texture object is the session's under the same handle: destroyed once, then named nothing.
+  s.Invoke<calls::TexObjectDestroy>({texture});  // Posted: its answer comes with the next wait.
+  EXPECT_EQ(AsyncError(s), kOk) << s.last_error();
+  s.Invoke<calls::TexObjectDestroy>({texture});
+  EXPECT_EQ(AsyncError(s), kInvalidHandle);
   // The restored memory is the session's: freeing it works, and a new allocation does not land on it.
   uint64_t fresh = 0;
   ASSERT_EQ(s.MemAlloc(4096, &fresh), kOk);

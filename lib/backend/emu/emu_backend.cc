@@ -222,6 +222,23 @@ class EmuBackend final : public DeviceBackend {
   // device that kernels cannot write, bounded by emu::TextureTable::kCapacity objects, and takes no device memory.
   CallStatus CreateTexture(const TextureSpec& spec, uint64_t* handle, uint64_t* reserved) override {
     emu::TextureDesc d;
+    if (CallStatus s = DescOf(spec, &d); !s.ok()) return s;
+    if (CallStatus s = device_->CreateTextureObject(d, handle); !s.ok()) return s;
+    *reserved = 0;
+    return CallStatus::Ok();
+  }
+
+  CallStatus CreateTextureAt(const TextureSpec& spec, uint64_t handle, uint64_t* reserved) override {
+    emu::TextureDesc d;
+    if (CallStatus s = DescOf(spec, &d); !s.ok()) return s;
+    if (CallStatus s = device_->CreateTextureObjectAt(d, handle); !s.ok()) return s;
+    *reserved = 0;
+    return CallStatus::Ok();
+  }
+
+  // The emulator's description of the texture `spec` describes.
+  static CallStatus DescOf(const TextureSpec& spec, emu::TextureDesc* out) {
+    emu::TextureDesc& d = *out;
     d.surface = spec.surface;
     d.dims = static_cast<uint8_t>(spec.dims);
     d.channels = static_cast<uint8_t>(spec.channels);
@@ -251,9 +268,6 @@ class EmuBackend final : public DeviceBackend {
     d.srgb = (spec.flags & CU_TRSF_SRGB) != 0;
     d.linear_resource = spec.resource == TextureSpec::Resource::kLinear;
     for (int i = 0; i < 4; ++i) d.border[i] = spec.border[i];
-    CallStatus s = device_->CreateTextureObject(d, handle);
-    if (!s.ok()) return s;
-    *reserved = 0;
     return CallStatus::Ok();
   }
 
