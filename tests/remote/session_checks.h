@@ -61,6 +61,22 @@ inline void LoadGuardKernels(RemoteSession& s, GuardKernels* k) {
 
 // The first error of the calls sent without waiting before this one (0 if none). A waited call's reply comes
 // after the replies to every call sent before it on the session, so its round trip is the deterministic wait.
+// A 2D float texture of 16 x 16 texels with a 256-byte pitch over `address`: its last row ends 15 * 256 + 64 bytes
+// in, inside one 4096-byte allocation.
+inline session::calls::TexObjectCreate::Args FloatTexture16x16(uint64_t address) {
+  session::calls::TexObjectCreate::Args t;
+  t.dims = 2;
+  t.format = CU_AD_FORMAT_FLOAT;
+  t.channels = 1;
+  t.address = address;
+  t.pitch = 256;
+  t.width = 16;
+  t.height = 16;
+  t.depth = 1;
+  t.resource = 2;
+  return t;
+}
+
 inline int AsyncError(RemoteSession& s) {
   uint64_t free_bytes = 0, total = 0;
   s.MemGetInfo(&free_bytes, &total);

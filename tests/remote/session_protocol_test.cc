@@ -733,21 +733,7 @@ TEST_F(SessionProtocol, HostileTextureObjectsAreRefused) {
   uint64_t buffer = 0, victim_buffer = 0;
   ASSERT_EQ(s.MemAlloc(4096, &buffer), kOk);
   ASSERT_EQ(victim_->s().MemAlloc(4096, &victim_buffer), kOk);
-  // A 2D float texture of 16 x 16 texels with a 256-byte pitch: its last row ends exactly 15 * 256 + 64 bytes in,
-  // inside one 4096-byte allocation.
-  auto texture = [](uint64_t address) {
-    calls::TexObjectCreate::Args t;
-    t.dims = 2;
-    t.format = CU_AD_FORMAT_FLOAT;
-    t.channels = 1;
-    t.address = address;
-    t.pitch = 256;
-    t.width = 16;
-    t.height = 16;
-    t.depth = 1;
-    t.resource = 2;
-    return t;
-  };
+  auto texture = FloatTexture16x16;
   calls::TexObjectCreate::Results victim_texture;
   ASSERT_EQ(victim_->s().Invoke<calls::TexObjectCreate>(texture(victim_buffer), &victim_texture), kOk)
       << victim_->s().last_error();
@@ -989,19 +975,8 @@ TEST(SessionImage, AQuietSessionIsRestoredAtItsAddressesWithItsHandles) {
     ASSERT_EQ(s.Invoke<calls::MemMap>({reservation + kGran, kGran, 0, created.memory}), kOk) << s.last_error();
     ASSERT_EQ(s.Invoke<calls::MemRelease>({created.memory}), kOk) << s.last_error();
     s.CopyToDevice(reservation, pattern.data(), kGran, 0);
-    // A texture object over the pattern (16 x 16 floats, 256-byte rows).
-    calls::TexObjectCreate::Args t;
-    t.dims = 2;
-    t.format = CU_AD_FORMAT_FLOAT;
-    t.channels = 1;
-    t.address = big;
-    t.pitch = 256;
-    t.width = 16;
-    t.height = 16;
-    t.depth = 1;
-    t.resource = 2;
-    calls::TexObjectCreate::Results made;
-    ASSERT_EQ(s.Invoke<calls::TexObjectCreate>(t, &made), kOk) << s.last_error();
+    calls::TexObjectCreate::Results made;  // A texture object over the pattern.
+    ASSERT_EQ(s.Invoke<calls::TexObjectCreate>(FloatTexture16x16(big), &made), kOk) << s.last_error();
     texture = made.handle;
     ASSERT_EQ(s.Synchronize(), kOk) << s.last_error();
     CallStatus taken = (*host)->Checkpoint(&image);
