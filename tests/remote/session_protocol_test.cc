@@ -28,6 +28,7 @@
 #include "schema/session_wire.h"
 #include "session.capnp.h"
 #include "support/session_host.h"
+#include "backend/session_image_stream.h"
 
 namespace gpupool::testing {
 namespace {
@@ -988,10 +989,29 @@ TEST(SessionImage, AQuietSessionIsRestoredAtItsAddressesWithItsHandles) {
   ASSERT_EQ(image.modules.size(), 1u);
   EXPECT_EQ(image.modules[0].variables.size(), 1u);
 
+  // The image travels as a byte stream (as it would to another server), and the restore reads it from there.
+  std::vector<uint8_t> bytes;
+  ASSERT_TRUE(backend::WriteSessionImage(image, [&](const uint8_t* data, size_t n) {
+                bytes.insert(bytes.end(), data, data + n);
+                return true;
+              }).ok());
+  backend::SessionImage carried;
+  size_t at = 0;
+  CallStatus read = backend::ReadSessionImage(
+      [&](uint8_t* data, size_t n) {
+        if (n > bytes.size() - at) return false;
+        std::memcpy(data, bytes.data() + at, n);
+        at += n;
+        return true;
+      },
+      &carried);
+  ASSERT_TRUE(read.ok()) << read.message();
+  EXPECT_EQ(at, bytes.size()) << "the image reads back whole";
+
   SessionHostOptions options;
   options.window_base = window_base;
   options.window_bytes = window_bytes;
-  options.restore = &image;
+  options.restore = &carried;
   auto host = SessionHost::Start(options);
   ASSERT_TRUE(host.ok()) << host.status().ToString();
   auto session = (*host)->Connect();
@@ -1032,6 +1052,63 @@ TEST(SessionImage, AQuietSessionIsRestoredAtItsAddressesWithItsHandles) {
   EXPECT_EQ(s.MemFree(big), kOk);
   EXPECT_EQ(s.ModuleUnload(module), kOk);
   EXPECT_EQ(s.Synchronize(), kOk) << s.last_error();
+}
+
+// A session image read from a stream is the other side's bytes: every truncation of a real image, and counts and
+// lengths far beyond what it could hold, are refused with what is wrong, without a crash or an allocation of what
+// the bytes announce.
+TEST(SessionImage, AStreamThatIsNoWholeImageIsRefused) {
+  backend::SessionImage image;
+  image.window_base = uint64_t{40} << 40;
+  image.window_bytes = uint64_t{1} << 30;
+  image.allocations.push_back({image.window_base, 16, std::vector<uint8_t>(16, 7)});
+  image.modules.push_back({1, {'.', 'v', 0}, {{image.window_base + 4096, 4, {1, 2, 3, 4}}}});
+  image.functions.push_back({1, 1, "kernel", {{8, 1024}}});
+  image.streams = {1, 2};
+  image.textures.push_back({42, {}});
+  image.physical.push_back({1, 2 << 20, true});
+  std::vector<uint8_t> bytes;
+  ASSERT_TRUE(backend::WriteSessionImage(image, [&](const uint8_t* data, size_t n) {
+                bytes.insert(bytes.end(), data, data + n);
+                return true;
+              }).ok());
+  auto read_from = [](const std::vector<uint8_t>& from, backend::SessionImage* out) {
+    size_t at = 0;
+    return backend::ReadSessionImage(
+        [&](uint8_t* data, size_t n) {
+          if (n > from.size() - at) return false;
+          std::memcpy(data, from.data() + at, n);
+          at += n;
+          return true;
+        },
+        out);
+  };
+  backend::SessionImage back;
+  ASSERT_TRUE(read_from(bytes, &back).ok());
+  EXPECT_EQ(back.functions.at(0).name, "kernel");
+  EXPECT_EQ(back.modules.at(0).variables.at(0).data, (std::vector<uint8_t>{1, 2, 3, 4}));
+  EXPECT_TRUE(back.physical.at(0).released);
+  for (size_t cut = 0; cut < bytes.size(); ++cut) {
+    std::vector<uint8_t> part(bytes.begin(), bytes.begin() + static_cast<long>(cut));
+    CallStatus s = read_from(part, &back);
+    ASSERT_EQ(s.code(), kInvalidValue) << "cut at " << cut;
+  }
+  // The allocations' count (just after the magic and the window) as 2^40, then an allocation of 2^62 bytes.
+  std::vector<uint8_t> absurd = bytes;
+  const uint64_t many = uint64_t{1} << 40;
+  std::memcpy(absurd.data() + 24, &many, sizeof(many));
+  CallStatus s = read_from(absurd, &back);
+  EXPECT_EQ(s.code(), kInvalidValue);
+  EXPECT_NE(s.message().find("announces"), std::string::npos) << s.message();
+  absurd = bytes;
+  const uint64_t huge = uint64_t{1} << 62;
+  std::memcpy(absurd.data() + 32 + 16, &huge, sizeof(huge));  // The first allocation's data length.
+  s = read_from(absurd, &back);
+  EXPECT_EQ(s.code(), kInvalidValue);
+  EXPECT_NE(s.message().find("announces"), std::string::npos) << s.message();
+  absurd = bytes;
+  absurd[0] = 'X';
+  EXPECT_EQ(read_from(absurd, &back).code(), kInvalidValue) << "not an image";
 }
 
 // A checkpoint is refused, by name, where it cannot carry everything: work still queued, or objects it does not
