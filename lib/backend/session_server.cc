@@ -703,7 +703,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     auto it = functions_.find(a.function.value);
     if (it == functions_.end()) return Unknown("function");
     CallStatus s = backend_->SetFunctionAttribute(it->second.fn, a.attribute, a.value);
-    if (s.ok()) it->second.attributes.emplace_back(a.attribute, a.value);  // For a checkpoint.
+    if (s.ok()) RecordAttribute(&it->second.attributes, a.attribute, a.value);  // For a checkpoint.
     return Done(s);
   }
 
@@ -1200,6 +1200,17 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       }
     }
     return CallStatus::Ok();
+  }
+
+  // Keeps the last value of each attribute only: a client that sets one a million times holds one entry.
+  static void RecordAttribute(std::vector<std::pair<int, int>>* attributes, int attribute, int value) {
+    for (auto& [known, last] : *attributes) {
+      if (known == attribute) {
+        last = value;
+        return;
+      }
+    }
+    attributes->emplace_back(attribute, value);
   }
 
   // What a checkpoint cannot carry: refused by name, never dropped. Physical memory is saved through its mappings,
