@@ -121,6 +121,7 @@ void ReadList(Reader& r, const char* what, std::vector<Item>* items, Read read) 
 
 }  // namespace
 
+// Boilerplate by nature: each record field by field, in the order ReadSessionImage reads them.
 CallStatus WriteSessionImage(const SessionImage& image, const ImageSink& sink) {
   Writer w(sink);
   w.Bytes(kImageMagic, sizeof(kImageMagic));
@@ -188,6 +189,7 @@ CallStatus ReadSessionImage(const ImageSource& source, SessionImage* image) {
   read.window_bytes = r.Value<uint64_t>();
   // No piece of device memory can be larger than the window it lies in.
   const uint64_t most = read.window_bytes;
+  // Boilerplate by nature: each record field by field, in the order WriteSessionImage writes them.
   ReadList(r, "allocations", &read.allocations, [&] { return r.Memory(most, "an allocation"); });
   ReadList(r, "modules", &read.modules, [&] {
     SessionImage::Module m;
