@@ -613,23 +613,21 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       GP_INFO("session", "{}", why);
       return Done({CUDA_ERROR_OUT_OF_MEMORY, why});
     }
-    r.module.value = modules_.Add(module);
-    // Kept for a checkpoint (session_image.h): the client's image is all there is of the module as loaded.
-    module_images_[r.module.value].assign(a.image.data, a.image.data + a.image.size);
+    // The image is kept for a checkpoint (session_image.h): the client's image is all there is of the module as loaded.
+    r.module.value = modules_.Add({module, std::vector<uint8_t>(a.image.data, a.image.data + a.image.size)});
     return Ok();
   }
 
   Reply Handle(const calls::ModuleUnload::Args& a, calls::ModuleUnload::Results&) {
     uint64_t handle = a.module.value;
-    ModuleRef module;
+    LoadedModule module;
     if (!modules_.Take(handle, &module)) return Unknown("module");
     // Its functions and variables go first: no handle may outlive the code or memory it names.
     functions_.EraseIf([handle](uint64_t, const Function& f) { return f.module == handle; });
     for (auto g = globals_.begin(); g != globals_.end();) {
       g = g->second.module == handle ? globals_.erase(g) : std::next(g);
     }
-    module_images_.erase(handle);
-    CallStatus s = backend_->UnloadModule(module);
+    CallStatus s = backend_->UnloadModule(module.ref);
     ChargeDriver(backend_->DriverHeldBytes());  // Less than before: always fits.
     return Done(s);
   }
@@ -639,7 +637,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     if (it == modules_.end()) return Unknown("module");
     FunctionRef fn;
     KernelInfo info;
-    CallStatus s = backend_->GetFunction(it->second, a.name, &fn, &info);
+    CallStatus s = backend_->GetFunction(it->second.ref, a.name, &fn, &info);
     if (!s.ok()) return Done(s);
     // Boilerplate by nature: field by field from the backend's answer to the wire's.
     r.params = info.params;
@@ -655,7 +653,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   Reply Handle(const calls::ModuleGetGlobal::Args& a, calls::ModuleGetGlobal::Results& r) {
     auto it = modules_.find(a.module.value);
     if (it == modules_.end()) return Unknown("module");
-    CallStatus s = backend_->GetGlobal(it->second, a.name, &r.address, &r.bytes);
+    CallStatus s = backend_->GetGlobal(it->second.ref, a.name, &r.address, &r.bytes);
     // The variable is this session's memory until its module is unloaded: copies may reach it.
     if (s.ok() && r.bytes > 0) globals_[r.address] = {r.bytes, it->first};
     return Done(s);
@@ -789,8 +787,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       backend_->DestroyTexture(handle);
       return Done({CUDA_ERROR_OUT_OF_MEMORY, QuotaMessage(reserved)});
     }
-    textures_[handle] = reserved;
-    texture_specs_[handle] = spec;  // For a checkpoint.
+    textures_[handle] = {reserved, spec};
     MemoryChanged();
     r.handle = handle;
     return Ok();
@@ -802,9 +799,8 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       return Done({CUDA_ERROR_INVALID_HANDLE,
                    fmt::format("0x{:x} is not a texture or surface object of this session", a.handle)});
     }
-    quota_->Give(it->second);
+    quota_->Give(it->second.reserved);
     textures_.erase(it);
-    texture_specs_.erase(a.handle);
     MemoryChanged();
     return Done(backend_->DestroyTexture(a.handle));
   }
@@ -934,6 +930,14 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     KernelInfo info;
     std::string name;                               // For a checkpoint: how to find it again,
     std::vector<std::pair<int, int>> attributes;  // and what was set on it.
+  };
+  struct LoadedModule {
+    ModuleRef ref;
+    std::vector<uint8_t> image;  // As the client sent it, for a checkpoint: all there is of the module as loaded.
+  };
+  struct Texture {
+    uint64_t reserved;  // Device memory the backend took for it, counted in quota_.
+    TextureSpec spec;   // What it was made of, for a checkpoint.
   };
   struct Global {
     uint64_t bytes;
@@ -1067,9 +1071,9 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       taken.allocations.push_back(std::move(memory));
     }
     for (auto& [handle, module] : modules_) {
-      SessionImage::Module saved{handle, module_images_[handle], {}};
+      SessionImage::Module saved{handle, module.image, {}};
       std::vector<std::pair<uint64_t, uint64_t>> placed;
-      if (CallStatus s = backend_->ModuleVariables(module, &placed); !s.ok()) return s;
+      if (CallStatus s = backend_->ModuleVariables(module.ref, &placed); !s.ok()) return s;
       for (const auto& [address, bytes] : placed) {
         SessionImage::Memory variable{address, bytes, {}};
         if (CallStatus s = ReadIdle(address, bytes, &variable.data); !s.ok()) return s;
@@ -1083,7 +1087,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     for (const auto& [address, global] : globals_) taken.globals.push_back({address, global.bytes, global.module});
     for (auto& [handle, stream] : streams_) taken.streams.push_back(handle);
     for (auto& [handle, event] : events_) taken.events.push_back(handle);
-    for (const auto& [handle, spec] : texture_specs_) taken.textures.push_back({handle, spec});
+    for (const auto& [handle, texture] : textures_) taken.textures.push_back({handle, texture.spec});
     for (const auto& [address, bytes] : reservations_) taken.reservations.push_back({address, bytes});
     for (auto& [handle, memory] : physical_) taken.physical.push_back({handle, memory.bytes, memory.released});
     for (const auto& [address, mapping] : mappings_) {
@@ -1122,6 +1126,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       if (CallStatus s = WriteIdle(memory.address, memory.data); !s.ok()) return s;
     }
     MemoryChanged();
+    std::map<uint64_t, Global> variables;  // Where the restored modules placed their variables, as the device says.
     for (const SessionImage::Module& saved : image.modules) {
       std::vector<uint64_t> placements;
       for (const SessionImage::Memory& variable : saved.variables) placements.push_back(variable.address);
@@ -1130,23 +1135,31 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
           !s.ok()) {
         return s;
       }
-      if (!modules_.AddAt(saved.handle, module)) {
+      if (!modules_.AddAt(saved.handle, {module, saved.image})) {
         backend_->UnloadModule(module);
         return {CUDA_ERROR_INVALID_VALUE, fmt::format("restore: module handle {} twice", saved.handle)};
       }
-      module_images_[saved.handle] = saved.image;
       if (!ChargeDriver(backend_->DriverHeldBytes())) {
         return {CUDA_ERROR_OUT_OF_MEMORY, "restore: the modules' memory: " + QuotaMessage(backend_->DriverHeldBytes())};
       }
-      for (const SessionImage::Memory& variable : saved.variables) {
-        if (CallStatus s = WriteIdle(variable.address, variable.data); !s.ok()) return s;
+      // The device's word for each variable's size, not the image's: its bytes must fit the variable exactly.
+      std::vector<std::pair<uint64_t, uint64_t>> placed;
+      if (CallStatus s = backend_->ModuleVariables(module, &placed); !s.ok()) return s;
+      for (size_t i = 0; i < saved.variables.size(); ++i) {
+        if (i >= placed.size() || placed[i].first != saved.variables[i].address ||
+            placed[i].second != saved.variables[i].data.size()) {
+          return {CUDA_ERROR_INVALID_VALUE, "restore: a module variable's bytes are not the variable's size"};
+        }
+        if (CallStatus s = WriteIdle(placed[i].first, saved.variables[i].data); !s.ok()) return s;
+        variables[placed[i].first] = {placed[i].second, saved.handle};
       }
     }
     for (const SessionImage::Function& saved : image.functions) {
       auto module = modules_.find(saved.module);
       if (module == modules_.end()) return {CUDA_ERROR_INVALID_VALUE, "restore: a function of no module"};
       Function function{saved.module, {}, {}, saved.name, saved.attributes};
-      if (CallStatus s = backend_->GetFunction(module->second, saved.name, &function.fn, &function.info); !s.ok()) {
+      if (CallStatus s = backend_->GetFunction(module->second.ref, saved.name, &function.fn, &function.info);
+          !s.ok()) {
         return s;
       }
       for (const auto& [attribute, value] : saved.attributes) {
@@ -1156,9 +1169,12 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
         return {CUDA_ERROR_INVALID_VALUE, fmt::format("restore: function handle {} twice", saved.handle)};
       }
     }
+    // A variable the client looked up makes its bytes reachable by copies: only one of the module's own.
     for (const SessionImage::Global& global : image.globals) {
-      if (modules_.find(global.module) == modules_.end()) {
-        return {CUDA_ERROR_INVALID_VALUE, "restore: a variable of no module"};
+      auto in = variables.upper_bound(global.address);
+      if (in == variables.begin() || (--in)->second.module != global.module ||
+          !RangeInside(global.address, global.bytes, in->first, in->second.bytes)) {
+        return {CUDA_ERROR_INVALID_VALUE, "restore: a looked-up variable that is not one of its module's"};
       }
       globals_[global.address] = {global.bytes, global.module};
     }
@@ -1175,8 +1191,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
         backend_->DestroyTexture(texture.handle);
         return {CUDA_ERROR_OUT_OF_MEMORY, "restore: " + QuotaMessage(reserved)};
       }
-      textures_[texture.handle] = reserved;
-      texture_specs_[texture.handle] = texture.spec;
+      textures_[texture.handle] = {reserved, texture.spec};
     }
     auto stream = [this](StreamRef* s) { return backend_->CreateStream(s); };
     auto drop_stream = [this](StreamRef s) { backend_->DestroyStream(s); };
@@ -1364,10 +1379,8 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   std::map<uint64_t, uint64_t> reservations_;   // Start -> bytes: address space of addressReserve.
   std::map<uint64_t, Mapping> mappings_;        // Start -> mapping of physical memory (memMap).
   HandleTable<Physical> physical_;              // memCreate's physical memory, counted in quota_.
-  std::map<uint64_t, uint64_t> textures_;       // Texture and surface objects: handle -> reserved bytes.
-  std::map<uint64_t, TextureSpec> texture_specs_;  // Handle -> what it was made of, for a checkpoint.
-  HandleTable<ModuleRef> modules_;
-  std::map<uint64_t, std::vector<uint8_t>> module_images_;  // Module handle -> its image, for a checkpoint.
+  std::map<uint64_t, Texture> textures_;        // Texture and surface objects, by handle.
+  HandleTable<LoadedModule> modules_;
   HandleTable<Function> functions_;
   HandleTable<StreamRef> streams_;
   HandleTable<EventRef> events_;

@@ -277,6 +277,15 @@ struct Device::Impl : public internal::MemoryMap {
   // Bytes the device lets its users hold: its capacity, or (when its owner enforces the limit) its whole arena.
   uint64_t Limit() const { return options.enforce_capacity ? options.memory_bytes : arena_size; }
   uint64_t FreeBytesLocked() const { return Limit() - std::min(Limit(), used); }
+  // Whether an allocation of `bytes` fits what is left; *need: what it takes, aligned. Compared before aligning: a
+  // size near 2^64 would wrap to 0 and "fit".
+  CallStatus RoomLocked(uint64_t bytes, uint64_t* need) const {
+    const uint64_t limit = Limit(), free_bytes = FreeBytesLocked();
+    *need = bytes > limit ? bytes : AlignUp(bytes, kAlignment);
+    if (*need <= free_bytes) return CallStatus::Ok();
+    return CallStatus(cu::kOutOfMemory, "out of memory: " + std::to_string(bytes) + " bytes requested, " +
+                                            std::to_string(free_bytes) + " bytes free of " + std::to_string(limit));
+  }
   // Frees a module variable's memory. REQUIRES: mem_mu held; `address` one of ArenaAllocator's.
   void FreeModuleBytesLocked(uint64_t address) {
     const uint64_t bytes = AlignUp(std::max<uint64_t>(live[address], 1), kAlignment);
@@ -704,13 +713,8 @@ CallStatus Device::Malloc(uint64_t bytes, uint64_t* device_ptr) {
   if (!impl_->arena) return CallStatus(cu::kOutOfMemory, "the emulated device could not reserve its memory");
   std::lock_guard<std::mutex> lock(impl_->mem_mu);
   if (bytes == 0) return BadValue("cannot allocate 0 bytes");
-  // Compared before aligning: a size near 2^64 would wrap to 0 and "fit".
-  const uint64_t limit = impl_->Limit(), free_bytes = impl_->FreeBytesLocked();
-  uint64_t need = bytes > limit ? bytes : AlignUp(bytes, kAlignment);
-  if (need > free_bytes) {
-    return CallStatus(cu::kOutOfMemory, "out of memory: " + std::to_string(bytes) + " bytes requested, " +
-                                             std::to_string(free_bytes) + " bytes free of " + std::to_string(limit));
-  }
+  uint64_t need = 0;
+  if (CallStatus s = impl_->RoomLocked(bytes, &need); !s.ok()) return s;
   uint64_t a = impl_->AllocateLocked(bytes, kAlignment);
   if (!a) return CallStatus(cu::kOutOfMemory, "out of memory (fragmented)");
   impl_->used += need;
@@ -722,12 +726,8 @@ CallStatus Device::MallocAt(uint64_t address, uint64_t bytes) {
   if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
   if (bytes == 0) return BadValue("cannot allocate 0 bytes");
   std::lock_guard<std::mutex> lock(impl_->mem_mu);
-  const uint64_t need = bytes > impl_->Limit() ? bytes : AlignUp(bytes, kAlignment);
-  if (need > impl_->FreeBytesLocked()) {
-    return CallStatus(cu::kOutOfMemory, "out of memory: " + std::to_string(bytes) + " bytes requested at " +
-                                            HexAddress(address) + ", " + std::to_string(impl_->FreeBytesLocked()) +
-                                            " bytes free");
-  }
+  uint64_t need = 0;
+  if (CallStatus s = impl_->RoomLocked(bytes, &need); !s.ok()) return s;
   if (impl_->AllocateAtLocked(address, bytes) == 0) {
     return BadValue("[" + HexAddress(address) + ", +" + std::to_string(bytes) + ") is not free memory of this device");
   }

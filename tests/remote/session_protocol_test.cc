@@ -914,12 +914,8 @@ TEST_F(SessionProtocol, AHostToDeviceCopyWhoseBytesComeSlowlyArrivesWhole) {
   ExpectAllUnharmed();
 }
 
-// Issue 43's ground: a quiet session checkpointed and restored as a fresh session in the same window, with another
-// device: its allocations hold their bytes at their addresses, its module's variable keeps its value and address,
-// and the handles its client holds (module, function, stream, event) name the same objects, so the client carries
-// on as if nothing had happened.
-TEST(SessionImage, AQuietSessionIsRestoredAtItsAddressesWithItsHandles) {
-  constexpr char kPtx[] = R"(
+// A kernel that counts its launches in a module variable (`counter`, from 5) and writes the count to `out`.
+constexpr char kCounterPtx[] = R"(
 .version 7.0
 .target sm_75
 .address_size 64
@@ -936,6 +932,12 @@ TEST(SessionImage, AQuietSessionIsRestoredAtItsAddressesWithItsHandles) {
   ret;
 }
 )";
+
+// Issue 43's ground: a quiet session checkpointed and restored as a fresh session in the same window, with another
+// device: its allocations hold their bytes at their addresses, its module's variable keeps its value and address,
+// and the handles its client holds (module, function, stream, event) name the same objects, so the client carries
+// on as if nothing had happened.
+TEST(SessionImage, AQuietSessionIsRestoredAtItsAddressesWithItsHandles) {
   const uint32_t one[3] = {1, 1, 1};
   auto bump = [&](RemoteSession& s, uint64_t function, uint64_t out, uint64_t stream) {
     return s.Launch(function, one, one, 0, stream, &out, sizeof(out));
@@ -959,7 +961,7 @@ TEST(SessionImage, AQuietSessionIsRestoredAtItsAddressesWithItsHandles) {
     ASSERT_EQ(s.MemAlloc(4, &out), kOk);
     ASSERT_EQ(s.MemAlloc(pattern.size(), &big), kOk);
     s.CopyToDevice(big, pattern.data(), pattern.size(), 0);
-    ASSERT_EQ(s.ModuleLoad(kPtx, sizeof(kPtx), &module), kOk) << s.last_error();
+    ASSERT_EQ(s.ModuleLoad(kCounterPtx, sizeof(kCounterPtx), &module), kOk) << s.last_error();
     ASSERT_EQ(s.GetFunction(module, "bump", &function), kOk) << s.last_error();
     ASSERT_EQ(s.GetGlobal(module, "counter", &counter, &counter_bytes), kOk);
     ASSERT_EQ(s.StreamCreate(&stream), kOk);
@@ -1109,6 +1111,54 @@ TEST(SessionImage, AStreamThatIsNoWholeImageIsRefused) {
   absurd = bytes;
   absurd[0] = 'X';
   EXPECT_EQ(read_from(absurd, &back).code(), kInvalidValue) << "not an image";
+}
+
+// An image whose module variable carries more bytes than the variable holds, or a looked-up variable that is not
+// its module's (copies could then reach memory the session does not own), is refused: the device's word for where
+// and how large each variable is counts, not the image's.
+TEST(SessionImage, ARestoreBelievesTheDeviceNotTheImageAboutModuleVariables) {
+  backend::SessionImage image;
+  uint64_t window_base = 0, window_bytes = 0;
+  {
+    auto host = SessionHost::Start();
+    ASSERT_TRUE(host.ok()) << host.status().ToString();
+    auto session = (*host)->Connect();
+    ASSERT_TRUE(session.ok()) << session.status().ToString();
+    RemoteSession& s = **session;
+    uint64_t module = 0, counter = 0, bytes = 0, buffer = 0;
+    ASSERT_EQ(s.MemAlloc(4096, &buffer), kOk);
+    ASSERT_EQ(s.ModuleLoad(kCounterPtx, sizeof(kCounterPtx), &module), kOk) << s.last_error();
+    ASSERT_EQ(s.GetGlobal(module, "counter", &counter, &bytes), kOk);
+    ASSERT_EQ(s.Synchronize(), kOk);
+    ASSERT_TRUE((*host)->Checkpoint(&image).ok());
+    window_base = (*host)->window_base();
+    window_bytes = (*host)->window_bytes();
+  }
+  ASSERT_EQ(image.modules.size(), 1u);
+  ASSERT_EQ(image.modules[0].variables.size(), 1u);
+  ASSERT_EQ(image.globals.size(), 1u);
+  auto restored = [&](const backend::SessionImage& tampered) {
+    SessionHostOptions options;
+    options.window_base = window_base;
+    options.window_bytes = window_bytes;
+    options.restore = &tampered;
+    return SessionHost::Start(options);
+  };
+  backend::SessionImage longer = image;  // The variable's bytes run on past it, over the arena.
+  longer.modules[0].variables[0].data.resize(longer.modules[0].variables[0].data.size() + 4096);
+  longer.modules[0].variables[0].bytes = longer.modules[0].variables[0].data.size();
+  auto refused = restored(longer);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("not the variable's size"), std::string::npos)
+      << refused.status().ToString();
+  backend::SessionImage elsewhere = image;  // The looked-up variable names the allocation instead.
+  elsewhere.globals[0].address = image.allocations.at(0).address;
+  refused = restored(elsewhere);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("not one of its module's"), std::string::npos)
+      << refused.status().ToString();
+  auto whole = restored(image);  // And the image as taken restores.
+  EXPECT_TRUE(whole.ok()) << whole.status().ToString();
 }
 
 // A checkpoint is refused, by name, where it cannot carry everything: work still queued, or objects it does not
