@@ -126,7 +126,8 @@ Status ProbeMemoryLimit(const std::string& parent, const char* control, const ch
   Status s = WriteControl(probe + "/" + control, unlimited);
   rmdir(probe.c_str());
   if (!s.ok()) {
-    return Status(StatusCode::kInvalidArgument, fmt::format("cannot set {} under {}: {}", control, parent, s.message()));
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("cannot set {} under {}: {}", control, parent, s.message()));
   }
   RemoveLeftWorkerGroups(parent);
   return Status::Ok();

@@ -1,5 +1,6 @@
 #include "backend/session_image_stream.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -13,6 +14,7 @@ constexpr char kImageMagic[8] = {'G', 'P', 'S', 'I', 'M', 'G', 0, 1};
 constexpr uint64_t kMaxItems = uint64_t{1} << 24;   // Objects of one kind.
 constexpr uint64_t kMaxName = 4096;                 // A kernel's name.
 constexpr uint64_t kMaxModuleImage = uint64_t{4} << 30;
+constexpr uint64_t kPieceBytes = uint64_t{1} << 20;  // How much of a long run of bytes is taken at once.
 
 class Writer {
  public:
@@ -64,12 +66,19 @@ class Reader {
     if (ok() && n > kMaxItems) Fail(std::string("it announces ") + std::to_string(n) + " " + what);
     return ok() ? n : 0;
   }
+  // `most` bounds what a length may announce; the bytes are then taken a piece at a time, so that what is allocated
+  // follows what arrives, not what the stream claims (`most` may itself come from the stream: the window's size).
   void Blob(std::vector<uint8_t>* out, uint64_t most, const char* what) {
     const uint64_t n = Value<uint64_t>();
     if (ok() && n > most) Fail(std::string("it announces ") + std::to_string(n) + " bytes of " + what);
-    if (!ok()) return;
-    out->resize(n);
-    Bytes(out->data(), n);
+    out->clear();
+    for (uint64_t left = n; ok() && left > 0;) {
+      const size_t piece = static_cast<size_t>(std::min<uint64_t>(left, kPieceBytes));
+      const size_t at = out->size();
+      out->resize(at + piece);
+      Bytes(out->data() + at, piece);
+      left -= piece;
+    }
   }
   SessionImage::Memory Memory(uint64_t most, const char* what) {
     SessionImage::Memory m;
@@ -183,7 +192,9 @@ CallStatus ReadSessionImage(const ImageSource& source, SessionImage* image) {
   Reader r(source);
   char magic[sizeof(kImageMagic)] = {};
   r.Bytes(magic, sizeof(magic));
-  if (r.ok() && std::memcmp(magic, kImageMagic, sizeof(magic)) != 0) r.Fail("it is not a session image of this version");
+  if (r.ok() && std::memcmp(magic, kImageMagic, sizeof(magic)) != 0) {
+    r.Fail("it is not a session image of this version");
+  }
   SessionImage read;
   read.window_base = r.Value<uint64_t>();
   read.window_bytes = r.Value<uint64_t>();

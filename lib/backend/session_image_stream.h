@@ -1,8 +1,9 @@
 // A session image (session_image.h) as a stream of bytes, for moving it between processes, servers or a spill file:
 // written and read piece by piece through callbacks, so that an image of many GiB never has to sit in one buffer or
 // one message (a Cap'n Proto list or Data stops at 2^29 elements). The bytes are treated as hostile when read: every
-// count and length is bounded before anything is allocated for it, and a short or corrupt stream is an error, never
-// a partial image. Little-endian, fixed-width fields; the layout is kImageMagic's version.
+// count and length is bounded, long runs of bytes are allocated as they arrive rather than as announced, and a short
+// or corrupt stream is an error, never a partial image. Little-endian, fixed-width fields; the layout is
+// kImageMagic's version.
 #ifndef GPUPOOL_BACKEND_SESSION_IMAGE_STREAM_H_
 #define GPUPOOL_BACKEND_SESSION_IMAGE_STREAM_H_
 

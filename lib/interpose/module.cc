@@ -133,8 +133,8 @@ CUresult ResolveLink(CUlinkState handle, LinkState** state) {
 namespace {
 
 // Loads an image, from memory (`code`, which NVIDIA's loaders read up to the end its header gives) or, given a
-// `path`, from that file, as a module (`as_module`: loaded on the current slice now) or a library (loaded at first use), into
-// *out.
+// `path`, from that file, as a module (`as_module`: loaded on the current slice now) or a library (loaded at first
+// use), into *out.
 template <typename Handle>
 CUresult LoadImage(Handle* out, bool as_module, const void* code, const char* path) {
   if (CUresult r = Driver::Get().CheckInitialized(); r != CUDA_SUCCESS) return r;

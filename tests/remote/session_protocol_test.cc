@@ -1108,6 +1108,14 @@ TEST(SessionImage, AStreamThatIsNoWholeImageIsRefused) {
   s = read_from(absurd, &back);
   EXPECT_EQ(s.code(), kInvalidValue);
   EXPECT_NE(s.message().find("announces"), std::string::npos) << s.message();
+  // A window of 2^62 bytes lets an allocation announce 2^61: the reader takes only what arrives, and the stream ends.
+  absurd = bytes;
+  const uint64_t vast_window = uint64_t{1} << 62, vast = uint64_t{1} << 61;
+  std::memcpy(absurd.data() + 16, &vast_window, sizeof(vast_window));
+  std::memcpy(absurd.data() + 32 + 16, &vast, sizeof(vast));
+  s = read_from(absurd, &back);
+  EXPECT_EQ(s.code(), kInvalidValue);
+  EXPECT_NE(s.message().find("ends early"), std::string::npos) << s.message();
   absurd = bytes;
   absurd[0] = 'X';
   EXPECT_EQ(read_from(absurd, &back).code(), kInvalidValue) << "not an image";
