@@ -14,6 +14,7 @@
 #   TRAIN_STEPS  training steps (default 200)            SKIP_BUILD=1  use an existing BUILD_DIR as it is
 #   MAX_STEP_S  cap on every step's time limit (for a first run on a machine lent by the minute)
 #   USE_DEPS=1 build from .gpu-deps/ even where the system has the packages (to check the kit on a dev machine)
+#   PREBUILT=DIR  run a tree staged elsewhere by scripts/gpu-prebuilt.sh (DIR/build, DIR/runtime): no build, no .debs
 #   STACKED=1  no GPU needed: the agent's "GPUs" are gpupool's own libcuda.so.1 attached to two emulated devices of
 #              a second agent (the test configuration of interpose.stacked.*), so the kit's pool steps run here;
 #              native steps are skipped. Checks the kit and the cuda backend's plumbing, not a GPU.
@@ -71,7 +72,13 @@ trap 'say "interrupted"; exit 124' TERM INT
 
 # ---- dependencies: the system's if it has them, else the .debs from scripts/gpu-deps.sh unpacked to a prefix ----
 cmake_args=()
-if [[ "${USE_DEPS:-0}" == 1 || ! -f /usr/include/capnp/capability.h ]]; then
+if [[ -n "${PREBUILT:-}" ]]; then  # Built elsewhere: its Debian libraries travel beside it.
+  PREBUILT=$(cd "$PREBUILT" && pwd)
+  BUILD_DIR="$PREBUILT/build"
+  SKIP_BUILD=1
+  export LD_LIBRARY_PATH="$PREBUILT/runtime${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  say "prebuilt: $BUILD_DIR, libraries from $PREBUILT/runtime"
+elif [[ "${USE_DEPS:-0}" == 1 || ! -f /usr/include/capnp/capability.h ]]; then
   if ! ls .gpu-deps/*.deb >/dev/null 2>&1; then
     say "FAIL deps: Cap'n Proto is not installed and .gpu-deps/ holds no .deb files (run scripts/gpu-deps.sh)"
     exit 1
@@ -116,10 +123,11 @@ if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
   step build 900 cmake --build "$BUILD_DIR" --target gp_agent gp_run gp_ls gp_bench gpupool_cuda cuda_examples \
     remote_programs interpose_remote_programs -- -k 0 || exit 1
 fi
-TOOLS="$ROOT_DIR/$BUILD_DIR/tools"
-EXAMPLES="$ROOT_DIR/$BUILD_DIR/examples"
-PROGRAMS="$ROOT_DIR/$BUILD_DIR/tests/remote/programs"
-VARIANTS="$ROOT_DIR/$BUILD_DIR/tests/interpose/remote"  # The remote suite's program builds (shared cudart, ...).
+[[ $BUILD_DIR == /* ]] || BUILD_DIR="$ROOT_DIR/$BUILD_DIR"
+TOOLS="$BUILD_DIR/tools"
+EXAMPLES="$BUILD_DIR/examples"
+PROGRAMS="$BUILD_DIR/tests/remote/programs"
+VARIANTS="$BUILD_DIR/tests/interpose/remote"  # The remote suite's program builds (shared cudart, ...).
 GPU_TESTS="$ROOT_DIR/tests/gpu"
 
 # ---- the agent on this machine's GPUs ----
@@ -132,7 +140,7 @@ if [[ -n "${STACKED:-}" ]]; then
   BELOW_PID=$!
   for _ in $(seq 100); do grep -q listening "$LOGS/below.out" 2>/dev/null && break; sleep 0.1; done
   agent=("$TOOLS/gp-run" --servers "127.0.0.1:$((PORT + 1))" -n 2 -- "${agent[@]}" --no-nvml
-         --cuda-driver "$ROOT_DIR/$BUILD_DIR/lib/gpupool/cuda/libcuda.so.1")
+         --cuda-driver "$BUILD_DIR/lib/gpupool/cuda/libcuda.so.1")
 fi
 GPUPOOL_LOG=info "${agent[@]}" >"$LOGS/agent.out" 2>"$LOGS/agent.err" &
 AGENT_PID=$!
@@ -173,6 +181,13 @@ for ex in vector_add matrix_multiply streams_events; do
   step "native-$ex" 120 expect_out PASSED "$EXAMPLES/$ex"
   step "pool-$ex" 180 expect_out PASSED run_on_pool -- "$EXAMPLES/$ex"
 done
+# The open questions (tests/gpu/questions.cu): the real driver's answers natively, gpupool's on a slice.
+QUESTIONS="$BUILD_DIR/tests/gpu/questions"
+if [[ ! -x $QUESTIONS ]]; then
+  mkdir -p "$(dirname "$QUESTIONS")" && nvcc -O2 -o "$QUESTIONS" "$GPU_TESTS/questions.cu" -lcuda >"$LOGS/questions-nvcc.log" 2>&1
+fi
+step native-questions 60 "$QUESTIONS" && sed 's/^/    native: /' "$LOGS/native-questions.log" >>"$SUMMARY"
+step pool-questions 90 run_on_pool -- "$QUESTIONS"; sed 's/^/    pool: /' "$LOGS/pool-questions.log" >>"$SUMMARY"
 step native-shared_optin 120 expect_out PASSED "$PROGRAMS/shared_optin"
 step pool-shared_optin 180 expect_out PASSED run_on_pool -- "$PROGRAMS/shared_optin"
 step native-clusters 120 expect_out PASSED "$PROGRAMS/clusters"
@@ -197,6 +212,13 @@ for v in graphs stream_ordered stream_memops cooperative arrays fork_after_init 
   step "native-$v" 120 expect_out PASSED "$VARIANTS/$v"
   step "pool-$v" 240 expect_out PASSED run_on_pool -- "$VARIANTS/$v"
 done
+# Program order (issue 40's conformance program): its model checked against NVIDIA's driver, then gpupool's.
+step native-program_order 120 expect_out "0 failure(s): PASSED" "$VARIANTS/program_order" 1
+step pool-program_order 180 expect_out "0 failure(s): PASSED" run_on_pool -p 0.25 -- "$VARIANTS/program_order" 1
+step native-managed_memory 60 expect_out PASS "$VARIANTS/managed_memory"
+step pool-managed_memory 120 expect_out PASS run_on_pool -- "$VARIANTS/managed_memory"
+step native-textures 60 expect_out PASSED "$PROGRAMS/textures"
+step pool-textures 120 expect_out PASSED run_on_pool -- "$PROGRAMS/textures"
 # cuFFT (issue 48): natively the FFT of an impulse is all ones; on a slice cuFFT's plan asks the driver for its own
 # function records (private table tools_module, slot 7), which gpupool refuses: expected to FAIL until that changes,
 # with gpupool's reason in the log. The survey lists what each NVIDIA library asks of the driver here.

@@ -760,8 +760,10 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     }
     if (a.width == 4 && a.value > UINT32_MAX) return Invalid("a 32-bit stream wait on a 64-bit value");
     if (CallStatus s = Owned(a.address, a.width, "stream wait address"); !s.ok()) return Done(s);
+    // No remote (NIC) writes reach a slice, so a flush of them has nothing to do; a GPU without the platform support
+    // would refuse the flag (CUDA_ERROR_NOT_SUPPORTED on an H100, driver 580), so it stops here.
     return Done(Submit(stream, [&] {
-      return backend_->StreamWaitValue(stream, a.address, a.value, a.width, a.flags);
+      return backend_->StreamWaitValue(stream, a.address, a.value, a.width, a.flags & ~kFlush);
     }));
   }
 

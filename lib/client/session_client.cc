@@ -94,11 +94,18 @@ struct RemoteSession::Impl : public kj::TaskSet::ErrorHandler {
   }
   void Record(int code, const std::string& message) {
     if (code == 0) return;
+    NoteFault(code);
     std::lock_guard<std::mutex> lock(mu);
     if (async_error == 0) {
       async_error = code;
       async_message = message;
     }
+  }
+  // The first kernel fault a reply carried (RemoteSession::StickyFault).
+  std::atomic<int> sticky_fault{0};
+  void NoteFault(int code) {
+    int none = 0;
+    if (cu::IsStickyFault(code)) sticky_fault.compare_exchange_strong(none, code);
   }
   // Whether any call went to the session since it opened: until one does, the server holds nothing of it.
   std::atomic<bool> used{false};
@@ -374,6 +381,8 @@ RemoteSession::~RemoteSession() {
 }
 
 void RemoteSession::KeepAsyncError(int code) { impl_->Record(code, last_error_); }
+
+int RemoteSession::StickyFault() const { return impl_->sticky_fault.load(); }
 
 int RemoteSession::TakeAsyncError() {
   int code = 0;
@@ -700,6 +709,11 @@ int RemoteSession::Invoke(const typename C::Args& args, typename C::Results* res
                           std::shared_ptr<const void> owner) {
   using W = session::Wire<C>;
   Impl* impl = impl_.get();
+  // Calls that only ask leave nothing on the session; any other may (memory, a module, a stream), and the session
+  // may no longer move its window (Relocate). The direct channel never passes S(), which marks the agent's path.
+  constexpr bool kOnlyAsks = std::is_same_v<C, calls::Properties> || std::is_same_v<C, calls::MemGetInfo> ||
+                             std::is_same_v<C, calls::Utilization> || std::is_same_v<C, calls::Synchronize>;
+  if constexpr (!kOnlyAsks) impl->used = true;
   if constexpr (C::kMode == session::Mode::kPosted) {
     if (!std::is_same_v<C, calls::Batch> && Batching()) {
       // Any other posted call's message depends on more than its arguments (a copy's on the host bytes then).
@@ -739,6 +753,7 @@ int RemoteSession::Invoke(const typename C::Args& args, typename C::Results* res
                                      return req.send();
                                    },
                                    use, &last_error_);
+    impl->NoteFault(code);
     if constexpr (C::kMode == session::Mode::kSync) {
       SettleSharedCopies(impl);
       int pending = TakeAsyncError();  // An earlier posted call's error comes first, as on a GPU.

@@ -130,6 +130,9 @@ class RemoteSession {
   // report: a helper thread's wait (host functions) must not swallow the program's error.
   void KeepAsyncError(int code);
   const std::string& last_error() const { return last_error_; }
+  // The kernel fault (cu::IsStickyFault) any reply of this session has carried, or 0: the session's context is
+  // ruined, as a GPU's is after a fault, and work queued from now on never runs.
+  int StickyFault() const;
 
   struct Impl;
 

@@ -43,6 +43,13 @@ inline constexpr int kLaunchFailed = 719;               // Trap and other kernel
 inline constexpr int kCooperativeLaunchTooLarge = 720;  // More CTAs than the device holds at once.
 inline constexpr int kNotSupported = 801;
 inline constexpr int kUnknown = 999;
+
+// Whether `code` is a kernel fault that ruins its context: every later call of that context returns it, and the
+// driver runs none of the host functions queued behind it (CUDA_ERROR_ILLEGAL_ADDRESS ... CUDA_ERROR_LAUNCH_FAILED,
+// and the watchdog's CUDA_ERROR_LAUNCH_TIMEOUT; cuda.h: "the context cannot be used, so it must be destroyed").
+constexpr bool IsStickyFault(int code) {
+  return code == kIllegalAddress || code == kLaunchTimeout || code == kAssert || (code >= 714 && code <= kLaunchFailed);
+}
 }  // namespace cu
 
 // A call's outcome: a CUresult value (cu::kSuccess = success) and, for errors, what went wrong in words. A cheap

@@ -52,7 +52,7 @@ constexpr Uuid kContextIdentityId = {0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0
 constexpr Uuid kToolsModuleId = {0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d,
                                  0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e};
 
-// Tables refused on purpose (CUDA_ERROR_NOT_FOUND) without a warning, since their askers work on without them
+// Tables refused on purpose (CUDA_ERROR_INVALID_VALUE) without a warning, since their askers work on without them
 // (scripts/export-table-survey.sh lists who asks for what):
 // - f8cff951: every CUDA 13 cudart, before cuInit; public reports have cudart take a shortcut through its
 //   initialisation when it is served, and gpupool answers the ordinary initialisation's calls.
@@ -550,7 +550,7 @@ void WarnUnknownTable(const CUuuid* id, const void* caller) {
     std::lock_guard<std::mutex> lock(mu);
     if (reported->insert(name).second) {
       GP_WARN("interpose", "{} asked for private export table {}, which gpupool does not serve: answering "
-                           "CUDA_ERROR_NOT_FOUND",
+                           "CUDA_ERROR_INVALID_VALUE",
               LibraryOf(caller), name);
     }
   } catch (...) {
@@ -575,7 +575,7 @@ CUresult GetExportTable(const void** ppExportTable, const CUuuid* pExportTableId
   }
   *ppExportTable = nullptr;
   WarnUnknownTable(pExportTableId, caller);
-  return CUDA_ERROR_NOT_FOUND;
+  return CUDA_ERROR_INVALID_VALUE;  // What NVIDIA's driver answers for a table it lacks (an H100's, driver 580).
 }
 
 // The table's UUID, and the name of the table served.

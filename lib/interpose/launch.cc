@@ -346,6 +346,8 @@ CUresult QueueHostFunction(CUstream stream, std::function<void(CUresult)> fn) {
   uint64_t sid;
   // Not behind the stream's pending host functions: the callback thread runs them in order anyway.
   if (CUresult r = remote.ResolveStream(stream, &dev, &sid, false); r != CUDA_SUCCESS) return r;
+  // A context that has faulted takes no more host functions, as a GPU's driver answers (an H100's, driver 580).
+  if (int fault = remote.session(dev)->StickyFault(); fault != 0) return ToResult(fault);
   remote.session(dev)->FlushBatch();  // The callback thread waits for the work before it: a graph's nodes too.
   HostFunctions::Get().Enqueue(dev, sid, std::move(fn));
   return CUDA_SUCCESS;

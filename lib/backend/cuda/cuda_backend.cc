@@ -2,10 +2,16 @@
 
 #include <cuda.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <thread>
+#include <unordered_map>
 #include <utility>
 #include <string>
 #include <vector>
@@ -106,12 +112,116 @@ void Forget(std::vector<T>& list, T item) {
   list.erase(std::remove(list.begin(), list.end(), item), list.end());
 }
 
-// Runs a std::function from the driver's callback thread (cuLaunchHostFunc), once.
-void CUDA_CB RunOnce(void* data) {
-  auto* fn = static_cast<std::function<void()>*>(data);
-  (*fn)();
-  delete fn;
-}
+// The functions a session handed to the driver's callback thread (cuLaunchHostFunc) that have not run yet. After a
+// kernel fault the driver runs none of them, ever (seen on an H100, driver 580: a host function queued behind the
+// faulting kernel is dropped with the context's work), so whoever waits for one (a client's synchronisation, a
+// submission turn, a staging buffer) would wait forever. While any is pending, a watch asks the context every
+// kFaultPoll whether it has faulted, and if so runs them itself: the waits end, and report the fault.
+class CallbackWatch {
+ public:
+  using QueryFn = CUresult (*)(CUstream);
+  using LaunchFn = CUresult (*)(CUstream, CUhostFn, void*);
+  using SetCurrentFn = CUresult (*)(CUcontext);
+  static constexpr auto kFaultPoll = std::chrono::milliseconds(20);
+
+  CallbackWatch(LaunchFn launch, QueryFn query, SetCurrentFn set_current, CUcontext ctx)
+      : launch_(launch), query_(query), set_current_(set_current), ctx_(ctx) {}
+  ~CallbackWatch() { Stop(); }
+
+  // Ends the watch (before the context goes: its thread queries the context). Functions the driver runs later
+  // still run; only the fault is no longer watched for.
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->stop = true;
+    }
+    state_->changed.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // cuLaunchHostFunc(stream, fn): `fn` runs once, from the driver's callback thread or, after a fault, the watch's.
+  CUresult Launch(CUstream stream, std::function<void()> fn) {
+    auto callback = std::make_shared<Callback>();
+    callback->fn = std::move(fn);
+    callback->state = state_;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->stop) return CUDA_ERROR_DEINITIALIZED;
+      state_->pending.emplace(callback.get(), callback);
+      if (!thread_.joinable()) thread_ = std::thread([this] { Watch(); });
+    }
+    state_->changed.notify_all();
+    // The driver's reference: freed when it runs the function, or never after a fault (the worker exits soon).
+    auto* held = new std::shared_ptr<Callback>(callback);
+    CUresult res = launch_(stream, &CallbackWatch::FromDriver, held);
+    if (res != CUDA_SUCCESS) {
+      delete held;
+      Forget(state_, callback.get());
+    }
+    return res;
+  }
+
+ private:
+  // Shared with the callbacks the driver holds, which may outlive the watch (a session that ends mid-kernel).
+  struct State {
+    std::mutex mu;
+    std::condition_variable changed;
+    bool stop = false;                                               // Guarded by mu.
+    std::unordered_map<const void*, std::shared_ptr<void>> pending;  // Guarded by mu.
+  };
+  struct Callback {
+    std::function<void()> fn;
+    std::atomic<bool> ran{false};
+    std::weak_ptr<State> state;
+    void RunOnce() {
+      if (!ran.exchange(true)) fn();
+    }
+  };
+
+  static void CUDA_CB FromDriver(void* data) {
+    auto* held = static_cast<std::shared_ptr<Callback>*>(data);
+    (*held)->RunOnce();
+    if (auto state = (*held)->state.lock()) Forget(state, held->get());
+    delete held;
+  }
+
+  static void Forget(const std::shared_ptr<State>& state, const Callback* callback) {
+    std::lock_guard<std::mutex> lock(state->mu);
+    state->pending.erase(callback);
+  }
+
+  void Watch() {
+    set_current_(ctx_);
+    State& st = *state_;
+    std::unique_lock<std::mutex> lock(st.mu);
+    while (!st.stop) {
+      if (st.pending.empty()) {
+        st.changed.wait(lock, [&] { return st.stop || !st.pending.empty(); });
+        continue;
+      }
+      st.changed.wait_for(lock, kFaultPoll, [&] { return st.stop; });
+      if (st.stop || st.pending.empty()) continue;
+      lock.unlock();
+      // The legacy stream's query answers the context's fault, if it has one, without waiting for anything.
+      const bool faulted = cu::IsStickyFault(query_(nullptr));
+      lock.lock();
+      if (!faulted) continue;
+      std::vector<std::shared_ptr<void>> dropped;
+      for (auto& [raw, callback] : st.pending) dropped.push_back(callback);
+      st.pending.clear();
+      lock.unlock();
+      for (auto& callback : dropped) static_cast<Callback*>(callback.get())->RunOnce();
+      lock.lock();
+    }
+  }
+
+  LaunchFn launch_;
+  QueryFn query_;
+  SetCurrentFn set_current_;
+  CUcontext ctx_;
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+  std::thread thread_;
+};
 
 // The driver's own memory for a session's context that does not depend on its modules, read when it begins.
 struct ContextMemory {
@@ -140,6 +250,7 @@ class CudaBackend final : public DeviceBackend {
     // Freeing memory waits for the work using it. Work still running when the session goes (its client died
     // mid-kernel) is nobody's now: the worker process exits right after this, and the driver then ends the context
     // with its work and memory, where waiting could take forever (a kernel that never ends).
+    callbacks_.Stop();
     if (!Idle()) return;
     ReleaseAll();
     api_->cuMemAddressFree(config_.window_base, config_.window_bytes);
@@ -546,10 +657,7 @@ class CudaBackend final : public DeviceBackend {
 
   CallStatus WhenReached(StreamRef stream, std::function<void()> done) override {
     Current();
-    auto* fn = new std::function<void()>(std::move(done));
-    CUresult res = api_->cuLaunchHostFunc(S(stream), RunOnce, fn);
-    if (res != CUDA_SUCCESS) delete fn;
-    return From(res);
+    return From(callbacks_.Launch(S(stream), std::move(done)));
   }
 
   // cuEventSynchronize would block the event loop: a private non-blocking stream waits for the event instead.
@@ -660,16 +768,12 @@ class CudaBackend final : public DeviceBackend {
   // function must not call the driver).
   CallStatus ReleaseAfter(StreamRef stream, void* staging, std::function<void()> then) {
     auto done = done_staging_;
-    auto* fn = new std::function<void()>([done, staging, then = std::move(then)] {
+    CUresult res = callbacks_.Launch(S(stream), [done, staging, then = std::move(then)] {
       if (then) then();
       std::lock_guard<std::mutex> lock(done->mu);
       done->buffers.push_back(staging);
     });
-    CUresult res = api_->cuLaunchHostFunc(S(stream), RunOnce, fn);
-    if (res != CUDA_SUCCESS) {
-      delete fn;
-      api_->cuMemFreeHost(staging);
-    }
+    if (res != CUDA_SUCCESS) api_->cuMemFreeHost(staging);
     return From(res);
   }
 
@@ -741,6 +845,8 @@ class CudaBackend final : public DeviceBackend {
   std::vector<CUtexObject> textures_;
   CUstream sync_stream_ = nullptr;
   std::shared_ptr<Staging> done_staging_ = std::make_shared<Staging>();
+  // Last, so that it stops first: its thread queries the context.
+  CallbackWatch callbacks_{api_->cuLaunchHostFunc, api_->cuStreamQuery, api_->cuCtxSetCurrent, ctx_};
 };
 
 }  // namespace

@@ -30,6 +30,11 @@ __global__ void AddOne(unsigned* p, size_t n) {
   if (i < n) p[i] += 1;
 }
 
+__global__ void SetTo(unsigned* p, size_t n, unsigned value) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) p[i] = value;
+}
+
 int main() {
   CHECK(cudaFree(nullptr));  // The primary context of device 0, current.
   CUdevice dev;
@@ -37,6 +42,26 @@ int main() {
   int supported = 0;
   CU(cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev));
   EXPECT(supported == 1, "virtual memory management reported as supported");
+
+  // A reservation at a far hint, once the program holds memory and a loaded kernel: what it holds stays (a slice
+  // whose session looked unused through its direct connection moved its window there, and lost both).
+  {
+    unsigned* before = nullptr;
+    CHECK(cudaMalloc(&before, 1024 * sizeof(unsigned)));
+    SetTo<<<4, 256>>>(before, 1024, 1);
+    CHECK(cudaDeviceSynchronize());
+    CUdeviceptr far = 0;
+    CU(cuMemAddressReserve(&far, 1ull << 30, 0, 0x200000000000ull, 0));
+    AddOne<<<4, 256>>>(before, 1024);
+    CHECK(cudaGetLastError());
+    std::vector<unsigned> back(1024, 0);
+    CHECK(cudaMemcpy(back.data(), before, back.size() * sizeof(unsigned), cudaMemcpyDeviceToHost));
+    int wrong = 0;
+    for (unsigned v : back) wrong += v != 2;
+    EXPECT(wrong == 0, "memory and a kernel of the program from before a far reservation still work after it");
+    if (far != 0) CU(cuMemAddressFree(far, 1ull << 30));
+    CHECK(cudaFree(before));
+  }
 
   CUmemAllocationProp prop = {};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
