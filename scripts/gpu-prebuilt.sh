@@ -25,9 +25,12 @@ stage_dir() {  # stage_dir DIR: every executable regular file directly in DIR (n
     done
 }
 for dir in tools examples tests/remote/programs tests/interpose/remote lib/gpupool/cuda; do stage_dir "$dir"; done
-# The kit's open questions, built here too so that the GPU machine compiles nothing.
+# The kit's own probes (tests/gpu/*.cu: its open questions, the texture unit's weights), built here too so that the
+# GPU machine compiles nothing.
 mkdir -p "$kit/build/tests/gpu"
-nvcc -O2 -o "$kit/build/tests/gpu/questions" tests/gpu/questions.cu -lcuda
+for probe in tests/gpu/*.cu; do
+  nvcc -O2 -o "$kit/build/tests/gpu/$(basename "$probe" .cu)" "$probe" -lcuda
+done
 # The library symlinks (libcuda.so -> libcuda.so.1) as they are.
 find "$build/lib/gpupool/cuda" -maxdepth 1 -type l -exec cp -a {} "$kit/build/lib/gpupool/cuda/" \;
 

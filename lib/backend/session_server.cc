@@ -353,19 +353,25 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       return Invalid(fmt::format("0x{:x} is not the start of an allocation of this session", a.address));
     }
     uint64_t reserved = it->second;
-    allocations_.erase(it);
-    CallStatus s = backend_->Free(a.address, reserved);
-    if (!s.ok()) {
-      quota_->Give(reserved);
-      MemoryChanged();
-      return Done(s);
-    }
-    // cuMemFree returns with the memory free: the device may free it in its own order (the emulated device frees
-    // in stream order, after the work queued before), so the reply, and the quota's room, come once it has.
-    return Reached(StreamRef()).then([this, reserved] {
-      quota_->Give(reserved);
-      MemoryChanged();
-      return CallStatus::Ok();
+    allocations_.erase(it);  // No new work may name it from now on.
+    // cuMemFree waits for the device's work, as cudaFree does: work still queued may use the memory, and a GPU's
+    // cuMemUnmap does not wait for it (an H100 faulted on a memset still running when its memory was unmapped).
+    const uint64_t address = a.address;
+    return EveryStreamReached().then([this, address, reserved]() -> Reply {
+      if (revoked_) return Revoked();  // The revocation freed everything.
+      CallStatus s = backend_->Free(address, reserved);
+      if (!s.ok()) {
+        quota_->Give(reserved);
+        MemoryChanged();
+        return Done(s);
+      }
+      // The device may free it in its own order too (the emulated device frees in stream order), so the reply,
+      // and the quota's room, come once it has.
+      return Reached(StreamRef()).then([this, reserved] {
+        quota_->Give(reserved);
+        MemoryChanged();
+        return CallStatus::Ok();
+      });
     });
   }
 
@@ -914,11 +920,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
   }
 
   Reply Handle(const calls::Synchronize::Args&, calls::Synchronize::Results& r) {
-    // Every stream of the session, the default stream included.
-    kj::Vector<kj::Promise<void>> all;
-    all.add(Reached(StreamRef()));
-    for (auto& [id, stream] : streams_) all.add(Reached(stream));
-    return kj::joinPromises(all.releaseAsArray()).then([this, &r]() {
+    return EveryStreamReached().then([this, &r]() {
       r.output = backend_->TakeOutput();
       return revoked_ ? Revoked() : backend_->Settled(StreamRef());
     });
@@ -992,6 +994,14 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     if (it == streams_.end()) return false;
     *out = it->second;
     return true;
+  }
+
+  // Resolves once the device has run everything queued on every stream of the session, the default stream included.
+  kj::Promise<void> EveryStreamReached() {
+    kj::Vector<kj::Promise<void>> all;
+    all.add(Reached(StreamRef()));
+    for (auto& [id, stream] : streams_) all.add(Reached(stream));
+    return kj::joinPromises(all.releaseAsArray());
   }
 
   // Resolves once the device has run everything queued on `stream` so far, without blocking the event loop.

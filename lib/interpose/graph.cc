@@ -1053,15 +1053,9 @@ CUresult GraphLaunch(CUgraphExec exec_handle, CUstream stream) {
     recorded = exec->recorded;
     generation = exec->generation;
   }
-  if (Capturing(stream)) {
-    NodeWork w;
-    w.type = CU_GRAPH_NODE_TYPE_GRAPH;
-    {
-      Lock lock(mu);
-      w.child = CloneGraph(*graph);
-    }
-    return CaptureWork(stream, std::move(w));
-  }
+  // NVIDIA's driver refuses to capture a graph launch and invalidates the capture (an H100's, driver 580, in every
+  // capture mode): a child graph belongs in a graph through cuGraphAddChildGraphNode.
+  if (Capturing(stream)) return RefuseWhileCapturing(stream);
   // The nodes' work for the launch stream's slice travels as one message (work on other slices, and anything
   // that waits, such as a copy back to the host or a host node, is sent as it comes, after what was gathered).
   RemoteSession* session = Remote::Get().session(dev);
@@ -1173,10 +1167,20 @@ CUresult GraphExecUpdateV1(CUgraphExec exec, CUgraph graph, CUgraphNode* error_n
   return r;
 }
 
+namespace {
+// The nodes an executable graph can enable and disable, as cuGraphNodeSetEnabled documents them and NVIDIA's
+// driver enforces (an H100's, driver 580, refuses a child-graph node with CUDA_ERROR_INVALID_VALUE).
+bool CanBeDisabled(const GraphNode& n) {
+  return n.work.type == CU_GRAPH_NODE_TYPE_KERNEL || n.work.type == CU_GRAPH_NODE_TYPE_MEMCPY ||
+         n.work.type == CU_GRAPH_NODE_TYPE_MEMSET;
+}
+}  // namespace
+
 CUresult GraphNodeSetEnabled(CUgraphExec exec_handle, CUgraphNode node, unsigned int enabled) {
   Lock lock(mu);
   GraphNode* n;
   if (CUresult r = NodeInExec(exec_handle, node, &n); r != CUDA_SUCCESS) return r;
+  if (!CanBeDisabled(*n)) return CUDA_ERROR_INVALID_VALUE;
   n->enabled = enabled != 0;
   return CUDA_SUCCESS;
 }
@@ -1186,6 +1190,7 @@ CUresult GraphNodeGetEnabled(CUgraphExec exec_handle, CUgraphNode node, unsigned
   Lock lock(mu);
   GraphNode* n;
   if (CUresult r = NodeInExec(exec_handle, node, &n); r != CUDA_SUCCESS) return r;
+  if (!CanBeDisabled(*n)) return CUDA_ERROR_INVALID_VALUE;
   *enabled = n->enabled ? 1 : 0;
   return CUDA_SUCCESS;
 }

@@ -157,7 +157,7 @@ struct HostTexture {
       }
       const float b = u - 0.5f;
       i[k] = static_cast<int64_t>(std::floor(b));
-      alpha[k] = std::nearbyint((b - std::floor(b)) * 256.0) / 256.0;  // 9-bit fixed point, 8 fraction bits.
+      alpha[k] = std::floor((b - std::floor(b)) * 256.0 + 0.5) / 256.0;  // 9-bit fixed point, a tie rounded up.
     }
     if (!linear) return At(i, dims, layer, float_result);
     double sum[4] = {0, 0, 0, 0};
@@ -293,6 +293,30 @@ TEST_P(TextureTest, AddressModesFiltersAndCoordinates2D) {
   d.normalized_coords = true;
   d.border[0] = 3.0f;
   Check2D(MakeFloat(d));
+}
+
+// The weights of a linear filter as an H100 (driver 580) returns them (tests/gpu/texture_weights.cu): between texels
+// holding 0 and 1, at x = 0.5 + k/1024, the nearest multiple of 1/256, a tie (k = 2, 6, 10, ...) rounded up.
+TEST_P(TextureTest, LinearWeightsRoundTiesUpAsAGpuDoes) {
+  TextureDesc d;
+  d.width = 2;
+  d.channels = 1;
+  d.linear_filter = true;
+  HostTexture t = MakeFloat(d);
+  const float texels[2] = {0.0f, 1.0f};
+  std::memcpy(t.bytes.data(), texels, sizeof(texels));
+  Check(device().CopyToDevice(t.desc.base, t.bytes.data(), t.bytes.size()), "upload");
+  const size_t n = 1025;
+  std::vector<float> x(n);
+  for (size_t k = 0; k < n; ++k) x[k] = 0.5f + static_cast<float>(k) / 1024.0f;
+  uint64_t out = Output<uint32_t>(4 * n);
+  Launch(Kernel("texture", "tex1d_f4"), {Blocks(n)}, {kBlock}, 0, Object(t.desc), Upload(x), out, int(n));
+  std::vector<float> got = Download<float>(out, 4 * n);
+  for (size_t k = 0; k < n; ++k) {
+    ASSERT_EQ(got[4 * k] * 256.0f, std::floor(k / 4.0 + 0.5)) << "x = 0.5 + " << k << "/1024";
+  }
+  EXPECT_EQ(got[4 * 2] * 256.0f, 1.0f);   // As the H100 answered.
+  EXPECT_EQ(got[4 * 10] * 256.0f, 3.0f);  // As the H100 answered.
 }
 
 TEST_P(TextureTest, FormatsChannelsAndReadModes) {

@@ -289,6 +289,10 @@ class CudaBackend final : public DeviceBackend {
 
   CallStatus Alloc(uint64_t bytes, uint64_t* address, uint64_t* reserved) override {
     Reclaim();
+    // A faulted context allocates nothing, as cuMemAlloc answers; the virtual memory calls used here would
+    // succeed regardless (an H100, driver 580: cudaMalloc on a slice after a fault succeeded).
+    Current();
+    if (CUresult fault = api_->cuStreamQuery(nullptr); cu::IsStickyFault(fault)) return From(fault);
     uint64_t size = (bytes + granularity_ - 1) / granularity_ * granularity_;
     uint64_t offset = 0;
     if (!window_.Take(size, granularity_, &offset)) {
