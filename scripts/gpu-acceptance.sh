@@ -131,6 +131,12 @@ VARIANTS="$BUILD_DIR/tests/interpose/remote"  # The remote suite's program build
 GPU_TESTS="$ROOT_DIR/tests/gpu"
 
 # ---- the agent on this machine's GPUs ----
+# As root the agent runs session workers as the user 'gpupool' ([workers] user), as `cmake --install` creates it; a
+# GPU machine lent bare has none.
+if [[ $(id -u) == 0 ]] && ! id gpupool >/dev/null 2>&1; then
+  useradd --system --no-create-home --shell /usr/sbin/nologin gpupool && say "created the system user gpupool"
+  chmod -R a+rX "$BUILD_DIR" "${PREBUILT:-$BUILD_DIR}" 2>/dev/null
+fi
 PORT="${PORT:-7459}"
 SERVER="127.0.0.1:$PORT"
 agent=("$TOOLS/gp-agent" --listen "$SERVER" --name acceptance)
@@ -146,6 +152,7 @@ GPUPOOL_LOG=info "${agent[@]}" >"$LOGS/agent.out" 2>"$LOGS/agent.err" &
 AGENT_PID=$!
 for _ in $(seq 100); do grep -q listening "$LOGS/agent.out" 2>/dev/null && break; sleep 0.1; done
 if ! grep -q listening "$LOGS/agent.out"; then
+  failures=$((failures + 1))
   say "FAIL agent: gp-agent did not start"; sed 's/^/    /' "$LOGS/agent.err" | tee -a "$SUMMARY"; exit 1
 fi
 say "agent: $(head -n1 "$LOGS/agent.out")"

@@ -110,6 +110,8 @@ class RemoteDeviceProvider : public DeviceProvider {
       d.attributes[CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1] = 1;
       d.attributes[CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS] = 1;
       d.attributes[CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR] = 1;
+      // No remote (NIC) writes reach a slice, so a wait's flush of them (CU_STREAM_WAIT_VALUE_FLUSH) is always done.
+      d.attributes[CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES] = 1;
       d.attributes[CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED] = 0;
       d.attributes[CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED] = 0;
       d.attributes[CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES] = 0;

@@ -489,17 +489,17 @@ inline std::string NoArgsShown() { return {}; }
   X(cuStreamWriteValue32_ptsz, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int f),                         \
     StreamWriteValue(s, a, v, 4, f), "stream", "out: 4 bytes; async")                                             \
   X(cuStreamWriteValue32_v2, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int f),                           \
-    StreamWriteValue(s, a, v, 4, f), "stream", "out: 4 bytes; async")                                             \
+    StreamWriteValueV2(s, a, v, 4, f), "stream", "out: 4 bytes; async")                                             \
   X(cuStreamWriteValue32_v2_ptsz, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned int f),                      \
-    StreamWriteValue(s, a, v, 4, f), "stream", "out: 4 bytes; async")                                             \
+    StreamWriteValueV2(s, a, v, 4, f), "stream", "out: 4 bytes; async")                                             \
   X(cuStreamWriteValue64, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f),                              \
     StreamWriteValue(s, a, v, 8, f), "stream", "out: 8 bytes; async")                                             \
   X(cuStreamWriteValue64_ptsz, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f),                         \
     StreamWriteValue(s, a, v, 8, f), "stream", "out: 8 bytes; async")                                             \
   X(cuStreamWriteValue64_v2, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f),                           \
-    StreamWriteValue(s, a, v, 8, f), "stream", "out: 8 bytes; async")                                             \
+    StreamWriteValueV2(s, a, v, 8, f), "stream", "out: 8 bytes; async")                                             \
   X(cuStreamWriteValue64_v2_ptsz, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned int f),                      \
-    StreamWriteValue(s, a, v, 8, f), "stream", "out: 8 bytes; async")                                             \
+    StreamWriteValueV2(s, a, v, 8, f), "stream", "out: 8 bytes; async")                                             \
   X(cuStreamBatchMemOp_v2, (CUstream s, unsigned int n, CUstreamBatchMemOpParams* ops, unsigned int f),           \
     StreamBatchMemOp(s, n, ops, f), "stream", "each op as the calls above; barrier and flush: nothing to do")     \
   X(cuStreamBatchMemOp_v2_ptsz, (CUstream s, unsigned int n, CUstreamBatchMemOpParams* ops, unsigned int f),      \

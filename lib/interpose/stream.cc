@@ -145,6 +145,13 @@ CUresult StreamWriteValue(CUstream handle, CUdeviceptr address, uint64_t value, 
   return CopyHtoD(address, &value, sizeof(value), handle);
 }
 
+// The v2 API, which cuda.h's cuStreamWriteValue32/64 name since CUDA 12: CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER "is
+// not supported in the v2 API" (cuda.h), and NVIDIA's driver refuses it (an H100's, driver 580).
+CUresult StreamWriteValueV2(CUstream handle, CUdeviceptr address, uint64_t value, unsigned width, unsigned int flags) {
+  if (flags != CU_STREAM_WRITE_VALUE_DEFAULT) return CUDA_ERROR_INVALID_VALUE;
+  return StreamWriteValue(handle, address, value, width, flags);
+}
+
 CUresult StreamBatchMemOp(CUstream handle, unsigned int count, CUstreamBatchMemOpParams* ops, unsigned int flags) {
   if (flags != 0 || (count > 0 && ops == nullptr) || count >= 256) return CUDA_ERROR_INVALID_VALUE;  // "< 256"
   for (unsigned int i = 0; i < count; ++i) {
@@ -159,10 +166,10 @@ CUresult StreamBatchMemOp(CUstream handle, unsigned int count, CUstreamBatchMemO
         r = StreamWaitValue(handle, op.waitValue.address, op.waitValue.value64, 8, op.waitValue.flags);
         break;
       case CU_STREAM_MEM_OP_WRITE_VALUE_32:
-        r = StreamWriteValue(handle, op.writeValue.address, op.writeValue.value, 4, op.writeValue.flags);
+        r = StreamWriteValueV2(handle, op.writeValue.address, op.writeValue.value, 4, op.writeValue.flags);
         break;
       case CU_STREAM_MEM_OP_WRITE_VALUE_64:
-        r = StreamWriteValue(handle, op.writeValue.address, op.writeValue.value64, 8, op.writeValue.flags);
+        r = StreamWriteValueV2(handle, op.writeValue.address, op.writeValue.value64, 8, op.writeValue.flags);
         break;
       // A slice's stream already runs its work in order, and no remote (NIC) writes reach a slice: nothing to do.
       case CU_STREAM_MEM_OP_BARRIER:

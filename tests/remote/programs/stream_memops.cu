@@ -63,13 +63,28 @@ int main(int argc, char** argv) {
 
   // 2. Every condition, 32 and 64 bits (GEQ is cyclic: 0x1 >= 0xffffffff).
   CUstream c1 = reinterpret_cast<CUstream>(s1);
-  DRV(cuStreamWriteValue64(c1, f64, 0x100000002ull, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER));
+  // cuda.h's cuStreamWriteValue64 is the v2 API, which takes no CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER (NVIDIA's
+  // driver refuses it: an H100's, driver 580).
+  EXPECT(cuStreamWriteValue64(c1, f64, 1, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER) == CUDA_ERROR_INVALID_VALUE,
+         "a write without its memory barrier is refused in the v2 API");
+  DRV(cuStreamWriteValue64(c1, f64, 0x100000002ull, CU_STREAM_WRITE_VALUE_DEFAULT));
   DRV(cuStreamWaitValue64(c1, f64, 0x100000002ull, CU_STREAM_WAIT_VALUE_EQ));
   DRV(cuStreamWaitValue64(c1, f64, 0x2ull, CU_STREAM_WAIT_VALUE_AND));
   DRV(cuStreamWaitValue64(c1, f64, 0x100000001ull, CU_STREAM_WAIT_VALUE_GEQ));
   DRV(cuStreamWaitValue64(c1, f64, 0x1ull, CU_STREAM_WAIT_VALUE_NOR));
   DRV(cuStreamWaitValue32(c1, f32, 0xffffffffu, CU_STREAM_WAIT_VALUE_GEQ));
-  DRV(cuStreamWaitValue32(c1, f32, 0xfffffffcu, CU_STREAM_WAIT_VALUE_NOR | CU_STREAM_WAIT_VALUE_FLUSH));
+  // A flush of remote writes where the device says it can (slices: nothing writes to them remotely); a GPU that
+  // cannot refuses it (an H100 with driver 580: CUDA_ERROR_NOT_SUPPORTED).
+  int can_flush = 0;
+  DRV(cuDeviceGetAttribute(&can_flush, CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, dev));
+  if (can_flush) {
+    DRV(cuStreamWaitValue32(c1, f32, 0xfffffffcu, CU_STREAM_WAIT_VALUE_NOR | CU_STREAM_WAIT_VALUE_FLUSH));
+  } else {
+    EXPECT(cuStreamWaitValue32(c1, f32, 0xfffffffcu, CU_STREAM_WAIT_VALUE_NOR | CU_STREAM_WAIT_VALUE_FLUSH) ==
+               CUDA_ERROR_NOT_SUPPORTED,
+           "a flush the device cannot do is refused");
+    DRV(cuStreamWaitValue32(c1, f32, 0xfffffffcu, CU_STREAM_WAIT_VALUE_NOR));
+  }
   CHECK(cudaStreamSynchronize(s1));
   uint64_t v64 = 0;
   CHECK(cudaMemcpy(&v64, flag64, sizeof(v64), cudaMemcpyDeviceToHost));
