@@ -102,6 +102,22 @@ std::vector<DeviceRecord> DiscoverDriverDevices(const std::string& library, cons
   return out;
 }
 
+void UseDriverMemoryTotals(const std::string& library, std::vector<DeviceRecord>* devices) {
+  auto driver = backend::CudaDriver::Load(library);
+  if (!driver.ok()) return;  // RunAgent says why when it loads the driver for the sessions.
+  auto listed = (*driver)->Devices();
+  if (!listed.ok()) return;
+  for (DeviceRecord& r : *devices) {
+    if (r.emulated) continue;
+    for (const backend::DriverDevice& d : *listed) {
+      if (d.uuid != r.uuid || d.memory_bytes == 0 || d.memory_bytes >= r.memory_bytes) continue;
+      GP_INFO("agent", "GPU {}: the CUDA driver gives programs {} MiB of NVML's {} MiB; slices are cut from {} MiB",
+              r.uuid, d.memory_bytes >> 20, r.memory_bytes >> 20, d.memory_bytes >> 20);
+      r.memory_bytes = d.memory_bytes;
+    }
+  }
+}
+
 std::vector<DeviceRecord> MakeEmulatedDevices(int count, uint64_t memory_bytes, const std::string& agent_name,
                                               const std::string& device_class, int compute_capability) {
   std::vector<DeviceRecord> out;

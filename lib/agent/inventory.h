@@ -28,6 +28,12 @@ std::vector<DeviceRecord> DiscoverNvmlDevices(const std::string& device_class);
 // the agent runs under gp-run). Logs why when it finds none.
 std::vector<DeviceRecord> DiscoverDriverDevices(const std::string& library, const std::string& device_class);
 
+// NVML's total memory of a GPU is more than the CUDA driver lets programs allocate (an H100 80GB: NVML 81,559 MiB,
+// cuDeviceTotalMem 81,079 MiB): each GPU of `devices` found by the driver at `library` ("" = the system's) takes
+// the driver's figure, so that a whole-GPU slice reports no more memory than the GPU's own programs see. Devices the
+// driver does not list keep NVML's; a driver that does not load changes nothing.
+void UseDriverMemoryTotals(const std::string& library, std::vector<DeviceRecord>* devices);
+
 // `count` emulated devices of `memory_bytes` each, reporting `compute_capability` (major * 10 + minor). UUIDs are
 // stable for a given agent name.
 std::vector<DeviceRecord> MakeEmulatedDevices(int count, uint64_t memory_bytes, const std::string& agent_name,

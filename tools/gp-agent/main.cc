@@ -257,7 +257,9 @@ int main(int argc, char** argv) {
   // NVML first; where it finds nothing, the CUDA driver's own device queries. With nvml off, only a driver named
   // in the configuration is asked (so `--no-nvml --emu N` stays emulated devices alone on a GPU server).
   if (config.nvml) devices = agent::DiscoverNvmlDevices(config.device_class);
-  if (devices.empty() && (config.nvml || !config.cuda_driver.empty())) {
+  if (!devices.empty()) {
+    agent::UseDriverMemoryTotals(config.cuda_driver, &devices);
+  } else if (config.nvml || !config.cuda_driver.empty()) {
     devices = agent::DiscoverDriverDevices(config.cuda_driver, config.device_class);
   }
   if (devices.empty() && emu_fallback > 0 && config.emulated_count == 0) config.emulated_count = emu_fallback;
