@@ -169,6 +169,7 @@ struct HostTexture {
         idx[k] = i[k] + o;
         w *= o ? alpha[k] : 1 - alpha[k];
       }
+      w = std::floor(w * 256.0 + 0.5) / 256.0;  // A texel's weight is held to 1/256 too (an H100's 2-D filter).
       const std::array<uint32_t, 4> t = At(idx, dims, layer, true);
       for (int c = 0; c < 4; ++c) sum[c] += w * F(t[c]);
     }
@@ -317,6 +318,38 @@ TEST_P(TextureTest, LinearWeightsRoundTiesUpAsAGpuDoes) {
   }
   EXPECT_EQ(got[4 * 2] * 256.0f, 1.0f);   // As the H100 answered.
   EXPECT_EQ(got[4 * 10] * 256.0f, 3.0f);  // As the H100 answered.
+}
+
+// A 2-D linear filter as an H100 (driver 580) computed it, natively and on a slice: tests/remote/programs/textures's
+// 37 x 23 texture, normalised coordinates, clamped. Each texel's weight is the product of its axes' 1/256 weights,
+// rounded to 1/256 again: (119 * 3.5 + 101 * 5.25 + 19 * 6.75 + 17 * 1.25) / 256 = 4.28223 at the first point.
+TEST_P(TextureTest, BilinearCornerWeightsAreHeldTo256thsAsAGpuDoes) {
+  TextureDesc d;
+  d.dims = 2;
+  d.width = 37;
+  d.height = 23;
+  d.channels = 1;
+  d.linear_filter = true;
+  d.normalized_coords = true;
+  d.address[0] = d.address[1] = TexAddress::kClamp;
+  HostTexture t = MakeFloat(d);
+  for (int y = 0; y < 23; ++y) {
+    for (int x = 0; x < 37; ++x) {
+      const float v = static_cast<float>((x * 7 + y * 13) % 29) * 0.25f;
+      std::memcpy(t.bytes.data() + y * t.desc.pitch + x * 4, &v, 4);
+    }
+  }
+  Check(device().CopyToDevice(t.desc.base, t.bytes.data(), t.bytes.size()), "upload");
+  // The sample points of the program's pixels 13, 14 and 17 of row 6, computed as it computes them.
+  auto coord = [](int pixel, int extent) { return -0.1f + 1.2f * (pixel + 0.5f) / extent; };
+  std::vector<float> x = {coord(13, 90), coord(14, 90), coord(17, 90)};
+  std::vector<float> y(3, coord(6, 61));
+  uint64_t out = Output<uint32_t>(4 * 3);
+  Launch(Kernel("texture", "tex2d_f4"), {Blocks(3)}, {kBlock}, 0, Object(t.desc), Upload(x), Upload(y), out, 3);
+  std::vector<float> got = Download<float>(out, 4 * 3);
+  EXPECT_EQ(got[0], 1096.25f / 256);  // 4.28223, as the H100 returned.
+  EXPECT_EQ(got[4], 1193.5f / 256);   // 4.66211.
+  EXPECT_EQ(got[8], 1153.5f / 256);   // 4.50586.
 }
 
 TEST_P(TextureTest, FormatsChannelsAndReadModes) {
