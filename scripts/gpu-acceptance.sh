@@ -181,7 +181,7 @@ expect_out() {  # expect_out PATTERN COMMAND...: the command succeeds and prints
 }
 
 export -f run_on_pool expect_out
-export TOOLS SERVER LOGS EXAMPLES PROGRAMS VARIANTS GPU_TESTS PYTHON TRAIN_STEPS AGENT_PID
+export TOOLS SERVER PORT LOGS EXAMPLES PROGRAMS VARIANTS GPU_TESTS PYTHON TRAIN_STEPS AGENT_PID
 
 # ---- CUDA examples: natively (checks the programs and the machine), then on the pool (the cuda backend) ----
 for ex in vector_add matrix_multiply streams_events; do
@@ -308,6 +308,29 @@ step pool-killed-mid-kernel 180 killed_mid_kernel
 # ---- the data path's figures on this GPU (gp-bench measures its own baselines in the same run) ----
 step pool-bench 240 "$TOOLS/gp-bench" --servers "$SERVER" all && [[ -f "$LOGS/pool-bench.log" ]] &&
   sed 's/^/    /' "$LOGS/pool-bench.log" >>"$SUMMARY"
+
+# The turn-accounting experiment (core/test_seams.h, TurnEvents): a second agent whose workers learn that a
+# submission has run from an event rather than a host function (which holds the stream until the driver's callback
+# thread has run it): its launch rate, compute shares and program order beside the default's above.
+turn_events() {
+  local port=$((PORT + 2))
+  GPUPOOL_TURN_EVENTS=1 GPUPOOL_LOG=info "$TOOLS/gp-agent" --listen "127.0.0.1:$port" --name events \
+    >"$LOGS/events-agent.out" 2>"$LOGS/events-agent.err" &
+  local agent=$!
+  for _ in $(seq 100); do grep -q listening "$LOGS/events-agent.out" 2>/dev/null && break; sleep 0.1; done
+  "$TOOLS/gp-bench" --servers "127.0.0.1:$port" launch
+  local rb=$?
+  SERVER="127.0.0.1:$port" compute_shares
+  local rs=$?
+  SERVER="127.0.0.1:$port" expect_out "0 failure(s): PASSED" run_on_pool -p 0.25 -- "$VARIANTS/program_order" 1
+  local rp=$?
+  kill "$agent"
+  wait "$agent"
+  ((rb == 0 && rs == 0 && rp == 0))
+}
+export -f turn_events
+step pool-turn-events 120 turn_events
+grep -E "async_launches|compute shares" "$LOGS/pool-turn-events.log" 2>/dev/null | sed 's/^/    events: /' | tee -a "$SUMMARY"
 
 # ---- Python frameworks ----
 if "$PYTHON" -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then

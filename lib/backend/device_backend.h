@@ -164,6 +164,11 @@ class DeviceBackend {
   virtual CallStatus WhenReached(StreamRef stream, std::function<void()> done) = 0;
   // The same for the work before the event's last record.
   virtual CallStatus WhenRecorded(EventRef event, std::function<void()> done) = 0;
+  // As WhenReached, for bookkeeping that may learn of it a little late but must not slow the stream (the session
+  // server's submission turns): a backend may tell it more cheaply. The default is WhenReached.
+  virtual CallStatus WhenRan(StreamRef stream, std::function<void()> done) {
+    return WhenReached(stream, std::move(done));
+  }
   // Calls `soon` (on any thread, this one included) once the work queued on `stream` so far (null: on the device) is
   // expected to have run within about `lead`: a waiter that sleeps until WhenReached's callback can be woken that
   // much ahead, so that its wakeup overlaps the work's last moments instead of following them. A hint, for backends

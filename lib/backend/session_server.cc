@@ -981,7 +981,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     CallStatus s = submit();
     // The turn is held until the work has run: the device's time is charged to whoever keeps it busy.
     std::shared_ptr<SubmissionTurns> turns = turns_;
-    if (!s.ok() || !backend_->WhenReached(stream, [turns] { turns->Completed(); }).ok()) turns_->Completed();
+    if (!s.ok() || !backend_->WhenRan(stream, [turns] { turns->Completed(); }).ok()) turns_->Completed();
     return s;
   }
 

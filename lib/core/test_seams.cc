@@ -16,6 +16,11 @@ bool EmuSubmissionTurns() {
   return v != nullptr && std::string_view(v) == "1";
 }
 
+bool TurnEvents() {
+  const char* v = std::getenv("GPUPOOL_TURN_EVENTS");
+  return v != nullptr && std::string_view(v) == "1";
+}
+
 const char* PolicyClock() {
   const char* path = std::getenv("GPUPOOL_POLICY_CLOCK");
   return path != nullptr && *path != '\0' ? path : nullptr;
@@ -25,6 +30,7 @@ const char* PolicyClock() {
 
 const char* FakeDevices() { return nullptr; }
 bool EmuSubmissionTurns() { return false; }
+bool TurnEvents() { return false; }
 const char* PolicyClock() { return nullptr; }
 
 #endif

@@ -19,6 +19,12 @@ const char* FakeDevices();
 // kernels), so that path runs without a GPU (tests/remote, bench/share_bench.sh).
 bool EmuSubmissionTurns();
 
+// GPUPOOL_TURN_EVENTS=1: a session worker on a GPU learns that a submission has run (for its turns) from an event
+// recorded behind it rather than from a host function, which holds the stream until the driver's callback thread
+// has run it (DeviceBackend::WhenRan). An experiment the GPU acceptance kit measures against the default (launch
+// rate, compute shares); the default stays until a GPU has said which is better.
+bool TurnEvents();
+
 // GPUPOOL_POLICY_CLOCK: the path of a file whose first line ("YYYY-MM-DD HH:MM[:SS]", local time) is the time the
 // agent's policies go by instead of the wall clock, re-read at every look (tests of time windows). Null when unset or
 // empty.

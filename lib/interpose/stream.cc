@@ -71,6 +71,9 @@ CUresult StreamQuery(CUstream handle) {
   int dev;
   uint64_t sid;
   if (CUresult r = remote.ResolveStream(handle, &dev, &sid, false); r != CUDA_SUCCESS) return r;
+  // A faulted context answers every query with its fault, as a GPU's does: never "not ready" because a host
+  // function (which will not run) is still pending.
+  if (int fault = remote.session(dev)->StickyFault(); fault != 0) return remote.Fail(dev, fault, "work on a stream");
   if (HostFunctions::Get().PendingBefore(dev, sid)) {
     // Not done while a host function waits or runs, but an error of the work before it is reported now.
     int pending = remote.session(dev)->TakeAsyncError();

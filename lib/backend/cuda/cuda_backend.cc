@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -21,6 +22,7 @@
 #include "core/array_format.h"
 #include "core/log.h"
 #include "core/range_allocator.h"
+#include "core/test_seams.h"
 
 namespace gpupool::backend {
 namespace {
@@ -117,26 +119,40 @@ void Forget(std::vector<T>& list, T item) {
 // faulting kernel is dropped with the context's work), so whoever waits for one (a client's synchronisation, a
 // submission turn, a staging buffer) would wait forever. While any is pending, a watch asks the context every
 // kFaultPoll whether it has faulted, and if so runs them itself: the waits end, and report the fault.
+// The watch also keeps markers: events recorded behind work whose end only bookkeeping waits for (the submission
+// turns, DeviceBackend::WhenRan). A host function holds its stream until the driver's callback thread has run it,
+// and one per kernel cost an H100 five times its launch rate; an event holds nothing, and the watch's thread sleeps
+// in cuEventSynchronize on the oldest marker until it is reached.
 class CallbackWatch {
  public:
-  using QueryFn = CUresult (*)(CUstream);
-  using LaunchFn = CUresult (*)(CUstream, CUhostFn, void*);
-  using SetCurrentFn = CUresult (*)(CUcontext);
   static constexpr auto kFaultPoll = std::chrono::milliseconds(20);
 
-  CallbackWatch(LaunchFn launch, QueryFn query, SetCurrentFn set_current, CUcontext ctx)
-      : launch_(launch), query_(query), set_current_(set_current), ctx_(ctx) {}
-  ~CallbackWatch() { Stop(); }
+  CallbackWatch(const Api& api, CUcontext ctx) {
+    state_->api = api;
+    state_->ctx = ctx;
+  }
+  ~CallbackWatch() { Stop(/*idle=*/false); }
 
-  // Ends the watch (before the context goes: its thread queries the context). Functions the driver runs later
-  // still run; only the fault is no longer watched for.
-  void Stop() {
+  // Ends the watch, before the context goes. `idle`: the device has no work left, so the watch's thread returns at
+  // once and its spare events are destroyed; otherwise it may sleep on work that never ends (a client killed
+  // mid-kernel), and is left to the worker's exit. Functions the driver runs later still run.
+  void Stop(bool idle) {
+    std::vector<CUevent> spare;
     {
       std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->stop) return;
       state_->stop = true;
+      if (idle) spare.swap(state_->spare);
     }
     state_->changed.notify_all();
-    if (thread_.joinable()) thread_.join();
+    if (thread_.joinable()) {
+      if (idle) {
+        thread_.join();
+      } else {
+        thread_.detach();
+      }
+    }
+    for (CUevent e : spare) state_->api.cuEventDestroy(e);
   }
 
   // cuLaunchHostFunc(stream, fn): `fn` runs once, from the driver's callback thread or, after a fault, the watch's.
@@ -148,12 +164,12 @@ class CallbackWatch {
       std::lock_guard<std::mutex> lock(state_->mu);
       if (state_->stop) return CUDA_ERROR_DEINITIALIZED;
       state_->pending.emplace(callback.get(), callback);
-      if (!thread_.joinable()) thread_ = std::thread([this] { Watch(); });
+      StartLocked();
     }
     state_->changed.notify_all();
     // The driver's reference: freed when it runs the function, or never after a fault (the worker exits soon).
     auto* held = new std::shared_ptr<Callback>(callback);
-    CUresult res = launch_(stream, &CallbackWatch::FromDriver, held);
+    CUresult res = state_->api.cuLaunchHostFunc(stream, &CallbackWatch::FromDriver, held);
     if (res != CUDA_SUCCESS) {
       delete held;
       Forget(state_, callback.get());
@@ -161,13 +177,49 @@ class CallbackWatch {
     return res;
   }
 
+  // `fn` runs once, on the watch's thread, after the work queued on `stream` so far has run (or the context
+  // faulted). Called on the session's thread, with the context current.
+  CUresult Mark(CUstream stream, std::function<void()> fn) {
+    CUevent event = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->stop) return CUDA_ERROR_DEINITIALIZED;
+      if (!state_->spare.empty()) {
+        event = state_->spare.back();
+        state_->spare.pop_back();
+      }
+    }
+    if (event == nullptr) {
+      CUresult res = state_->api.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC);
+      if (res != CUDA_SUCCESS) return res;
+    }
+    CUresult res = state_->api.cuEventRecord(event, stream);
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (res != CUDA_SUCCESS) {
+      state_->spare.push_back(event);
+      return res;
+    }
+    state_->markers.push_back({event, std::move(fn)});
+    StartLocked();
+    state_->changed.notify_all();
+    return CUDA_SUCCESS;
+  }
+
  private:
-  // Shared with the callbacks the driver holds, which may outlive the watch (a session that ends mid-kernel).
+  struct Marker {
+    CUevent event;
+    std::function<void()> fn;
+  };
+  // Shared with the callbacks the driver holds and with the watch's thread, either of which may outlive the watch.
   struct State {
+    Api api;
+    CUcontext ctx = nullptr;
     std::mutex mu;
     std::condition_variable changed;
     bool stop = false;                                               // Guarded by mu.
     std::unordered_map<const void*, std::shared_ptr<void>> pending;  // Guarded by mu.
+    std::deque<Marker> markers;                                      // Guarded by mu; in record order.
+    std::vector<CUevent> spare;                                      // Guarded by mu; reached markers' events.
   };
   struct Callback {
     std::function<void()> fn;
@@ -177,6 +229,10 @@ class CallbackWatch {
       if (!ran.exchange(true)) fn();
     }
   };
+
+  void StartLocked() {
+    if (!thread_.joinable()) thread_ = std::thread([state = state_] { Watch(state); });
+  }
 
   static void CUDA_CB FromDriver(void* data) {
     auto* held = static_cast<std::shared_ptr<Callback>*>(data);
@@ -190,35 +246,57 @@ class CallbackWatch {
     state->pending.erase(callback);
   }
 
-  void Watch() {
-    set_current_(ctx_);
-    State& st = *state_;
+  // Runs every pending function and marker: the context faulted, and the driver will run none of them.
+  static void RunAllLocked(State& st, std::unique_lock<std::mutex>& lock) {
+    std::vector<std::shared_ptr<void>> dropped;
+    for (auto& [raw, callback] : st.pending) dropped.push_back(callback);
+    st.pending.clear();
+    std::deque<Marker> markers;
+    markers.swap(st.markers);
+    lock.unlock();
+    for (auto& callback : dropped) static_cast<Callback*>(callback.get())->RunOnce();
+    for (Marker& m : markers) m.fn();
+    lock.lock();
+  }
+
+  static void Watch(std::shared_ptr<State> state) {
+    State& st = *state;
+    st.api.cuCtxSetCurrent(st.ctx);
     std::unique_lock<std::mutex> lock(st.mu);
     while (!st.stop) {
-      if (st.pending.empty()) {
-        st.changed.wait(lock, [&] { return st.stop || !st.pending.empty(); });
+      if (!st.markers.empty()) {
+        // The oldest marker: its event answers once the work before it has run, or with the context's fault.
+        CUevent event = st.markers.front().event;
+        lock.unlock();
+        const CUresult res = st.api.cuEventSynchronize(event);
+        lock.lock();
+        if (st.stop) break;
+        if (cu::IsStickyFault(res)) {
+          RunAllLocked(st, lock);
+          continue;
+        }
+        Marker reached = std::move(st.markers.front());
+        st.markers.pop_front();
+        st.spare.push_back(reached.event);
+        lock.unlock();
+        reached.fn();
+        lock.lock();
         continue;
       }
-      st.changed.wait_for(lock, kFaultPoll, [&] { return st.stop; });
-      if (st.stop || st.pending.empty()) continue;
+      if (st.pending.empty()) {
+        st.changed.wait(lock, [&] { return st.stop || !st.pending.empty() || !st.markers.empty(); });
+        continue;
+      }
+      st.changed.wait_for(lock, kFaultPoll, [&] { return st.stop || !st.markers.empty(); });
+      if (st.stop || st.pending.empty() || !st.markers.empty()) continue;
       lock.unlock();
       // The legacy stream's query answers the context's fault, if it has one, without waiting for anything.
-      const bool faulted = cu::IsStickyFault(query_(nullptr));
+      const bool faulted = cu::IsStickyFault(st.api.cuStreamQuery(nullptr));
       lock.lock();
-      if (!faulted) continue;
-      std::vector<std::shared_ptr<void>> dropped;
-      for (auto& [raw, callback] : st.pending) dropped.push_back(callback);
-      st.pending.clear();
-      lock.unlock();
-      for (auto& callback : dropped) static_cast<Callback*>(callback.get())->RunOnce();
-      lock.lock();
+      if (faulted) RunAllLocked(st, lock);
     }
   }
 
-  LaunchFn launch_;
-  QueryFn query_;
-  SetCurrentFn set_current_;
-  CUcontext ctx_;
   std::shared_ptr<State> state_ = std::make_shared<State>();
   std::thread thread_;
 };
@@ -250,8 +328,9 @@ class CudaBackend final : public DeviceBackend {
     // Freeing memory waits for the work using it. Work still running when the session goes (its client died
     // mid-kernel) is nobody's now: the worker process exits right after this, and the driver then ends the context
     // with its work and memory, where waiting could take forever (a kernel that never ends).
-    callbacks_.Stop();
-    if (!Idle()) return;
+    const bool idle = Idle();
+    callbacks_.Stop(idle);
+    if (!idle) return;
     ReleaseAll();
     api_->cuMemAddressFree(config_.window_base, config_.window_bytes);
     api_->cuDevicePrimaryCtxRelease(device_);
@@ -664,6 +743,13 @@ class CudaBackend final : public DeviceBackend {
     return From(callbacks_.Launch(S(stream), std::move(done)));
   }
 
+  // An event per submission where the experiment is on (test_seams::TurnEvents), else a host function.
+  CallStatus WhenRan(StreamRef stream, std::function<void()> done) override {
+    if (!turn_events_) return WhenReached(stream, std::move(done));
+    Current();
+    return From(callbacks_.Mark(S(stream), std::move(done)));
+  }
+
   // cuEventSynchronize would block the event loop: a private non-blocking stream waits for the event instead.
   CallStatus WhenRecorded(EventRef event, std::function<void()> done) override {
     Current();
@@ -850,7 +936,8 @@ class CudaBackend final : public DeviceBackend {
   CUstream sync_stream_ = nullptr;
   std::shared_ptr<Staging> done_staging_ = std::make_shared<Staging>();
   // Last, so that it stops first: its thread queries the context.
-  CallbackWatch callbacks_{api_->cuLaunchHostFunc, api_->cuStreamQuery, api_->cuCtxSetCurrent, ctx_};
+  CallbackWatch callbacks_{*api_, ctx_};
+  const bool turn_events_ = test_seams::TurnEvents();
 };
 
 }  // namespace
