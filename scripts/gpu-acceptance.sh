@@ -39,7 +39,9 @@ step() {
   local name=$1 limit=$2
   shift 2
   if [[ -n "${STEPS:-}" && " $STEPS " != *" $name "* ]]; then return 0; fi
-  if [[ -n "${STACKED:-}" && ( $name == native-* || $name == torch-* ) ]]; then
+  # Native steps, and those that start agents of their own on this machine's GPUs, need a GPU.
+  if [[ -n "${STACKED:-}" && ( $name == native-* || $name == torch-* || $name == emulator-* ||
+        $name == pool-bench-unix || $name == mps-bisect || $name == pool-turn-events ) ]]; then
     say "SKIP $name (STACKED: no GPU on this machine)"
     return 1  # Not run: what depends on it is not run either.
   fi
@@ -189,10 +191,12 @@ for ex in vector_add matrix_multiply streams_events; do
   step "pool-$ex" 180 expect_out PASSED run_on_pool -- "$EXAMPLES/$ex"
 done
 # The open questions (tests/gpu/questions.cu): the real driver's answers natively, gpupool's on a slice.
+# The probes (tests/gpu/*.cu) are built here unless a prebuilt tree brought them.
+for probe in "$GPU_TESTS"/*.cu; do
+  built="$BUILD_DIR/tests/gpu/$(basename "$probe" .cu)"
+  [[ -x $built ]] || { mkdir -p "$(dirname "$built")" && nvcc -O2 -o "$built" "$probe" -lcuda >>"$LOGS/probes-nvcc.log" 2>&1; }
+done
 QUESTIONS="$BUILD_DIR/tests/gpu/questions"
-if [[ ! -x $QUESTIONS ]]; then
-  mkdir -p "$(dirname "$QUESTIONS")" && nvcc -O2 -o "$QUESTIONS" "$GPU_TESTS/questions.cu" -lcuda >"$LOGS/questions-nvcc.log" 2>&1
-fi
 step native-questions 60 "$QUESTIONS" && sed 's/^/    native: /' "$LOGS/native-questions.log" >>"$SUMMARY"
 step pool-questions 90 run_on_pool -- "$QUESTIONS"; sed 's/^/    pool: /' "$LOGS/pool-questions.log" >>"$SUMMARY"
 step native-shared_optin 120 expect_out PASSED "$PROGRAMS/shared_optin"
@@ -331,6 +335,78 @@ turn_events() {
 export -f turn_events
 step pool-turn-events 120 turn_events
 grep -E "async_launches|compute shares" "$LOGS/pool-turn-events.log" 2>/dev/null | sed 's/^/    events: /' | tee -a "$SUMMARY"
+
+# The emulator against this GPU: the probes' answers natively and on an emulated slice of a private agent here,
+# line by line (tests/gpu/texture_weights.cu: the texture unit's weights in 1-D, 2-D and 3-D).
+emulator_matches() {
+  local port=$((PORT + 3))
+  "$TOOLS/gp-agent" --no-nvml --emu 1 --listen "127.0.0.1:$port" --name emulator \
+    >"$LOGS/emu-agent.out" 2>"$LOGS/emu-agent.err" &
+  local agent=$!
+  for _ in $(seq 100); do grep -q listening "$LOGS/emu-agent.out" 2>/dev/null && break; sleep 0.1; done
+  "$BUILD_DIR/tests/gpu/texture_weights" >"$LOGS/weights-native.txt" 2>&1
+  "$TOOLS/gp-run" --servers "127.0.0.1:$port" -- "$BUILD_DIR/tests/gpu/texture_weights" >"$LOGS/weights-emu.txt" 2>&1
+  kill "$agent"
+  wait "$agent"
+  diff "$LOGS/weights-native.txt" "$LOGS/weights-emu.txt" && echo "texture weights: the emulator answers as this GPU"
+}
+export -f emulator_matches
+export BUILD_DIR
+step emulator-texture-weights 90 emulator_matches
+
+# Copies and launches through a Unix socket and the memory shared with a worker on this host (the TCP figures
+# above are what a client elsewhere gets).
+bench_unix() {
+  local socket="/tmp/gpupool-kit-$$.sock"
+  "$TOOLS/gp-agent" --listen "unix:$socket" --name unix >"$LOGS/unix-agent.out" 2>"$LOGS/unix-agent.err" &
+  local agent=$!
+  for _ in $(seq 100); do grep -q listening "$LOGS/unix-agent.out" 2>/dev/null && break; sleep 0.1; done
+  "$TOOLS/gp-bench" --servers "unix:$socket" bandwidth
+  local rb=$?
+  "$TOOLS/gp-bench" --servers "unix:$socket" launch
+  local rl=$?
+  kill "$agent"
+  wait "$agent"
+  ((rb == 0 && rl == 0))
+}
+export -f bench_unix
+step pool-bench-unix 120 bench_unix && sed 's/^/    /' "$LOGS/pool-bench-unix.log" >>"$SUMMARY"
+
+# Under MPS (issue 39): sessions did not open on an H100 (workers died or hung while opening). Which of the
+# worker's sandbox (seccomp), its user or neither is to blame: one agent per variant, one program each.
+mps_bisect() {
+  command -v nvidia-cuda-mps-control >/dev/null || { echo "no nvidia-cuda-mps-control"; return 0; }
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/gpupool-kit-mps CUDA_MPS_LOG_DIRECTORY=/tmp/gpupool-kit-mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  chmod 777 "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || return 1
+  local port=$((PORT + 4)) variant config
+  for variant in default seccomp-off user-root both; do
+    config="$LOGS/mps-$variant.toml"
+    case $variant in
+      default) : >"$config" ;;
+      seccomp-off) printf '[workers]\nseccomp = false\n' >"$config" ;;
+      user-root) printf '[workers]\nuser = "root"\n' >"$config" ;;
+      both) printf '[workers]\nseccomp = false\nuser = "root"\n' >"$config" ;;
+    esac
+    GPUPOOL_LOG=info "$TOOLS/gp-agent" --config "$config" --listen "127.0.0.1:$port" --name "mps-$variant" \
+      >"$LOGS/mps-$variant.out" 2>"$LOGS/mps-$variant.err" &
+    local agent=$!
+    for _ in $(seq 100); do grep -q listening "$LOGS/mps-$variant.out" 2>/dev/null && break; sleep 0.1; done
+    if timeout 30 "$TOOLS/gp-run" --servers "127.0.0.1:$port" -- "$EXAMPLES/vector_add" 2>&1 | grep -q PASSED; then
+      echo "mps: $variant: vector_add PASSED"
+    else
+      echo "mps: $variant: vector_add FAILED; the agent said:"
+      grep -v "granted\|released" "$LOGS/mps-$variant.err" | tail -5
+    fi
+    kill "$agent"
+    wait "$agent"
+    port=$((port + 1))
+  done
+  echo quit | nvidia-cuda-mps-control
+}
+export -f mps_bisect
+step mps-bisect 200 mps_bisect; grep "^mps:" "$LOGS/mps-bisect.log" 2>/dev/null | sed 's/^/    /' | tee -a "$SUMMARY"
 
 # ---- Python frameworks ----
 if "$PYTHON" -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then

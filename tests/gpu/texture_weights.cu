@@ -44,6 +44,84 @@ std::vector<float> Run(cudaTextureObject_t t, const std::vector<float>& x) {
   return out;
 }
 
+__global__ void Sample3D(cudaTextureObject_t t, const float* x, const float* y, const float* z, float* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = tex3D<float>(t, x[i], y[i], z[i]);
+}
+
+__global__ void Sample2D(cudaTextureObject_t t, const float* x, const float* y, float* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = tex2D<float>(t, x[i], y[i]);
+}
+
+// Each texel's own weight in a 2-D and a 3-D filter: a texture of 2 x 2 (x 2) texels, one of them 1 and the others 0,
+// sampled at points between their centres, returns exactly that texel's weight. Printed as multiples of 1/256
+// beside the per-axis model (products of the axes' weights, unrounded), one line per texel and point.
+void Corners() {
+  const float points[][3] = {{0.5f + 118 / 256.0f, 0.5f + 36 / 256.0f, 0.5f + 77 / 256.0f},
+                             {0.5f + 3 / 256.0f, 0.5f + 5 / 256.0f, 0.5f + 7 / 256.0f},
+                             {0.5f + 129 / 256.0f, 0.5f + 131 / 256.0f, 0.5f + 250 / 256.0f}};
+  const int n = 3;
+  for (int dims = 2; dims <= 3; ++dims) {
+    const int texels = dims == 2 ? 4 : 8;
+    for (int hot = 0; hot < texels; ++hot) {
+      std::vector<float> values(texels, 0.0f);
+      values[hot] = 1.0f;
+      cudaChannelFormatDesc desc = cudaCreateChannelDesc<float>();
+      cudaArray_t array = nullptr;
+      cudaExtent extent = make_cudaExtent(2, 2, dims == 3 ? 2 : 0);
+      cudaMalloc3DArray(&array, &desc, extent);
+      cudaMemcpy3DParms copy = {};
+      copy.srcPtr = make_cudaPitchedPtr(values.data(), 2 * sizeof(float), 2, 2);
+      copy.dstArray = array;
+      copy.extent = make_cudaExtent(2, 2, dims == 3 ? 2 : 1);
+      copy.kind = cudaMemcpyHostToDevice;
+      cudaMemcpy3D(&copy);
+      cudaResourceDesc res = {};
+      res.resType = cudaResourceTypeArray;
+      res.res.array.array = array;
+      cudaTextureDesc tex = {};
+      tex.addressMode[0] = tex.addressMode[1] = tex.addressMode[2] = cudaAddressModeClamp;
+      tex.filterMode = cudaFilterModeLinear;
+      tex.readMode = cudaReadModeElementType;
+      cudaTextureObject_t t = 0;
+      cudaCreateTextureObject(&t, &res, &tex, nullptr);
+      std::vector<float> x(n), y(n), z(n);
+      for (int i = 0; i < n; ++i) x[i] = points[i][0], y[i] = points[i][1], z[i] = points[i][2];
+      float *dx, *dy, *dz, *dout;
+      cudaMalloc(&dx, n * sizeof(float));
+      cudaMalloc(&dy, n * sizeof(float));
+      cudaMalloc(&dz, n * sizeof(float));
+      cudaMalloc(&dout, n * sizeof(float));
+      cudaMemcpy(dx, x.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+      cudaMemcpy(dy, y.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+      cudaMemcpy(dz, z.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+      if (dims == 2) {
+        Sample2D<<<1, 32>>>(t, dx, dy, dout, n);
+      } else {
+        Sample3D<<<1, 32>>>(t, dx, dy, dz, dout, n);
+      }
+      std::vector<float> out(n);
+      cudaMemcpy(out.data(), dout, n * sizeof(float), cudaMemcpyDeviceToHost);
+      for (int i = 0; i < n; ++i) {
+        double model = 1;
+        for (int k = 0; k < dims; ++k) {
+          const double a = (points[i][k] - 0.5) ;
+          model *= ((hot >> k) & 1) ? a : 1 - a;
+        }
+        std::printf("%dD texel %d at point %d: %.4f/256 (product of the axes' weights %.4f/256)\n", dims, hot, i,
+                    out[i] * 256.0, model * 256.0);
+      }
+      cudaDestroyTextureObject(t);
+      cudaFreeArray(array);
+      cudaFree(dx);
+      cudaFree(dy);
+      cudaFree(dz);
+      cudaFree(dout);
+    }
+  }
+}
+
 int main() {
   cudaArray_t a1 = nullptr, a2 = nullptr;
   // The weight itself: x = 0.5 + k/1024 between the centres of texels 0 and 1.
@@ -69,6 +147,7 @@ int main() {
     std::printf("normalized u=%.9g: %.6f (u*37-0.5 = %.6f, *256 %.3f; got *256 %.3f)\n", u[i], c[i], model,
                 model * 256, c[i] * 256.0);
   }
+  Corners();
   std::printf("texture_weights: %s\n", cudaGetErrorString(cudaGetLastError()));
   return 0;
 }
