@@ -199,6 +199,28 @@ done
 QUESTIONS="$BUILD_DIR/tests/gpu/questions"
 step native-questions 60 "$QUESTIONS" && sed 's/^/    native: /' "$LOGS/native-questions.log" >>"$SUMMARY"
 step pool-questions 90 run_on_pool -- "$QUESTIONS"; sed 's/^/    pool: /' "$LOGS/pool-questions.log" >>"$SUMMARY"
+# CUDA_VISIBLE_DEVICES by UUID, natively (the GPU's) and on a slice (the slice's, as the program sees it, within one
+# lease): one device either way; a UUID nobody has, none.
+visible_by_uuid() {
+  local check='
+    uuid=$("$1" 2>&1 | sed -nE "s/.*uuid (GPU-[0-9a-f-]+),.*/\1/p" | head -n1)
+    [ -n "$uuid" ] || { echo "no UUID in the program'"'"'s answers"; exit 1; }
+    CUDA_VISIBLE_DEVICES=$uuid "$1" 2>&1 | grep -q "^CUDA_VISIBLE_DEVICES=$uuid: 1 device" ||
+      { echo "CUDA_VISIBLE_DEVICES=$uuid did not show its one device"; exit 1; }
+    if CUDA_VISIBLE_DEVICES=GPU-00000000-0000-0000-0000-000000000000 "$1" 2>&1 | grep -q ": 1 device"; then
+      echo "a UUID nobody has showed a device"; exit 1
+    fi
+    echo "CUDA_VISIBLE_DEVICES by UUID: $uuid shows 1 device, an unknown UUID none"'
+  if [[ $1 == pool ]]; then
+    run_on_pool -- bash -c "$check" check "$QUESTIONS"
+  else
+    bash -c "$check" check "$QUESTIONS"
+  fi
+}
+export -f visible_by_uuid
+export QUESTIONS
+step native-visible-uuid 60 visible_by_uuid native
+step pool-visible-uuid 90 visible_by_uuid pool
 step native-shared_optin 120 expect_out PASSED "$PROGRAMS/shared_optin"
 step pool-shared_optin 180 expect_out PASSED run_on_pool -- "$PROGRAMS/shared_optin"
 step native-clusters 120 expect_out PASSED "$PROGRAMS/clusters"
