@@ -194,7 +194,8 @@ done
 # The probes (tests/gpu/*.cu) are built here unless a prebuilt tree brought them.
 for probe in "$GPU_TESTS"/*.cu; do
   built="$BUILD_DIR/tests/gpu/$(basename "$probe" .cu)"
-  [[ -x $built ]] || { mkdir -p "$(dirname "$built")" && nvcc -O2 -o "$built" "$probe" -lcuda >>"$LOGS/probes-nvcc.log" 2>&1; }
+  [[ -x $built ]] && continue
+  mkdir -p "$(dirname "$built")" && nvcc -O2 -o "$built" "$probe" -lcuda >>"$LOGS/probes-nvcc.log" 2>&1
 done
 QUESTIONS="$BUILD_DIR/tests/gpu/questions"
 step native-questions 60 "$QUESTIONS" && sed 's/^/    native: /' "$LOGS/native-questions.log" >>"$SUMMARY"

@@ -65,7 +65,8 @@ void Identity() {
     std::printf("device %d: %s, cc %d.%d, %d SMs, %zu MiB, uuid GPU-", i, p.name, p.major, p.minor,
                 p.multiProcessorCount, p.totalGlobalMem >> 20);
     for (int b = 0; b < 16; ++b) {
-      std::printf("%02x%s", static_cast<unsigned char>(p.uuid.bytes[b]), (b == 3 || b == 5 || b == 7 || b == 9) ? "-" : "");
+      const bool dash = b == 3 || b == 5 || b == 7 || b == 9;
+      std::printf("%02x%s", static_cast<unsigned char>(p.uuid.bytes[b]), dash ? "-" : "");
     }
     std::printf(", shared/block opt-in %zu, shared/SM %zu\n", p.sharedMemPerBlockOptin, p.sharedMemPerMultiprocessor);
   }
