@@ -1517,11 +1517,11 @@ CallStatus Device::MakeTextureObject(const TextureDesc& desc, bool at_handle, ui
   if (desc.Slices() > 1 && desc.slice_pitch < desc.pitch * desc.height) {
     return BadValue("texture slice pitch shorter than a slice");
   }
-  // The texels must lie inside one allocation (memory mapped through ReserveAddress/Map does not count: textures
-  // over virtual memory mappings are not offered).
-  uint64_t base = 0, size = 0;
-  if (!AddressRange(desc.base, &base, &size).ok() || desc.base - base > size || span > size - (desc.base - base)) {
-    return BadValue("the texture's texels do not lie inside one allocation of this device");
+  // The texels must lie inside one allocation, or inside memory mapped through ReserveAddress/Map (adjacent
+  // mappings count as one range), as a GPU takes a texture over virtual memory (PyTorch's expandable segments make
+  // all of a program's memory so). Memory unmapped later faults at the read, as any access to it does.
+  if (!impl_->Contains(desc.base, span)) {
+    return BadValue("the texture's texels do not lie inside one allocation or mapping of this device");
   }
   Impl* impl = impl_.get();
   uint32_t slot = 0, generation = 0;

@@ -2,7 +2,7 @@
 // cudaMemcpy2DToArray) sampled with tex2D through a texture object with linear filtering and normalised
 // coordinates, checked against the Programming Guide's formula (9-bit weights); tex1Dfetch on linear memory, zero
 // outside; a surface written by surf2Dwrite and read back with cudaMemcpy2DFromArray; the object queries; the
-// destroy calls and the slice's memory coming back. Prints "textures: N failure(s): PASSED" or FAILED.
+// destroy calls and the slice's memory coming back; a texture over virtual memory (cuMemCreate and cuMemMap). Prints "textures: N failure(s): PASSED" or FAILED.
 #define PROGRAM_NAME "textures"
 #include <cmath>
 #include <cstdio>
@@ -18,6 +18,86 @@ __global__ void Resample(cudaTextureObject_t t, float* out, int w, int h) {
   // Normalised coordinates over [-0.1, 1.1): the clamp address mode answers for the edges.
   float u = -0.1f + 1.2f * (x + 0.5f) / w, v = -0.1f + 1.2f * (y + 0.5f) / h;
   out[y * w + x] = tex2D<float>(t, u, v);
+}
+
+__global__ void Texels(cudaTextureObject_t t, float* out, int w, int h) {
+  int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y;
+  if (x < w && y < h) out[y * w + x] = tex2D<float>(t, x + 0.5f, y + 0.5f);
+}
+
+// A driver entry point through cudart (the program links no libcuda of its own).
+template <typename F>
+F DriverEntry(const char* name) {
+  void* entry = nullptr;
+  cudaDriverEntryPointQueryResult found;
+  if (cudaGetDriverEntryPointByVersion(name, &entry, 13000, cudaEnableDefault, &found) != cudaSuccess) return nullptr;
+  return reinterpret_cast<F>(entry);
+}
+
+// A 2D texture over virtual memory (cuMemAddressReserve, cuMemCreate, cuMemMap: as PyTorch's expandable segments
+// make device memory), point-sampled at every texel's centre: a GPU takes it as over cudaMalloc's memory. Returns the
+// number of texels read wrong, or -1 when a call failed.
+int TextureOverVirtualMemory() {
+  auto reserve = DriverEntry<decltype(&cuMemAddressReserve)>("cuMemAddressReserve");
+  auto create = DriverEntry<decltype(&cuMemCreate)>("cuMemCreate");
+  auto map = DriverEntry<decltype(&cuMemMap)>("cuMemMap");
+  auto access = DriverEntry<decltype(&cuMemSetAccess)>("cuMemSetAccess");
+  auto granularity = DriverEntry<decltype(&cuMemGetAllocationGranularity)>("cuMemGetAllocationGranularity");
+  auto unmap = DriverEntry<decltype(&cuMemUnmap)>("cuMemUnmap");
+  auto release = DriverEntry<decltype(&cuMemRelease)>("cuMemRelease");
+  auto free_address = DriverEntry<decltype(&cuMemAddressFree)>("cuMemAddressFree");
+  if (!reserve || !create || !map || !access || !granularity || !unmap || !release || !free_address) return -1;
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  size_t bytes = 0;
+  if (granularity(&bytes, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || bytes == 0) return -1;
+  CUdeviceptr va = 0;
+  CUmemGenericAllocationHandle memory = 0;
+  if (reserve(&va, bytes, 0, 0, 0) != CUDA_SUCCESS) return -1;
+  if (create(&memory, bytes, &prop, 0) != CUDA_SUCCESS || map(va, bytes, 0, memory, 0) != CUDA_SUCCESS) return -1;
+  CUmemAccessDesc rw = {};
+  rw.location = prop.location;
+  rw.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  if (access(va, bytes, &rw, 1) != CUDA_SUCCESS) return -1;
+  const int w = 64, h = 32;
+  const size_t pitch = 512;  // Rows aligned as the driver's CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT asks.
+  std::vector<float> host(w * h);
+  for (int i = 0; i < w * h; ++i) host[i] = static_cast<float>(i % 97) * 0.5f;
+  CHECK(cudaMemcpy2D(reinterpret_cast<void*>(va), pitch, host.data(), w * sizeof(float), w * sizeof(float), h,
+                     cudaMemcpyHostToDevice));
+  cudaResourceDesc res = {};
+  res.resType = cudaResourceTypePitch2D;
+  res.res.pitch2D.devPtr = reinterpret_cast<void*>(va);
+  res.res.pitch2D.desc = cudaCreateChannelDesc<float>();
+  res.res.pitch2D.width = w;
+  res.res.pitch2D.height = h;
+  res.res.pitch2D.pitchInBytes = pitch;
+  cudaTextureDesc tex = {};
+  tex.addressMode[0] = tex.addressMode[1] = cudaAddressModeClamp;
+  tex.filterMode = cudaFilterModePoint;
+  tex.readMode = cudaReadModeElementType;
+  cudaTextureObject_t texture = 0;
+  int wrong = -1;
+  if (cudaCreateTextureObject(&texture, &res, &tex, nullptr) == cudaSuccess) {
+    float* out = nullptr;
+    CHECK(cudaMalloc(&out, w * h * sizeof(float)));
+    Texels<<<dim3(1, h), w>>>(texture, out, w, h);
+    CHECK(cudaGetLastError());
+    std::vector<float> got(w * h);
+    CHECK(cudaMemcpy(got.data(), out, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    wrong = 0;
+    for (int i = 0; i < w * h; ++i) wrong += got[i] != host[i];
+    CHECK(cudaDestroyTextureObject(texture));
+    CHECK(cudaFree(out));
+  } else {
+    std::printf("textures: a texture over virtual memory: %s\n", cudaGetErrorString(cudaGetLastError()));
+  }
+  unmap(va, bytes);
+  release(memory);
+  free_address(va, bytes);
+  return wrong;
 }
 
 __global__ void Fetch(cudaTextureObject_t t, int* out, int first, int n) {
@@ -135,6 +215,8 @@ int main() {
   }
   EXPECT(wrong_fetch == 0, "tex1Dfetch");
   CHECK(cudaDestroyTextureObject(fetch_texture));
+  const int wrong_virtual = TextureOverVirtualMemory();
+  EXPECTF(wrong_virtual == 0, "a texture over virtual memory: %d texel(s) wrong (-1: a call failed)", wrong_virtual);
 
   // ---- A surface painted by a kernel, read back by a copy. ----
   const int sw = 70, sh = 33;
