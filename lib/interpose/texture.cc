@@ -65,8 +65,8 @@ CUresult DescribeResource(const CUDA_RESOURCE_DESC& res, bool surface, TexObject
       if (CUresult r = ResolveArray(res.res.array.hArray, &array); r != CUDA_SUCCESS) return r;
       const CUDA_ARRAY3D_DESCRIPTOR& d = array.desc;
       if (d.Flags & CUDA_ARRAY3D_CUBEMAP) return NotSupported("textures and surfaces of cube map arrays");
-      // As the driver: a surface needs an array made for surface load/store.
-      if (surface && !(d.Flags & CUDA_ARRAY3D_SURFACE_LDST)) return CUDA_ERROR_INVALID_VALUE;
+      // A surface over an array made without CUDA_ARRAY3D_SURFACE_LDST is taken, as NVIDIA's driver takes it (an
+      // H100's, driver 580), though the Programming Guide asks for the flag.
       a->resource = 0;
       a->address = array.memory;
       a->pitch = array.pitch;
