@@ -195,9 +195,9 @@ class CallbackWatch {
     }
     CUresult res = state_->api.cuEventRecord(event, stream);
     std::lock_guard<std::mutex> lock(state_->mu);
-    if (res != CUDA_SUCCESS) {
+    if (res != CUDA_SUCCESS || state_->stop) {
       state_->spare.push_back(event);
-      return res;
+      return res != CUDA_SUCCESS ? res : CUDA_ERROR_DEINITIALIZED;
     }
     state_->markers.push_back({event, std::move(fn)});
     StartLocked();
@@ -230,8 +230,9 @@ class CallbackWatch {
     }
   };
 
+  // Starts the watch's thread, once; never after Stop (whose thread would then outlive the watch unjoined).
   void StartLocked() {
-    if (!thread_.joinable()) thread_ = std::thread([state = state_] { Watch(state); });
+    if (!state_->stop && !thread_.joinable()) thread_ = std::thread([state = state_] { Watch(state); });
   }
 
   static void CUDA_CB FromDriver(void* data) {
