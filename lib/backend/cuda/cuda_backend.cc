@@ -210,17 +210,7 @@ class CallbackWatch {
     CUevent event;
     std::function<void()> fn;
   };
-  // Shared with the callbacks the driver holds and with the watch's thread, either of which may outlive the watch.
-  struct State {
-    Api api;
-    CUcontext ctx = nullptr;
-    std::mutex mu;
-    std::condition_variable changed;
-    bool stop = false;                                               // Guarded by mu.
-    std::unordered_map<const void*, std::shared_ptr<void>> pending;  // Guarded by mu.
-    std::deque<Marker> markers;                                      // Guarded by mu; in record order.
-    std::vector<CUevent> spare;                                      // Guarded by mu; reached markers' events.
-  };
+  struct State;
   struct Callback {
     std::function<void()> fn;
     std::atomic<bool> ran{false};
@@ -228,6 +218,18 @@ class CallbackWatch {
     void RunOnce() {
       if (!ran.exchange(true)) fn();
     }
+  };
+  // Shared with the callbacks the driver holds and with the watch's thread, either of which may outlive the watch.
+  struct State {
+    Api api;
+    CUcontext ctx = nullptr;
+    std::mutex mu;
+    std::condition_variable changed;
+    // Guarded by mu: stopped; the functions the driver has not run; markers in record order; reached markers' events.
+    bool stop = false;
+    std::unordered_map<const Callback*, std::shared_ptr<Callback>> pending;
+    std::deque<Marker> markers;
+    std::vector<CUevent> spare;
   };
 
   // Starts the watch's thread, once; never after Stop (whose thread would then outlive the watch unjoined).
@@ -249,13 +251,13 @@ class CallbackWatch {
 
   // Runs every pending function and marker: the context faulted, and the driver will run none of them.
   static void RunAllLocked(State& st, std::unique_lock<std::mutex>& lock) {
-    std::vector<std::shared_ptr<void>> dropped;
+    std::vector<std::shared_ptr<Callback>> dropped;
     for (auto& [raw, callback] : st.pending) dropped.push_back(callback);
     st.pending.clear();
     std::deque<Marker> markers;
     markers.swap(st.markers);
     lock.unlock();
-    for (auto& callback : dropped) static_cast<Callback*>(callback.get())->RunOnce();
+    for (auto& callback : dropped) callback->RunOnce();
     for (Marker& m : markers) m.fn();
     lock.lock();
   }
@@ -378,7 +380,6 @@ class CudaBackend final : public DeviceBackend {
     if (!window_.Take(size, granularity_, &offset)) {
       return {CUDA_ERROR_OUT_OF_MEMORY, "the session's address window is full"};
     }
-    Current();
     CUmemAllocationProp prop = Prop();
     CUmemGenericAllocationHandle handle;
     CUdeviceptr at = config_.window_base + offset;
