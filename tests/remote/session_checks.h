@@ -59,24 +59,31 @@ inline void LoadGuardKernels(RemoteSession& s, GuardKernels* k) {
   EXPECT_EQ(s.GetFunction(k->module, "with_shared", &k->with_shared), kOk) << s.last_error();
 }
 
-// The first error of the calls sent without waiting before this one (0 if none). A waited call's reply comes
-// after the replies to every call sent before it on the session, so its round trip is the deterministic wait.
-// A 2D float texture of 16 x 16 texels with a 256-byte pitch over `address`: its last row ends 15 * 256 + 64 bytes
-// in, inside one 4096-byte allocation.
-inline session::calls::TexObjectCreate::Args FloatTexture16x16(uint64_t address) {
+// A float texture of one channel over `address`: `width` texels, in rows of `pitch` bytes when `height` > 1 (2D),
+// of resource kind `resource` (0 array, 1 linear, 2 pitch2D).
+inline session::calls::TexObjectCreate::Args FloatTexture(uint64_t address, uint32_t width, uint32_t height,
+                                                          uint64_t pitch, uint32_t resource) {
   session::calls::TexObjectCreate::Args t;
-  t.dims = 2;
+  t.dims = height > 1 ? 2 : 1;
   t.format = CU_AD_FORMAT_FLOAT;
   t.channels = 1;
   t.address = address;
-  t.pitch = 256;
-  t.width = 16;
-  t.height = 16;
+  t.pitch = pitch;
+  t.width = width;
+  t.height = height;
   t.depth = 1;
-  t.resource = 2;
+  t.resource = resource;
   return t;
 }
 
+// A 2D float texture of 16 x 16 texels with a 256-byte pitch over `address`: its last row ends 15 * 256 + 64 bytes
+// in, inside one 4096-byte allocation.
+inline session::calls::TexObjectCreate::Args FloatTexture16x16(uint64_t address) {
+  return FloatTexture(address, 16, 16, 256, 2);
+}
+
+// The first error of the calls sent without waiting before this one (0 if none). A waited call's reply comes
+// after the replies to every call sent before it on the session, so its round trip is the deterministic wait.
 inline int AsyncError(RemoteSession& s) {
   uint64_t free_bytes = 0, total = 0;
   s.MemGetInfo(&free_bytes, &total);

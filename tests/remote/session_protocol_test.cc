@@ -804,15 +804,7 @@ TEST_F(SessionProtocol, ForgedTextureHandleFailsTheLaunchNotTheWorker) {
     return s.Synchronize();
   };
   // A real object: the kernel samples it.
-  calls::TexObjectCreate::Args t;
-  t.dims = 1;
-  t.format = CU_AD_FORMAT_FLOAT;
-  t.channels = 1;
-  t.address = texels;
-  t.width = 16;
-  t.height = 1;
-  t.depth = 1;
-  t.resource = 0;
+  calls::TexObjectCreate::Args t = FloatTexture(texels, 16, 1, 0, 0);
   calls::TexObjectCreate::Results real;
   ASSERT_EQ(s.Invoke<calls::TexObjectCreate>(t, &real), kOk) << s.last_error();
   ASSERT_EQ(launch(real.handle), kOk) << s.last_error();

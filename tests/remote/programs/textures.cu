@@ -2,7 +2,8 @@
 // cudaMemcpy2DToArray) sampled with tex2D through a texture object with linear filtering and normalised
 // coordinates, checked against the Programming Guide's formula (9-bit weights); tex1Dfetch on linear memory, zero
 // outside; a surface written by surf2Dwrite and read back with cudaMemcpy2DFromArray; the object queries; the
-// destroy calls and the slice's memory coming back; a texture over virtual memory (cuMemCreate and cuMemMap). Prints "textures: N failure(s): PASSED" or FAILED.
+// destroy calls and the slice's memory coming back; a texture over virtual memory (cuMemCreate and cuMemMap).
+// Prints "textures: N failure(s): PASSED" or FAILED.
 #define PROGRAM_NAME "textures"
 #include <cmath>
 #include <cstdio>
@@ -254,22 +255,19 @@ int main() {
   if (plain_made == cudaSuccess) CHECK(cudaDestroySurfaceObject(plain_surface));
   cudaGetLastError();
   // The driver's entry points with no place for the handle: refused, not written through.
-  using CreateTexture = CUresult (*)(CUtexObject*, const CUDA_RESOURCE_DESC*, const CUDA_TEXTURE_DESC*,
-                                     const CUDA_RESOURCE_VIEW_DESC*);
-  using CreateSurface = CUresult (*)(CUsurfObject*, const CUDA_RESOURCE_DESC*);
-  void* create_texture = nullptr;
-  void* create_surface = nullptr;
-  cudaDriverEntryPointQueryResult found;
-  CHECK(cudaGetDriverEntryPointByVersion("cuTexObjectCreate", &create_texture, 13000, cudaEnableDefault, &found));
-  CHECK(cudaGetDriverEntryPointByVersion("cuSurfObjectCreate", &create_surface, 13000, cudaEnableDefault, &found));
+  auto create_texture = DriverEntry<decltype(&cuTexObjectCreate)>("cuTexObjectCreate");
+  auto create_surface = DriverEntry<decltype(&cuSurfObjectCreate)>("cuSurfObjectCreate");
+  EXPECT(create_texture != nullptr && create_surface != nullptr, "the driver's object entry points are found");
   CUDA_RESOURCE_DESC driver_res = {};
   driver_res.resType = CU_RESOURCE_TYPE_ARRAY;
   driver_res.res.array.hArray = reinterpret_cast<CUarray>(surface_array);
   CUDA_TEXTURE_DESC driver_tex = {};
-  EXPECT(reinterpret_cast<CreateTexture>(create_texture)(nullptr, &driver_res, &driver_tex, nullptr) ==
-             CUDA_ERROR_INVALID_VALUE, "cuTexObjectCreate(NULL, ...) is refused");
-  EXPECT(reinterpret_cast<CreateSurface>(create_surface)(nullptr, &driver_res) == CUDA_ERROR_INVALID_VALUE,
-         "cuSurfObjectCreate(NULL, ...) is refused");
+  if (create_texture != nullptr && create_surface != nullptr) {
+    EXPECT(create_texture(nullptr, &driver_res, &driver_tex, nullptr) == CUDA_ERROR_INVALID_VALUE,
+           "cuTexObjectCreate(NULL, ...) is refused");
+    EXPECT(create_surface(nullptr, &driver_res) == CUDA_ERROR_INVALID_VALUE,
+           "cuSurfObjectCreate(NULL, ...) is refused");
+  }
 
   CHECK(cudaFreeArray(array));
   CHECK(cudaFreeArray(surface_array));
