@@ -33,6 +33,11 @@ mkdir -p "$OUT"
 failures=0
 
 say() { echo "gpu-acceptance: $*" | tee -a "$SUMMARY"; }
+# Waits up to 10 s for the agent whose stdout is $LOGS/NAME.out to say it listens; fails if it did not.
+await_listening() {
+  for _ in $(seq 100); do grep -q listening "$LOGS/$1.out" 2>/dev/null && return 0; sleep 0.1; done
+  return 1
+}
 
 # step NAME TIMEOUT_SECONDS COMMAND...: runs the command with its output in $LOGS/NAME.log; PASS on exit 0.
 step() {
@@ -146,14 +151,13 @@ if [[ -n "${STACKED:-}" ]]; then
   "$TOOLS/gp-agent" --no-nvml --emu 2 --emu-memory 4GiB --listen "127.0.0.1:$((PORT + 1))" --name below \
     >"$LOGS/below.out" 2>"$LOGS/below.err" &
   BELOW_PID=$!
-  for _ in $(seq 100); do grep -q listening "$LOGS/below.out" 2>/dev/null && break; sleep 0.1; done
+  await_listening below
   agent=("$TOOLS/gp-run" --servers "127.0.0.1:$((PORT + 1))" -n 2 -- "${agent[@]}" --no-nvml
          --cuda-driver "$BUILD_DIR/lib/gpupool/cuda/libcuda.so.1")
 fi
 GPUPOOL_LOG=info "${agent[@]}" >"$LOGS/agent.out" 2>"$LOGS/agent.err" &
 AGENT_PID=$!
-for _ in $(seq 100); do grep -q listening "$LOGS/agent.out" 2>/dev/null && break; sleep 0.1; done
-if ! grep -q listening "$LOGS/agent.out"; then
+if ! await_listening agent; then
   failures=$((failures + 1))
   say "FAIL agent: gp-agent did not start"; sed 's/^/    /' "$LOGS/agent.err" | tee -a "$SUMMARY"; exit 1
 fi
@@ -182,7 +186,7 @@ expect_out() {  # expect_out PATTERN COMMAND...: the command succeeds and prints
   ((rc == 0)) && grep -q -- "$pattern" <<<"$out"
 }
 
-export -f run_on_pool expect_out
+export -f run_on_pool expect_out await_listening
 export TOOLS SERVER PORT LOGS EXAMPLES PROGRAMS VARIANTS GPU_TESTS PYTHON TRAIN_STEPS AGENT_PID
 
 # ---- CUDA examples: natively (checks the programs and the machine), then on the pool (the cuda backend) ----
@@ -344,7 +348,7 @@ turn_events() {
   GPUPOOL_TURN_EVENTS=1 GPUPOOL_LOG=info "$TOOLS/gp-agent" --listen "127.0.0.1:$port" --name events \
     >"$LOGS/events-agent.out" 2>"$LOGS/events-agent.err" &
   local agent=$!
-  for _ in $(seq 100); do grep -q listening "$LOGS/events-agent.out" 2>/dev/null && break; sleep 0.1; done
+  await_listening "events-agent"
   "$TOOLS/gp-bench" --servers "127.0.0.1:$port" launch
   local rb=$?
   SERVER="127.0.0.1:$port" compute_shares
@@ -366,7 +370,7 @@ emulator_matches() {
   "$TOOLS/gp-agent" --no-nvml --emu 1 --listen "127.0.0.1:$port" --name emulator \
     >"$LOGS/emu-agent.out" 2>"$LOGS/emu-agent.err" &
   local agent=$!
-  for _ in $(seq 100); do grep -q listening "$LOGS/emu-agent.out" 2>/dev/null && break; sleep 0.1; done
+  await_listening "emu-agent"
   "$BUILD_DIR/tests/gpu/texture_weights" >"$LOGS/weights-native.txt" 2>&1
   "$TOOLS/gp-run" --servers "127.0.0.1:$port" -- "$BUILD_DIR/tests/gpu/texture_weights" >"$LOGS/weights-emu.txt" 2>&1
   kill "$agent"
@@ -383,7 +387,7 @@ bench_unix() {
   local socket="/tmp/gpupool-kit-$$.sock"
   "$TOOLS/gp-agent" --listen "unix:$socket" --name unix >"$LOGS/unix-agent.out" 2>"$LOGS/unix-agent.err" &
   local agent=$!
-  for _ in $(seq 100); do grep -q listening "$LOGS/unix-agent.out" 2>/dev/null && break; sleep 0.1; done
+  await_listening "unix-agent"
   "$TOOLS/gp-bench" --servers "unix:$socket" bandwidth
   local rb=$?
   "$TOOLS/gp-bench" --servers "unix:$socket" launch
@@ -415,7 +419,7 @@ mps_bisect() {
     GPUPOOL_LOG=info "$TOOLS/gp-agent" --config "$config" --listen "127.0.0.1:$port" --name "mps-$variant" \
       >"$LOGS/mps-$variant.out" 2>"$LOGS/mps-$variant.err" &
     local agent=$!
-    for _ in $(seq 100); do grep -q listening "$LOGS/mps-$variant.out" 2>/dev/null && break; sleep 0.1; done
+    await_listening "mps-$variant"
     if timeout 30 "$TOOLS/gp-run" --servers "127.0.0.1:$port" -- "$EXAMPLES/vector_add" 2>&1 | grep -q PASSED; then
       echo "mps: $variant: vector_add PASSED"
     else
