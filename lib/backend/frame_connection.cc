@@ -49,12 +49,20 @@ constexpr size_t kMaxSpareBytes = 8u << 20;
 
 class FrameConnection final : public kj::TaskSet::ErrorHandler {
  public:
-  FrameConnection(kj::Own<kj::AsyncIoStream> stream, FramedSession& session, uint64_t max_held_bytes)
+  FrameConnection(kj::Own<kj::AsyncIoStream> stream, FramedSession& session, uint64_t max_held_bytes,
+                  FrameControl* control, uint64_t consumed_before)
       : stream_(kj::mv(stream)),
         session_(session),
         max_held_bytes_(max_held_bytes),
+        control_(control != nullptr ? control : &own_control_),
         buffer_(kj::heapArray<word>(kReadBufferWords)),
         tasks_(*this) {
+    control_->consumed = consumed_before;
+    control_->stop = [this] { return Stop(); };
+    control_->resume = [this] {
+      if (resume_) resume_->fulfill();
+      resume_ = nullptr;
+    };
     const int one = 1;
     try {
       stream_->setsockopt(IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // Replies leave at once.
@@ -63,7 +71,44 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
     }
   }
 
+  ~FrameConnection() {
+    control_->stop = nullptr;
+    control_->resume = nullptr;
+  }
+
   kj::Promise<void> Run() { return ReadLoop(); }
+
+  kj::Promise<uint64_t> Stop() {
+    if (stopping_) return KJ_EXCEPTION(FAILED, "the connection is already stopped");
+    stopping_ = true;
+    auto stopped = kj::newPromiseAndFulfiller<uint64_t>();
+    stopped_ = kj::mv(stopped.fulfiller);
+    if (stop_wake_) stop_wake_->fulfill(size_t{kStopWake});
+    stop_wake_ = nullptr;
+    return kj::mv(stopped.promise);
+  }
+
+  // Reading has stopped at a frame boundary (FrameControl::stop): waits for every call read to be done and its reply
+  // written, answers the stop, and reads on once resumed. What the buffer holds beyond the boundary stays there.
+  kj::Promise<void> Stopped() {
+    return tasks_.onEmpty()
+        .then([this] {
+          auto written = kj::mv(writing_);
+          writing_ = kj::READY_NOW;
+          return written;
+        })
+        .then([this] {
+          auto resume = kj::newPromiseAndFulfiller<void>();
+          resume_ = kj::mv(resume.fulfiller);
+          if (stopped_) stopped_->fulfill(kj::cp(control_->consumed));
+          stopped_ = nullptr;
+          return kj::mv(resume.promise);
+        })
+        .then([this] {
+          stopping_ = false;
+          return ReadLoop();
+        });
+  }
 
   void taskFailed(kj::Exception&& e) override {
     GP_WARN("session", "a call on the direct connection failed: {}", e.getDescription().cStr());
@@ -80,8 +125,10 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
   // Dispatches every whole frame in the buffer, then reads more; a frame longer than the buffer is read into its
   // own array, or its bulk straight to the device. Resolves when the client hangs up.
   kj::Promise<void> ReadLoop() {
+    if (stopping_) return Stopped();
     while (end_ - begin_ >= sizeof(FrameHeader)) {
       KJ_IF_MAYBE(held, Held()) return kj::mv(*held);
+      if (stopping_) return Stopped();
       if (held_bytes_ >= max_held_bytes_) return WaitForRoom();
       FrameHeader h;
       std::memcpy(&h, bytes() + begin_, sizeof(h));
@@ -109,7 +156,14 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
       end_ -= begin_;
       begin_ = 0;
     }
-    return stream_->tryRead(bytes() + end_, 1, buffer_.asBytes().size() - end_).then([this](size_t n) {
+    // A stop ends the wait for the client's next bytes (none are taken from the socket then: they stay for whoever
+    // serves the session next).
+    auto wake = kj::newPromiseAndFulfiller<size_t>();
+    stop_wake_ = kj::mv(wake.fulfiller);
+    auto read = stream_->tryRead(bytes() + end_, 1, buffer_.asBytes().size() - end_);
+    return read.exclusiveJoin(kj::mv(wake.promise)).then([this](size_t n) -> kj::Promise<void> {
+      stop_wake_ = nullptr;
+      if (n == kStopWake) return Stopped();
       if (replied_at_) {
         call_gaps_[next_gap_++ % call_gaps_.size()] = Clock::now() - *replied_at_;
         replied_at_.reset();
@@ -193,6 +247,7 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
     begin_ = end_ = 0;
     landed += ReadNow(fd, at + landed, bulk - landed);
     if (landed == bulk) {
+      ++control_->consumed;
       auto call = kj::heap<Call>(this, kj::mv(head));
       call->segments = kj::heapArray<kj::ArrayPtr<const word>>(
           {call->body.asPtr(), kj::arrayPtr(reinterpret_cast<const word*>(at), bulk / sizeof(word))});
@@ -276,6 +331,7 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
   };
 
   void Dispatch(const FrameHeader& h, kj::Array<word> body) {
+    ++control_->consumed;
     auto call = kj::heap<Call>(this, kj::mv(body));
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] {
       call->params = kj::heap<capnp::FlatArrayMessageReader>(call->body, session::FrameReaderOptions());
@@ -442,6 +498,13 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
   kj::Own<kj::AsyncIoStream> stream_;  // First in, last out: everything below may still use it as it goes.
   FramedSession& session_;
   const uint64_t max_held_bytes_;
+  FrameControl own_control_;  // When the caller keeps none.
+  FrameControl* control_;
+  bool stopping_ = false;  // FrameControl::stop was called and reading has not resumed.
+  static constexpr size_t kStopWake = ~size_t{0};  // What stop_wake_ answers in place of a read's length.
+  kj::Own<kj::PromiseFulfiller<size_t>> stop_wake_;  // Ends the wait for the client's bytes (a stop).
+  kj::Own<kj::PromiseFulfiller<uint64_t>> stopped_;  // Stop's answer, once drained.
+  kj::Own<kj::PromiseFulfiller<void>> resume_;      // Set while stopped.
   uint64_t held_bytes_ = 0;  // Of calls read and not yet gone (Call), and of replies' copies not yet written.
   kj::Own<kj::PromiseFulfiller<void>> room_;  // Set while reading waits for held_bytes_ to fall (WaitForRoom).
   kj::Array<word> buffer_;
@@ -461,8 +524,44 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
 
 }  // namespace
 
-kj::Promise<void> ServeFrames(kj::Own<kj::AsyncIoStream> stream, FramedSession& session, uint64_t max_held_bytes) {
-  auto connection = kj::heap<FrameConnection>(kj::mv(stream), session, std::max<uint64_t>(max_held_bytes, 1));
+namespace {
+
+// Checkpoints `session` once it is quiet, trying again every few milliseconds until `deadline`.
+kj::Promise<CallStatus> CheckpointWhenQuiet(SessionControl& session, kj::Timer& timer, kj::TimePoint deadline,
+                                            SessionImage* image) {
+  CallStatus status;
+  {
+    std::lock_guard<std::mutex> lock(session.mu);
+    status = session.checkpoint ? session.checkpoint(image)
+                                : CallStatus(CUDA_ERROR_INVALID_VALUE, "checkpoint: the session has ended");
+  }
+  if (status.code() != CUDA_ERROR_NOT_READY || timer.now() >= deadline) return status;
+  return timer.afterDelay(2 * kj::MILLISECONDS).then([&session, &timer, deadline, image] {
+    return CheckpointWhenQuiet(session, timer, deadline, image);
+  });
+}
+
+}  // namespace
+
+kj::Promise<MoveCheckpoint> CheckpointForMove(FrameControl& frames, SessionControl& session, kj::Timer& timer,
+                                              kj::Duration quiet_within, SessionImage* image) {
+  if (!frames.stop) {
+    return MoveCheckpoint{CallStatus(CUDA_ERROR_INVALID_VALUE, "checkpoint: the session has no direct connection "
+                                                               "(its client cannot follow it elsewhere)"), 0};
+  }
+  const kj::TimePoint deadline = timer.now() + quiet_within;
+  return frames.stop().then([&frames, &session, &timer, deadline, image](uint64_t consumed) {
+    return CheckpointWhenQuiet(session, timer, deadline, image).then([&frames, consumed](CallStatus status) {
+      if (!status.ok() && frames.resume) frames.resume();
+      return MoveCheckpoint{status, consumed};
+    });
+  });
+}
+
+kj::Promise<void> ServeFrames(kj::Own<kj::AsyncIoStream> stream, FramedSession& session, uint64_t max_held_bytes,
+                              FrameControl* control, uint64_t consumed_before) {
+  auto connection = kj::heap<FrameConnection>(kj::mv(stream), session, std::max<uint64_t>(max_held_bytes, 1), control,
+                                              consumed_before);
   auto run = connection->Run();
   return run.attach(kj::mv(connection));
 }

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -140,9 +141,18 @@ SharedMemory CreateSharedMemory(size_t bytes) {
 
 }  // namespace
 
-Result<std::unique_ptr<SessionChannel>> SessionChannel::Enter(const std::string& address, const std::string& ticket,
-                                                              std::chrono::milliseconds timeout,
-                                                              AsyncErrorSink errors) {
+namespace {
+
+struct Knocked {
+  int fd = -1;
+  bool shares = false;     // The worker maps the memory that came with the knock.
+  uint64_t consumed = 0;   // Call frames its session had consumed before (a restored session; 0 otherwise).
+};
+
+// Connects to a worker's door and enters with `ticket`, offering the memory `shared_fd` (of `shared_bytes`; -1:
+// none) on a Unix socket.
+Result<Knocked> KnockAt(const std::string& address, const std::string& ticket, std::chrono::milliseconds timeout,
+                        int shared_fd, uint64_t shared_bytes) {
   if (ticket.size() != 16) return Status(StatusCode::kInvalidArgument, "a session ticket has 16 bytes");
   auto fd = Connect(address, timeout);
   if (!fd.ok()) return fd.status();
@@ -152,55 +162,99 @@ Result<std::unique_ptr<SessionChannel>> SessionChannel::Enter(const std::string&
     uint64_t shared_bytes = 0;
   } knock;
   std::memcpy(knock.ticket, ticket.data(), 16);
-  // A worker on this host (a Unix socket) may share memory with us for copies: the memfd travels with the knock.
-  SharedMemory shared;
-  if (address.rfind("unix:", 0) == 0 && SharedMemoryWanted()) shared = CreateSharedMemory(kSharedMemoryBytes);
+  const bool offer = shared_fd >= 0 && address.rfind("unix:", 0) == 0;
   msghdr m{};
   iovec io{&knock, sizeof(knock)};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
   m.msg_iov = &io;
   m.msg_iovlen = 1;
-  if (shared.fd >= 0) {
+  if (offer) {
     knock.header.words = 3;
-    knock.shared_bytes = shared.bytes;
+    knock.shared_bytes = shared_bytes;
     m.msg_control = control;
     m.msg_controllen = sizeof(control);
     cmsghdr* c = CMSG_FIRSTHDR(&m);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &shared.fd, sizeof(int));
+    std::memcpy(CMSG_DATA(c), &shared_fd, sizeof(int));
   } else {
     io.iov_len = sizeof(knock) - sizeof(knock.shared_bytes);
   }
   FrameHeader entered;
+  Knocked out;
   SetReceiveTimeout(*fd, timeout);
+  // The entered frame: `seq` 1 when the worker maps the memory; a restored session's worker adds one word, the call
+  // frames its session had consumed.
   bool ok = sendmsg(*fd, &m, MSG_NOSIGNAL) == static_cast<ssize_t>(io.iov_len) &&
             recv(*fd, &entered, sizeof(entered), MSG_WAITALL) == sizeof(entered) &&
-            entered.kind == session::kEnteredFrame;
+            entered.kind == session::kEnteredFrame && entered.words <= 1 &&
+            (entered.words == 0 ||
+             recv(*fd, &out.consumed, sizeof(out.consumed), MSG_WAITALL) == sizeof(out.consumed));
   SetReceiveTimeout(*fd, std::chrono::milliseconds(0));  // From now on a reply takes as long as the device.
-  if (shared.fd >= 0) close(shared.fd);  // The mapping stays.
   if (!ok) {
     close(*fd);
-    if (shared.base) munmap(shared.base, shared.bytes);
     return Status(StatusCode::kPermissionDenied, "the session's worker at " + address + " did not let us in");
   }
-  auto channel = std::unique_ptr<SessionChannel>(new SessionChannel(*fd, std::move(errors)));
-  if (shared.base && entered.seq == 1) {
+  out.fd = *fd;
+  out.shares = offer && entered.seq == 1;
+  return out;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SessionChannel>> SessionChannel::Enter(const std::string& address, const std::string& ticket,
+                                                              std::chrono::milliseconds timeout,
+                                                              AsyncErrorSink errors) {
+  // A worker on this host (a Unix socket) may share memory with us for copies: the memfd travels with the knock.
+  SharedMemory shared;
+  if (address.rfind("unix:", 0) == 0 && SharedMemoryWanted()) shared = CreateSharedMemory(kSharedMemoryBytes);
+  auto knocked = KnockAt(address, ticket, timeout, shared.fd, shared.bytes);
+  if (!knocked.ok()) {
+    if (shared.fd >= 0) close(shared.fd);
+    if (shared.base) munmap(shared.base, shared.bytes);
+    return knocked.status();
+  }
+  auto channel = std::unique_ptr<SessionChannel>(new SessionChannel(knocked->fd, std::move(errors)));
+  if (shared.base && knocked->shares) {
     channel->shared_ = static_cast<uint8_t*>(shared.base);
     channel->shared_bytes_ = shared.bytes;
+    channel->shared_fd_ = shared.fd;  // Kept for a resumed session's worker on this host.
   } else if (shared.base) {
+    close(shared.fd);
     munmap(shared.base, shared.bytes);  // The worker would not map it.
   }
   return channel;
 }
+
+Result<SessionChannel::Resumed> SessionChannel::Knock(const std::string& address, const std::string& ticket,
+                                                      std::chrono::milliseconds timeout) {
+  auto knocked = KnockAt(address, ticket, timeout, shared_fd_, shared_bytes_);
+  if (!knocked.ok()) return knocked.status();
+  if (shared_ != nullptr && !knocked->shares) {
+    // Copies in flight may refer to the shared slots (their frames name a slot, not bytes): a worker that cannot
+    // see them cannot take those frames over.
+    close(knocked->fd);
+    return Status(StatusCode::kUnavailable, "the session's new worker at " + address +
+                                                " cannot share this process's memory for copies (it is on another host)");
+  }
+  return Resumed{knocked->fd, knocked->consumed};
+}
+
+void SessionChannel::MakeResumable(Reconnect reconnect) {
+  reconnect_ = std::move(reconnect);
+  resumable_ = true;
+}
+
+uint64_t SessionChannel::retained_bytes() const { return retained_bytes_.load(std::memory_order_relaxed); }
 
 std::unique_ptr<SessionChannel> SessionChannel::Adopt(int fd, AsyncErrorSink errors) {
   return std::unique_ptr<SessionChannel>(new SessionChannel(fd, std::move(errors)));
 }
 
 SessionChannel::SessionChannel(int fd, AsyncErrorSink errors)
-    : fd_(fd), errors_(std::move(errors)), read_ahead_(kReadAheadBytes) {
+    : errors_(std::move(errors)), read_ahead_(kReadAheadBytes) {
+  fd_ = fd;
   // The flusher takes no signal of the program's: they go to the program's own threads.
   sigset_t all, old;
   sigfillset(&all);
@@ -219,6 +273,7 @@ SessionChannel::~SessionChannel() {
   shutdown(fd_, SHUT_RDWR);
   close(fd_);
   if (shared_) munmap(shared_, shared_bytes_);
+  if (shared_fd_ >= 0) close(shared_fd_);
 }
 
 std::string SessionChannel::lost() const {
@@ -227,13 +282,104 @@ std::string SessionChannel::lost() const {
 }
 
 void SessionChannel::Lose(const std::string& why) {
-  if (broken_.exchange(true)) return;
   {
     std::lock_guard<std::mutex> lock(recv_mu_);
-    lost_ = why;
+    if (lost_.empty()) lost_ = why;
   }
+  broken_ = true;
   recv_cv_.notify_all();
   shutdown(fd_, SHUT_RDWR);  // Wakes a reader blocked in recv.
+}
+
+void SessionChannel::Break(const std::string& why) {
+  if (!resumable_) return Lose(why);
+  {
+    std::lock_guard<std::mutex> lock(recv_mu_);
+    if (broken_.exchange(true)) return;
+    broke_ = why;
+  }
+  recv_cv_.notify_all();
+  shutdown(fd_, SHUT_RDWR);
+}
+
+void SessionChannel::Retain(uint64_t first, uint64_t count, std::vector<uint8_t> bytes) {
+  if (count == 0) return;
+  std::lock_guard<std::mutex> lock(retain_mu_);
+  retained_bytes_ += bytes.size();
+  retained_.push_back({first, count, std::move(bytes)});
+}
+
+void SessionChannel::Acknowledge(uint64_t through) {
+  std::lock_guard<std::mutex> lock(retain_mu_);
+  acknowledged_ = std::max(acknowledged_, through);
+  while (!retained_.empty() && retained_.front().first + retained_.front().count - 1 <= acknowledged_) {
+    retained_bytes_ -= retained_.front().bytes.size();
+    retained_.pop_front();
+  }
+}
+
+// A poster that sent much without waiting for anything asks the worker how far it got: a call that is answered at
+// once (properties), whose reply acknowledges every frame before it. The poster waits that long, as a GPU's driver
+// blocks a thread whose queue is full.
+void SessionChannel::AwaitAcknowledgement() {
+  capnp::MallocMessageBuilder params;
+  params.initRoot<wire::Session::PropertiesParams>();
+  uint32_t seq = Send(0, params);
+  Reply reply;
+  if (seq != 0) Wait(seq, &reply);
+}
+
+bool SessionChannel::Resume() {
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(recv_mu_);
+    why = broke_;
+  }
+  auto resumed = reconnect_(why);
+  if (!resumed.ok()) {
+    Lose(why + "; " + resumed.status().message());
+    return false;
+  }
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  std::vector<iovec> replay;
+  uint64_t sent = 0, acknowledged = 0;
+  bool fits = false;
+  {
+    std::lock_guard<std::mutex> lock(retain_mu_);
+    sent = sent_.load();
+    acknowledged = acknowledged_;
+    fits = resumed->consumed >= acknowledged_ && resumed->consumed <= sent;
+    if (fits) acknowledged_ = resumed->consumed;
+    // The frames after `consumed`, in order: whole runs, and the tail of the run it falls in.
+    for (auto& run : retained_) {
+      if (!fits || run.first + run.count - 1 <= resumed->consumed) continue;
+      size_t offset = 0;
+      for (uint64_t frame = run.first; frame <= resumed->consumed; ++frame) {
+        FrameHeader h;
+        std::memcpy(&h, run.bytes.data() + offset, sizeof(h));
+        offset += sizeof(h) + h.words * sizeof(word);
+      }
+      replay.push_back({run.bytes.data() + offset, run.bytes.size() - offset});
+    }
+  }
+  if (!fits) {
+    close(resumed->fd);
+    Lose(fmt::format("{}; the session's new worker took over after call frame {}, but this channel sent {} and "
+                     "knows {} consumed", why, resumed->consumed, sent, acknowledged));
+    return false;
+  }
+  const int old = fd_.exchange(resumed->fd);
+  close(old);
+  read_begin_ = read_end_ = 0;
+  {
+    std::lock_guard<std::mutex> lock(recv_mu_);
+    broke_.clear();
+    quiet_mark_ = 0;  // The new worker says afresh when the session is quiet.
+    broken_ = false;
+  }
+  ++resumptions_;
+  // The retained runs stay retained (and unchanged) until acknowledged: the replay may itself be cut short.
+  return replay.empty() || WriteAll(std::move(replay));
 }
 
 void SessionChannel::FlushLoop() {
@@ -253,21 +399,23 @@ void SessionChannel::Post(uint32_t ordinal, capnp::MessageBuilder& params) {
   // queue for one write. A large one leaves at once too.
   if (frame.bytes() > session::kSmallFrameBytes || post_directly_.exchange(false, std::memory_order_relaxed)) {
     WriteQueuedAnd(frame.pieces());
-    return;
+  } else {
+    bool was_empty = false, over_limit = false;
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      was_empty = queue_.empty();
+      ++sent_;  // With the append, so that the count follows the order on the wire.
+      ++queue_frames_;
+      frame.AppendTo(&queue_);
+      over_limit = queue_.size() > kQueueLimitBytes;
+    }
+    if (over_limit) {
+      WriteQueuedAnd({});
+    } else if (was_empty) {
+      queue_cv_.notify_one();
+    }
   }
-  bool was_empty = false, over_limit = false;
-  {
-    std::lock_guard<std::mutex> lock(queue_mu_);
-    was_empty = queue_.empty();
-    ++sent_;  // With the append, so that the count follows the order on the wire.
-    frame.AppendTo(&queue_);
-    over_limit = queue_.size() > kQueueLimitBytes;
-  }
-  if (over_limit) {
-    WriteQueuedAnd({});
-  } else if (was_empty) {
-    queue_cv_.notify_one();
-  }
+  if (resumable_ && retained_bytes() > kRetainLimitBytes) AwaitAcknowledgement();
 }
 
 uint32_t SessionChannel::Send(uint32_t ordinal, capnp::MessageBuilder& params, Landing landing) {
@@ -284,15 +432,32 @@ uint32_t SessionChannel::Send(uint32_t ordinal, capnp::MessageBuilder& params, L
 
 bool SessionChannel::WriteQueuedAnd(const std::vector<kj::ArrayPtr<const kj::byte>>& more, uint32_t seq) {
   std::lock_guard<std::mutex> write_lock(write_mu_);
-  uint64_t mark = 0;
+  uint64_t mark = 0, queued = 0, last_queued = 0;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     writing_.swap(queue_);  // queue_ takes the old buffer, empty, and keeps its capacity.
+    queued = std::exchange(queue_frames_, 0);
+    last_queued = sent_.load();
     if (!more.empty()) mark = ++sent_;
   }
   if (seq != 0) {
     std::lock_guard<std::mutex> lock(recv_mu_);  // Before the frame leaves: its reply may come at once.
     marks_[seq] = mark;
+  }
+  if (resumable_) {
+    // Kept before they leave: a connection that breaks under the write loses nothing.
+    if (queued > 0) Retain(last_queued - queued + 1, queued, writing_);
+    if (!more.empty()) {
+      std::vector<uint8_t> frame;
+      for (auto p : more) frame.insert(frame.end(), p.begin(), p.end());
+      Retain(mark, 1, std::move(frame));
+    }
+    if (broken_) {
+      // Sent when the channel resumes, with the rest it retained.
+      writing_.clear();
+      std::lock_guard<std::mutex> lock(recv_mu_);
+      return lost_.empty();
+    }
   }
   std::vector<iovec> pieces;
   if (!writing_.empty()) pieces.push_back({writing_.data(), writing_.size()});
@@ -303,7 +468,7 @@ bool SessionChannel::WriteQueuedAnd(const std::vector<kj::ArrayPtr<const kj::byt
 }
 
 bool SessionChannel::WriteAll(std::vector<iovec> pieces) {
-  if (broken_) return false;
+  if (broken_) return resumable_ && lost().empty();
   size_t first = 0;
   while (first < pieces.size()) {
     msghdr m{};
@@ -312,8 +477,8 @@ bool SessionChannel::WriteAll(std::vector<iovec> pieces) {
     ssize_t n = sendmsg(fd_, &m, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
-      Lose(fmt::format("the connection to the session's worker broke: {}", std::strerror(errno)));
-      return false;
+      Break(fmt::format("the connection to the session's worker broke: {}", std::strerror(errno)));
+      return resumable_;  // What it did not take is retained, for the session wherever it went.
     }
     SkipWritten(pieces, &first, static_cast<size_t>(n));
   }
@@ -337,8 +502,8 @@ bool SessionChannel::ReadExact(void* dst, size_t bytes) {
     ssize_t n = direct ? recv(fd_, out, bytes, 0) : recv(fd_, read_ahead_.data(), read_ahead_.size(), 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      Lose(n == 0 ? "the session's worker closed the connection (it ended, or its lease did)"
-                  : fmt::format("the connection to the session's worker broke: {}", std::strerror(errno)));
+      Break(n == 0 ? "the session's worker closed the connection (it ended, or its lease did)"
+                   : fmt::format("the connection to the session's worker broke: {}", std::strerror(errno)));
       return false;
     }
     if (direct) {
@@ -429,14 +594,24 @@ bool SessionChannel::Wait(uint32_t seq, Reply* reply) {
       marks_.erase(seq);
       return true;
     }
+    if (reading_) {
+      recv_cv_.wait(lock);
+      continue;
+    }
+    if (broken_ && resumable_ && lost_.empty() && seq != 0) {
+      // The session may have moved: this thread finds where, and the calls it had not consumed go there.
+      reading_ = true;
+      lock.unlock();
+      bool resumed = Resume();
+      lock.lock();
+      reading_ = false;
+      recv_cv_.notify_all();
+      if (resumed) continue;
+    }
     if (broken_ || seq == 0) {
       landings_.erase(seq);
       marks_.erase(seq);
       return false;
-    }
-    if (reading_) {
-      recv_cv_.wait(lock);
-      continue;
     }
     // This thread reads for everyone until its own reply arrives.
     reading_ = true;
@@ -474,6 +649,8 @@ bool SessionChannel::Wait(uint32_t seq, Reply* reply) {
       replies_[got] = std::move(r);
       if (auto mark = marks_.find(got); mark != marks_.end()) {
         if (kind == session::kQuietReplyFrame) quiet_mark_ = std::max(quiet_mark_, mark->second);
+        // The worker read this call, so every frame before it too.
+        if (resumable_) Acknowledge(mark->second);
       }
     }
     recv_cv_.notify_all();  // Someone else's reply, or the reader's role, is free.

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -39,6 +40,28 @@ class SessionChannel {
   // ticket, no shared memory: copies go through the socket); takes ownership of `fd`. A session server hosted in a
   // test's own process is reached so (tests/support/session_host.h).
   static std::unique_ptr<SessionChannel> Adopt(int fd, AsyncErrorSink errors);
+
+  // A connection to the worker that serves the session now, after the last one went away because the session moved
+  // (docs/moving-leases.md): its socket (owned from now on), and how many of the channel's call frames the session
+  // had consumed when it was checkpointed.
+  struct Resumed {
+    int fd = -1;
+    uint64_t consumed = 0;
+  };
+  // Asked, on the thread that found the connection gone (`why`), where the session is now; an error: nowhere (the
+  // channel is then lost, with the error's message).
+  using Reconnect = std::function<Result<Resumed>(const std::string& why)>;
+  // From now on the channel keeps every call frame it sends until the worker has consumed it (a reply to a later
+  // call says so), and when its connection goes away it asks `reconnect` where the session went and sends the
+  // frames the session had not consumed again there, in order, before anything new: the program's calls survive a
+  // move of their session to another worker, none lost and none run twice. Call before any call is sent.
+  void MakeResumable(Reconnect reconnect);
+  // Knocks at the door of a worker at `address` with `ticket` (and the memory this channel shares with its worker,
+  // if any and the door is on this host): a connection for Reconnect to answer.
+  Result<Resumed> Knock(const std::string& address, const std::string& ticket, std::chrono::milliseconds timeout);
+  // Bytes of call frames kept for a resumption (MakeResumable), and the times the channel resumed.
+  uint64_t retained_bytes() const;
+  uint64_t resumptions() const { return resumptions_.load(); }
   ~SessionChannel();
   SessionChannel(const SessionChannel&) = delete;
   SessionChannel& operator=(const SessionChannel&) = delete;
@@ -96,14 +119,29 @@ class SessionChannel {
   bool ReadExact(void* dst, size_t bytes);
   void AwaitReadable();
   static constexpr std::chrono::microseconds kReplyPoll{50};
+  // The channel is lost for good: no call will be answered.
   void Lose(const std::string& why);
+  // The connection broke (the worker went away, or the socket failed): lost for good unless the channel is
+  // resumable, when the next waiting call resumes it (Resume).
+  void Break(const std::string& why);
+  // The reading thread, with the reader's role, once the connection broke: asks where the session went, and replays
+  // there what it had not consumed. False if it is nowhere (the channel is then lost).
+  bool Resume();
+  // Keeps frames [first, first + count), whose bytes are `bytes`, until the worker consumed them. REQUIRES: write_mu_.
+  void Retain(uint64_t first, uint64_t count, std::vector<uint8_t> bytes);
+  // The worker consumed every frame up to `through`.
+  void Acknowledge(uint64_t through);
+  // Retained frames past this many keep a poster waiting for an acknowledgement.
+  static constexpr uint64_t kRetainLimitBytes = 64ull << 20;
+  void AwaitAcknowledgement();
 
-  const int fd_;
+  std::atomic<int> fd_;
   AsyncErrorSink errors_;
 
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;  // The flusher waits here for queued calls.
   std::vector<uint8_t> queue_;        // Posted frames not yet written. Guarded by queue_mu_.
+  uint64_t queue_frames_ = 0;         // How many. Guarded by queue_mu_.
   bool closing_ = false;              // Guarded by queue_mu_.
 
   std::mutex write_mu_;  // One writer at a time; it empties the queue before writing its own frame.
@@ -125,8 +163,23 @@ class SessionChannel {
   std::vector<uint8_t> read_ahead_;
   size_t read_begin_ = 0, read_end_ = 0;
 
+  // Resumption (MakeResumable). Frames sent and not known to be consumed, oldest first, in runs as written.
+  struct Retained {
+    uint64_t first = 0, count = 0;  // Frame numbers: the first is 1.
+    std::vector<uint8_t> bytes;
+  };
+  Reconnect reconnect_;  // Set once, before any call.
+  bool resumable_ = false;
+  mutable std::mutex retain_mu_;
+  std::deque<Retained> retained_;  // Guarded by retain_mu_.
+  std::atomic<uint64_t> retained_bytes_{0};  // Written under retain_mu_.
+  uint64_t acknowledged_ = 0;      // Every frame up to this one was consumed. Guarded by retain_mu_.
+  std::string broke_;              // Why the connection broke, until it resumes. Guarded by recv_mu_.
+  std::atomic<uint64_t> resumptions_{0};
+
   uint8_t* shared_ = nullptr;
   size_t shared_bytes_ = 0;
+  int shared_fd_ = -1;  // The shared memory's memfd, for the knock at a resumed session's door.
   std::mutex shared_mu_;
 
   std::atomic<uint32_t> next_seq_{1};

@@ -317,12 +317,14 @@ Result<std::vector<std::unique_ptr<RemoteSession>>> RemoteSession::OpenLease(con
   return out;
 }
 
-Result<std::unique_ptr<RemoteSession>> RemoteSession::OverConnection(int fd, uint64_t window_base,
-                                                                     uint64_t window_bytes) {
+Result<std::unique_ptr<RemoteSession>> RemoteSession::OverConnection(
+    int fd, uint64_t window_base, uint64_t window_bytes,
+    std::function<Result<SessionChannel::Resumed>(const std::string& why)> reconnect) {
   auto rs = std::unique_ptr<RemoteSession>(new RemoteSession());
   rs->impl_ = std::make_unique<Impl>();
   Impl* raw = rs->impl_.get();
   raw->channel = SessionChannel::Adopt(fd, [raw](int code, const std::string& message) { raw->Record(code, message); });
+  if (reconnect) raw->channel->MakeResumable(std::move(reconnect));
   rs->window_base_ = window_base;
   rs->window_bytes_ = window_bytes;
   calls::Properties::Results properties;

@@ -6,6 +6,7 @@
 #define GPUPOOL_CLIENT_SESSION_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -14,6 +15,7 @@
 
 #include "gpupool/lease.h"
 #include "gpupool/status.h"
+#include "client/session_channel.h"
 #include "schema/session_calls.h"
 
 namespace gpupool::internal {
@@ -40,8 +42,11 @@ class RemoteSession {
   // of a session opened in [window_base, window_base + window_bytes): no lease, no agent, and no reservation of the
   // window in this process (whoever serves the session holds it). Every call then behaves as on a direct connection
   // to a session's worker. For tests that host a session server in their own process (tests/support/session_host.h);
-  // such a session cannot Relocate.
-  static Result<std::unique_ptr<RemoteSession>> OverConnection(int fd, uint64_t window_base, uint64_t window_bytes);
+  // such a session cannot Relocate. With `reconnect`, the session follows its server when the connection goes away
+  // (SessionChannel::MakeResumable).
+  static Result<std::unique_ptr<RemoteSession>> OverConnection(
+      int fd, uint64_t window_base, uint64_t window_bytes,
+      std::function<Result<SessionChannel::Resumed>(const std::string& why)> reconnect = nullptr);
   ~RemoteSession();
 
   const RemoteProps& props() const { return props_; }

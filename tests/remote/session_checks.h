@@ -21,6 +21,7 @@ namespace gpupool::testing {
 
 using internal::RemoteFunctionInfo;
 using internal::RemoteSession;
+using internal::SessionChannel;
 
 inline constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 // The CUresult values as the int the client returns.

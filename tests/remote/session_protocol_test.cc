@@ -14,6 +14,9 @@
 #include <capnp/serialize.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -1046,6 +1049,96 @@ TEST(SessionImage, AQuietSessionIsRestoredAtItsAddressesWithItsHandles) {
   EXPECT_EQ(s.MemFree(big), kOk);
   EXPECT_EQ(s.ModuleUnload(module), kOk);
   EXPECT_EQ(s.Synchronize(), kOk) << s.last_error();
+}
+
+// Issue 43's first step (docs/moving-leases.md): a session moves to another server while its client keeps sending.
+// The client posts launches and copies without waiting while its session is checkpointed (calls unread in the old
+// server's socket, some of them cut in the middle), taken down, and restored elsewhere at the same window; the
+// channel resumes there and sends again what the old server had not consumed. Every launch bumps a module variable:
+// a call lost or run twice would show in its count, and the copies' bytes must all be where they were sent.
+TEST(SessionImage, ASessionMovesUnderItsClientWithNoCallLostOrRunTwice) {
+  const uint32_t one[3] = {1, 1, 1};
+  auto host = SessionHost::Start();
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  const uint64_t window_base = (*host)->window_base(), window_bytes = (*host)->window_bytes();
+
+  // The reconnection waits for the new server, then answers its connection and the frames the old one consumed.
+  std::mutex mu;
+  std::condition_variable moved_cv;
+  std::optional<SessionChannel::Resumed> moved;
+  int reconnections = 0;
+  auto reconnect = [&](const std::string&) -> Result<SessionChannel::Resumed> {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!moved_cv.wait_for(lock, std::chrono::seconds(30), [&] { return moved.has_value(); })) {
+      return Status(StatusCode::kUnavailable, "the test's new server never came");
+    }
+    ++reconnections;
+    return *std::exchange(moved, std::nullopt);
+  };
+  auto connected = RemoteSession::OverConnection((*host)->TakeClientFd(), window_base, window_bytes, reconnect);
+  ASSERT_TRUE(connected.ok()) << connected.status().ToString();
+  RemoteSession& s = **connected;
+
+  uint64_t module = 0, out = 0, counter = 0, counter_bytes = 0, stream = 0, data = 0;
+  RemoteFunctionInfo function;
+  ASSERT_EQ(s.ModuleLoad(kCounterPtx, sizeof(kCounterPtx), &module), kOk) << s.last_error();
+  ASSERT_EQ(s.GetFunction(module, "bump", &function), kOk) << s.last_error();
+  ASSERT_EQ(s.GetGlobal(module, "counter", &counter, &counter_bytes), kOk);
+  ASSERT_EQ(s.MemAlloc(4, &out), kOk);
+  ASSERT_EQ(s.StreamCreate(&stream), kOk);
+  constexpr int kRounds = 400, kLaunchesPerRound = 25;
+  constexpr size_t kChunk = 24 << 10;  // Small copies queue with the launches; every fourth one is large.
+  ASSERT_EQ(s.MemAlloc(kRounds * kChunk * 4, &data), kOk);
+  auto chunk_of = [&](int round) {
+    const size_t bytes = round % 4 == 3 ? kChunk * 4 : kChunk;
+    std::vector<uint8_t> v(bytes);
+    for (size_t i = 0; i < bytes; ++i) v[i] = static_cast<uint8_t>((i * 31 + round * 7) >> 3);
+    return v;
+  };
+
+  std::atomic<int> round_now{0};
+  std::thread program([&] {
+    for (int round = 0; round < kRounds; ++round) {
+      for (int i = 0; i < kLaunchesPerRound; ++i) s.Launch(function.handle, one, one, 0, stream, &out, sizeof(out));
+      auto bytes = chunk_of(round);
+      s.CopyToDevice(data + round * kChunk * 4, bytes.data(), bytes.size(), stream);
+      if (round % 50 == 49) s.StreamSynchronize(stream);
+      round_now = round + 1;
+    }
+  });
+  // The move, while the program is under way.
+  while (round_now < kRounds / 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  backend::SessionImage image;
+  uint64_t consumed = 0;
+  CallStatus taken = (*host)->CheckpointAndLeave(&image, &consumed);
+  ASSERT_TRUE(taken.ok()) << taken.message();
+  host->reset();  // The old server and its device go: the window is free for the new one.
+  SessionHostOptions options;
+  options.window_base = window_base;
+  options.window_bytes = window_bytes;
+  options.restore = &image;
+  options.restore_consumed = consumed;
+  auto second = SessionHost::Start(options);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    moved = SessionChannel::Resumed{(*second)->TakeClientFd(), consumed};
+  }
+  moved_cv.notify_all();
+  program.join();
+
+  ASSERT_EQ(s.StreamSynchronize(stream), kOk) << s.last_error();
+  uint32_t count = 0;
+  ASSERT_EQ(s.CopyFromDevice(&count, out, sizeof(count), 0), kOk) << s.last_error();
+  EXPECT_EQ(count, 5u + kRounds * kLaunchesPerRound) << "every launch ran once, across the move";
+  for (int round = 0; round < kRounds; ++round) {
+    auto want = chunk_of(round);
+    std::vector<uint8_t> got(want.size());
+    ASSERT_EQ(s.CopyFromDevice(got.data(), data + round * kChunk * 4, got.size(), 0), kOk) << s.last_error();
+    ASSERT_TRUE(got == want) << "round " << round << "'s copy";
+  }
+  EXPECT_EQ(reconnections, 1);
+  EXPECT_GT(consumed, 0u);
 }
 
 // A session image read from a stream is the other side's bytes: every truncation of a real image, and counts and

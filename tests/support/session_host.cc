@@ -66,6 +66,9 @@ struct SessionHost::Loop {
   const kj::Executor* executor = nullptr;
   kj::Own<kj::PromiseFulfiller<void>> stop;  // The host's thread only.
   std::shared_ptr<backend::SessionControl> control = std::make_shared<backend::SessionControl>();
+  backend::FrameControl frames;  // The host's thread only.
+  kj::Timer* timer = nullptr;
+  kj::Promise<void> served = nullptr;  // The connection; dropped to end it.
 
   // The host's thread: opens the session, reports how that went through `started`, serves `server_fd` (owned)
   // until the connection ends or the host stops.
@@ -97,9 +100,11 @@ struct SessionHost::Loop {
     auto stopped = kj::newPromiseAndFulfiller<void>();
     stop = kj::mv(stopped.fulfiller);
     executor = &kj::getCurrentThreadExecutor();
+    timer = &io.provider->getTimer();
     serving = true;
     // As in a session worker: the session lives as long as its connection.
-    kj::Promise<void> served = backend::ServeFrames(kj::mv(stream), *framed, limits.bytes_in_flight)
+    served = backend::ServeFrames(kj::mv(stream), *framed, limits.bytes_in_flight, &frames,
+                                  options.restore_consumed)
                                    .catch_([](kj::Exception&& e) {
                                      GP_DEBUG("session", "in-process connection ended: {}", e.getDescription().cStr());
                                    })
@@ -141,6 +146,19 @@ SessionHost::~SessionHost() {
   }
   loop_->thread.join();
   if (client_fd_ >= 0) close(client_fd_);
+}
+
+CallStatus SessionHost::CheckpointAndLeave(backend::SessionImage* image, uint64_t* consumed) {
+  if (loop_->executor == nullptr || !loop_->serving) return CallStatus(cu::kInvalidValue, "the session has ended");
+  Loop* loop = loop_.get();
+  return loop->executor->executeSync([loop, image, consumed] {
+    return backend::CheckpointForMove(loop->frames, *loop->control, *loop->timer, 10 * kj::SECONDS, image)
+        .then([loop, consumed](backend::MoveCheckpoint taken) {
+          *consumed = taken.consumed;
+          if (taken.status.ok()) loop->served = nullptr;  // The connection ends, as with a worker that exits.
+          return taken.status;
+        });
+  });
 }
 
 CallStatus SessionHost::Checkpoint(backend::SessionImage* image) {

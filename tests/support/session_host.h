@@ -33,6 +33,7 @@ struct SessionHostOptions {
   int worker_threads = 2;          // The emulated device's CTA threads; default 2.
   // A checkpoint (Checkpoint's) the session becomes before it serves: window_base and window_bytes must be its.
   const backend::SessionImage* restore = nullptr;
+  uint64_t restore_consumed = 0;  // The call frames the restored session had consumed (CheckpointAndLeave's).
 };
 
 class SessionHost {
@@ -53,6 +54,9 @@ class SessionHost {
   Result<std::unique_ptr<internal::RemoteSession>> Connect();
   // The session as it stands now (SessionControl::checkpoint), taken on the host's thread between calls.
   CallStatus Checkpoint(backend::SessionImage* image);
+  // As a session's worker does for a move: stops reading calls, waits for the session to be quiet, checkpoints it,
+  // and (when that worked) ends the connection, whatever the client had sent after `*consumed` call frames.
+  CallStatus CheckpointAndLeave(backend::SessionImage* image, uint64_t* consumed);
 
   // Whether the session is still served: false once its connection ended (the client hung up, or sent a frame
   // that ends it) and the session closed.
