@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
@@ -114,6 +115,9 @@ struct AgentState {
       it = quota_fds.erase(it);
     }
     turns_groups.erase(turns_groups.lower_bound({lease_id, 0}), turns_groups.lower_bound({lease_id + '\0', 0}));
+    for (auto it = moved_sessions.begin(); it != moved_sessions.end();) {
+      it = it->second.lease_id == lease_id ? moved_sessions.erase(it) : std::next(it);
+    }
     return revoked;
   }
 
@@ -166,6 +170,190 @@ struct AgentState {
     if (!fd.ok()) return fd.status();
     quota_fds.emplace(key, *fd);
     return *fd;
+  }
+
+  // ---- Moving leases (docs/moving-leases.md).
+
+  // Where a moved session went, by the ticket its client entered its old worker with: the lease, and the door of its
+  // new worker. Dropped with the lease.
+  struct MovedSession {
+    std::string lease_id;
+    DirectDoor door;
+  };
+  std::map<std::string, MovedSession> moved_sessions;
+  std::set<std::string> moving;  // Leases being moved now.
+  // Moves run here, not on the connection that asked: an administrator who hangs up mid-move must not leave a
+  // lease's sessions stopped.
+  struct MoveErrors final : public kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&& e) override {
+      GP_WARN("agent", "a lease's move failed: {}", e.getDescription().cStr());
+    }
+  };
+  MoveErrors move_errors;
+  kj::TaskSet moves{move_errors};
+  // How long a session may take to finish the work it has queued before a move gives up and leaves it running.
+  static constexpr kj::Duration kQuietWithin = 10 * kj::SECONDS;
+
+  struct MoveResult {
+    Status status;
+    uint32_t sessions = 0;
+    uint64_t bytes = 0;
+    uint32_t pause_ms = 0;
+    std::vector<uint32_t> devices;  // The lease's slices' devices afterwards.
+  };
+
+  // Moves lease `lease_id`'s slices, with their sessions, to other devices of this agent (`to`, or any other that
+  // fits when negative). A failure at any step leaves the lease where it was, its sessions serving on.
+  kj::Promise<MoveResult> Migrate(const std::string& lease_id, int32_t to) {
+    const LeaseEntry* e = table.Find(lease_id);
+    if (e == nullptr || !e->committed) return MoveResult{Status(StatusCode::kNotFound, "no lease " + lease_id + " here")};
+    if (moving.count(lease_id)) {
+      return MoveResult{Status(StatusCode::kResourceExhausted, "lease " + lease_id + " is being moved already")};
+    }
+    if (to >= static_cast<int32_t>(devices.size())) {
+      return MoveResult{Status(StatusCode::kInvalidArgument,
+                               fmt::format("no device {} here (this agent has {})", to, devices.size()))};
+    }
+    std::set<uint32_t> from;
+    for (const SliceGrant& slice : e->slices) from.insert(slice.device);
+    // Each device of the lease to another of the same kind that takes its slices.
+    std::map<uint32_t, uint32_t> targets;
+    auto undo = [this, lease_id](const std::map<uint32_t, uint32_t>& done) {
+      for (const auto& [source, target] : done) (void)table.MoveSlices(lease_id, target, source);
+    };
+    Status last(StatusCode::kResourceExhausted, "no other device here");
+    for (uint32_t source : from) {
+      bool placed = false;
+      for (uint32_t target = 0; target < devices.size() && !placed; ++target) {
+        const bool taken = from.count(target) > 0 ||
+                           std::any_of(targets.begin(), targets.end(), [&](const auto& t) { return t.second == target; });
+        if ((to >= 0 && target != static_cast<uint32_t>(to)) || taken) continue;
+        if (devices[target].emulated != devices[source].emulated || devices[target].model != devices[source].model) {
+          last = Status(StatusCode::kResourceExhausted, fmt::format("device {} is another model", target));
+          continue;
+        }
+        last = table.MoveSlices(lease_id, source, target);
+        if (last.ok()) {
+          targets[source] = target;
+          placed = true;
+        }
+      }
+      if (!placed) {
+        undo(targets);
+        return MoveResult{Status(last.code(), fmt::format("lease {} cannot leave device {}: {}", lease_id, source,
+                                                          to >= 0 && from.count(to) ? "it is on that device already"
+                                                                                    : last.message()))};
+      }
+    }
+    std::vector<SessionWorkers::LeaseSession> sessions = workers->SessionsOf(lease_id);
+    for (const auto& session : sessions) {
+      if (session.door.ticket.empty()) {
+        undo(targets);
+        return MoveResult{Status(StatusCode::kUnavailable, "a session of the lease has no direct connection (its "
+                                                           "client could not follow it): nothing moved")};
+      }
+    }
+    moving.insert(lease_id);
+    const auto started = std::chrono::steady_clock::now();
+    kj::Vector<kj::Promise<SessionWorkers::Checkpointed>> checkpoints;
+    for (const auto& session : sessions) checkpoints.add(workers->Checkpoint(session.pid, kQuietWithin));
+    return kj::joinPromises(checkpoints.releaseAsArray())
+        .then([this, lease_id, sessions, targets, undo, started](
+                  kj::Array<SessionWorkers::Checkpointed> taken) -> kj::Promise<MoveResult> {
+          // Back where it was: the sessions checkpointed serve on, the new workers go.
+          auto abandon = [this, lease_id, sessions, targets, undo](const std::vector<pid_t>& opened, Status why) {
+            for (pid_t pid : opened) workers->Retire(pid);
+            for (const auto& session : sessions) workers->Resume(session.pid);
+            undo(targets);
+            moving.erase(lease_id);
+            GP_WARN("agent", "lease {} stays where it was: {}", lease_id, why.message());
+            return MoveResult{why};
+          };
+          for (size_t i = 0; i < taken.size(); ++i) {
+            if (!taken[i].status.ok()) {
+              return abandon({}, Status(taken[i].status.code(),
+                                        fmt::format("session {} of the lease could not be checkpointed: {}", i,
+                                                    taken[i].status.message())));
+            }
+          }
+          const LeaseEntry* e = table.Find(lease_id);
+          if (e == nullptr) return abandon({}, Status(StatusCode::kNotFound, "the lease ended meanwhile"));
+          auto bytes = std::make_shared<uint64_t>(0);
+          kj::Vector<kj::Promise<OpenedSession>> opens;
+          for (size_t i = 0; i < sessions.size(); ++i) {
+            WorkerSpec spec = sessions[i].spec;
+            spec.device = targets.at(spec.device);
+            const SliceGrant* slice = nullptr;
+            for (const auto& s : e->slices) {
+              if (s.device == spec.device) slice = &s;
+            }
+            auto turns = TurnsFd(spec.device);
+            auto quota = slice ? QuotaFd(lease_id, spec.device, slice->memory_bytes) : Result<int>(Status(
+                                                                                           StatusCode::kInternal, "no slice"));
+            if (!turns.ok() || !quota.ok()) return abandon({}, !turns.ok() ? turns.status() : quota.status());
+            spec.turns_fd = *turns;
+            spec.turns_group = TurnsGroup(lease_id, spec.device);
+            spec.quota_fd = *quota;
+            spec.restore_image = taken[i].image;
+            spec.restore_consumed = taken[i].consumed;
+            *bytes += taken[i].image->size();
+            opens.add(workers->Open(spec));
+          }
+          return kj::joinPromises(opens.releaseAsArray())
+              .then([this, lease_id, sessions, targets, abandon, started, bytes](kj::Array<OpenedSession> opened) {
+                std::vector<pid_t> new_workers;
+                for (const auto& session : workers->SessionsOf(lease_id)) {
+                  if (std::none_of(sessions.begin(), sessions.end(),
+                                   [&](const auto& old) { return old.pid == session.pid; })) {
+                    new_workers.push_back(session.pid);
+                  }
+                }
+                for (size_t i = 0; i < opened.size(); ++i) {
+                  if (!opened[i].status.ok() || opened[i].direct == nullptr) {
+                    return abandon(new_workers, Status(opened[i].status.ok() ? StatusCode::kInternal
+                                                                             : opened[i].status.code(),
+                                                       fmt::format("session {} could not be restored: {}", i,
+                                                                   opened[i].status.ok() ? "no direct connection"
+                                                                                         : opened[i].status.message())));
+                  }
+                }
+                if (table.Find(lease_id) == nullptr) {
+                  return abandon(new_workers, Status(StatusCode::kNotFound, "the lease ended meanwhile"));
+                }
+                // Done: each client finds its old worker gone and asks here where its session went.
+                for (size_t i = 0; i < opened.size(); ++i) {
+                  KJ_IF_MAYBE(door, opened[i].direct) {
+                    moved_sessions[sessions[i].door.ticket] = MovedSession{lease_id, *door};
+                  }
+                  workers->Retire(sessions[i].pid);
+                }
+                for (const auto& [source, target] : targets) {
+                  if (auto q = quota_fds.find({lease_id, source}); q != quota_fds.end()) {
+                    close(q->second);
+                    quota_fds.erase(q);
+                  }
+                  turns_groups.erase({lease_id, source});
+                }
+                moving.erase(lease_id);
+                MoveResult result;
+                result.status = Status::Ok();
+                result.sessions = static_cast<uint32_t>(sessions.size());
+                result.bytes = *bytes;
+                result.pause_ms = static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                            std::chrono::steady_clock::now() - started)
+                                                            .count());
+                if (const LeaseEntry* now = table.Find(lease_id)) {
+                  for (const auto& slice : now->slices) result.devices.push_back(slice.device);
+                }
+                ++counters.migrations;
+                counters.migrated_sessions += result.sessions;
+                counters.migrated_bytes += result.bytes;
+                counters.migration_pause_ms += result.pause_ms;
+                GP_INFO("agent", "lease {} moved: {} session(s), {} of images, paused {} ms", lease_id,
+                        result.sessions, FormatMemorySize(result.bytes), result.pause_ms);
+                return result;
+              });
+        });
   }
 
   static std::vector<DeviceCapacity> Capacities(const std::vector<DeviceRecord>& devices) {
@@ -573,6 +761,24 @@ class AgentImpl final : public wire::Agent::Server {
                           : "no such lease here (released, expired, or the agent restarted)"));
       return kj::READY_NOW;
     }
+    if (params.hasResumeTicket() && params.getResumeTicket().size() > 0) {
+      // A client whose session moved asks where it went.
+      auto ticket = params.getResumeTicket();
+      auto moved = state_.moved_sessions.find(std::string(reinterpret_cast<const char*>(ticket.begin()), ticket.size()));
+      if (moved == state_.moved_sessions.end() || moved->second.lease_id != e->id) {
+        RefuseSession(results.initOutcome(),
+                      Status(StatusCode::kNotFound, "the session did not move: it ended (its worker is gone)"));
+        return kj::READY_NOW;
+      }
+      const DirectDoor& door = moved->second.door;
+      SetOutcome(results.initOutcome(), Status::Ok());
+      auto d = results.initDirect();
+      d.setPort(door.port);
+      d.setPath(door.path);
+      d.setTicket(kj::arrayPtr(reinterpret_cast<const kj::byte*>(door.ticket.data()), door.ticket.size()));
+      state_.moved_sessions.erase(moved);  // Its client follows it once; the next move records the new ticket.
+      return kj::READY_NOW;
+    }
     uint32_t device = params.getDevice();
     const SliceGrant* slice = nullptr;
     for (const auto& s : e->slices) {
@@ -729,6 +935,24 @@ class AgentImpl final : public wire::Agent::Server {
     ++state_.counters.lease_revocations;
     return state_.EndSessions(id, fmt::format("revoked by {} (an administrator of agent {})", peer_.user,
                                               state_.config.name));
+  }
+
+  kj::Promise<void> migrate(MigrateContext context) override {
+    auto results = context.getResults();
+    if (!AdminOnly(results.initOutcome(), "migrate")) return kj::READY_NOW;
+    std::string id = context.getParams().getLeaseId();
+    GP_INFO("admin", "{} moves lease {}", peer_.user, id);
+    auto move = state_.Migrate(id, context.getParams().getDevice()).fork();
+    state_.moves.add(move.addBranch().ignoreResult());
+    return move.addBranch().then([context](AgentState::MoveResult moved) mutable {
+      auto results = context.getResults();
+      SetOutcome(results.initOutcome(), moved.status);
+      results.setSessions(moved.sessions);
+      results.setBytes(moved.bytes);
+      results.setPauseMs(moved.pause_ms);
+      auto devices = results.initDevices(static_cast<unsigned>(moved.devices.size()));
+      for (size_t i = 0; i < moved.devices.size(); ++i) devices.set(static_cast<unsigned>(i), moved.devices[i]);
+    });
   }
 
   kj::Promise<void> cancel(CancelContext context) override {

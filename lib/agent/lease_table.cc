@@ -13,6 +13,53 @@ namespace gpupool::agent {
 LeaseTable::LeaseTable(std::vector<DeviceCapacity> devices, LeaseTiming timing)
     : devices_(std::move(devices)), timing_(timing), usage_(devices_.size()), cordoned_(devices_.size(), false) {}
 
+Status LeaseTable::MoveSlices(const std::string& id, uint32_t from, uint32_t to) {
+  auto it = entries_.find(id);
+  if (it == entries_.end() || !it->second.committed) {
+    return Status(StatusCode::kInvalidArgument, fmt::format("no lease {} is held here", id));
+  }
+  if (from >= devices_.size() || to >= devices_.size()) {
+    return Status(StatusCode::kInvalidArgument, fmt::format("no device {} here (this agent has {})",
+                                                            std::max(from, to), devices_.size()));
+  }
+  DeviceUsage moving;
+  size_t count = 0, already = 0;
+  for (const SliceGrant& s : it->second.slices) {
+    if (s.device == from) {
+      moving.memory_bytes += s.memory_bytes;
+      moving.share += s.share;
+      ++count;
+    }
+    if (s.device == to) ++already;
+  }
+  if (count == 0) return Status(StatusCode::kInvalidArgument, fmt::format("lease {} holds nothing on device {}", id, from));
+  if (from == to) return Status::Ok();
+  if (cordoned_[to]) {
+    return Status(StatusCode::kUnavailable, fmt::format("device {} is cordoned by an administrator", to));
+  }
+  if (count + already > kMaxSlicesPerDevice) {
+    return Status(StatusCode::kResourceExhausted, fmt::format("device {} would hold more than {} slices of lease {}",
+                                                              to, kMaxSlicesPerDevice, id));
+  }
+  const uint64_t free_memory = devices_[to].memory_bytes - std::min(devices_[to].memory_bytes, usage_[to].memory_bytes);
+  const uint64_t free_share = kShareWhole - std::min<uint64_t>(kShareWhole, usage_[to].share);
+  if (moving.memory_bytes > free_memory || moving.share > free_share) {
+    return Status(StatusCode::kResourceExhausted,
+                  fmt::format("device {} has {} and {:.0f}% compute free; lease {} needs {} and {:.0f}% there", to,
+                              FormatMemorySize(free_memory), static_cast<double>(free_share) / kShareWhole * 100, id,
+                              FormatMemorySize(moving.memory_bytes),
+                              static_cast<double>(moving.share) / kShareWhole * 100));
+  }
+  for (SliceGrant& s : it->second.slices) {
+    if (s.device == from) s.device = to;
+  }
+  usage_[from].memory_bytes -= std::min(usage_[from].memory_bytes, moving.memory_bytes);
+  usage_[from].share -= std::min(usage_[from].share, moving.share);
+  usage_[to].memory_bytes += moving.memory_bytes;
+  usage_[to].share += moving.share;
+  return Status::Ok();
+}
+
 Status LeaseTable::Reserve(const std::string& id, const std::string& secret, const LeaseOwner& owner,
                            const std::vector<SliceGrant>& slices, Clock::time_point now) {
   if (draining_) return Status(StatusCode::kUnavailable, "agent is draining: it takes no new leases");

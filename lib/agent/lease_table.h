@@ -88,6 +88,10 @@ class LeaseTable {
   // A cordoned device takes no new slices (kUnavailable naming it); the slices it holds go on.
   void SetCordoned(uint32_t device, bool cordoned) { cordoned_.at(device) = cordoned; }
   bool cordoned(uint32_t device) const { return cordoned_.at(device); }
+  // Moves the committed lease `id`'s slices on device `from` to device `to` (a migration): kInvalidArgument (no such
+  // lease or device, nothing on `from`), kUnavailable (`to` cordoned), kResourceExhausted (they do not fit beside
+  // what `to` holds). All or nothing; moving back undoes it.
+  Status MoveSlices(const std::string& id, uint32_t from, uint32_t to);
   // Frees a lease or a reservation without its secret: an administrator's revocation.
   Status Revoke(const std::string& id);
 

@@ -227,6 +227,15 @@ std::string RenderMetrics(wire::AgentState::Reader state, const AgentCounters& c
       .Sample({}, static_cast<double>(counters.lease_revocations));
   m.Family("gpupool_sessions_opened_total", "counter", "CUDA sessions opened.")
       .Sample({}, static_cast<double>(counters.sessions_opened));
+  m.Family("gpupool_lease_migrations_total", "counter", "Leases moved to other devices while their programs ran.")
+      .Sample({}, static_cast<double>(counters.migrations));
+  m.Family("gpupool_migrated_sessions_total", "counter", "Sessions those moves carried.")
+      .Sample({}, static_cast<double>(counters.migrated_sessions));
+  m.Family("gpupool_migrated_bytes_total", "counter", "Bytes of session images those moves carried.")
+      .Sample({}, static_cast<double>(counters.migrated_bytes));
+  m.Family("gpupool_migration_pause_seconds_total", "counter",
+           "Time the moved leases' programs were held, from the first checkpoint to the last session restored.")
+      .Sample({}, static_cast<double>(counters.migration_pause_ms) / 1000.0);
   by_reason("gpupool_sessions_refused_total", "CUDA sessions refused, by reason.", counters.sessions_refused);
   return m.Take();
 }

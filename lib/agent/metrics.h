@@ -25,6 +25,8 @@ struct AgentCounters {
   uint64_t sessions_opened = 0;
   uint64_t lease_revocations = 0;  // By an administrator.
   std::map<std::string, uint64_t> sessions_refused;      // By reason.
+  // Leases moved between devices (migrate), the sessions and image bytes they carried, and their pauses in total.
+  uint64_t migrations = 0, migrated_sessions = 0, migrated_bytes = 0, migration_pause_ms = 0;
 };
 
 // The exposition text for `state` (describe's, with leases) and `counters`; `busy_seconds[i]`: device i's total

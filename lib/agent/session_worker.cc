@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <capnp/rpc-twoparty.h>
@@ -27,6 +28,7 @@
 #include "backend/device_turns.h"
 #include "backend/emu/emu_backend.h"
 #include "backend/frame_connection.h"
+#include "backend/session_image_stream.h"
 #include "backend/session_server.h"
 #include "backend/session_meter.h"
 #include "backend/slice_quota.h"
@@ -119,12 +121,15 @@ constexpr kj::Duration kDoorOpenFor = 10 * kj::SECONDS;
 // the session's calls as framed messages (schema/session_frames.h) until it breaks; then the listener closes.
 class Door {
  public:
+  // `restored`: the session is a moved one, restored after `*restored` call frames of its client, who comes back
+  // when it finds its old worker gone, however long that takes.
   Door(kj::AsyncIoContext& io, wire::Session::Client session, backend::FramedSession& framed,
-       uint64_t bytes_in_flight)
+       uint64_t bytes_in_flight, std::optional<uint64_t> restored)
       : io_(io),
         session_(kj::mv(session)),
         framed_(framed),
         bytes_in_flight_(bytes_in_flight),
+        restored_(restored),
         ticket_(RandomBytes(kTicketBytes)),
         tasks_(errors_) {}
   ~Door() { Close(); }
@@ -166,9 +171,14 @@ class Door {
           accepting_ = Accept().eagerlyEvaluate([](kj::Exception&& e) {
             GP_DEBUG("session", "direct listener stopped: {}", e.getDescription().cStr());
           });
-          expiry_ = io_.provider->getTimer().afterDelay(kDoorOpenFor).then([this] { Close(); }).eagerlyEvaluate(nullptr);
+          if (!restored_) {
+            expiry_ = io_.provider->getTimer().afterDelay(kDoorOpenFor).then([this] { Close(); }).eagerlyEvaluate(nullptr);
+          }
         });
   }
+
+  // The client's connection, once it entered: how far it read, and how to stop it for a checkpoint.
+  backend::FrameControl& frames() { return frames_; }
 
  private:
   static constexpr size_t kTicketBytes = 16;
@@ -223,13 +233,20 @@ class Door {
               wire::Session::Client held = *session;  // The connection keeps the session; the door lets go.
               Close();
               bool shares = knock->shared_bytes > 0 && ShareMemory(*fd, knock->shared_bytes);
-              auto entered = kj::heap<session::OutgoingFrame>(session::kEnteredFrame, shares ? 1 : 0);
-              auto pieces = entered->pieces()[0];
+              // A restored session's entered frame carries one word: the call frames it had consumed, after which
+              // its client sends again what it sent.
+              struct {
+                session::FrameHeader header;
+                uint64_t consumed;
+              } entered{{session::kEnteredFrame, shares ? 1u : 0u, restored_ ? 1u : 0u}, restored_.value_or(0)};
+              const size_t entered_bytes = restored_ ? sizeof(entered) : sizeof(entered.header);
+              auto bytes = kj::heapArray<kj::byte>(reinterpret_cast<const kj::byte*>(&entered), entered_bytes);
               auto* s = stream.get();
-              return s->write(pieces.begin(), pieces.size())
-                  .attach(kj::mv(entered))
+              return s->write(bytes.begin(), bytes.size())
+                  .attach(kj::mv(bytes))
                   .then([this, stream = kj::mv(stream)]() mutable {
-                    return backend::ServeFrames(kj::mv(stream), framed_, bytes_in_flight_);
+                    return backend::ServeFrames(kj::mv(stream), framed_, bytes_in_flight_, &frames_,
+                                                restored_.value_or(0));
                   })
                   .attach(kj::mv(held));
             }
@@ -275,6 +292,8 @@ class Door {
   kj::Maybe<wire::Session::Client> session_;
   backend::FramedSession& framed_;  // The session's server: lives as long as a reference to it (held above).
   const uint64_t bytes_in_flight_;
+  const std::optional<uint64_t> restored_;
+  backend::FrameControl frames_;
   std::string ticket_;  // From the kernel's random source: whoever holds it gets the session.
   std::string unix_path_;
   kj::Own<kj::ConnectionReceiver> listener_;
@@ -319,12 +338,80 @@ class WorkerImpl final : public wire::SessionWorker::Server {
       closed_->fulfill();  // Nothing to serve: the worker exits once this reply is out.
       return kj::READY_NOW;
     }
-    return Serve(std::move(device).value(), limits, sharing, c.getDirectListen(), results);
+    std::optional<uint64_t> restored;
+    if (c.getRestore()) restored = c.getRestoreConsumed();
+    return Serve(std::move(device).value(), limits, sharing, c.getDirectListen(), restored, results);
   }
 
   kj::Promise<void> revoke(RevokeContext context) override {
     std::lock_guard<std::mutex> lock(control_->mu);
     if (control_->revoke) control_->revoke(context.getParams().getReason());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> restorePiece(RestorePieceContext context) override {
+    auto data = context.getParams().getData();
+    if (opened_) {
+      SetOutcome(context.getResults().initOutcome(),
+                 Status(StatusCode::kInvalidArgument, "the session is open already: nothing more to restore"));
+      return kj::READY_NOW;
+    }
+    restore_image_.insert(restore_image_.end(), data.begin(), data.end());
+    SetOutcome(context.getResults().initOutcome(), Status::Ok());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> checkpoint(CheckpointContext context) override {
+    auto results = context.getResults();
+    if (!door_ || checkpointing_) {
+      SetOutcome(results.initOutcome(),
+                 Status(StatusCode::kInvalidArgument,
+                        door_ ? "a checkpoint is under way" : "the session has no direct connection: its client "
+                                                              "could not follow it elsewhere"));
+      return kj::READY_NOW;
+    }
+    checkpointing_ = true;
+    image_bytes_.clear();
+    auto image = kj::heap<backend::SessionImage>();
+    auto* raw = image.get();
+    const kj::Duration within = context.getParams().getQuietWithinMs() * kj::MILLISECONDS;
+    return backend::CheckpointForMove(door_->frames(), *control_, io_.provider->getTimer(), within, raw)
+        .then([this, results, image = kj::mv(image)](backend::MoveCheckpoint taken) mutable {
+          CallStatus status = taken.status;
+          if (status.ok()) {
+            status = backend::WriteSessionImage(*image, [this](const uint8_t* data, size_t bytes) {
+              image_bytes_.insert(image_bytes_.end(), data, data + bytes);
+              return true;
+            });
+            if (!status.ok() && door_->frames().resume) door_->frames().resume();
+          }
+          if (!status.ok()) {
+            checkpointing_ = false;
+            image_bytes_.clear();
+            SetOutcome(results.initOutcome(), Status(StatusCode::kUnavailable, status.message()));
+            return;
+          }
+          SetOutcome(results.initOutcome(), Status::Ok());
+          results.setConsumed(taken.consumed);
+          results.setImageBytes(image_bytes_.size());
+        });
+  }
+
+  kj::Promise<void> imagePiece(ImagePieceContext context) override {
+    constexpr uint64_t kPiece = 16u << 20;
+    const uint64_t offset = context.getParams().getOffset();
+    if (offset < image_bytes_.size()) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kPiece, image_bytes_.size() - offset));
+      context.getResults().setData(kj::arrayPtr(image_bytes_.data() + offset, n));
+    }
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> resume(ResumeContext) override {
+    if (checkpointing_ && door_ && door_->frames().resume) door_->frames().resume();
+    checkpointing_ = false;
+    image_bytes_.clear();
+    image_bytes_.shrink_to_fit();
     return kj::READY_NOW;
   }
 
@@ -459,18 +546,26 @@ class WorkerImpl final : public wire::SessionWorker::Server {
   // Serves the session: the session server lives as long as some client holds it; when the last reference goes
   // (the client closed it, or its connection broke), the worker's job is done. `where`, when set, is where the
   // client may connect directly.
+  // `restored`: the session is the one restore_image_ describes, which had consumed that many of its client's calls.
   kj::Promise<void> Serve(std::unique_ptr<backend::DeviceBackend> device, const backend::SessionLimits& limits,
-                          const Sharing& sharing, std::string where,
+                          const Sharing& sharing, std::string where, std::optional<uint64_t> restored,
                           wire::SessionWorker::OpenResults::Builder results) {
     auto* closed = closed_.get();
     backend::FramedSession* framed = nullptr;
     auto server = backend::NewSessionServer(std::move(device), limits, control_, sharing.submission_turns, &framed)
                       .attach(kj::defer([closed] { closed->fulfill(); }));
+    if (restored) {
+      // The image came from an agent, perhaps another server's: read as hostile, and checked again by the restore.
+      if (Status s = Restore(where); !s.ok()) {
+        SetOutcome(results.initOutcome(), s);
+        return kj::READY_NOW;  // The server goes with this scope: the worker exits once the reply is out.
+      }
+    }
     wire::Session::Client client(kj::mv(server));
     SetOutcome(results.initOutcome(), Status::Ok());
     results.setSession(client);
     if (where.empty()) return kj::READY_NOW;
-    door_ = kj::heap<Door>(io_, kj::mv(client), *framed, limits.bytes_in_flight);
+    door_ = kj::heap<Door>(io_, kj::mv(client), *framed, limits.bytes_in_flight, restored);
     return door_->Open(where, prebound_door_, results.initDirect()).catch_([this, results](kj::Exception&& e) mutable {
       // The client still has the session through the agent.
       GP_WARN("session", "cannot listen for a direct connection: {}", e.getDescription().cStr());
@@ -479,9 +574,37 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     });
   }
 
+  // The session becomes the one restore_image_ describes (its bytes go as it is read).
+  Status Restore(const std::string& where) {
+    if (where.empty()) {
+      return Status(StatusCode::kInvalidArgument, "a restored session needs a direct connection for its client");
+    }
+    backend::SessionImage image;
+    size_t at = 0;
+    CallStatus read = backend::ReadSessionImage(
+        [this, &at](uint8_t* data, size_t bytes) {
+          if (bytes > restore_image_.size() - at) return false;
+          std::memcpy(data, restore_image_.data() + at, bytes);
+          at += bytes;
+          return true;
+        },
+        &image);
+    restore_image_.clear();
+    restore_image_.shrink_to_fit();
+    if (!read.ok()) return Status(StatusCode::kInvalidArgument, "the session's image: " + read.message());
+    std::lock_guard<std::mutex> lock(control_->mu);
+    CallStatus restored = control_->restore ? control_->restore(image)
+                                            : CallStatus(cu::kInvalidValue, "the session closed");
+    if (!restored.ok()) return Status(StatusCode::kInvalidArgument, restored.message());
+    return Status::Ok();
+  }
+
   kj::AsyncIoContext& io_;
   kj::Own<kj::PromiseFulfiller<void>> closed_;
   std::function<void(uint64_t)> flow_limit_;
+  std::vector<uint8_t> restore_image_;  // restorePiece's, until open.
+  std::vector<uint8_t> image_bytes_;    // The last checkpoint's image, for imagePiece.
+  bool checkpointing_ = false;          // A checkpoint was taken (or is being taken) and not resumed.
   kj::Own<Door> door_;
   kj::Maybe<PreboundDoor> prebound_door_;
   std::shared_ptr<backend::SessionControl> control_ = std::make_shared<backend::SessionControl>();
@@ -577,7 +700,10 @@ struct SessionWorkers::Worker {
   kj::Own<kj::AsyncIoStream> stream;
   kj::Own<capnp::TwoPartyClient> rpc;
   kj::Maybe<wire::SessionWorker::Client> control;
-  bool killed = false;  // By the agent, because its lease ended.
+  bool killed = false;  // By the agent, because its lease ended (or its session moved).
+  bool opened = false;  // Its session opened.
+  WorkerSpec spec;      // How it was opened (without the image it may have been restored from).
+  DirectDoor door;      // Where its client reaches it, once opened.
 };
 
 SessionWorkers::SessionWorkers(kj::AsyncIoContext& io, WorkerSandbox sandbox, uint64_t memory_limit,
@@ -678,6 +804,8 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   worker->cgroup = std::move(cgroup);
   worker->lease_id = spec.lease_id;
   worker->device = spec.device;
+  worker->spec = spec;
+  worker->spec.restore_image = nullptr;
   worker->meter = std::move(meter);
   worker->direct_path = DoorSocketPath(spec.direct_listen, pid);
   worker->stream = io_.lowLevelProvider->wrapUnixSocketFd(fds[0], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
@@ -713,7 +841,12 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   c.setSessionMeter(meter_fd >= 0);
   c.setDirectListen(spec.direct_listen);
   c.setBytesInFlight(spec.bytes_in_flight);
-  return req.send()
+  c.setRestore(spec.restore_image != nullptr);
+  c.setRestoreConsumed(spec.restore_consumed);
+  // A moved session's image goes first, in pieces within the message limit.
+  kj::Promise<void> image_sent = kj::READY_NOW;
+  if (spec.restore_image) image_sent = SendImage(bootstrap, spec.restore_image, 0);
+  return image_sent.then([req = kj::mv(req)]() mutable { return req.send(); })
       .then([this, pid](capnp::Response<wire::SessionWorker::OpenResults>&& r) -> OpenedSession {
         if (Status refused = StatusOf(r.getOutcome()); !refused.ok()) {
           KillFailedToOpen(pid, refused.message().c_str());
@@ -726,6 +859,10 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
           opened.direct = DirectDoor{d.getPort(), d.getPath(),
                                      std::string(reinterpret_cast<const char*>(ticket.begin()), ticket.size())};
         }
+        if (auto it = workers_.find(pid); it != workers_.end()) {
+          it->second->opened = true;
+          KJ_IF_MAYBE(door, opened.direct) { it->second->door = *door; }
+        }
         return opened;
       })
       .catch_([this, pid](kj::Exception&& e) -> OpenedSession {
@@ -734,6 +871,94 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
                                                                        e.getDescription().cStr())),
                              nullptr, nullptr};
       });
+}
+
+namespace {
+
+constexpr size_t kImagePieceBytes = 16u << 20;
+
+}  // namespace
+
+kj::Promise<void> SessionWorkers::SendImage(wire::SessionWorker::Client worker,
+                                            std::shared_ptr<const std::vector<uint8_t>> image, size_t offset) {
+  if (offset >= image->size()) return kj::READY_NOW;
+  auto req = worker.restorePieceRequest();
+  const size_t n = std::min(kImagePieceBytes, image->size() - offset);
+  req.setData(kj::arrayPtr(image->data() + offset, n));
+  return req.send().then([this, worker, image, offset, n](
+                             capnp::Response<wire::SessionWorker::RestorePieceResults>&& r) mutable {
+    if (Status s = StatusOf(r.getOutcome()); !s.ok()) return kj::Promise<void>(KJ_EXCEPTION(FAILED, s.message()));
+    return SendImage(kj::mv(worker), kj::mv(image), offset + n);
+  });
+}
+
+std::vector<SessionWorkers::LeaseSession> SessionWorkers::SessionsOf(const std::string& lease_id) const {
+  std::vector<LeaseSession> out;
+  for (const auto& [pid, worker] : workers_) {
+    if (worker->lease_id == lease_id && worker->opened && !worker->killed) {
+      out.push_back({pid, worker->spec, worker->door});
+    }
+  }
+  return out;
+}
+
+kj::Promise<SessionWorkers::Checkpointed> SessionWorkers::Checkpoint(pid_t pid, kj::Duration quiet_within) {
+  auto it = workers_.find(pid);
+  if (it == workers_.end() || it->second->killed) {
+    return Checkpointed{Status(StatusCode::kNotFound, "the session ended"), 0, nullptr};
+  }
+  wire::SessionWorker::Client* control = nullptr;
+  KJ_IF_MAYBE(c, it->second->control) { control = c; }
+  if (control == nullptr) return Checkpointed{Status(StatusCode::kNotFound, "the session ended"), 0, nullptr};
+  auto req = control->checkpointRequest();
+  req.setQuietWithinMs(static_cast<uint32_t>(quiet_within / kj::MILLISECONDS));
+  wire::SessionWorker::Client worker = *control;
+  return req.send()
+      .then([this, worker](capnp::Response<wire::SessionWorker::CheckpointResults>&& r) mutable
+            -> kj::Promise<Checkpointed> {
+        if (Status s = StatusOf(r.getOutcome()); !s.ok()) return Checkpointed{s, 0, nullptr};
+        auto taken = std::make_shared<Checkpointed>();
+        taken->consumed = r.getConsumed();
+        taken->image = std::make_shared<std::vector<uint8_t>>();
+        taken->image->reserve(r.getImageBytes());
+        return FetchImage(kj::mv(worker), taken->image, r.getImageBytes()).then([taken] { return *taken; });
+      })
+      .catch_([](kj::Exception&& e) {
+        return Checkpointed{Status(StatusCode::kDisconnected,
+                                   fmt::format("the session's worker went away: {}", e.getDescription().cStr())),
+                            0, nullptr};
+      });
+}
+
+kj::Promise<void> SessionWorkers::FetchImage(wire::SessionWorker::Client worker,
+                                             std::shared_ptr<std::vector<uint8_t>> image, uint64_t bytes) {
+  if (image->size() >= bytes) return kj::READY_NOW;
+  auto req = worker.imagePieceRequest();
+  req.setOffset(image->size());
+  return req.send().then([this, worker, image, bytes](
+                             capnp::Response<wire::SessionWorker::ImagePieceResults>&& r) mutable {
+    auto data = r.getData();
+    if (data.size() == 0 || image->size() + data.size() > bytes) {
+      return kj::Promise<void>(KJ_EXCEPTION(FAILED, "the worker's image is not the length it said"));
+    }
+    image->insert(image->end(), data.begin(), data.end());
+    return FetchImage(kj::mv(worker), kj::mv(image), bytes);
+  });
+}
+
+void SessionWorkers::Resume(pid_t pid) {
+  auto it = workers_.find(pid);
+  if (it == workers_.end()) return;
+  KJ_IF_MAYBE(control, it->second->control) {
+    reapers_->add(control->resumeRequest().send().ignoreResult().catch_([](kj::Exception&&) {}));
+  }
+}
+
+void SessionWorkers::Retire(pid_t pid) {
+  auto it = workers_.find(pid);
+  if (it == workers_.end()) return;
+  it->second->killed = true;
+  kill(pid, SIGKILL);
 }
 
 void SessionWorkers::KillFailedToOpen(pid_t pid, kj::StringPtr why) {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "backend/session_meter.h"
 #include "gpupool/status.h"
 #include "session.capnp.h"
+#include "worker.capnp.h"
 
 namespace gpupool::agent {
 
@@ -61,6 +63,10 @@ struct WorkerSpec {
   // Where the worker listens for its client's direct connection ("host:0", "unix:PATH"); empty: nowhere.
   std::string direct_listen;
   uint64_t bytes_in_flight = 0;  // backend::SessionLimits::bytes_in_flight; 0: its default.
+  // A moved session: the worker opens it restored from this image (SessionWorkers::Checkpoint's), after
+  // `restore_consumed` of its client's call frames. Null: a fresh session.
+  std::shared_ptr<const std::vector<uint8_t>> restore_image;
+  uint64_t restore_consumed = 0;
 };
 
 // Where the client reaches the worker itself (wire::DirectSession).
@@ -97,6 +103,28 @@ class SessionWorkers {
   // all have, or after a bounded wait.
   kj::Promise<void> KillLease(const std::string& lease_id, const std::string& why);
   size_t running() const { return workers_.size(); }
+
+  // A lease's session as a move sees it: its worker, how it was opened, and where its client reaches it.
+  struct LeaseSession {
+    pid_t pid = 0;
+    WorkerSpec spec;
+    DirectDoor door;  // Empty ticket: the session has no direct connection (it cannot move).
+  };
+  // The sessions of `lease_id` that serve now (started, opened, not ended).
+  std::vector<LeaseSession> SessionsOf(const std::string& lease_id) const;
+  // For a move: the session of worker `pid` stopped at a frame boundary and checkpointed once quiet (within
+  // `quiet_within`): its image and the call frames it consumed. The worker then serves nothing until Resume, or
+  // Retire. Not ok: why not, and the session serves on.
+  struct Checkpointed {
+    Status status;
+    uint64_t consumed = 0;
+    std::shared_ptr<std::vector<uint8_t>> image;
+  };
+  kj::Promise<Checkpointed> Checkpoint(pid_t pid, kj::Duration quiet_within);
+  // The move was abandoned: the checkpointed session serves its client again.
+  void Resume(pid_t pid);
+  // The session moved: its worker is killed (its client finds the connection gone and follows the session).
+  void Retire(pid_t pid);
   // Workers of `device`, and of the lease `lease_id` on it, that hold or may still hold a place in its turns and
   // quota tables: starting, serving, or ended but not yet reaped.
   size_t OnDevice(uint32_t device) const;
@@ -118,6 +146,12 @@ class SessionWorkers {
  private:
   struct Worker;
   void Reap(pid_t pid, int status);
+  // A moved session's image to a new worker, in pieces from `offset`.
+  kj::Promise<void> SendImage(wire::SessionWorker::Client worker, std::shared_ptr<const std::vector<uint8_t>> image,
+                              size_t offset);
+  // A checkpoint's image from its worker, in pieces, until it holds `bytes`.
+  kj::Promise<void> FetchImage(wire::SessionWorker::Client worker, std::shared_ptr<std::vector<uint8_t>> image,
+                               uint64_t bytes);
   // Kills a worker whose session did not open, as the agent's doing (Reap then reports no crash).
   void KillFailedToOpen(pid_t pid, kj::StringPtr why);
 

@@ -38,4 +38,29 @@ Status Revoke(const std::string& server, const std::string& lease_id) {
   });
 }
 
+Result<Migrated> Migrate(const std::string& server, const std::string& lease_id, std::optional<int> device) {
+  Migrated moved;
+  PoolOptions options;
+  options.servers = {server};
+  // A move waits for the lease's sessions to be quiet (up to the agent's limit) and copies their memory.
+  options.call_timeout = std::chrono::minutes(5);
+  internal::Runtime rt(options);
+  Status s = rt.Run([&] {
+    return internal::WithAgent(rt, server, "migrate", [&](internal::Runtime& rt, wire::Agent::Client agent) {
+      auto req = agent.migrateRequest();
+      req.setLeaseId(lease_id);
+      req.setDevice(device.value_or(-1));
+      return rt.Deadline(req.send()).then([&](capnp::Response<wire::Agent::MigrateResults>&& r) {
+        moved.sessions = r.getSessions();
+        moved.bytes = r.getBytes();
+        moved.pause_ms = r.getPauseMs();
+        for (uint32_t d : r.getDevices()) moved.devices.push_back(d);
+        return internal::StatusFromOutcome(r.getOutcome(), server);
+      });
+    });
+  });
+  if (!s.ok()) return s;
+  return moved;
+}
+
 }  // namespace gpupool::admin

@@ -1,11 +1,14 @@
-// Administration of one agent from the shell (`gp-agent ctl`): cordon and uncordon its devices, revoke a lease.
+// Administration of one agent from the shell (`gp-agent ctl`): cordon and uncordon its devices, revoke a lease, move
+// a running lease to other devices.
 // The agent allows these to its administrators only ([auth] admins, root and its own user), as it authenticated
 // them: on its Unix socket by uid, over TCP by token.
 #ifndef GPUPOOL_CLIENT_ADMIN_H_
 #define GPUPOOL_CLIENT_ADMIN_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "gpupool/status.h"
 
@@ -15,6 +18,18 @@ namespace gpupool::admin {
 Status Cordon(const std::string& server, std::optional<int> device, bool cordoned);
 // Ends lease `lease_id` on `server` now; its programs' next CUDA call fails, saying the lease ended.
 Status Revoke(const std::string& server, const std::string& lease_id);
+
+// What a move did: the sessions it carried, their images' bytes, how long their programs were held, and the devices
+// of `server` the lease's slices are on now.
+struct Migrated {
+  uint32_t sessions = 0;
+  uint64_t bytes = 0;
+  uint32_t pause_ms = 0;
+  std::vector<uint32_t> devices;
+};
+// Moves running lease `lease_id` to other devices of `server` (`device`, or any other that fits): its programs go on
+// where it went. On failure it stays where it was, running.
+Result<Migrated> Migrate(const std::string& server, const std::string& lease_id, std::optional<int> device);
 
 }  // namespace gpupool::admin
 

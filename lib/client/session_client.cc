@@ -244,6 +244,7 @@ Status RemoteSession::OpenAt(uint64_t base, uint64_t window, bool* window_taken)
                                          [raw](int code, const std::string& message) { raw->Record(code, message); });
     if (channel.ok()) {
       raw->channel = std::move(channel).value();
+      MakeFollowMoves(raw->channel.get(), door_ticket, base, window);
       runtime_->Run([raw] { raw->session = nullptr; });  // The agent's forwarding reference goes.
       GP_DEBUG("session", "reached the session's worker directly at {}", door_address);
     } else {
@@ -259,6 +260,47 @@ Status RemoteSession::OpenAt(uint64_t base, uint64_t window, bool* window_taken)
   window_bytes_ = window;
   props_ = *props;
   return Status::Ok();
+}
+
+void RemoteSession::MakeFollowMoves(SessionChannel* channel, const std::string& ticket, uint64_t base,
+                                    uint64_t window) {
+  // What the channel's reconnection needs, by value: it outlives nothing but the channel, which this session owns.
+  auto current_ticket = std::make_shared<std::string>(ticket);
+  std::shared_ptr<Runtime> runtime = runtime_;
+  const std::string server = slice_.server, id = lease_id_, secret = lease_secret_;
+  const uint32_t device = slice_.device;
+  channel->MakeResumable([=](const std::string& why) -> Result<SessionChannel::Resumed> {
+    std::string address, next_ticket;
+    Status asked = runtime->Run([&]() -> kj::Promise<Status> {
+      return WithAgent(*runtime, server, "openSession", [&](Runtime& rt, wire::Agent::Client agent) {
+        auto req = agent.openSessionRequest();
+        SetKey(req.initLease(), id, secret);
+        req.setDevice(device);
+        req.setWindowBase(base);
+        req.setWindowBytes(window);
+        req.setResumeTicket(kj::arrayPtr(reinterpret_cast<const kj::byte*>(current_ticket->data()),
+                                         current_ticket->size()));
+        return rt.Deadline(req.send()).then([&](capnp::Response<wire::Agent::OpenSessionResults>&& r) {
+          Status s = StatusFromOutcome(r.getOutcome(), server);
+          if (!s.ok()) return s;
+          if (!r.hasDirect()) return Status(StatusCode::kInternal, "the agent said where the session went, but not how");
+          auto door = r.getDirect();
+          address = door.hasPath() && door.getPath().size() > 0 ? "unix:" + std::string(door.getPath())
+                                                                 : WorkerAddress(server, door.getPort());
+          auto t = door.getTicket();
+          next_ticket.assign(reinterpret_cast<const char*>(t.begin()), t.size());
+          return Status::Ok();
+        });
+      });
+    });
+    if (!asked.ok()) return asked;
+    auto resumed = channel->Knock(address, next_ticket, kDirectConnectTimeout);
+    if (resumed.ok()) {
+      *current_ticket = next_ticket;
+      GP_DEBUG("session", "the session moved ({}); it goes on at {}", why, address);
+    }
+    return resumed;
+  });
 }
 
 Result<std::vector<std::unique_ptr<RemoteSession>>> RemoteSession::OpenLease(const std::string& token) {

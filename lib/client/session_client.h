@@ -146,6 +146,9 @@ class RemoteSession {
   // Opens the slice's session in [base, base + window), replacing the one open, if any, on success. On a refusal,
   // `*window_taken` (if given) says whether it was for that window alone (another may do).
   Status OpenAt(uint64_t base, uint64_t window, bool* window_taken = nullptr);
+  // Lets `channel` (the direct connection entered with `ticket`) follow the session when its agent moves it: the
+  // agent says where it went (openSession with the ticket), and the channel resumes there.
+  void MakeFollowMoves(SessionChannel* channel, const std::string& ticket, uint64_t base, uint64_t window);
   bool Batching() const;
   // Sends what the batch gathered so far (EndBatch, and a batch too large for one message, in parts).
   void SendGathered();

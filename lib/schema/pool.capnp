@@ -149,13 +149,16 @@ interface Agent {
   cancel @6 (lease :LeaseKey) -> (outcome :Outcome);
   # Drops an uncommitted reservation (placement rollback). Committed leases are left alone.
 
-  openSession @7 (lease :LeaseKey, device :UInt32, windowBase :UInt64, windowBytes :UInt64)
+  openSession @7 (lease :LeaseKey, device :UInt32, windowBase :UInt64, windowBytes :UInt64, resumeTicket :Data)
       -> (outcome :Outcome, session :Session, direct :DirectSession);
   # Opens the CUDA session of a committed lease's slice on `device`. Device addresses of the session lie in
   # [windowBase, windowBase + windowBytes), chosen by the client so that the pointers of all its slices, on any
   # servers, never collide. Outcome busy with windowTaken: that window is taken on this agent; pick another.
   # `session` reaches the session through the agent; `direct`, when set, says where the client may reach the
   # session's worker itself (then it drops `session`, and the agent forwards nothing).
+  # `resumeTicket` set: not a new session, but where the session the client entered with that ticket went when it
+  # moved (migrate): `direct` is its new worker's door, restored after the call frames its entered frame says; the
+  # client then sends the rest again there (docs/moving-leases.md). notFound: the session did not move, it ended.
 
   cordon @8 (device :Int32, cordoned :Bool) -> (outcome :Outcome);
   # Administrators only ([auth] admins): stops (cordoned) or resumes new leases on device `device`, or on every
@@ -164,4 +167,12 @@ interface Agent {
   revoke @9 (leaseId :Text) -> (outcome :Outcome);
   # Administrators only: ends a lease (or reservation) now, without its secret. Its sessions are revoked: their
   # programs' next call fails, saying the lease ended.
+
+  migrate @10 (leaseId :Text, device :Int32) -> (outcome :Outcome, sessions :UInt32, bytes :UInt64, pauseMs :UInt32,
+                                                devices :List(UInt32));
+  # Administrators only: moves a running lease's slices to other devices of this agent (`device`, or -1: any other
+  # that fits), with every session of it, while its programs run: each session is stopped at a quiet point,
+  # checkpointed, and restored in a new worker at the same addresses; its client follows it on its next call. On
+  # any failure the lease stays where it was, its programs running. Answers the sessions moved, their image bytes,
+  # the longest pause, and the devices the lease now holds (by slice).
 }

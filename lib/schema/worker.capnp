@@ -34,6 +34,9 @@ struct WorkerConfig {
                               # weight in the turns table (DeviceTurns::Join's group).
   bytesInFlight @17 :UInt64;  # Most bytes the session holds for calls not yet done before it stops reading its
                               # client (backend::SessionLimits::bytes_in_flight); 0 = the default.
+  restore @18 :Bool;          # The session is the one whose image came in restorePiece calls before open (a move:
+                              # docs/moving-leases.md); its client resumes on the direct connection.
+  restoreConsumed @19 :UInt64;  # The call frames the session had consumed when it was checkpointed.
 }
 
 interface SessionWorker {
@@ -46,4 +49,19 @@ interface SessionWorker {
   revoke @1 (reason :Text) -> ();
   # The lease ended: free the session's memory and stop its kernels now; later calls answer "the lease of this
   # session ended: " and the reason (such as "revoked by alice"). The agent kills the worker shortly after.
+
+  checkpoint @2 (quietWithinMs :UInt32) -> (outcome :Outcome, consumed :UInt64, imageBytes :UInt64);
+  # For a move: stops reading the client's calls at a frame boundary, waits (up to quietWithinMs) for the session to
+  # be quiet, and checkpoints it (backend/session_image.h). ok: the image (imageBytes long, read with imagePiece)
+  # and the call frames consumed; the session then serves nothing until `resume`, or the worker is killed. Otherwise
+  # why not, and the session serves on as before.
+
+  imagePiece @3 (offset :UInt64) -> (data :Data);
+  # Up to 16 MiB of the checkpoint's image from `offset` (empty past its end).
+
+  resume @4 () -> ();
+  # The move was abandoned: the session serves its client again.
+
+  restorePiece @5 (data :Data) -> (outcome :Outcome);
+  # Before open: the next piece of the image of the session to restore (WorkerConfig.restore).
 }

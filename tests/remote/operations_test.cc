@@ -35,14 +35,16 @@ const LeaseInfo* FindLease(const PoolState& state, const std::string& label_part
 
 // An agent serving /metrics; its metrics URL is read from its second line of output.
 struct MetricsAgent {
-  explicit MetricsAgent(std::vector<std::string> extra = {}) : agent(Options(std::move(extra))) {
+  explicit MetricsAgent(std::vector<std::string> extra = {}, std::string listen = "")
+      : agent(Options(std::move(extra), std::move(listen))) {
     std::string line = agent.process().ReadLine(seconds(10));
     auto at = line.find("http://");
     if (at == std::string::npos) throw std::runtime_error("no metrics line from gp-agent: '" + line + "'");
     url = line.substr(at);
   }
-  static AgentOptions Options(std::vector<std::string> extra) {
+  static AgentOptions Options(std::vector<std::string> extra, std::string listen) {
     AgentOptions o{.name = "ops", .emulated = 2, .emulated_memory = "4GiB"};
+    if (!listen.empty()) o.listen = std::move(listen);
     o.extra_args = {"--metrics", "127.0.0.1:0"};
     o.extra_args.insert(o.extra_args.end(), extra.begin(), extra.end());
     return o;
@@ -486,6 +488,56 @@ hours = "20:00-08:00"
 void SetClock(const std::string& path, const std::string& local) {
   { std::ofstream(path + ".new") << local << "\n"; }
   std::rename((path + ".new").c_str(), path.c_str());
+}
+
+// Issue 43: a running lease moved between the agent's GPUs, again and again, while its program works with state of
+// every kind (moving_state.cu checks it bit for bit at the end); a move that cannot be made (the other GPU is
+// cordoned, or full) leaves the lease where it was and the program running; the moves are counted in /metrics.
+TEST(Migrate, ARunningLeaseMovesBetweenGpusAndItsProgramFinishesExact) {
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  MetricsAgent m({}, "unix:" + dir.path() + "/agent.sock");  // Administrators are known by uid on a Unix socket.
+  const std::string server = m.agent.address();
+  Pool pool = Connect({server});
+  Process program({ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", Program("moving_state"), "300"});
+  ASSERT_EQ(program.ReadLine(seconds(60)), "ready") << program.Stderr();
+  const std::string id = LeaseIdOf(pool, "moving_state");
+  ASSERT_FALSE(id.empty());
+  auto device_of_lease = [&] {
+    PoolState state = pool.State();
+    const LeaseInfo* l = FindLease(state, "moving_state");
+    return l && l->devices.size() == 1 ? static_cast<int>(l->devices[0]) : -1;
+  };
+  int device = device_of_lease();
+  ASSERT_GE(device, 0);
+  for (int move = 0; move < 4; ++move) {
+    RunResult moved = Ctl(server, {"migrate", id, "--json"});
+    ASSERT_EQ(moved.code, 0) << moved.err;
+    const int other = 1 - device;
+    EXPECT_NE(moved.out.find(fmt::format("\"gpus\": [{}]", other)), std::string::npos) << moved.out;
+    EXPECT_NE(moved.out.find("\"sessions\": 1"), std::string::npos) << moved.out;
+    EXPECT_EQ(device_of_lease(), other);
+    device = other;
+    std::this_thread::sleep_for(milliseconds(300));
+  }
+  // Nowhere to go: the lease stays, and its program goes on.
+  ASSERT_EQ(Ctl(server, {"cordon", std::to_string(1 - device)}).code, 0);
+  RunResult refused = Ctl(server, {"migrate", id});
+  EXPECT_EQ(refused.code, 1);
+  EXPECT_NE(refused.err.find("cordoned"), std::string::npos) << refused.err;
+  ASSERT_EQ(Ctl(server, {"uncordon"}).code, 0);
+  EXPECT_EQ(Ctl(server, {"migrate", id, "--to-gpu", std::to_string(device)}).code, 1) << "it is there already";
+  EXPECT_EQ(Ctl(server, {"migrate", "no-such-lease"}).code, 1);
+  EXPECT_EQ(device_of_lease(), device);
+
+  const int status = program.Wait(seconds(120));
+  const std::string out = program.ReadAll();
+  EXPECT_EQ(status, 0) << out << program.Stderr();
+  EXPECT_NE(out.find("ok 600"), std::string::npos) << out;
+  const std::string metrics = m.Scrape();
+  EXPECT_EQ(SampleOf(metrics, "gpupool_lease_migrations_total"), 4) << metrics;
+  EXPECT_EQ(SampleOf(metrics, "gpupool_migrated_sessions_total"), 4) << metrics;
+  EXPECT_GT(SampleOf(metrics, "gpupool_migrated_bytes_total"), 4 * 3.0 * (1 << 20)) << metrics;
 }
 
 // Issue 41 item 5: a lease lost under a running program is reported, by gp-run and by the program's next CUDA call,

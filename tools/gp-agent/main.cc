@@ -14,6 +14,7 @@
 #include "agent/session_worker.h"
 #include "client/admin.h"
 #include "client/state_json.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "gpupool/gpupool.h"
 #include "gpupool/units.h"
@@ -48,6 +49,11 @@ int Ctl(int argc, char** argv) {
   drain->add_option("--wait", wait, "how long to wait for the leases to end (default 0s: do not wait)");
   auto* revoke = app.add_subcommand("revoke", "end a lease now: its programs' next CUDA call fails, saying so");
   revoke->add_option("lease", lease, "the lease id (gp-ls --leases)")->required();
+  auto* migrate = app.add_subcommand("migrate", "move a running lease to another GPU of the server; its programs go on");
+  migrate->add_option("lease", lease, "the lease id (gp-ls --leases)")->required();
+  migrate->add_option("--to-gpu", gpu, "the GPU to move to (default: any other that fits)");
+  bool json = false;
+  migrate->add_flag("--json", json, "print what the move did as one JSON object");
   auto* list = app.add_subcommand("list", "devices (cordoned or not), leases and their users");
   // CLI11 would answer a mistyped verb with "A subcommand is required": name it, and the verbs there are.
   for (int i = 1; i < argc; ++i) {
@@ -57,9 +63,10 @@ int Ctl(int argc, char** argv) {
       continue;
     }
     if (word.empty() || word[0] == '-') continue;
-    if (word != "cordon" && word != "uncordon" && word != "drain" && word != "revoke" && word != "list") {
-      PrintError("gp-agent ctl: unknown command '{}'; the commands are cordon, uncordon, drain, revoke and list "
-                 "(gp-agent ctl --help)\n", word);
+    if (word != "cordon" && word != "uncordon" && word != "drain" && word != "revoke" && word != "migrate" &&
+        word != "list") {
+      PrintError("gp-agent ctl: unknown command '{}'; the commands are cordon, uncordon, drain, revoke, migrate and "
+                 "list (gp-agent ctl --help)\n", word);
       return 2;
     }
     break;
@@ -83,6 +90,18 @@ int Ctl(int argc, char** argv) {
     Status s = admin::Revoke(server, lease);
     if (!s.ok()) return fail(s);
     Print("revoked lease {} on {}\n", lease, server);
+    return 0;
+  }
+  if (migrate->parsed()) {
+    auto moved = admin::Migrate(server, lease, device);
+    if (!moved.ok()) return fail(moved.status());
+    if (json) {
+      Print("{{\"lease\": \"{}\", \"sessions\": {}, \"bytes\": {}, \"pause_ms\": {}, \"gpus\": [{}]}}\n", JsonEscape(lease),
+            moved->sessions, moved->bytes, moved->pause_ms, fmt::join(moved->devices, ", "));
+    } else {
+      Print("moved lease {} to GPU {} of {}: {} session(s), {} of memory, paused {} ms\n", lease,
+            fmt::join(moved->devices, ","), server, moved->sessions, FormatMemorySize(moved->bytes), moved->pause_ms);
+    }
     return 0;
   }
   PoolOptions options;
