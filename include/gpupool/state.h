@@ -73,6 +73,9 @@ struct LeaseInfo {
   uint64_t calls_total = 0, bytes_to_device_total = 0, bytes_from_device_total = 0;  // Since it was granted.
   double idle_s = 0;              // Since its last call or device work (or since it was granted, if none).
   bool idle = false;              // idle_s reached the server's idle threshold (ServerInfo::idle_after_s).
+  // Suspended by its agent: its sessions are kept as images and its slices hold nothing until its next call resumes
+  // it (`devices` says where it was).
+  bool suspended = false;
 };
 
 struct ServerInfo {

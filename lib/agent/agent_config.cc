@@ -144,8 +144,9 @@ Status Read(const TomlFile& file, AgentConfig* c) {
   }
   if (!(s = section("telemetry", &t)).ok()) return s;
   if (t) {
-    if (!(s = file.CheckKeys(*t, {"idle_after"}, "[telemetry]")).ok()) return s;
+    if (!(s = file.CheckKeys(*t, {"idle_after", "suspend_idle_after"}, "[telemetry]")).ok()) return s;
     if (!(s = file.GetDuration(*t, "idle_after", &c->idle_after)).ok()) return s;
+    if (!(s = file.GetDuration(*t, "suspend_idle_after", &c->suspend_idle_after)).ok()) return s;
   }
   return Status::Ok();
 }
@@ -197,6 +198,9 @@ Status AgentConfig::Validate() const {
     return bad(fmt::format("[limits] sessions_per_lease must be within 1..{}", kMaxSessionsPerLease));
   }
   if (idle_after.count() < 1000) return bad("[telemetry] idle_after must be at least 1s");
+  if (suspend_idle_after.count() != 0 && suspend_idle_after.count() < 1000) {
+    return bad("[telemetry] suspend_idle_after must be at least 1s");
+  }
   if (!metrics_listen.empty() && metrics_listen.rfind("unix:", 0) == 0) {
     return bad("[metrics] listen must be host:port (Prometheus scrapes over TCP)");
   }

@@ -45,6 +45,8 @@ inline constexpr int kMaxSessionsPerLease = 64;
 //                                  # this is closed; 1s..1h; default 30s
 //   [telemetry]
 //   idle_after = "10m"             # flag a lease whose sessions made no call for this long
+//   suspend_idle_after = "30m"     # suspend a lease idle this long (its GPUs go back to the pool; its next call
+//                                  # resumes it); default: never
 //   [auth]
 //   require = false                # refuse clients the agent cannot authenticate
 //   tokens = "/etc/gpupool/tokens.toml"  # TCP clients' per-user tokens ([tokens] user = "token"; mode 0600)
@@ -75,6 +77,7 @@ struct AgentConfig {
   std::chrono::milliseconds sweep_interval{250};  // How often expiry is checked.
   std::string metrics_listen;                     // "host:port" for /metrics; empty: none.
   std::chrono::milliseconds idle_after{600000};
+  std::chrono::milliseconds suspend_idle_after{0};  // 0: leases are never suspended for idling.
   // [limits]: a session beyond either is refused before its worker starts, with a message naming the limit. At
   // most what a device's turns table and a slice's quota table hold (kMaxSessionsPerDevice, kMaxSessionsPerLease).
   int sessions_per_device = kMaxSessionsPerDevice;

@@ -118,6 +118,9 @@ struct AgentState {
     for (auto it = moved_sessions.begin(); it != moved_sessions.end();) {
       it = it->second.lease_id == lease_id ? moved_sessions.erase(it) : std::next(it);
     }
+    suspended.erase(lease_id);  // Its images: the memory of a lease that ended.
+    suspended_devices.erase(lease_id);
+    resumed_at.erase(lease_id);
     return revoked;
   }
 
@@ -214,6 +217,7 @@ struct AgentState {
       return MoveResult{Status(StatusCode::kInvalidArgument,
                                fmt::format("no device {} here (this agent has {})", to, devices.size()))};
     }
+    const std::vector<SessionWorkers::LeaseSession> sessions = workers->SessionsOf(lease_id);
     std::set<uint32_t> from;
     for (const SliceGrant& slice : e->slices) from.insert(slice.device);
     // Each device of the lease to another of the same kind that takes its slices.
@@ -232,6 +236,15 @@ struct AgentState {
           last = Status(StatusCode::kResourceExhausted, fmt::format("device {} is another model", target));
           continue;
         }
+        // The target's session limit counts the sessions coming with the slices.
+        const size_t coming = std::count_if(sessions.begin(), sessions.end(),
+                                            [&](const auto& session) { return session.spec.device == source; });
+        if (workers->OnDevice(target) + coming > static_cast<size_t>(config.sessions_per_device)) {
+          last = Status(StatusCode::kResourceExhausted,
+                        fmt::format("device {} would hold more sessions than this agent allows on one device "
+                                    "([limits] sessions_per_device = {})", target, config.sessions_per_device));
+          continue;
+        }
         last = table.MoveSlices(lease_id, source, target);
         if (last.ok()) {
           targets[source] = target;
@@ -245,7 +258,6 @@ struct AgentState {
                                                                                     : last.message()))};
       }
     }
-    std::vector<SessionWorkers::LeaseSession> sessions = workers->SessionsOf(lease_id);
     for (const auto& session : sessions) {
       if (session.door.ticket.empty()) {
         undo(targets);
@@ -323,6 +335,11 @@ struct AgentState {
                 // Done: each client finds its old worker gone and asks here where its session went.
                 for (size_t i = 0; i < opened.size(); ++i) {
                   KJ_IF_MAYBE(door, opened[i].direct) {
+                    // One entry per session: where it was entered last, to where it is now.
+                    for (auto it = moved_sessions.begin(); it != moved_sessions.end();) {
+                      it = it->second.door.ticket == sessions[i].door.ticket ? moved_sessions.erase(it)
+                                                                             : std::next(it);
+                    }
                     moved_sessions[sessions[i].door.ticket] = MovedSession{lease_id, *door};
                   }
                   workers->Retire(sessions[i].pid);
@@ -354,6 +371,178 @@ struct AgentState {
                 return result;
               });
         });
+  }
+
+  // ---- Suspension: a lease's sessions kept as images in the agent's memory, its slices given back to the pool.
+
+  struct SuspendedSession {
+    std::string ticket;  // The door ticket its client entered with last: how it asks for the session back.
+    WorkerSpec spec;     // As it was opened (its device is the slice's before the suspension).
+    std::shared_ptr<std::vector<uint8_t>> image;
+    uint64_t consumed = 0;
+  };
+  std::map<std::string, std::vector<SuspendedSession>> suspended;  // By lease.
+  std::map<std::string, kj::ForkedPromise<Status>> resuming;        // Leases being resumed now.
+  // When each lease last resumed: its idle time counts from there at most (its telemetry may not have seen a call of
+  // its new workers yet).
+  std::map<std::string, Clock::time_point> resumed_at;
+
+  struct SuspendResult {
+    Status status;
+    uint32_t sessions = 0;
+    uint64_t bytes = 0;
+  };
+
+  // Suspends lease `lease_id`: checkpoints its sessions (as for a move), keeps their images here, ends their workers
+  // and gives its slices back. Its clients' next calls resume it (ResumeLease). On failure nothing changes.
+  kj::Promise<SuspendResult> Suspend(const std::string& lease_id) {
+    const LeaseEntry* e = table.Find(lease_id);
+    if (e == nullptr || !e->committed) {
+      return SuspendResult{Status(StatusCode::kNotFound, "no lease " + lease_id + " here")};
+    }
+    if (e->suspended) return SuspendResult{Status(StatusCode::kInvalidArgument, "lease " + lease_id + " is suspended already")};
+    if (moving.count(lease_id) || resuming.count(lease_id)) {
+      return SuspendResult{Status(StatusCode::kResourceExhausted, "lease " + lease_id + " is being moved or resumed")};
+    }
+    const std::vector<SessionWorkers::LeaseSession> sessions = workers->SessionsOf(lease_id);
+    for (const auto& session : sessions) {
+      if (session.door.ticket.empty()) {
+        return SuspendResult{Status(StatusCode::kUnavailable, "a session of the lease has no direct connection (its "
+                                                              "client could not follow it): nothing suspended")};
+      }
+    }
+    moving.insert(lease_id);
+    kj::Vector<kj::Promise<SessionWorkers::Checkpointed>> checkpoints;
+    for (const auto& session : sessions) checkpoints.add(workers->Checkpoint(session.pid, kQuietWithin));
+    return kj::joinPromises(checkpoints.releaseAsArray())
+        .then([this, lease_id, sessions](kj::Array<SessionWorkers::Checkpointed> taken) {
+          moving.erase(lease_id);
+          Status failed = Status::Ok();
+          for (size_t i = 0; i < taken.size() && failed.ok(); ++i) {
+            if (!taken[i].status.ok()) {
+              failed = Status(taken[i].status.code(), fmt::format("session {} of the lease could not be "
+                                                                  "checkpointed: {}", i, taken[i].status.message()));
+            }
+          }
+          std::vector<uint32_t> devices_then;
+          if (const LeaseEntry* now = table.Find(lease_id)) {
+            for (const auto& slice : now->slices) devices_then.push_back(slice.device);
+          }
+          if (failed.ok()) failed = table.Suspend(lease_id);  // It may have ended meanwhile.
+          if (!failed.ok()) {
+            for (const auto& session : sessions) workers->Resume(session.pid);
+            GP_WARN("agent", "lease {} not suspended: {}", lease_id, failed.message());
+            return SuspendResult{failed};
+          }
+          SuspendResult result{Status::Ok(), static_cast<uint32_t>(sessions.size()), 0};
+          suspended_devices[lease_id] = std::move(devices_then);
+          auto& kept = suspended[lease_id];
+          for (size_t i = 0; i < sessions.size(); ++i) {
+            kept.push_back({sessions[i].door.ticket, sessions[i].spec, taken[i].image, taken[i].consumed});
+            result.bytes += taken[i].image->size();
+            workers->Retire(sessions[i].pid);
+          }
+          ForgetSliceTables(lease_id);
+          ++counters.suspensions;
+          counters.suspended_bytes += result.bytes;
+          GP_INFO("agent", "lease {} suspended: {} session(s), {} kept in memory", lease_id, result.sessions,
+                  FormatMemorySize(result.bytes));
+          return result;
+        });
+  }
+
+  // Places a suspended lease again and restores its sessions in new workers, where their clients find them (by
+  // their tickets, as after a move). kResourceExhausted: no room for it now (it stays suspended; ask again).
+  kj::Promise<Status> ResumeLease(const std::string& lease_id) {
+    if (auto it = resuming.find(lease_id); it != resuming.end()) return it->second.addBranch();
+    const LeaseEntry* e = table.Find(lease_id);
+    if (e == nullptr) return Lost(lease_id);
+    if (!e->suspended) return Status::Ok();
+    Status placed = table.Unsuspend(lease_id, [this](uint32_t from, uint32_t to) {
+      return devices[from].emulated == devices[to].emulated && devices[from].model == devices[to].model;
+    });
+    if (!placed.ok()) return placed;
+    std::vector<SuspendedSession> sessions = suspended[lease_id];
+    const auto started = std::chrono::steady_clock::now();
+    kj::Vector<kj::Promise<OpenedSession>> opens;
+    for (auto& session : sessions) {
+      WorkerSpec spec = session.spec;
+      spec.device = SliceDeviceAfterResume(*table.Find(lease_id), spec);
+      auto turns = TurnsFd(spec.device);
+      auto quota = QuotaFd(lease_id, spec.device, spec.memory_bytes);
+      if (!turns.ok() || !quota.ok()) {
+        (void)table.Suspend(lease_id);
+        return !turns.ok() ? turns.status() : quota.status();
+      }
+      spec.turns_fd = *turns;
+      spec.turns_group = TurnsGroup(lease_id, spec.device);
+      spec.quota_fd = *quota;
+      spec.restore_image = session.image;
+      spec.restore_consumed = session.consumed;
+      opens.add(workers->Open(spec));
+    }
+    auto done = kj::joinPromises(opens.releaseAsArray())
+                    .then([this, lease_id, sessions, started](kj::Array<OpenedSession> opened) {
+                      Status failed = Status::Ok();
+                      for (size_t i = 0; i < opened.size() && failed.ok(); ++i) {
+                        if (!opened[i].status.ok() || opened[i].direct == nullptr) {
+                          failed = Status(StatusCode::kInternal,
+                                          fmt::format("session {} could not be restored: {}", i,
+                                                      opened[i].status.ok() ? "no direct connection"
+                                                                            : opened[i].status.message()));
+                        }
+                      }
+                      if (failed.ok() && table.Find(lease_id) == nullptr) failed = Lost(lease_id);
+                      if (!failed.ok()) {
+                        // Back to suspended: the images stay, and the next call asks again.
+                        for (const auto& session : workers->SessionsOf(lease_id)) workers->Retire(session.pid);
+                        ForgetSliceTables(lease_id);
+                        if (table.Find(lease_id) != nullptr) (void)table.Suspend(lease_id);
+                        GP_WARN("agent", "lease {} could not resume: {}", lease_id, failed.message());
+                        return failed;
+                      }
+                      for (size_t i = 0; i < opened.size(); ++i) {
+                        KJ_IF_MAYBE(door, opened[i].direct) {
+                          for (auto it = moved_sessions.begin(); it != moved_sessions.end();) {
+                            it = it->second.door.ticket == sessions[i].ticket ? moved_sessions.erase(it)
+                                                                              : std::next(it);
+                          }
+                          moved_sessions[sessions[i].ticket] = MovedSession{lease_id, *door};
+                        }
+                      }
+                      suspended.erase(lease_id);
+                      resumed_at[lease_id] = Clock::now();
+                      ++counters.resumptions;
+                      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                          std::chrono::steady_clock::now() - started).count();
+                      GP_INFO("agent", "lease {} resumed: {} session(s) restored in {} ms", lease_id, sessions.size(), ms);
+                      return Status::Ok();
+                    })
+                    .attach(kj::defer([this, lease_id] { resuming.erase(lease_id); }))
+                    .fork();
+    auto branch = done.addBranch();
+    resuming.emplace(lease_id, kj::mv(done));
+    return branch;
+  }
+
+  // The device a suspended session's slice is on once its lease is placed again: the lease's slices keep their order,
+  // so the slice the session had (by its memory and share on its old device) is found by position.
+  uint32_t SliceDeviceAfterResume(const LeaseEntry& e, const WorkerSpec& spec) {
+    const std::vector<uint32_t>& before = suspended_devices[e.id];
+    for (size_t i = 0; i < before.size() && i < e.slices.size(); ++i) {
+      if (before[i] == spec.device) return e.slices[i].device;
+    }
+    return spec.device;
+  }
+  std::map<std::string, std::vector<uint32_t>> suspended_devices;  // By lease: its slices' devices when suspended.
+
+  // The lease's slices' quota and turns tables go with its workers (new ones are made where it goes next).
+  void ForgetSliceTables(const std::string& lease_id) {
+    for (auto it = quota_fds.lower_bound({lease_id, 0}); it != quota_fds.end() && it->first.first == lease_id;) {
+      close(it->second);
+      it = quota_fds.erase(it);
+    }
+    turns_groups.erase(turns_groups.lower_bound({lease_id, 0}), turns_groups.lower_bound({lease_id + '\0', 0}));
   }
 
   static std::vector<DeviceCapacity> Capacities(const std::vector<DeviceRecord>& devices) {
@@ -551,10 +740,33 @@ void Describe(const AgentState& state, wire::AgentState::Builder out, bool with_
     uint64_t idle_ms = IdleMs(e, activity, now, now_unix_ms);
     l.setIdleMs(idle_ms);
     l.setIdle(e.committed && idle_ms >= Ms(state.config.idle_after));
+    l.setSuspended(e.suspended);
   }
 }
 
 // Samples the sessions' meters and the GPUs once a kSampleInterval, for ever.
+// [telemetry] suspend_idle_after: leases idle that long are suspended (their GPUs go back to the pool).
+void SuspendIdleLeases(AgentState& state) {
+  if (state.config.suspend_idle_after.count() == 0) return;
+  const auto now = Clock::now();
+  const int64_t now_unix_ms = UnixMs();
+  std::vector<std::string> idle;
+  for (const auto& [id, e] : state.table.entries()) {
+    if (!e.committed || e.suspended || state.moving.count(id) || state.resuming.count(id)) continue;
+    uint64_t idle_ms = IdleMs(e, state.telemetry.lease(id), now, now_unix_ms);
+    if (auto resumed = state.resumed_at.find(id); resumed != state.resumed_at.end()) {
+      idle_ms = std::min<uint64_t>(idle_ms, Ms(std::chrono::duration_cast<std::chrono::milliseconds>(now - resumed->second)));
+    }
+    if (idle_ms >= Ms(state.config.suspend_idle_after)) {
+      idle.push_back(id);
+    }
+  }
+  for (const auto& id : idle) {
+    GP_INFO("agent", "lease {} is idle past {}: suspending it", id, FormatDuration(state.config.suspend_idle_after));
+    state.moves.add(state.Suspend(id).ignoreResult());
+  }
+}
+
 kj::Promise<void> SampleLoop(AgentState& state, kj::Timer& timer) {
   return timer.afterDelay(std::chrono::duration_cast<std::chrono::milliseconds>(kSampleInterval).count() *
                           kj::MILLISECONDS)
@@ -575,6 +787,7 @@ kj::Promise<void> SampleLoop(AgentState& state, kj::Timer& timer) {
           if (!state.table.Find(id)) gone.push_back(id);
         }
         for (const auto& id : gone) state.workers->ForgetRetired(id);
+        SuspendIdleLeases(state);
         return SampleLoop(state, timer);
       });
 }
@@ -761,6 +974,22 @@ class AgentImpl final : public wire::Agent::Server {
                           : "no such lease here (released, expired, or the agent restarted)"));
       return kj::READY_NOW;
     }
+    if (e->suspended) {
+      // The lease's first call since it was suspended: it is placed again (its sessions restored), then the call is
+      // answered as if it had never been.
+      std::string id = e->id;
+      return state_.ResumeLease(id).then([this, context, id](Status resumed) mutable -> kj::Promise<void> {
+        if (!resumed.ok()) {
+          auto out = context.getResults().initOutcome();
+          SetOutcome(out, resumed.code() == StatusCode::kResourceExhausted
+                              ? Status(resumed.code(), fmt::format("lease {} is suspended and waits for room to "
+                                                                   "resume: {}", id, resumed.message()))
+                              : resumed);
+          return kj::READY_NOW;
+        }
+        return openSession(context);
+      });
+    }
     if (params.hasResumeTicket() && params.getResumeTicket().size() > 0) {
       // A client whose session moved asks where it went.
       auto ticket = params.getResumeTicket();
@@ -776,7 +1005,7 @@ class AgentImpl final : public wire::Agent::Server {
       d.setPort(door.port);
       d.setPath(door.path);
       d.setTicket(kj::arrayPtr(reinterpret_cast<const kj::byte*>(door.ticket.data()), door.ticket.size()));
-      state_.moved_sessions.erase(moved);  // Its client follows it once; the next move records the new ticket.
+      // Kept (a client whose knock there failed may ask again) until the session moves again or its lease ends.
       return kj::READY_NOW;
     }
     uint32_t device = params.getDevice();
@@ -952,6 +1181,37 @@ class AgentImpl final : public wire::Agent::Server {
       results.setPauseMs(moved.pause_ms);
       auto devices = results.initDevices(static_cast<unsigned>(moved.devices.size()));
       for (size_t i = 0; i < moved.devices.size(); ++i) devices.set(static_cast<unsigned>(i), moved.devices[i]);
+    });
+  }
+
+  kj::Promise<void> suspend(SuspendContext context) override {
+    if (!AdminOnly(context.getResults().initOutcome(), "suspend")) return kj::READY_NOW;
+    std::string id = context.getParams().getLeaseId();
+    GP_INFO("admin", "{} suspends lease {}", peer_.user, id);
+    auto suspended = state_.Suspend(id).fork();
+    state_.moves.add(suspended.addBranch().ignoreResult());
+    return suspended.addBranch().then([context](AgentState::SuspendResult done) mutable {
+      auto results = context.getResults();
+      SetOutcome(results.initOutcome(), done.status);
+      results.setSessions(done.sessions);
+      results.setBytes(done.bytes);
+    });
+  }
+
+  kj::Promise<void> resume(ResumeContext context) override {
+    if (!AdminOnly(context.getResults().initOutcome(), "resume")) return kj::READY_NOW;
+    std::string id = context.getParams().getLeaseId();
+    const LeaseEntry* e = state_.table.Find(id);
+    if (e == nullptr || !e->suspended) {
+      SetOutcome(context.getResults().initOutcome(),
+                 Status(StatusCode::kNotFound, "no suspended lease " + id + " here"));
+      return kj::READY_NOW;
+    }
+    GP_INFO("admin", "{} resumes lease {}", peer_.user, id);
+    auto resumed = state_.ResumeLease(id).fork();
+    state_.moves.add(resumed.addBranch().ignoreResult());
+    return resumed.addBranch().then([context](Status done) mutable {
+      SetOutcome(context.getResults().initOutcome(), done);
     });
   }
 

@@ -1,6 +1,7 @@
 #include "agent/lease_table.h"
 
 #include <algorithm>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -32,6 +33,7 @@ Status LeaseTable::MoveSlices(const std::string& id, uint32_t from, uint32_t to)
     }
     if (s.device == to) ++already;
   }
+  if (it->second.suspended) return Status(StatusCode::kInvalidArgument, fmt::format("lease {} is suspended", id));
   if (count == 0) return Status(StatusCode::kInvalidArgument, fmt::format("lease {} holds nothing on device {}", id, from));
   if (from == to) return Status::Ok();
   if (cordoned_[to]) {
@@ -57,6 +59,62 @@ Status LeaseTable::MoveSlices(const std::string& id, uint32_t from, uint32_t to)
   usage_[from].share -= std::min(usage_[from].share, moving.share);
   usage_[to].memory_bytes += moving.memory_bytes;
   usage_[to].share += moving.share;
+  return Status::Ok();
+}
+
+Status LeaseTable::Suspend(const std::string& id) {
+  auto it = entries_.find(id);
+  if (it == entries_.end() || !it->second.committed) {
+    return Status(StatusCode::kInvalidArgument, fmt::format("no lease {} is held here", id));
+  }
+  if (it->second.suspended) return Status(StatusCode::kInvalidArgument, fmt::format("lease {} is suspended already", id));
+  for (const SliceGrant& s : it->second.slices) {
+    usage_[s.device].memory_bytes -= std::min(usage_[s.device].memory_bytes, s.memory_bytes);
+    usage_[s.device].share -= std::min<uint64_t>(usage_[s.device].share, s.share);
+  }
+  it->second.suspended = true;
+  return Status::Ok();
+}
+
+Status LeaseTable::Unsuspend(const std::string& id, const std::function<bool(uint32_t from, uint32_t to)>& alike) {
+  auto it = entries_.find(id);
+  if (it == entries_.end() || !it->second.suspended) {
+    return Status(StatusCode::kInvalidArgument, fmt::format("no suspended lease {} here", id));
+  }
+  // What each of its devices held, placed device by device on a copy of the usage.
+  std::map<uint32_t, DeviceUsage> wanted;
+  for (const SliceGrant& s : it->second.slices) {
+    wanted[s.device].memory_bytes += s.memory_bytes;
+    wanted[s.device].share += s.share;
+  }
+  std::vector<DeviceUsage> usage = usage_;
+  std::map<uint32_t, uint32_t> placed;
+  std::vector<bool> taken(devices_.size(), false);
+  for (const auto& [from, need] : wanted) {
+    auto fits = [&](uint32_t to) {
+      return to < devices_.size() && !cordoned_[to] && !taken[to] &&
+             need.memory_bytes <= devices_[to].memory_bytes - std::min(devices_[to].memory_bytes, usage[to].memory_bytes) &&
+             need.share <= kShareWhole - std::min<uint64_t>(kShareWhole, usage[to].share);
+    };
+    std::optional<uint32_t> to;
+    if (fits(from)) to = from;
+    for (uint32_t d = 0; !to && d < devices_.size(); ++d) {
+      if (d != from && alike(from, d) && fits(d)) to = d;
+    }
+    if (!to) {
+      return Status(StatusCode::kResourceExhausted,
+                    fmt::format("no device here has {} and {:.0f}% compute free for lease {} now", 
+                                FormatMemorySize(need.memory_bytes),
+                                static_cast<double>(need.share) / kShareWhole * 100, id));
+    }
+    taken[*to] = true;
+    placed[from] = *to;
+    usage[*to].memory_bytes += need.memory_bytes;
+    usage[*to].share += need.share;
+  }
+  for (SliceGrant& s : it->second.slices) s.device = placed.at(s.device);
+  usage_ = std::move(usage);
+  it->second.suspended = false;
   return Status::Ok();
 }
 
@@ -161,6 +219,7 @@ Status LeaseTable::Renew(const std::string& id, const std::string& secret, Clock
 
 void LeaseTable::Free(std::map<std::string, LeaseEntry>::iterator it) {
   for (const SliceGrant& s : it->second.slices) {
+    if (it->second.suspended) break;  // Its slices hold nothing.
     usage_[s.device].memory_bytes -= s.memory_bytes;
     usage_[s.device].share -= s.share;
   }

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -44,6 +45,9 @@ struct LeaseEntry {
   LeaseOwner owner;
   std::vector<SliceGrant> slices;
   bool committed = false;
+  // Suspended (Suspend): the slices are the lease's still, as it will want them again, but hold nothing of their
+  // devices until Unsuspend places them.
+  bool suspended = false;
   Clock::time_point created, expires;
 };
 
@@ -92,6 +96,13 @@ class LeaseTable {
   // lease or device, nothing on `from`), kUnavailable (`to` cordoned), kResourceExhausted (they do not fit beside
   // what `to` holds). All or nothing; moving back undoes it.
   Status MoveSlices(const std::string& id, uint32_t from, uint32_t to);
+  // Suspends the committed lease `id`: its slices go back to their devices (the lease keeps its id, secret, TTL and
+  // the slices' sizes). kInvalidArgument: no such committed lease, or it is suspended already.
+  Status Suspend(const std::string& id);
+  // Places a suspended lease's slices again, all or nothing: each device's slices on that device when they fit there,
+  // else on the first other device that takes them and that `alike(from, to)` accepts. kResourceExhausted when some
+  // fit nowhere now (the lease stays suspended).
+  Status Unsuspend(const std::string& id, const std::function<bool(uint32_t from, uint32_t to)>& alike);
   // Frees a lease or a reservation without its secret: an administrator's revocation.
   Status Revoke(const std::string& id);
 

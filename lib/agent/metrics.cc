@@ -236,6 +236,12 @@ std::string RenderMetrics(wire::AgentState::Reader state, const AgentCounters& c
   m.Family("gpupool_migration_pause_seconds_total", "counter",
            "Time the moved leases' programs were held, from the first checkpoint to the last session restored.")
       .Sample({}, static_cast<double>(counters.migration_pause_ms) / 1000.0);
+  m.Family("gpupool_lease_suspensions_total", "counter", "Leases suspended: sessions kept as images, slices given back.")
+      .Sample({}, static_cast<double>(counters.suspensions));
+  m.Family("gpupool_lease_resumptions_total", "counter", "Suspended leases placed again and their sessions restored.")
+      .Sample({}, static_cast<double>(counters.resumptions));
+  m.Family("gpupool_suspended_bytes_total", "counter", "Bytes of session images that suspensions kept.")
+      .Sample({}, static_cast<double>(counters.suspended_bytes));
   by_reason("gpupool_sessions_refused_total", "CUDA sessions refused, by reason.", counters.sessions_refused);
   return m.Take();
 }

@@ -385,6 +385,10 @@ class WorkerImpl final : public wire::SessionWorker::Server {
             });
             if (!status.ok() && door_->frames().resume) door_->frames().resume();
           }
+          if (status.ok() && std::string_view(test_seams::MoveFault()) == "checkpoint") {
+            status = CallStatus(cu::kInvalidValue, "checkpoint failed (test seam GPUPOOL_MOVE_FAULT)");
+            if (door_->frames().resume) door_->frames().resume();
+          }
           if (!status.ok()) {
             checkpointing_ = false;
             image_bytes_.clear();
@@ -579,6 +583,9 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     if (where.empty()) {
       return Status(StatusCode::kInvalidArgument, "a restored session needs a direct connection for its client");
     }
+    const std::string_view fault = test_seams::MoveFault();
+    if (fault == "restore-crash") _exit(3);
+    if (fault == "restore") return Status(StatusCode::kInvalidArgument, "restore refused (test seam GPUPOOL_MOVE_FAULT)");
     backend::SessionImage image;
     size_t at = 0;
     CallStatus read = backend::ReadSessionImage(

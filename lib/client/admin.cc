@@ -63,4 +63,41 @@ Result<Migrated> Migrate(const std::string& server, const std::string& lease_id,
   return moved;
 }
 
+Result<Migrated> Suspend(const std::string& server, const std::string& lease_id) {
+  Migrated kept;
+  PoolOptions options;
+  options.servers = {server};
+  options.call_timeout = std::chrono::minutes(5);  // As a move: it waits for quiet and copies memory.
+  internal::Runtime rt(options);
+  Status s = rt.Run([&] {
+    return internal::WithAgent(rt, server, "suspend", [&](internal::Runtime& rt, wire::Agent::Client agent) {
+      auto req = agent.suspendRequest();
+      req.setLeaseId(lease_id);
+      return rt.Deadline(req.send()).then([&](capnp::Response<wire::Agent::SuspendResults>&& r) {
+        kept.sessions = r.getSessions();
+        kept.bytes = r.getBytes();
+        return internal::StatusFromOutcome(r.getOutcome(), server);
+      });
+    });
+  });
+  if (!s.ok()) return s;
+  return kept;
+}
+
+Status Resume(const std::string& server, const std::string& lease_id) {
+  PoolOptions options;
+  options.servers = {server};
+  options.call_timeout = std::chrono::minutes(5);
+  internal::Runtime rt(options);
+  return rt.Run([&] {
+    return internal::WithAgent(rt, server, "resume", [&](internal::Runtime& rt, wire::Agent::Client agent) {
+      auto req = agent.resumeRequest();
+      req.setLeaseId(lease_id);
+      return rt.Deadline(req.send()).then([&](capnp::Response<wire::Agent::ResumeResults>&& r) {
+        return internal::StatusFromOutcome(r.getOutcome(), server);
+      });
+    });
+  });
+}
+
 }  // namespace gpupool::admin

@@ -31,6 +31,12 @@ struct Migrated {
 // where it went. On failure it stays where it was, running.
 Result<Migrated> Migrate(const std::string& server, const std::string& lease_id, std::optional<int> device);
 
+// Suspends running lease `lease_id` on `server`: its sessions are kept as images in the agent's memory and its
+// slices given back; its programs' next CUDA call resumes it. Answers the sessions and bytes kept.
+Result<Migrated> Suspend(const std::string& server, const std::string& lease_id);
+// Resumes suspended lease `lease_id` now (kResourceExhausted: no room for it now).
+Status Resume(const std::string& server, const std::string& lease_id);
+
 }  // namespace gpupool::admin
 
 #endif  // GPUPOOL_CLIENT_ADMIN_H_

@@ -91,10 +91,12 @@ void FillServerInfo(wire::AgentState::Reader st, ServerInfo* info) {
     lease.bytes_from_device_total = l.getBytesFromDeviceTotal();
     lease.idle_s = static_cast<double>(l.getIdleMs()) / 1000.0;
     lease.idle = l.getIdle();
+    lease.suspended = l.getSuspended();
     for (auto s : l.getSlices()) {
       lease.devices.push_back(s.getDevice());
       lease.memory_bytes += s.getMemoryBytes();
-      if (s.getDevice() < info->devices.size()) {
+      // A suspended lease holds nothing of its devices: it is in their lists again once resumed.
+      if (s.getDevice() < info->devices.size() && !lease.suspended) {
         info->devices[s.getDevice()].slices.push_back(
             {lease.id, s.getMemoryBytes(), FractionFromShare(s.getShareMicros()), lease.committed});
       }

@@ -68,6 +68,13 @@ bool DirectSessionsWanted() {
   return v == nullptr || std::string_view(v) != "0";
 }
 
+// GPUPOOL_FOLLOW_MOVES=0: a session does not follow its lease when an administrator moves it (gp-agent ctl migrate):
+// the channel keeps no copy of the calls it sends, and a move ends the program's session instead.
+bool FollowMovesWanted() {
+  const char* v = std::getenv("GPUPOOL_FOLLOW_MOVES");
+  return v == nullptr || std::string_view(v) != "0";
+}
+
 constexpr std::chrono::milliseconds kDirectConnectTimeout{2000};
 // How long a session whose connection broke asks its lease's agent why (ExplainLoss) before it reports the break as
 // it is: long enough for an agent's restart.
@@ -244,7 +251,7 @@ Status RemoteSession::OpenAt(uint64_t base, uint64_t window, bool* window_taken)
                                          [raw](int code, const std::string& message) { raw->Record(code, message); });
     if (channel.ok()) {
       raw->channel = std::move(channel).value();
-      MakeFollowMoves(raw->channel.get(), door_ticket, base, window);
+      if (FollowMovesWanted()) MakeFollowMoves(raw->channel.get(), door_ticket, base, window);
       runtime_->Run([raw] { raw->session = nullptr; });  // The agent's forwarding reference goes.
       GP_DEBUG("session", "reached the session's worker directly at {}", door_address);
     } else {
@@ -271,28 +278,41 @@ void RemoteSession::MakeFollowMoves(SessionChannel* channel, const std::string& 
   const uint32_t device = slice_.device;
   channel->MakeResumable([=](const std::string& why) -> Result<SessionChannel::Resumed> {
     std::string address, next_ticket;
-    Status asked = runtime->Run([&]() -> kj::Promise<Status> {
-      return WithAgent(*runtime, server, "openSession", [&](Runtime& rt, wire::Agent::Client agent) {
-        auto req = agent.openSessionRequest();
-        SetKey(req.initLease(), id, secret);
-        req.setDevice(device);
-        req.setWindowBase(base);
-        req.setWindowBytes(window);
-        req.setResumeTicket(kj::arrayPtr(reinterpret_cast<const kj::byte*>(current_ticket->data()),
-                                         current_ticket->size()));
-        return rt.Deadline(req.send()).then([&](capnp::Response<wire::Agent::OpenSessionResults>&& r) {
-          Status s = StatusFromOutcome(r.getOutcome(), server);
-          if (!s.ok()) return s;
-          if (!r.hasDirect()) return Status(StatusCode::kInternal, "the agent said where the session went, but not how");
-          auto door = r.getDirect();
-          address = door.hasPath() && door.getPath().size() > 0 ? "unix:" + std::string(door.getPath())
-                                                                 : WorkerAddress(server, door.getPort());
-          auto t = door.getTicket();
-          next_ticket.assign(reinterpret_cast<const char*>(t.begin()), t.size());
-          return Status::Ok();
+    // Where the session is now, as the lease's agent says.
+    auto ask = [&]() -> Status {
+      return runtime->Run([&]() -> kj::Promise<Status> {
+        return WithAgent(*runtime, server, "openSession", [&](Runtime& rt, wire::Agent::Client agent) {
+          auto req = agent.openSessionRequest();
+          SetKey(req.initLease(), id, secret);
+          req.setDevice(device);
+          req.setWindowBase(base);
+          req.setWindowBytes(window);
+          req.setResumeTicket(kj::arrayPtr(reinterpret_cast<const kj::byte*>(current_ticket->data()),
+                                           current_ticket->size()));
+          return rt.Deadline(req.send()).then([&](capnp::Response<wire::Agent::OpenSessionResults>&& r) {
+            Status s = StatusFromOutcome(r.getOutcome(), server);
+            if (!s.ok()) return s;
+            if (!r.hasDirect()) {
+              return Status(StatusCode::kInternal, "the agent said where the session went, but not how to reach it");
+            }
+            auto door = r.getDirect();
+            address = door.hasPath() && door.getPath().size() > 0 ? "unix:" + std::string(door.getPath())
+                                                                   : WorkerAddress(server, door.getPort());
+            auto t = door.getTicket();
+            next_ticket.assign(reinterpret_cast<const char*>(t.begin()), t.size());
+            return Status::Ok();
+          });
         });
       });
-    });
+    };
+    // A suspended lease resumes once its agent has room for it: until then the call waits, as a program waits for a
+    // busy GPU (gp-run --wait), saying so once.
+    Status asked = ask();
+    for (bool said = false; asked.code() == StatusCode::kResourceExhausted; said = true) {
+      if (!said) GP_WARN("session", "{}; this program waits for it", asked.message());
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      asked = ask();
+    }
     if (!asked.ok()) return asked;
     auto resumed = channel->Knock(address, next_ticket, kDirectConnectTimeout);
     if (resumed.ok()) {

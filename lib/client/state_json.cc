@@ -107,6 +107,7 @@ std::string PoolStateJson(const PoolState& state, const StateJsonOptions& option
             .Key("bytes_from_device_total").UInt(l.bytes_from_device_total)
             .Key("idle_s").Double(l.idle_s)
             .Key("idle").Bool(l.idle)
+            .Key("suspended").Bool(l.suspended)
             .Key("devices").BeginArray();
         for (uint32_t d : l.devices) w.UInt(d);
         w.EndArray().Key("session_list").BeginArray();

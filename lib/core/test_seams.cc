@@ -21,6 +21,11 @@ bool TurnEvents() {
   return v != nullptr && std::string_view(v) == "1";
 }
 
+const char* MoveFault() {
+  const char* v = std::getenv("GPUPOOL_MOVE_FAULT");
+  return v != nullptr ? v : "";
+}
+
 const char* PolicyClock() {
   const char* path = std::getenv("GPUPOOL_POLICY_CLOCK");
   return path != nullptr && *path != '\0' ? path : nullptr;
@@ -32,6 +37,7 @@ const char* FakeDevices() { return nullptr; }
 bool EmuSubmissionTurns() { return false; }
 bool TurnEvents() { return false; }
 const char* PolicyClock() { return nullptr; }
+const char* MoveFault() { return ""; }
 
 #endif
 

@@ -25,6 +25,12 @@ bool EmuSubmissionTurns();
 // rate, compute shares); the default stays until a GPU has said which is better.
 bool TurnEvents();
 
+// GPUPOOL_MOVE_FAULT: a session worker fails one step of a move (gp-agent ctl migrate), so that the tests see the lease
+// stay where it was with its program running: "checkpoint" (the old worker answers its checkpoint with a failure,
+// after stopping its client's calls), "restore" (the new worker refuses the image), "restore-crash" (the new worker
+// dies while restoring). Empty when unset.
+const char* MoveFault();
+
 // GPUPOOL_POLICY_CLOCK: the path of a file whose first line ("YYYY-MM-DD HH:MM[:SS]", local time) is the time the
 // agent's policies go by instead of the wall clock, re-read at every look (tests of time windows). Null when unset or
 // empty.

@@ -101,6 +101,8 @@ struct LeaseView {
                                   # "anonymous", whatever the client claimed.
   userClaimed @16 :Text;          # Unverified: the user name the client claimed (shown, trusted for nothing).
   sessionList @14 :List(SessionView);  # Each running session's latest sample.
+  suspended @17 :Bool;            # Suspended: its sessions are kept as images, its slices hold nothing of their
+                                  # devices until its next call resumes it (devices: where it was).
 }
 
 struct AgentState {
@@ -175,4 +177,12 @@ interface Agent {
   # checkpointed, and restored in a new worker at the same addresses; its client follows it on its next call. On
   # any failure the lease stays where it was, its programs running. Answers the sessions moved, their image bytes,
   # the longest pause, and the devices the lease now holds (by slice).
+
+  suspend @11 (leaseId :Text) -> (outcome :Outcome, sessions :UInt32, bytes :UInt64);
+  # Administrators only: stops a running lease's sessions at a quiet point, keeps them as images in the agent's
+  # memory and gives its slices back to the pool; the lease keeps its id, token and TTL. Its programs' next CUDA call
+  # resumes it (on any of the agent's devices that fits; the call waits while none does). On failure nothing changes.
+
+  resume @12 (leaseId :Text) -> (outcome :Outcome);
+  # Administrators only: resumes a suspended lease now rather than at its programs' next call. busy: no room now.
 }

@@ -35,6 +35,62 @@ TEST_F(LeaseTableTest, NeverGrantsTheSameCapacityTwice) {
   EXPECT_EQ(table_.usage()[1].memory_bytes, 0u);
 }
 
+// Issue 43: a move takes the slices' capacity on the target before it gives it back on the source, all or nothing,
+// and moving back undoes it exactly.
+TEST_F(LeaseTableTest, SlicesMoveToAnotherDeviceOnlyWhereTheyFit) {
+  ASSERT_TRUE(Reserve("a", {{0, 6 * kGiB, kShareWhole / 2}}).ok());
+  ASSERT_TRUE(table_.Commit("a", "s-a", now_).ok());
+  ASSERT_TRUE(Reserve("b", {{1, 12 * kGiB, kShareWhole / 4}}).ok());
+  ASSERT_TRUE(table_.Commit("b", "s-b", now_).ok());
+  EXPECT_EQ(table_.MoveSlices("a", 0, 1).code(), StatusCode::kResourceExhausted) << "6 GiB do not fit beside 12";
+  EXPECT_EQ(table_.Find("a")->slices[0].device, 0u);
+  EXPECT_EQ(table_.usage()[0].memory_bytes, 6 * kGiB);
+  ASSERT_TRUE(table_.MoveSlices("b", 1, 0).code() == StatusCode::kResourceExhausted);
+  ASSERT_TRUE(table_.Release("b", "s-b").ok());
+  ASSERT_TRUE(table_.MoveSlices("a", 0, 1).ok());
+  EXPECT_EQ(table_.Find("a")->slices[0].device, 1u);
+  EXPECT_EQ(table_.usage()[0].memory_bytes, 0u);
+  EXPECT_EQ(table_.usage()[0].share, 0u);
+  EXPECT_EQ(table_.usage()[1].memory_bytes, 6 * kGiB);
+  EXPECT_EQ(table_.usage()[1].share, kShareWhole / 2);
+  table_.SetCordoned(0, true);
+  EXPECT_EQ(table_.MoveSlices("a", 1, 0).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(table_.MoveSlices("a", 0, 1).code(), StatusCode::kInvalidArgument) << "nothing of it on device 0";
+  EXPECT_EQ(table_.MoveSlices("a", 1, 7).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(table_.MoveSlices("nobody", 1, 0).code(), StatusCode::kInvalidArgument);
+}
+
+// A suspended lease holds nothing of its devices (another lease may take them), and is placed again, all or
+// nothing, where it fits: on its old devices when it can, else on others the caller accepts.
+TEST_F(LeaseTableTest, ASuspendedLeaseGivesItsCapacityBackAndIsPlacedAgainWhereItFits) {
+  ASSERT_TRUE(Reserve("a", {{0, 10 * kGiB, kShareWhole / 2}}).ok());
+  ASSERT_TRUE(table_.Commit("a", "s-a", now_).ok());
+  EXPECT_EQ(table_.Suspend("a-not").code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(table_.Suspend("a").ok());
+  EXPECT_EQ(table_.Suspend("a").code(), StatusCode::kInvalidArgument) << "twice";
+  EXPECT_EQ(table_.usage()[0].memory_bytes, 0u);
+  EXPECT_TRUE(table_.Find("a")->suspended);
+  EXPECT_TRUE(table_.Renew("a", "s-a", now_).ok()) << "a suspended lease is its holder's still";
+  // Its device fills up: it goes to the other one, if the caller takes that one as alike.
+  ASSERT_TRUE(Reserve("b", {{0, 8 * kGiB, kShareWhole / 2}}).ok());
+  ASSERT_TRUE(Reserve("c", {{1, 8 * kGiB, kShareWhole / 2}}).ok());
+  auto any = [](uint32_t, uint32_t) { return true; };
+  auto none = [](uint32_t, uint32_t) { return false; };
+  EXPECT_EQ(table_.Unsuspend("a", none).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(table_.Unsuspend("a", any).code(), StatusCode::kResourceExhausted) << "8 GiB free on each, 10 wanted";
+  EXPECT_TRUE(table_.Find("a")->suspended);
+  ASSERT_TRUE(table_.Cancel("c", "s-c").ok());
+  ASSERT_TRUE(table_.Unsuspend("a", any).ok());
+  EXPECT_FALSE(table_.Find("a")->suspended);
+  EXPECT_EQ(table_.Find("a")->slices[0].device, 1u);
+  EXPECT_EQ(table_.usage()[1].memory_bytes, 10 * kGiB);
+  // Its release frees what it holds now, once.
+  ASSERT_TRUE(table_.Suspend("a").ok());
+  ASSERT_TRUE(table_.Release("a", "s-a").ok());
+  EXPECT_EQ(table_.usage()[1].memory_bytes, 0u);
+  EXPECT_EQ(table_.usage()[0].memory_bytes, 8 * kGiB);
+}
+
 TEST_F(LeaseTableTest, ComputeShareIsCheckedApartFromMemory) {
   ASSERT_TRUE(Reserve("a", {{0, 1 * kGiB, kShareWhole}}).ok());
   EXPECT_EQ(Reserve("b", {{0, 1 * kGiB, kShareWhole / 20}}).code(), StatusCode::kResourceExhausted);

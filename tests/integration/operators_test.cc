@@ -440,7 +440,7 @@ TEST(OperatorsTrust, AdministrationRefusalsSayWhatWasRefusedAndHowToBeAllowed) {
   RunResult bogus = Ctl(server, root, {"uncordonn"}, dir);
   EXPECT_EQ(bogus.code, 2);
   EXPECT_NE(bogus.err.find("gp-agent ctl: unknown command 'uncordonn'; the commands are cordon, uncordon, drain, "
-                           "revoke and list"),
+                           "revoke, migrate, suspend, resume and list"),
             std::string::npos)
       << bogus.err;
 }

@@ -540,6 +540,92 @@ TEST(Migrate, ARunningLeaseMovesBetweenGpusAndItsProgramFinishesExact) {
   EXPECT_GT(SampleOf(metrics, "gpupool_migrated_bytes_total"), 4 * 3.0 * (1 << 20)) << metrics;
 }
 
+// A move that fails at any of its steps (the old worker's checkpoint, the new worker's restore, the new worker dying
+// as it restores) leaves the lease on its GPU and its program running to an exact end.
+TEST(Migrate, AMoveThatFailsAtAnyStepLeavesTheProgramRunningWhereItWas) {
+  for (const std::string fault : {"checkpoint", "restore", "restore-crash"}) {
+    SCOPED_TRACE(fault);
+    TempDir dir;
+    chmod(dir.path().c_str(), 0755);
+    Agent agent(AgentOptions{.name = "faulty", .emulated = 2, .emulated_memory = "2GiB",
+                             .listen = "unix:" + dir.path() + "/agent.sock", .env = {"GPUPOOL_MOVE_FAULT=" + fault}});
+    const std::string server = agent.address();
+    Pool pool = Connect({server});
+    Process program({ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", Program("moving_state"), "120"});
+    ASSERT_EQ(program.ReadLine(seconds(60)), "ready") << program.Stderr();
+    const std::string id = LeaseIdOf(pool, "moving_state");
+    ASSERT_FALSE(id.empty());
+    PoolState before = pool.State();
+    const std::vector<uint32_t> devices = FindLease(before, "moving_state")->devices;
+    RunResult failed = Ctl(server, {"migrate", id});
+    EXPECT_EQ(failed.code, 1) << failed.out;
+    EXPECT_NE(failed.err.find(fault == "checkpoint" ? "could not be checkpointed" : "could not be restored"),
+              std::string::npos) << failed.err;
+    PoolState after = pool.State();
+    ASSERT_NE(FindLease(after, "moving_state"), nullptr);
+    EXPECT_EQ(FindLease(after, "moving_state")->devices, devices) << "the lease stays where it was";
+    const int status = program.Wait(seconds(120));
+    const std::string out = program.ReadAll();
+    EXPECT_EQ(status, 0) << out << program.Stderr();
+    EXPECT_NE(out.find("ok 240"), std::string::npos) << out;
+  }
+}
+
+// Issue 43: an idle lease suspended by an administrator gives its GPU back at once (another lease takes the whole
+// pool); its program's next CUDA call waits while there is no room, says so, and resumes once there is, finishing
+// exact. A lease idle past --suspend-idle-after is suspended by the agent itself, and resumes the same way.
+TEST(Suspend, AnIdleLeaseGivesItsGpuBackAndResumesWhenThereIsRoom) {
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  MetricsAgent m({"--suspend-idle-after", "2s"}, "unix:" + dir.path() + "/agent.sock");
+  const std::string server = m.agent.address();
+  Pool pool = Connect({server});
+
+  Process program({ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", Program("moving_state"), "100", "4000"});
+  ASSERT_EQ(program.ReadLine(seconds(60)), "ready") << program.Stderr();
+  ASSERT_EQ(program.ReadLine(seconds(60)), "idle") << program.Stderr();
+  const std::string id = LeaseIdOf(pool, "moving_state");
+  ASSERT_FALSE(id.empty());
+  RunResult suspended = Ctl(server, {"suspend", id});
+  ASSERT_EQ(suspended.code, 0) << suspended.err;
+  EXPECT_NE(suspended.out.find("1 session(s)"), std::string::npos) << suspended.out;
+  PoolState state = pool.State();
+  ASSERT_NE(FindLease(state, "moving_state"), nullptr);
+  EXPECT_TRUE(FindLease(state, "moving_state")->suspended);
+  for (const DeviceInfo& d : state.servers[0].devices) EXPECT_EQ(d.memory_allocated, 0u) << "GPU " << d.index;
+  RunResult listed = RunCommand({ToolPath("gp-ls"), "--servers", server, "--leases"});
+  EXPECT_NE(listed.out.find("suspended"), std::string::npos) << listed.out;
+  EXPECT_EQ(Ctl(server, {"suspend", id}).code, 1) << "suspended already";
+  // The whole pool, taken while the program idles by a lease kept busy (an idle one would be suspended too); the
+  // program wakes before it is given back.
+  Process hog({ToolPath("gp-run"), "--servers", server, "-n", "2", "-p", "1.0", "--", Program("busy"), "6"});
+  ASSERT_TRUE(Eventually([&] { return !LeaseIdOf(pool, "busy").empty(); }, seconds(20))) << hog.Stderr();
+  EXPECT_EQ(hog.Wait(seconds(30)), 0) << hog.Stderr();
+  const int status = program.Wait(seconds(120));
+  const std::string out = program.ReadAll();
+  EXPECT_EQ(status, 0) << out << program.Stderr();
+  EXPECT_NE(out.find("ok 200"), std::string::npos) << out;
+  EXPECT_NE(program.Stderr().find("is suspended and waits for room to resume"), std::string::npos)
+      << program.Stderr();
+
+  // Idle past --suspend-idle-after (2s): the agent suspends it; its next call resumes it.
+  Process idler({ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", Program("moving_state"), "60", "6000"});
+  ASSERT_EQ(idler.ReadLine(seconds(60)), "ready") << idler.Stderr();
+  ASSERT_EQ(idler.ReadLine(seconds(60)), "idle") << idler.Stderr();
+  EXPECT_TRUE(Eventually([&] {
+    PoolState now = pool.State();
+    const LeaseInfo* l = FindLease(now, "moving_state");
+    return l != nullptr && l->suspended;
+  }, seconds(10)));
+  const int idler_status = idler.Wait(seconds(120));
+  const std::string idler_out = idler.ReadAll();
+  EXPECT_EQ(idler_status, 0) << idler_out << idler.Stderr();
+  EXPECT_NE(idler_out.find("ok 120"), std::string::npos) << idler_out;
+  const std::string metrics = m.Scrape();
+  EXPECT_EQ(SampleOf(metrics, "gpupool_lease_suspensions_total"), 2) << metrics;
+  EXPECT_EQ(SampleOf(metrics, "gpupool_lease_resumptions_total"), 2) << metrics;
+}
+
 // Issue 41 item 5: a lease lost under a running program is reported, by gp-run and by the program's next CUDA call,
 // with the reason (revoked by whom, expired, the agent restarted), and gp-run exits non-zero.
 TEST(LostLease, GpRunAndItsProgramSayWhyTheLeaseEnded) {

@@ -54,6 +54,11 @@ int Ctl(int argc, char** argv) {
   migrate->add_option("--to-gpu", gpu, "the GPU to move to (default: any other that fits)");
   bool json = false;
   migrate->add_flag("--json", json, "print what the move did as one JSON object");
+  auto* suspend = app.add_subcommand("suspend", "keep a running lease's sessions in the agent's memory and give its "
+                                                "GPUs back; its programs' next CUDA call resumes it");
+  suspend->add_option("lease", lease, "the lease id (gp-ls --leases)")->required();
+  auto* resume = app.add_subcommand("resume", "resume a suspended lease now");
+  resume->add_option("lease", lease, "the lease id (gp-ls --leases)")->required();
   auto* list = app.add_subcommand("list", "devices (cordoned or not), leases and their users");
   // CLI11 would answer a mistyped verb with "A subcommand is required": name it, and the verbs there are.
   for (int i = 1; i < argc; ++i) {
@@ -64,9 +69,9 @@ int Ctl(int argc, char** argv) {
     }
     if (word.empty() || word[0] == '-') continue;
     if (word != "cordon" && word != "uncordon" && word != "drain" && word != "revoke" && word != "migrate" &&
-        word != "list") {
-      PrintError("gp-agent ctl: unknown command '{}'; the commands are cordon, uncordon, drain, revoke, migrate and "
-                 "list (gp-agent ctl --help)\n", word);
+        word != "suspend" && word != "resume" && word != "list") {
+      PrintError("gp-agent ctl: unknown command '{}'; the commands are cordon, uncordon, drain, revoke, migrate, "
+                 "suspend, resume and list (gp-agent ctl --help)\n", word);
       return 2;
     }
     break;
@@ -102,6 +107,19 @@ int Ctl(int argc, char** argv) {
       Print("moved lease {} to GPU {} of {}: {} session(s), {} of memory, paused {} ms\n", lease,
             fmt::join(moved->devices, ","), server, moved->sessions, FormatMemorySize(moved->bytes), moved->pause_ms);
     }
+    return 0;
+  }
+  if (suspend->parsed()) {
+    auto kept = admin::Suspend(server, lease);
+    if (!kept.ok()) return fail(kept.status());
+    Print("suspended lease {} on {}: {} session(s), {} kept in the agent's memory\n", lease, server, kept->sessions,
+          FormatMemorySize(kept->bytes));
+    return 0;
+  }
+  if (resume->parsed()) {
+    Status s = admin::Resume(server, lease);
+    if (!s.ok()) return fail(s);
+    Print("resumed lease {} on {}\n", lease, server);
     return 0;
   }
   PoolOptions options;
@@ -175,7 +193,7 @@ int main(int argc, char** argv) {
 
   CLI::App app{"gp-agent: serves this host's GPUs (real or emulated) to a gpupool pool"};
   std::string config_path, listen, name, device_class, emu_memory, emu_cc, lease_ttl, renew_interval, cuda_driver, metrics,
-      idle_after, tokens, tls_cert, tls_key, tls_ca;
+      idle_after, suspend_idle_after, tokens, tls_cert, tls_key, tls_ca;
   bool require_auth = false;
   int emu = -1, emu_fallback = -1;
   bool no_nvml = false, exit_with_parent = false, remove_socket_dir = false;
@@ -195,6 +213,9 @@ int main(int argc, char** argv) {
   app.add_option("--renew-interval", renew_interval, "renewal period advised to clients (default 5s)");
   app.add_option("--metrics", metrics, "serve Prometheus metrics at http://ADDR/metrics (host:port; port 0 picks one)");
   app.add_option("--idle-after", idle_after, "flag leases whose sessions made no call for this long (default 10m)");
+  app.add_option("--suspend-idle-after", suspend_idle_after,
+                 "suspend leases idle this long: their GPUs go back to the pool, their next call resumes them "
+                 "(default: never)");
   app.add_flag("--require-auth", require_auth,
                "refuse clients the agent cannot authenticate (Unix socket: the peer's uid; TCP: a token)");
   app.add_option("--tokens", tokens, "TCP clients' per-user tokens: a TOML file [tokens] user = \"token\", mode 0600");
@@ -252,6 +273,11 @@ int main(int argc, char** argv) {
   if (!tls_cert.empty()) config.tls_cert = tls_cert;
   if (!tls_key.empty()) config.tls_key = tls_key;
   if (!tls_ca.empty()) config.tls_ca = tls_ca;
+  if (!suspend_idle_after.empty()) {
+    auto d = ParseDuration(suspend_idle_after);
+    if (!Report(d, "--suspend-idle-after")) return 2;
+    config.suspend_idle_after = *d;
+  }
   if (!idle_after.empty()) {
     auto d = ParseDuration(idle_after);
     if (!Report(d, "--idle-after")) return 2;

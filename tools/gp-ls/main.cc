@@ -88,6 +88,7 @@ void PrintText(const PoolState& state, bool leases) {
       std::string devices;
       for (uint32_t d : l.devices) devices += (devices.empty() ? "" : ",") + std::to_string(d);
       std::string state_text = !l.committed ? "reserved"
+                               : l.suspended ? "suspended"
                                : l.idle     ? "idle " + FormatDuration(std::chrono::milliseconds(static_cast<int64_t>(l.idle_s * 1000)))
                                             : "active";
       lrows.push_back({l.id, s.name, ShownUser(l), l.host, std::to_string(l.pid), devices, FormatMemorySize(l.memory_bytes),

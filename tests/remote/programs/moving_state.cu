@@ -3,6 +3,7 @@
 // executable graph replayed every round, before the moves and after them. It works for `rounds` rounds (argv[1]),
 // resting a little between them so that the moves land mid-run, computes the same on the host, and checks bit for
 // bit at the end: a call lost or run twice by a move shows as a wrong count or a wrong byte.
+// With `pause_ms` (argv[2]), it also idles that long half-way, after printing "idle" (the time to suspend its lease).
 // Prints "ready" once set up, then "ok <launches>" or the failures and exits 1.
 #define PROGRAM_NAME "moving_state"
 #include <unistd.h>
@@ -29,6 +30,7 @@ __global__ void mix(const float* a, float* b, int n) {
 
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 200;
+  const int pause_ms = argc > 2 ? std::atoi(argv[2]) : 0;
   const int n = 1 << 18;
   const size_t bytes = n * sizeof(float);
   std::vector<float> x(n), y(n);
@@ -36,13 +38,19 @@ int main(int argc, char** argv) {
     x[i] = static_cast<float>(i % 977);
     y[i] = static_cast<float>(i % 13);
   }
-  float *dx = nullptr, *dy = nullptr, *pooled = nullptr;
+  // Host bytes copied in every round (pageable, large enough to go through the memory a client shares with a worker
+  // on its host), each round to its own place.
+  const int chunk = 1 << 16;
+  std::vector<float> z(static_cast<size_t>(rounds) * chunk);
+  for (size_t i = 0; i < z.size(); ++i) z[i] = static_cast<float>((i * 2654435761u) >> 12);
+  float *dx = nullptr, *dy = nullptr, *dz = nullptr, *pooled = nullptr;
   cudaStream_t stream;
   cudaEvent_t done;
   CHECK(cudaStreamCreate(&stream));
   CHECK(cudaEventCreate(&done));
   CHECK(cudaMalloc(&dx, bytes));
   CHECK(cudaMalloc(&dy, bytes));
+  CHECK(cudaMalloc(&dz, z.size() * sizeof(float)));
   CHECK(cudaMallocAsync(&pooled, bytes, stream));  // Lives across every round, in the stream's pool.
   CHECK(cudaMemcpyAsync(dx, x.data(), bytes, cudaMemcpyHostToDevice, stream));
   CHECK(cudaMemcpyAsync(dy, y.data(), bytes, cudaMemcpyHostToDevice, stream));
@@ -69,14 +77,24 @@ int main(int argc, char** argv) {
     step<<<blocks, threads, 0, stream>>>(dx, n, k);
     for (int i = 0; i < n; ++i) x[i] = x[i] * 0.5f + k;
     CHECK(cudaMemcpyAsync(pooled, dx, bytes, cudaMemcpyDeviceToDevice, stream));
+    CHECK(cudaMemcpyAsync(dz + static_cast<size_t>(r) * chunk, z.data() + static_cast<size_t>(r) * chunk,
+                          chunk * sizeof(float), cudaMemcpyHostToDevice, stream));
     CHECK(cudaEventRecord(done, stream));
     if (r % 8 == 7) {
       CHECK(cudaEventSynchronize(done));
       usleep(5000);
     }
+    if (pause_ms > 0 && r == rounds / 2) {
+      CHECK(cudaStreamSynchronize(stream));
+      std::printf("idle\n");
+      std::fflush(stdout);
+      usleep(pause_ms * 1000);
+    }
   }
   CHECK(cudaStreamSynchronize(stream));
-  std::vector<float> gx(n), gy(n), gp(n);
+  std::vector<float> gx(n), gy(n), gp(n), gz(z.size());
+  CHECK(cudaMemcpy(gz.data(), dz, z.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  EXPECT(std::memcmp(gz.data(), z.data(), z.size() * sizeof(float)) == 0, "the copies from the host, bit for bit");
   CHECK(cudaMemcpy(gx.data(), dx, bytes, cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(gy.data(), dy, bytes, cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(gp.data(), pooled, bytes, cudaMemcpyDeviceToHost));
