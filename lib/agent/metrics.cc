@@ -159,18 +159,20 @@ std::string RenderMetrics(wire::AgentState::Reader state, const AgentCounters& c
              [](DeviceReader d, size_t) { return d.getCordoned() ? 1.0 : 0.0; });
 
   auto leases = state.getLeases();
-  uint64_t reserved = 0, active = 0, idle = 0, sessions = 0;
+  uint64_t reserved = 0, active = 0, idle = 0, suspended = 0, sessions = 0;
   for (auto l : leases) {
     if (!l.getCommitted()) ++reserved;
+    else if (l.getSuspended()) ++suspended;
     else if (l.getIdle()) ++idle;
     else ++active;
     sessions += l.getSessions();
   }
   m.Family("gpupool_leases", "gauge", "Leases on this agent by state (reserved: placement in flight; idle: no call "
-           "for the agent's idle threshold).")
+           "for the agent's idle threshold; suspended: sessions kept as images, GPUs given back).")
       .Sample({{"state", "reserved"}}, static_cast<double>(reserved))
       .Sample({{"state", "active"}}, static_cast<double>(active))
-      .Sample({{"state", "idle"}}, static_cast<double>(idle));
+      .Sample({{"state", "idle"}}, static_cast<double>(idle))
+      .Sample({{"state", "suspended"}}, static_cast<double>(suspended));
   m.Family("gpupool_sessions", "gauge", "CUDA sessions running (one per process per slice).")
       .Sample({}, static_cast<double>(sessions));
   // Per lease, keyed by its public id and its user.

@@ -302,11 +302,33 @@ void SessionChannel::Break(const std::string& why) {
   shutdown(fd_, SHUT_RDWR);
 }
 
-void SessionChannel::Retain(uint64_t first, uint64_t count, std::vector<uint8_t> bytes) {
+void SessionChannel::Retain(uint64_t first, uint64_t count, const std::vector<kj::ArrayPtr<const kj::byte>>& pieces,
+                            bool held) {
   if (count == 0) return;
+  const size_t copied = held ? pieces.size() - 1 : pieces.size();
+  size_t bytes = 0;
+  for (size_t i = 0; i < copied; ++i) bytes += pieces[i].size();
   std::lock_guard<std::mutex> lock(retain_mu_);
-  retained_bytes_ += bytes.size();
-  retained_.push_back({first, count, std::move(bytes)});
+  // A buffer that held frames acknowledged already, when one is large enough: a fresh one of megabytes would cost
+  // its page faults on every copy.
+  std::vector<uint8_t> run;
+  for (auto it = spare_runs_.begin(); it != spare_runs_.end(); ++it) {
+    if (it->capacity() >= bytes) {
+      spare_bytes_ -= it->capacity();
+      run = std::move(*it);
+      spare_runs_.erase(it);
+      break;
+    }
+  }
+  run.resize(bytes);
+  size_t at = 0;
+  for (size_t i = 0; i < copied; ++i) {
+    std::memcpy(run.data() + at, pieces[i].begin(), pieces[i].size());
+    at += pieces[i].size();
+  }
+  retained_bytes_ += bytes;
+  retained_ever_ += bytes;
+  retained_.push_back({first, count, std::move(run), held ? pieces.back() : kj::ArrayPtr<const kj::byte>()});
 }
 
 void SessionChannel::Acknowledge(uint64_t through) {
@@ -314,19 +336,33 @@ void SessionChannel::Acknowledge(uint64_t through) {
   acknowledged_ = std::max(acknowledged_, through);
   while (!retained_.empty() && retained_.front().first + retained_.front().count - 1 <= acknowledged_) {
     retained_bytes_ -= retained_.front().bytes.size();
+    const size_t capacity = retained_.front().bytes.capacity();
+    if (capacity >= kSpareRunMin && spare_bytes_ + capacity <= kSpareBytes) {
+      spare_bytes_ += capacity;
+      spare_runs_.push_back(std::move(retained_.front().bytes));
+    }
     retained_.pop_front();
   }
 }
 
-// A poster that sent much without waiting for anything asks the worker how far it got: a call that is answered at
-// once (properties), whose reply acknowledges every frame before it. The poster waits that long, as a GPU's driver
-// blocks a thread whose queue is full.
+// A poster that sent much without waiting for anything asks the worker how far it got: a call answered at once
+// (properties), whose reply acknowledges every frame before it. One such question is in flight at a time, and the
+// poster waits for the answer to the one before (64 MiB of frames ago) rather than its own: the worker, reading on,
+// has mostly answered it already, so the stream does not stall; the poster waits only when the worker falls that
+// far behind, as a GPU's driver blocks a thread whose queue is full.
 void SessionChannel::AwaitAcknowledgement() {
+  std::lock_guard<std::mutex> lock(ack_mu_);
+  // Asked already, and not half the limit sent since: the answer is on its way.
+  const uint64_t retained_ever = retained_ever_.load(std::memory_order_relaxed);
+  if (retained_bytes() <= kRetainLimitBytes || retained_ever - asked_at_ < kRetainLimitBytes / 2) return;
+  asked_at_ = retained_ever;
+  if (ack_seq_ != 0) {
+    Reply reply;
+    Wait(std::exchange(ack_seq_, 0), &reply);
+  }
   capnp::MallocMessageBuilder params;
   params.initRoot<wire::Session::PropertiesParams>();
-  uint32_t seq = Send(0, params);
-  Reply reply;
-  if (seq != 0) Wait(seq, &reply);
+  ack_seq_ = Send(0, params);
 }
 
 bool SessionChannel::Resume() {
@@ -360,6 +396,7 @@ bool SessionChannel::Resume() {
         offset += sizeof(h) + h.words * sizeof(word);
       }
       replay.push_back({run.bytes.data() + offset, run.bytes.size() - offset});
+      if (run.held.size() > 0) replay.push_back({const_cast<kj::byte*>(run.held.begin()), run.held.size()});
     }
   }
   if (!fits) {
@@ -418,6 +455,23 @@ void SessionChannel::Post(uint32_t ordinal, capnp::MessageBuilder& params) {
   if (resumable_ && retained_bytes() > kRetainLimitBytes) AwaitAcknowledgement();
 }
 
+void SessionChannel::PostHeld(uint32_t ordinal, capnp::MessageBuilder& params) {
+  session::OutgoingFrame frame(ordinal, 0, params);
+  if (!resumable_ || frame.bytes() <= session::kSmallFrameBytes || frame.pieces().size() < 3) {
+    return Post(ordinal, params);  // Nothing worth referring to: kept as any other.
+  }
+  post_directly_.store(false, std::memory_order_relaxed);
+  WriteQueuedAnd(frame.pieces(), 0, /*held=*/true);
+}
+
+void SessionChannel::AwaitConsumed() {
+  capnp::MallocMessageBuilder params;
+  params.initRoot<wire::Session::PropertiesParams>();
+  uint32_t seq = Send(0, params);
+  Reply reply;
+  if (seq != 0) Wait(seq, &reply);
+}
+
 uint32_t SessionChannel::Send(uint32_t ordinal, capnp::MessageBuilder& params, Landing landing) {
   uint32_t seq = next_seq_.fetch_add(1);
   if (seq == 0) seq = next_seq_.fetch_add(1);  // 0 marks posted calls.
@@ -430,7 +484,8 @@ uint32_t SessionChannel::Send(uint32_t ordinal, capnp::MessageBuilder& params, L
   return WriteQueuedAnd(frame.pieces(), seq) ? seq : 0;
 }
 
-bool SessionChannel::WriteQueuedAnd(const std::vector<kj::ArrayPtr<const kj::byte>>& more, uint32_t seq) {
+bool SessionChannel::WriteQueuedAnd(const std::vector<kj::ArrayPtr<const kj::byte>>& more, uint32_t seq,
+                                    bool held) {
   std::lock_guard<std::mutex> write_lock(write_mu_);
   uint64_t mark = 0, queued = 0, last_queued = 0;
   {
@@ -446,12 +501,8 @@ bool SessionChannel::WriteQueuedAnd(const std::vector<kj::ArrayPtr<const kj::byt
   }
   if (resumable_) {
     // Kept before they leave: a connection that breaks under the write loses nothing.
-    if (queued > 0) Retain(last_queued - queued + 1, queued, writing_);
-    if (!more.empty()) {
-      std::vector<uint8_t> frame;
-      for (auto p : more) frame.insert(frame.end(), p.begin(), p.end());
-      Retain(mark, 1, std::move(frame));
-    }
+    if (queued > 0) Retain(last_queued - queued + 1, queued, {kj::arrayPtr(writing_.data(), writing_.size())});
+    if (!more.empty()) Retain(mark, 1, more, held);
     if (broken_) {
       // Sent when the channel resumes, with the rest it retained.
       writing_.clear();

@@ -59,6 +59,8 @@ class SessionChannel {
   // Knocks at the door of a worker at `address` with `ticket` (and the memory this channel shares with its worker,
   // if any and the door is on this host): a connection for Reconnect to answer.
   Result<Resumed> Knock(const std::string& address, const std::string& ticket, std::chrono::milliseconds timeout);
+  // Whether the channel keeps what it sends for a resumption (MakeResumable was called).
+  bool retains() const { return resumable_; }
   // Bytes of call frames kept for a resumption (MakeResumable), and the times the channel resumed.
   uint64_t retained_bytes() const;
   uint64_t resumptions() const { return resumptions_.load(); }
@@ -69,6 +71,12 @@ class SessionChannel {
   // Queues posted call `ordinal` with its Params message (copied; a large one is written before this returns).
   // A lost connection is reported by the next waiting call.
   void Post(uint32_t ordinal, capnp::MessageBuilder& params);
+  // As Post, for a message whose last segment is memory its caller keeps unchanged until AwaitConsumed returns: a
+  // resumable channel refers to that segment for a resumption instead of copying it (a large copy's bytes).
+  void PostHeld(uint32_t ordinal, capnp::MessageBuilder& params);
+  // Waits until the worker has read every call sent so far (it answers a call at once); what PostHeld referred to is
+  // free again then. A resumption on the way sends the calls it had not read again, from the caller's memory.
+  void AwaitConsumed();
 
   // Where the bulk bytes of a call's reply (a device-to-host copy's) may be read to: `bytes` bytes at `dst`. A reply
   // whose last segment holds exactly them (the worker sends a copy's bytes so) is read into `dst` directly, and its
@@ -109,7 +117,8 @@ class SessionChannel {
   void FlushLoop();
   // Writes what is queued, then `more` (if any), holding write_mu_. False if the connection is lost.
   // `seq`: the call `more` is, if one: its place among the frames sent is noted for its reply (Quiet).
-  bool WriteQueuedAnd(const std::vector<kj::ArrayPtr<const kj::byte>>& more, uint32_t seq = 0);
+  // `held`: the last piece of `more` is the caller's, unchanged until AwaitConsumed (PostHeld).
+  bool WriteQueuedAnd(const std::vector<kj::ArrayPtr<const kj::byte>>& more, uint32_t seq = 0, bool held = false);
   bool WriteAll(std::vector<iovec> pieces);
   // Reads one frame (the reading thread only). False if the connection is lost.
   bool ReadFrame(uint32_t* kind, uint32_t* seq, Reply* reply);
@@ -127,12 +136,19 @@ class SessionChannel {
   // The reading thread, with the reader's role, once the connection broke: asks where the session went, and replays
   // there what it had not consumed. False if it is nowhere (the channel is then lost).
   bool Resume();
-  // Keeps frames [first, first + count), whose bytes are `bytes`, until the worker consumed them. REQUIRES: write_mu_.
-  void Retain(uint64_t first, uint64_t count, std::vector<uint8_t> bytes);
+  // Keeps frames [first, first + count), whose bytes are `pieces`, until the worker consumed them. REQUIRES:
+  // write_mu_.
+  // `held`: the last piece is referred to, not copied (WriteQueuedAnd's).
+  void Retain(uint64_t first, uint64_t count, const std::vector<kj::ArrayPtr<const kj::byte>>& pieces,
+              bool held = false);
+  // Buffers of acknowledged runs kept for the next (a large copy's chunks follow one another).
+  // Up to the retention limit's worth of them (and what is sent while asking), so that a stream of copies reuses its
+  // buffers in a ring.
+  static constexpr size_t kSpareBytes = (16u << 20) + (8u << 20), kSpareRunMin = 256u << 10;
   // The worker consumed every frame up to `through`.
   void Acknowledge(uint64_t through);
-  // Retained frames past this many keep a poster waiting for an acknowledgement.
-  static constexpr uint64_t kRetainLimitBytes = 64ull << 20;
+  // Retained frames past this many make a poster ask for an acknowledgement, and wait for the previous one's.
+  static constexpr uint64_t kRetainLimitBytes = 16ull << 20;
   void AwaitAcknowledgement();
 
   std::atomic<int> fd_;
@@ -167,15 +183,22 @@ class SessionChannel {
   struct Retained {
     uint64_t first = 0, count = 0;  // Frame numbers: the first is 1.
     std::vector<uint8_t> bytes;
+    kj::ArrayPtr<const kj::byte> held;  // The rest of a single frame, in its caller's memory (PostHeld).
   };
   Reconnect reconnect_;  // Set once, before any call.
   bool resumable_ = false;
   mutable std::mutex retain_mu_;
   std::deque<Retained> retained_;  // Guarded by retain_mu_.
+  std::vector<std::vector<uint8_t>> spare_runs_;  // Guarded by retain_mu_.
+  size_t spare_bytes_ = 0;                        // Their capacity. Guarded by retain_mu_.
   std::atomic<uint64_t> retained_bytes_{0};  // Written under retain_mu_.
   uint64_t acknowledged_ = 0;      // Every frame up to this one was consumed. Guarded by retain_mu_.
   std::string broke_;              // Why the connection broke, until it resumes. Guarded by recv_mu_.
   std::atomic<uint64_t> resumptions_{0};
+  std::mutex ack_mu_;      // One poster at a time asks for an acknowledgement.
+  uint32_t ack_seq_ = 0;   // The question in flight (AwaitAcknowledgement), or 0. Guarded by ack_mu_.
+  uint64_t asked_at_ = 0;  // retained_ever_ when it was asked. Guarded by ack_mu_.
+  std::atomic<uint64_t> retained_ever_{0};  // Bytes retained since the channel began. Written under retain_mu_.
 
   uint8_t* shared_ = nullptr;
   size_t shared_bytes_ = 0;

@@ -34,6 +34,9 @@ namespace calls = session::calls;
 
 constexpr uint64_t kGiB = 1ull << 30;
 constexpr size_t kChunk = 4u << 20;  // Copies travel in 4 MiB messages, pipelined.
+// From this size a copy's bytes are referred to rather than copied for a move (SessionChannel::PostHeld): one round
+// trip per copy costs less than copying them, and below it the copy costs less than the round trip.
+constexpr size_t kHeldCopyMin = 1u << 20;
 constexpr size_t kChunksInFlight = 4;  // Copies back: chunks asked for ahead of the one being read.
 constexpr size_t kBatchBytes = 16u << 20;  // A batch this large is sent, and gathering goes on in a new one.
 // Address windows live in [32 TiB, 96 TiB), below where Linux places shared libraries and stacks. A PIE program and
@@ -867,6 +870,10 @@ int RemoteSession::CopyToDevice(uint64_t dst, const void* src, size_t bytes, uin
     // Written from the caller's memory, not copied into the message first: a large chunk leaves before Post
     // returns.
     using W = session::Wire<calls::CopyToDevice>;
+    // A large copy is referred to, not copied, by a channel that keeps what it sends for a move (PostHeld): the call
+    // then returns once the worker has read it all, as cuMemcpyHtoD from pageable memory returns once it is staged.
+    const bool held = bytes >= kHeldCopyMin;
+    bool any_held = false;
     for (size_t off = 0; off < bytes; off += kChunk) {
       size_t n = std::min(kChunk, bytes - off);
       capnp::MallocMessageBuilder message(kFirstSegmentWords);
@@ -877,8 +884,14 @@ int RemoteSession::CopyToDevice(uint64_t dst, const void* src, size_t bytes, uin
       if (whole_words) {
         params.adoptData(message.getOrphanage().referenceExternalData(capnp::Data::Reader(p + off, n)));
       }
-      impl_->channel->Post(calls::CopyToDevice::kOrdinal, message);
+      if (held && whole_words) {
+        impl_->channel->PostHeld(calls::CopyToDevice::kOrdinal, message);
+        any_held = true;
+      } else {
+        impl_->channel->Post(calls::CopyToDevice::kOrdinal, message);
+      }
     }
+    if (any_held && impl_->channel->retains()) impl_->channel->AwaitConsumed();
     return 0;
   }
   for (size_t off = 0; off < bytes; off += kChunk) {

@@ -279,8 +279,8 @@ std::vector<Line> RenderTop(const PoolState& state, const ViewSettings& settings
         case Field::kAge: cell = Age(l.age_s); break;
         case Field::kExpiry: cell = Age(l.expires_in_s); break;
         case Field::kState:
-          cell = !l.committed ? "resv" : l.idle ? "idle" : "run";
-          tone = l.idle ? Tone::kWarn : !l.committed ? Tone::kDim : Tone::kGood;
+          cell = !l.committed ? "resv" : l.suspended ? "susp" : l.idle ? "idle" : "run";
+          tone = l.idle || l.suspended ? Tone::kWarn : !l.committed ? Tone::kDim : Tone::kGood;
           break;
       }
       line.push_back({Fit(cell, c.width, c.right) + " ", tone});

@@ -1087,10 +1087,15 @@ TEST(SessionImage, ASessionMovesUnderItsClientWithNoCallLostOrRunTwice) {
   ASSERT_EQ(s.MemAlloc(4, &out), kOk);
   ASSERT_EQ(s.StreamCreate(&stream), kOk);
   constexpr int kRounds = 400, kLaunchesPerRound = 25;
-  constexpr size_t kChunk = 24 << 10;  // Small copies queue with the launches; every fourth one is large.
-  ASSERT_EQ(s.MemAlloc(kRounds * kChunk * 4, &data), kOk);
+  // Small copies queue with the launches; every fourth one is larger than a queued frame, and every 25th is of
+  // megabytes (referred to in the caller's memory rather than kept: SessionChannel::PostHeld).
+  constexpr size_t kChunk = 24 << 10, kLarge = (3 << 20) / 2;
+  ASSERT_EQ(s.MemAlloc(kRounds * kChunk * 4 + (kRounds / 25) * kLarge, &data), kOk);
+  auto place_of = [&](int round) {
+    return round % 25 == 12 ? data + kRounds * kChunk * 4 + (round / 25) * kLarge : data + round * kChunk * 4;
+  };
   auto chunk_of = [&](int round) {
-    const size_t bytes = round % 4 == 3 ? kChunk * 4 : kChunk;
+    const size_t bytes = round % 25 == 12 ? kLarge : round % 4 == 3 ? kChunk * 4 : kChunk;
     std::vector<uint8_t> v(bytes);
     for (size_t i = 0; i < bytes; ++i) v[i] = static_cast<uint8_t>((i * 31 + round * 7) >> 3);
     return v;
@@ -1101,7 +1106,7 @@ TEST(SessionImage, ASessionMovesUnderItsClientWithNoCallLostOrRunTwice) {
     for (int round = 0; round < kRounds; ++round) {
       for (int i = 0; i < kLaunchesPerRound; ++i) s.Launch(function.handle, one, one, 0, stream, &out, sizeof(out));
       auto bytes = chunk_of(round);
-      s.CopyToDevice(data + round * kChunk * 4, bytes.data(), bytes.size(), stream);
+      s.CopyToDevice(place_of(round), bytes.data(), bytes.size(), stream);
       if (round % 50 == 49) s.StreamSynchronize(stream);
       round_now = round + 1;
     }
@@ -1134,7 +1139,7 @@ TEST(SessionImage, ASessionMovesUnderItsClientWithNoCallLostOrRunTwice) {
   for (int round = 0; round < kRounds; ++round) {
     auto want = chunk_of(round);
     std::vector<uint8_t> got(want.size());
-    ASSERT_EQ(s.CopyFromDevice(got.data(), data + round * kChunk * 4, got.size(), 0), kOk) << s.last_error();
+    ASSERT_EQ(s.CopyFromDevice(got.data(), place_of(round), got.size(), 0), kOk) << s.last_error();
     ASSERT_TRUE(got == want) << "round " << round << "'s copy";
   }
   EXPECT_EQ(reconnections, 1);
