@@ -156,6 +156,50 @@ TEST_F(SessionGuard, WindowsBeyondTheUserAddressSpaceAreRefusedBeforeAWorkerStar
   ExpectAllUnharmed();
 }
 
+// Issue 43: a client asks where its moved session went with the ticket it entered its old worker with. A ticket
+// that names no moved session of the caller's own lease (made up, empty of meaning, a megabyte long) is answered
+// "did not move" before anything starts; a lease key that is not the caller's is refused as for any session. And an
+// administrator's move, suspension and resumption are refused to a tenant.
+TEST_F(SessionGuard, ResumeTicketsThatNameNoMovedSessionOfTheLeaseAreRefused) {
+  auto fields = internal::DecodeToken(attacker_->lease.Token());
+  ASSERT_TRUE(fields.ok());
+  capnp::EzRpcClient client(agent_->address());
+  auto agent = client.getMain<wire::Agent>();
+  const size_t workers_before = SessionWorkersOf(agent_->process().pid());
+  for (const std::string& ticket : {std::string(16, 'x'), std::string(1, '\0'), std::string(1 << 20, 'T')}) {
+    SCOPED_TRACE(fmt::format("a ticket of {} bytes", ticket.size()));
+    auto req = agent.openSessionRequest();
+    req.initLease().setId(fields->id);
+    req.getLease().setSecret(fields->secret);
+    req.setDevice(attacker_->lease.slices()[0].device);
+    req.setWindowBase(uint64_t{40} << 40);
+    req.setWindowBytes(uint64_t{2} << 30);
+    req.setResumeTicket(kj::arrayPtr(reinterpret_cast<const kj::byte*>(ticket.data()), ticket.size()));
+    auto reply = req.send().wait(client.getWaitScope());
+    EXPECT_EQ(reply.getOutcome().getCode(), wire::Outcome::Code::NOT_FOUND);
+    EXPECT_NE(std::string(reply.getOutcome().getMessage()).find("did not move"), std::string::npos)
+        << reply.getOutcome().getMessage().cStr();
+    EXPECT_FALSE(reply.hasDirect());
+  }
+  {
+    auto req = agent.openSessionRequest();
+    req.initLease().setId(fields->id);
+    req.getLease().setSecret("not the secret");
+    req.setResumeTicket(kj::arrayPtr(reinterpret_cast<const kj::byte*>("0123456789abcdef"), 16));
+    auto reply = req.send().wait(client.getWaitScope());
+    EXPECT_EQ(reply.getOutcome().getCode(), wire::Outcome::Code::PERMISSION_DENIED);
+  }
+  EXPECT_EQ(SessionWorkersOf(agent_->process().pid()), workers_before) << "no worker started for them";
+  auto migrate = agent.migrateRequest();
+  migrate.setLeaseId(internal::DecodeToken(victim_->lease.Token())->id);
+  migrate.setDevice(-1);
+  EXPECT_EQ(migrate.send().wait(client.getWaitScope()).getOutcome().getCode(), wire::Outcome::Code::PERMISSION_DENIED);
+  auto suspend = agent.suspendRequest();
+  suspend.setLeaseId(internal::DecodeToken(victim_->lease.Token())->id);
+  EXPECT_EQ(suspend.send().wait(client.getWaitScope()).getOutcome().getCode(), wire::Outcome::Code::PERMISSION_DENIED);
+  ExpectAllUnharmed();
+}
+
 TEST_F(SessionGuard, EveryCallAfterTheLeaseIsReleasedAnswersInvalidContext) {
   // Objects of every kind, so that no call fails merely for want of a valid handle.
   uint64_t buffer = 0, stream = 0, event = 0, global = 0, global_bytes = 0;

@@ -60,8 +60,10 @@ int ToolMain(int argc, char** argv) {
   tools::ServersArg servers;
   bool json = false, quiet = false;
   int steps = BenchOptions().loop_steps;
-  app.add_option("benchmark", which, "latency, bandwidth, launch, loop, load or all (default)")
-      ->check(CLI::IsMember({"latency", "bandwidth", "launch", "loop", "load", "all"}));
+  app.add_option("benchmark", which,
+                 "latency, bandwidth, launch, loop, load, all (default: all of these), or migrate (the pause of a "
+                 "move of the lease to another GPU; run by an administrator of an agent with two)")
+      ->check(CLI::IsMember({"latency", "bandwidth", "launch", "loop", "load", "all", "migrate"}));
   app.add_flag("--json", json, "machine-readable output");
   app.add_flag("-q,--quiet", quiet, "no line saying what is measured when no pool is configured");
   servers.Add(app);
