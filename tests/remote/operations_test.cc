@@ -571,6 +571,40 @@ TEST(Migrate, AMoveThatFailsAtAnyStepLeavesTheProgramRunningWhereItWas) {
   }
 }
 
+// A program killed (with its gp-run) while its lease is being moved: the move ends, done or undone, and once the lease
+// expires nothing of it is left on the agent: no session, no worker, no slice.
+TEST(Migrate, AProgramKilledDuringItsMoveLeavesNothingBehind) {
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  MetricsAgent m({"--lease-ttl", "2s"}, "unix:" + dir.path() + "/agent.sock");
+  const std::string server = m.agent.address();
+  Pool pool = Connect({server});
+  auto program = std::make_unique<Process>(
+      std::vector<std::string>{ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", Program("moving_state"), "300"});
+  ASSERT_EQ(program->ReadLine(seconds(60)), "ready") << program->Stderr();
+  const std::string id = LeaseIdOf(pool, "moving_state");
+  ASSERT_FALSE(id.empty());
+  Process move({ToolPath("gp-agent"), "ctl", "--server", server, "migrate", id});
+  program.reset();  // SIGKILLs gp-run's process group: the program and gp-run.
+  const int moved = move.Wait(seconds(60));
+  EXPECT_TRUE(moved == 0 || moved == 1) << moved << " " << move.Stderr();
+  auto workers = [&] {
+    std::ifstream in("/proc/" + std::to_string(m.agent.process().pid()) + "/task/" +
+                     std::to_string(m.agent.process().pid()) + "/children");
+    size_t n = 0;
+    for (pid_t child; in >> child;) ++n;
+    return n;
+  };
+  EXPECT_TRUE(Eventually([&] {
+    PoolState state = pool.State();
+    bool empty = state.servers[0].leases.empty() && workers() == 0;
+    for (const DeviceInfo& d : state.servers[0].devices) empty = empty && d.memory_allocated == 0;
+    return empty;
+  }, seconds(30))) << m.agent.process().Stderr();
+  EXPECT_EQ(SampleOf(m.Scrape(), "gpupool_sessions"), 0);
+  EXPECT_TRUE(m.agent.process().running());
+}
+
 // Issue 43: an idle lease suspended by an administrator gives its GPU back at once (another lease takes the whole
 // pool); its program's next CUDA call waits while there is no room, says so, and resumes once there is, finishing
 // exact. A lease idle past --suspend-idle-after is suspended by the agent itself, and resumes the same way.
