@@ -144,7 +144,12 @@ Status Read(const TomlFile& file, AgentConfig* c) {
   }
   if (!(s = section("telemetry", &t)).ok()) return s;
   if (t) {
-    if (!(s = file.CheckKeys(*t, {"idle_after", "suspend_idle_after"}, "[telemetry]")).ok()) return s;
+    if (!(s = file.CheckKeys(*t, {"idle_after", "suspend_idle_after", "suspend_memory", "suspend_spill_dir"},
+                             "[telemetry]")).ok()) {
+      return s;
+    }
+    if (!(s = file.GetMemory(*t, "suspend_memory", &c->suspend_memory)).ok()) return s;
+    if (!(s = file.GetString(*t, "suspend_spill_dir", &c->suspend_spill_dir)).ok()) return s;
     if (!(s = file.GetDuration(*t, "idle_after", &c->idle_after)).ok()) return s;
     if (!(s = file.GetDuration(*t, "suspend_idle_after", &c->suspend_idle_after)).ok()) return s;
   }
@@ -200,6 +205,9 @@ Status AgentConfig::Validate() const {
   if (idle_after.count() < 1000) return bad("[telemetry] idle_after must be at least 1s");
   if (suspend_idle_after.count() != 0 && suspend_idle_after.count() < 1000) {
     return bad("[telemetry] suspend_idle_after must be at least 1s");
+  }
+  if (!suspend_spill_dir.empty() && suspend_spill_dir.front() != '/') {
+    return bad("[telemetry] suspend_spill_dir must be an absolute path, not '" + suspend_spill_dir + "'");
   }
   if (!metrics_listen.empty() && metrics_listen.rfind("unix:", 0) == 0) {
     return bad("[metrics] listen must be host:port (Prometheus scrapes over TCP)");

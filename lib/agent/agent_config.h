@@ -47,6 +47,9 @@ inline constexpr int kMaxSessionsPerLease = 64;
 //   idle_after = "10m"             # flag a lease whose sessions made no call for this long
 //   suspend_idle_after = "30m"     # suspend a lease idle this long (its GPUs go back to the pool; its next call
 //                                  # resumes it); default: never
+//   suspend_memory = "4GiB"        # suspended leases' images kept in the agent's memory, at most; default 4GiB
+//   suspend_spill_dir = "/var/lib/gpupool/suspended"  # where images beyond that go (files of mode 0600); default:
+//                                  # none (a suspension that would pass suspend_memory is refused)
 //   [auth]
 //   require = false                # refuse clients the agent cannot authenticate
 //   tokens = "/etc/gpupool/tokens.toml"  # TCP clients' per-user tokens ([tokens] user = "token"; mode 0600)
@@ -78,6 +81,8 @@ struct AgentConfig {
   std::string metrics_listen;                     // "host:port" for /metrics; empty: none.
   std::chrono::milliseconds idle_after{600000};
   std::chrono::milliseconds suspend_idle_after{0};  // 0: leases are never suspended for idling.
+  uint64_t suspend_memory = uint64_t{4} << 30;      // Suspended images held in memory, at most.
+  std::string suspend_spill_dir;                    // Where the rest go; "": nowhere (refused past the memory).
   // [limits]: a session beyond either is refused before its worker starts, with a message naming the limit. At
   // most what a device's turns table and a slice's quota table hold (kMaxSessionsPerDevice, kMaxSessionsPerLease).
   int sessions_per_device = kMaxSessionsPerDevice;

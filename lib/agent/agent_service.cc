@@ -22,6 +22,7 @@
 
 #include "agent/auth.h"
 #include "agent/gpu_monitor.h"
+#include "agent/image_spill.h"
 #include "agent/lease_table.h"
 #include "agent/metrics.h"
 #include "agent/refusal_log.h"
@@ -118,7 +119,7 @@ struct AgentState {
     for (auto it = moved_sessions.begin(); it != moved_sessions.end();) {
       it = it->second.lease_id == lease_id ? moved_sessions.erase(it) : std::next(it);
     }
-    suspended.erase(lease_id);  // Its images: the memory of a lease that ended.
+    DropSuspended(lease_id);  // Its images: the memory (or files) of a lease that ended.
     suspended_devices.erase(lease_id);
     resumed_at.erase(lease_id);
     return revoked;
@@ -378,9 +379,12 @@ struct AgentState {
   struct SuspendedSession {
     std::string ticket;  // The door ticket its client entered with last: how it asks for the session back.
     WorkerSpec spec;     // As it was opened (its device is the slice's before the suspension).
-    std::shared_ptr<std::vector<uint8_t>> image;
+    std::shared_ptr<std::vector<uint8_t>> image;  // Null when it is in `spilled`.
+    std::string spilled;  // Its file in the spill directory ([telemetry] suspend_spill_dir), or "".
     uint64_t consumed = 0;
+    uint64_t bytes = 0;  // The image's.
   };
+  uint64_t suspended_in_memory = 0;  // Bytes of the images held in `suspended` (not spilled).
   std::map<std::string, std::vector<SuspendedSession>> suspended;  // By lease.
   std::map<std::string, kj::ForkedPromise<Status>> resuming;        // Leases being resumed now.
   // When each lease last resumed: its idle time counts from there at most (its telemetry may not have seen a call of
@@ -415,40 +419,91 @@ struct AgentState {
     kj::Vector<kj::Promise<SessionWorkers::Checkpointed>> checkpoints;
     for (const auto& session : sessions) checkpoints.add(workers->Checkpoint(session.pid, kQuietWithin));
     return kj::joinPromises(checkpoints.releaseAsArray())
-        .then([this, lease_id, sessions](kj::Array<SessionWorkers::Checkpointed> taken) {
-          moving.erase(lease_id);
+        .then([this, lease_id, sessions](kj::Array<SessionWorkers::Checkpointed> taken) -> kj::Promise<SuspendResult> {
           Status failed = Status::Ok();
+          uint64_t bytes = 0;
+          std::vector<std::shared_ptr<std::vector<uint8_t>>> images;
           for (size_t i = 0; i < taken.size() && failed.ok(); ++i) {
             if (!taken[i].status.ok()) {
               failed = Status(taken[i].status.code(), fmt::format("session {} of the lease could not be "
                                                                   "checkpointed: {}", i, taken[i].status.message()));
+            } else {
+              bytes += taken[i].image->size();
+              images.push_back(taken[i].image);
             }
           }
-          std::vector<uint32_t> devices_then;
-          if (const LeaseEntry* now = table.Find(lease_id)) {
-            for (const auto& slice : now->slices) devices_then.push_back(slice.device);
+          // Beyond [telemetry] suspend_memory the images go to the spill directory, or the suspension is refused.
+          const bool spill = failed.ok() && suspended_in_memory + bytes > config.suspend_memory;
+          if (spill && config.suspend_spill_dir.empty()) {
+            failed = Status(StatusCode::kResourceExhausted,
+                            fmt::format("the lease's {} of images would keep {} of suspended leases in the agent's "
+                                        "memory, past [telemetry] suspend_memory ({}); give the agent a "
+                                        "suspend_spill_dir",
+                                        FormatMemorySize(bytes), FormatMemorySize(suspended_in_memory + bytes),
+                                        FormatMemorySize(config.suspend_memory)));
           }
-          if (failed.ok()) failed = table.Suspend(lease_id);  // It may have ended meanwhile.
-          if (!failed.ok()) {
-            for (const auto& session : sessions) workers->Resume(session.pid);
-            GP_WARN("agent", "lease {} not suspended: {}", lease_id, failed.message());
-            return SuspendResult{failed};
-          }
-          SuspendResult result{Status::Ok(), static_cast<uint32_t>(sessions.size()), 0};
-          suspended_devices[lease_id] = std::move(devices_then);
-          auto& kept = suspended[lease_id];
-          for (size_t i = 0; i < sessions.size(); ++i) {
-            kept.push_back({sessions[i].door.ticket, sessions[i].spec, taken[i].image, taken[i].consumed});
-            result.bytes += taken[i].image->size();
-            workers->Retire(sessions[i].pid);
-          }
-          ForgetSliceTables(lease_id);
-          ++counters.suspensions;
-          counters.suspended_bytes += result.bytes;
-          GP_INFO("agent", "lease {} suspended: {} session(s), {} kept in memory", lease_id, result.sessions,
-                  FormatMemorySize(result.bytes));
-          return result;
+          if (!failed.ok()) return AbandonSuspension(lease_id, sessions, failed);
+          kj::Promise<Result<std::vector<std::string>>> stored =
+              spill ? SpillImages(config.suspend_spill_dir, lease_id, std::move(images))
+                    : kj::Promise<Result<std::vector<std::string>>>(std::vector<std::string>(taken.size()));
+          auto shared_taken = std::make_shared<kj::Array<SessionWorkers::Checkpointed>>(kj::mv(taken));
+          return stored.then([this, lease_id, sessions, shared_taken, bytes](Result<std::vector<std::string>> paths) {
+            Status failed = paths.ok() ? Status::Ok()
+                                       : Status(paths.status().code(), "spilling its images: " + paths.status().message());
+            std::vector<uint32_t> devices_then;
+            if (const LeaseEntry* now = table.Find(lease_id)) {
+              for (const auto& slice : now->slices) devices_then.push_back(slice.device);
+            }
+            if (failed.ok()) failed = table.Suspend(lease_id);  // It may have ended meanwhile.
+            if (!failed.ok()) {
+              if (paths.ok()) RemoveSpilled(*paths);
+              return AbandonSuspension(lease_id, sessions, failed);
+            }
+            moving.erase(lease_id);
+            const bool spilled = !paths->empty() && !paths->front().empty();
+            SuspendResult result{Status::Ok(), static_cast<uint32_t>(sessions.size()), bytes};
+            suspended_devices[lease_id] = std::move(devices_then);
+            auto& kept = suspended[lease_id];
+            for (size_t i = 0; i < sessions.size(); ++i) {
+              const auto& image = (*shared_taken)[i].image;
+              kept.push_back({sessions[i].door.ticket, sessions[i].spec, spilled ? nullptr : image, (*paths)[i],
+                              (*shared_taken)[i].consumed, image->size()});
+              workers->Retire(sessions[i].pid);
+            }
+            if (!spilled) suspended_in_memory += bytes;
+            ForgetSliceTables(lease_id);
+            ++counters.suspensions;
+            counters.suspended_bytes += result.bytes;
+            GP_INFO("agent", "lease {} suspended: {} session(s), {} kept {}", lease_id, result.sessions,
+                    FormatMemorySize(result.bytes), spilled ? "in " + config.suspend_spill_dir : "in memory");
+            return result;
+          });
         });
+  }
+
+  // A suspension that failed: the sessions serve on where they were.
+  SuspendResult AbandonSuspension(const std::string& lease_id,
+                                  const std::vector<SessionWorkers::LeaseSession>& sessions, const Status& why) {
+    moving.erase(lease_id);
+    for (const auto& session : sessions) workers->Resume(session.pid);
+    GP_WARN("agent", "lease {} not suspended: {}", lease_id, why.message());
+    return SuspendResult{why};
+  }
+
+  // Forgets a suspended lease's images (it resumed, or ended): the memory they held, their spilled files.
+  void DropSuspended(const std::string& lease_id) {
+    auto it = suspended.find(lease_id);
+    if (it == suspended.end()) return;
+    std::vector<std::string> files;
+    for (const auto& session : it->second) {
+      if (!session.spilled.empty()) {
+        files.push_back(session.spilled);
+      } else {
+        suspended_in_memory -= std::min(suspended_in_memory, session.bytes);
+      }
+    }
+    RemoveSpilled(files);
+    suspended.erase(it);
   }
 
   // Places a suspended lease again and restores its sessions in new workers, where their clients find them (by
@@ -462,7 +517,34 @@ struct AgentState {
       return devices[from].emulated == devices[to].emulated && devices[from].model == devices[to].model;
     });
     if (!placed.ok()) return placed;
-    std::vector<SuspendedSession> sessions = suspended[lease_id];
+    // Spilled images come back from their files first.
+    std::vector<std::string> files;
+    for (const auto& session : suspended[lease_id]) {
+      if (!session.spilled.empty()) files.push_back(session.spilled);
+    }
+    auto done = LoadSpilledImages(files)
+                    .then([this, lease_id](Result<std::vector<std::shared_ptr<std::vector<uint8_t>>>> loaded) {
+                      if (!loaded.ok()) {
+                        if (table.Find(lease_id) != nullptr) (void)table.Suspend(lease_id);
+                        return kj::Promise<Status>(
+                            Status(loaded.status().code(), "its spilled images: " + loaded.status().message()));
+                      }
+                      std::vector<SuspendedSession> sessions = suspended[lease_id];
+                      size_t next = 0;
+                      for (auto& session : sessions) {
+                        if (!session.spilled.empty()) session.image = (*loaded)[next++];
+                      }
+                      return RestoreSuspended(lease_id, std::move(sessions));
+                    })
+                    .attach(kj::defer([this, lease_id] { resuming.erase(lease_id); }))
+                    .fork();
+    auto branch = done.addBranch();
+    resuming.emplace(lease_id, kj::mv(done));
+    return branch;
+  }
+
+  // ResumeLease's second half: the suspended sessions, their images in hand, restored in new workers.
+  kj::Promise<Status> RestoreSuspended(const std::string& lease_id, std::vector<SuspendedSession> sessions) {
     const auto started = std::chrono::steady_clock::now();
     kj::Vector<kj::Promise<OpenedSession>> opens;
     for (auto& session : sessions) {
@@ -481,7 +563,7 @@ struct AgentState {
       spec.restore_consumed = session.consumed;
       opens.add(workers->Open(spec));
     }
-    auto done = kj::joinPromises(opens.releaseAsArray())
+    return kj::joinPromises(opens.releaseAsArray())
                     .then([this, lease_id, sessions, started](kj::Array<OpenedSession> opened) {
                       Status failed = Status::Ok();
                       for (size_t i = 0; i < opened.size() && failed.ok(); ++i) {
@@ -510,19 +592,14 @@ struct AgentState {
                           moved_sessions[sessions[i].ticket] = MovedSession{lease_id, *door};
                         }
                       }
-                      suspended.erase(lease_id);
+                      DropSuspended(lease_id);
                       resumed_at[lease_id] = Clock::now();
                       ++counters.resumptions;
                       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                           std::chrono::steady_clock::now() - started).count();
                       GP_INFO("agent", "lease {} resumed: {} session(s) restored in {} ms", lease_id, sessions.size(), ms);
                       return Status::Ok();
-                    })
-                    .attach(kj::defer([this, lease_id] { resuming.erase(lease_id); }))
-                    .fork();
-    auto branch = done.addBranch();
-    resuming.emplace(lease_id, kj::mv(done));
-    return branch;
+                    });
   }
 
   // The device a suspended session's slice is on once its lease is placed again: the lease's slices keep their order,

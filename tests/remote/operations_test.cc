@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -658,6 +659,53 @@ TEST(Suspend, AnIdleLeaseGivesItsGpuBackAndResumesWhenThereIsRoom) {
   const std::string metrics = m.Scrape();
   EXPECT_EQ(SampleOf(metrics, "gpupool_lease_suspensions_total"), 2) << metrics;
   EXPECT_EQ(SampleOf(metrics, "gpupool_lease_resumptions_total"), 2) << metrics;
+}
+
+// Suspended images past [telemetry] suspend_memory go to the spill directory (files of mode 0600, gone once the lease
+// resumes); without a spill directory such a suspension is refused, naming the limit, and the program runs on.
+TEST(Suspend, ImagesPastTheAgentsMemoryGoToItsSpillDirectoryOrTheSuspensionIsRefused) {
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  const std::string spill = dir.path() + "/spill";
+  ASSERT_EQ(mkdir(spill.c_str(), 0700), 0);
+  for (const bool with_spill : {true, false}) {
+    SCOPED_TRACE(with_spill ? "with a spill directory" : "without one");
+    std::vector<std::string> args = {"--suspend-memory", "1MiB"};
+    if (with_spill) args.insert(args.end(), {"--suspend-spill-dir", spill});
+    Agent agent(AgentOptions{.name = "spill", .emulated = 1, .emulated_memory = "2GiB",
+                             .listen = "unix:" + dir.path() + "/agent.sock", .extra_args = args});
+    const std::string server = agent.address();
+    Pool pool = Connect({server});
+    Process program({ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", Program("moving_state"), "60",
+                     "3000"});
+    ASSERT_EQ(program.ReadLine(seconds(60)), "ready") << program.Stderr();
+    ASSERT_EQ(program.ReadLine(seconds(60)), "idle") << program.Stderr();
+    const std::string id = LeaseIdOf(pool, "moving_state");
+    RunResult suspended = Ctl(server, {"suspend", id});
+    auto spilled = [&] {
+      std::vector<std::string> files;
+      for (const auto& entry : std::filesystem::directory_iterator(spill)) files.push_back(entry.path());
+      return files;
+    };
+    if (with_spill) {
+      ASSERT_EQ(suspended.code, 0) << suspended.err;
+      const auto files = spilled();
+      ASSERT_EQ(files.size(), 1u);
+      struct stat st {};
+      ASSERT_EQ(stat(files[0].c_str(), &st), 0);
+      EXPECT_EQ(st.st_mode & 0777, 0600u);
+      EXPECT_GT(st.st_size, 18 << 20) << "the session's memory (18 MiB)";
+    } else {
+      EXPECT_EQ(suspended.code, 1);
+      EXPECT_NE(suspended.err.find("past [telemetry] suspend_memory (1 MiB); give the agent a suspend_spill_dir"),
+                std::string::npos) << suspended.err;
+    }
+    const int status = program.Wait(seconds(120));
+    const std::string out = program.ReadAll();
+    EXPECT_EQ(status, 0) << out << program.Stderr();
+    EXPECT_NE(out.find("ok 120"), std::string::npos) << out;
+    EXPECT_TRUE(spilled().empty()) << "a resumed lease's files go";
+  }
 }
 
 // Issue 41 item 5: a lease lost under a running program is reported, by gp-run and by the program's next CUDA call,

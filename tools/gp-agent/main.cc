@@ -193,7 +193,7 @@ int main(int argc, char** argv) {
 
   CLI::App app{"gp-agent: serves this host's GPUs (real or emulated) to a gpupool pool"};
   std::string config_path, listen, name, device_class, emu_memory, emu_cc, lease_ttl, renew_interval, cuda_driver, metrics,
-      idle_after, suspend_idle_after, tokens, tls_cert, tls_key, tls_ca;
+      idle_after, suspend_idle_after, suspend_memory, suspend_spill_dir, tokens, tls_cert, tls_key, tls_ca;
   bool require_auth = false;
   int emu = -1, emu_fallback = -1;
   bool no_nvml = false, exit_with_parent = false, remove_socket_dir = false;
@@ -216,6 +216,10 @@ int main(int argc, char** argv) {
   app.add_option("--suspend-idle-after", suspend_idle_after,
                  "suspend leases idle this long: their GPUs go back to the pool, their next call resumes them "
                  "(default: never)");
+  app.add_option("--suspend-memory", suspend_memory,
+                 "suspended leases' images kept in the agent's memory, at most (default 4GiB)");
+  app.add_option("--suspend-spill-dir", suspend_spill_dir,
+                 "where suspended images beyond --suspend-memory go (default: nowhere; such a suspension is refused)");
   app.add_flag("--require-auth", require_auth,
                "refuse clients the agent cannot authenticate (Unix socket: the peer's uid; TCP: a token)");
   app.add_option("--tokens", tokens, "TCP clients' per-user tokens: a TOML file [tokens] user = \"token\", mode 0600");
@@ -273,6 +277,12 @@ int main(int argc, char** argv) {
   if (!tls_cert.empty()) config.tls_cert = tls_cert;
   if (!tls_key.empty()) config.tls_key = tls_key;
   if (!tls_ca.empty()) config.tls_ca = tls_ca;
+  if (!suspend_memory.empty()) {
+    auto bytes = ParseMemorySize(suspend_memory);
+    if (!Report(bytes, "--suspend-memory")) return 2;
+    config.suspend_memory = *bytes;
+  }
+  if (!suspend_spill_dir.empty()) config.suspend_spill_dir = suspend_spill_dir;
   if (!suspend_idle_after.empty()) {
     auto d = ParseDuration(suspend_idle_after);
     if (!Report(d, "--suspend-idle-after")) return 2;
