@@ -51,6 +51,10 @@ constexpr int kQuotaFd = 5;
 constexpr int kMeterFd = 6;
 // Between a lease's end and the kill of its workers: their clients' next calls get "the lease ended".
 constexpr kj::Duration kRevokeGrace = 2 * kj::SECONDS;
+// A session image crosses between agent and worker in pieces of this much (within Cap'n Proto's message limit), a
+// few in flight at once.
+constexpr size_t kImagePieceBytes = 16u << 20;
+constexpr size_t kImagePiecesInFlight = 4;
 // How long a closed session may take to free its device memory before its worker exits regardless.
 constexpr std::chrono::seconds kTeardownLimit{5};
 
@@ -356,6 +360,10 @@ class WorkerImpl final : public wire::SessionWorker::Server {
                  Status(StatusCode::kInvalidArgument, "the session is open already: nothing more to restore"));
       return kj::READY_NOW;
     }
+    if (restore_image_.empty()) {
+      // Within reason: the image holds at most the session's memory, and its window bounds that (2^47 bytes).
+      restore_image_.reserve(static_cast<size_t>(std::min<uint64_t>(context.getParams().getTotal(), uint64_t{1} << 40)));
+    }
     restore_image_.insert(restore_image_.end(), data.begin(), data.end());
     SetOutcome(context.getResults().initOutcome(), Status::Ok());
     return kj::READY_NOW;
@@ -379,6 +387,14 @@ class WorkerImpl final : public wire::SessionWorker::Server {
         .then([this, results, image = kj::mv(image)](backend::MoveCheckpoint taken) mutable {
           CallStatus status = taken.status;
           if (status.ok()) {
+            // Counted first, so that the image is written into room made once (growing it as it goes would copy it
+            // again and again).
+            size_t total = 0;
+            (void)backend::WriteSessionImage(*image, [&total](const uint8_t*, size_t bytes) {
+              total += bytes;
+              return true;
+            });
+            image_bytes_.reserve(total);
             status = backend::WriteSessionImage(*image, [this](const uint8_t* data, size_t bytes) {
               image_bytes_.insert(image_bytes_.end(), data, data + bytes);
               return true;
@@ -402,10 +418,9 @@ class WorkerImpl final : public wire::SessionWorker::Server {
   }
 
   kj::Promise<void> imagePiece(ImagePieceContext context) override {
-    constexpr uint64_t kPiece = 16u << 20;
     const uint64_t offset = context.getParams().getOffset();
     if (offset < image_bytes_.size()) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(kPiece, image_bytes_.size() - offset));
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kImagePieceBytes, image_bytes_.size() - offset));
       context.getResults().setData(kj::arrayPtr(image_bytes_.data() + offset, n));
     }
     return kj::READY_NOW;
@@ -880,22 +895,26 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
       });
 }
 
-namespace {
-
-constexpr size_t kImagePieceBytes = 16u << 20;
-
-}  // namespace
-
 kj::Promise<void> SessionWorkers::SendImage(wire::SessionWorker::Client worker,
                                             std::shared_ptr<const std::vector<uint8_t>> image, size_t offset) {
   if (offset >= image->size()) return kj::READY_NOW;
-  auto req = worker.restorePieceRequest();
-  const size_t n = std::min(kImagePieceBytes, image->size() - offset);
-  req.setData(kj::arrayPtr(image->data() + offset, n));
-  return req.send().then([this, worker, image, offset, n](
-                             capnp::Response<wire::SessionWorker::RestorePieceResults>&& r) mutable {
-    if (Status s = StatusOf(r.getOutcome()); !s.ok()) return kj::Promise<void>(KJ_EXCEPTION(FAILED, s.message()));
-    return SendImage(kj::mv(worker), kj::mv(image), offset + n);
+  // A few pieces in flight at once (calls on one capability arrive in order): the worker takes one while the next
+  // crosses the socket.
+  kj::Vector<kj::Promise<void>> sent;
+  size_t at = offset;
+  for (size_t i = 0; i < kImagePiecesInFlight && at < image->size(); ++i) {
+    auto req = worker.restorePieceRequest();
+    const size_t n = std::min(kImagePieceBytes, image->size() - at);
+    req.setData(kj::arrayPtr(image->data() + at, n));
+    req.setTotal(image->size());
+    sent.add(req.send().then([](capnp::Response<wire::SessionWorker::RestorePieceResults>&& r) {
+      if (Status s = StatusOf(r.getOutcome()); !s.ok()) return kj::Promise<void>(KJ_EXCEPTION(FAILED, s.message()));
+      return kj::Promise<void>(kj::READY_NOW);
+    }));
+    at += n;
+  }
+  return kj::joinPromises(sent.releaseAsArray()).then([this, worker, image, at]() mutable {
+    return SendImage(kj::mv(worker), kj::mv(image), at);
   });
 }
 
@@ -926,8 +945,12 @@ kj::Promise<SessionWorkers::Checkpointed> SessionWorkers::Checkpoint(pid_t pid, 
         if (Status s = StatusOf(r.getOutcome()); !s.ok()) return Checkpointed{s, 0, nullptr};
         auto taken = std::make_shared<Checkpointed>();
         taken->consumed = r.getConsumed();
-        taken->image = std::make_shared<std::vector<uint8_t>>();
-        taken->image->reserve(r.getImageBytes());
+        // Its length is the worker's word, bounded by what a session can hold (its window: 2^47 bytes at most).
+        if (r.getImageBytes() > (uint64_t{1} << 47)) {
+          return Checkpointed{Status(StatusCode::kInternal, "the worker announced an image larger than any session"), 0,
+                              nullptr};
+        }
+        taken->image = std::make_shared<std::vector<uint8_t>>(r.getImageBytes());
         return FetchImage(kj::mv(worker), taken->image, r.getImageBytes()).then([taken] { return *taken; });
       })
       .catch_([](kj::Exception&& e) {
@@ -939,17 +962,38 @@ kj::Promise<SessionWorkers::Checkpointed> SessionWorkers::Checkpoint(pid_t pid, 
 
 kj::Promise<void> SessionWorkers::FetchImage(wire::SessionWorker::Client worker,
                                              std::shared_ptr<std::vector<uint8_t>> image, uint64_t bytes) {
-  if (image->size() >= bytes) return kj::READY_NOW;
-  auto req = worker.imagePieceRequest();
-  req.setOffset(image->size());
-  return req.send().then([this, worker, image, bytes](
-                             capnp::Response<wire::SessionWorker::ImagePieceResults>&& r) mutable {
-    auto data = r.getData();
-    if (data.size() == 0 || image->size() + data.size() > bytes) {
-      return kj::Promise<void>(KJ_EXCEPTION(FAILED, "the worker's image is not the length it said"));
-    }
-    image->insert(image->end(), data.begin(), data.end());
-    return FetchImage(kj::mv(worker), kj::mv(image), bytes);
+  // `image` was sized to `bytes`; `fetched` counts what came. A few pieces are asked for at once, each copied to its
+  // place as it comes.
+  auto fetched = std::make_shared<uint64_t>(0);
+  return FetchPieces(kj::mv(worker), kj::mv(image), fetched, 0);
+}
+
+kj::Promise<void> SessionWorkers::FetchPieces(wire::SessionWorker::Client worker,
+                                              std::shared_ptr<std::vector<uint8_t>> image,
+                                              std::shared_ptr<uint64_t> fetched, uint64_t offset) {
+  if (offset >= image->size()) {
+    if (*fetched != image->size()) return KJ_EXCEPTION(FAILED, "the worker's image is not the length it said");
+    return kj::READY_NOW;
+  }
+  kj::Vector<kj::Promise<void>> asked;
+  uint64_t at = offset;
+  for (size_t i = 0; i < kImagePiecesInFlight && at < image->size(); ++i) {
+    auto req = worker.imagePieceRequest();
+    req.setOffset(at);
+    const uint64_t want = std::min<uint64_t>(kImagePieceBytes, image->size() - at);
+    asked.add(req.send().then([image, fetched, at, want](capnp::Response<wire::SessionWorker::ImagePieceResults>&& r) {
+      auto data = r.getData();
+      if (data.size() != want) {
+        return kj::Promise<void>(KJ_EXCEPTION(FAILED, "the worker's image is not the length it said"));
+      }
+      std::memcpy(image->data() + at, data.begin(), data.size());
+      *fetched += data.size();
+      return kj::Promise<void>(kj::READY_NOW);
+    }));
+    at += want;
+  }
+  return kj::joinPromises(asked.releaseAsArray()).then([this, worker, image, fetched, at]() mutable {
+    return FetchPieces(kj::mv(worker), kj::mv(image), kj::mv(fetched), at);
   });
 }
 

@@ -62,6 +62,7 @@ interface SessionWorker {
   resume @4 () -> ();
   # The move was abandoned: the session serves its client again.
 
-  restorePiece @5 (data :Data) -> (outcome :Outcome);
-  # Before open: the next piece of the image of the session to restore (WorkerConfig.restore).
+  restorePiece @5 (data :Data, total :UInt64) -> (outcome :Outcome);
+  # Before open: the next piece of the image of the session to restore (WorkerConfig.restore), whose whole length is
+  # `total` (room for it is made at the first piece).
 }
