@@ -195,6 +195,13 @@ struct AgentState {
   };
   MoveErrors move_errors;
   kj::TaskSet moves{move_errors};
+  // `work` runs to its end here whatever becomes of the returned promise (its caller's connection may go).
+  template <typename T>
+  kj::Promise<T> InBackground(kj::Promise<T> work) {
+    auto forked = work.fork();
+    moves.add(forked.addBranch().ignoreResult());
+    return forked.addBranch();
+  }
   // How long a session may take to finish the work it has queued before a move gives up and leaves it running.
   static constexpr kj::Duration kQuietWithin = 10 * kj::SECONDS;
 
@@ -1248,9 +1255,8 @@ class AgentImpl final : public wire::Agent::Server {
     if (!AdminOnly(results.initOutcome(), "migrate")) return kj::READY_NOW;
     std::string id = context.getParams().getLeaseId();
     GP_INFO("admin", "{} moves lease {}", peer_.user, id);
-    auto move = state_.Migrate(id, context.getParams().getDevice()).fork();
-    state_.moves.add(move.addBranch().ignoreResult());
-    return move.addBranch().then([context](AgentState::MoveResult moved) mutable {
+    return state_.InBackground(state_.Migrate(id, context.getParams().getDevice()))
+        .then([context](AgentState::MoveResult moved) mutable {
       auto results = context.getResults();
       SetOutcome(results.initOutcome(), moved.status);
       results.setSessions(moved.sessions);
@@ -1265,9 +1271,7 @@ class AgentImpl final : public wire::Agent::Server {
     if (!AdminOnly(context.getResults().initOutcome(), "suspend")) return kj::READY_NOW;
     std::string id = context.getParams().getLeaseId();
     GP_INFO("admin", "{} suspends lease {}", peer_.user, id);
-    auto suspended = state_.Suspend(id).fork();
-    state_.moves.add(suspended.addBranch().ignoreResult());
-    return suspended.addBranch().then([context](AgentState::SuspendResult done) mutable {
+    return state_.InBackground(state_.Suspend(id)).then([context](AgentState::SuspendResult done) mutable {
       auto results = context.getResults();
       SetOutcome(results.initOutcome(), done.status);
       results.setSessions(done.sessions);
@@ -1285,9 +1289,7 @@ class AgentImpl final : public wire::Agent::Server {
       return kj::READY_NOW;
     }
     GP_INFO("admin", "{} resumes lease {}", peer_.user, id);
-    auto resumed = state_.ResumeLease(id).fork();
-    state_.moves.add(resumed.addBranch().ignoreResult());
-    return resumed.addBranch().then([context](Status done) mutable {
+    return state_.InBackground(state_.ResumeLease(id)).then([context](Status done) mutable {
       SetOutcome(context.getResults().initOutcome(), done);
     });
   }

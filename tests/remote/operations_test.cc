@@ -391,6 +391,14 @@ print("same")
   EXPECT_EQ(bad.code, 2);
 }
 
+// `program` (moving_state.cu) ends well, printing `ok_line`: its state came through whatever was done to its lease.
+void ExpectFinishedExact(Process& program, const std::string& ok_line) {
+  const int status = program.Wait(seconds(120));
+  const std::string out = program.ReadAll();
+  EXPECT_EQ(status, 0) << out << program.Stderr();
+  EXPECT_NE(out.find(ok_line), std::string::npos) << out;
+}
+
 RunResult Ctl(const std::string& server, std::vector<std::string> verb, const std::string& as_user = "") {
   std::vector<std::string> argv;
   if (!as_user.empty()) argv = {"/usr/sbin/runuser", "-u", as_user, "--"};
@@ -531,10 +539,7 @@ TEST(Migrate, ARunningLeaseMovesBetweenGpusAndItsProgramFinishesExact) {
   EXPECT_EQ(Ctl(server, {"migrate", "no-such-lease"}).code, 1);
   EXPECT_EQ(device_of_lease(), device);
 
-  const int status = program.Wait(seconds(120));
-  const std::string out = program.ReadAll();
-  EXPECT_EQ(status, 0) << out << program.Stderr();
-  EXPECT_NE(out.find("ok 600"), std::string::npos) << out;
+  ExpectFinishedExact(program, "ok 600");
   const std::string metrics = m.Scrape();
   EXPECT_EQ(SampleOf(metrics, "gpupool_lease_migrations_total"), 4) << metrics;
   EXPECT_EQ(SampleOf(metrics, "gpupool_migrated_sessions_total"), 4) << metrics;
@@ -565,10 +570,7 @@ TEST(Migrate, AMoveThatFailsAtAnyStepLeavesTheProgramRunningWhereItWas) {
     PoolState after = pool.State();
     ASSERT_NE(FindLease(after, "moving_state"), nullptr);
     EXPECT_EQ(FindLease(after, "moving_state")->devices, devices) << "the lease stays where it was";
-    const int status = program.Wait(seconds(120));
-    const std::string out = program.ReadAll();
-    EXPECT_EQ(status, 0) << out << program.Stderr();
-    EXPECT_NE(out.find("ok 240"), std::string::npos) << out;
+    ExpectFinishedExact(program, "ok 240");
   }
 }
 
@@ -636,10 +638,7 @@ TEST(Suspend, AnIdleLeaseGivesItsGpuBackAndResumesWhenThereIsRoom) {
   Process hog({ToolPath("gp-run"), "--servers", server, "-n", "2", "-p", "1.0", "--", Program("busy"), "6"});
   ASSERT_TRUE(Eventually([&] { return !LeaseIdOf(pool, "busy").empty(); }, seconds(20))) << hog.Stderr();
   EXPECT_EQ(hog.Wait(seconds(30)), 0) << hog.Stderr();
-  const int status = program.Wait(seconds(120));
-  const std::string out = program.ReadAll();
-  EXPECT_EQ(status, 0) << out << program.Stderr();
-  EXPECT_NE(out.find("ok 200"), std::string::npos) << out;
+  ExpectFinishedExact(program, "ok 200");
   EXPECT_NE(program.Stderr().find("is suspended and waits for room to resume"), std::string::npos)
       << program.Stderr();
 
@@ -652,10 +651,7 @@ TEST(Suspend, AnIdleLeaseGivesItsGpuBackAndResumesWhenThereIsRoom) {
     const LeaseInfo* l = FindLease(now, "moving_state");
     return l != nullptr && l->suspended;
   }, seconds(10)));
-  const int idler_status = idler.Wait(seconds(120));
-  const std::string idler_out = idler.ReadAll();
-  EXPECT_EQ(idler_status, 0) << idler_out << idler.Stderr();
-  EXPECT_NE(idler_out.find("ok 120"), std::string::npos) << idler_out;
+  ExpectFinishedExact(idler, "ok 120");
   const std::string metrics = m.Scrape();
   EXPECT_EQ(SampleOf(metrics, "gpupool_lease_suspensions_total"), 2) << metrics;
   EXPECT_EQ(SampleOf(metrics, "gpupool_lease_resumptions_total"), 2) << metrics;
@@ -700,10 +696,7 @@ TEST(Suspend, ImagesPastTheAgentsMemoryGoToItsSpillDirectoryOrTheSuspensionIsRef
       EXPECT_NE(suspended.err.find("past [telemetry] suspend_memory (1 MiB); give the agent a suspend_spill_dir"),
                 std::string::npos) << suspended.err;
     }
-    const int status = program.Wait(seconds(120));
-    const std::string out = program.ReadAll();
-    EXPECT_EQ(status, 0) << out << program.Stderr();
-    EXPECT_NE(out.find("ok 120"), std::string::npos) << out;
+    ExpectFinishedExact(program, "ok 120");
     EXPECT_TRUE(spilled().empty()) << "a resumed lease's files go";
   }
 }
