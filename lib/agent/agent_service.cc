@@ -218,8 +218,8 @@ struct AgentState {
   kj::Promise<MoveResult> Migrate(const std::string& lease_id, int32_t to) {
     const LeaseEntry* e = table.Find(lease_id);
     if (e == nullptr || !e->committed) return MoveResult{Status(StatusCode::kNotFound, "no lease " + lease_id + " here")};
-    if (moving.count(lease_id)) {
-      return MoveResult{Status(StatusCode::kResourceExhausted, "lease " + lease_id + " is being moved already")};
+    if (moving.count(lease_id) || resuming.count(lease_id)) {
+      return MoveResult{Status(StatusCode::kResourceExhausted, "lease " + lease_id + " is being moved or resumed")};
     }
     if (to >= static_cast<int32_t>(devices.size())) {
       return MoveResult{Status(StatusCode::kInvalidArgument,

@@ -347,7 +347,7 @@ void SessionChannel::Acknowledge(uint64_t through) {
 
 // A poster that sent much without waiting for anything asks the worker how far it got: a call answered at once
 // (properties), whose reply acknowledges every frame before it. One such question is in flight at a time, and the
-// poster waits for the answer to the one before (64 MiB of frames ago) rather than its own: the worker, reading on,
+// poster waits for the answer to the one before (half the limit ago) rather than its own: the worker, reading on,
 // has mostly answered it already, so the stream does not stall; the poster waits only when the worker falls that
 // far behind, as a GPU's driver blocks a thread whose queue is full.
 void SessionChannel::AwaitAcknowledgement() {
@@ -455,9 +455,10 @@ void SessionChannel::Post(uint32_t ordinal, capnp::MessageBuilder& params) {
   if (resumable_ && retained_bytes() > kRetainLimitBytes) AwaitAcknowledgement();
 }
 
-void SessionChannel::PostHeld(uint32_t ordinal, capnp::MessageBuilder& params) {
+void SessionChannel::PostHeld(uint32_t ordinal, capnp::MessageBuilder& params, const uint8_t* held) {
   session::OutgoingFrame frame(ordinal, 0, params);
-  if (!resumable_ || frame.bytes() <= session::kSmallFrameBytes || frame.pieces().size() < 3) {
+  if (!resumable_ || frame.bytes() <= session::kSmallFrameBytes || frame.pieces().size() < 3 ||
+      frame.pieces().back().begin() != held) {
     return Post(ordinal, params);  // Nothing worth referring to: kept as any other.
   }
   post_directly_.store(false, std::memory_order_relaxed);

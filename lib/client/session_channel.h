@@ -71,9 +71,9 @@ class SessionChannel {
   // Queues posted call `ordinal` with its Params message (copied; a large one is written before this returns).
   // A lost connection is reported by the next waiting call.
   void Post(uint32_t ordinal, capnp::MessageBuilder& params);
-  // As Post, for a message whose last segment is memory its caller keeps unchanged until AwaitConsumed returns: a
-  // resumable channel refers to that segment for a resumption instead of copying it (a large copy's bytes).
-  void PostHeld(uint32_t ordinal, capnp::MessageBuilder& params);
+  // As Post, for a message whose last segment is `held`, memory its caller keeps unchanged until AwaitConsumed
+  // returns: a resumable channel refers to that segment for a resumption instead of copying it (a large copy's bytes).
+  void PostHeld(uint32_t ordinal, capnp::MessageBuilder& params, const uint8_t* held);
   // Waits until the worker has read every call sent so far (it answers a call at once); what PostHeld referred to is
   // free again then. A resumption on the way sends the calls it had not read again, from the caller's memory.
   void AwaitConsumed();

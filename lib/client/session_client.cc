@@ -885,7 +885,7 @@ int RemoteSession::CopyToDevice(uint64_t dst, const void* src, size_t bytes, uin
         params.adoptData(message.getOrphanage().referenceExternalData(capnp::Data::Reader(p + off, n)));
       }
       if (held && whole_words) {
-        impl_->channel->PostHeld(calls::CopyToDevice::kOrdinal, message);
+        impl_->channel->PostHeld(calls::CopyToDevice::kOrdinal, message, p + off);
         any_held = true;
       } else {
         impl_->channel->Post(calls::CopyToDevice::kOrdinal, message);
