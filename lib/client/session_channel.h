@@ -142,9 +142,9 @@ class SessionChannel {
   void Retain(uint64_t first, uint64_t count, const std::vector<kj::ArrayPtr<const kj::byte>>& pieces,
               bool held = false);
   // Buffers of acknowledged runs kept for the next (a large copy's chunks follow one another).
-  // Up to the retention limit's worth of them (and what is sent while asking), so that a stream of copies reuses its
-  // buffers in a ring.
-  static constexpr size_t kSpareBytes = (16u << 20) + (8u << 20), kSpareRunMin = 256u << 10;
+  // Up to half the retention limit's worth of them, so that a stream of copies (under 1 MiB each: larger ones are
+  // referred to, not kept) reuses its buffers in a ring.
+  static constexpr size_t kSpareBytes = 8u << 20, kSpareRunMin = 256u << 10;
   // The worker consumed every frame up to `through`.
   void Acknowledge(uint64_t through);
   // Retained frames past this many make a poster ask for an acknowledgement, and wait for the previous one's.
