@@ -122,6 +122,7 @@ struct AgentState {
     DropSuspended(lease_id);  // Its images: the memory (or files) of a lease that ended.
     suspended_devices.erase(lease_id);
     resumed_at.erase(lease_id);
+    moved_devices.erase(lease_id);
     return revoked;
   }
 
@@ -353,6 +354,7 @@ struct AgentState {
                   workers->Retire(sessions[i].pid);
                 }
                 for (const auto& [source, target] : targets) {
+                  NoteMoved(lease_id, source, target);
                   if (auto q = quota_fds.find({lease_id, source}); q != quota_fds.end()) {
                     close(q->second);
                     quota_fds.erase(q);
@@ -524,6 +526,10 @@ struct AgentState {
       return devices[from].emulated == devices[to].emulated && devices[from].model == devices[to].model;
     });
     if (!placed.ok()) return placed;
+    if (const std::vector<uint32_t>& before = suspended_devices[lease_id]; !before.empty()) {
+      const LeaseEntry* now = table.Find(lease_id);
+      for (size_t i = 0; i < before.size() && i < now->slices.size(); ++i) NoteMoved(lease_id, before[i], now->slices[i].device);
+    }
     // Spilled images come back from their files first.
     std::vector<std::string> files;
     for (const auto& session : suspended[lease_id]) {
@@ -619,6 +625,30 @@ struct AgentState {
     return spec.device;
   }
   std::map<std::string, std::vector<uint32_t>> suspended_devices;  // By lease: its slices' devices when suspended.
+
+  // Where each lease's slices went when they changed devices (a move, or a resumption elsewhere): from device to
+  // device. A process of the lease that learned its slices before asks for the old device, and means the slice.
+  std::map<std::string, std::map<uint32_t, uint32_t>> moved_devices;
+  void NoteMoved(const std::string& lease_id, uint32_t from, uint32_t to) {
+    if (from == to) return;
+    auto& moved = moved_devices[lease_id];
+    for (auto& [old, now] : moved) {
+      if (now == from) now = to;
+    }
+    moved[from] = to;
+    moved.erase(to);  // The device it came back to is its own again.
+  }
+  // `device` as a process of `lease_id` names it, where that slice is now.
+  uint32_t DeviceNow(const std::string& lease_id, uint32_t device) const {
+    const LeaseEntry* e = table.Find(lease_id);
+    auto moved = moved_devices.find(lease_id);
+    if (e == nullptr || moved == moved_devices.end()) return device;
+    for (const auto& s : e->slices) {
+      if (s.device == device) return device;  // It holds that device (still, or again).
+    }
+    auto to = moved->second.find(device);
+    return to == moved->second.end() ? device : to->second;
+  }
 
   // The lease's slices' quota and turns tables go with its workers (new ones are made where it goes next).
   void ForgetSliceTables(const std::string& lease_id) {
@@ -1058,6 +1088,13 @@ class AgentImpl final : public wire::Agent::Server {
                           : "no such lease here (released, expired, or the agent restarted)"));
       return kj::READY_NOW;
     }
+    if (state_.moving.count(e->id) && state_.timer != nullptr) {
+      // Its slices are changing devices (a move or a suspension under way): asked again once that is over, so that
+      // a process of the lease opening a session meanwhile finds the lease where it went.
+      return state_.timer->afterDelay(20 * kj::MILLISECONDS).then([this, context]() mutable {
+        return openSession(context);
+      });
+    }
     if (e->suspended) {
       // The lease's first call since it was suspended: it is placed again (its sessions restored), then the call is
       // answered as if it had never been.
@@ -1092,7 +1129,7 @@ class AgentImpl final : public wire::Agent::Server {
       // Kept (a client whose knock there failed may ask again) until the session moves again or its lease ends.
       return kj::READY_NOW;
     }
-    uint32_t device = params.getDevice();
+    uint32_t device = state_.DeviceNow(e->id, params.getDevice());
     const SliceGrant* slice = nullptr;
     for (const auto& s : e->slices) {
       if (s.device == device) slice = &s;
