@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <utility>
@@ -24,6 +25,7 @@
 #include "core/log.h"
 #include "core/mapping.h"
 #include "core/util.h"
+#include "gpupool/units.h"
 #include "schema/session_frames.h"
 #include "schema/session_wire.h"
 
@@ -76,6 +78,17 @@ bool DirectSessionsWanted() {
 bool FollowMovesWanted() {
   const char* v = std::getenv("GPUPOOL_FOLLOW_MOVES");
   return v == nullptr || std::string_view(v) != "0";
+}
+
+// GPUPOOL_RESUME_WAIT_MS (gp-run sets it from --wait): how long a call of a suspended lease waits for room to resume
+// it; unset, as long as it takes.
+std::optional<std::chrono::milliseconds> ResumeWait() {
+  const char* v = std::getenv("GPUPOOL_RESUME_WAIT_MS");
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  char* end = nullptr;
+  const long long ms = std::strtoll(v, &end, 10);
+  if (*end != '\0' || ms < 0) return std::nullopt;
+  return std::chrono::milliseconds(ms);
 }
 
 constexpr std::chrono::milliseconds kDirectConnectTimeout{2000};
@@ -308,11 +321,20 @@ void RemoteSession::MakeFollowMoves(SessionChannel* channel, const std::string& 
         });
       });
     };
-    // A suspended lease resumes once its agent has room for it: until then the call waits, as a program waits for a
-    // busy GPU (gp-run --wait), saying so once.
+    // A suspended lease resumes once its agent has room for it: until then the call waits, saying so once, as gp-run
+    // waits for room to start: up to its --wait (GPUPOOL_RESUME_WAIT_MS), or for as long as it takes.
+    const std::optional<std::chrono::milliseconds> limit = ResumeWait();
+    const auto since = std::chrono::steady_clock::now();
     Status asked = ask();
     for (bool said = false; asked.code() == StatusCode::kResourceExhausted; said = true) {
-      if (!said) GP_WARN("session", "{}; this program waits for it", asked.message());
+      if (limit && std::chrono::steady_clock::now() - since >= *limit) {
+        return Status(asked.code(), fmt::format("{}; no room came within {} (gp-run --wait)", asked.message(),
+                                                FormatDuration(*limit)));
+      }
+      if (!said) {
+        GP_WARN("session", "{}; this program waits for it{}", asked.message(),
+                limit ? " up to " + FormatDuration(*limit) : "");
+      }
       std::this_thread::sleep_for(std::chrono::seconds(1));
       asked = ask();
     }

@@ -642,6 +642,20 @@ TEST(Suspend, AnIdleLeaseGivesItsGpuBackAndResumesWhenThereIsRoom) {
   EXPECT_NE(program.Stderr().find("is suspended and waits for room to resume"), std::string::npos)
       << program.Stderr();
 
+  // Under gp-run --wait 1s it waits that long for room, no longer: its call fails saying so.
+  {
+    Process bounded({ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--wait", "1s", "--", Program("moving_state"),
+                     "60", "3000"});
+    ASSERT_EQ(bounded.ReadLine(seconds(60)), "ready") << bounded.Stderr();
+    ASSERT_EQ(bounded.ReadLine(seconds(60)), "idle") << bounded.Stderr();
+    ASSERT_EQ(Ctl(server, {"suspend", LeaseIdOf(pool, "moving_state")}).code, 0);
+    Process full({ToolPath("gp-run"), "--servers", server, "-n", "2", "-p", "1.0", "--", Program("busy"), "6"});
+    ASSERT_TRUE(Eventually([&] { return !LeaseIdOf(pool, "busy").empty(); }, seconds(20))) << full.Stderr();
+    EXPECT_NE(bounded.Wait(seconds(60)), 0);
+    EXPECT_NE(bounded.Stderr().find("no room came within 1s (gp-run --wait)"), std::string::npos) << bounded.Stderr();
+    EXPECT_EQ(full.Wait(seconds(30)), 0) << full.Stderr();
+  }
+
   // Idle past --suspend-idle-after (2s): the agent suspends it; its next call resumes it.
   Process idler({ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", Program("moving_state"), "60", "6000"});
   ASSERT_EQ(idler.ReadLine(seconds(60)), "ready") << idler.Stderr();
@@ -653,7 +667,7 @@ TEST(Suspend, AnIdleLeaseGivesItsGpuBackAndResumesWhenThereIsRoom) {
   }, seconds(10)));
   ExpectFinishedExact(idler, "ok 120");
   const std::string metrics = m.Scrape();
-  EXPECT_EQ(SampleOf(metrics, "gpupool_lease_suspensions_total"), 2) << metrics;
+  EXPECT_EQ(SampleOf(metrics, "gpupool_lease_suspensions_total"), 3) << metrics;
   EXPECT_EQ(SampleOf(metrics, "gpupool_lease_resumptions_total"), 2) << metrics;
 }
 

@@ -219,6 +219,8 @@ int ToolMain(int argc, char** argv) {
     if (std::strncmp(*e, "GPUPOOL_LEASE=", 14) != 0) env_storage.emplace_back(*e);
   }
   env_storage.push_back("GPUPOOL_LEASE=" + lease->Token());
+  // A suspended lease's program waits for room to resume as gp-run waited for room to start: up to --wait.
+  if (request.wait.count() > 0) env_storage.push_back(fmt::format("GPUPOOL_RESUME_WAIT_MS={}", request.wait.count()));
   // Our libcuda.so.1 first on the library path, so the command's CUDA calls reach the lease's slices.
   std::string interposer = InterposerDirectory();
   if (!interposer.empty()) {
