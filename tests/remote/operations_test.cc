@@ -632,6 +632,9 @@ TEST(Suspend, AnIdleLeaseGivesItsGpuBackAndResumesWhenThereIsRoom) {
   for (const DeviceInfo& d : state.servers[0].devices) EXPECT_EQ(d.memory_allocated, 0u) << "GPU " << d.index;
   RunResult listed = RunCommand({ToolPath("gp-ls"), "--servers", server, "--leases"});
   EXPECT_NE(listed.out.find("suspended"), std::string::npos) << listed.out;
+  RunResult ctl_list = Ctl(server, {"list"});
+  EXPECT_NE(ctl_list.out.find("lease " + id), std::string::npos) << ctl_list.out;
+  EXPECT_NE(ctl_list.out.find(" (suspended)"), std::string::npos) << ctl_list.out;
   EXPECT_EQ(Ctl(server, {"suspend", id}).code, 1) << "suspended already";
   // The whole pool, taken while the program idles by a lease kept busy (an idle one would be suspended too); the
   // program wakes before it is given back.

@@ -165,8 +165,8 @@ int Ctl(int argc, char** argv) {
       Print("  GPU {}  {}  {}\n", d.index, d.model, d.cordoned ? "cordoned" : "open");
     }
     for (const LeaseInfo& l : info.leases) {
-      Print("  lease {}  {}  GPUs {}  {}\n", l.id, ShownUser(l),
-            fmt::join(l.devices, ","), l.label);
+      Print("  lease {}  {}  GPUs {}{}  {}\n", l.id, ShownUser(l), fmt::join(l.devices, ","),
+            l.suspended ? " (suspended)" : "", l.label);
     }
     return 0;
   }
