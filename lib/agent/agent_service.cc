@@ -111,11 +111,7 @@ struct AgentState {
   kj::Promise<void> EndSessions(const std::string& lease_id, const std::string& why) {
     RememberEnd(lease_id, why);
     kj::Promise<void> revoked = workers->KillLease(lease_id, why);
-    for (auto it = quota_fds.lower_bound({lease_id, 0}); it != quota_fds.end() && it->first.first == lease_id;) {
-      close(it->second);
-      it = quota_fds.erase(it);
-    }
-    turns_groups.erase(turns_groups.lower_bound({lease_id, 0}), turns_groups.lower_bound({lease_id + '\0', 0}));
+    ForgetSliceTables(lease_id);
     for (auto it = moved_sessions.begin(); it != moved_sessions.end();) {
       it = it->second.lease_id == lease_id ? moved_sessions.erase(it) : std::next(it);
     }
@@ -206,6 +202,63 @@ struct AgentState {
   // How long a session may take to finish the work it has queued before a move gives up and leaves it running.
   static constexpr kj::Duration kQuietWithin = 10 * kj::SECONDS;
 
+  // Whether lease `lease_id` can be checkpointed now to be `done` ("moved", "suspended"): held here, committed,
+  // neither suspended nor being moved or resumed, and every session of it on a direct connection its client can
+  // follow. Its sessions, when it can.
+  Status Movable(const std::string& lease_id, const char* done, std::vector<SessionWorkers::LeaseSession>* sessions) {
+    const LeaseEntry* e = table.Find(lease_id);
+    if (e == nullptr || !e->committed) return Status(StatusCode::kNotFound, "no lease " + lease_id + " here");
+    if (e->suspended) return Status(StatusCode::kInvalidArgument, "lease " + lease_id + " is suspended already");
+    if (moving.count(lease_id) || resuming.count(lease_id)) {
+      return Status(StatusCode::kResourceExhausted, "lease " + lease_id + " is being moved or resumed");
+    }
+    *sessions = workers->SessionsOf(lease_id);
+    for (const auto& session : *sessions) {
+      if (session.door.ticket.empty()) {
+        return Status(StatusCode::kUnavailable, fmt::format("a session of the lease has no direct connection (its "
+                                                            "client could not follow it): nothing {}", done));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // How a session opened as `spec` is opened again on `device`, restored from `image` (a move, a resumption): in
+  // the device's turns table and the lease's quota table there.
+  Result<WorkerSpec> RestoredSpec(const std::string& lease_id, WorkerSpec spec, uint32_t device,
+                                  std::shared_ptr<const std::vector<uint8_t>> image, uint64_t consumed) {
+    spec.device = device;
+    auto turns = TurnsFd(device);
+    if (!turns.ok()) return turns.status();
+    auto quota = QuotaFd(lease_id, device, spec.memory_bytes);
+    if (!quota.ok()) return quota.status();
+    spec.turns_fd = *turns;
+    spec.turns_group = TurnsGroup(lease_id, device);
+    spec.quota_fd = *quota;
+    spec.restore_image = std::move(image);
+    spec.restore_consumed = consumed;
+    return spec;
+  }
+
+  // The first of restored sessions' workers that did not open, with a direct connection, as a status.
+  static Status RestoreFailure(const kj::Array<OpenedSession>& opened) {
+    for (size_t i = 0; i < opened.size(); ++i) {
+      if (!opened[i].status.ok() || opened[i].direct == nullptr) {
+        return Status(opened[i].status.ok() ? StatusCode::kInternal : opened[i].status.code(),
+                      fmt::format("session {} could not be restored: {}", i,
+                                  opened[i].status.ok() ? "no direct connection" : opened[i].status.message()));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // The session its client entered with `ticket` is at `door` now: one entry per session, where it was entered last.
+  void RecordMoved(const std::string& ticket, const std::string& lease_id, const DirectDoor& door) {
+    for (auto it = moved_sessions.begin(); it != moved_sessions.end();) {
+      it = it->second.door.ticket == ticket ? moved_sessions.erase(it) : std::next(it);
+    }
+    moved_sessions[ticket] = MovedSession{lease_id, door};
+  }
+
   struct MoveResult {
     Status status;
     uint32_t sessions = 0;
@@ -217,16 +270,13 @@ struct AgentState {
   // Moves lease `lease_id`'s slices, with their sessions, to other devices of this agent (`to`, or any other that
   // fits when negative). A failure at any step leaves the lease where it was, its sessions serving on.
   kj::Promise<MoveResult> Migrate(const std::string& lease_id, int32_t to) {
-    const LeaseEntry* e = table.Find(lease_id);
-    if (e == nullptr || !e->committed) return MoveResult{Status(StatusCode::kNotFound, "no lease " + lease_id + " here")};
-    if (moving.count(lease_id) || resuming.count(lease_id)) {
-      return MoveResult{Status(StatusCode::kResourceExhausted, "lease " + lease_id + " is being moved or resumed")};
-    }
+    std::vector<SessionWorkers::LeaseSession> sessions;
+    if (Status movable = Movable(lease_id, "moved", &sessions); !movable.ok()) return MoveResult{movable};
     if (to >= static_cast<int32_t>(devices.size())) {
       return MoveResult{Status(StatusCode::kInvalidArgument,
                                fmt::format("no device {} here (this agent has {})", to, devices.size()))};
     }
-    const std::vector<SessionWorkers::LeaseSession> sessions = workers->SessionsOf(lease_id);
+    const LeaseEntry* e = table.Find(lease_id);
     std::set<uint32_t> from;
     for (const SliceGrant& slice : e->slices) from.insert(slice.device);
     // Each device of the lease to another of the same kind that takes its slices.
@@ -267,13 +317,6 @@ struct AgentState {
                                                                                     : last.message()))};
       }
     }
-    for (const auto& session : sessions) {
-      if (session.door.ticket.empty()) {
-        undo(targets);
-        return MoveResult{Status(StatusCode::kUnavailable, "a session of the lease has no direct connection (its "
-                                                           "client could not follow it): nothing moved")};
-      }
-    }
     moving.insert(lease_id);
     const auto started = std::chrono::steady_clock::now();
     kj::Vector<kj::Promise<SessionWorkers::Checkpointed>> checkpoints;
@@ -297,28 +340,17 @@ struct AgentState {
                                                     taken[i].status.message())));
             }
           }
-          const LeaseEntry* e = table.Find(lease_id);
-          if (e == nullptr) return abandon({}, Status(StatusCode::kNotFound, "the lease ended meanwhile"));
+          if (table.Find(lease_id) == nullptr) {
+            return abandon({}, Status(StatusCode::kNotFound, "the lease ended meanwhile"));
+          }
           auto bytes = std::make_shared<uint64_t>(0);
           kj::Vector<kj::Promise<OpenedSession>> opens;
           for (size_t i = 0; i < sessions.size(); ++i) {
-            WorkerSpec spec = sessions[i].spec;
-            spec.device = targets.at(spec.device);
-            const SliceGrant* slice = nullptr;
-            for (const auto& s : e->slices) {
-              if (s.device == spec.device) slice = &s;
-            }
-            auto turns = TurnsFd(spec.device);
-            auto quota = slice ? QuotaFd(lease_id, spec.device, slice->memory_bytes) : Result<int>(Status(
-                                                                                           StatusCode::kInternal, "no slice"));
-            if (!turns.ok() || !quota.ok()) return abandon({}, !turns.ok() ? turns.status() : quota.status());
-            spec.turns_fd = *turns;
-            spec.turns_group = TurnsGroup(lease_id, spec.device);
-            spec.quota_fd = *quota;
-            spec.restore_image = taken[i].image;
-            spec.restore_consumed = taken[i].consumed;
+            auto spec = RestoredSpec(lease_id, sessions[i].spec, targets.at(sessions[i].spec.device), taken[i].image,
+                                     taken[i].consumed);
+            if (!spec.ok()) return abandon({}, spec.status());
             *bytes += taken[i].image->size();
-            opens.add(workers->Open(spec));
+            opens.add(workers->Open(*spec));
           }
           return kj::joinPromises(opens.releaseAsArray())
               .then([this, lease_id, sessions, targets, abandon, started, bytes](kj::Array<OpenedSession> opened) {
@@ -329,28 +361,13 @@ struct AgentState {
                     new_workers.push_back(session.pid);
                   }
                 }
-                for (size_t i = 0; i < opened.size(); ++i) {
-                  if (!opened[i].status.ok() || opened[i].direct == nullptr) {
-                    return abandon(new_workers, Status(opened[i].status.ok() ? StatusCode::kInternal
-                                                                             : opened[i].status.code(),
-                                                       fmt::format("session {} could not be restored: {}", i,
-                                                                   opened[i].status.ok() ? "no direct connection"
-                                                                                         : opened[i].status.message())));
-                  }
-                }
+                if (Status failed = RestoreFailure(opened); !failed.ok()) return abandon(new_workers, failed);
                 if (table.Find(lease_id) == nullptr) {
                   return abandon(new_workers, Status(StatusCode::kNotFound, "the lease ended meanwhile"));
                 }
                 // Done: each client finds its old worker gone and asks here where its session went.
                 for (size_t i = 0; i < opened.size(); ++i) {
-                  KJ_IF_MAYBE(door, opened[i].direct) {
-                    // One entry per session: where it was entered last, to where it is now.
-                    for (auto it = moved_sessions.begin(); it != moved_sessions.end();) {
-                      it = it->second.door.ticket == sessions[i].door.ticket ? moved_sessions.erase(it)
-                                                                             : std::next(it);
-                    }
-                    moved_sessions[sessions[i].door.ticket] = MovedSession{lease_id, *door};
-                  }
+                  KJ_IF_MAYBE(door, opened[i].direct) { RecordMoved(sessions[i].door.ticket, lease_id, *door); }
                   workers->Retire(sessions[i].pid);
                 }
                 for (const auto& [source, target] : targets) {
@@ -409,21 +426,8 @@ struct AgentState {
   // Suspends lease `lease_id`: checkpoints its sessions (as for a move), keeps their images here, ends their workers
   // and gives its slices back. Its clients' next calls resume it (ResumeLease). On failure nothing changes.
   kj::Promise<SuspendResult> Suspend(const std::string& lease_id) {
-    const LeaseEntry* e = table.Find(lease_id);
-    if (e == nullptr || !e->committed) {
-      return SuspendResult{Status(StatusCode::kNotFound, "no lease " + lease_id + " here")};
-    }
-    if (e->suspended) return SuspendResult{Status(StatusCode::kInvalidArgument, "lease " + lease_id + " is suspended already")};
-    if (moving.count(lease_id) || resuming.count(lease_id)) {
-      return SuspendResult{Status(StatusCode::kResourceExhausted, "lease " + lease_id + " is being moved or resumed")};
-    }
-    const std::vector<SessionWorkers::LeaseSession> sessions = workers->SessionsOf(lease_id);
-    for (const auto& session : sessions) {
-      if (session.door.ticket.empty()) {
-        return SuspendResult{Status(StatusCode::kUnavailable, "a session of the lease has no direct connection (its "
-                                                              "client could not follow it): nothing suspended")};
-      }
-    }
+    std::vector<SessionWorkers::LeaseSession> sessions;
+    if (Status movable = Movable(lease_id, "suspended", &sessions); !movable.ok()) return SuspendResult{movable};
     moving.insert(lease_id);
     kj::Vector<kj::Promise<SessionWorkers::Checkpointed>> checkpoints;
     for (const auto& session : sessions) checkpoints.add(workers->Checkpoint(session.pid, kQuietWithin));
@@ -561,32 +565,20 @@ struct AgentState {
     const auto started = std::chrono::steady_clock::now();
     kj::Vector<kj::Promise<OpenedSession>> opens;
     for (auto& session : sessions) {
-      WorkerSpec spec = session.spec;
-      spec.device = SliceDeviceAfterResume(*table.Find(lease_id), spec);
-      auto turns = TurnsFd(spec.device);
-      auto quota = QuotaFd(lease_id, spec.device, spec.memory_bytes);
-      if (!turns.ok() || !quota.ok()) {
+      auto spec = RestoredSpec(lease_id, session.spec, SliceDeviceAfterResume(*table.Find(lease_id), session.spec),
+                               session.image, session.consumed);
+      if (!spec.ok()) {
         (void)table.Suspend(lease_id);
-        return !turns.ok() ? turns.status() : quota.status();
+        return spec.status();
       }
-      spec.turns_fd = *turns;
-      spec.turns_group = TurnsGroup(lease_id, spec.device);
-      spec.quota_fd = *quota;
-      spec.restore_image = session.image;
-      spec.restore_consumed = session.consumed;
-      opens.add(workers->Open(spec));
+      opens.add(workers->Open(*spec));
     }
     return kj::joinPromises(opens.releaseAsArray())
                     .then([this, lease_id, sessions, started](kj::Array<OpenedSession> opened) {
-                      Status failed = Status::Ok();
-                      for (size_t i = 0; i < opened.size() && failed.ok(); ++i) {
-                        if (!opened[i].status.ok() || opened[i].direct == nullptr) {
-                          failed = Status(StatusCode::kInternal,
-                                          fmt::format("session {} could not be restored: {}", i,
-                                                      opened[i].status.ok() ? "no direct connection"
-                                                                            : opened[i].status.message()));
-                        }
-                      }
+                      // kInternal whatever the worker said: a client retries a busy answer, and a restore that
+                      // failed is no lack of room.
+                      Status failed = RestoreFailure(opened);
+                      if (!failed.ok()) failed = Status(StatusCode::kInternal, failed.message());
                       if (failed.ok() && table.Find(lease_id) == nullptr) failed = Lost(lease_id);
                       if (!failed.ok()) {
                         // Back to suspended: the images stay, and the next call asks again.
@@ -597,13 +589,7 @@ struct AgentState {
                         return failed;
                       }
                       for (size_t i = 0; i < opened.size(); ++i) {
-                        KJ_IF_MAYBE(door, opened[i].direct) {
-                          for (auto it = moved_sessions.begin(); it != moved_sessions.end();) {
-                            it = it->second.door.ticket == sessions[i].ticket ? moved_sessions.erase(it)
-                                                                              : std::next(it);
-                          }
-                          moved_sessions[sessions[i].ticket] = MovedSession{lease_id, *door};
-                        }
+                        KJ_IF_MAYBE(door, opened[i].direct) { RecordMoved(sessions[i].ticket, lease_id, *door); }
                       }
                       DropSuspended(lease_id);
                       resumed_at[lease_id] = Clock::now();
@@ -858,7 +844,6 @@ void Describe(const AgentState& state, wire::AgentState::Builder out, bool with_
   }
 }
 
-// Samples the sessions' meters and the GPUs once a kSampleInterval, for ever.
 // [telemetry] suspend_idle_after: leases idle that long are suspended (their GPUs go back to the pool).
 void SuspendIdleLeases(AgentState& state) {
   if (state.config.suspend_idle_after.count() == 0) return;
@@ -881,6 +866,7 @@ void SuspendIdleLeases(AgentState& state) {
   }
 }
 
+// Samples the sessions' meters and the GPUs once a kSampleInterval, for ever.
 kj::Promise<void> SampleLoop(AgentState& state, kj::Timer& timer) {
   return timer.afterDelay(std::chrono::duration_cast<std::chrono::milliseconds>(kSampleInterval).count() *
                           kj::MILLISECONDS)

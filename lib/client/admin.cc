@@ -1,19 +1,27 @@
 #include "client/admin.h"
 
+#include <chrono>
+
 #include "client/lease_core.h"
 #include "client/runtime.h"
 
 namespace gpupool::admin {
 namespace {
 
-// Runs one call on `server` from a runtime of its own (a ctl command makes one or two).
+// Runs one call on `server` from a runtime of its own (a ctl command makes one or two), within `timeout`.
 template <typename Call>
-Status OnAgent(const std::string& server, const char* what, Call call) {
+Status OnAgent(const std::string& server, const char* what, Call call,
+               std::chrono::milliseconds timeout = PoolOptions().call_timeout) {
   PoolOptions options;
   options.servers = {server};
+  options.call_timeout = timeout;
   internal::Runtime rt(options);
   return rt.Run([&] { return internal::WithAgent(rt, server, what, call); });
 }
+
+// A move or a suspension waits for the lease's sessions to be quiet (up to the agent's limit) and copies their
+// memory: its call may take minutes.
+constexpr std::chrono::milliseconds kMoveTimeout = std::chrono::minutes(5);
 
 }  // namespace
 
@@ -40,64 +48,45 @@ Status Revoke(const std::string& server, const std::string& lease_id) {
 
 Result<Migrated> Migrate(const std::string& server, const std::string& lease_id, std::optional<int> device) {
   Migrated moved;
-  PoolOptions options;
-  options.servers = {server};
-  // A move waits for the lease's sessions to be quiet (up to the agent's limit) and copies their memory.
-  options.call_timeout = std::chrono::minutes(5);
-  internal::Runtime rt(options);
-  Status s = rt.Run([&] {
-    return internal::WithAgent(rt, server, "migrate", [&](internal::Runtime& rt, wire::Agent::Client agent) {
-      auto req = agent.migrateRequest();
-      req.setLeaseId(lease_id);
-      req.setDevice(device.value_or(-1));
-      return rt.Deadline(req.send()).then([&](capnp::Response<wire::Agent::MigrateResults>&& r) {
-        moved.sessions = r.getSessions();
-        moved.bytes = r.getBytes();
-        moved.pause_ms = r.getPauseMs();
-        for (uint32_t d : r.getDevices()) moved.devices.push_back(d);
-        return internal::StatusFromOutcome(r.getOutcome(), server);
-      });
+  Status s = OnAgent(server, "migrate", [&](internal::Runtime& rt, wire::Agent::Client agent) {
+    auto req = agent.migrateRequest();
+    req.setLeaseId(lease_id);
+    req.setDevice(device.value_or(-1));
+    return rt.Deadline(req.send()).then([&](capnp::Response<wire::Agent::MigrateResults>&& r) {
+      moved.sessions = r.getSessions();
+      moved.bytes = r.getBytes();
+      moved.pause_ms = r.getPauseMs();
+      for (uint32_t d : r.getDevices()) moved.devices.push_back(d);
+      return internal::StatusFromOutcome(r.getOutcome(), server);
     });
-  });
+  }, kMoveTimeout);
   if (!s.ok()) return s;
   return moved;
 }
 
 Result<Migrated> Suspend(const std::string& server, const std::string& lease_id) {
   Migrated kept;
-  PoolOptions options;
-  options.servers = {server};
-  options.call_timeout = std::chrono::minutes(5);  // As a move: it waits for quiet and copies memory.
-  internal::Runtime rt(options);
-  Status s = rt.Run([&] {
-    return internal::WithAgent(rt, server, "suspend", [&](internal::Runtime& rt, wire::Agent::Client agent) {
-      auto req = agent.suspendRequest();
-      req.setLeaseId(lease_id);
-      return rt.Deadline(req.send()).then([&](capnp::Response<wire::Agent::SuspendResults>&& r) {
-        kept.sessions = r.getSessions();
-        kept.bytes = r.getBytes();
-        return internal::StatusFromOutcome(r.getOutcome(), server);
-      });
+  Status s = OnAgent(server, "suspend", [&](internal::Runtime& rt, wire::Agent::Client agent) {
+    auto req = agent.suspendRequest();
+    req.setLeaseId(lease_id);
+    return rt.Deadline(req.send()).then([&](capnp::Response<wire::Agent::SuspendResults>&& r) {
+      kept.sessions = r.getSessions();
+      kept.bytes = r.getBytes();
+      return internal::StatusFromOutcome(r.getOutcome(), server);
     });
-  });
+  }, kMoveTimeout);
   if (!s.ok()) return s;
   return kept;
 }
 
 Status Resume(const std::string& server, const std::string& lease_id) {
-  PoolOptions options;
-  options.servers = {server};
-  options.call_timeout = std::chrono::minutes(5);
-  internal::Runtime rt(options);
-  return rt.Run([&] {
-    return internal::WithAgent(rt, server, "resume", [&](internal::Runtime& rt, wire::Agent::Client agent) {
-      auto req = agent.resumeRequest();
-      req.setLeaseId(lease_id);
-      return rt.Deadline(req.send()).then([&](capnp::Response<wire::Agent::ResumeResults>&& r) {
-        return internal::StatusFromOutcome(r.getOutcome(), server);
-      });
+  return OnAgent(server, "resume", [&](internal::Runtime& rt, wire::Agent::Client agent) {
+    auto req = agent.resumeRequest();
+    req.setLeaseId(lease_id);
+    return rt.Deadline(req.send()).then([&](capnp::Response<wire::Agent::ResumeResults>&& r) {
+      return internal::StatusFromOutcome(r.getOutcome(), server);
     });
-  });
+  }, kMoveTimeout);
 }
 
 }  // namespace gpupool::admin

@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "core/util.h"
+#include "schema/session_calls.h"
 #include "schema/session_frames.h"
 #include "schema/session_wire.h"
 #include "session.capnp.h"
@@ -360,9 +361,13 @@ void SessionChannel::AwaitAcknowledgement() {
     Reply reply;
     Wait(std::exchange(ack_seq_, 0), &reply);
   }
+  ack_seq_ = AskHowFar();
+}
+
+uint32_t SessionChannel::AskHowFar() {
   capnp::MallocMessageBuilder params;
   params.initRoot<wire::Session::PropertiesParams>();
-  ack_seq_ = Send(0, params);
+  return Send(session::calls::Properties::kOrdinal, params);
 }
 
 bool SessionChannel::Resume() {
@@ -466,9 +471,7 @@ void SessionChannel::PostHeld(uint32_t ordinal, capnp::MessageBuilder& params, c
 }
 
 void SessionChannel::AwaitConsumed() {
-  capnp::MallocMessageBuilder params;
-  params.initRoot<wire::Session::PropertiesParams>();
-  uint32_t seq = Send(0, params);
+  uint32_t seq = AskHowFar();
   Reply reply;
   if (seq != 0) Wait(seq, &reply);
 }

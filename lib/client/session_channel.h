@@ -150,6 +150,9 @@ class SessionChannel {
   // Retained frames past this many make a poster ask for an acknowledgement, and wait for the previous one's.
   static constexpr uint64_t kRetainLimitBytes = 16ull << 20;
   void AwaitAcknowledgement();
+  // Sends a call the worker answers at once (properties), whose reply acknowledges every frame before it; returns
+  // its number, 0 if the channel is lost.
+  uint32_t AskHowFar();
 
   std::atomic<int> fd_;
   AsyncErrorSink errors_;

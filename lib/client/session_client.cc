@@ -66,6 +66,14 @@ std::string WorkerAddress(const std::string& server, uint16_t port) {
   return fmt::format("{}:{}", host, port);
 }
 
+// Where `door` (an openSession answer's) says the session's worker of agent `server` waits, and with which ticket.
+void ReadDoor(const std::string& server, wire::DirectSession::Reader door, std::string* address, std::string* ticket) {
+  *address = door.hasPath() && door.getPath().size() > 0 ? "unix:" + std::string(door.getPath())
+                                                         : WorkerAddress(server, door.getPort());
+  auto bytes = door.getTicket();
+  ticket->assign(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+}
+
 // GPUPOOL_DIRECT_SESSIONS=0: every call goes through the agent (to measure the extra hop, or where only the
 // agent's port is reachable and connecting elsewhere would wait for a firewall's silence).
 bool DirectSessionsWanted() {
@@ -240,12 +248,7 @@ Status RemoteSession::OpenAt(uint64_t base, uint64_t window, bool* window_taken)
                              raw->session = r.getSession();
                              raw->tasks = kj::heap<kj::TaskSet>(*raw);
                              if (r.hasDirect() && DirectSessionsWanted()) {
-                               auto door = r.getDirect();
-                               door_address = door.hasPath() && door.getPath().size() > 0
-                                                  ? "unix:" + std::string(door.getPath())
-                                                  : WorkerAddress(server, door.getPort());
-                               auto ticket = door.getTicket();
-                               door_ticket.assign(reinterpret_cast<const char*>(ticket.begin()), ticket.size());
+                               ReadDoor(server, r.getDirect(), &door_address, &door_ticket);
                              }
                              return rt.Deadline(raw->S().propertiesRequest().send())
                                  .then([props](capnp::Response<wire::Session::PropertiesResults>&& p) {
@@ -311,11 +314,7 @@ void RemoteSession::MakeFollowMoves(SessionChannel* channel, const std::string& 
             if (!r.hasDirect()) {
               return Status(StatusCode::kInternal, "the agent said where the session went, but not how to reach it");
             }
-            auto door = r.getDirect();
-            address = door.hasPath() && door.getPath().size() > 0 ? "unix:" + std::string(door.getPath())
-                                                                   : WorkerAddress(server, door.getPort());
-            auto t = door.getTicket();
-            next_ticket.assign(reinterpret_cast<const char*>(t.begin()), t.size());
+            ReadDoor(server, r.getDirect(), &address, &next_ticket);
             return Status::Ok();
           });
         });
