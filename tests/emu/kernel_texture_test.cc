@@ -168,8 +168,9 @@ struct HostTexture {
         const int o = (corner >> k) & 1;
         idx[k] = i[k] + o;
         w *= o ? alpha[k] : 1 - alpha[k];
+        // A texel's weight is held to 1/256 too, a 3-D one first as the x-y product (an H100's filter).
+        if (k >= 1) w = std::floor(w * 256.0 + 0.5) / 256.0;
       }
-      w = std::floor(w * 256.0 + 0.5) / 256.0;  // A texel's weight is held to 1/256 too (an H100's 2-D filter).
       const std::array<uint32_t, 4> t = At(idx, dims, layer, true);
       for (int c = 0; c < 4; ++c) sum[c] += w * F(t[c]);
     }
@@ -350,6 +351,40 @@ TEST_P(TextureTest, BilinearCornerWeightsAreHeldTo256thsAsAGpuDoes) {
   EXPECT_EQ(got[0], 1096.25f / 256);  // 4.28223, as the H100 returned.
   EXPECT_EQ(got[4], 1193.5f / 256);   // 4.66211.
   EXPECT_EQ(got[8], 1153.5f / 256);   // 4.50586.
+}
+
+// A 3-D linear filter as an H100 (driver 580) weighs each of its eight texels (tests/gpu/texture_weights.cu, GPU
+// kit 2026-11-27): a 2 x 2 x 2 texture, one texel 1 and the others 0, sampled at (0.5 + 118/256, 0.5 + 36/256,
+// 0.5 + 77/256) and (0.5 + 129/256, 0.5 + 131/256, 0.5 + 250/256). The x-y product is held to 1/256 before z's weight
+// multiplies it: texel 2 at the first point is (138 * 36 / 256 = 19.41 -> 19) * 179 / 256 = 13.28 -> 13/256, where
+// the product held once would be 13.57 -> 14/256.
+TEST_P(TextureTest, TrilinearWeightsHoldTheXYProductFirstAsAGpuDoes) {
+  const float points[2][3] = {{0.5f + 118 / 256.0f, 0.5f + 36 / 256.0f, 0.5f + 77 / 256.0f},
+                              {0.5f + 129 / 256.0f, 0.5f + 131 / 256.0f, 0.5f + 250 / 256.0f}};
+  // texel (bit 0: x, bit 1: y, bit 2: z) -> the H100's weight in 256ths at each point.
+  const float want[8][2] = {{83, 1}, {71, 1}, {13, 2}, {12, 2}, {36, 61}, {30, 62}, {6, 63}, {5, 64}};
+  std::vector<float> x = {points[0][0], points[1][0]}, y = {points[0][1], points[1][1]},
+                     z = {points[0][2], points[1][2]};
+  for (int hot = 0; hot < 8; ++hot) {
+    TextureDesc d;
+    d.dims = 3;
+    d.width = d.height = d.depth = 2;
+    d.channels = 1;
+    d.linear_filter = true;
+    d.address[0] = d.address[1] = d.address[2] = TexAddress::kClamp;
+    HostTexture t = MakeFloat(d);
+    for (int k = 0; k < 8; ++k) {
+      const float v = k == hot ? 1.0f : 0.0f;
+      std::memcpy(t.bytes.data() + (k >> 2) * t.desc.slice_pitch + ((k >> 1) & 1) * t.desc.pitch + (k & 1) * 4, &v, 4);
+    }
+    Check(device().CopyToDevice(t.desc.base, t.bytes.data(), t.bytes.size()), "upload");
+    uint64_t out = Output<uint32_t>(4 * 2);
+    Launch(Kernel("texture", "tex3d_f4"), {Blocks(2)}, {kBlock}, 0, Object(t.desc), Upload(x), Upload(y), Upload(z),
+           out, 2);
+    std::vector<float> got = Download<float>(out, 4 * 2);
+    EXPECT_EQ(got[0] * 256.0f, want[hot][0]) << "texel " << hot << " at the first point";
+    EXPECT_EQ(got[4] * 256.0f, want[hot][1]) << "texel " << hot << " at the second point";
+  }
 }
 
 TEST_P(TextureTest, FormatsChannelsAndReadModes) {
