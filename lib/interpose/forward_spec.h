@@ -662,6 +662,11 @@ inline std::string NoArgsShown() { return {}; }
     GraphAddChildGraphNode(n, g, d, c, child), "client", "a copy of the child")                                   \
   X(cuGraphAddEmptyNode, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t c),                            \
     GraphAddEmptyNode(n, g, d, c), "client", "none")                                                              \
+  X(cuGraphAddBatchMemOpNode, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t c,                        \
+                               const CUDA_BATCH_MEM_OP_NODE_PARAMS* p),                                           \
+    GraphAddBatchMemOpNode(n, g, d, c, p), "client", "run at launch as cuStreamBatchMemOp")                       \
+  X(cuGraphBatchMemOpNodeGetParams, (CUgraphNode n, CUDA_BATCH_MEM_OP_NODE_PARAMS* p),                            \
+    BatchMemOpNodeGetParams(n, p), "client", "none")                                                              \
   X(cuGraphAddEventRecordNode, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t c, CUevent e),           \
     GraphAddEventNode(n, g, d, c, e, CU_GRAPH_NODE_TYPE_EVENT_RECORD), "client", "none")                          \
   X(cuGraphAddEventWaitNode, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t c, CUevent e),             \
@@ -726,6 +731,11 @@ inline std::string NoArgsShown() { return {}; }
   X(cuGraphMemAllocNodeGetParams, (CUgraphNode n, CUDA_MEM_ALLOC_NODE_PARAMS* p), MemAllocNodeGetParams(n, p),    \
     "client", "none")                                                                                             \
   X(cuGraphMemFreeNodeGetParams, (CUgraphNode n, CUdeviceptr* p), MemFreeNodeGetParams(n, p), "client", "none")   \
+  X(cuDeviceGraphMemTrim, (CUdevice d), DeviceGraphMemTrim(d), "client", "nothing cached; none")                  \
+  X(cuDeviceGetGraphMemAttribute, (CUdevice d, CUgraphMem_attribute a, void* v), DeviceGetGraphMemAttribute(d, a, v), \
+    "client", "none")                                                                                             \
+  X(cuDeviceSetGraphMemAttribute, (CUdevice d, CUgraphMem_attribute a, void* v), DeviceSetGraphMemAttribute(d, a, v), \
+    "client", "high marks reset to 0 only; none")                                                                 \
   X(cuGraphNodeGetType, (CUgraphNode n, CUgraphNodeType* t), GraphNodeGetType(n, t), "client", "none")            \
   X(cuGraphNodeGetContainingGraph, (CUgraphNode n, CUgraph * g), GraphNodeGetContainingGraph(n, g), "client",     \
     "CUDA 13.1; none")                                                                                            \

@@ -33,12 +33,17 @@ namespace graph_internal {
 // MemoryFreedOutsideGraphs), it stays the graph's, as a graph's memory pool keeps it on a GPU: the next launch
 // allocates it again at the same address (the allocation node's), and it goes back to the slice with the last
 // holder of the node.
+struct GraphMemory;
+void CountGraphMemory(int device, int64_t bytes);
+
 struct GraphMemory {
   CUdeviceptr address = 0;
   int device = 0;
+  size_t bytes = 0;
   bool freed_in_graph = false;
   bool freed = false;  // By the program, outside any graph: the slice still holds it for the graph.
   ~GraphMemory() {
+    CountGraphMemory(device, -static_cast<int64_t>(bytes));
     if (freed_in_graph && !freed) {
       MemFree(address);
     } else if (freed) {
@@ -57,6 +62,20 @@ std::set<Graph*>& graphs = *new std::set<Graph*>;  // Live graphs, the program's
 std::map<Graph*, std::shared_ptr<Graph>>& owned = *new std::map<Graph*, std::shared_ptr<Graph>>;
 std::set<GraphExec*>& execs = *new std::set<GraphExec*>;
 std::map<CUdeviceptr, std::weak_ptr<GraphMemory>>& graph_memory = *new std::map<CUdeviceptr, std::weak_ptr<GraphMemory>>;
+// Bytes of graph memory per device, now and at most since the program last reset the mark
+// (cuDeviceGetGraphMemAttribute). A slice holds no cache of graph memory beyond what live graphs hold, so the
+// memory "used" and "reserved" are the same bytes.
+struct GraphMemoryUse {
+  int64_t now = 0, high = 0;
+};
+std::map<int, GraphMemoryUse>& graph_memory_use = *new std::map<int, GraphMemoryUse>;
+
+void CountGraphMemory(int device, int64_t bytes) {
+  Lock lock(mu);
+  GraphMemoryUse& use = graph_memory_use[device];
+  use.now += bytes;
+  use.high = std::max(use.high, use.now);
+}
 
 // Whether `g` is a live graph: one of the program's, or a child graph inside one of them.
 bool LiveGraph(Graph* g) { return g != nullptr && graphs.count(g) != 0; }
@@ -247,6 +266,8 @@ CUresult AllocWork(CUDA_MEM_ALLOC_NODE_PARAMS* p, NodeWork* w) {
   auto memory = std::make_shared<GraphMemory>();
   memory->address = address;
   memory->device = device;
+  memory->bytes = p->bytesize;
+  CountGraphMemory(device, static_cast<int64_t>(p->bytesize));
   graph_memory[address] = memory;
   w->memory = memory;  // Shared by the node's copies (clones, executable graphs).
   return CUDA_SUCCESS;
@@ -363,6 +384,10 @@ CUresult RunNode(const GraphNode& n, CUstream stream) {
         remote.allocations[w.address] = Allocation{w.bytes, memory->device};
       }
       return CUDA_SUCCESS;
+    }
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: {
+      std::vector<CUstreamBatchMemOpParams> ops = w.mem_ops;  // The call takes them mutable; the node keeps its own.
+      return StreamBatchMemOp(stream, static_cast<unsigned int>(ops.size()), ops.data(), 0);
     }
     case CU_GRAPH_NODE_TYPE_EMPTY:
     case CU_GRAPH_NODE_TYPE_MEM_FREE:  // Kept for the graph's next launch; returned with the graph.
@@ -566,6 +591,25 @@ CUresult GraphAddEmptyNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* d
   return AddWork(out, graph, deps, count, NodeWork{});
 }
 
+// The operations of a batch node, checked now as cuStreamBatchMemOp checks them (the node runs them at launch).
+CUresult BatchMemOpWork(unsigned int count, const CUstreamBatchMemOpParams* array, unsigned int flags, NodeWork* w) {
+  if (flags != 0 || count == 0 || count >= 256 || array == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUstreamBatchMemOpParams> ops(array, array + count);
+  for (const CUstreamBatchMemOpParams& op : ops) {
+    if (CUresult r = ValidateMemOp(op); r != CUDA_SUCCESS) return r;
+  }
+  *w = MemOpWork(std::move(ops));
+  return CUDA_SUCCESS;
+}
+
+CUresult GraphAddBatchMemOpNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
+                                const CUDA_BATCH_MEM_OP_NODE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  NodeWork w;
+  if (CUresult r = BatchMemOpWork(p->count, p->paramArray, p->flags, &w); r != CUDA_SUCCESS) return r;
+  return AddWork(out, graph, deps, count, std::move(w));
+}
+
 CUresult GraphAddEventNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count, CUevent event,
                            CUgraphNodeType type) {
   Event* e;
@@ -638,6 +682,8 @@ CUresult WorkFromParams(const CUgraphNodeParams& p, NodeWork* w) {
       *w = EventWork(p.type, event);
       return CUDA_SUCCESS;
     }
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+      return BatchMemOpWork(p.memOp.count, p.memOp.paramArray, p.memOp.flags, w);
     case CU_GRAPH_NODE_TYPE_EMPTY:
       *w = NodeWork{};
       return CUDA_SUCCESS;
@@ -818,6 +864,54 @@ CUresult MemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS* p) 
     out->poolProps = n.work.pool;
     out->bytesize = n.work.bytes;
     out->dptr = n.work.address;
+  });
+}
+
+// A slice keeps no graph memory once no graph holds it (GraphMemory goes back with its last holder): a trim has
+// nothing to give back, and succeeds on a device the program has.
+CUresult DeviceGraphMemTrim(CUdevice device) {
+  if (device < 0 || static_cast<size_t>(device) >= Remote::Get().device_count()) return CUDA_ERROR_INVALID_DEVICE;
+  return CUDA_SUCCESS;
+}
+
+CUresult DeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attribute, void* value) {
+  if (device < 0 || static_cast<size_t>(device) >= Remote::Get().device_count()) return CUDA_ERROR_INVALID_DEVICE;
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Lock lock(mu);
+  const GraphMemoryUse use = graph_memory_use[device];
+  switch (attribute) {
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+      *static_cast<cuuint64_t*>(value) = static_cast<cuuint64_t>(use.now);
+      return CUDA_SUCCESS;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+      *static_cast<cuuint64_t*>(value) = static_cast<cuuint64_t>(use.high);
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+// Only the high marks can be set, and only to 0 (cuda.h): the mark starts again from what is held now.
+CUresult DeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attribute, void* value) {
+  if (device < 0 || static_cast<size_t>(device) >= Remote::Get().device_count()) return CUDA_ERROR_INVALID_DEVICE;
+  if (value == nullptr || *static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (attribute != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attribute != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Lock lock(mu);
+  GraphMemoryUse& use = graph_memory_use[device];
+  use.high = use.now;
+  return CUDA_SUCCESS;
+}
+
+// The node's own copy of its operations: valid while the node lives, as the driver's.
+CUresult BatchMemOpNodeGetParams(CUgraphNode node, CUDA_BATCH_MEM_OP_NODE_PARAMS* p) {
+  return ReadNode(node, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, p, [](GraphNode& n, auto* out) {
+    *out = CUDA_BATCH_MEM_OP_NODE_PARAMS{};
+    out->count = static_cast<unsigned int>(n.work.mem_ops.size());
+    out->paramArray = n.work.mem_ops.data();
   });
 }
 

@@ -51,6 +51,9 @@ struct NodeWork {
   size_t bytes = 0;
   CUmemPoolProps pool{};
   std::shared_ptr<void> memory;  // The graph memory an allocation node holds (graph.cc).
+  // Batch memory operations (captured cuStreamWaitValue*/cuStreamWriteValue*, cuGraphAddBatchMemOpNode): run in
+  // order on the launch stream as cuStreamBatchMemOp runs them, values and all carried in the node.
+  std::vector<CUstreamBatchMemOpParams> mem_ops;
 };
 
 // Whether `stream` is capturing (cheap when no capture exists anywhere). Default streams never capture.
@@ -88,6 +91,12 @@ CUresult LaunchHostFunc(CUstream stream, CUhostFn fn, void* data);
 // cuLaunchHostFunc_v2: the same, with a sync mode (CU_HOST_TASK_BLOCKING or _SPINWAIT; anything else is refused).
 CUresult LaunchHostFuncSynced(CUstream stream, CUhostFn fn, void* data, unsigned int sync_mode);
 CUresult EventRecord(CUevent event, CUstream stream);
+CUresult StreamBatchMemOp(CUstream stream, unsigned int count, CUstreamBatchMemOpParams* ops, unsigned int flags);
+// Checks one stream memory operation as cuStreamBatchMemOp would (type, alignment, flags, memory of a slice), for a
+// graph node that will run it later.
+CUresult ValidateMemOp(const CUstreamBatchMemOpParams& op);
+// A node running `ops` in order.
+NodeWork MemOpWork(std::vector<CUstreamBatchMemOpParams> ops);
 CUresult StreamWaitEvent(CUstream stream, CUevent event);
 CUresult MemAlloc(CUdeviceptr* p, size_t n);
 CUresult MemAllocOn(int device, CUdeviceptr* p, size_t n);  // On slice `device`, whatever context is current.

@@ -403,10 +403,27 @@ CUresult LaunchPacked(const NodeWork& work, CUstream stream) {
   if (CUresult r = remote.ResolveStream(stream, &dev, &sid); r != CUDA_SUCCESS) return r;
   RemoteFunctionInfo info;
   if (CUresult r = remote.FunctionOn(work.kernel, dev, &info); r != CUDA_SUCCESS) return r;
-  if (work.shared_bytes > static_cast<unsigned int>(MaxDynamicShared(*work.kernel, dev, info))) {
+  const int limit = MaxDynamicShared(*work.kernel, dev, info);
+  if (work.shared_bytes <= static_cast<unsigned int>(limit)) return SendLaunch(work, dev, sid, info);
+  // The function's limit was lowered after the node was made (and checked against it then): an executable graph
+  // keeps what its kernels were made with and runs them, as NVIDIA's driver does (an H100's, driver 580). The
+  // slice checks launches against the function's limit, so the limit is raised for this launch and put back, in
+  // the session's order. Beyond what the device offers it is refused still.
+  const int optin = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 48 * 1024);
+  if (work.shared_bytes > static_cast<unsigned int>(std::max(0, optin - info.shared_bytes))) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  return SendLaunch(work, dev, sid, info);
+  RemoteSession* session = remote.session(dev);
+  const int attribute = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+  if (int code = session->FunctionSetAttribute(info.handle, attribute, static_cast<int>(work.shared_bytes));
+      code != 0) {
+    return remote.Fail(dev, code, "a graph kernel's shared memory limit");
+  }
+  CUresult launched = SendLaunch(work, dev, sid, info);
+  if (int code = session->FunctionSetAttribute(info.handle, attribute, limit); code != 0) {
+    return remote.Fail(dev, code, "a graph kernel's shared memory limit");
+  }
+  return launched;
 }
 
 int MaxDynamicShared(const Kernel& kernel, int dev, const RemoteFunctionInfo& info) {

@@ -789,9 +789,11 @@ CUresult ManagedMemory::Advise(CUdeviceptr address, size_t count, CUmem_advise a
   if (count == 0 || !Any()) return CUDA_ERROR_INVALID_VALUE;
   const bool needs_location = advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION ||
                               advice == CU_MEM_ADVISE_SET_ACCESSED_BY || advice == CU_MEM_ADVISE_UNSET_ACCESSED_BY;
+  // A device the program does not have is an invalid value, as NVIDIA's driver answers it (an H100's, driver 580,
+  // for cudaMemAdvise's location of device 77).
   if (needs_location && location != CU_DEVICE_CPU &&
       (location < 0 || static_cast<size_t>(location) >= Remote::Get().device_count() || location >= kCpuAccessBit)) {
-    return CUDA_ERROR_INVALID_DEVICE;
+    return CUDA_ERROR_INVALID_VALUE;
   }
   Hold hold;
   ManagedRange* a = FindLocked(address);

@@ -113,11 +113,17 @@ CUresult StreamWaitValue(CUstream handle, CUdeviceptr address, uint64_t value, u
   uint64_t sid;
   if (CUresult r = remote.ResolveStream(handle, &dev, &sid); r != CUDA_SUCCESS) return r;
   if (address % width != 0 || (flags & ~(0x3u | CU_STREAM_WAIT_VALUE_FLUSH)) != 0) return CUDA_ERROR_INVALID_VALUE;
-  // Batch memory-operation nodes are not supported in graphs (graph.h): refused as the driver refuses what a
-  // capture cannot hold.
-  if (Capturing(handle)) return RefuseWhileCapturing(handle);
   int owner = remote.DeviceOf(address);
   if (owner < 0) return CUDA_ERROR_INVALID_VALUE;
+  // Captured, the wait becomes a batch node that waits when the graph runs, as NVIDIA's driver captures it.
+  if (Capturing(handle)) {
+    CUstreamBatchMemOpParams op{};
+    op.waitValue.operation = width == 8 ? CU_STREAM_MEM_OP_WAIT_VALUE_64 : CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    op.waitValue.address = address;
+    op.waitValue.value64 = width == 8 ? value : static_cast<uint32_t>(value);
+    op.waitValue.flags = flags;
+    return CaptureWork(handle, MemOpWork({op}));
+  }
   if (owner != dev) {
     // A stream of one slice cannot watch another slice's memory (no peer access between slices).
     GP_WARN("interpose", "cuStreamWaitValue: 0x{:x} belongs to device {}, the stream to device {}: not supported",
@@ -131,15 +137,20 @@ CUresult StreamWaitValue(CUstream handle, CUdeviceptr address, uint64_t value, u
   return CUDA_SUCCESS;
 }
 
-// A write of the value in stream order: what a copy of those bytes from the host is. In a capture a copy node would
-// read the host bytes when the graph runs, long after this call: a 32-bit write becomes a one-element memset node
-// (the value travels in the node); a 64-bit one cannot be one write there and is refused.
+// A write of the value in stream order: what a copy of those bytes from the host is. Captured, it becomes a batch
+// node carrying the value (a copy node would read host bytes when the graph runs, long after this call), as NVIDIA's
+// driver captures it.
 CUresult StreamWriteValue(CUstream handle, CUdeviceptr address, uint64_t value, unsigned width, unsigned int flags) {
   if (flags & ~static_cast<unsigned int>(CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER)) return CUDA_ERROR_INVALID_VALUE;
   if (address % width != 0) return CUDA_ERROR_INVALID_VALUE;
   if (Capturing(handle)) {
-    if (width == 8) return RefuseWhileCapturing(handle);
-    return Memset2D(address, 0, static_cast<uint32_t>(value), 4, 1, 1, handle);
+    if (Remote::Get().DeviceOf(address) < 0) return CUDA_ERROR_INVALID_VALUE;
+    CUstreamBatchMemOpParams op{};
+    op.writeValue.operation = width == 8 ? CU_STREAM_MEM_OP_WRITE_VALUE_64 : CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    op.writeValue.address = address;
+    op.writeValue.value64 = width == 8 ? value : static_cast<uint32_t>(value);
+    op.writeValue.flags = flags;
+    return CaptureWork(handle, MemOpWork({op}));
   }
   if (width == 4) {
     uint32_t v = static_cast<uint32_t>(value);
@@ -153,6 +164,44 @@ CUresult StreamWriteValue(CUstream handle, CUdeviceptr address, uint64_t value, 
 CUresult StreamWriteValueV2(CUstream handle, CUdeviceptr address, uint64_t value, unsigned width, unsigned int flags) {
   if (flags != CU_STREAM_WRITE_VALUE_DEFAULT) return CUDA_ERROR_INVALID_VALUE;
   return StreamWriteValue(handle, address, value, width, flags);
+}
+
+NodeWork MemOpWork(std::vector<CUstreamBatchMemOpParams> ops) {
+  NodeWork w;
+  w.type = CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
+  w.mem_ops = std::move(ops);
+  return w;
+}
+
+CUresult ValidateMemOp(const CUstreamBatchMemOpParams& op) {
+  Remote& remote = Remote::Get();
+  // Boilerplate by nature: a switch over the driver's operation types.
+  switch (op.operation) {
+    case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+    case CU_STREAM_MEM_OP_WAIT_VALUE_64: {
+      const unsigned width = op.operation == CU_STREAM_MEM_OP_WAIT_VALUE_64 ? 8 : 4;
+      if (op.waitValue.address % width != 0 || (op.waitValue.flags & ~(0x3u | CU_STREAM_WAIT_VALUE_FLUSH)) != 0 ||
+          remote.DeviceOf(op.waitValue.address) < 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      return CUDA_SUCCESS;
+    }
+    case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+    case CU_STREAM_MEM_OP_WRITE_VALUE_64: {
+      const unsigned width = op.operation == CU_STREAM_MEM_OP_WRITE_VALUE_64 ? 8 : 4;
+      if (op.writeValue.address % width != 0 || op.writeValue.flags != CU_STREAM_WRITE_VALUE_DEFAULT ||
+          remote.DeviceOf(op.writeValue.address) < 0) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      return CUDA_SUCCESS;
+    }
+    case CU_STREAM_MEM_OP_BARRIER:
+    case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+      return CUDA_SUCCESS;
+    default:
+      if (op.operation == kStreamMemOpAtomicReduction) return CUDA_ERROR_NOT_SUPPORTED;
+      return CUDA_ERROR_INVALID_VALUE;
+  }
 }
 
 CUresult StreamBatchMemOp(CUstream handle, unsigned int count, CUstreamBatchMemOpParams* ops, unsigned int flags) {

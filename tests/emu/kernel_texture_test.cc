@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include <zstd.h>
+
 #include "kernel_harness.h"
 
 namespace gpupool::emu::test {
@@ -161,15 +163,25 @@ struct HostTexture {
     }
     if (!linear) return At(i, dims, layer, float_result);
     double sum[4] = {0, 0, 0, 0};
+    auto held = [](double v) { return std::floor(v * 256.0 + 0.5) / 256.0; };
     for (int corner = 0; corner < (1 << dims); ++corner) {
       int64_t idx[3];
-      double w = 1;
+      int o[3] = {0, 0, 0};
       for (int k = 0; k < dims; ++k) {
-        const int o = (corner >> k) & 1;
-        idx[k] = i[k] + o;
-        w *= o ? alpha[k] : 1 - alpha[k];
-        // A texel's weight is held to 1/256 too, a 3-D one first as the x-y product (an H100's filter).
-        if (k >= 1) w = std::floor(w * 256.0 + 0.5) / 256.0;
+        o[k] = (corner >> k) & 1;
+        idx[k] = i[k] + o[k];
+      }
+      // The texel's weight as an H100 forms it (FilterWeightsAreAnH100sOverTheMeasuredGrids): in 3-D, x with z
+      // first, the rounded product taken by ox = 1 and the rest by ox = 0; then y, rounded for the texel whose oy
+      // equals ox, the rest to the other.
+      double w = o[0] ? alpha[0] : 1 - alpha[0];
+      if (dims == 3) {
+        const double cz = o[2] ? alpha[2] : 1 - alpha[2];
+        w = o[0] ? held(alpha[0] * cz) : cz - held(alpha[0] * cz);
+      }
+      if (dims >= 2) {
+        const double same = held(w * (o[0] ? alpha[1] : 1 - alpha[1]));
+        w = o[1] == o[0] ? same : w - same;
       }
       const std::array<uint32_t, 4> t = At(idx, dims, layer, true);
       for (int c = 0; c < 4; ++c) sum[c] += w * F(t[c]);
@@ -384,6 +396,71 @@ TEST_P(TextureTest, TrilinearWeightsHoldTheXYProductFirstAsAGpuDoes) {
     std::vector<float> got = Download<float>(out, 4 * 2);
     EXPECT_EQ(got[0] * 256.0f, want[hot][0]) << "texel " << hot << " at the first point";
     EXPECT_EQ(got[4] * 256.0f, want[hot][1]) << "texel " << hot << " at the second point";
+  }
+}
+
+// Every texel's weight of a linear filter as an H100 (driver 580) formed it over the grids of
+// tests/gpu/texture_rule.cu: all 256 x 256 axis weights of a 2-D filter and 64^3 of a 3-D one (steps of 4/256), the
+// GPU's answers kept in tests/emu/data/h100_texture_rule_{2d,3d}.bin.zst (GPU kit, 2026-11-27), each the weight in
+// 256ths of one texel of a 2 x 2 (x 2) texture, against the emulator's at every point. The weights are the same in
+// every build variant of the kernels: the default one checks them.
+TEST_P(TextureTest, FilterWeightsAreAnH100sOverTheMeasuredGrids) {
+  if (GetParam() != std::string("default")) GTEST_SKIP() << "the default variant checks the weights";
+  for (int dims = 2; dims <= 3; ++dims) {
+    const std::string path = std::string(GPUPOOL_EMU_KERNEL_SRC_DIR) + "/../data/h100_texture_rule_" +
+                             std::to_string(dims) + "d.bin.zst";
+    std::vector<char> packed;
+    {
+      FILE* f = std::fopen(path.c_str(), "rb");
+      ASSERT_NE(f, nullptr) << path;
+      char chunk[65536];
+      for (size_t got; (got = std::fread(chunk, 1, sizeof(chunk), f)) > 0;) packed.insert(packed.end(), chunk, chunk + got);
+      std::fclose(f);
+    }
+    const int texels = dims == 2 ? 4 : 8, side = dims == 2 ? 256 : 64, step = dims == 2 ? 1 : 4;
+    const size_t n = dims == 2 ? 256 * 256 : 64 * 64 * 64;
+    std::vector<uint16_t> want(texels * n);
+    ASSERT_EQ(ZSTD_decompress(want.data(), want.size() * 2, packed.data(), packed.size()), want.size() * 2) << path;
+    std::vector<float> x(n), y(n), z(n);
+    for (size_t i = 0; i < n; ++i) {  // As texture_rule.cu samples: x = 0.5 + a/256 makes the axis weight a/256.
+      x[i] = 0.5f + static_cast<float>(step * (i % side)) / 256.0f;
+      y[i] = 0.5f + static_cast<float>(step * ((i / side) % side)) / 256.0f;
+      z[i] = 0.5f + static_cast<float>(step * (i / (side * side))) / 256.0f;
+    }
+    const uint64_t dx = Upload(x), dy = Upload(y), dz = Upload(z);
+    for (int hot = 0; hot < texels; ++hot) {
+      TextureDesc d;
+      d.dims = dims;
+      d.width = d.height = 2;
+      d.depth = dims == 3 ? 2 : 1;
+      d.channels = 1;
+      d.linear_filter = true;
+      d.address[0] = d.address[1] = d.address[2] = TexAddress::kClamp;
+      HostTexture t = MakeFloat(d);
+      for (int k = 0; k < texels; ++k) {
+        const float v = k == hot ? 1.0f : 0.0f;
+        std::memcpy(t.bytes.data() + (k >> 2) * t.desc.slice_pitch + ((k >> 1) & 1) * t.desc.pitch + (k & 1) * 4, &v,
+                    4);
+      }
+      Check(device().CopyToDevice(t.desc.base, t.bytes.data(), t.bytes.size()), "upload");
+      uint64_t out = Output<uint32_t>(4 * n);
+      if (dims == 2) {
+        Launch(Kernel("texture", "tex2d_f4"), {Blocks(n)}, {kBlock}, 0, Object(t.desc), dx, dy, out, int(n));
+      } else {
+        Launch(Kernel("texture", "tex3d_f4"), {Blocks(n)}, {kBlock}, 0, Object(t.desc), dx, dy, dz, out, int(n));
+      }
+      std::vector<float> got = Download<float>(out, 4 * n);
+      size_t wrong = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const float expected = static_cast<float>(want[hot * n + i]) / 256.0f;
+        if (got[4 * i] != expected && wrong++ == 0) {
+          ADD_FAILURE() << dims << "-D texel " << hot << " at axis weights (" << step * (i % side) << ", "
+                        << step * ((i / side) % side) << ", " << step * (i / (side * side)) << ")/256: "
+                        << got[4 * i] * 256.0f << "/256, the H100 " << want[hot * n + i] << "/256";
+        }
+      }
+      EXPECT_EQ(wrong, 0u) << dims << "-D texel " << hot << ": weights unlike the H100's";
+    }
   }
 }
 

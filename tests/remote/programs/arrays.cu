@@ -122,8 +122,12 @@ int main() {
              read_desc.Format == CU_AD_FORMAT_UNSIGNED_INT32,
          "cuArrayGetDescriptor");
   EXPECT(cuArrayDestroy(line2) == CUDA_SUCCESS, "cuArrayDestroy");
-  EXPECT(cuArrayDestroy(line2) == CUDA_ERROR_INVALID_HANDLE, "destroying twice");
-  EXPECT(cuMemcpyAtoH(ints_back.data(), line2, 0, 4) == CUDA_ERROR_INVALID_HANDLE, "a destroyed array");
+  // A destroyed array's handle is refused on a slice, which checks every handle a tenant sends; NVIDIA's driver
+  // does not (an H100's, driver 580, crashed the program), so run natively the program does not try.
+  if (OnSlice()) {
+    EXPECT(cuArrayDestroy(line2) == CUDA_ERROR_INVALID_HANDLE, "destroying twice");
+    EXPECT(cuMemcpyAtoH(ints_back.data(), line2, 0, 4) == CUDA_ERROR_INVALID_HANDLE, "a destroyed array");
+  }
 
   CHECK(cudaFreeArray(array));
   CHECK(cudaFreeArray(second));

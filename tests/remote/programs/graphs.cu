@@ -371,7 +371,9 @@ void GraphMemory() {
   EXPECT(ap.dptr != nullptr, "graph memory has its address when the node is made");
   size_t free1 = 0;
   CHECK(cudaMemGetInfo(&free1, &total));
-  EXPECT(free1 + kN * sizeof(int) <= free0, "graph memory counted against the slice");
+  // A slice counts graph memory when the node promises it; a GPU's driver maps it at the first launch (an H100:
+  // free memory unchanged here).
+  if (OnSlice()) EXPECT(free1 + kN * sizeof(int) <= free0, "graph memory counted against the slice");
   cudaMemsetParams ms = Ints(ap.dptr, 0x01020304);
   CHECK(cudaGraphAddMemsetNode(&set, g, &alloc, 1, &ms));
   std::vector<int> out(kN, 0);
@@ -383,8 +385,17 @@ void GraphMemory() {
   CHECK(cudaGraphLaunch(exec, nullptr));
   CHECK(cudaDeviceSynchronize());
   EXPECT(out[kN - 1] == 0x01020304, "graph memory written and read back");
+  unsigned long long used = 0, reserved = 0;  // cuuint64_t, which cuda_runtime.h does not name.
+  CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &used));
+  EXPECT(used >= kN * sizeof(int), "the graph's memory counted as used by graphs");
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(g));
+  // A GPU keeps graph memory in the device's graph pool after the graph is gone, until it is trimmed.
+  CHECK(cudaDeviceSynchronize());
+  CHECK(cudaDeviceGraphMemTrim(0));
+  CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrReservedMemCurrent, &reserved));
+  EXPECTF(reserved == 0, "graph memory reserved after the graph and a trim: %llu bytes",
+          reserved);
   const size_t free2 = FreeMemoryWhenIdle();
   EXPECT(free2 == free0, "graph memory returned with the graph");
 }
@@ -434,8 +445,13 @@ void GraphMemoryFreedOutside() {
   CHECK(cudaGraphExecDestroy(exec2));
   CHECK(cudaGraphDestroy(g));
   CHECK(cudaStreamDestroy(s));
+  CHECK(cudaDeviceSynchronize());
+  CHECK(cudaDeviceGraphMemTrim(0));
   const size_t free1 = FreeMemoryWhenIdle();
-  EXPECTF(free1 == free0, "graph memory returned with its graphs: %zu free, %zu before", free1, free0);
+  // On a slice exactly; a GPU's driver keeps some of it in its pools even after a trim (an H100: 32 MiB).
+  if (OnSlice()) {
+    EXPECTF(free1 == free0, "graph memory returned with its graphs: %zu free, %zu before", free1, free0);
+  }
 }
 
 // The per-thread default stream can be captured (each thread's is its own); the legacy one cannot.
@@ -568,11 +584,12 @@ void ReplayedGraph() {
   LaunchAndCheck(exec, other, counters, cleared, want, "launched on another stream");
   want += 114;
   LaunchAndCheck(exec, s, counters, cleared, want, "back on the first stream");
-  // A dynamic shared memory limit below what the fourth kernel asks: the launch is refused, as the first was not.
+  // The function's dynamic shared memory limit lowered below what the fourth kernel asks, after the graph was
+  // instantiated: the executable graph keeps what it was made with and runs, as NVIDIA's driver runs it (an H100's,
+  // driver 580).
   CHECK(cudaFuncSetAttribute(AddConstShared, cudaFuncAttributeMaxDynamicSharedMemorySize, 16));
-  EXPECT_ERR(cudaGraphLaunch(exec, s), cudaErrorInvalidValue);
-  cudaGetLastError();
-  CHECK(cudaStreamSynchronize(s));
+  want += 114;
+  LaunchAndCheck(exec, s, counters, cleared, want, "shared memory limit lowered after instantiation");
   CHECK(cudaFuncSetAttribute(AddConstShared, cudaFuncAttributeMaxDynamicSharedMemorySize, 48 * 1024));
   want += 114;
   LaunchAndCheck(exec, s, counters, cleared, want, "shared memory limit raised again");

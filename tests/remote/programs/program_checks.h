@@ -89,4 +89,9 @@ static inline size_t FreeMemoryWhenIdle() {
   return free_bytes;
 }
 
+// Whether the program runs on a slice (gp-run sets GPUPOOL_LEASE). For checks of what gpupool promises beyond the
+// driver (a slice counts memory when it is promised, where a GPU takes it lazily); run natively, the program checks
+// itself against the GPU's own driver and skips them.
+static inline bool OnSlice() { return std::getenv("GPUPOOL_LEASE") != nullptr; }
+
 #endif  // GPUPOOL_TESTS_REMOTE_PROGRAMS_PROGRAM_CHECKS_H_
