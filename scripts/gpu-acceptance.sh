@@ -429,15 +429,33 @@ bench_unix() {
 export -f bench_unix
 step pool-bench-unix 120 bench_unix && sed 's/^/    /' "$LOGS/pool-bench-unix.log" >>"$SUMMARY"
 
-# Moving leases (issue 43) on a GPU: the cuda backend takes no checkpoint yet (docs/moving-leases.md, section 4),
-# so `ctl suspend` and `ctl migrate` of a GPU lease must be refused with their reason, and the program, idle when
-# asked, must go on and end with its state exact. An agent of its own on a Unix socket: root is its administrator.
+# Where the driver places modules' variables, run twice in separate processes (tests/gpu/globals_placement.cu): a
+# session restored on a GPU reloads its modules, and is refused unless they land where they were.
+globals_placement() {
+  local probe="$BUILD_DIR/tests/gpu/globals_placement"
+  "$probe" reserve >"$LOGS/placement-1.txt" 2>&1 && "$probe" reserve >"$LOGS/placement-2.txt" 2>&1 || return 1
+  "$probe" reserve alloc >"$LOGS/placement-alloc.txt" 2>&1
+  cat "$LOGS/placement-1.txt"
+  echo "with memory allocated first:"
+  cat "$LOGS/placement-alloc.txt"
+  diff "$LOGS/placement-1.txt" "$LOGS/placement-2.txt" && echo "module variables: placed alike in two processes"
+}
+export -f globals_placement
+step native-globals-placement 60 globals_placement; grep -E "placed alike|counter|flag" \
+  "$LOGS/native-globals-placement.log" 2>/dev/null | head -n 6 | sed 's/^/    /' | tee -a "$SUMMARY"
+
+# Moving leases (issue 43) on a GPU: `ctl suspend` checkpoints the idle program's session through the driver and
+# gives the GPU back; the program's next call restores it (at the same addresses, its modules' variables where the
+# driver places them again, or the restore is refused); `ctl migrate` needs another GPU. Either way the program must
+# end with its state exact. An agent of its own on a Unix socket: root is its administrator.
 moves_on_gpu() {
   local socket="/tmp/gpupool-kit-moves-$$.sock"
   "$TOOLS/gp-agent" --listen "unix:$socket" --name moves >"$LOGS/moves-agent.out" 2>"$LOGS/moves-agent.err" &
   local agent=$!
   await_listening "moves-agent"
-  "$TOOLS/gp-run" --servers "unix:$socket" -p 0.5 -- "$PROGRAMS/moving_state" 60 3000 >"$LOGS/moving.log" 2>&1 &
+  # moving_state_plain: its module has no variable, so the driver has nothing to place again (moving_state's
+  # suspension is refused for its variable; on one GPU a migration has nowhere to go).
+  "$TOOLS/gp-run" --servers "unix:$socket" -p 0.5 -- "$PROGRAMS/moving_state_plain" 60 3000 >"$LOGS/moving.log" 2>&1 &
   local program=$!
   for _ in $(seq 200); do grep -q "^idle" "$LOGS/moving.log" && break; sleep 0.1; done
   local id
@@ -452,14 +470,28 @@ moves_on_gpu() {
   wait $program
   local rp=$?
   cat "$LOGS/moving.log"
+  # A PyTorch program suspended while it idles (its modules are NVIDIA's: PTX or SASS alone).
+  local rt=0
+  if "$PYTHON" -c "import torch" 2>/dev/null; then
+    "$TOOLS/gp-run" --servers "unix:$socket" -p 0.5 -- "$PYTHON" "$GPU_TESTS/torch_idle.py" 4 >"$LOGS/torch-idle.log" 2>&1 &
+    local torch_program=$!
+    for _ in $(seq 300); do grep -q "^idle" "$LOGS/torch-idle.log" && break; sleep 0.1; done
+    id=$("$TOOLS/gp-ls" --servers "unix:$socket" --leases --json | grep -oE '"leases":\[\{"id":"[0-9a-f]+"' |
+         grep -oE '[0-9a-f]{8,}')
+    "$TOOLS/gp-agent" ctl --server "unix:$socket" suspend "$id"
+    echo "ctl suspend (torch): exit $?"
+    wait $torch_program
+    rt=$?
+    tail -n 5 "$LOGS/torch-idle.log"
+  fi
   kill "$agent"
   wait "$agent"
   # A suspension that succeeded is fine too (then the program resumed); what must not happen is a lost program.
-  [[ -n $id ]] && ((rp == 0)) && grep -q "^ok " "$LOGS/moving.log"
+  [[ -n $id ]] && ((rp == 0 && rt == 0)) && grep -q "^ok " "$LOGS/moving.log"
 }
 export -f moves_on_gpu
-step pool-moves-on-gpu 60 moves_on_gpu; grep -E "^ctl|refus|cannot|suspended|moved" "$LOGS/pool-moves-on-gpu.log" \
-  2>/dev/null | head -n 6 | sed 's/^/    /' | tee -a "$SUMMARY"
+step pool-moves-on-gpu 90 moves_on_gpu; grep -E "^ctl|refus|cannot|suspended|moved|^ok|WRONG" \
+  "$LOGS/pool-moves-on-gpu.log" 2>/dev/null | head -n 12 | sed 's/^/    /' | tee -a "$SUMMARY"
 
 # Under MPS (issue 39): sessions did not open on an H100 (workers died or hung while opening). Which of the
 # worker's sandbox (seccomp), its user or neither is to blame: one agent per variant, one program each.

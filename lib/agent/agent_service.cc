@@ -440,6 +440,13 @@ struct AgentState {
             if (!taken[i].status.ok()) {
               failed = Status(taken[i].status.code(), fmt::format("session {} of the lease could not be "
                                                                   "checkpointed: {}", i, taken[i].status.message()));
+            } else if (taken[i].placed_by_driver) {
+              // Its worker ends with the suspension: a restore refused later would lose the program.
+              failed = Status(StatusCode::kUnavailable,
+                              fmt::format("session {} of the lease holds module variables on a GPU, whose driver "
+                                          "places them itself: a restore might not find them where they were, so "
+                                          "the lease is not suspended (ctl migrate can move it: its sessions serve "
+                                          "on where they are until they are restored)", i));
             } else {
               bytes += taken[i].image->size();
               images.push_back(taken[i].image);

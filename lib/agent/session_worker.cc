@@ -414,6 +414,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
           SetOutcome(results.initOutcome(), Status::Ok());
           results.setConsumed(taken.consumed);
           results.setImageBytes(image_bytes_.size());
+          results.setPlacedByDriver(image->variables_placed_by_driver);
         });
   }
 
@@ -945,6 +946,7 @@ kj::Promise<SessionWorkers::Checkpointed> SessionWorkers::Checkpoint(pid_t pid, 
         if (Status s = StatusOf(r.getOutcome()); !s.ok()) return Checkpointed{s, 0, nullptr};
         auto taken = std::make_shared<Checkpointed>();
         taken->consumed = r.getConsumed();
+        taken->placed_by_driver = r.getPlacedByDriver();
         // Its length is the worker's word, bounded by what a session can hold (its window: 2^47 bytes at most).
         if (r.getImageBytes() > (uint64_t{1} << 47)) {
           return Checkpointed{Status(StatusCode::kInternal, "the worker announced an image larger than any session"), 0,

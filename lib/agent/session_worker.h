@@ -119,6 +119,7 @@ class SessionWorkers {
     Status status;
     uint64_t consumed = 0;
     std::shared_ptr<std::vector<uint8_t>> image;
+    bool placed_by_driver = false;  // A restore may be refused (worker.capnp, checkpoint).
   };
   kj::Promise<Checkpointed> Checkpoint(pid_t pid, kj::Duration quiet_within);
   // The move was abandoned: the checkpointed session serves its client again.

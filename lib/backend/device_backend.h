@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <string>
@@ -204,10 +205,29 @@ class DeviceBackend {
   // GPU). REQUIRES: the range lies inside memory of the caller's.
   virtual uint8_t* IdleHostView(uint64_t address, uint64_t bytes) { return nullptr; }
 
+  // Device memory [address, address + bytes) copied out to `out`, or in from `data`, while nothing queued on the
+  // device is left to run (a checkpoint's, a restore's). In place through IdleHostView by default; a GPU copies.
+  // REQUIRES: the range lies inside memory of the caller's.
+  virtual CallStatus ReadIdle(uint64_t address, uint64_t bytes, uint8_t* out) {
+    const uint8_t* view = IdleHostView(address, bytes);
+    if (view == nullptr) return CallStatus(cu::kNotSupported, "this device's memory cannot be read in place");
+    std::memcpy(out, view, bytes);
+    return CallStatus::Ok();
+  }
+  virtual CallStatus WriteIdle(uint64_t address, const uint8_t* data, uint64_t bytes) {
+    uint8_t* view = IdleHostView(address, bytes);
+    if (view == nullptr) return CallStatus(cu::kNotSupported, "this device's memory cannot be written in place");
+    std::memcpy(view, data, bytes);
+    return CallStatus::Ok();
+  }
+
   // Restoring a session at the addresses it had (session_image.h). An allocation at exactly `address`; a module whose
   // variables go where `placements` say (ModuleVariables of the same image, where it was loaded before); where a
   // module placed its variables, with their sizes, in the order it placed them. Backends that cannot choose
   // addresses (a GPU's driver places module variables itself) answer CUDA_ERROR_NOT_SUPPORTED.
+  // Whether LoadModuleAt puts a module's variables where it is told (an emulated device), or only checks where the
+  // device's own loader put them (a GPU's driver).
+  virtual bool PlacesModuleVariables() const { return false; }
   virtual CallStatus AllocAt(uint64_t address, uint64_t bytes, uint64_t* reserved) {
     return CannotPlace("an allocation");
   }
@@ -215,7 +235,10 @@ class DeviceBackend {
                                   ModuleRef* module) {
     return CannotPlace("a module's variables");
   }
-  virtual CallStatus ModuleVariables(ModuleRef module, std::vector<std::pair<uint64_t, uint64_t>>* placed) {
+  // `image` is the module's as it was loaded (a GPU's driver says where a variable is only by its name, which the
+  // image gives).
+  virtual CallStatus ModuleVariables(ModuleRef module, const std::vector<uint8_t>& image,
+                                     std::vector<std::pair<uint64_t, uint64_t>>* placed) {
     return CannotPlace("a module's variables");
   }
   // CreateTexture under the handle the client holds (a restored session's).

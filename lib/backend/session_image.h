@@ -66,6 +66,10 @@ struct SessionImage {
   std::vector<Reservation> reservations;
   std::vector<Physical> physical;
   std::vector<Mapping> mappings;
+  // Not part of the stream (session_image_stream.h): set by a checkpoint whose device cannot place module variables
+  // (DeviceBackend::PlacesModuleVariables) when the image holds any. A restore of it is refused unless the device
+  // happens to place them where they were.
+  bool variables_placed_by_driver = false;
 };
 
 }  // namespace gpupool::backend

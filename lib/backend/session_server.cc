@@ -1085,7 +1085,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     for (auto& [handle, module] : modules_) {
       SessionImage::Module saved{handle, module.image, {}};
       std::vector<std::pair<uint64_t, uint64_t>> placed;
-      if (CallStatus s = backend_->ModuleVariables(module.ref, &placed); !s.ok()) return s;
+      if (CallStatus s = backend_->ModuleVariables(module.ref, module.image, &placed); !s.ok()) return s;
       for (const auto& [address, bytes] : placed) {
         SessionImage::Memory variable{address, bytes, {}};
         if (CallStatus s = ReadIdle(address, bytes, &variable.data); !s.ok()) return s;
@@ -1106,6 +1106,11 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       SessionImage::Mapping saved{address, mapping.bytes, mapping.memory, mapping.offset, {}};
       if (CallStatus s = ReadIdle(address, mapping.bytes, &saved.data); !s.ok()) return s;
       taken.mappings.push_back(std::move(saved));
+    }
+    if (!backend_->PlacesModuleVariables()) {
+      for (const SessionImage::Module& module : taken.modules) {
+        taken.variables_placed_by_driver |= !module.variables.empty();
+      }
     }
     *image = std::move(taken);
     return CallStatus::Ok();
@@ -1156,7 +1161,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       }
       // The device's word for each variable's size, not the image's: its bytes must fit the variable exactly.
       std::vector<std::pair<uint64_t, uint64_t>> placed;
-      if (CallStatus s = backend_->ModuleVariables(module, &placed); !s.ok()) return s;
+      if (CallStatus s = backend_->ModuleVariables(module, saved.image, &placed); !s.ok()) return s;
       for (size_t i = 0; i < saved.variables.size(); ++i) {
         if (i >= placed.size() || placed[i].first != saved.variables[i].address ||
             placed[i].second != saved.variables[i].data.size()) {
@@ -1305,16 +1310,13 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
 
   // Device memory read or written in place while the device is idle (a checkpoint's or a restore's).
   CallStatus ReadIdle(uint64_t address, uint64_t bytes, std::vector<uint8_t>* out) {
-    const uint8_t* view = backend_->IdleHostView(address, bytes);
-    if (view == nullptr) return {CUDA_ERROR_NOT_SUPPORTED, "checkpoint: this device's memory cannot be read in place"};
-    out->assign(view, view + bytes);
-    return CallStatus::Ok();
+    out->resize(bytes);
+    CallStatus s = backend_->ReadIdle(address, bytes, out->data());
+    return s.ok() ? s : CallStatus{s.code(), "checkpoint: " + s.message()};
   }
   CallStatus WriteIdle(uint64_t address, const std::vector<uint8_t>& data) {
-    uint8_t* view = backend_->IdleHostView(address, data.size());
-    if (view == nullptr) return {CUDA_ERROR_NOT_SUPPORTED, "restore: this device's memory cannot be written in place"};
-    std::memcpy(view, data.data(), data.size());
-    return CallStatus::Ok();
+    CallStatus s = backend_->WriteIdle(address, data.data(), data.size());
+    return s.ok() ? s : CallStatus{s.code(), "restore: " + s.message()};
   }
 
   // The lease ended: every object goes now, and every later call fails (Serve checks revoked_ first).

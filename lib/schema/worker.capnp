@@ -50,11 +50,14 @@ interface SessionWorker {
   # The lease ended: free the session's memory and stop its kernels now; later calls answer "the lease of this
   # session ended: " and the reason (such as "revoked by alice"). The agent kills the worker shortly after.
 
-  checkpoint @2 (quietWithinMs :UInt32) -> (outcome :Outcome, consumed :UInt64, imageBytes :UInt64);
+  checkpoint @2 (quietWithinMs :UInt32) -> (outcome :Outcome, consumed :UInt64, imageBytes :UInt64,
+                                           placedByDriver :Bool);
   # For a move: stops reading the client's calls at a frame boundary, waits (up to quietWithinMs) for the session to
   # be quiet, and checkpoints it (backend/session_image.h). ok: the image (imageBytes long, read with imagePiece)
   # and the call frames consumed; the session then serves nothing until `resume`, or the worker is killed. Otherwise
-  # why not, and the session serves on as before.
+  # why not, and the session serves on as before. placedByDriver: the image's modules have variables whose place a
+  # restore cannot choose (a GPU's driver places them): a restore may be refused, so the session must be kept until
+  # one has succeeded (a move may go ahead; a suspension, which ends the worker first, may not).
 
   imagePiece @3 (offset :UInt64) -> (data :Data);
   # Up to 16 MiB of the checkpoint's image from `offset` (empty past its end).

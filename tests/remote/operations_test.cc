@@ -574,6 +574,60 @@ TEST(Migrate, AMoveThatFailsAtAnyStepLeavesTheProgramRunningWhereItWas) {
   }
 }
 
+// Issue 43 on the cuda backend (the stacked configuration: an agent whose "GPUs" are gpupool's own libcuda.so.1
+// over two emulated devices of a second agent; README): a lease moves between its GPUs through the driver API (its
+// memory read and written with copies, allocations mapped again at their addresses, modules loaded again and their
+// variables checked to be where they were) and its program finishes exact. A suspension is refused: the program's
+// module holds a variable, which a GPU's driver places itself, and a suspension ends the worker before any restore
+// could say whether the driver put it back in place; the same program built without the variable is suspended and
+// resumed exact.
+TEST(Migrate, OnTheCudaBackendLeasesMoveAndSuspendUnlessADriverPlacedVariableCouldBeLost) {
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  Agent gpus(AgentOptions{.name = "gpus", .emulated = 2, .emulated_memory = "4GiB"});
+  Agent agent(AgentOptions{.name = "stacked",
+                           .emulated = 0,
+                           .listen = "unix:" + dir.path() + "/agent.sock",
+                           .extra_args = {"--cuda-driver", GPUPOOL_DRIVER_LIBRARY},
+                           .launcher = {ToolPath("gp-run"), "--servers", gpus.address(), "-n", "2", "--"}});
+  const std::string server = agent.address();
+  Pool pool = Connect({server});
+  Process program(
+      {ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", Program("moving_state"), "120", "3000"});
+  ASSERT_EQ(program.ReadLine(seconds(60)), "ready") << program.Stderr();
+  ASSERT_EQ(program.ReadLine(seconds(60)), "idle") << program.Stderr();
+  const std::string id = LeaseIdOf(pool, "moving_state");
+  ASSERT_FALSE(id.empty());
+  RunResult suspended = Ctl(server, {"suspend", id});
+  EXPECT_EQ(suspended.code, 1) << suspended.out;
+  EXPECT_NE(suspended.err.find("holds module variables on a GPU"), std::string::npos) << suspended.err;
+  PoolState state = pool.State();
+  ASSERT_NE(FindLease(state, "moving_state"), nullptr);
+  EXPECT_FALSE(FindLease(state, "moving_state")->suspended);
+  const std::vector<uint32_t> before = FindLease(state, "moving_state")->devices;
+  RunResult moved = Ctl(server, {"migrate", id});
+  ASSERT_EQ(moved.code, 0) << moved.err << agent.process().Stderr();
+  PoolState after = pool.State();
+  ASSERT_NE(FindLease(after, "moving_state"), nullptr);
+  EXPECT_NE(FindLease(after, "moving_state")->devices, before) << "the lease is on its other GPU";
+  ExpectFinishedExact(program, "ok 240");
+
+  // A program whose module has no variable: suspended through the driver API, its GPU given back, and resumed by
+  // its next call at the same addresses.
+  Process plain(
+      {ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", Program("moving_state_plain"), "120", "3000"});
+  ASSERT_EQ(plain.ReadLine(seconds(60)), "ready") << plain.Stderr();
+  ASSERT_EQ(plain.ReadLine(seconds(60)), "idle") << plain.Stderr();
+  const std::string plain_id = LeaseIdOf(pool, "moving_state_plain");
+  ASSERT_FALSE(plain_id.empty());
+  RunResult plain_suspended = Ctl(server, {"suspend", plain_id});
+  ASSERT_EQ(plain_suspended.code, 0) << plain_suspended.err << agent.process().Stderr();
+  PoolState held = pool.State();
+  ASSERT_NE(FindLease(held, "moving_state_plain"), nullptr);
+  EXPECT_TRUE(FindLease(held, "moving_state_plain")->suspended);
+  ExpectFinishedExact(plain, "ok 240");
+}
+
 // A program killed (with its gp-run) while its lease is being moved: the move ends, done or undone, and once the lease
 // expires nothing of it is left on the agent: no session, no worker, no slice.
 TEST(Migrate, AProgramKilledDuringItsMoveLeavesNothingBehind) {

@@ -23,6 +23,8 @@
 #include "core/log.h"
 #include "core/range_allocator.h"
 #include "core/test_seams.h"
+#include "emu/fatbin.h"
+#include "emu/ptx_parser.h"
 
 namespace gpupool::backend {
 namespace {
@@ -40,7 +42,8 @@ namespace {
   X(cuOccupancyMaxActiveClusters) X(cuLaunchHostFunc) X(cuStreamCreate) X(cuStreamDestroy)               \
   X(cuStreamQuery) X(cuStreamWaitEvent) X(cuStreamWaitValue32) X(cuStreamWaitValue64) X(cuEventCreate)    \
   X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuEventElapsedTime) X(cuEventSynchronize)         \
-  X(cuGetErrorString) X(cuTexObjectCreate) X(cuTexObjectDestroy) X(cuMemGetInfo) X(cuCtxSetLimit) X(cuCtxGetLimit)
+  X(cuGetErrorString) X(cuTexObjectCreate) X(cuTexObjectDestroy) X(cuMemGetInfo) X(cuCtxSetLimit) X(cuCtxGetLimit) \
+  X(cuMemcpyDtoH) X(cuMemcpyHtoD)
 
 struct Api {
 #define GP_FIELD(name) decltype(&::name) name = nullptr;
@@ -325,6 +328,8 @@ class CudaBackend final : public DeviceBackend {
       : driver_(std::move(driver)), api_(std::move(api)), config_(config), device_(device), ctx_(ctx),
         granularity_(granularity), context_memory_(context_memory) {
     window_.Reset(config_.window_bytes);
+    api_->cuDeviceGetAttribute(&cc_major_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_);
+    api_->cuDeviceGetAttribute(&cc_minor_, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_);
   }
 
   ~CudaBackend() override {
@@ -380,9 +385,37 @@ class CudaBackend final : public DeviceBackend {
     if (!window_.Take(size, granularity_, &offset)) {
       return {CUDA_ERROR_OUT_OF_MEMORY, "the session's address window is full"};
     }
+    return MapFresh(config_.window_base + offset, size, address, reserved);
+  }
+
+  // A restored session's allocation, at the address it had (within the window, which is the client's as before).
+  CallStatus AllocAt(uint64_t address, uint64_t bytes, uint64_t* reserved) override {
+    Current();
+    const uint64_t size = (bytes + granularity_ - 1) / granularity_ * granularity_;
+    if (address < config_.window_base || (address - config_.window_base) % granularity_ != 0 ||
+        !window_.TakeAt(address - config_.window_base, size)) {
+      return {CUDA_ERROR_INVALID_VALUE,
+              fmt::format("restore: an allocation at 0x{:x} is not a free, aligned range of the window", address)};
+    }
+    uint64_t placed = 0;
+    return MapFresh(address, size, &placed, reserved);
+  }
+
+  // Copies while the session is quiet: synchronous copies of the context's, which wait for nothing else.
+  CallStatus ReadIdle(uint64_t address, uint64_t bytes, uint8_t* out) override {
+    Current();
+    return From(api_->cuMemcpyDtoH(out, address, bytes));
+  }
+  CallStatus WriteIdle(uint64_t address, const uint8_t* data, uint64_t bytes) override {
+    Current();
+    return From(api_->cuMemcpyHtoD(address, data, bytes));
+  }
+
+  // Fresh physical memory mapped read-write at `at` (taken from the window already: given back on failure).
+  CallStatus MapFresh(CUdeviceptr at, uint64_t size, uint64_t* address, uint64_t* reserved) {
+    const uint64_t offset = at - config_.window_base;
     CUmemAllocationProp prop = Prop();
     CUmemGenericAllocationHandle handle;
-    CUdeviceptr at = config_.window_base + offset;
     CUresult res = api_->cuMemCreate(&handle, size, &prop, 0);
     if (res == CUDA_SUCCESS) {
       res = api_->cuMemMap(at, size, 0, handle, 0);
@@ -547,6 +580,73 @@ class CudaBackend final : public DeviceBackend {
       modules_total_ += bytes;
     }
     return From(res);
+  }
+
+  // A restored session's module: loaded again, and kept only where the driver placed its variables where they
+  // were (the driver chooses; it cannot be told). Elsewhere, pointers to them held by the program or stored in
+  // device memory would dangle: the restore is refused, naming the variable.
+  CallStatus LoadModuleAt(const uint8_t* image, size_t bytes, const std::vector<uint64_t>& placements,
+                          ModuleRef* module) override {
+    if (CallStatus s = LoadModule(image, bytes, module); !s.ok()) return s;
+    std::vector<std::pair<uint64_t, uint64_t>> placed;
+    CallStatus s = ModuleVariables(*module, std::vector<uint8_t>(image, image + bytes), &placed);
+    if (s.ok() && placed.size() != placements.size()) {
+      s = {CUDA_ERROR_NOT_SUPPORTED, fmt::format("restore: the module has {} variables on this GPU, {} before",
+                                                 placed.size(), placements.size())};
+    }
+    for (size_t i = 0; s.ok() && i < placed.size(); ++i) {
+      if (placed[i].first != placements[i]) {
+        s = {CUDA_ERROR_NOT_SUPPORTED,
+             fmt::format("restore: the GPU's driver placed a module variable at 0x{:x}, not at 0x{:x} where it was "
+                         "(a GPU's driver places module variables itself)", placed[i].first, placements[i])};
+      }
+    }
+    if (!s.ok()) UnloadModule(*module);
+    return s;
+  }
+
+  // A module's variables, where the driver placed them, in address order: the .global and .const variables its PTX
+  // declares (the SASS the driver loads has the same names), looked up by name. A module with no PTX to read the
+  // names from (SASS alone) cannot tell them, and cannot be checkpointed.
+  CallStatus ModuleVariables(ModuleRef module, const std::vector<uint8_t>& image,
+                             std::vector<std::pair<uint64_t, uint64_t>>* placed) override {
+    placed->clear();
+    auto names = VariableNames(image);
+    if (!names.ok()) return names.status();
+    Current();
+    for (const std::string& name : *names) {
+      CUdeviceptr at = 0;
+      size_t size = 0;
+      CUresult r = api_->cuModuleGetGlobal(&at, &size, M(module), name.c_str());
+      if (r == CUDA_ERROR_NOT_FOUND) continue;  // Declared in the PTX, gone from the SASS.
+      if (r != CUDA_SUCCESS) return From(r);
+      placed->emplace_back(at, size);
+    }
+    std::sort(placed->begin(), placed->end());
+    return CallStatus::Ok();
+  }
+
+  // The names of the variables a module's image declares, read from its PTX (a fatbin's for this GPU's
+  // architecture, or PTX text), as gpupool's emulator reads it.
+  CallResult<std::vector<std::string>> VariableNames(const std::vector<uint8_t>& image) {
+    auto ptx = emu::PtxForDevice(image.data(), image.size(), cc_major_ * 10 + cc_minor_);
+    if (!ptx.ok()) {
+      return CallStatus{CUDA_ERROR_NOT_SUPPORTED,
+                        "checkpoint: a module's variables cannot be listed without its PTX: " + ptx.status().message()};
+    }
+    auto parsed = emu::ParsePtx(*ptx);
+    if (!parsed.ok()) {
+      return CallStatus{CUDA_ERROR_NOT_SUPPORTED,
+                        "checkpoint: a module's variables cannot be listed: " + parsed.status().message()};
+    }
+    std::vector<std::string> names;
+    for (const emu::ptx::Variable& v : parsed->globals) {
+      if ((v.space == emu::ptx::Space::kGlobal || v.space == emu::ptx::Space::kConst) && !v.is_extern &&
+          v.array_size >= 0) {
+        names.push_back(v.name);
+      }
+    }
+    return names;
   }
 
   CallStatus UnloadModule(ModuleRef module) override {
@@ -967,6 +1067,7 @@ class CudaBackend final : public DeviceBackend {
   std::unique_ptr<Api> api_;
   CudaBackendConfig config_;
   CUdevice device_;
+  int cc_major_ = 0, cc_minor_ = 0;  // The GPU's compute capability: which PTX of a fatbin names its variables.
   CUcontext ctx_;
   size_t granularity_;
   RangeAllocator window_;

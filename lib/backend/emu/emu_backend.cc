@@ -121,6 +121,8 @@ class EmuBackend final : public DeviceBackend {
     return s;
   }
 
+  bool PlacesModuleVariables() const override { return true; }
+
   CallStatus LoadModuleAt(const uint8_t* image, size_t bytes, const std::vector<uint64_t>& placements,
                           ModuleRef* module) override {
     emu::Module* m = nullptr;
@@ -129,7 +131,8 @@ class EmuBackend final : public DeviceBackend {
     return s;
   }
 
-  CallStatus ModuleVariables(ModuleRef module, std::vector<std::pair<uint64_t, uint64_t>>* placed) override {
+  CallStatus ModuleVariables(ModuleRef module, const std::vector<uint8_t>&,
+                             std::vector<std::pair<uint64_t, uint64_t>>* placed) override {
     placed->clear();
     for (uint64_t address : device_->ModulePlacements(module.as<emu::Module>())) {
       uint64_t base = 0, size = 0;
