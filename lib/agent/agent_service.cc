@@ -251,10 +251,12 @@ struct AgentState {
     return Status::Ok();
   }
 
-  // The session its client entered with `ticket` is at `door` now: one entry per session, where it was entered last.
+  // The session its client entered with `ticket` is at `door` now. A session moved again before its client came
+  // back holds the ticket of a door nobody entered: the client still asks with the ticket it entered with, so what
+  // pointed there points on to `door`.
   void RecordMoved(const std::string& ticket, const std::string& lease_id, const DirectDoor& door) {
-    for (auto it = moved_sessions.begin(); it != moved_sessions.end();) {
-      it = it->second.door.ticket == ticket ? moved_sessions.erase(it) : std::next(it);
+    for (auto& [entered_with, moved] : moved_sessions) {
+      if (moved.door.ticket == ticket) moved.door = door;
     }
     moved_sessions[ticket] = MovedSession{lease_id, door};
   }

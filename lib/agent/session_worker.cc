@@ -135,7 +135,19 @@ class Door {
         bytes_in_flight_(bytes_in_flight),
         restored_(restored),
         ticket_(RandomBytes(kTicketBytes)),
-        tasks_(errors_) {}
+        tasks_(errors_) {
+    if (restored_) {
+      // A restored session its client has not entered yet (it idles, or has not found its old worker gone) can be
+      // moved again: the door lets no one in while a checkpoint is taken, and the session has consumed what it was
+      // restored with. An entered connection replaces these with its own (ServeFrames).
+      frames_.consumed = *restored_;
+      frames_.stop = [this] {
+        sealed_ = true;
+        return kj::Promise<uint64_t>(*restored_);
+      };
+      frames_.resume = [this] { sealed_ = false; };
+    }
+  }
   ~Door() { Close(); }
 
   // Listens at `where` ("host:0" or "unix:PATH"), on `prebound` if it is that Unix door; fills `direct` with the
@@ -233,6 +245,11 @@ class Door {
                                      (knock->header.words == 2 || knock->header.words == 3);
             const bool right = ConstantTimeEquals(
                 std::string_view(reinterpret_cast<const char*>(knock->ticket), kTicketBytes), ticket_);
+            if (well_formed && right && sealed_) {
+              // Being checkpointed: the client asks the agent where its session is, and is told once the move ends.
+              GP_DEBUG("session", "a knock while the session is checkpointed: refused");
+              return kj::READY_NOW;
+            }
             if (well_formed && right) {
               wire::Session::Client held = *session;  // The connection keeps the session; the door lets go.
               Close();
@@ -298,6 +315,7 @@ class Door {
   const uint64_t bytes_in_flight_;
   const std::optional<uint64_t> restored_;
   backend::FrameControl frames_;
+  bool sealed_ = false;  // A checkpoint of the session before its client entered: nobody enters until it is resumed.
   std::string ticket_;  // From the kernel's random source: whoever holds it gets the session.
   std::string unix_path_;
   kj::Own<kj::ConnectionReceiver> listener_;

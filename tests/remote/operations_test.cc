@@ -546,6 +546,31 @@ TEST(Migrate, ARunningLeaseMovesBetweenGpusAndItsProgramFinishesExact) {
   EXPECT_GT(SampleOf(metrics, "gpupool_migrated_bytes_total"), 4 * 3.0 * (1 << 20)) << metrics;
 }
 
+// A lease moved again and again while its program idles, before its client has come back to any new worker (each
+// restored worker is checkpointed without ever having been entered), then suspended: the program, waking, finds its
+// session where it went last and finishes exact.
+TEST(Migrate, ALeaseMovedAgainBeforeItsProgramCameBackIsFoundWhereItWentLast) {
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  Agent agent(AgentOptions{.name = "again", .emulated = 2, .emulated_memory = "2GiB",
+                           .listen = "unix:" + dir.path() + "/agent.sock"});
+  const std::string server = agent.address();
+  Pool pool = Connect({server});
+  Process program(
+      {ToolPath("gp-run"), "--servers", server, "-p", "0.5", "--", Program("moving_state"), "60", "4000"});
+  ASSERT_EQ(program.ReadLine(seconds(60)), "ready") << program.Stderr();
+  ASSERT_EQ(program.ReadLine(seconds(60)), "idle") << program.Stderr();
+  const std::string id = LeaseIdOf(pool, "moving_state");
+  ASSERT_FALSE(id.empty());
+  for (int move = 0; move < 3; ++move) {
+    RunResult moved = Ctl(server, {"migrate", id});
+    ASSERT_EQ(moved.code, 0) << "move " << move << ": " << moved.err << agent.process().Stderr();
+  }
+  RunResult suspended = Ctl(server, {"suspend", id});
+  ASSERT_EQ(suspended.code, 0) << suspended.err;
+  ExpectFinishedExact(program, "ok 120");
+}
+
 // A move that fails at any of its steps (the old worker's checkpoint, the new worker's restore, the new worker dying
 // as it restores) leaves the lease on its GPU and its program running to an exact end.
 TEST(Migrate, AMoveThatFailsAtAnyStepLeavesTheProgramRunningWhereItWas) {
