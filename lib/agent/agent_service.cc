@@ -48,6 +48,10 @@ namespace {
 // window above it could not be mapped by the worker).
 constexpr uint64_t kMaxWindowEnd = uint64_t{1} << 47;
 
+struct AgentState;
+// Why the policy in force keeps suspended lease `e` suspended (on_change = "migrate"), or empty (below).
+std::string PolicyHoldsSuspended(const AgentState& state, const LeaseEntry& e);
+
 struct AgentState {
   AgentConfig config;
   std::vector<DeviceRecord> devices;
@@ -535,6 +539,11 @@ struct AgentState {
     const LeaseEntry* e = table.Find(lease_id);
     if (e == nullptr) return Lost(lease_id);
     if (!e->suspended) return Status::Ok();
+    // Moved off its GPUs by a change of personality: back once the rules in force allow it (a client waits, as for
+    // room).
+    if (std::string why = PolicyHoldsSuspended(*this, *e); !why.empty()) {
+      return Status(StatusCode::kResourceExhausted, why);
+    }
     Status placed = table.Unsuspend(lease_id, [this](uint32_t from, uint32_t to) {
       return devices[from].emulated == devices[to].emulated && devices[from].model == devices[to].model;
     });
@@ -1525,6 +1534,30 @@ std::string PolicyEnds(const AgentState& state, const LeaseEntry& e, PolicyMomen
   return why.empty() ? "" : fmt::format("{} (after its {} grace)", why, FormatDuration(*active->grace));
 }
 
+// After a change to a personality with on_change = "migrate": why lease `e`, granted under other rules, breaks the
+// rules in force (so that it is moved off its GPUs instead of ended, or kept off them). Empty: it keeps to them.
+std::string PolicyMoves(const AgentState& state, const LeaseEntry& e, PolicyMoment& m) {
+  const Personality* active = m.active;
+  if (!e.committed || !active || !active->migrate_on_change || e.owner.personality == active->name) return "";
+  auto age = std::chrono::duration_cast<std::chrono::milliseconds>(m.now - e.created);
+  return m.policy.Breaks(*active, PolicyView(state, e.owner.user, e.slices), age, UnixGroupHas);
+}
+
+std::string PolicyHoldsSuspended(const AgentState& state, const LeaseEntry& e) {
+  if (state.config.policy.empty()) return "";
+  PolicyMoment m(state.config.policy);
+  std::string why = PolicyMoves(state, e, m);
+  return why.empty() ? "" : fmt::format("agent {}'s policy (personality {}) keeps the lease off its GPUs: {}; it "
+                                        "resumes when the rules in force allow it",
+                                        state.config.name, m.active->name, why);
+}
+
+// Moves lease `id` off its GPUs for `why` (on_change = "migrate"): within one agent, a suspension, which keeps its
+// programs' state and gives its GPUs back; a lease that cannot be suspended (a session with no direct connection, a
+// GPU session whose module variables a restore might not place, no room for its images) is ended as a grace would
+// end it, saying why.
+void MoveByPolicy(AgentState& state, const std::string& id, const std::string& why, std::time_t now_t);
+
 std::optional<PolicyEnding> PolicyEndsLater(const AgentState& state, const std::string& lease_id) {
   const LeaseEntry* e = state.table.Find(lease_id);
   if (state.config.policy.empty() || !e || !e->committed) return std::nullopt;
@@ -1580,11 +1613,30 @@ void EnforcePolicy(AgentState& state) {
             state.personality.empty() ? "none" : state.personality);
     state.personality = name;
   }
-  std::vector<std::pair<std::string, std::string>> ending;  // Lease, why.
+  std::vector<std::pair<std::string, std::string>> ending, moving;  // Lease, why.
   for (const auto& [id, e] : state.table.entries()) {
-    if (std::string why = PolicyEnds(state, e, moment); !why.empty()) ending.push_back({id, why});
+    if (std::string why = PolicyEnds(state, e, moment); !why.empty()) {
+      ending.push_back({id, why});
+    } else if (!e.suspended && !state.moving.count(id) && !state.resuming.count(id)) {
+      if (std::string breaks = PolicyMoves(state, e, moment); !breaks.empty()) moving.push_back({id, breaks});
+    }
   }
   for (const auto& [id, why] : ending) EndByPolicy(state, id, why, moment.now_t);
+  for (const auto& [id, why] : moving) MoveByPolicy(state, id, why, moment.now_t);
+}
+
+void MoveByPolicy(AgentState& state, const std::string& id, const std::string& why, std::time_t now_t) {
+  GP_INFO("policy", "lease {} breaks personality {}'s rules ({}): moving it off its GPUs", id, state.personality, why);
+  state.moves.add(state.Suspend(id).then([&state, id, why, now_t](AgentState::SuspendResult r) {
+    if (r.status.ok()) {
+      GP_INFO("policy", "lease {} suspended by the policy: {} session(s) kept, its GPUs given back", id, r.sessions);
+      return;
+    }
+    if (state.table.Find(id) != nullptr) {
+      EndByPolicy(state, id, fmt::format("{} (it could not be moved off its GPUs: {})", why, r.status.message()),
+                  now_t);
+    }
+  }));
 }
 
 void EnforcePolicyOn(AgentState& state, const std::string& lease_id) {

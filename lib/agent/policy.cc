@@ -142,11 +142,14 @@ Result<Policy> Policy::Read(const TomlFile& file) {
     }
     std::string change = "keep";
     if (Status s = file.GetString(t, "on_change", &change); !s.ok()) return s;
-    if (change != "keep") {
+    if (change == "migrate") {
+      p.migrate_on_change = true;
+    } else if (change != "keep") {
       auto d = ParseDuration(change);
       if (!d.ok()) {
         return file.Error(*t.get("on_change"),
-                          fmt::format("personality {}: on_change must be \"keep\" or a grace duration such as \"10m\"",
+                          fmt::format("personality {}: on_change must be \"keep\", \"migrate\" or a grace duration "
+                                      "such as \"10m\"",
                                       p.name));
       }
       p.grace = *d;
@@ -296,7 +299,9 @@ std::string Policy::Describe() const {
     if (p.max_gpus_per_user) out += fmt::format(", {} GPU(s) per user", *p.max_gpus_per_user);
     if (p.max_share_per_user) out += ", " + Fraction(*p.max_share_per_user) + " GPU(s) of compute per user";
     for (const auto& [cls, who] : p.classes) out += fmt::format(", class {}: {}", cls, fmt::join(who, " "));
-    out += p.grace ? ", on change: grace " + FormatDuration(*p.grace) : ", on change: keep";
+    out += p.grace              ? ", on change: grace " + FormatDuration(*p.grace)
+           : p.migrate_on_change ? ", on change: migrate"
+                                 : ", on change: keep";
     out += "\n";
   }
   return out;

@@ -13,7 +13,10 @@
 //   max_share_per_user = 1.5                   # GPUs' worth of compute one user may hold at once; default: no limit
 //   on_change = "keep"                         # leases granted under another personality: "keep" them under
 //                                              # their own rules, or a grace duration ("10m") after which those
-//                                              # that break this personality's rules are revoked
+//                                              # that break this personality's rules are revoked, or "migrate":
+//                                              # those are moved off their GPUs at once instead of ended (on
+//                                              # one agent: suspended, their state kept, and resumed on any GPU
+//                                              # of the agent when the rules in force allow them again)
 //   [personality.classes]                      # who may use GPUs of which class ("*": any other class);
 //   a100 = ["researchers"]                     # default: everyone may use every GPU
 //
@@ -44,7 +47,8 @@ struct Personality {
   double max_fraction = 1.0;
   std::optional<int> max_gpus_per_user;
   std::optional<double> max_share_per_user;
-  std::optional<std::chrono::milliseconds> grace;  // Unset: "keep".
+  std::optional<std::chrono::milliseconds> grace;  // Unset: "keep" (or "migrate").
+  bool migrate_on_change = false;  // "migrate": what breaks the rules is moved off its GPUs, not ended.
   std::map<std::string, std::vector<std::string>> classes;  // Class ("*" = any other) -> groups or users.
 
   bool ActiveAt(const std::tm& local) const;

@@ -653,6 +653,51 @@ TEST(Migrate, OnTheCudaBackendLeasesMoveAndSuspendUnlessADriverPlacedVariableCou
   ExpectFinishedExact(plain, "ok 240");
 }
 
+// Issue 43: a change of personality with on_change = "migrate" moves what breaks the new rules off its GPUs instead
+// of ending it: a whole GPU taken at night, when the day allows half GPUs, is suspended at 08:00 (its program idle
+// then), keeps its state, waits while the day lasts, and resumes when night comes back, finishing exact.
+TEST(Policy, OnChangeMigrateMovesWhatBreaksTheNewRulesOffItsGpusAndBringsItBack) {
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  std::string config = dir.Write("agent.toml", R"(
+[[personality]]
+name = "day"
+hours = "08:00-20:00"
+max_fraction = 0.5
+on_change = "migrate"
+
+[[personality]]
+name = "night"
+hours = "20:00-08:00"
+)");
+  std::string clock = dir.path() + "/clock";
+  SetClock(clock, "2026-11-23 21:00");  // Night.
+  Agent agent(AgentOptions{.name = "policy", .emulated = 2, .emulated_memory = "2GiB",
+                           .listen = "unix:" + dir.path() + "/agent.sock", .extra_args = {"--config", config},
+                           .env = {"GPUPOOL_POLICY_CLOCK=" + clock, "TZ=UTC"}});
+  const std::string server = agent.address();
+  Pool pool = Connect({server});
+  Process program({ToolPath("gp-run"), "--servers", server, "-p", "1", "--wait", "60s", "--", Program("moving_state"),
+                   "60", "5000"});
+  ASSERT_EQ(program.ReadLine(seconds(60)), "ready") << program.Stderr();
+  ASSERT_EQ(program.ReadLine(seconds(60)), "idle") << program.Stderr();
+  SetClock(clock, "2026-11-24 08:00");  // Day: the whole GPU breaks its rules.
+  ASSERT_TRUE(Eventually([&] {
+    PoolState state = pool.State();
+    const LeaseInfo* l = FindLease(state, "moving_state");
+    return l != nullptr && l->suspended;
+  }, seconds(10))) << agent.process().Stderr();
+  EXPECT_NE(agent.process().Stderr().find("suspended by the policy"), std::string::npos) << agent.process().Stderr();
+  // Its program wakes and calls: it waits, the lease kept off its GPUs while the day lasts.
+  std::this_thread::sleep_for(seconds(6));
+  PoolState day = pool.State();
+  ASSERT_NE(FindLease(day, "moving_state"), nullptr);
+  EXPECT_TRUE(FindLease(day, "moving_state")->suspended);
+  EXPECT_TRUE(program.running());
+  SetClock(clock, "2026-11-24 20:30");  // Night again: it resumes.
+  ExpectFinishedExact(program, "ok 120");
+}
+
 // A program killed (with its gp-run) while its lease is being moved: the move ends, done or undone, and once the lease
 // expires nothing of it is left on the agent: no session, no worker, no slice.
 TEST(Migrate, AProgramKilledDuringItsMoveLeavesNothingBehind) {
