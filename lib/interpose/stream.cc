@@ -149,7 +149,8 @@ CUresult StreamWriteValue(CUstream handle, CUdeviceptr address, uint64_t value, 
     op.writeValue.operation = width == 8 ? CU_STREAM_MEM_OP_WRITE_VALUE_64 : CU_STREAM_MEM_OP_WRITE_VALUE_32;
     op.writeValue.address = address;
     op.writeValue.value64 = width == 8 ? value : static_cast<uint32_t>(value);
-    op.writeValue.flags = flags;
+    // The node runs it through the v2 call, which takes no NO_MEMORY_BARRIER (a slice's write needs none).
+    op.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
     return CaptureWork(handle, MemOpWork({op}));
   }
   if (width == 4) {

@@ -5,6 +5,8 @@
 #define PROGRAM_NAME "stream_memops"
 #include <cuda.h>
 
+#include <dlfcn.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -135,6 +137,24 @@ int main(int argc, char** argv) {
   EXPECT(v32 == 0xc0ffee, "a captured cuStreamWriteValue32");
   CHECK(cudaGraphExecDestroy(writes_exec));
   CHECK(cudaGraphDestroy(writes));
+  // The v1 entry point takes CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER, captured too: the graph still writes.
+  using WriteV1 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  auto write_v1 = cuda ? reinterpret_cast<WriteV1>(dlsym(cuda, "cuStreamWriteValue32")) : nullptr;
+  EXPECT(write_v1 != nullptr, "the driver's v1 cuStreamWriteValue32 is found");
+  if (write_v1 != nullptr) {
+    CHECK(cudaStreamBeginCapture(s2, cudaStreamCaptureModeThreadLocal));
+    DRV(write_v1(reinterpret_cast<CUstream>(s2), f32 + 16, 0xbeef, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER));
+    CHECK(cudaStreamEndCapture(s2, &writes));
+    CHECK(cudaGraphInstantiate(&writes_exec, writes, 0));
+    CHECK(cudaMemset(flag32 + 4, 0, 4));
+    CHECK(cudaGraphLaunch(writes_exec, s2));
+    CHECK(cudaStreamSynchronize(s2));
+    CHECK(cudaMemcpy(&v32, flag32 + 4, sizeof(v32), cudaMemcpyDeviceToHost));
+    EXPECT(v32 == 0xbeef, "a captured v1 write without a memory barrier");
+    CHECK(cudaGraphExecDestroy(writes_exec));
+    CHECK(cudaGraphDestroy(writes));
+  }
 
   // 6. A 64-bit write and a wait captured with a kernel after them, as NVIDIA's driver captures them (an H100's,
   //    driver 580): the graph writes both values and runs the kernel once the wait holds, at every launch.
