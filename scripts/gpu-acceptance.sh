@@ -46,7 +46,8 @@ step() {
   if [[ -n "${STEPS:-}" && " $STEPS " != *" $name "* ]]; then return 0; fi
   # Native steps, and those that start agents of their own on this machine's GPUs, need a GPU.
   if [[ -n "${STACKED:-}" && ( $name == native-* || $name == torch-* || $name == emulator-* ||
-        $name == pool-bench-unix || $name == mps-bisect || $name == pool-turn-events ) ]]; then
+        $name == pool-bench-unix || $name == mps-bisect || $name == pool-turn-events ||
+        $name == pool-moves-on-gpu ) ]]; then
     say "SKIP $name (STACKED: no GPU on this machine)"
     return 1  # Not run: what depends on it is not run either.
   fi

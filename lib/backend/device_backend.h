@@ -242,6 +242,9 @@ class DeviceBackend {
     return CannotPlace("a module's variables");
   }
   // CreateTexture under the handle the client holds (a restored session's).
+  // Whether CreateTextureAt can give a restored texture or surface object the handle it had (an emulated device;
+  // a GPU's driver chooses its handles).
+  virtual bool PlacesTextureObjects() const { return false; }
   virtual CallStatus CreateTextureAt(const TextureSpec& spec, uint64_t handle, uint64_t* reserved) {
     return CannotPlace("a texture object");
   }

@@ -1074,6 +1074,10 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
       return {CUDA_ERROR_NOT_READY, "checkpoint: the session has work queued or running; it can be taken when quiet"};
     }
     if (CallStatus s = NotYetRestorable(); !s.ok()) return s;
+    if (!textures_.empty() && !backend_->PlacesTextureObjects()) {
+      return {CUDA_ERROR_NOT_SUPPORTED, "checkpoint: the session holds texture or surface objects, whose handles this "
+                                        "device's driver chooses, so a restore could not give them back"};
+    }
     SessionImage taken;
     taken.window_base = limits_.window_base;
     taken.window_bytes = limits_.window_bytes;

@@ -791,6 +791,20 @@ TEST_F(Stacked, ProgramKilledMidKernelLeavesNoSessionMemoryOrLease) {
   EXPECT_TRUE(agent_.process().running()) << agent_.process().Stderr();
 }
 
+// Surfaces on the cuda backend: the client keeps CUDA arrays as pitched memory, which a GPU makes no surface over, so
+// a real array shadows it, filled before each launch and copied back after (CudaBackend::CreateOverShadow). The
+// textures program (a surface written by a kernel and read back as an array; a surface over an array made without
+// the surface flag; textures over arrays and linear memory) passes as on an emulated slice, and gives its memory back.
+TEST_F(Stacked, SurfacesAndArrayTexturesRunOverRealArrays) {
+  RunResult r = RunCommand({ToolPath("gp-run"), "--servers", agent_.address(), "--", Program("textures")}, {},
+                           seconds(120));
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("textures: 0+0+0 wrong, 0 failure(s): PASSED"), std::string::npos) << r.out << r.err;
+  Pool pool = Connect({agent_.address()});
+  ASSERT_TRUE(Eventually([&] { return LeaseCount(pool.State()) == 0; }, seconds(10)));
+  ExpectAllFree(pool.State());
+}
+
 TEST_F(Stacked, AKilledWorkerEndsOnlyItsOwnSession) {
   pid_t agent_pid = AgentPid();
   ASSERT_GT(agent_pid, 0) << "gp-run runs the stacked agent";

@@ -43,7 +43,8 @@ namespace {
   X(cuStreamQuery) X(cuStreamWaitEvent) X(cuStreamWaitValue32) X(cuStreamWaitValue64) X(cuEventCreate)    \
   X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuEventElapsedTime) X(cuEventSynchronize)         \
   X(cuGetErrorString) X(cuTexObjectCreate) X(cuTexObjectDestroy) X(cuMemGetInfo) X(cuCtxSetLimit) X(cuCtxGetLimit) \
-  X(cuMemcpyDtoH) X(cuMemcpyHtoD)
+  X(cuMemcpyDtoH) X(cuMemcpyHtoD) X(cuArray3DCreate) X(cuArrayDestroy) X(cuMemcpy3DAsync) X(cuSurfObjectCreate) \
+  X(cuSurfObjectDestroy) X(cuStreamSynchronize)
 
 struct Api {
 #define GP_FIELD(name) decltype(&::name) name = nullptr;
@@ -709,6 +710,10 @@ class CudaBackend final : public DeviceBackend {
     for (const KernelParam& p : info.params) args.push_back(const_cast<uint8_t*>(params) + p.offset);
     void** kernel_params = args.empty() ? nullptr : args.data();
     Current();
+    // Real arrays behind surfaces and array textures hold the client's pitched memory for the launch (Shadow).
+    for (const Shadow& shadow : shadows_) {
+      if (CallStatus s = CopyShadow(shadow, true, S(stream)); !s.ok()) return s;
+    }
     CUresult res;
     if (shape.cluster || shape.cooperative) {  // Only cuLaunchKernelEx takes clusters and the cooperative flag.
       DriverLaunch launch(shape, S(stream));
@@ -722,6 +727,10 @@ class CudaBackend final : public DeviceBackend {
     if (res == CUDA_SUCCESS) {  // The driver has grown local memory for it (and never shrinks it).
       const uint64_t local = static_cast<uint64_t>(std::max(info.local_bytes, 0));
       launched_local_ = std::max(launched_local_, local);
+    }
+    for (const Shadow& shadow : shadows_) {
+      if (!shadow.writable) continue;
+      if (CallStatus s = CopyShadow(shadow, false, S(stream)); !s.ok() && res == CUDA_SUCCESS) return s;
     }
     return From(res);
   }
@@ -757,14 +766,14 @@ class CudaBackend final : public DeviceBackend {
   // filters nor addresses linear textures as it does arrays), and 3D and layered arrays, and every surface, need a
   // real CUDA array: those are refused with CUDA_ERROR_NOT_SUPPORTED and the reason. Not run on a GPU yet.
   CallStatus CreateTexture(const TextureSpec& spec, uint64_t* handle, uint64_t* reserved) override {
-    if (spec.surface) {
-      return {CUDA_ERROR_NOT_SUPPORTED, "surface objects need real CUDA arrays, which GPU slices do not hold yet"};
+    const bool pitch2d = !spec.surface && (spec.resource == TextureSpec::Resource::kPitch2D ||
+                                           (spec.resource == TextureSpec::Resource::kArray && spec.dims == 2 &&
+                                            spec.layers == 0));
+    if (spec.surface || (!pitch2d && spec.resource == TextureSpec::Resource::kArray)) {
+      return CreateOverShadow(spec, handle, reserved);
     }
-    const bool pitch2d = spec.resource == TextureSpec::Resource::kPitch2D ||
-                         (spec.resource == TextureSpec::Resource::kArray && spec.dims == 2 && spec.layers == 0);
     if (!pitch2d && spec.resource != TextureSpec::Resource::kLinear) {
-      return {CUDA_ERROR_NOT_SUPPORTED,
-              "textures over 1D, 3D or layered CUDA arrays need real CUDA arrays, which GPU slices do not hold yet"};
+      return {CUDA_ERROR_NOT_SUPPORTED, "a surface over memory that is not a CUDA array"};
     }
     CUDA_RESOURCE_DESC res = {};
     const CUarray_format format = static_cast<CUarray_format>(spec.format);
@@ -799,8 +808,98 @@ class CudaBackend final : public DeviceBackend {
 
   CallStatus DestroyTexture(uint64_t handle) override {
     Current();
+    for (auto it = shadows_.begin(); it != shadows_.end(); ++it) {
+      if (it->object != handle) continue;
+      // The array may still be read or written by queued work: it goes once the session's streams are done.
+      const CUresult r = it->surface ? api_->cuSurfObjectDestroy(it->object) : api_->cuTexObjectDestroy(it->object);
+      retired_arrays_.push_back(it->array);
+      shadows_.erase(it);
+      return From(r);
+    }
     Forget(textures_, static_cast<CUtexObject>(handle));
     return From(api_->cuTexObjectDestroy(static_cast<CUtexObject>(handle)));
+  }
+
+  // Real CUDA arrays behind surfaces and 1D, 3D or layered array textures (CreateOverShadow).
+  struct Shadow {
+    CUarray array = nullptr;
+    unsigned long long object = 0;  // The surface or texture object (CUsurfObject, CUtexObject).
+    bool surface = false, writable = false;
+    CUdeviceptr address = 0;  // The client's pitched memory it shadows.
+    uint64_t pitch = 0, row_bytes = 0, height = 1, depth = 1;
+  };
+
+  // A surface, or a texture over a 1D, 3D or layered CUDA array: the client keeps arrays as pitched memory of the
+  // slice (lib/interpose/array.cc), which a surface cannot be made over, nor such a texture sampled as the GPU
+  // samples arrays. So a real CUDA array of the same shape shadows that memory: every launch of the session copies
+  // the memory into it first, and a surface's array back after the launch, on the launch's stream, so that copies
+  // and kernels see one content in stream order. The array is charged to the slice (`reserved`). Only sessions that
+  // make such objects pay the copies.
+  CallStatus CreateOverShadow(const TextureSpec& spec, uint64_t* handle, uint64_t* reserved) {
+    Current();
+    CUDA_ARRAY3D_DESCRIPTOR desc = {};
+    desc.Format = static_cast<CUarray_format>(spec.format);
+    desc.NumChannels = spec.channels;
+    desc.Width = spec.width;
+    desc.Height = spec.dims >= 2 ? spec.height : 0;
+    desc.Depth = spec.layers ? spec.layers : (spec.dims == 3 ? spec.depth : 0);
+    desc.Flags = (spec.surface ? CUDA_ARRAY3D_SURFACE_LDST : 0) | (spec.layers ? CUDA_ARRAY3D_LAYERED : 0);
+    Shadow shadow;
+    shadow.surface = spec.surface;
+    shadow.writable = spec.surface;
+    shadow.address = spec.address;
+    shadow.pitch = spec.pitch;
+    shadow.row_bytes = uint64_t{spec.width} * ChannelBytes(spec.format) * spec.channels;
+    shadow.height = spec.dims >= 2 ? spec.height : 1;
+    shadow.depth = spec.layers ? spec.layers : (spec.dims == 3 ? spec.depth : 1);
+    if (CUresult r = api_->cuArray3DCreate(&shadow.array, &desc); r != CUDA_SUCCESS) return From(r);
+    CUDA_RESOURCE_DESC res = {};
+    res.resType = CU_RESOURCE_TYPE_ARRAY;
+    res.res.array.hArray = shadow.array;
+    CUresult r;
+    if (spec.surface) {
+      r = api_->cuSurfObjectCreate(&shadow.object, &res);
+    } else {
+      CUDA_TEXTURE_DESC tex = {};
+      for (int i = 0; i < 3; ++i) tex.addressMode[i] = static_cast<CUaddress_mode>(spec.address_mode[i]);
+      tex.filterMode = static_cast<CUfilter_mode>(spec.filter_mode);
+      tex.flags = spec.flags;
+      for (int i = 0; i < 4; ++i) tex.borderColor[i] = spec.border[i];
+      r = api_->cuTexObjectCreate(&shadow.object, &res, &tex, nullptr);
+    }
+    if (r != CUDA_SUCCESS) {
+      api_->cuArrayDestroy(shadow.array);
+      return From(r);
+    }
+    *handle = shadow.object;
+    *reserved = shadow.row_bytes * shadow.height * shadow.depth;  // At least: the driver may pad it.
+    shadows_.push_back(shadow);
+    return CallStatus::Ok();
+  }
+
+  // The shadowed memory into its array (`in`), or the array back into the memory, on `stream`.
+  CallStatus CopyShadow(const Shadow& shadow, bool in, CUstream stream) {
+    CUDA_MEMCPY3D copy = {};
+    copy.WidthInBytes = shadow.row_bytes;
+    copy.Height = shadow.height;
+    copy.Depth = shadow.depth;
+    CUdeviceptr memory = shadow.address;
+    if (in) {
+      copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+      copy.srcDevice = memory;
+      copy.srcPitch = shadow.pitch;
+      copy.srcHeight = shadow.height;
+      copy.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+      copy.dstArray = shadow.array;
+    } else {
+      copy.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+      copy.srcArray = shadow.array;
+      copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+      copy.dstDevice = memory;
+      copy.dstPitch = shadow.pitch;
+      copy.dstHeight = shadow.height;
+    }
+    return From(api_->cuMemcpy3DAsync(&copy, stream));
   }
 
   // A GPU's utilisation is NVML's on the server (the whole GPU, all its tenants): the agent's telemetry is where it
@@ -1043,6 +1142,13 @@ class CudaBackend final : public DeviceBackend {
     events_.clear();
     for (CUtexObject t : textures_) api_->cuTexObjectDestroy(t);
     textures_.clear();
+    for (const Shadow& shadow : shadows_) {
+      shadow.surface ? api_->cuSurfObjectDestroy(shadow.object) : api_->cuTexObjectDestroy(shadow.object);
+      retired_arrays_.push_back(shadow.array);
+    }
+    shadows_.clear();
+    for (CUarray array : retired_arrays_) api_->cuArrayDestroy(array);
+    retired_arrays_.clear();
     for (auto& [address, a] : allocations_) {
       api_->cuMemUnmap(address, a.size);
       api_->cuMemRelease(a.handle);
@@ -1084,6 +1190,8 @@ class CudaBackend final : public DeviceBackend {
   std::vector<CUstream> streams_;
   std::vector<CUevent> events_;
   std::vector<CUtexObject> textures_;
+  std::vector<Shadow> shadows_;
+  std::vector<CUarray> retired_arrays_;  // Of destroyed objects: freed with the session (work may still use them).
   CUstream sync_stream_ = nullptr;
   std::shared_ptr<Staging> done_staging_ = std::make_shared<Staging>();
   static constexpr uint64_t kSpareStagingBytes = 256ull << 20;  // Pinned buffers kept between copies, at most.

@@ -122,6 +122,7 @@ class EmuBackend final : public DeviceBackend {
   }
 
   bool PlacesModuleVariables() const override { return true; }
+  bool PlacesTextureObjects() const override { return true; }
 
   CallStatus LoadModuleAt(const uint8_t* image, size_t bytes, const std::vector<uint64_t>& placements,
                           ModuleRef* module) override {
