@@ -827,6 +827,7 @@ class CudaBackend final : public DeviceBackend {
     bool surface = false, writable = false;
     CUdeviceptr address = 0;  // The client's pitched memory it shadows.
     uint64_t pitch = 0, row_bytes = 0, height = 1, depth = 1;
+    uint64_t slice_rows = 1;  // Rows of `pitch` from one depth slice (or layer) to the next.
   };
 
   // A surface, or a texture over a 1D, 3D or layered CUDA array: the client keeps arrays as pitched memory of the
@@ -852,6 +853,14 @@ class CudaBackend final : public DeviceBackend {
     shadow.row_bytes = uint64_t{spec.width} * ChannelBytes(spec.format) * spec.channels;
     shadow.height = spec.dims >= 2 ? spec.height : 1;
     shadow.depth = spec.layers ? spec.layers : (spec.dims == 3 ? spec.depth : 1);
+    shadow.slice_rows = shadow.height;
+    if (shadow.depth > 1) {
+      // The copies step through the memory's slices in whole rows (CUDA_MEMCPY3D's srcHeight).
+      if (spec.pitch == 0 || spec.slice_pitch % spec.pitch != 0 || spec.slice_pitch / spec.pitch < shadow.height) {
+        return {CUDA_ERROR_NOT_SUPPORTED, "an array whose slices are not whole rows apart cannot be shadowed"};
+      }
+      shadow.slice_rows = spec.slice_pitch / spec.pitch;
+    }
     if (CUresult r = api_->cuArray3DCreate(&shadow.array, &desc); r != CUDA_SUCCESS) return From(r);
     CUDA_RESOURCE_DESC res = {};
     res.resType = CU_RESOURCE_TYPE_ARRAY;
@@ -888,7 +897,7 @@ class CudaBackend final : public DeviceBackend {
       copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
       copy.srcDevice = memory;
       copy.srcPitch = shadow.pitch;
-      copy.srcHeight = shadow.height;
+      copy.srcHeight = shadow.slice_rows;
       copy.dstMemoryType = CU_MEMORYTYPE_ARRAY;
       copy.dstArray = shadow.array;
     } else {
@@ -897,7 +906,7 @@ class CudaBackend final : public DeviceBackend {
       copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
       copy.dstDevice = memory;
       copy.dstPitch = shadow.pitch;
-      copy.dstHeight = shadow.height;
+      copy.dstHeight = shadow.slice_rows;
     }
     return From(api_->cuMemcpy3DAsync(&copy, stream));
   }
