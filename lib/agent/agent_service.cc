@@ -323,13 +323,32 @@ struct AgentState {
                                                                                     : last.message()))};
       }
     }
+    // The new workers start now, beside the checkpoints (a worker's start is much of a small move's pause); each is
+    // sent its image once its session's checkpoint is taken, or is killed if the move is abandoned first.
+    std::vector<WorkerSpec> specs;
+    for (const auto& session : sessions) {
+      auto spec = RestoredSpec(lease_id, session.spec, targets.at(session.spec.device), nullptr, 0);
+      if (!spec.ok()) {
+        undo(targets);
+        return MoveResult{spec.status()};
+      }
+      specs.push_back(std::move(spec).value());
+    }
     moving.insert(lease_id);
     const auto started = std::chrono::steady_clock::now();
+    auto images = std::make_shared<std::vector<kj::Own<kj::PromiseFulfiller<SessionWorkers::RestoreInput>>>>();
+    kj::Vector<kj::Promise<OpenedSession>> opens;
+    for (const WorkerSpec& spec : specs) {
+      auto paf = kj::newPromiseAndFulfiller<SessionWorkers::RestoreInput>();
+      images->push_back(kj::mv(paf.fulfiller));
+      opens.add(workers->OpenRestoring(spec, kj::mv(paf.promise)));
+    }
+    auto opening = kj::joinPromises(opens.releaseAsArray());
     kj::Vector<kj::Promise<SessionWorkers::Checkpointed>> checkpoints;
     for (const auto& session : sessions) checkpoints.add(workers->Checkpoint(session.pid, kQuietWithin));
     return kj::joinPromises(checkpoints.releaseAsArray())
-        .then([this, lease_id, sessions, targets, undo, started](
-                  kj::Array<SessionWorkers::Checkpointed> taken) -> kj::Promise<MoveResult> {
+        .then([this, lease_id, sessions, targets, undo, started, images, opening = kj::mv(opening)](
+                  kj::Array<SessionWorkers::Checkpointed> taken) mutable -> kj::Promise<MoveResult> {
           // Back where it was: the sessions checkpointed serve on, the new workers go.
           auto abandon = [this, lease_id, sessions, targets, undo](const std::vector<pid_t>& opened, Status why) {
             for (pid_t pid : opened) workers->Retire(pid);
@@ -339,27 +358,28 @@ struct AgentState {
             GP_WARN("agent", "lease {} stays where it was: {}", lease_id, why.message());
             return MoveResult{why};
           };
-          for (size_t i = 0; i < taken.size(); ++i) {
+          Status failed = Status::Ok();
+          for (size_t i = 0; i < taken.size() && failed.ok(); ++i) {
             if (!taken[i].status.ok()) {
-              return abandon({}, Status(taken[i].status.code(),
-                                        fmt::format("session {} of the lease could not be checkpointed: {}", i,
-                                                    taken[i].status.message())));
+              failed = Status(taken[i].status.code(), fmt::format("session {} of the lease could not be "
+                                                                  "checkpointed: {}", i, taken[i].status.message()));
             }
           }
-          if (table.Find(lease_id) == nullptr) {
-            return abandon({}, Status(StatusCode::kNotFound, "the lease ended meanwhile"));
+          if (failed.ok() && table.Find(lease_id) == nullptr) {
+            failed = Status(StatusCode::kNotFound, "the lease ended meanwhile");
           }
           auto bytes = std::make_shared<uint64_t>(0);
-          kj::Vector<kj::Promise<OpenedSession>> opens;
-          for (size_t i = 0; i < sessions.size(); ++i) {
-            auto spec = RestoredSpec(lease_id, sessions[i].spec, targets.at(sessions[i].spec.device), taken[i].image,
-                                     taken[i].consumed);
-            if (!spec.ok()) return abandon({}, spec.status());
-            *bytes += taken[i].image->size();
-            opens.add(workers->Open(*spec));
+          for (size_t i = 0; i < taken.size(); ++i) {
+            if (failed.ok()) {
+              *bytes += taken[i].image->size();
+              (*images)[i]->fulfill(SessionWorkers::RestoreInput{Status::Ok(), taken[i].image, taken[i].consumed});
+            } else {
+              (*images)[i]->fulfill(SessionWorkers::RestoreInput{failed, nullptr, 0});  // Its worker is killed.
+            }
           }
-          return kj::joinPromises(opens.releaseAsArray())
-              .then([this, lease_id, sessions, targets, abandon, started, bytes](kj::Array<OpenedSession> opened) {
+          return kj::mv(opening)
+              .then([this, lease_id, sessions, targets, abandon, started, bytes, failed](kj::Array<OpenedSession> opened) {
+                if (!failed.ok()) return abandon({}, failed);  // The new workers were killed as they failed to open.
                 std::vector<pid_t> new_workers;
                 for (const auto& session : workers->SessionsOf(lease_id)) {
                   if (std::none_of(sessions.begin(), sessions.end(),

@@ -762,6 +762,12 @@ SessionWorkers::~SessionWorkers() {
 }
 
 kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
+  if (!spec.restore_image) return Start(spec, nullptr);
+  return Start(spec, kj::Promise<RestoreInput>(RestoreInput{Status::Ok(), spec.restore_image, spec.restore_consumed}));
+}
+
+kj::Promise<OpenedSession> SessionWorkers::Start(const WorkerSpec& spec,
+                                                 kj::Maybe<kj::Promise<RestoreInput>> restore) {
   int fds[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
     return OpenedSession{Status(StatusCode::kInternal, fmt::format("socketpair: {}", std::strerror(errno))), nullptr,
@@ -882,12 +888,22 @@ kj::Promise<OpenedSession> SessionWorkers::Open(const WorkerSpec& spec) {
   c.setSessionMeter(meter_fd >= 0);
   c.setDirectListen(spec.direct_listen);
   c.setBytesInFlight(spec.bytes_in_flight);
-  c.setRestore(spec.restore_image != nullptr);
-  c.setRestoreConsumed(spec.restore_consumed);
-  // A moved session's image goes first, in pieces within the message limit.
+  // A moved session's image goes first, in pieces within the message limit, once it is there.
+  auto request = kj::heap<decltype(req)>(kj::mv(req));
+  auto* config = request.get();
   kj::Promise<void> image_sent = kj::READY_NOW;
-  if (spec.restore_image) image_sent = SendImage(bootstrap, spec.restore_image, 0);
-  return image_sent.then([req = kj::mv(req)]() mutable { return req.send(); })
+  KJ_IF_MAYBE(later, restore) {
+    image_sent = later->then([this, bootstrap, config](RestoreInput in) mutable -> kj::Promise<void> {
+      if (!in.status.ok() || !in.image) {
+        return KJ_EXCEPTION(FAILED, "no image to restore: " + std::string(in.status.message()));
+      }
+      auto c = config->getConfig();
+      c.setRestore(true);
+      c.setRestoreConsumed(in.consumed);
+      return SendImage(bootstrap, in.image, 0);
+    });
+  }
+  return image_sent.then([request = kj::mv(request)]() mutable { return request->send(); })
       .then([this, pid](capnp::Response<wire::SessionWorker::OpenResults>&& r) -> OpenedSession {
         if (Status refused = StatusOf(r.getOutcome()); !refused.ok()) {
           KillFailedToOpen(pid, refused.message().c_str());

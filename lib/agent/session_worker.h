@@ -98,6 +98,18 @@ class SessionWorkers {
 
   // Spawns a worker and opens the session in it.
   kj::Promise<OpenedSession> Open(const WorkerSpec& spec);
+  // A moved session's image and the call frames it had consumed, or why there is none (the worker is then killed).
+  struct RestoreInput {
+    Status status;
+    std::shared_ptr<const std::vector<uint8_t>> image;
+    uint64_t consumed = 0;
+  };
+  // As Open, for a session restored from an image that comes later: the worker starts now (its process, its
+  // sandbox and its connection), while the old worker is still being checkpointed, and is sent the image when
+  // `restore` gives it. `spec`'s own restore_image is ignored.
+  kj::Promise<OpenedSession> OpenRestoring(const WorkerSpec& spec, kj::Promise<RestoreInput> restore) {
+    return Start(spec, kj::mv(restore));
+  }
   // Kills (SIGKILL) every worker of the lease: its sessions end, the OS frees their memory and contexts. Each is
   // first told to revoke its session (every later call of its client answers "the lease ended"); resolves once
   // all have, or after a bounded wait.
@@ -145,6 +157,8 @@ class SessionWorkers {
   void ForgetRetired(const std::string& lease_id) { retired_.erase(lease_id); }
 
  private:
+  // Open and OpenRestoring: without `restore`, a fresh session.
+  kj::Promise<OpenedSession> Start(const WorkerSpec& spec, kj::Maybe<kj::Promise<RestoreInput>> restore);
   struct Worker;
   void Reap(pid_t pid, int status);
   // A moved session's image to a new worker, in pieces from `offset`.
