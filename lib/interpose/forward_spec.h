@@ -667,6 +667,10 @@ inline std::string NoArgsShown() { return {}; }
     GraphAddBatchMemOpNode(n, g, d, c, p), "client", "run at launch as cuStreamBatchMemOp")                       \
   X(cuGraphBatchMemOpNodeGetParams, (CUgraphNode n, CUDA_BATCH_MEM_OP_NODE_PARAMS* p),                            \
     BatchMemOpNodeGetParams(n, p), "client", "none")                                                              \
+  X(cuGraphBatchMemOpNodeSetParams, (CUgraphNode n, const CUDA_BATCH_MEM_OP_NODE_PARAMS* p),                      \
+    BatchMemOpNodeSetParams(nullptr, n, p), "client", "none")                                                     \
+  X(cuGraphExecBatchMemOpNodeSetParams, (CUgraphExec x, CUgraphNode n, const CUDA_BATCH_MEM_OP_NODE_PARAMS* p),   \
+    BatchMemOpNodeSetParams(x, n, p), "client", "none")                                                           \
   X(cuGraphAddEventRecordNode, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t c, CUevent e),           \
     GraphAddEventNode(n, g, d, c, e, CU_GRAPH_NODE_TYPE_EVENT_RECORD), "client", "none")                          \
   X(cuGraphAddEventWaitNode, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t c, CUevent e),             \

@@ -915,6 +915,14 @@ CUresult BatchMemOpNodeGetParams(CUgraphNode node, CUDA_BATCH_MEM_OP_NODE_PARAMS
   });
 }
 
+// New operations for a batch node, of a graph or (`exec`) of an executable graph only, checked as when it was made.
+CUresult BatchMemOpNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_BATCH_MEM_OP_NODE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  NodeWork w;
+  if (CUresult r = BatchMemOpWork(p->count, p->paramArray, p->flags, &w); r != CUDA_SUCCESS) return r;
+  return SetWork(exec, node, std::move(w));
+}
+
 CUresult MemFreeNodeGetParams(CUgraphNode node, CUdeviceptr* address) {
   return ReadNode(node, CU_GRAPH_NODE_TYPE_MEM_FREE, address, [](GraphNode& n, auto* out) { *out = n.work.address; });
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "program_checks.h"
 
@@ -182,6 +183,41 @@ int main(int argc, char** argv) {
     EXPECTF(v32 == 5 && v64 == 0x1122334455667788ull && after_wait == 0,
             "round %d of the captured writes and wait: 0x%x, 0x%llx, %d wrong", round, v32,
             static_cast<unsigned long long>(v64), after_wait);
+  }
+  // The 64-bit write is a batch node: read through cuGraphBatchMemOpNodeGetParams, and given a new value in the
+  // executable graph (cuGraphExecBatchMemOpNodeSetParams), which the next launch writes.
+  size_t count = 0;
+  CHECK(cudaGraphGetNodes(graph, nullptr, &count));
+  std::vector<cudaGraphNode_t> nodes(count);
+  CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
+  CUgraphNode write64 = nullptr;
+  for (cudaGraphNode_t node : nodes) {
+    CUgraphNodeType type;
+    DRV(cuGraphNodeGetType(reinterpret_cast<CUgraphNode>(node), &type));
+    if (type != CU_GRAPH_NODE_TYPE_BATCH_MEM_OP) continue;
+    CUDA_BATCH_MEM_OP_NODE_PARAMS read = {};
+    DRV(cuGraphBatchMemOpNodeGetParams(reinterpret_cast<CUgraphNode>(node), &read));
+    if (read.count == 1 && read.paramArray[0].operation == CU_STREAM_MEM_OP_WRITE_VALUE_64) {
+      write64 = reinterpret_cast<CUgraphNode>(node);
+    }
+  }
+  EXPECT(write64 != nullptr, "the captured 64-bit write is a batch node with one operation");
+  if (write64 != nullptr) {
+    CUstreamBatchMemOpParams op = {};
+    op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    op.writeValue.address = f64 + 16;
+    op.writeValue.value64 = 0x8877665544332211ull;
+    CUDA_BATCH_MEM_OP_NODE_PARAMS changed = {};
+    DRV(cuCtxGetCurrent(&changed.ctx));
+    changed.count = 1;
+    changed.paramArray = &op;
+    DRV(cuGraphExecBatchMemOpNodeSetParams(reinterpret_cast<CUgraphExec>(exec), write64, &changed));
+    CHECK(cudaMemset(flag64 + 2, 0, 8));
+    CHECK(cudaGraphLaunch(exec, s2));
+    CHECK(cudaStreamSynchronize(s2));
+    CHECK(cudaMemcpy(&v64, flag64 + 2, sizeof(v64), cudaMemcpyDeviceToHost));
+    EXPECTF(v64 == 0x8877665544332211ull, "the executable graph's write changed: 0x%llx",
+            static_cast<unsigned long long>(v64));
   }
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(graph));
