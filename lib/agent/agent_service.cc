@@ -243,6 +243,13 @@ struct AgentState {
     return spec;
   }
 
+  // Session `i`'s checkpoint, as a status naming the session.
+  static Status CheckpointStatus(const SessionWorkers::Checkpointed& taken, size_t i) {
+    if (taken.status.ok()) return Status::Ok();
+    return Status(taken.status.code(),
+                  fmt::format("session {} of the lease could not be checkpointed: {}", i, taken.status.message()));
+  }
+
   // The first of restored sessions' workers that did not open, with a direct connection, as a status.
   static Status RestoreFailure(const kj::Array<OpenedSession>& opened) {
     for (size_t i = 0; i < opened.size(); ++i) {
@@ -360,10 +367,7 @@ struct AgentState {
           };
           Status failed = Status::Ok();
           for (size_t i = 0; i < taken.size() && failed.ok(); ++i) {
-            if (!taken[i].status.ok()) {
-              failed = Status(taken[i].status.code(), fmt::format("session {} of the lease could not be "
-                                                                  "checkpointed: {}", i, taken[i].status.message()));
-            }
+            failed = CheckpointStatus(taken[i], i);
           }
           if (failed.ok() && table.Find(lease_id) == nullptr) {
             failed = Status(StatusCode::kNotFound, "the lease ended meanwhile");
@@ -463,17 +467,16 @@ struct AgentState {
           uint64_t bytes = 0;
           std::vector<std::shared_ptr<std::vector<uint8_t>>> images;
           for (size_t i = 0; i < taken.size() && failed.ok(); ++i) {
-            if (!taken[i].status.ok()) {
-              failed = Status(taken[i].status.code(), fmt::format("session {} of the lease could not be "
-                                                                  "checkpointed: {}", i, taken[i].status.message()));
-            } else if (taken[i].placed_by_driver) {
+            failed = CheckpointStatus(taken[i], i);
+            if (failed.ok() && taken[i].placed_by_driver) {
               // Its worker ends with the suspension: a restore refused later would lose the program.
               failed = Status(StatusCode::kUnavailable,
                               fmt::format("session {} of the lease holds module variables on a GPU, whose driver "
                                           "places them itself: a restore might not find them where they were, so "
                                           "the lease is not suspended (ctl migrate can move it: its sessions serve "
                                           "on where they are until they are restored)", i));
-            } else {
+            }
+            if (failed.ok()) {
               bytes += taken[i].image->size();
               images.push_back(taken[i].image);
             }

@@ -987,7 +987,7 @@ kj::Promise<SessionWorkers::Checkpointed> SessionWorkers::Checkpoint(pid_t pid, 
                               nullptr};
         }
         taken->image = std::make_shared<std::vector<uint8_t>>(r.getImageBytes());
-        return FetchImage(kj::mv(worker), taken->image, r.getImageBytes()).then([taken] { return *taken; });
+        return FetchImage(kj::mv(worker), taken->image, 0).then([taken] { return *taken; });
       })
       .catch_([](kj::Exception&& e) {
         return Checkpointed{Status(StatusCode::kDisconnected,
@@ -997,39 +997,28 @@ kj::Promise<SessionWorkers::Checkpointed> SessionWorkers::Checkpoint(pid_t pid, 
 }
 
 kj::Promise<void> SessionWorkers::FetchImage(wire::SessionWorker::Client worker,
-                                             std::shared_ptr<std::vector<uint8_t>> image, uint64_t bytes) {
-  // `image` was sized to `bytes`; `fetched` counts what came. A few pieces are asked for at once, each copied to its
-  // place as it comes.
-  auto fetched = std::make_shared<uint64_t>(0);
-  return FetchPieces(kj::mv(worker), kj::mv(image), fetched, 0);
-}
-
-kj::Promise<void> SessionWorkers::FetchPieces(wire::SessionWorker::Client worker,
-                                              std::shared_ptr<std::vector<uint8_t>> image,
-                                              std::shared_ptr<uint64_t> fetched, uint64_t offset) {
-  if (offset >= image->size()) {
-    if (*fetched != image->size()) return KJ_EXCEPTION(FAILED, "the worker's image is not the length it said");
-    return kj::READY_NOW;
-  }
+                                             std::shared_ptr<std::vector<uint8_t>> image, uint64_t offset) {
+  // A few pieces asked for at once, each copied to its place as it comes; each must be as long as asked, so the
+  // pieces fill the image exactly.
+  if (offset >= image->size()) return kj::READY_NOW;
   kj::Vector<kj::Promise<void>> asked;
   uint64_t at = offset;
   for (size_t i = 0; i < kImagePiecesInFlight && at < image->size(); ++i) {
     auto req = worker.imagePieceRequest();
     req.setOffset(at);
     const uint64_t want = std::min<uint64_t>(kImagePieceBytes, image->size() - at);
-    asked.add(req.send().then([image, fetched, at, want](capnp::Response<wire::SessionWorker::ImagePieceResults>&& r) {
+    asked.add(req.send().then([image, at, want](capnp::Response<wire::SessionWorker::ImagePieceResults>&& r) {
       auto data = r.getData();
       if (data.size() != want) {
         return kj::Promise<void>(KJ_EXCEPTION(FAILED, "the worker's image is not the length it said"));
       }
       std::memcpy(image->data() + at, data.begin(), data.size());
-      *fetched += data.size();
       return kj::Promise<void>(kj::READY_NOW);
     }));
     at += want;
   }
-  return kj::joinPromises(asked.releaseAsArray()).then([this, worker, image, fetched, at]() mutable {
-    return FetchPieces(kj::mv(worker), kj::mv(image), kj::mv(fetched), at);
+  return kj::joinPromises(asked.releaseAsArray()).then([this, worker, image, at]() mutable {
+    return FetchImage(kj::mv(worker), kj::mv(image), at);
   });
 }
 

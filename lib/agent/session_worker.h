@@ -164,11 +164,9 @@ class SessionWorkers {
   // A moved session's image to a new worker, in pieces from `offset`.
   kj::Promise<void> SendImage(wire::SessionWorker::Client worker, std::shared_ptr<const std::vector<uint8_t>> image,
                               size_t offset);
-  // A checkpoint's image from its worker, in pieces, into `image` (sized to it: `bytes`).
+  // A checkpoint's image from its worker, in pieces from `offset`, into `image` (sized to the length announced).
   kj::Promise<void> FetchImage(wire::SessionWorker::Client worker, std::shared_ptr<std::vector<uint8_t>> image,
-                               uint64_t bytes);
-  kj::Promise<void> FetchPieces(wire::SessionWorker::Client worker, std::shared_ptr<std::vector<uint8_t>> image,
-                                std::shared_ptr<uint64_t> fetched, uint64_t offset);
+                               uint64_t offset);
   // Kills a worker whose session did not open, as the agent's doing (Reap then reports no crash).
   void KillFailedToOpen(pid_t pid, kj::StringPtr why);
 

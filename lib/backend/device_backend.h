@@ -205,13 +205,13 @@ class DeviceBackend {
   // GPU). REQUIRES: the range lies inside memory of the caller's.
   virtual uint8_t* IdleHostView(uint64_t address, uint64_t bytes) { return nullptr; }
 
-  // Device memory [address, address + bytes) copied out to `out`, or in from `data`, while nothing queued on the
-  // device is left to run (a checkpoint's, a restore's). In place through IdleHostView by default; a GPU copies.
-  // REQUIRES: the range lies inside memory of the caller's.
-  virtual CallStatus ReadIdle(uint64_t address, uint64_t bytes, uint8_t* out) {
+  // Device memory [address, address + bytes) copied out into `out` (made that long), or in from `data`, while
+  // nothing queued on the device is left to run (a checkpoint's, a restore's). In place through IdleHostView by
+  // default (one copy, no zeroed buffer first); a GPU copies. REQUIRES: the range lies inside memory of the caller's.
+  virtual CallStatus ReadIdle(uint64_t address, uint64_t bytes, std::vector<uint8_t>* out) {
     const uint8_t* view = IdleHostView(address, bytes);
     if (view == nullptr) return CallStatus(cu::kNotSupported, "this device's memory cannot be read in place");
-    std::memcpy(out, view, bytes);
+    out->assign(view, view + bytes);
     return CallStatus::Ok();
   }
   virtual CallStatus WriteIdle(uint64_t address, const uint8_t* data, uint64_t bytes) {
@@ -221,13 +221,13 @@ class DeviceBackend {
     return CallStatus::Ok();
   }
 
+  // Whether LoadModuleAt puts a module's variables where it is told (an emulated device), or only checks where the
+  // device's own loader put them (a GPU's driver).
+  virtual bool PlacesModuleVariables() const { return false; }
   // Restoring a session at the addresses it had (session_image.h). An allocation at exactly `address`; a module whose
   // variables go where `placements` say (ModuleVariables of the same image, where it was loaded before); where a
   // module placed its variables, with their sizes, in the order it placed them. Backends that cannot choose
   // addresses (a GPU's driver places module variables itself) answer CUDA_ERROR_NOT_SUPPORTED.
-  // Whether LoadModuleAt puts a module's variables where it is told (an emulated device), or only checks where the
-  // device's own loader put them (a GPU's driver).
-  virtual bool PlacesModuleVariables() const { return false; }
   virtual CallStatus AllocAt(uint64_t address, uint64_t bytes, uint64_t* reserved) {
     return CannotPlace("an allocation");
   }
@@ -241,10 +241,10 @@ class DeviceBackend {
                                      std::vector<std::pair<uint64_t, uint64_t>>* placed) {
     return CannotPlace("a module's variables");
   }
-  // CreateTexture under the handle the client holds (a restored session's).
   // Whether CreateTextureAt can give a restored texture or surface object the handle it had (an emulated device;
   // a GPU's driver chooses its handles).
   virtual bool PlacesTextureObjects() const { return false; }
+  // CreateTexture under the handle the client holds (a restored session's).
   virtual CallStatus CreateTextureAt(const TextureSpec& spec, uint64_t handle, uint64_t* reserved) {
     return CannotPlace("a texture object");
   }

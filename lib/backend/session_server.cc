@@ -1314,13 +1314,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
 
   // Device memory read or written in place while the device is idle (a checkpoint's or a restore's).
   CallStatus ReadIdle(uint64_t address, uint64_t bytes, std::vector<uint8_t>* out) {
-    // In place where the device's memory is this process's (one copy, not a zeroed buffer and then a copy).
-    if (const uint8_t* view = backend_->IdleHostView(address, bytes)) {
-      out->assign(view, view + bytes);
-      return CallStatus::Ok();
-    }
-    out->resize(bytes);
-    CallStatus s = backend_->ReadIdle(address, bytes, out->data());
+    CallStatus s = backend_->ReadIdle(address, bytes, out);
     return s.ok() ? s : CallStatus{s.code(), "checkpoint: " + s.message()};
   }
   CallStatus WriteIdle(uint64_t address, const std::vector<uint8_t>& data) {

@@ -56,6 +56,9 @@ struct GraphMemory {
 // graph memory (cuMemFree), which tells this file about it.
 std::recursive_mutex mu;
 using Lock = std::lock_guard<std::recursive_mutex>;
+// Whether the program has slice `device`.
+bool IsSlice(int device) { return device >= 0 && static_cast<size_t>(device) < Remote::Get().device_count(); }
+
 // Never destroyed: graphs still alive at exit must not return memory to sessions that are gone.
 std::set<Graph*>& graphs = *new std::set<Graph*>;  // Live graphs, the program's and the child graphs inside them.
 // The program's graphs (cuGraphCreate, captures, clones), which it destroys with cuGraphDestroy.
@@ -255,7 +258,7 @@ CUresult AllocWork(CUDA_MEM_ALLOC_NODE_PARAMS* p, NodeWork* w) {
   int dev;
   if (CUresult r = Remote::Get().CurrentDevice(&dev); r != CUDA_SUCCESS) return r;
   const int device = p->poolProps.location.id;
-  if (device < 0 || static_cast<size_t>(device) >= Remote::Get().device_count()) return CUDA_ERROR_INVALID_DEVICE;
+  if (!IsSlice(device)) return CUDA_ERROR_INVALID_DEVICE;
   CUdeviceptr address;
   if (CUresult r = MemAllocOn(device, &address, p->bytesize); r != CUDA_SUCCESS) return r;
   p->dptr = address;
@@ -870,12 +873,12 @@ CUresult MemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS* p) 
 // A slice keeps no graph memory once no graph holds it (GraphMemory goes back with its last holder): a trim has
 // nothing to give back, and succeeds on a device the program has.
 CUresult DeviceGraphMemTrim(CUdevice device) {
-  if (device < 0 || static_cast<size_t>(device) >= Remote::Get().device_count()) return CUDA_ERROR_INVALID_DEVICE;
+  if (!IsSlice(device)) return CUDA_ERROR_INVALID_DEVICE;
   return CUDA_SUCCESS;
 }
 
 CUresult DeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attribute, void* value) {
-  if (device < 0 || static_cast<size_t>(device) >= Remote::Get().device_count()) return CUDA_ERROR_INVALID_DEVICE;
+  if (!IsSlice(device)) return CUDA_ERROR_INVALID_DEVICE;
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Lock lock(mu);
   const GraphMemoryUse use = graph_memory_use[device];
@@ -895,7 +898,7 @@ CUresult DeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attrib
 
 // Only the high marks can be set, and only to 0 (cuda.h): the mark starts again from what is held now.
 CUresult DeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attribute, void* value) {
-  if (device < 0 || static_cast<size_t>(device) >= Remote::Get().device_count()) return CUDA_ERROR_INVALID_DEVICE;
+  if (!IsSlice(device)) return CUDA_ERROR_INVALID_DEVICE;
   if (value == nullptr || *static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;
   if (attribute != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attribute != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH) {
     return CUDA_ERROR_INVALID_VALUE;

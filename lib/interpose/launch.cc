@@ -409,8 +409,7 @@ CUresult LaunchPacked(const NodeWork& work, CUstream stream) {
   // keeps what its kernels were made with and runs them, as NVIDIA's driver does (an H100's, driver 580). The
   // slice checks launches against the function's limit, so the limit is raised for this launch and put back, in
   // the session's order. Beyond what the device offers it is refused still.
-  const int optin = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 48 * 1024);
-  if (work.shared_bytes > static_cast<unsigned int>(std::max(0, optin - info.shared_bytes))) {
+  if (work.shared_bytes > static_cast<unsigned int>(std::max(0, MaxOptInDynamicShared(dev, info)))) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   RemoteSession* session = remote.session(dev);
@@ -424,6 +423,10 @@ CUresult LaunchPacked(const NodeWork& work, CUstream stream) {
     return remote.Fail(dev, code, "a graph kernel's shared memory limit");
   }
   return launched;
+}
+
+int MaxOptInDynamicShared(int dev, const RemoteFunctionInfo& info) {
+  return DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 48 * 1024) - info.shared_bytes;
 }
 
 int MaxDynamicShared(const Kernel& kernel, int dev, const RemoteFunctionInfo& info) {

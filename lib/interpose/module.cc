@@ -347,8 +347,7 @@ CUresult FuncSetAttribute(CUfunction handle, CUfunction_attribute attribute, int
       if (CUresult r = CurrentOr(dev, &dev); r != CUDA_SUCCESS) return r;
       RemoteFunctionInfo info;
       if (CUresult r = remote.FunctionOn(kernel, dev, &info); r != CUDA_SUCCESS) return r;
-      int optin = DeviceAttribute(dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 48 * 1024);
-      if (value < 0 || value > optin - info.shared_bytes) return CUDA_ERROR_INVALID_VALUE;
+      if (value < 0 || value > MaxOptInDynamicShared(dev, info)) return CUDA_ERROR_INVALID_VALUE;
       if (CUresult r = remote.SetFunctionAttribute(kernel, attribute, value); r != CUDA_SUCCESS) return r;
       kernel->max_dynamic_shared = value;
       return CUDA_SUCCESS;

@@ -64,6 +64,9 @@ struct Kernel {
 // The dynamic shared memory a launch of `kernel` on `dev` may ask for: its cuFuncSetAttribute opt-in, else the
 // driver's default (48 KiB less the function's static shared memory). Defined in launch.cc.
 int MaxDynamicShared(const Kernel& kernel, int dev, const RemoteFunctionInfo& info);
+// The most dynamic shared memory a function may opt into on `dev`: the device's opt-in limit less its static shared
+// memory. In launch.cc.
+int MaxOptInDynamicShared(int dev, const RemoteFunctionInfo& info);
 // Device attribute `attribute` of slice `dev`, or `fallback` where the slice reports none (or zero). In launch.cc.
 int DeviceAttribute(int dev, int attribute, int fallback);
 

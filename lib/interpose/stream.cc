@@ -3,6 +3,7 @@
 // with --default-stream per-thread) map onto the same implementations. Generated from forward_spec.h.
 #include <atomic>
 #include <cstdlib>
+#include <optional>
 
 #include "core/log.h"
 #include "driver.h"
@@ -107,23 +108,79 @@ CUresult StreamWaitEvent(CUstream handle, CUevent event_handle) {
 
 // ---- Stream memory operations (cuStreamWaitValue*, cuStreamWriteValue*, cuStreamBatchMemOp).
 
+namespace {
+
+// One stream memory operation as the calls below take it, whichever member of the driver's union holds it.
+struct MemOp {
+  bool wait = false;  // A wait, or a write.
+  unsigned width = 4;
+  CUdeviceptr address = 0;
+  uint64_t value = 0;
+  unsigned int flags = 0;
+};
+
+// A wait's arguments as cuStreamWaitValue checks them before it looks at the memory.
+bool WaitArgumentsValid(CUdeviceptr address, unsigned width, unsigned int flags) {
+  return address % width == 0 && (flags & ~(0x3u | CU_STREAM_WAIT_VALUE_FLUSH)) == 0;
+}
+
+// `op` as a wait or a write in `*out`; nothing there for a barrier or a flush (a slice's stream already runs its
+// work in order, and no remote (NIC) writes reach a slice). CUDA 13.2's atomic reductions are not supported
+// (gpupool says it has none: CU_DEVICE_ATTRIBUTE_ATOMIC_REDUCTION_SUPPORTED); any other operation is invalid.
+CUresult DecodeMemOp(const CUstreamBatchMemOpParams& op, std::optional<MemOp>* out) {
+  out->reset();
+  // Boilerplate by nature: a switch over the driver's operation types.
+  switch (op.operation) {
+    case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+      *out = MemOp{true, 4, op.waitValue.address, op.waitValue.value, op.waitValue.flags};
+      return CUDA_SUCCESS;
+    case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+      *out = MemOp{true, 8, op.waitValue.address, op.waitValue.value64, op.waitValue.flags};
+      return CUDA_SUCCESS;
+    case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+      *out = MemOp{false, 4, op.writeValue.address, op.writeValue.value, op.writeValue.flags};
+      return CUDA_SUCCESS;
+    case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+      *out = MemOp{false, 8, op.writeValue.address, op.writeValue.value64, op.writeValue.flags};
+      return CUDA_SUCCESS;
+    case CU_STREAM_MEM_OP_BARRIER:
+    case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+      return CUDA_SUCCESS;
+    default:
+      return op.operation == kStreamMemOpAtomicReduction ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+// The driver's form of `m`, for a graph node.
+CUstreamBatchMemOpParams EncodeMemOp(const MemOp& m) {
+  CUstreamBatchMemOpParams op{};
+  const uint64_t value = m.width == 8 ? m.value : static_cast<uint32_t>(m.value);
+  if (m.wait) {
+    op.waitValue.operation = m.width == 8 ? CU_STREAM_MEM_OP_WAIT_VALUE_64 : CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    op.waitValue.address = m.address;
+    op.waitValue.value64 = value;
+    op.waitValue.flags = m.flags;
+  } else {
+    op.writeValue.operation = m.width == 8 ? CU_STREAM_MEM_OP_WRITE_VALUE_64 : CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    op.writeValue.address = m.address;
+    op.writeValue.value64 = value;
+    op.writeValue.flags = m.flags;
+  }
+  return op;
+}
+
+}  // namespace
+
 CUresult StreamWaitValue(CUstream handle, CUdeviceptr address, uint64_t value, unsigned width, unsigned int flags) {
   Remote& remote = Remote::Get();
   int dev;
   uint64_t sid;
   if (CUresult r = remote.ResolveStream(handle, &dev, &sid); r != CUDA_SUCCESS) return r;
-  if (address % width != 0 || (flags & ~(0x3u | CU_STREAM_WAIT_VALUE_FLUSH)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!WaitArgumentsValid(address, width, flags)) return CUDA_ERROR_INVALID_VALUE;
   int owner = remote.DeviceOf(address);
   if (owner < 0) return CUDA_ERROR_INVALID_VALUE;
   // Captured, the wait becomes a batch node that waits when the graph runs, as NVIDIA's driver captures it.
-  if (Capturing(handle)) {
-    CUstreamBatchMemOpParams op{};
-    op.waitValue.operation = width == 8 ? CU_STREAM_MEM_OP_WAIT_VALUE_64 : CU_STREAM_MEM_OP_WAIT_VALUE_32;
-    op.waitValue.address = address;
-    op.waitValue.value64 = width == 8 ? value : static_cast<uint32_t>(value);
-    op.waitValue.flags = flags;
-    return CaptureWork(handle, MemOpWork({op}));
-  }
+  if (Capturing(handle)) return CaptureWork(handle, MemOpWork({EncodeMemOp({true, width, address, value, flags})}));
   if (owner != dev) {
     // A stream of one slice cannot watch another slice's memory (no peer access between slices).
     GP_WARN("interpose", "cuStreamWaitValue: 0x{:x} belongs to device {}, the stream to device {}: not supported",
@@ -145,13 +202,9 @@ CUresult StreamWriteValue(CUstream handle, CUdeviceptr address, uint64_t value, 
   if (address % width != 0) return CUDA_ERROR_INVALID_VALUE;
   if (Capturing(handle)) {
     if (Remote::Get().DeviceOf(address) < 0) return CUDA_ERROR_INVALID_VALUE;
-    CUstreamBatchMemOpParams op{};
-    op.writeValue.operation = width == 8 ? CU_STREAM_MEM_OP_WRITE_VALUE_64 : CU_STREAM_MEM_OP_WRITE_VALUE_32;
-    op.writeValue.address = address;
-    op.writeValue.value64 = width == 8 ? value : static_cast<uint32_t>(value);
     // The node runs it through the v2 call, which takes no NO_MEMORY_BARRIER (a slice's write needs none).
-    op.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
-    return CaptureWork(handle, MemOpWork({op}));
+    const MemOp write{false, width, address, value, CU_STREAM_WRITE_VALUE_DEFAULT};
+    return CaptureWork(handle, MemOpWork({EncodeMemOp(write)}));
   }
   if (width == 4) {
     uint32_t v = static_cast<uint32_t>(value);
@@ -175,64 +228,21 @@ NodeWork MemOpWork(std::vector<CUstreamBatchMemOpParams> ops) {
 }
 
 CUresult ValidateMemOp(const CUstreamBatchMemOpParams& op) {
-  Remote& remote = Remote::Get();
-  // Boilerplate by nature: a switch over the driver's operation types.
-  switch (op.operation) {
-    case CU_STREAM_MEM_OP_WAIT_VALUE_32:
-    case CU_STREAM_MEM_OP_WAIT_VALUE_64: {
-      const unsigned width = op.operation == CU_STREAM_MEM_OP_WAIT_VALUE_64 ? 8 : 4;
-      if (op.waitValue.address % width != 0 || (op.waitValue.flags & ~(0x3u | CU_STREAM_WAIT_VALUE_FLUSH)) != 0 ||
-          remote.DeviceOf(op.waitValue.address) < 0) {
-        return CUDA_ERROR_INVALID_VALUE;
-      }
-      return CUDA_SUCCESS;
-    }
-    case CU_STREAM_MEM_OP_WRITE_VALUE_32:
-    case CU_STREAM_MEM_OP_WRITE_VALUE_64: {
-      const unsigned width = op.operation == CU_STREAM_MEM_OP_WRITE_VALUE_64 ? 8 : 4;
-      if (op.writeValue.address % width != 0 || op.writeValue.flags != CU_STREAM_WRITE_VALUE_DEFAULT ||
-          remote.DeviceOf(op.writeValue.address) < 0) {
-        return CUDA_ERROR_INVALID_VALUE;
-      }
-      return CUDA_SUCCESS;
-    }
-    case CU_STREAM_MEM_OP_BARRIER:
-    case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
-      return CUDA_SUCCESS;
-    default:
-      if (op.operation == kStreamMemOpAtomicReduction) return CUDA_ERROR_NOT_SUPPORTED;
-      return CUDA_ERROR_INVALID_VALUE;
-  }
+  std::optional<MemOp> m;
+  if (CUresult r = DecodeMemOp(op, &m); r != CUDA_SUCCESS || !m) return r;
+  const bool valid = m->wait ? WaitArgumentsValid(m->address, m->width, m->flags)
+                             : m->address % m->width == 0 && m->flags == CU_STREAM_WRITE_VALUE_DEFAULT;
+  return valid && Remote::Get().DeviceOf(m->address) >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult StreamBatchMemOp(CUstream handle, unsigned int count, CUstreamBatchMemOpParams* ops, unsigned int flags) {
   if (flags != 0 || (count > 0 && ops == nullptr) || count >= 256) return CUDA_ERROR_INVALID_VALUE;  // "< 256"
   for (unsigned int i = 0; i < count; ++i) {
-    const CUstreamBatchMemOpParams& op = ops[i];
-    CUresult r = CUDA_SUCCESS;
-    // Boilerplate by nature: a switch over the driver's operation types.
-    switch (op.operation) {
-      case CU_STREAM_MEM_OP_WAIT_VALUE_32:
-        r = StreamWaitValue(handle, op.waitValue.address, op.waitValue.value, 4, op.waitValue.flags);
-        break;
-      case CU_STREAM_MEM_OP_WAIT_VALUE_64:
-        r = StreamWaitValue(handle, op.waitValue.address, op.waitValue.value64, 8, op.waitValue.flags);
-        break;
-      case CU_STREAM_MEM_OP_WRITE_VALUE_32:
-        r = StreamWriteValueV2(handle, op.writeValue.address, op.writeValue.value, 4, op.writeValue.flags);
-        break;
-      case CU_STREAM_MEM_OP_WRITE_VALUE_64:
-        r = StreamWriteValueV2(handle, op.writeValue.address, op.writeValue.value64, 8, op.writeValue.flags);
-        break;
-      // A slice's stream already runs its work in order, and no remote (NIC) writes reach a slice: nothing to do.
-      case CU_STREAM_MEM_OP_BARRIER:
-      case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
-        break;
-      default:
-        // CUDA 13.2's atomic reductions: gpupool says it has none (CU_DEVICE_ATTRIBUTE_ATOMIC_REDUCTION_SUPPORTED).
-        if (op.operation == kStreamMemOpAtomicReduction) return CUDA_ERROR_NOT_SUPPORTED;
-        return CUDA_ERROR_INVALID_VALUE;
-    }
+    std::optional<MemOp> m;
+    if (CUresult r = DecodeMemOp(ops[i], &m); r != CUDA_SUCCESS) return r;
+    if (!m) continue;
+    CUresult r = m->wait ? StreamWaitValue(handle, m->address, m->value, m->width, m->flags)
+                         : StreamWriteValueV2(handle, m->address, m->value, m->width, m->flags);
     if (r != CUDA_SUCCESS) return r;
   }
   return CUDA_SUCCESS;

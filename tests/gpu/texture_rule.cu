@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "hot_texel.h"
+
 __global__ void Sample2D(cudaTextureObject_t t, float* out, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -35,29 +37,10 @@ static bool Check(cudaError_t e, const char* what) {
 
 // The weights of texel `hot` of a 2 x 2 (x 2 when dims is 3) texture at the kernel's points, in 256ths.
 static bool Weights(int dims, int hot, std::vector<uint16_t>* weights) {
-  const int texels = dims == 2 ? 4 : 8, n = dims == 2 ? 256 * 256 : 64 * 64 * 64;
-  std::vector<float> values(texels, 0.0f);
-  values[hot] = 1.0f;
-  cudaChannelFormatDesc desc = cudaCreateChannelDesc<float>();
+  const int n = dims == 2 ? 256 * 256 : 64 * 64 * 64;
   cudaArray_t array = nullptr;
-  if (!Check(cudaMalloc3DArray(&array, &desc, make_cudaExtent(2, 2, dims == 3 ? 2 : 0)), "cudaMalloc3DArray")) {
-    return false;
-  }
-  cudaMemcpy3DParms copy = {};
-  copy.srcPtr = make_cudaPitchedPtr(values.data(), 2 * sizeof(float), 2, 2);
-  copy.dstArray = array;
-  copy.extent = make_cudaExtent(2, 2, dims == 3 ? 2 : 1);
-  copy.kind = cudaMemcpyHostToDevice;
-  bool ok = Check(cudaMemcpy3D(&copy), "cudaMemcpy3D");
-  cudaResourceDesc res = {};
-  res.resType = cudaResourceTypeArray;
-  res.res.array.array = array;
-  cudaTextureDesc tex = {};
-  tex.addressMode[0] = tex.addressMode[1] = tex.addressMode[2] = cudaAddressModeClamp;
-  tex.filterMode = cudaFilterModeLinear;
-  tex.readMode = cudaReadModeElementType;
   cudaTextureObject_t t = 0;
-  ok = ok && Check(cudaCreateTextureObject(&t, &res, &tex, nullptr), "cudaCreateTextureObject");
+  bool ok = Check(HotTexelTexture(dims, hot, &array, &t), "the texture of one hot texel");
   float* out = nullptr;
   ok = ok && Check(cudaMalloc(&out, n * sizeof(float)), "cudaMalloc");
   if (ok) {

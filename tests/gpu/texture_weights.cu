@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "hot_texel.h"
+
 __global__ void Sample(cudaTextureObject_t t, const float* x, float* out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = tex1D<float>(t, x[i]);
@@ -65,27 +67,9 @@ void Corners() {
   for (int dims = 2; dims <= 3; ++dims) {
     const int texels = dims == 2 ? 4 : 8;
     for (int hot = 0; hot < texels; ++hot) {
-      std::vector<float> values(texels, 0.0f);
-      values[hot] = 1.0f;
-      cudaChannelFormatDesc desc = cudaCreateChannelDesc<float>();
       cudaArray_t array = nullptr;
-      cudaExtent extent = make_cudaExtent(2, 2, dims == 3 ? 2 : 0);
-      cudaMalloc3DArray(&array, &desc, extent);
-      cudaMemcpy3DParms copy = {};
-      copy.srcPtr = make_cudaPitchedPtr(values.data(), 2 * sizeof(float), 2, 2);
-      copy.dstArray = array;
-      copy.extent = make_cudaExtent(2, 2, dims == 3 ? 2 : 1);
-      copy.kind = cudaMemcpyHostToDevice;
-      cudaMemcpy3D(&copy);
-      cudaResourceDesc res = {};
-      res.resType = cudaResourceTypeArray;
-      res.res.array.array = array;
-      cudaTextureDesc tex = {};
-      tex.addressMode[0] = tex.addressMode[1] = tex.addressMode[2] = cudaAddressModeClamp;
-      tex.filterMode = cudaFilterModeLinear;
-      tex.readMode = cudaReadModeElementType;
       cudaTextureObject_t t = 0;
-      cudaCreateTextureObject(&t, &res, &tex, nullptr);
+      HotTexelTexture(dims, hot, &array, &t);  // Errors show at the end (cudaGetLastError), as the kernels' do.
       std::vector<float> x(n), y(n), z(n);
       for (int i = 0; i < n; ++i) x[i] = points[i][0], y[i] = points[i][1], z[i] = points[i][2];
       float *dx, *dy, *dz, *dout;

@@ -44,7 +44,7 @@ namespace {
   X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuEventElapsedTime) X(cuEventSynchronize)         \
   X(cuGetErrorString) X(cuTexObjectCreate) X(cuTexObjectDestroy) X(cuMemGetInfo) X(cuCtxSetLimit) X(cuCtxGetLimit) \
   X(cuMemcpyDtoH) X(cuMemcpyHtoD) X(cuArray3DCreate) X(cuArrayDestroy) X(cuMemcpy3DAsync) X(cuSurfObjectCreate) \
-  X(cuSurfObjectDestroy) X(cuStreamSynchronize)
+  X(cuSurfObjectDestroy)
 
 struct Api {
 #define GP_FIELD(name) decltype(&::name) name = nullptr;
@@ -403,9 +403,10 @@ class CudaBackend final : public DeviceBackend {
   }
 
   // Copies while the session is quiet: synchronous copies of the context's, which wait for nothing else.
-  CallStatus ReadIdle(uint64_t address, uint64_t bytes, uint8_t* out) override {
+  CallStatus ReadIdle(uint64_t address, uint64_t bytes, std::vector<uint8_t>* out) override {
     Current();
-    return From(api_->cuMemcpyDtoH(out, address, bytes));
+    out->resize(bytes);
+    return From(api_->cuMemcpyDtoH(out->data(), address, bytes));
   }
   CallStatus WriteIdle(uint64_t address, const uint8_t* data, uint64_t bytes) override {
     Current();
@@ -764,16 +765,12 @@ class CudaBackend final : public DeviceBackend {
   // (which the client keeps as pitched memory, lib/interpose/array.cc) goes as pitch2D memory when the array is 2D
   // without layers: the driver samples both alike. A 1D array cannot go as linear memory (the driver neither
   // filters nor addresses linear textures as it does arrays), and 3D and layered arrays, and every surface, need a
-  // real CUDA array: those are refused with CUDA_ERROR_NOT_SUPPORTED and the reason. Not run on a GPU yet.
+  // real CUDA array: those go over a shadow array (CreateOverShadow). Not run on a GPU yet.
   CallStatus CreateTexture(const TextureSpec& spec, uint64_t* handle, uint64_t* reserved) override {
-    const bool pitch2d = !spec.surface && (spec.resource == TextureSpec::Resource::kPitch2D ||
-                                           (spec.resource == TextureSpec::Resource::kArray && spec.dims == 2 &&
-                                            spec.layers == 0));
+    const bool pitch2d = spec.resource == TextureSpec::Resource::kPitch2D ||
+                         (spec.resource == TextureSpec::Resource::kArray && spec.dims == 2 && spec.layers == 0);
     if (spec.surface || (!pitch2d && spec.resource == TextureSpec::Resource::kArray)) {
       return CreateOverShadow(spec, handle, reserved);
-    }
-    if (!pitch2d && spec.resource != TextureSpec::Resource::kLinear) {
-      return {CUDA_ERROR_NOT_SUPPORTED, "a surface over memory that is not a CUDA array"};
     }
     CUDA_RESOURCE_DESC res = {};
     const CUarray_format format = static_cast<CUarray_format>(spec.format);
@@ -792,11 +789,7 @@ class CudaBackend final : public DeviceBackend {
       res.res.linear.numChannels = spec.channels;
       res.res.linear.sizeInBytes = uint64_t{spec.width} * ChannelBytes(spec.format) * spec.channels;
     }
-    CUDA_TEXTURE_DESC tex = {};
-    for (int i = 0; i < 3; ++i) tex.addressMode[i] = static_cast<CUaddress_mode>(spec.address_mode[i]);
-    tex.filterMode = static_cast<CUfilter_mode>(spec.filter_mode);
-    tex.flags = spec.flags;
-    for (int i = 0; i < 4; ++i) tex.borderColor[i] = spec.border[i];
+    const CUDA_TEXTURE_DESC tex = TextureDescOf(spec);
     Current();
     CUtexObject object = 0;
     if (CUresult r = api_->cuTexObjectCreate(&object, &res, &tex, nullptr); r != CUDA_SUCCESS) return From(r);
@@ -818,6 +811,16 @@ class CudaBackend final : public DeviceBackend {
     }
     Forget(textures_, static_cast<CUtexObject>(handle));
     return From(api_->cuTexObjectDestroy(static_cast<CUtexObject>(handle)));
+  }
+
+  // How a texture samples, as the driver is told it.
+  static CUDA_TEXTURE_DESC TextureDescOf(const TextureSpec& spec) {
+    CUDA_TEXTURE_DESC tex = {};
+    for (int i = 0; i < 3; ++i) tex.addressMode[i] = static_cast<CUaddress_mode>(spec.address_mode[i]);
+    tex.filterMode = static_cast<CUfilter_mode>(spec.filter_mode);
+    tex.flags = spec.flags;
+    for (int i = 0; i < 4; ++i) tex.borderColor[i] = spec.border[i];
+    return tex;
   }
 
   // Real CUDA arrays behind surfaces and 1D, 3D or layered array textures (CreateOverShadow).
@@ -869,11 +872,7 @@ class CudaBackend final : public DeviceBackend {
     if (spec.surface) {
       r = api_->cuSurfObjectCreate(&shadow.object, &res);
     } else {
-      CUDA_TEXTURE_DESC tex = {};
-      for (int i = 0; i < 3; ++i) tex.addressMode[i] = static_cast<CUaddress_mode>(spec.address_mode[i]);
-      tex.filterMode = static_cast<CUfilter_mode>(spec.filter_mode);
-      tex.flags = spec.flags;
-      for (int i = 0; i < 4; ++i) tex.borderColor[i] = spec.border[i];
+      const CUDA_TEXTURE_DESC tex = TextureDescOf(spec);
       r = api_->cuTexObjectCreate(&shadow.object, &res, &tex, nullptr);
     }
     if (r != CUDA_SUCCESS) {
