@@ -24,6 +24,7 @@
 #include "agent/gpu_monitor.h"
 #include "agent/image_spill.h"
 #include "agent/lease_table.h"
+#include "agent/lease_transfer.h"
 #include "agent/metrics.h"
 #include "agent/refusal_log.h"
 #include "agent/session_worker.h"
@@ -47,6 +48,24 @@ namespace {
 // Where a session's address window must end: x86-64's and AArch64's 47-bit user address space (4-level pages; a
 // window above it could not be mapped by the worker).
 constexpr uint64_t kMaxWindowEnd = uint64_t{1} << 47;
+
+// Whether a session's address window [base, base + window) may hold a slice of `slice_bytes`.
+Status WindowFits(uint64_t base, uint64_t window, uint64_t slice_bytes) {
+  if (base == 0 || base % (1ull << 30) != 0 || window < slice_bytes) {
+    return Status(StatusCode::kInvalidArgument, "the address window must be 1 GiB aligned and hold the slice");
+  }
+  // A worker maps its window in its own address space (an emulated device's memory, a GPU's unified addresses):
+  // one beyond the user address space could only fail there, after a worker started for nothing.
+  if (base >= kMaxWindowEnd || window > kMaxWindowEnd - base) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("the address window [0x{:x}, +0x{:x}) must end below 0x{:x}, the user address space of "
+                              "the session's worker",
+                              base, window, kMaxWindowEnd));
+  }
+  return Status::Ok();
+}
+
+std::string DirectListen(const std::string& configured);
 
 struct AgentState;
 // Why the policy in force keeps suspended lease `e` suspended (on_change = "migrate"), or empty (below).
@@ -113,8 +132,15 @@ struct AgentState {
   // Resolves once the lease's sessions are revoked (their clients' next calls fail, saying `why`), or after a
   // bounded wait.
   kj::Promise<void> EndSessions(const std::string& lease_id, const std::string& why) {
-    RememberEnd(lease_id, why);
     kj::Promise<void> revoked = workers->KillLease(lease_id, why);
+    ForgetLease(lease_id, why);
+    return revoked;
+  }
+
+  // Forgets what the agent keeps of lease `lease_id` beside its table entry and its workers (its slices' tables,
+  // where its sessions moved, its suspended images), remembering `why` it is no longer here.
+  void ForgetLease(const std::string& lease_id, const std::string& why) {
+    RememberEnd(lease_id, why);
     ForgetSliceTables(lease_id);
     for (auto it = moved_sessions.begin(); it != moved_sessions.end();) {
       it = it->second.lease_id == lease_id ? moved_sessions.erase(it) : std::next(it);
@@ -123,7 +149,6 @@ struct AgentState {
     suspended_devices.erase(lease_id);
     resumed_at.erase(lease_id);
     moved_devices.erase(lease_id);
-    return revoked;
   }
 
   AgentState(const AgentConfig& c, std::vector<DeviceRecord> d)
@@ -177,6 +202,49 @@ struct AgentState {
     return *fd;
   }
 
+  // How a session of lease `lease_id` on `device` (its slice `slice`) at window [base, base + window) is opened: as
+  // openSession and an adoption (a lease moved here) start its worker, in the device's turns table and the slice's
+  // quota table.
+  Result<WorkerSpec> SessionSpec(const std::string& lease_id, uint32_t device, const SliceGrant& slice, uint64_t base,
+                                 uint64_t window) {
+    const DeviceRecord& record = devices[device];
+    WorkerSpec spec;
+    spec.lease_id = lease_id;
+    spec.device = device;
+    spec.emulated = record.emulated;
+    spec.device_name = record.model;
+    if (record.compute_capability != 0) spec.compute_capability = record.compute_capability;
+    spec.nvml_uuid = record.uuid;
+    spec.memory_bytes = slice.memory_bytes;
+    spec.window_base = base;
+    spec.window_bytes = window;
+    spec.share_micros = slice.share;
+    spec.cuda_driver = config.cuda_driver;
+    // Over TLS the session stays on this (encrypted, authenticated) connection: a worker's door would be neither.
+    spec.direct_listen = config.tls_cert.empty() ? DirectListen(config.listen) : "";
+    spec.bytes_in_flight = config.session_bytes_in_flight;
+    // Every device's sessions take turns by their compute shares (a worker on a GPU under MPS leaves the table).
+    auto turns = TurnsFd(device);
+    if (!turns.ok()) return turns.status();
+    spec.turns_fd = *turns;
+    spec.turns_group = TurnsGroup(lease_id, device);
+    // Every process of the lease opens sessions of its own; the slice's memory is the lease's, shared by them.
+    auto quota = QuotaFd(lease_id, device, slice.memory_bytes);
+    if (!quota.ok()) return quota.status();
+    spec.quota_fd = *quota;
+    if (record.emulated) {
+      // A stable UUID per emulated device, derived from its pool-wide id.
+      uint64_t h = 1469598103934665603ull;
+      for (char c : record.uuid) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+      for (int i = 0; i < 16; ++i) {
+        h = h * 6364136223846793005ull + 1442695040888963407ull;
+        spec.uuid[i] = static_cast<uint8_t>(h >> 56);
+      }
+      spec.pci_bus = static_cast<int>(device) + 1;
+    }
+    return spec;
+  }
+
   // ---- Moving leases (docs/moving-leases.md).
 
   // Where a moved session went, by the ticket its client entered its old worker with: the lease, and the door of its
@@ -213,7 +281,7 @@ struct AgentState {
     const LeaseEntry* e = table.Find(lease_id);
     if (e == nullptr || !e->committed) return Status(StatusCode::kNotFound, "no lease " + lease_id + " here");
     if (e->suspended) return Status(StatusCode::kInvalidArgument, "lease " + lease_id + " is suspended already");
-    if (moving.count(lease_id) || resuming.count(lease_id)) {
+    if (moving.count(lease_id) || resuming.count(lease_id) || arriving.count(lease_id)) {
       return Status(StatusCode::kResourceExhausted, "lease " + lease_id + " is being moved or resumed");
     }
     *sessions = workers->SessionsOf(lease_id);
@@ -428,6 +496,175 @@ struct AgentState {
                 return result;
               });
         });
+  }
+
+  // ---- Moving leases to another agent (migrateTo here, adopt there).
+
+  // What this agent answers for a lease it moved to another agent: where it went (Outcome.moved), until
+  // kMovedAwayKept younger moves push it out. `heard`: a holder of the lease has asked here since and was told.
+  struct MovedAway {
+    std::string secret;
+    std::string server;
+    std::vector<std::pair<uint32_t, uint32_t>> devices;  // Its devices here -> there.
+    bool heard = false;
+  };
+  static constexpr size_t kMovedAwayKept = 65536;
+  std::map<std::string, MovedAway> moved_away;
+  std::deque<std::string> moved_away_order;
+  std::set<std::string> arriving;  // Leases being adopted here, not committed yet.
+  std::unique_ptr<LeaseTransfers> transfers;  // Made at the first move to another agent.
+
+  // Whether lease `id` moved from here to another agent; if so `out` says where (kNotFound, and `moved`), or
+  // refuses a wrong secret.
+  bool AnswerMovedAway(const std::string& id, const std::string& secret, wire::Outcome::Builder out) {
+    auto it = moved_away.find(id);
+    if (it == moved_away.end()) return false;
+    if (!ConstantTimeEquals(it->second.secret, secret)) {
+      SetOutcome(out, Status(StatusCode::kPermissionDenied, "wrong secret for lease " + id));
+      return true;
+    }
+    it->second.heard = true;
+    SetOutcome(out, Status(StatusCode::kNotFound,
+                           fmt::format("lease {} moved from agent {} to the agent at {}", id, config.name,
+                                       it->second.server)));
+    auto moved = out.initMoved();
+    moved.setServer(it->second.server);
+    auto from = moved.initFromDevices(static_cast<unsigned>(it->second.devices.size()));
+    auto to = moved.initToDevices(static_cast<unsigned>(it->second.devices.size()));
+    for (size_t i = 0; i < it->second.devices.size(); ++i) {
+      from.set(static_cast<unsigned>(i), it->second.devices[i].first);
+      to.set(static_cast<unsigned>(i), it->second.devices[i].second);
+    }
+    return true;
+  }
+
+  void RememberMovedAway(const std::string& id, MovedAway moved) {
+    if (moved_away.insert_or_assign(id, std::move(moved)).second) moved_away_order.push_back(id);
+    while (moved_away_order.size() > kMovedAwayKept) {
+      moved_away.erase(moved_away_order.front());
+      moved_away_order.pop_front();
+    }
+  }
+
+  // What the agent at `server` is told of lease `lease_id` and its `sessions` to adopt it.
+  LeavingLease Leaving(const LeaseEntry& e, const std::vector<SessionWorkers::LeaseSession>& sessions) {
+    LeavingLease out;
+    out.id = e.id;
+    out.secret = e.secret;
+    out.owner = e.owner;
+    for (const SliceGrant& slice : e.slices) {
+      out.slices.push_back({slice.memory_bytes, slice.share, devices[slice.device].model,
+                            devices[slice.device].emulated, slice.device});
+    }
+    for (const auto& session : sessions) {
+      LeavingLease::Session leaving;
+      for (size_t i = 0; i < e.slices.size(); ++i) {
+        if (e.slices[i].device == session.spec.device) {
+          leaving.slice = static_cast<uint32_t>(i);
+          break;
+        }
+      }
+      leaving.window_base = session.spec.window_base;
+      leaving.window_bytes = session.spec.window_bytes;
+      // Its client asks with the ticket it entered with last: this worker's, or, if the session moved here before
+      // it came back, one that points here (RecordMoved).
+      leaving.tickets.push_back(session.door.ticket);
+      for (const auto& [entered_with, moved] : moved_sessions) {
+        if (moved.lease_id == e.id && moved.door.ticket == session.door.ticket) leaving.tickets.push_back(entered_with);
+      }
+      out.sessions.push_back(std::move(leaving));
+    }
+    return out;
+  }
+
+  // Moves lease `lease_id`, with every session of it, to the agent at `server`, which places it as a new lease and
+  // restores its sessions at the same addresses; its clients follow it there (Outcome.moved). A failure at any step
+  // leaves the lease here, its sessions serving on; the other agent drops what it had of it.
+  kj::Promise<MoveResult> MigrateTo(const std::string& lease_id, const std::string& server) {
+    std::vector<SessionWorkers::LeaseSession> sessions;
+    if (Status movable = Movable(lease_id, "moved", &sessions); !movable.ok()) return MoveResult{movable};
+    if (server.empty()) return MoveResult{Status(StatusCode::kInvalidArgument, "no agent named to move to")};
+    if (server == config.listen) {
+      return MoveResult{Status(StatusCode::kInvalidArgument,
+                               "that is this agent's own address: to move to another of its GPUs, migrate --to-gpu")};
+    }
+    const LeaseEntry* e = table.Find(lease_id);
+    LeavingLease leaving = Leaving(*e, sessions);
+    if (!transfers) transfers = std::make_unique<LeaseTransfers>();
+    moving.insert(lease_id);
+    const auto started = std::chrono::steady_clock::now();
+    kj::Vector<kj::Promise<SessionWorkers::Checkpointed>> checkpoints;
+    for (const auto& session : sessions) checkpoints.add(workers->Checkpoint(session.pid, kQuietWithin));
+    // The other agent places the lease and starts its workers while the sessions here reach a quiet point.
+    auto adopted = std::make_shared<Result<std::vector<uint32_t>>>(Status(StatusCode::kInternal, "not adopted"));
+    auto adopting = transfers->Adopt(server, leaving).then([adopted](Result<std::vector<uint32_t>> r) {
+      *adopted = std::move(r);
+    });
+    auto taken = std::make_shared<kj::Array<SessionWorkers::Checkpointed>>();
+    auto checkpointing = kj::joinPromises(checkpoints.releaseAsArray())
+                             .then([taken](kj::Array<SessionWorkers::Checkpointed> t) { *taken = kj::mv(t); });
+    kj::Vector<kj::Promise<void>> both;
+    both.add(kj::mv(adopting));
+    both.add(kj::mv(checkpointing));
+    // Back where it was: the sessions checkpointed serve on, the other agent drops what it has.
+    auto abandon = [this, lease_id, sessions, server](Status why) {
+      transfers->Abandon(lease_id);
+      for (const auto& session : sessions) workers->Resume(session.pid);
+      moving.erase(lease_id);
+      GP_WARN("agent", "lease {} stays here (not moved to {}): {}", lease_id, server, why.message());
+      return MoveResult{why};
+    };
+    auto bytes = std::make_shared<uint64_t>(0);
+    return kj::joinPromises(both.releaseAsArray())
+        .then([this, lease_id, adopted, taken, bytes, abandon]() -> kj::Promise<Status> {
+          if (!adopted->ok()) return adopted->status();
+          std::vector<std::shared_ptr<const std::vector<uint8_t>>> images;
+          std::vector<uint64_t> consumed;
+          for (size_t i = 0; i < taken->size(); ++i) {
+            if (Status failed = CheckpointStatus((*taken)[i], i); !failed.ok()) return failed;
+            images.push_back((*taken)[i].image);
+            consumed.push_back((*taken)[i].consumed);
+            *bytes += (*taken)[i].image->size();
+          }
+          if (table.Find(lease_id) == nullptr) return Status(StatusCode::kNotFound, "the lease ended meanwhile");
+          return transfers->Restore(lease_id, std::move(images), std::move(consumed));
+        })
+        .then([this, lease_id](Status restored) -> kj::Promise<Status> {
+          if (!restored.ok()) return restored;
+          // The lease may have ended here while its images travelled: then it must not begin there.
+          if (table.Find(lease_id) == nullptr) return Status(StatusCode::kNotFound, "the lease ended meanwhile");
+          return transfers->Commit(lease_id);
+        })
+        .then([this, lease_id, server, sessions, adopted, started, bytes, abandon](Status committed) {
+          if (!committed.ok()) return abandon(committed);
+          const LeaseEntry* e = table.Find(lease_id);
+          MovedAway away{e->secret, server, {}, false};
+          const std::vector<uint32_t>& there = adopted->value();
+          for (size_t i = 0; i < e->slices.size() && i < there.size(); ++i) {
+            away.devices.emplace_back(e->slices[i].device, there[i]);
+          }
+          // Done: each client finds its worker gone, asks here, and is sent there.
+          for (const auto& session : sessions) workers->Retire(session.pid);
+          (void)table.Revoke(lease_id);
+          ForgetLease(lease_id, fmt::format("moved to the agent at {}", server));
+          RememberMovedAway(lease_id, std::move(away));
+          moving.erase(lease_id);
+          MoveResult result;
+          result.status = Status::Ok();
+          result.sessions = static_cast<uint32_t>(sessions.size());
+          result.bytes = *bytes;
+          result.pause_ms = static_cast<uint32_t>(
+              std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());
+          result.devices = there;
+          ++counters.migrations;
+          counters.migrated_sessions += result.sessions;
+          counters.migrated_bytes += result.bytes;
+          counters.migration_pause_ms += result.pause_ms;
+          GP_INFO("agent", "lease {} moved to the agent at {}: {} session(s), {} of images, paused {} ms", lease_id,
+                  server, result.sessions, FormatMemorySize(result.bytes), result.pause_ms);
+          return result;
+        })
+        .catch_([abandon](kj::Exception&& e) { return abandon(Status(StatusCode::kInternal, e.getDescription().cStr())); });
   }
 
   // ---- Suspension: a lease's sessions kept as images in the agent's memory, its slices given back to the pool.
@@ -944,6 +1181,274 @@ struct PolicyEnding {
 };
 std::optional<PolicyEnding> PolicyEndsLater(const AgentState& state, const std::string& lease_id);
 
+// A lease arriving from another agent (that agent's migrateTo, this one's adopt): its slices are placed and its
+// lease committed here, and a worker waits per session for its image. The images come in pieces; `restore` hands
+// them to the workers; `commit` makes the lease this agent's. Dropped before its commit (the other agent gave up,
+// or its connection broke), it ends everything it made here.
+class LeaseArrivalImpl final : public wire::LeaseArrival::Server {
+ public:
+  struct Session {
+    std::vector<std::string> tickets;
+    uint64_t most_bytes = 0;  // The image may not grow past this.
+    std::shared_ptr<std::vector<uint8_t>> image = std::make_shared<std::vector<uint8_t>>();
+    kj::Own<kj::PromiseFulfiller<SessionWorkers::RestoreInput>> give;
+  };
+
+  LeaseArrivalImpl(AgentState& state, std::string lease_id, std::string secret, std::vector<Session> sessions,
+                   kj::Promise<kj::Array<OpenedSession>> opening)
+      : state_(state),
+        lease_id_(std::move(lease_id)),
+        secret_(std::move(secret)),
+        sessions_(std::move(sessions)),
+        opening_(kj::mv(opening)) {}
+
+  ~LeaseArrivalImpl() noexcept(false) {
+    if (!committed_) Abandon("its move from another agent was given up");
+  }
+
+  kj::Promise<void> piece(PieceContext context) override {
+    auto params = context.getParams();
+    KJ_REQUIRE(!restoring_ && !ended_, "an image piece after the restore");
+    KJ_REQUIRE(params.getSession() < sessions_.size(), "no such arriving session");
+    Session& session = sessions_[params.getSession()];
+    auto data = params.getData();
+    KJ_REQUIRE(params.getOffset() == session.image->size(), "an image piece out of order");
+    KJ_REQUIRE(data.size() <= session.most_bytes - session.image->size(), "an image larger than its slice allows");
+    session.image->insert(session.image->end(), data.begin(), data.end());
+    // The lease lives on while its images travel (no holder renews it here yet).
+    (void)state_.table.Renew(lease_id_, secret_, Clock::now());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> restore(RestoreContext context) override {
+    auto consumed = context.getParams().getConsumed();
+    Status refused = Status::Ok();
+    if (restoring_ || ended_) refused = Status(StatusCode::kInvalidArgument, "the arrival's restore was asked already");
+    if (refused.ok() && consumed.size() != sessions_.size()) {
+      refused = Status(StatusCode::kInvalidArgument, "one count of consumed call frames per session is needed");
+    }
+    for (size_t i = 0; i < sessions_.size() && refused.ok(); ++i) {
+      if (sessions_[i].image->empty()) {
+        refused = Status(StatusCode::kInvalidArgument, fmt::format("session {}'s image did not arrive", i));
+      }
+    }
+    if (!refused.ok()) {
+      Abandon(refused.message());
+      SetOutcome(context.getResults().initOutcome(), refused);
+      return kj::READY_NOW;
+    }
+    restoring_ = true;
+    for (size_t i = 0; i < sessions_.size(); ++i) {
+      sessions_[i].give->fulfill(SessionWorkers::RestoreInput{Status::Ok(), sessions_[i].image, consumed[i]});
+    }
+    return kj::mv(opening_).then([this, context](kj::Array<OpenedSession> opened) mutable {
+      Status failed = AgentState::RestoreFailure(opened);
+      if (failed.ok() && state_.table.Find(lease_id_) == nullptr) {
+        failed = Status(StatusCode::kNotFound, "the lease ended here meanwhile");
+      }
+      if (!failed.ok()) {
+        Abandon(failed.message());
+        SetOutcome(context.getResults().initOutcome(), failed);
+        return;
+      }
+      // Each client asks here with a ticket it entered with (the redirect of the agent the lease left).
+      for (size_t i = 0; i < opened.size(); ++i) {
+        KJ_IF_MAYBE(door, opened[i].direct) {
+          for (const std::string& ticket : sessions_[i].tickets) state_.RecordMoved(ticket, lease_id_, *door);
+        }
+      }
+      restored_ = true;
+      SetOutcome(context.getResults().initOutcome(), Status::Ok());
+    });
+  }
+
+  kj::Promise<void> commit(CommitContext context) override {
+    if (!restored_ || ended_ || state_.table.Find(lease_id_) == nullptr) {
+      SetOutcome(context.getResults().initOutcome(),
+                 Status(StatusCode::kInvalidArgument, "the arriving lease's sessions are not restored"));
+      return kj::READY_NOW;
+    }
+    committed_ = true;
+    state_.arriving.erase(lease_id_);
+    (void)state_.table.Renew(lease_id_, secret_, Clock::now());  // A whole TTL for its holders to find it here.
+    GP_INFO("agent", "lease {} moved here from another agent: {} session(s)", lease_id_, sessions_.size());
+    SetOutcome(context.getResults().initOutcome(), Status::Ok());
+    return kj::READY_NOW;
+  }
+
+ private:
+  void Abandon(const std::string& why) {
+    if (ended_) return;
+    ended_ = true;
+    GP_WARN("agent", "lease {} does not move here: {}", lease_id_, why);
+    for (Session& session : sessions_) {
+      // A worker still waiting for its image is killed as it fails to open.
+      if (session.give->isWaiting()) {
+        session.give->fulfill(SessionWorkers::RestoreInput{Status(StatusCode::kInternal, why), nullptr, 0});
+      }
+    }
+    (void)state_.table.Revoke(lease_id_);
+    (void)state_.EndSessions(lease_id_, "its move here was given up: " + why);
+    state_.arriving.erase(lease_id_);
+  }
+
+  AgentState& state_;
+  const std::string lease_id_, secret_;
+  std::vector<Session> sessions_;
+  kj::Promise<kj::Array<OpenedSession>> opening_;
+  bool restoring_ = false, restored_ = false, committed_ = false, ended_ = false;
+};
+
+// Lease `key`'s adoption from another agent (wire::Agent::adopt), checked as hostile input: its slices placed here
+// on devices of their model, one device per device they leave, as a new lease would be (cordons, room, the sessions
+// allowed, the policy); `devices` receives them by slice. Null with `why` when it cannot be adopted.
+kj::Own<LeaseArrivalImpl> Adopt(AgentState& state, wire::Agent::AdoptParams::Reader params,
+                                std::vector<uint32_t>* devices, Status* why) {
+  auto refuse = [why](StatusCode code, std::string message) -> kj::Own<LeaseArrivalImpl> {
+    *why = Status(code, std::move(message));
+    return kj::Own<LeaseArrivalImpl>();
+  };
+  const std::string id = params.getLease().getId(), secret = params.getLease().getSecret();
+  if (id.empty() || id.size() > 256 || secret.empty() || secret.size() > 256) {
+    return refuse(StatusCode::kInvalidArgument, "an arriving lease needs an id and a secret (256 bytes at most)");
+  }
+  if (state.table.Find(id) != nullptr || state.arriving.count(id)) {
+    return refuse(StatusCode::kInvalidArgument,
+                  fmt::format("agent {} holds lease {} (a part of it) already: a lease moves only to an agent that "
+                              "holds none of it", state.config.name, id));
+  }
+  auto slices = params.getSlices();
+  auto sessions = params.getSessions();
+  if (slices.size() == 0 || slices.size() > state.devices.size() * LeaseTable::kMaxSlicesPerDevice) {
+    return refuse(StatusCode::kInvalidArgument, fmt::format("an arriving lease of {} slices", slices.size()));
+  }
+  if (sessions.size() > slices.size() * static_cast<size_t>(std::max(state.config.sessions_per_lease, 0))) {
+    return refuse(StatusCode::kResourceExhausted,
+                  fmt::format("{} sessions arrive, more than this agent allows the lease ([limits] sessions_per_lease "
+                              "= {} per device)", sessions.size(), state.config.sessions_per_lease));
+  }
+  LeaseOwner owner;
+  owner.host = params.getOwner().getHost();
+  owner.pid = params.getOwner().getPid();
+  owner.label = params.getOwner().getLabel();
+  if (params.getOwnerVerified()) {  // By the agent it leaves, one of this agent's administrators.
+    owner.user = params.getOwner().getUser();
+    owner.verified = true;
+  } else {
+    owner.claimed_user = params.getOwner().getUser();
+    owner.user = kAnonymousUser;
+  }
+  // The devices it leaves, each to one here: same model, open, with room for its slices and sessions.
+  std::map<uint32_t, uint32_t> to;  // Device it leaves -> device here.
+  std::vector<SliceGrant> grants(slices.size());
+  std::map<uint32_t, uint64_t> memory_on, share_on;
+  std::map<uint32_t, size_t> sessions_on;
+  for (auto slice : slices) {
+    memory_on[slice.getFromDevice()] += slice.getMemoryBytes();
+    share_on[slice.getFromDevice()] += slice.getShareMicros();
+  }
+  for (auto session : sessions) {
+    if (session.getSlice() >= slices.size()) {
+      return refuse(StatusCode::kInvalidArgument, "an arriving session names no slice of the lease");
+    }
+    ++sessions_on[slices[session.getSlice()].getFromDevice()];
+  }
+  Status last(StatusCode::kResourceExhausted, "no device here fits");
+  for (const auto& [from, memory] : memory_on) {
+    wire::ArrivingSlice::Reader first;
+    for (auto slice : slices) {
+      if (slice.getFromDevice() == from) {
+        first = slice;
+        break;
+      }
+    }
+    bool placed = false;
+    for (uint32_t d = 0; d < state.devices.size() && !placed; ++d) {
+      const DeviceRecord& record = state.devices[d];
+      const bool taken = std::any_of(to.begin(), to.end(), [d](const auto& t) { return t.second == d; });
+      if (taken) continue;
+      if (record.model != first.getModel().cStr() || record.emulated != first.getEmulated()) {
+        last = Status(StatusCode::kResourceExhausted, fmt::format("device {} is another model", d));
+        continue;
+      }
+      if (state.table.cordoned(d)) {
+        last = Status(StatusCode::kUnavailable, fmt::format("device {} is cordoned", d));
+        continue;
+      }
+      const DeviceUsage& used = state.table.usage()[d];
+      if (used.memory_bytes + memory > state.table.devices()[d].memory_bytes || used.share + share_on[from] > 1000000) {
+        last = Status(StatusCode::kResourceExhausted, fmt::format("device {} has no room for the slices", d));
+        continue;
+      }
+      if (state.workers->OnDevice(d) + sessions_on[from] > static_cast<size_t>(state.config.sessions_per_device)) {
+        last = Status(StatusCode::kResourceExhausted,
+                      fmt::format("device {} would hold more sessions than this agent allows on one device", d));
+        continue;
+      }
+      to[from] = d;
+      placed = true;
+    }
+    if (!placed) return refuse(last.code(), fmt::format("agent {} cannot take it: {}", state.config.name, last.message()));
+  }
+  for (unsigned i = 0; i < slices.size(); ++i) {
+    grants[i] = SliceGrant{to.at(slices[i].getFromDevice()), slices[i].getMemoryBytes(), slices[i].getShareMicros()};
+  }
+  const Policy& policy = state.config.policy;
+  if (!policy.empty()) {
+    std::time_t now_t = PolicyNow();
+    Status allowed = policy.Check(ReservationView(state, owner.user, grants), now_t, UnixGroupHas);
+    if (!allowed.ok()) return refuse(allowed.code(), fmt::format("agent {}: {}", state.config.name, allowed.message()));
+    const Personality* active = policy.ActiveAt(now_t);
+    owner.personality = active ? active->name : "";
+  }
+  // Checked now that the slices are known, before anything is made.
+  std::vector<LeaseArrivalImpl::Session> arriving(sessions.size());
+  for (unsigned i = 0; i < sessions.size(); ++i) {
+    auto session = sessions[i];
+    const SliceGrant& grant = grants[session.getSlice()];
+    if (Status fits = WindowFits(session.getWindowBase(), session.getWindowBytes(), grant.memory_bytes); !fits.ok()) {
+      return refuse(fits.code(), fmt::format("arriving session {}: {}", i, fits.message()));
+    }
+    auto tickets = session.getTickets();
+    if (tickets.size() == 0 || tickets.size() > 64) {
+      return refuse(StatusCode::kInvalidArgument, "an arriving session needs between 1 and 64 tickets");
+    }
+    for (auto ticket : tickets) {
+      if (ticket.size() != 16) return refuse(StatusCode::kInvalidArgument, "a session ticket has 16 bytes");
+      arriving[i].tickets.emplace_back(reinterpret_cast<const char*>(ticket.begin()), ticket.size());
+    }
+    // An image holds the session's memory (its slice at most) and its modules.
+    arriving[i].most_bytes = 2 * grant.memory_bytes + (4ull << 30);
+  }
+  Status reserved = state.table.Reserve(id, secret, owner, grants, Clock::now());
+  if (reserved.ok()) reserved = state.table.Commit(id, secret, Clock::now());
+  if (!reserved.ok()) {
+    (void)state.table.Revoke(id);
+    return refuse(reserved.code(), fmt::format("agent {}: {}", state.config.name, reserved.message()));
+  }
+  state.moved_away.erase(id);  // Back here, if it had left.
+  state.arriving.insert(id);
+  kj::Vector<kj::Promise<OpenedSession>> opens;
+  for (unsigned i = 0; i < sessions.size(); ++i) {
+    auto session = sessions[i];
+    const SliceGrant& grant = grants[session.getSlice()];
+    auto spec = state.SessionSpec(id, grant.device, grant, session.getWindowBase(), session.getWindowBytes());
+    if (!spec.ok()) {
+      (void)state.table.Revoke(id);
+      (void)state.EndSessions(id, "its move here failed: " + spec.status().message());
+      state.arriving.erase(id);
+      return refuse(spec.status().code(), spec.status().message());
+    }
+    auto paf = kj::newPromiseAndFulfiller<SessionWorkers::RestoreInput>();
+    arriving[i].give = kj::mv(paf.fulfiller);
+    opens.add(state.workers->OpenRestoring(*spec, kj::mv(paf.promise)));
+  }
+  for (const SliceGrant& grant : grants) devices->push_back(grant.device);
+  GP_INFO("agent", "lease {} of {} arrives from another agent: {} slice(s), {} session(s)", id, owner.user,
+          grants.size(), sessions.size());
+  return kj::heap<LeaseArrivalImpl>(state, id, secret, std::move(arriving), kj::joinPromises(opens.releaseAsArray()));
+}
+
 class AgentImpl final : public wire::Agent::Server {
  public:
   // `spoke` is set at the connection's first call (AcceptLoop closes a connection that makes none in time).
@@ -1074,6 +1579,7 @@ class AgentImpl final : public wire::Agent::Server {
   kj::Promise<void> renew(RenewContext context) override {
     if (!Admitted(context.getResults().initOutcome())) return kj::READY_NOW;
     auto key = context.getParams().getLease();
+    if (MovedAway(key, context.getResults().initOutcome())) return kj::READY_NOW;
     EnforcePolicyOn(state_, key.getId());  // A renewal is no way past the policy: it ends what the sweep would.
     Status status = state_.table.Renew(key.getId(), key.getSecret(), Clock::now());
     if (status.code() == StatusCode::kNotFound) status = state_.Lost(key.getId());
@@ -1094,6 +1600,7 @@ class AgentImpl final : public wire::Agent::Server {
   kj::Promise<void> release(ReleaseContext context) override {
     if (!Admitted(context.getResults().initOutcome())) return kj::READY_NOW;
     auto key = context.getParams().getLease();
+    if (MovedAway(key, context.getResults().initOutcome())) return kj::READY_NOW;
     Status status = state_.table.Release(key.getId(), key.getSecret());
     SetOutcome(context.getResults().initOutcome(), status);
     if (!status.ok()) return kj::READY_NOW;
@@ -1107,6 +1614,7 @@ class AgentImpl final : public wire::Agent::Server {
     auto params = context.getParams();
     auto key = params.getLease();
     auto results = context.getResults();
+    if (MovedAway(key, results.initOutcome())) return kj::READY_NOW;
     const LeaseEntry* e = state_.table.Find(key.getId());
     if (!e || !ConstantTimeEquals(e->secret, key.getSecret().cStr()) || !e->committed) {
       RefuseSession(results.initOutcome(),
@@ -1168,19 +1676,8 @@ class AgentImpl final : public wire::Agent::Server {
     }
     const DeviceRecord& record = state_.devices[device];
     uint64_t base = params.getWindowBase(), window = params.getWindowBytes();
-    if (base == 0 || base % (1ull << 30) != 0 || window < slice->memory_bytes) {
-      RefuseSession(results.initOutcome(), Status(StatusCode::kInvalidArgument,
-                                               "the address window must be 1 GiB aligned and hold the slice"));
-      return kj::READY_NOW;
-    }
-    // A worker maps its window in its own address space (an emulated device's memory, a GPU's unified addresses):
-    // one beyond the user address space could only fail there, after a worker started for nothing.
-    if (base >= kMaxWindowEnd || window > kMaxWindowEnd - base) {
-      RefuseSession(results.initOutcome(),
-                    Status(StatusCode::kInvalidArgument,
-                           fmt::format("the address window [0x{:x}, +0x{:x}) must end below 0x{:x}, the user "
-                                       "address space of the session's worker",
-                                       base, window, kMaxWindowEnd)));
+    if (Status fits = WindowFits(base, window, slice->memory_bytes); !fits.ok()) {
+      RefuseSession(results.initOutcome(), fits);
       return kj::READY_NOW;
     }
     if (!record.emulated && !state_.cuda) {
@@ -1208,46 +1705,12 @@ class AgentImpl final : public wire::Agent::Server {
                                        e->id, open, device, state_.config.sessions_per_lease)));
       return kj::READY_NOW;
     }
-    WorkerSpec spec;
-    spec.lease_id = e->id;
-    spec.device = device;
-    spec.emulated = record.emulated;
-    spec.device_name = record.model;
-    if (record.compute_capability != 0) spec.compute_capability = record.compute_capability;
-    spec.nvml_uuid = record.uuid;
-    spec.memory_bytes = slice->memory_bytes;
-    spec.window_base = base;
-    spec.window_bytes = window;
-    spec.share_micros = slice->share;
-    spec.cuda_driver = state_.config.cuda_driver;
-    // Over TLS the session stays on this (encrypted, authenticated) connection: a worker's door would be neither.
-    spec.direct_listen = state_.config.tls_cert.empty() ? DirectListen(state_.config.listen) : "";
-    spec.bytes_in_flight = state_.config.session_bytes_in_flight;
-    // Every device's sessions take turns by their compute shares (a worker on a GPU under MPS leaves the table).
-    auto turns = state_.TurnsFd(device);
-    if (!turns.ok()) {
-      RefuseSession(results.initOutcome(), turns.status());
+    auto made = state_.SessionSpec(e->id, device, *slice, base, window);
+    if (!made.ok()) {
+      RefuseSession(results.initOutcome(), made.status());
       return kj::READY_NOW;
     }
-    spec.turns_fd = *turns;
-    spec.turns_group = state_.TurnsGroup(e->id, device);
-    // Every process of the lease opens sessions of its own; the slice's memory is the lease's, shared by them.
-    auto quota = state_.QuotaFd(e->id, device, slice->memory_bytes);
-    if (!quota.ok()) {
-      RefuseSession(results.initOutcome(), quota.status());
-      return kj::READY_NOW;
-    }
-    spec.quota_fd = *quota;
-    if (record.emulated) {
-      // A stable UUID per emulated device, derived from its pool-wide id.
-      uint64_t h = 1469598103934665603ull;
-      for (char c : record.uuid) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-      for (int i = 0; i < 16; ++i) {
-        h = h * 6364136223846793005ull + 1442695040888963407ull;
-        spec.uuid[i] = static_cast<uint8_t>(h >> 56);
-      }
-      spec.pci_bus = static_cast<int>(device) + 1;
-    }
+    WorkerSpec spec = std::move(made).value();
     std::string lease_id = e->id;
     std::string what = record.emulated ? fmt::format("device {} ({})", device, FormatMemorySize(slice->memory_bytes))
                                        : fmt::format("GPU {} ({})", device, record.model);
@@ -1320,15 +1783,31 @@ class AgentImpl final : public wire::Agent::Server {
     std::string id = context.getParams().getLeaseId();
     GP_INFO("admin", "{} moves lease {}", peer_.user, id);
     return state_.InBackground(state_.Migrate(id, context.getParams().getDevice()))
-        .then([context](AgentState::MoveResult moved) mutable {
-      auto results = context.getResults();
-      SetOutcome(results.initOutcome(), moved.status);
-      results.setSessions(moved.sessions);
-      results.setBytes(moved.bytes);
-      results.setPauseMs(moved.pause_ms);
-      auto devices = results.initDevices(static_cast<unsigned>(moved.devices.size()));
-      for (size_t i = 0; i < moved.devices.size(); ++i) devices.set(static_cast<unsigned>(i), moved.devices[i]);
+        .then([context](AgentState::MoveResult moved) mutable { FillMoved(context.getResults(), moved); });
+  }
+
+  kj::Promise<void> migrateTo(MigrateToContext context) override {
+    auto results = context.getResults();
+    if (!AdminOnly(results.initOutcome(), "migrate")) return kj::READY_NOW;
+    std::string id = context.getParams().getLeaseId(), server = context.getParams().getServer();
+    GP_INFO("admin", "{} moves lease {} to the agent at {}", peer_.user, id, server);
+    return state_.InBackground(state_.MigrateTo(id, server)).then([context](AgentState::MoveResult moved) mutable {
+      FillMoved(context.getResults(), moved);
     });
+  }
+
+  kj::Promise<void> adopt(AdoptContext context) override {
+    auto results = context.getResults();
+    if (!AdminOnly(results.initOutcome(), "adopt")) return kj::READY_NOW;
+    std::vector<uint32_t> devices;
+    Status why = Status::Ok();
+    kj::Own<LeaseArrivalImpl> arrival = Adopt(state_, context.getParams(), &devices, &why);
+    SetOutcome(results.initOutcome(), why);
+    if (arrival.get() == nullptr) return kj::READY_NOW;
+    results.setArrival(kj::mv(arrival));
+    auto list = results.initDevices(static_cast<unsigned>(devices.size()));
+    for (size_t i = 0; i < devices.size(); ++i) list.set(static_cast<unsigned>(i), devices[i]);
+    return kj::READY_NOW;
   }
 
   kj::Promise<void> suspend(SuspendContext context) override {
@@ -1368,6 +1847,22 @@ class AgentImpl final : public wire::Agent::Server {
   }
 
  private:
+  // What a move did, in migrate's or migrateTo's answer.
+  template <typename Results>
+  static void FillMoved(Results results, const AgentState::MoveResult& moved) {
+    SetOutcome(results.initOutcome(), moved.status);
+    results.setSessions(moved.sessions);
+    results.setBytes(moved.bytes);
+    results.setPauseMs(moved.pause_ms);
+    auto devices = results.initDevices(static_cast<unsigned>(moved.devices.size()));
+    for (size_t i = 0; i < moved.devices.size(); ++i) devices.set(static_cast<unsigned>(i), moved.devices[i]);
+  }
+
+  // Whether lease `key` moved from here to another agent: then `out` says where (AgentState::AnswerMovedAway).
+  bool MovedAway(wire::LeaseKey::Reader key, wire::Outcome::Builder out) {
+    return state_.table.Find(key.getId()) == nullptr && state_.AnswerMovedAway(key.getId(), key.getSecret(), out);
+  }
+
   // Why this connection may do nothing (the agent requires authentication and it has none); empty if it may.
   std::string Unauthenticated() const {
     if (!state_.config.require_auth || peer_.authenticated) return "";

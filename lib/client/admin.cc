@@ -46,6 +46,20 @@ Status Revoke(const std::string& server, const std::string& lease_id) {
   });
 }
 
+namespace {
+
+// The answer of migrate or migrateTo, read into `moved`.
+template <typename Response>
+Status ReadMoved(Response& r, const std::string& server, Migrated* moved) {
+  moved->sessions = r.getSessions();
+  moved->bytes = r.getBytes();
+  moved->pause_ms = r.getPauseMs();
+  for (uint32_t d : r.getDevices()) moved->devices.push_back(d);
+  return internal::StatusFromOutcome(r.getOutcome(), server);
+}
+
+}  // namespace
+
 Result<Migrated> Migrate(const std::string& server, const std::string& lease_id, std::optional<int> device) {
   Migrated moved;
   Status s = OnAgent(server, "migrate", [&](internal::Runtime& rt, wire::Agent::Client agent) {
@@ -53,15 +67,46 @@ Result<Migrated> Migrate(const std::string& server, const std::string& lease_id,
     req.setLeaseId(lease_id);
     req.setDevice(device.value_or(-1));
     return rt.Deadline(req.send()).then([&](capnp::Response<wire::Agent::MigrateResults>&& r) {
-      moved.sessions = r.getSessions();
-      moved.bytes = r.getBytes();
-      moved.pause_ms = r.getPauseMs();
-      for (uint32_t d : r.getDevices()) moved.devices.push_back(d);
-      return internal::StatusFromOutcome(r.getOutcome(), server);
+      return ReadMoved(r, server, &moved);
     });
   }, kMoveTimeout);
   if (!s.ok()) return s;
   return moved;
+}
+
+Result<Migrated> MigrateTo(const std::string& server, const std::string& lease_id, const std::string& to) {
+  Migrated moved;
+  Status s = OnAgent(server, "migrate", [&](internal::Runtime& rt, wire::Agent::Client agent) {
+    auto req = agent.migrateToRequest();
+    req.setLeaseId(lease_id);
+    req.setServer(to);
+    return rt.Deadline(req.send()).then([&](capnp::Response<wire::Agent::MigrateToResults>&& r) {
+      return ReadMoved(r, server, &moved);
+    });
+  }, kMoveTimeout);
+  if (!s.ok()) return s;
+  return moved;
+}
+
+std::vector<std::string> OtherAgents(const std::string& server) {
+  auto pool = Pool::Connect();
+  if (!pool.ok()) return {};
+  PoolState state = pool->State();
+  std::string self;  // The agent at `server` may be listed under another of its addresses.
+  for (const ServerInfo& info : state.servers) {
+    if (info.address == server && info.up) self = info.instance_id;
+  }
+  if (self.empty()) {
+    PoolOptions options;
+    options.servers = {server};
+    if (auto one = Pool::Connect(options); one.ok()) self = one->State().servers.at(0).instance_id;
+  }
+  std::vector<std::string> out;
+  for (const ServerInfo& info : state.servers) {
+    if (!info.up || info.draining || info.address == server || (!self.empty() && info.instance_id == self)) continue;
+    out.push_back(info.address);
+  }
+  return out;
 }
 
 Result<Migrated> Suspend(const std::string& server, const std::string& lease_id) {

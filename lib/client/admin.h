@@ -31,6 +31,13 @@ struct Migrated {
 // where it went. On failure it stays where it was, running.
 Result<Migrated> Migrate(const std::string& server, const std::string& lease_id, std::optional<int> device);
 
+// Moves running lease `lease_id` from `server` to the agent at `to`, which places it as a new lease: its programs go
+// on there. On failure it stays where it was, running.
+Result<Migrated> MigrateTo(const std::string& server, const std::string& lease_id, const std::string& to);
+// The agents of this client's pool (GPUPOOL_SERVERS, or the pool file) that are up, not draining, and not the agent at
+// `server`: where its leases may move.
+std::vector<std::string> OtherAgents(const std::string& server);
+
 // Suspends running lease `lease_id` on `server`: its sessions are kept as images in the agent's memory and its
 // slices given back; its programs' next CUDA call resumes it. Answers the sessions and bytes kept.
 Result<Migrated> Suspend(const std::string& server, const std::string& lease_id);

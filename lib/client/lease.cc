@@ -66,11 +66,12 @@ kj::Promise<void> HeartbeatLoop(Runtime& rt, std::shared_ptr<LeaseHealth> health
 kj::Promise<Status> CallRenew(Runtime& rt, const std::string& server, const std::string& id,
                               const std::string& secret, std::shared_ptr<std::vector<RemoteSlice>> slices,
                               std::shared_ptr<RenewedEnd> end) {
-  return WithAgent(rt, server, "renew", [server, id, secret, slices, end](Runtime& rt, wire::Agent::Client agent) {
+  return WithLeaseAgent(rt, id, server, "renew", [id, secret, slices, end](Runtime& rt, wire::Agent::Client agent,
+                                                                           const std::string& at) {
     auto req = agent.renewRequest();
     SetKey(req.initLease(), id, secret);
-    return rt.Deadline(req.send()).then([server, slices, end](capnp::Response<wire::Agent::RenewResults>&& r) {
-      Status s = StatusFromOutcome(r.getOutcome(), server);
+    return rt.Deadline(req.send()).then([&rt, id, at, slices, end](capnp::Response<wire::Agent::RenewResults>&& r) {
+      Status s = LeaseStatus(rt, id, at, r.getOutcome());
       if (s.ok() && slices) {
         for (auto x : r.getSlices()) slices->push_back({x.getDevice(), x.getMemoryBytes(), x.getShareMicros()});
       }
@@ -87,10 +88,11 @@ kj::Promise<Status> CallRenew(Runtime& rt, const std::string& server, const std:
 template <typename MakeRequest>
 kj::Promise<Status> CallOnLease(Runtime& rt, const std::string& server, const char* what, const std::string& id,
                                 const std::string& secret, MakeRequest request) {
-  return WithAgent(rt, server, what, [server, id, secret, request](Runtime& rt, wire::Agent::Client agent) {
+  return WithLeaseAgent(rt, id, server, what, [id, secret, request](Runtime& rt, wire::Agent::Client agent,
+                                                                    const std::string& at) {
     auto req = request(agent);
     SetKey(req.initLease(), id, secret);
-    return rt.Deadline(req.send()).then([server](auto&& r) { return StatusFromOutcome(r.getOutcome(), server); });
+    return rt.Deadline(req.send()).then([&rt, id, at](auto&& r) { return LeaseStatus(rt, id, at, r.getOutcome()); });
   });
 }
 

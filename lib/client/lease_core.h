@@ -82,6 +82,28 @@ kj::Promise<Status> WithAgent(Runtime& rt, const std::string& server, std::strin
       });
 }
 
+// The status of a call about lease `id` that agent `at` answered with `outcome`; notes where the lease went when
+// the agent says it moved (Runtime::NoteLeaseMoved).
+inline Status LeaseStatus(Runtime& rt, const std::string& id, const std::string& at, wire::Outcome::Reader outcome) {
+  rt.NoteLeaseMoved(id, at, outcome);
+  return StatusFromOutcome(outcome, at);
+}
+
+// As WithAgent, for a call about lease `id` that agent `server` held: made on the agent that holds it now
+// (Runtime::LeaseAgent), and again on the next one when that agent answers that it moved on (the call reads its
+// answer with LeaseStatus). `call(rt, agent, at)` (copyable): `at` is the agent asked.
+template <typename Call>
+kj::Promise<Status> WithLeaseAgent(Runtime& rt, const std::string& id, const std::string& server, std::string_view what,
+                                   Call call, int hops = 0) {
+  std::string at = rt.LeaseAgent(id, server);
+  std::string op(what);
+  return WithAgent(rt, at, what, [call, at](Runtime& rt, wire::Agent::Client agent) mutable { return call(rt, agent, at); })
+      .then([&rt, id, server, at, op, call, hops](Status s) mutable -> kj::Promise<Status> {
+        if (hops < 4 && rt.LeaseAgent(id, server) != at) return WithLeaseAgent(rt, id, server, op, kj::mv(call), hops + 1);
+        return s;
+      });
+}
+
 inline void SetKey(wire::LeaseKey::Builder key, const std::string& id, const std::string& secret) {
   key.setId(id);
   key.setSecret(secret);

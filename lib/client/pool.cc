@@ -503,7 +503,14 @@ Result<Lease> Lease::Attach(const std::string& token, bool take_ownership) {
     }
     ttl_ms = ttl_ms == 0 ? static_cast<uint64_t>(infos[i].lease_ttl_s * 1000)
                          : std::min(ttl_ms, static_cast<uint64_t>(infos[i].lease_ttl_s * 1000));
-    for (const auto& r : *remote[i]) slices.push_back(SliceOn(infos[i], r.device, r.memory_bytes, r.share));
+    // A lease moved to another agent (gp-agent ctl migrate --to) has its slices there now: they are named as that
+    // agent's, where this process's sessions then open.
+    ServerInfo holder = infos[i];
+    if (std::string at = runtime->LeaseAgent(fields->id, fields->servers[i]); at != fields->servers[i]) {
+      holder = DescribeAll(*runtime, {at}, false).at(0);
+      if (!holder.up) return Status(StatusCode::kUnavailable, fmt::format("cannot attach lease: {}", holder.error));
+    }
+    for (const auto& r : *remote[i]) slices.push_back(SliceOn(holder, r.device, r.memory_bytes, r.share));
   }
   // Renew at a quarter of the shortest TTL, as the agents advise by default.
   auto interval = std::chrono::milliseconds(std::max<uint64_t>(ttl_ms / 4, 50));

@@ -319,6 +319,47 @@ kj::Promise<void> Runtime::ProbeSilent(std::string address) {
   });
 }
 
+std::string Runtime::LeaseAgent(const std::string& id, const std::string& server) {
+  std::lock_guard<std::mutex> lock(moves_mu_);
+  std::string at = server;
+  // A lease moved back to an agent it left drops that agent's entry (NoteLeaseMoved), so chains have no cycle; the
+  // bound is for safety only.
+  for (int hop = 0; hop < 16; ++hop) {
+    auto it = lease_moves_.find({id, at});
+    if (it == lease_moves_.end()) break;
+    at = it->second.server;
+  }
+  return at;
+}
+
+uint32_t Runtime::LeaseDevice(const std::string& id, const std::string& server, uint32_t device) {
+  std::lock_guard<std::mutex> lock(moves_mu_);
+  std::string at = server;
+  for (int hop = 0; hop < 16; ++hop) {
+    auto it = lease_moves_.find({id, at});
+    if (it == lease_moves_.end()) break;
+    auto d = it->second.devices.find(device);
+    if (d != it->second.devices.end()) device = d->second;
+    at = it->second.server;
+  }
+  return device;
+}
+
+bool Runtime::NoteLeaseMoved(const std::string& id, const std::string& server, wire::Outcome::Reader outcome) {
+  if (!outcome.hasMoved() || outcome.getMoved().getServer().size() == 0) return false;
+  auto moved = outcome.getMoved();
+  LeaseMove to;
+  to.server = moved.getServer();
+  if (to.server == server) return false;  // Nowhere else to ask.
+  auto from = moved.getFromDevices(), into = moved.getToDevices();
+  for (unsigned i = 0; i < from.size() && i < into.size(); ++i) to.devices[from[i]] = into[i];
+  std::lock_guard<std::mutex> lock(moves_mu_);
+  lease_moves_.erase({id, to.server});  // It holds the lease again, if it had let it go.
+  GP_DEBUG("client", "lease {} moved from {} to {}", id, server, to.server);
+  lease_moves_[{id, server}] = std::move(to);
+  return true;
+}
+
 void Runtime::Forget(const std::string& address) {
   auto it = connections_.find(address);
   if (it != connections_.end()) ForgetLater(it->second.get());

@@ -67,6 +67,21 @@ class Runtime : public kj::TaskSet::ErrorHandler {
     snapshot.valid = false;
   }
 
+  // From another thread that runs a KJ event loop (an agent's): runs `func` on the loop thread; the promise it
+  // returns resolves on the caller's loop with `func`'s result, which must hold no KJ object of this loop.
+  template <typename Func>
+  auto RunAsync(Func&& func) {
+    return executor_->executeAsync(kj::fwd<Func>(func));
+  }
+
+  // ---- Leases moved between agents (an Outcome's `moved`). Any thread.
+  // The agent that holds now what lease `id` held on `server`: `server` itself unless an agent said it moved.
+  std::string LeaseAgent(const std::string& id, const std::string& server);
+  // Where device `device` of `server` is for lease `id` now (its index on LeaseAgent(id, server)).
+  uint32_t LeaseDevice(const std::string& id, const std::string& server, uint32_t device);
+  // Takes note of `outcome.moved`, as agent `server` answered a call about lease `id`. Whether it had one.
+  bool NoteLeaseMoved(const std::string& id, const std::string& server, wire::Outcome::Reader outcome);
+
   // --- Loop thread only. ---
 
   // A connected, version-checked agent capability, connecting on first use or after a disconnect.
@@ -114,6 +129,13 @@ class Runtime : public kj::TaskSet::ErrorHandler {
     std::string why;
   };
   std::map<std::string, SilentServer> silent_;
+  // Where leases went: (lease, agent it left) -> the agent it went to, and each device's index there.
+  struct LeaseMove {
+    std::string server;
+    std::map<uint32_t, uint32_t> devices;
+  };
+  std::mutex moves_mu_;
+  std::map<std::pair<std::string, std::string>, LeaseMove> lease_moves_;  // Guarded by moves_mu_.
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable started_;

@@ -230,17 +230,19 @@ Status RemoteSession::OpenAt(uint64_t base, uint64_t window, bool* window_taken)
   const std::string& id = lease_id_;
   const std::string& secret = lease_secret_;
   Status status = runtime_->Run([&]() -> kj::Promise<Status> {
-    return WithAgent(*runtime_, server, "openSession",
-                     [&, raw, base, window, device, props](Runtime& rt, wire::Agent::Client agent) {
+    return WithLeaseAgent(*runtime_, id, server, "openSession",
+                     [&, raw, base, window, device, props](Runtime& rt, wire::Agent::Client agent,
+                                                          const std::string& at) {
                        auto req = agent.openSessionRequest();
                        SetKey(req.initLease(), id, secret);
-                       req.setDevice(device);
+                       // Its index on the agent that holds the slice now, if the lease moved to another.
+                       req.setDevice(rt.LeaseDevice(id, server, device));
                        req.setWindowBase(base);
                        req.setWindowBytes(window);
                        return rt.Deadline(req.send()).then(
-                           [&, raw, server, props](capnp::Response<wire::Agent::OpenSessionResults>&& r)
+                           [&, raw, at, props](capnp::Response<wire::Agent::OpenSessionResults>&& r)
                                -> kj::Promise<Status> {
-                             Status s = StatusFromOutcome(r.getOutcome(), server);
+                             Status s = LeaseStatus(rt, id, at, r.getOutcome());
                              if (!s.ok()) {
                                if (window_taken) *window_taken = r.getOutcome().getWindowTaken();
                                return s;
@@ -248,7 +250,7 @@ Status RemoteSession::OpenAt(uint64_t base, uint64_t window, bool* window_taken)
                              raw->session = r.getSession();
                              raw->tasks = kj::heap<kj::TaskSet>(*raw);
                              if (r.hasDirect() && DirectSessionsWanted()) {
-                               ReadDoor(server, r.getDirect(), &door_address, &door_ticket);
+                               ReadDoor(at, r.getDirect(), &door_address, &door_ticket);
                              }
                              return rt.Deadline(raw->S().propertiesRequest().send())
                                  .then([props](capnp::Response<wire::Session::PropertiesResults>&& p) {
@@ -300,21 +302,22 @@ void RemoteSession::MakeFollowMoves(SessionChannel* channel, const std::string& 
     // Where the session is now, as the lease's agent says.
     auto ask = [&]() -> Status {
       return runtime->Run([&]() -> kj::Promise<Status> {
-        return WithAgent(*runtime, server, "openSession", [&](Runtime& rt, wire::Agent::Client agent) {
+        return WithLeaseAgent(*runtime, id, server, "openSession", [&](Runtime& rt, wire::Agent::Client agent,
+                                                                       const std::string& at) {
           auto req = agent.openSessionRequest();
           SetKey(req.initLease(), id, secret);
-          req.setDevice(device);
+          req.setDevice(rt.LeaseDevice(id, server, device));
           req.setWindowBase(base);
           req.setWindowBytes(window);
           req.setResumeTicket(kj::arrayPtr(reinterpret_cast<const kj::byte*>(current_ticket->data()),
                                            current_ticket->size()));
-          return rt.Deadline(req.send()).then([&](capnp::Response<wire::Agent::OpenSessionResults>&& r) {
-            Status s = StatusFromOutcome(r.getOutcome(), server);
+          return rt.Deadline(req.send()).then([&, at](capnp::Response<wire::Agent::OpenSessionResults>&& r) {
+            Status s = LeaseStatus(rt, id, at, r.getOutcome());
             if (!s.ok()) return s;
             if (!r.hasDirect()) {
               return Status(StatusCode::kInternal, "the agent said where the session went, but not how to reach it");
             }
-            ReadDoor(server, r.getDirect(), &address, &next_ticket);
+            ReadDoor(at, r.getDirect(), &address, &next_ticket);
             return Status::Ok();
           });
         });

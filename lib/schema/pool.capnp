@@ -19,6 +19,7 @@ struct Outcome {
   windowTaken @3 :Bool;  # openSession (code busy): the session's address window is taken on this agent, and another
                          # window may do. Other busy refusals of openSession (the agent's [limits]) would refuse any
                          # window alike.
+  moved @4 :LeaseMoved;  # Set (code notFound) when the lease named was moved to another agent: ask there.
 
   enum Code {
     ok @0;
@@ -29,6 +30,14 @@ struct Outcome {
     draining @5;         # The agent takes no new reservations.
     internal @6;
   }
+}
+
+struct LeaseMoved {
+  # Where a lease held here went (gp-agent ctl migrate --to): calls about it go to `server` now, its slice on device
+  # fromDevices[i] here being on toDevices[i] there.
+  server @0 :Text;  # The agent's address as this agent reached it (the pool's name for it).
+  fromDevices @1 :List(UInt32);
+  toDevices @2 :List(UInt32);
 }
 
 struct LeaseKey {
@@ -185,4 +194,43 @@ interface Agent {
 
   resume @12 (leaseId :Text) -> (outcome :Outcome);
   # Administrators only: resumes a suspended lease now rather than at its programs' next call. busy: no room now.
+
+  migrateTo @13 (leaseId :Text, server :Text) -> (outcome :Outcome, sessions :UInt32, bytes :UInt64, pauseMs :UInt32,
+                                                  devices :List(UInt32));
+  # Administrators only: as migrate, to the agent at `server` (which this agent reaches as a client, and must
+  # administer: its uid on a Unix socket, else GPUPOOL_TOKEN in its environment). That agent places the lease as a
+  # new one (its policies, classes, cordons) and restores its sessions; then this agent answers calls about the
+  # lease with `Outcome.moved`. `devices`: the lease's devices there.
+
+  adopt @14 (lease :LeaseKey, owner :Owner, ownerVerified :Bool, slices :List(ArrivingSlice),
+             sessions :List(ArrivingSession)) -> (outcome :Outcome, arrival :LeaseArrival, devices :List(UInt32));
+  # Administrators only (another agent, moving a lease here): reserves the lease with its key, as `owner` (verified
+  # by the calling agent when ownerVerified), places its slices on devices of the same model and starts a worker
+  # per session. The images then arrive through `arrival`; dropping it before its commit ends all of it here.
+}
+
+struct ArrivingSlice {
+  memoryBytes @0 :UInt64;
+  shareMicros @1 :UInt32;
+  model @2 :Text;
+  emulated @3 :Bool;
+  fromDevice @4 :UInt32;  # Its device on the agent it comes from.
+}
+
+struct ArrivingSession {
+  slice @0 :UInt32;        # Index in adopt's slices.
+  windowBase @1 :UInt64;
+  windowBytes @2 :UInt64;
+  tickets @3 :List(Data);  # The door tickets its client may ask here with (resumeTicket): the one it entered with last
+                           # and, if the session moved before it came back, the ones it entered with before.
+}
+
+interface LeaseArrival {
+  piece @0 (session :UInt32, offset :UInt64, data :Data) -> stream;
+  # Bytes of a session's checkpoint image, in order from offset 0.
+  restore @1 (consumed :List(UInt64)) -> (outcome :Outcome);
+  # Every image whole (`consumed`: each session's call frames consumed): the sessions are restored; answered once
+  # each worker is open (or one failed).
+  commit @2 () -> (outcome :Outcome);
+  # The lease is this agent's from now on; the arrival is over.
 }

@@ -45,13 +45,23 @@ int Ctl(int argc, char** argv) {
   cordon->add_option("gpu", gpu, "device index; default: every device");
   auto* uncordon = app.add_subcommand("uncordon", "new leases again on a GPU (or on every GPU)");
   uncordon->add_option("gpu", gpu, "device index; default: every device");
-  auto* drain = app.add_subcommand("drain", "cordon every GPU, then wait for the leases held to end");
+  auto* drain = app.add_subcommand("drain", "cordon every GPU, then wait for the leases held to end (or move them)");
   drain->add_option("--wait", wait, "how long to wait for the leases to end (default 0s: do not wait)");
+  bool drain_migrate = false;
+  std::string to;
+  drain->add_flag("--migrate", drain_migrate,
+                  "move every running lease to another agent first (--to, or the pool's other agents)");
+  drain->add_option("--to", to, "with --migrate: the agents to move leases to, comma-separated, in order of preference "
+                                "(default: the other agents of this client's pool, GPUPOOL_SERVERS or the pool file)");
   auto* revoke = app.add_subcommand("revoke", "end a lease now: its programs' next CUDA call fails, saying so");
   revoke->add_option("lease", lease, "the lease id (gp-ls --leases)")->required();
-  auto* migrate = app.add_subcommand("migrate", "move a running lease to another GPU of the server; its programs go on");
+  auto* migrate = app.add_subcommand("migrate", "move a running lease to another GPU or agent; its programs go on");
   migrate->add_option("lease", lease, "the lease id (gp-ls --leases)")->required();
-  migrate->add_option("--to-gpu", gpu, "the GPU to move to (default: any other that fits)");
+  auto* to_gpu = migrate->add_option("--to-gpu", gpu, "the GPU of this agent to move to");
+  migrate->add_option("--to", to, "the agent to move to (host:port or unix:PATH, as clients reach it); it places the "
+                                  "lease as a new one. Default: another GPU of this agent that fits, else the other "
+                                  "agents of this client's pool")
+      ->excludes(to_gpu);
   bool json = false;
   migrate->add_flag("--json", json, "print what the move did as one JSON object");
   auto* suspend = app.add_subcommand("suspend", "keep a running lease's sessions in the agent's memory and give its "
@@ -98,14 +108,36 @@ int Ctl(int argc, char** argv) {
     return 0;
   }
   if (migrate->parsed()) {
-    auto moved = admin::Migrate(server, lease, device);
+    std::string where = server;  // The agent the lease is on now.
+    Result<admin::Migrated> moved = Status(StatusCode::kInternal, "not moved");
+    if (!to.empty()) {
+      moved = admin::MigrateTo(server, lease, to);
+      where = to;
+    } else {
+      moved = admin::Migrate(server, lease, device);
+      // No other GPU here takes it: another agent of the pool may.
+      if (!moved.ok() && !device && moved.status().code() == StatusCode::kResourceExhausted) {
+        std::string tried = moved.status().message();
+        for (const std::string& other : admin::OtherAgents(server)) {
+          moved = admin::MigrateTo(server, lease, other);
+          if (moved.ok()) {
+            where = other;
+            break;
+          }
+          tried += "; " + moved.status().message();
+        }
+        if (!moved.ok()) moved = Status(moved.status().code(), tried);
+      }
+    }
     if (!moved.ok()) return fail(moved.status());
     if (json) {
-      Print("{{\"lease\": \"{}\", \"sessions\": {}, \"bytes\": {}, \"pause_ms\": {}, \"gpus\": [{}]}}\n", JsonEscape(lease),
-            moved->sessions, moved->bytes, moved->pause_ms, fmt::join(moved->devices, ", "));
+      Print("{{\"lease\": \"{}\", \"server\": \"{}\", \"sessions\": {}, \"bytes\": {}, \"pause_ms\": {}, "
+            "\"gpus\": [{}]}}\n",
+            JsonEscape(lease), JsonEscape(where), moved->sessions, moved->bytes, moved->pause_ms,
+            fmt::join(moved->devices, ", "));
     } else {
       Print("moved lease {} to GPU {} of {}: {} session(s), {} of memory, paused {} ms\n", lease,
-            fmt::join(moved->devices, ","), server, moved->sessions, FormatMemorySize(moved->bytes), moved->pause_ms);
+            fmt::join(moved->devices, ","), where, moved->sessions, FormatMemorySize(moved->bytes), moved->pause_ms);
     }
     return 0;
   }
@@ -135,6 +167,39 @@ int Ctl(int argc, char** argv) {
     Status s = admin::Cordon(server, std::nullopt, true);
     if (!s.ok()) return fail(s);
     auto deadline = std::chrono::steady_clock::now() + *limit;
+    if (drain_migrate) {
+      ServerInfo info = pool->State().servers.at(0);
+      if (!info.up) return fail(Status(StatusCode::kUnavailable, info.error));
+      std::vector<std::string> targets;
+      std::istringstream listed(to);
+      for (std::string one; std::getline(listed, one, ',');) {
+        if (!one.empty()) targets.push_back(one);
+      }
+      if (to.empty()) targets = admin::OtherAgents(server);
+      if (targets.empty() && !info.leases.empty()) {
+        return fail(Status(StatusCode::kUnavailable, "no other agent to move leases to: name some with --to, or "
+                                                     "list the pool's agents (GPUPOOL_SERVERS or the pool file)"));
+      }
+      for (const LeaseInfo& l : info.leases) {
+        if (l.suspended) {
+          Print("lease {} is suspended (its images are kept here): it is not moved\n", l.id);
+          continue;
+        }
+        std::string tried;
+        bool done = false;
+        for (const std::string& target : targets) {
+          auto moved = admin::MigrateTo(server, l.id, target);
+          if (moved.ok()) {
+            Print("moved lease {} to {}: {} session(s), {} of memory, paused {} ms\n", l.id, target, moved->sessions,
+                  FormatMemorySize(moved->bytes), moved->pause_ms);
+            done = true;
+            break;
+          }
+          tried += (tried.empty() ? "" : "; ") + moved.status().message();
+        }
+        if (!done) Print("lease {} could not move: {}\n", l.id, tried);
+      }
+    }
     for (;;) {
       ServerInfo info = pool->State().servers.at(0);
       if (!info.up) return fail(Status(StatusCode::kUnavailable, info.error));
