@@ -67,6 +67,13 @@ Status WindowFits(uint64_t base, uint64_t window, uint64_t slice_bytes) {
 
 std::string DirectListen(const std::string& configured);
 
+// A move between agents dies here, at `step` (test_seams::MoveFault): the agent is killed, as by a crash.
+void DieAtMoveStep(std::string_view step) {
+  if (std::string_view(test_seams::MoveFault()) != step) return;
+  GP_WARN("agent", "killed at the move's step {} (test seam GPUPOOL_MOVE_FAULT)", step);
+  raise(SIGKILL);
+}
+
 struct AgentState;
 // Why the policy in force keeps suspended lease `e` suspended (on_change = "migrate"), or empty (below).
 std::string PolicyHoldsSuspended(const AgentState& state, const LeaseEntry& e);
@@ -627,6 +634,7 @@ struct AgentState {
             *bytes += (*taken)[i].image->size();
           }
           if (table.Find(lease_id) == nullptr) return Status(StatusCode::kNotFound, "the lease ended meanwhile");
+          DieAtMoveStep("leave-restore");
           return transfers->Restore(lease_id, std::move(images), std::move(consumed));
         })
         .then([this, lease_id](Status restored) -> kj::Promise<Status> {
@@ -1208,6 +1216,7 @@ class LeaseArrivalImpl final : public wire::LeaseArrival::Server {
 
   kj::Promise<void> piece(PieceContext context) override {
     auto params = context.getParams();
+    DieAtMoveStep("arrive-piece");
     KJ_REQUIRE(!restoring_ && !ended_, "an image piece after the restore");
     KJ_REQUIRE(params.getSession() < sessions_.size(), "no such arriving session");
     Session& session = sessions_[params.getSession()];
@@ -1221,6 +1230,7 @@ class LeaseArrivalImpl final : public wire::LeaseArrival::Server {
   }
 
   kj::Promise<void> restore(RestoreContext context) override {
+    DieAtMoveStep("arrive-restore");
     auto consumed = context.getParams().getConsumed();
     Status refused = Status::Ok();
     if (restoring_ || ended_) refused = Status(StatusCode::kInvalidArgument, "the arrival's restore was asked already");
@@ -1263,6 +1273,7 @@ class LeaseArrivalImpl final : public wire::LeaseArrival::Server {
   }
 
   kj::Promise<void> commit(CommitContext context) override {
+    DieAtMoveStep("arrive-commit");
     if (!restored_ || ended_ || state_.table.Find(lease_id_) == nullptr) {
       SetOutcome(context.getResults().initOutcome(),
                  Status(StatusCode::kInvalidArgument, "the arriving lease's sessions are not restored"));
@@ -1308,6 +1319,9 @@ kj::Own<LeaseArrivalImpl> Adopt(AgentState& state, wire::Agent::AdoptParams::Rea
     *why = Status(code, std::move(message));
     return kj::Own<LeaseArrivalImpl>();
   };
+  if (std::string_view(test_seams::MoveFault()) == "arrive-refuse") {
+    return refuse(StatusCode::kResourceExhausted, "adoption refused (test seam GPUPOOL_MOVE_FAULT)");
+  }
   const std::string id = params.getLease().getId(), secret = params.getLease().getSecret();
   if (id.empty() || id.size() > 256 || secret.empty() || secret.size() > 256) {
     return refuse(StatusCode::kInvalidArgument, "an arriving lease needs an id and a secret (256 bytes at most)");

@@ -28,7 +28,10 @@ bool TurnEvents();
 // GPUPOOL_MOVE_FAULT: a session worker fails one step of a move (gp-agent ctl migrate), so that the tests see the lease
 // stay where it was with its program running: "checkpoint" (the old worker answers its checkpoint with a failure,
 // after stopping its client's calls), "restore" (the new worker refuses the image), "restore-crash" (the new worker
-// dies while restoring). Empty when unset.
+// dies while restoring). Between agents (ctl migrate --to), the agent's own process is killed (SIGKILL) at a step:
+// "arrive-piece", "arrive-restore", "arrive-commit" on the agent the lease goes to (as the first image piece comes,
+// as the restore and the commit are asked), "leave-restore" on the agent it leaves (its images taken, before it sends
+// them); "arrive-refuse" makes the agent it goes to refuse it. Empty when unset.
 const char* MoveFault();
 
 // GPUPOOL_POLICY_CLOCK: the path of a file whose first line ("YYYY-MM-DD HH:MM[:SS]", local time) is the time the

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "core/util.h"
+#include "admin_helpers.h"
 #include "integration/helpers.h"
 
 namespace gpupool::testing {
@@ -23,16 +24,7 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-std::string Program(const std::string& name) { return std::string(GPUPOOL_REMOTE_PROGRAM_DIR) + "/" + name; }
 
-const LeaseInfo* FindLease(const PoolState& state, const std::string& label_part) {
-  for (const auto& s : state.servers) {
-    for (const auto& l : s.leases) {
-      if (l.label.find(label_part) != std::string::npos) return &l;
-    }
-  }
-  return nullptr;
-}
 
 // An agent serving /metrics; its metrics URL is read from its second line of output.
 struct MetricsAgent {
@@ -389,28 +381,6 @@ print("same")
   EXPECT_EQ(none.code, 1);
   RunResult bad = RunCommand({ToolPath("gp-top"), "--interval", "0"});
   EXPECT_EQ(bad.code, 2);
-}
-
-// `program` (moving_state.cu) ends well, printing `ok_line`: its state came through whatever was done to its lease.
-void ExpectFinishedExact(Process& program, const std::string& ok_line) {
-  const int status = program.Wait(seconds(120));
-  const std::string out = program.ReadAll();
-  EXPECT_EQ(status, 0) << out << program.Stderr();
-  EXPECT_NE(out.find(ok_line), std::string::npos) << out;
-}
-
-RunResult Ctl(const std::string& server, std::vector<std::string> verb, const std::string& as_user = "") {
-  std::vector<std::string> argv;
-  if (!as_user.empty()) argv = {"/usr/sbin/runuser", "-u", as_user, "--"};
-  argv.insert(argv.end(), {ToolPath("gp-agent"), "ctl", "--server", server});
-  argv.insert(argv.end(), verb.begin(), verb.end());
-  return RunCommand(argv, {}, seconds(30));
-}
-
-std::string LeaseIdOf(Pool& pool, const std::string& label_part) {
-  PoolState state = pool.State();
-  const LeaseInfo* l = FindLease(state, label_part);
-  return l ? l->id : "";
 }
 
 TEST(Admin, CordonRevokeAndDrainFromTheShell) {

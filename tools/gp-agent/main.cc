@@ -209,7 +209,7 @@ int Ctl(int argc, char** argv) {
       }
       if (std::chrono::steady_clock::now() >= deadline) {
         Print("every GPU of {} is cordoned; {} lease(s) still held\n", server, info.leases.size());
-        return limit->count() > 0 ? 1 : 0;
+        return limit->count() > 0 || drain_migrate ? 1 : 0;  // --migrate promised none would be left.
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
