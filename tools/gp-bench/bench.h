@@ -44,6 +44,12 @@ struct BenchOptions {
   double load_fraction = 0.05;
   // The lease measured (RunBenchmarks fills it in, for `migrate`).
   std::string lease_id;
+  // `migrate`: the agent to move the lease to and back from (its address as clients reach it); empty: another GPU of
+  // the lease's own agent.
+  std::string migrate_to;
+  // `migrate`: a raw sink ("host:port", bench/migrate_veth.sh starts one) across the link between the two agents,
+  // whose bandwidth sets the goal; empty: a Unix socket pair on this host (a move within one host).
+  std::string link_sink;
 };
 
 // "unix" for an agent address "unix:/path", otherwise "tcp".

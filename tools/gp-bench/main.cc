@@ -69,6 +69,12 @@ int ToolMain(int argc, char** argv) {
   servers.Add(app);
   app.add_option("--steps", steps, "measured steps of each variant of the loop (default 600)")
       ->check(CLI::Range(1, 1000000));
+  std::string migrate_to, link_sink;
+  app.add_option("--to", migrate_to, "migrate: move the lease to this agent and back (as clients reach it) rather "
+                                     "than to another GPU of its own");
+  app.add_option("--link-sink", link_sink, "migrate --to: a raw TCP sink (host:port) across the link between the two "
+                                           "agents, whose bandwidth sets the goal (bench/migrate_veth.sh starts one); "
+                                           "default: a Unix socket on this host");
   GP_PARSE_ARGS(app, argc, argv, 2);
 
   Target primary;
@@ -77,6 +83,8 @@ int ToolMain(int argc, char** argv) {
     return 2;
   }
   primary.options.loop_steps = steps;
+  primary.options.migrate_to = migrate_to;
+  primary.options.link_sink = link_sink;
   if (which != "all") primary.options.benchmarks = {which};
   std::vector<Target> targets;
   // Without a pool, private agents: the session's transport decides the baselines, so the round trip and the copies
