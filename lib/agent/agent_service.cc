@@ -431,6 +431,7 @@ struct AgentState {
     return kj::joinPromises(checkpoints.releaseAsArray())
         .then([this, lease_id, sessions, targets, undo, started, images, opening = kj::mv(opening)](
                   kj::Array<SessionWorkers::Checkpointed> taken) mutable -> kj::Promise<MoveResult> {
+          const auto checkpointed = std::chrono::steady_clock::now();
           // Back where it was: the sessions checkpointed serve on, the new workers go.
           auto abandon = [this, lease_id, sessions, targets, undo](const std::vector<pid_t>& opened, Status why) {
             for (pid_t pid : opened) workers->Retire(pid);
@@ -457,7 +458,8 @@ struct AgentState {
             }
           }
           return kj::mv(opening)
-              .then([this, lease_id, sessions, targets, abandon, started, bytes, failed](kj::Array<OpenedSession> opened) {
+              .then([this, lease_id, sessions, targets, abandon, started, checkpointed, bytes,
+                     failed](kj::Array<OpenedSession> opened) {
                 if (!failed.ok()) return abandon({}, failed);  // The new workers were killed as they failed to open.
                 std::vector<pid_t> new_workers;
                 for (const auto& session : workers->SessionsOf(lease_id)) {
@@ -498,8 +500,9 @@ struct AgentState {
                 counters.migrated_sessions += result.sessions;
                 counters.migrated_bytes += result.bytes;
                 counters.migration_pause_ms += result.pause_ms;
-                GP_INFO("agent", "lease {} moved: {} session(s), {} of images, paused {} ms", lease_id,
-                        result.sessions, FormatMemorySize(result.bytes), result.pause_ms);
+                GP_INFO("agent", "lease {} moved: {} session(s), {} of images, paused {} ms (checkpoint {} ms)",
+                        lease_id, result.sessions, FormatMemorySize(result.bytes), result.pause_ms,
+                        std::chrono::duration_cast<std::chrono::milliseconds>(checkpointed - started).count());
                 return result;
               });
         });
