@@ -564,7 +564,7 @@ struct AgentState {
     out.owner = e.owner;
     for (const SliceGrant& slice : e.slices) {
       out.slices.push_back({slice.memory_bytes, slice.share, devices[slice.device].model,
-                            devices[slice.device].emulated, slice.device});
+                            devices[slice.device].device_class, devices[slice.device].emulated, slice.device});
     }
     for (const auto& session : sessions) {
       LeavingLease::Session leaving;
@@ -668,6 +668,7 @@ struct AgentState {
               std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());
           result.devices = there;
           ++counters.migrations;
+          ++counters.migrations_away;
           counters.migrated_sessions += result.sessions;
           counters.migrated_bytes += result.bytes;
           counters.migration_pause_ms += result.pause_ms;
@@ -1284,6 +1285,8 @@ class LeaseArrivalImpl final : public wire::LeaseArrival::Server {
     }
     committed_ = true;
     state_.arriving.erase(lease_id_);
+    ++state_.counters.arrivals;
+    for (const Session& session : sessions_) state_.counters.arrived_bytes += session.image->size();
     (void)state_.table.Renew(lease_id_, secret_, Clock::now());  // A whole TTL for its holders to find it here.
     GP_INFO("agent", "lease {} moved here from another agent: {} session(s)", lease_id_, sessions_.size());
     SetOutcome(context.getResults().initOutcome(), Status::Ok());
@@ -1386,6 +1389,12 @@ kj::Own<LeaseArrivalImpl> Adopt(AgentState& state, wire::Agent::AdoptParams::Rea
       if (taken) continue;
       if (record.model != first.getModel().cStr() || record.emulated != first.getEmulated()) {
         last = Status(StatusCode::kResourceExhausted, fmt::format("device {} is another model", d));
+        continue;
+      }
+      if (record.device_class != first.getDeviceClass().cStr()) {
+        last = Status(StatusCode::kResourceExhausted,
+                      fmt::format("device {} is of class '{}', not '{}'", d, record.device_class,
+                                  first.getDeviceClass().cStr()));
         continue;
       }
       if (state.table.cordoned(d)) {

@@ -66,6 +66,7 @@ kj::Promise<Result<std::vector<uint32_t>>> LeaseTransfers::Adopt(const std::stri
             s.setMemoryBytes(lease.slices[i].memory_bytes);
             s.setShareMicros(lease.slices[i].share);
             s.setModel(lease.slices[i].model);
+            s.setDeviceClass(lease.slices[i].device_class);
             s.setEmulated(lease.slices[i].emulated);
             s.setFromDevice(lease.slices[i].from_device);
           }

@@ -30,7 +30,7 @@ struct LeavingLease {
   struct Slice {
     uint64_t memory_bytes = 0;
     uint32_t share = 0;
-    std::string model;
+    std::string model, device_class;
     bool emulated = true;
     uint32_t from_device = 0;
   };

@@ -231,6 +231,12 @@ std::string RenderMetrics(wire::AgentState::Reader state, const AgentCounters& c
       .Sample({}, static_cast<double>(counters.sessions_opened));
   m.Family("gpupool_lease_migrations_total", "counter", "Leases moved to other devices while their programs ran.")
       .Sample({}, static_cast<double>(counters.migrations));
+  m.Family("gpupool_lease_migrations_away_total", "counter", "Of those, the leases moved to another agent.")
+      .Sample({}, static_cast<double>(counters.migrations_away));
+  m.Family("gpupool_lease_arrivals_total", "counter", "Leases moved here from another agent while their programs ran.")
+      .Sample({}, static_cast<double>(counters.arrivals));
+  m.Family("gpupool_arrived_bytes_total", "counter", "Bytes of session images those leases brought.")
+      .Sample({}, static_cast<double>(counters.arrived_bytes));
   m.Family("gpupool_migrated_sessions_total", "counter", "Sessions those moves carried.")
       .Sample({}, static_cast<double>(counters.migrated_sessions));
   m.Family("gpupool_migrated_bytes_total", "counter", "Bytes of session images those moves carried.")

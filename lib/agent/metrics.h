@@ -27,6 +27,8 @@ struct AgentCounters {
   std::map<std::string, uint64_t> sessions_refused;      // By reason.
   // Leases moved between devices (migrate), the sessions and image bytes they carried, and their pauses in total.
   uint64_t migrations = 0, migrated_sessions = 0, migrated_bytes = 0, migration_pause_ms = 0;
+  // Of those, the moves to another agent; and the leases that arrived here from another agent, with their bytes.
+  uint64_t migrations_away = 0, arrivals = 0, arrived_bytes = 0;
   // Leases suspended (their sessions kept as images, their slices given back) and resumed, and the images' bytes.
   uint64_t suspensions = 0, resumptions = 0, suspended_bytes = 0;
 };

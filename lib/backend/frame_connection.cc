@@ -367,7 +367,9 @@ class FrameConnection final : public kj::TaskSet::ErrorHandler {
     }
     kj::Promise<CallStatus> served = session_.ServeFramed(h.kind, *call->params, call->reply, reply_data);
     tasks_.add(served.then([this, seq = h.seq, posted, call = kj::mv(call)](CallStatus status) mutable {
-      if (posted) {
+      // A posted call is answered only when its frame carries a number: a client whose session moved to a worker
+      // that does not map its shared memory sends a shared copy (which it collects a reply for) as a plain one.
+      if (posted && seq == 0) {
         if (!status.ok()) SendAsyncError(status);
         Recycle(kj::mv(call->body));
         return;

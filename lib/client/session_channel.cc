@@ -230,16 +230,9 @@ Result<std::unique_ptr<SessionChannel>> SessionChannel::Enter(const std::string&
 
 Result<SessionChannel::Resumed> SessionChannel::Knock(const std::string& address, const std::string& ticket,
                                                       std::chrono::milliseconds timeout) {
-  auto knocked = KnockAt(address, ticket, timeout, shared_fd_, shared_bytes_);
+  auto knocked = KnockAt(address, ticket, timeout, unshared_ ? -1 : shared_fd_, shared_bytes_);
   if (!knocked.ok()) return knocked.status();
-  if (shared_ != nullptr && !knocked->shares) {
-    // Copies in flight may refer to the shared slots (their frames name a slot, not bytes): a worker that cannot
-    // see them cannot take those frames over.
-    close(knocked->fd);
-    return Status(StatusCode::kUnavailable, "the session's new worker at " + address +
-                                                " cannot share this process's memory for copies (it is on another host)");
-  }
-  return Resumed{knocked->fd, knocked->consumed};
+  return Resumed{knocked->fd, knocked->consumed, knocked->shares};
 }
 
 void SessionChannel::MakeResumable(Reconnect reconnect) {
@@ -381,8 +374,11 @@ bool SessionChannel::Resume() {
     Lose(why + "; " + resumed.status().message());
     return false;
   }
+  // A worker on another host cannot see the memory this process shared with the last (Unshared).
+  if (shared_ != nullptr && !resumed->shares) unshared_ = true;
   std::lock_guard<std::mutex> write_lock(write_mu_);
   std::vector<iovec> replay;
+  std::vector<std::vector<uint8_t>> rewritten;  // Frames rewritten for such a worker, until they are written.
   uint64_t sent = 0, acknowledged = 0;
   bool fits = false;
   {
@@ -400,7 +396,35 @@ bool SessionChannel::Resume() {
         std::memcpy(&h, run.bytes.data() + offset, sizeof(h));
         offset += sizeof(h) + h.words * sizeof(word);
       }
-      replay.push_back({run.bytes.data() + offset, run.bytes.size() - offset});
+      if (!unshared_) {
+        replay.push_back({run.bytes.data() + offset, run.bytes.size() - offset});
+      } else {
+        // Frame by frame: those naming the shared memory are sent with their bytes instead (the run's frames are
+        // whole in `bytes`, but for a held last frame, a copy to the device that names no shared memory).
+        while (offset < run.bytes.size()) {
+          FrameHeader h;
+          std::memcpy(&h, run.bytes.data() + offset, sizeof(h));
+          const size_t length = sizeof(h) + h.words * sizeof(word);
+          std::optional<std::vector<uint8_t>> instead;
+          if (offset + length <= run.bytes.size() && h.words > 0) {
+            KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] {
+              capnp::FlatArrayMessageReader params(
+                  kj::arrayPtr(reinterpret_cast<const word*>(run.bytes.data() + offset + sizeof(h)), h.words),
+                  session::FrameReaderOptions());
+              instead = Unshared(h.kind, h.seq, params);
+            })) {
+              (void)e;  // A frame this channel wrote itself: not one it cannot read. Sent as it is.
+            }
+          }
+          if (instead) {
+            rewritten.push_back(std::move(*instead));
+            replay.push_back({rewritten.back().data(), rewritten.back().size()});
+          } else {
+            replay.push_back({run.bytes.data() + offset, std::min(length, run.bytes.size() - offset)});
+          }
+          offset += length;
+        }
+      }
       if (run.held.size() > 0) replay.push_back({const_cast<kj::byte*>(run.held.begin()), run.held.size()});
     }
   }
@@ -476,9 +500,49 @@ void SessionChannel::AwaitConsumed() {
   if (seq != 0) Wait(seq, &reply);
 }
 
+std::optional<std::vector<uint8_t>> SessionChannel::Unshared(uint32_t kind, uint32_t seq,
+                                                             capnp::MessageReader& params) {
+  using ToShared = session::Wire<session::calls::CopyToDeviceShared>;
+  using FromShared = session::Wire<session::calls::CopyFromDeviceShared>;
+  if (kind != session::calls::CopyToDeviceShared::kOrdinal && kind != session::calls::CopyFromDeviceShared::kOrdinal) return std::nullopt;
+  capnp::MallocMessageBuilder message;
+  uint32_t ordinal = 0;
+  if (kind == session::calls::CopyToDeviceShared::kOrdinal) {
+    auto in = params.getRoot<ToShared::Params>();
+    if (in.getOffset() > shared_bytes_ || in.getBytes() > shared_bytes_ - in.getOffset()) return std::nullopt;
+    auto out = message.initRoot<session::Wire<session::calls::CopyToDevice>::Params>();
+    out.setDst(in.getDst());
+    out.setData(kj::arrayPtr(shared_ + in.getOffset(), in.getBytes()));
+    out.setStream(in.getStream());
+    ordinal = session::calls::CopyToDevice::kOrdinal;  // A posted call; its number asks the worker to answer it all the same.
+  } else {
+    auto in = params.getRoot<FromShared::Params>();
+    if (in.getOffset() > shared_bytes_ || in.getBytes() > shared_bytes_ - in.getOffset()) return std::nullopt;
+    auto out = message.initRoot<session::Wire<session::calls::CopyFromDevice>::Params>();
+    out.setSrc(in.getSrc());
+    out.setBytes(in.getBytes());
+    out.setStream(in.getStream());
+    ordinal = session::calls::CopyFromDevice::kOrdinal;
+    std::lock_guard<std::mutex> lock(recv_mu_);
+    landings_[seq] = {shared_ + in.getOffset(), static_cast<size_t>(in.getBytes())};
+    unshared_landings_.insert(seq);
+  }
+  std::vector<uint8_t> framed;
+  session::OutgoingFrame(ordinal, seq, message).AppendTo(&framed);
+  return framed;
+}
+
 uint32_t SessionChannel::Send(uint32_t ordinal, capnp::MessageBuilder& params, Landing landing) {
   uint32_t seq = next_seq_.fetch_add(1);
   if (seq == 0) seq = next_seq_.fetch_add(1);  // 0 marks posted calls.
+  if (unshared_) {
+    // A copy already using the shared memory when the session moved to a worker that does not map it.
+    capnp::SegmentArrayMessageReader reader(params.getSegmentsForOutput());
+    if (auto instead = Unshared(ordinal, seq, reader)) {
+      post_directly_.store(true, std::memory_order_relaxed);
+      return WriteQueuedAnd({kj::arrayPtr(instead->data(), instead->size())}, seq) ? seq : 0;
+    }
+  }
   if (landing.dst != nullptr && landing.bytes > 0) {
     std::lock_guard<std::mutex> lock(recv_mu_);
     landings_[seq] = landing;
@@ -700,6 +764,20 @@ bool SessionChannel::Wait(uint32_t seq, Reply* reply) {
     lock.lock();
     reading_ = false;
     const bool reply = kind == session::kReplyFrame || kind == session::kQuietReplyFrame;
+    if (ok && reply && r.message && unshared_landings_.count(got)) {
+      // A copy from the device rewritten for a worker that does not map the shared memory: its bytes go to the
+      // slot its caller reads, if they did not land there directly.
+      unshared_landings_.erase(got);
+      auto landing = landings_.find(got);
+      if (r.segments.size() == 0 && landing != landings_.end()) {
+        KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] {
+          auto data = r.message->getRoot<session::Wire<session::calls::CopyFromDevice>::ResultsStruct>().getData();
+          std::memcpy(landing->second.dst, data.begin(), std::min(data.size(), landing->second.bytes));
+        })) {
+          (void)e;  // Its status says what went wrong.
+        }
+      }
+    }
     if (ok && reply && r.message) {
       replies_[got] = std::move(r);
       if (auto mark = marks_.find(got); mark != marks_.end()) {

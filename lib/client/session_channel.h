@@ -17,6 +17,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,6 +49,7 @@ class SessionChannel {
   struct Resumed {
     int fd = -1;
     uint64_t consumed = 0;
+    bool shares = false;  // The new worker maps the memory this channel offered with its knock.
   };
   // Asked, on the thread that found the connection gone (`why`), where the session is now; an error: nowhere (the
   // channel is then lost, with the error's message).
@@ -106,7 +109,12 @@ class SessionChannel {
   // Memory shared with a worker on this host for copies (copyToDeviceShared, copyFromDeviceShared): null when
   // there is none (a worker elsewhere, or GPUPOOL_SHARED_MEMORY=0). Cut into kSharedSlots slots; a copy takes
   // shared_mu() for its whole run (another thread's copy meanwhile goes through the socket).
-  uint8_t* shared() const { return shared_; }
+  // Null too once the session moved to a worker that does not map it (another host): copies then go through the
+  // socket, and the calls that named the memory and were not yet run are sent with their bytes (Unshared).
+  uint8_t* shared() const { return unshared_.load() ? nullptr : shared_; }
+  // The shared memory itself, for the copies already using it when it stopped being shared: they finish through it
+  // (their calls rewritten as they leave), and their replies are collected.
+  uint8_t* shared_slots() const { return shared_; }
   size_t shared_bytes() const { return shared_bytes_; }
   std::mutex& shared_mu() { return shared_mu_; }
   static constexpr size_t kSharedSlots = 4;
@@ -171,6 +179,7 @@ class SessionChannel {
   bool reading_ = false;  // A waiter is reading the socket; others wait for it. Guarded by recv_mu_.
   std::map<uint32_t, Reply> replies_;  // Read for a waiter that has not taken it yet. Guarded by recv_mu_.
   std::map<uint32_t, Landing> landings_;  // By call, until its waiter returns. Guarded by recv_mu_.
+  std::set<uint32_t> unshared_landings_;  // Those of calls Unshared rewrote. Guarded by recv_mu_.
   // Frames sent so far, counted in the order they leave (posted calls as they queue). Guarded by queue_mu_ for
   // writing; read atomically.
   std::atomic<uint64_t> sent_{0};
@@ -205,6 +214,11 @@ class SessionChannel {
 
   uint8_t* shared_ = nullptr;
   size_t shared_bytes_ = 0;
+  std::atomic<bool> unshared_{false};  // The session's worker does not map shared_ any more (it moved to another host).
+  // For such a worker: call `kind` (copyToDeviceShared, copyFromDeviceShared) number `seq` with Params `params` as
+  // the call that carries its bytes in the message (copyToDevice, answered as its number asks; copyFromDevice, whose
+  // reply lands in the slot the call named), framed; other calls as they are (nullopt).
+  std::optional<std::vector<uint8_t>> Unshared(uint32_t kind, uint32_t seq, capnp::MessageReader& params);
   int shared_fd_ = -1;  // The shared memory's memfd, for the knock at a resumed session's door.
   std::mutex shared_mu_;
 

@@ -647,7 +647,7 @@ void SettleSharedSlot(RemoteSession::Impl* impl, size_t s) {
 // Settles every shared host-to-device copy that is out, unless another thread holds the shared memory (it settles
 // them as it goes). Called after a synchronising call's reply, when theirs (sent earlier) have arrived too.
 void SettleSharedCopies(RemoteSession::Impl* impl) {
-  if (!impl->channel || !impl->channel->shared()) return;
+  if (!impl->channel || !impl->channel->shared_slots()) return;  // Their replies too once it stopped being shared.
   std::unique_lock<std::mutex> lock(impl->channel->shared_mu(), std::try_to_lock);
   if (!lock.owns_lock()) return;
   for (size_t s = 0; s < SessionChannel::kSharedSlots; ++s) SettleSharedSlot(impl, s);
@@ -665,7 +665,7 @@ void SharedCopyToDevice(RemoteSession::Impl* impl, uint64_t dst, const uint8_t* 
     size_t s = impl->shared_next, n = std::min(slot, bytes - off);
     impl->shared_next = (s + 1) % SessionChannel::kSharedSlots;
     SettleSharedSlot(impl, s);
-    std::memcpy(channel.shared() + s * slot, src + off, n);
+    std::memcpy(channel.shared_slots() + s * slot, src + off, n);
     capnp::MallocMessageBuilder message(kFirstSegmentWords);
     W::WriteArgs({dst + off, s * slot, n, {stream}}, message.initRoot<W::Params>());
     impl->shared_unsettled[s] = channel.Send(calls::CopyToDeviceShared::kOrdinal, message);
@@ -690,7 +690,7 @@ int SharedCopyFromDevice(RemoteSession::Impl* impl, uint8_t* dst, uint64_t src, 
     InFlight& f = in_flight[s];
     if (f.bytes == 0) return;
     int code = ChannelCall<calls::CopyFromDeviceShared>(channel, f.seq, [](auto&) {}, error);
-    if (code == 0) std::memcpy(dst + f.offset, channel.shared() + s * slot, f.bytes);
+    if (code == 0) std::memcpy(dst + f.offset, channel.shared_slots() + s * slot, f.bytes);
     if (first == 0) first = code;
     f.bytes = 0;
   };

@@ -215,6 +215,7 @@ struct ArrivingSlice {
   model @2 :Text;
   emulated @3 :Bool;
   fromDevice @4 :UInt32;  # Its device on the agent it comes from.
+  deviceClass @5 :Text;   # That device's class: the lease asked for it (gp-run --class), so it keeps it.
 }
 
 struct ArrivingSession {

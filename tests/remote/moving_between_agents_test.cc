@@ -7,10 +7,13 @@
 #include <fstream>
 #include <memory>
 
+#include <capnp/ez-rpc.h>
 #include <fmt/format.h>
 
 #include "admin_helpers.h"
+#include "agent/auth.h"
 #include "integration/helpers.h"
+#include "pool.capnp.h"
 
 namespace gpupool::testing {
 namespace {
@@ -84,6 +87,46 @@ TEST(BetweenAgents, ALeaseMovesToAnotherAgentAndBackWhileItsProgramRunsAndFinish
                          seconds(10)));
 }
 
+// A process of the lease started after the move (its token still names the agent the lease left) is sent where the
+// lease went, and opens its session there; a lease spread over two agents moves its part on one of them, and its
+// end releases both parts where they are.
+TEST(BetweenAgents, ALaterProcessAndTheLeasesOtherPartFindItWhereItWent) {
+  TwoAgents agents;
+  const std::string a = agents.a->address(), b = agents.b->address();
+  const std::string script = Program("moving_state") + " 200 && " + Program("busy") + " 0.3";
+  Process program({ToolPath("gp-run"), "--servers", a, "-p", "0.5", "--", "/bin/sh", "-c", script});
+  ASSERT_EQ(program.ReadLine(seconds(60)), "ready") << program.Stderr();
+  const std::vector<LeaseInfo> leases = agents.LeasesOn(*agents.a);
+  ASSERT_EQ(leases.size(), 1u);
+  RunResult moved = Ctl(a, {"migrate", leases[0].id, "--to", b});
+  ASSERT_EQ(moved.code, 0) << moved.err;
+  EXPECT_EQ(program.Wait(seconds(120)), 0) << program.Stderr();
+  const std::string out = program.ReadAll();
+  EXPECT_NE(out.find("ok 400"), std::string::npos) << out;
+  EXPECT_NE(out.find("busy: "), std::string::npos) << out;
+  EXPECT_EQ(out.find("busy: cuda"), std::string::npos) << out;
+  EXPECT_NE(agents.b->process().Stderr().find("session on device"), std::string::npos)
+      << "the later process opened its session where the lease went";
+
+  // Two slices, one on each agent, moved from the first to a third agent.
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  Agent c(AgentOptions{.name = "third", .emulated = 2, .emulated_memory = "2GiB",
+                       .listen = "unix:" + dir.path() + "/c.sock"});
+  Process spread({ToolPath("gp-run"), "--servers", a + "," + b, "-n", "2", "--spread", "-p", "0.5", "--",
+                  Program("moving_state"), "200"});
+  ASSERT_EQ(spread.ReadLine(seconds(60)), "ready") << spread.Stderr();
+  const std::vector<LeaseInfo> on_a = agents.LeasesOn(*agents.a);
+  ASSERT_EQ(on_a.size(), 1u);
+  RunResult part = Ctl(a, {"migrate", on_a[0].id, "--to", c.address()});
+  ASSERT_EQ(part.code, 0) << part.err;
+  EXPECT_EQ(agents.LeasesOn(c).size(), 1u);
+  ExpectFinishedExact(spread, "ok 400");
+  EXPECT_TRUE(Eventually([&] {
+    return agents.LeasesOn(*agents.a).empty() && agents.LeasesOn(*agents.b).empty() && agents.LeasesOn(c).empty();
+  }, seconds(5))) << "both parts released where they were";
+}
+
 // A move that fails at any step on the agent the lease goes to (it refuses the lease, it dies as the images come, as
 // it is asked to restore them or to commit, its new worker refuses its image or dies restoring it) leaves the lease
 // on the agent it was on, its program running to an exact end, and nothing of it on the other agent.
@@ -149,6 +192,164 @@ TEST(BetweenAgents, AProgramKilledDuringItsMoveLeavesNothingOnEitherAgent) {
   }, seconds(30)));
   EXPECT_TRUE(agents.a->process().running());
   EXPECT_TRUE(agents.b->process().running());
+}
+
+// A program on the host of the agent its lease is on shares memory with its worker for copies (it reaches the agent
+// by its Unix socket). Its lease moves to an agent it reaches over TCP, whose worker cannot map that memory: the
+// copies it had sent naming the memory and that had not run yet are sent with their bytes, later ones go through
+// the socket, and the program finishes exact. Moved back, it goes on without sharing. Over TCP the agent the lease
+// leaves proves with a token that it administers the other.
+TEST(BetweenAgents, AProgramSharingMemoryWithItsWorkerFollowsItsLeaseToAnAgentOverTcp) {
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  const std::string token = "moving-between-agents-token-0123456789";
+  const std::string tokens = dir.path() + "/tokens.toml";
+  {
+    std::ofstream out(tokens);
+    out << "[tokens]\n" << agent::UserNameOf(geteuid()) << " = \"" << token << "\"\n";
+  }
+  chmod(tokens.c_str(), 0600);
+  Agent a(AgentOptions{.name = "local", .emulated = 2, .emulated_memory = "2GiB",
+                       .listen = "unix:" + dir.path() + "/a.sock", .env = {"GPUPOOL_TOKEN=" + token}});
+  Agent b(AgentOptions{.name = "remote", .emulated = 2, .emulated_memory = "2GiB",
+                       .extra_args = {"--tokens", tokens}});
+  Process program({ToolPath("gp-run"), "--servers", a.address(), "-p", "0.5", "--", Program("moving_state"), "400"});
+  ASSERT_EQ(program.ReadLine(seconds(60)), "ready") << program.Stderr();
+  PoolState state = Connect({a.address()}).State();
+  ASSERT_EQ(state.servers.at(0).leases.size(), 1u);
+  const std::string id = state.servers.at(0).leases[0].id;
+  RunResult there = Ctl(a.address(), {"migrate", id, "--to", b.address()});
+  ASSERT_EQ(there.code, 0) << there.err << a.process().Stderr() << b.process().Stderr();
+  std::this_thread::sleep_for(milliseconds(500));
+  RunResult back = RunCommand({ToolPath("gp-agent"), "ctl", "--server", b.address(), "migrate", id, "--to",
+                               a.address()},
+                              {"GPUPOOL_TOKEN=" + token}, seconds(60));
+  ASSERT_EQ(back.code, 0) << back.err << b.process().Stderr();
+  ExpectFinishedExact(program, "ok 800");
+}
+
+// What only another agent may ask (adopt), asked wrongly: a lease with no id, no slice, a session of no slice, windows
+// no worker could map, tickets of the wrong size or too many, devices of another model, more memory or sessions than
+// the agent has: each is refused with its reason and leaves nothing (no lease, no worker). An adoption whose images
+// come out of order, or that is asked to restore without them, ends all it had made; one whose caller hangs up
+// before its commit too. A client that is not an administrator is refused adopt altogether.
+TEST(BetweenAgents, AnAdoptionNoAgentWouldAskForIsRefusedAndLeavesNothing) {
+  TwoAgents agents;
+  Agent& agent = *agents.a;
+  capnp::EzRpcClient client(agent.address());
+  auto& ws = client.getWaitScope();
+  auto adopt = client.getMain<wire::Agent>();
+  const std::string model = Connect({agent.address()}).State().servers.at(0).devices.at(0).model;
+  // A well-formed adoption of one half-GPU slice and one session, which `spoil` then makes wrong.
+  int serial = 0;
+  auto ask = [&](const std::function<void(wire::Agent::AdoptParams::Builder)>& spoil) {
+    auto req = adopt.adoptRequest();
+    req.initLease().setId(fmt::format("adopted-{}", ++serial));
+    req.getLease().setSecret("secret");
+    req.initOwner().setUser("root");
+    req.setOwnerVerified(true);
+    auto slice = req.initSlices(1)[0];
+    slice.setMemoryBytes(uint64_t{512} << 20);
+    slice.setShareMicros(500000);
+    slice.setModel(model);
+    slice.setEmulated(true);
+    auto session = req.initSessions(1)[0];
+    session.setWindowBase(uint64_t{40} << 40);
+    session.setWindowBytes(uint64_t{2} << 30);
+    session.initTickets(1).set(0, kj::arrayPtr(reinterpret_cast<const kj::byte*>("0123456789abcdef"), 16));
+    spoil(req);
+    return req.send().wait(ws);
+  };
+  auto nothing_left = [&] {
+    return Eventually([&] {
+      ws.poll();  // A dropped arrival is released to the agent as this client's loop turns.
+      return agents.LeasesOn(agent).empty() && agents.WorkersOf(agent) == 0;
+    }, seconds(10));
+  };
+  using Code = wire::Outcome::Code;
+  const std::vector<std::pair<std::string, std::function<void(wire::Agent::AdoptParams::Builder)>>> wrong = {
+      {"no id", [](auto r) { r.getLease().setId(""); }},
+      {"no slice", [](auto r) { r.initSlices(0); }},
+      {"a session of no slice", [](auto r) { r.getSessions()[0].setSlice(7); }},
+      {"a window not GiB-aligned", [](auto r) { r.getSessions()[0].setWindowBase((uint64_t{40} << 40) + 4096); }},
+      {"a window past the address space", [](auto r) { r.getSessions()[0].setWindowBase(uint64_t{1} << 47); }},
+      {"a window smaller than the slice", [](auto r) { r.getSessions()[0].setWindowBytes(1 << 20); }},
+      {"a ticket of 3 bytes",
+       [](auto r) { r.getSessions()[0].initTickets(1).set(0, kj::arrayPtr(reinterpret_cast<const kj::byte*>("abc"), 3)); }},
+      {"65 tickets", [](auto r) { r.getSessions()[0].initTickets(65); }},
+  };
+  for (const auto& [what, spoil] : wrong) {
+    SCOPED_TRACE(what);
+    auto reply = ask(spoil);
+    EXPECT_EQ(reply.getOutcome().getCode(), Code::INVALID_ARGUMENT) << reply.getOutcome().getMessage().cStr();
+    EXPECT_FALSE(reply.hasArrival());
+    EXPECT_TRUE(nothing_left());
+  }
+  const std::vector<std::pair<std::string, std::function<void(wire::Agent::AdoptParams::Builder)>>> no_room = {
+      {"another model", [](auto r) { r.getSlices()[0].setModel("NVIDIA H100 80GB HBM3"); }},
+      {"more memory than a device", [](auto r) { r.getSlices()[0].setMemoryBytes(uint64_t{1} << 40); }},
+      {"more sessions than allowed", [](auto r) {
+         auto sessions = r.initSessions(4096);
+         for (auto s : sessions) {
+           s.setWindowBase(uint64_t{40} << 40);
+           s.setWindowBytes(uint64_t{2} << 30);
+           s.initTickets(1).set(0, kj::arrayPtr(reinterpret_cast<const kj::byte*>("0123456789abcdef"), 16));
+         }
+       }},
+  };
+  for (const auto& [what, spoil] : no_room) {
+    SCOPED_TRACE(what);
+    auto reply = ask(spoil);
+    EXPECT_EQ(reply.getOutcome().getCode(), Code::BUSY) << reply.getOutcome().getMessage().cStr();
+    EXPECT_TRUE(nothing_left());
+  }
+  // Accepted, then its images arrive out of order: the restore is refused and the adoption ends.
+  {
+    auto reply = ask([](auto) {});
+    ASSERT_EQ(reply.getOutcome().getCode(), Code::OK) << reply.getOutcome().getMessage().cStr();
+    EXPECT_EQ(agents.LeasesOn(agent).size(), 1u);
+    auto arrival = reply.getArrival();
+    auto piece = arrival.pieceRequest();
+    piece.setSession(0);
+    piece.setOffset(5);
+    piece.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>("bytes"), 5));
+    bool refused = false;
+    try {
+      piece.send().wait(ws);
+      auto restored = arrival.restoreRequest();
+      restored.initConsumed(1);
+      refused = restored.send().wait(ws).getOutcome().getCode() != Code::OK;
+    } catch (const kj::Exception&) {
+      refused = true;
+    }
+    EXPECT_TRUE(refused);
+  }
+  EXPECT_TRUE(nothing_left());
+  // Accepted, then asked to restore with no image, or with a count of frames per session that does not match.
+  for (unsigned counts : {1u, 2u}) {
+    auto reply = ask([](auto) {});
+    ASSERT_EQ(reply.getOutcome().getCode(), Code::OK);
+    auto restored = reply.getArrival().restoreRequest();
+    restored.initConsumed(counts);
+    EXPECT_NE(restored.send().wait(ws).getOutcome().getCode(), Code::OK);
+    EXPECT_TRUE(nothing_left());
+  }
+  // Accepted, and its caller hangs up before the commit.
+  {
+    auto reply = ask([](auto) {});
+    ASSERT_EQ(reply.getOutcome().getCode(), Code::OK);
+    EXPECT_EQ(agents.WorkersOf(agent), 1u) << "a worker waits for the image";
+  }
+  EXPECT_TRUE(nothing_left());
+  // Not an administrator: a TCP client without a token.
+  Agent tcp(AgentOptions{.name = "tcp", .emulated = 1, .emulated_memory = "2GiB"});
+  capnp::EzRpcClient stranger(tcp.address());
+  auto req = stranger.getMain<wire::Agent>().adoptRequest();
+  req.initLease().setId("x");
+  req.getLease().setSecret("y");
+  auto refused = req.send().wait(stranger.getWaitScope());
+  EXPECT_EQ(refused.getOutcome().getCode(), Code::PERMISSION_DENIED) << refused.getOutcome().getMessage().cStr();
+  EXPECT_TRUE(agent.process().running());
 }
 
 // drain --migrate: every running lease moves to the pool's other agents (GPUPOOL_SERVERS, as the administrator's
