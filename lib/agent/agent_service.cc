@@ -646,13 +646,20 @@ struct AgentState {
           if (table.Find(lease_id) == nullptr) return Status(StatusCode::kNotFound, "the lease ended meanwhile");
           return transfers->Commit(lease_id);
         })
-        .then([this, lease_id, server, sessions, adopted, started, bytes, abandon](Status committed) {
+        .then([this, lease_id, server, sessions, leaving, adopted, started, bytes, abandon](Status committed) {
           if (!committed.ok()) return abandon(committed);
-          const LeaseEntry* e = table.Find(lease_id);
-          MovedAway away{e->secret, server, {}, false};
+          if (table.Find(lease_id) == nullptr) {
+            // Its holder released it here while the other agent committed it: nobody will renew it there, and it
+            // expires there as a lease whose holder went away.
+            for (const auto& session : sessions) workers->Retire(session.pid);
+            moving.erase(lease_id);
+            return MoveResult{Status(StatusCode::kNotFound, fmt::format("the lease ended meanwhile; the agent at {} "
+                                                                        "lets it expire", server))};
+          }
+          MovedAway away{leaving.secret, server, {}, false};
           const std::vector<uint32_t>& there = adopted->value();
-          for (size_t i = 0; i < e->slices.size() && i < there.size(); ++i) {
-            away.devices.emplace_back(e->slices[i].device, there[i]);
+          for (size_t i = 0; i < leaving.slices.size() && i < there.size(); ++i) {
+            away.devices.emplace_back(leaving.slices[i].from_device, there[i]);
           }
           // Done: each client finds its worker gone, asks here, and is sent there.
           for (const auto& session : sessions) workers->Retire(session.pid);
@@ -1227,6 +1234,8 @@ class LeaseArrivalImpl final : public wire::LeaseArrival::Server {
     auto data = params.getData();
     KJ_REQUIRE(params.getOffset() == session.image->size(), "an image piece out of order");
     KJ_REQUIRE(data.size() <= session.most_bytes - session.image->size(), "an image larger than its slice allows");
+    // Room for all of it at once (growing piece by piece would copy it again and again), within its limit.
+    if (session.image->empty()) session.image->reserve(std::min(params.getTotal(), session.most_bytes));
     session.image->insert(session.image->end(), data.begin(), data.end());
     // The lease lives on while its images travel (no holder renews it here yet).
     (void)state_.table.Renew(lease_id_, secret_, Clock::now());

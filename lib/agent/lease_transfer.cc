@@ -109,6 +109,7 @@ kj::Promise<void> SendPieces(wire::LeaseArrival::Client arrival, uint32_t sessio
   req.setSession(session);
   req.setOffset(offset);
   req.setData(kj::arrayPtr(image->data() + offset, n));
+  req.setTotal(image->size());
   return req.send().then([arrival, session, image, offset, n]() mutable {
     return SendPieces(kj::mv(arrival), session, kj::mv(image), offset + n);
   });

@@ -227,8 +227,8 @@ struct ArrivingSession {
 }
 
 interface LeaseArrival {
-  piece @0 (session :UInt32, offset :UInt64, data :Data) -> stream;
-  # Bytes of a session's checkpoint image, in order from offset 0.
+  piece @0 (session :UInt32, offset :UInt64, data :Data, total :UInt64) -> stream;
+  # Bytes of a session's checkpoint image, in order from offset 0; `total`: the whole image's size.
   restore @1 (consumed :List(UInt64)) -> (outcome :Outcome);
   # Every image whole (`consumed`: each session's call frames consumed): the sessions are restored; answered once
   # each worker is open (or one failed).
