@@ -24,7 +24,7 @@ Status Read(const TomlFile& file, AgentConfig* c) {
   const toml::table& root = file.root();
   if (Status s = file.CheckKeys(root, {"name", "listen", "class", "nvml", "cuda_driver", "emulated", "leases", "drain",
                                        "metrics", "telemetry", "limits", "auth", "groups", "personality", "tls",
-                                       "workers"},
+                                       "workers", "moves"},
                                 "the agent config");
       !s.ok())
     return s;
@@ -153,6 +153,11 @@ Status Read(const TomlFile& file, AgentConfig* c) {
     if (!(s = file.GetDuration(*t, "idle_after", &c->idle_after)).ok()) return s;
     if (!(s = file.GetDuration(*t, "suspend_idle_after", &c->suspend_idle_after)).ok()) return s;
   }
+  if (!(s = section("moves", &t)).ok()) return s;
+  if (t) {
+    if (!(s = file.CheckKeys(*t, {"agents"}, "[moves]")).ok()) return s;
+    if (!(s = file.GetStringList(*t, "agents", &c->move_agents)).ok()) return s;
+  }
   return Status::Ok();
 }
 
@@ -205,6 +210,11 @@ Status AgentConfig::Validate() const {
   if (idle_after.count() < 1000) return bad("[telemetry] idle_after must be at least 1s");
   if (suspend_idle_after.count() != 0 && suspend_idle_after.count() < 1000) {
     return bad("[telemetry] suspend_idle_after must be at least 1s");
+  }
+  for (const std::string& agent : move_agents) {
+    if (agent.empty() || agent == listen) {
+      return bad("[moves] agents names other agents' addresses (host:port or unix:PATH), not '" + agent + "'");
+    }
   }
   if (!suspend_spill_dir.empty() && suspend_spill_dir.front() != '/') {
     return bad("[telemetry] suspend_spill_dir must be an absolute path, not '" + suspend_spill_dir + "'");

@@ -50,6 +50,10 @@ inline constexpr int kMaxSessionsPerLease = 64;
 //   suspend_memory = "4GiB"        # suspended leases' images kept in the agent's memory, at most; default 4GiB
 //   suspend_spill_dir = "/var/lib/gpupool/suspended"  # where images beyond that go (files of mode 0600); default:
 //                                  # none (a suspension that would pass suspend_memory is refused)
+//   [moves]
+//   agents = ["gpu2:7450"]         # where a personality's on_change = "migrate" moves the leases that break its rules
+//                                  # (the first that takes each, as clients reach it; this agent must administer them),
+//                                  # before suspending them here; default: none (they are suspended)
 //   [auth]
 //   require = false                # refuse clients the agent cannot authenticate
 //   tokens = "/etc/gpupool/tokens.toml"  # TCP clients' per-user tokens ([tokens] user = "token"; mode 0600)
@@ -83,6 +87,7 @@ struct AgentConfig {
   std::chrono::milliseconds suspend_idle_after{0};  // 0: leases are never suspended for idling.
   uint64_t suspend_memory = uint64_t{4} << 30;      // Suspended images held in memory, at most.
   std::string suspend_spill_dir;                    // Where the rest go; "": nowhere (refused past the memory).
+  std::vector<std::string> move_agents;  // [moves] agents: where on_change = "migrate" sends leases first.
   // [limits]: a session beyond either is refused before its worker starts, with a message naming the limit. At
   // most what a device's turns table and a slice's quota table hold (kMaxSessionsPerDevice, kMaxSessionsPerLease).
   int sessions_per_device = kMaxSessionsPerDevice;

@@ -2178,13 +2178,34 @@ void EnforcePolicy(AgentState& state) {
   for (const auto& [id, why] : moving) MoveByPolicy(state, id, why, moment.now_t);
 }
 
+// Lease `id`, which breaks the rules in force (`why`), to the first of [moves] agents from `next` on that takes it
+// (its policy decides there); resolves to where it went, or "" when none did.
+kj::Promise<std::string> MoveToAnotherAgent(AgentState& state, const std::string& id, size_t next) {
+  if (next >= state.config.move_agents.size() || state.table.Find(id) == nullptr) return std::string();
+  const std::string to = state.config.move_agents[next];
+  return state.MigrateTo(id, to).then([&state, id, next, to](AgentState::MoveResult r) -> kj::Promise<std::string> {
+    if (r.status.ok()) return to;
+    GP_INFO("policy", "lease {} not moved to the agent at {}: {}", id, to, r.status.message());
+    return MoveToAnotherAgent(state, id, next + 1);
+  });
+}
+
 void MoveByPolicy(AgentState& state, const std::string& id, const std::string& why, std::time_t now_t) {
   GP_INFO("policy", "lease {} breaks personality {}'s rules ({}): moving it off its GPUs", id, state.personality, why);
-  state.moves.add(state.Suspend(id).then([&state, id, why, now_t](AgentState::SuspendResult r) {
-    if (r.status.ok()) {
-      GP_INFO("policy", "lease {} suspended by the policy: {} session(s) kept, its GPUs given back", id, r.sessions);
-      return;
+  state.moves.add(MoveToAnotherAgent(state, id, 0).then([&state, id](std::string to) -> kj::Promise<AgentState::SuspendResult> {
+    if (!to.empty()) {
+      GP_INFO("policy", "lease {} moved by the policy to the agent at {}", id, to);
+      return AgentState::SuspendResult{Status::Ok()};
     }
+    if (state.table.Find(id) == nullptr) return AgentState::SuspendResult{Status::Ok()};  // It ended meanwhile.
+    return state.Suspend(id).then([&state, id](AgentState::SuspendResult r) {
+      if (r.status.ok()) {
+        GP_INFO("policy", "lease {} suspended by the policy: {} session(s) kept, its GPUs given back", id, r.sessions);
+      }
+      return r;
+    });
+  }).then([&state, id, why, now_t](AgentState::SuspendResult r) {
+    if (r.status.ok()) return;
     if (state.table.Find(id) != nullptr) {
       EndByPolicy(state, id, fmt::format("{} (it could not be moved off its GPUs: {})", why, r.status.message()),
                   now_t);
@@ -2218,6 +2239,7 @@ kj::Promise<void> ReloadLoop(AgentState& state, kj::UnixEventPort& port) {
       } else {
         state.config.policy = std::move(fresh.policy);
         state.config.admins = std::move(fresh.admins);
+        state.config.move_agents = std::move(fresh.move_agents);
         GP_INFO("policy", "SIGHUP: policy re-read from {} ({} personalities); {} lease(s) kept",
                 state.config.config_path, state.config.policy.personalities().size(), state.table.entries().size());
       }

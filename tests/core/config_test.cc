@@ -33,6 +33,8 @@ listen = "*:9450"
 idle_after = "30m"
 [limits]
 session_bytes_in_flight = "16MiB"
+[moves]
+agents = ["gpu-b:7450", "unix:/run/gpupool/other.sock"]
 )", "agent.toml", &c);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(c.name, "gpu-a");
@@ -55,7 +57,11 @@ session_bytes_in_flight = "16MiB"
   EXPECT_EQ(c.timing.reservation_ttl.count(), 2000);
   EXPECT_EQ(c.drain_timeout.count(), 60000);
   EXPECT_EQ(c.session_bytes_in_flight, 16ull << 20);
+  EXPECT_EQ(c.move_agents, (std::vector<std::string>{"gpu-b:7450", "unix:/run/gpupool/other.sock"}));
   EXPECT_TRUE(c.Validate().ok());
+  c.move_agents.push_back(c.listen);  // Itself: nowhere to move to.
+  EXPECT_NE(c.Validate().message().find("[moves] agents"), std::string::npos);
+  c.move_agents.pop_back();
   c.session_bytes_in_flight = 1024;
   EXPECT_NE(c.Validate().message().find("session_bytes_in_flight"), std::string::npos);
   c.session_bytes_in_flight = 16ull << 20;
@@ -83,6 +89,8 @@ TEST(AgentConfig, WrongTypesAndValuesAreErrors) {
   EXPECT_FALSE(agent::ParseAgentConfig("[emulated]\ncount = -1\n", "a.toml", &c).ok());
   EXPECT_FALSE(agent::ParseAgentConfig("[emulated]\nmemory = \"lots\"\n", "a.toml", &c).ok());
   EXPECT_FALSE(agent::ParseAgentConfig("leases = 5\n", "a.toml", &c).ok());
+  EXPECT_FALSE(agent::ParseAgentConfig("[moves]\nagents = \"gpu-b:7450\"\n", "a.toml", &c).ok());
+  EXPECT_FALSE(agent::ParseAgentConfig("[moves]\nagent = [\"gpu-b:7450\"]\n", "a.toml", &c).ok());
   agent::AgentConfig bad;
   bad.timing.renew_interval = bad.timing.lease_ttl;
   EXPECT_FALSE(bad.Validate().ok());

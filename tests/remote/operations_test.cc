@@ -668,6 +668,46 @@ hours = "20:00-08:00"
   ExpectFinishedExact(program, "ok 120");
 }
 
+// on_change = "migrate" with [moves] agents: at the change, a lease that breaks the new rules goes to another agent
+// whose own rules take it (there, none), and its program goes on there to an exact end; nothing is suspended.
+TEST(Policy, OnChangeMigrateMovesWhatBreaksTheNewRulesToAnotherAgent) {
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  Agent other(AgentOptions{.name = "other", .emulated = 1, .emulated_memory = "2GiB",
+                           .listen = "unix:" + dir.path() + "/other.sock"});
+  std::string config = dir.Write("agent.toml", fmt::format(R"(
+[moves]
+agents = ["{}"]
+
+[[personality]]
+name = "day"
+hours = "08:00-20:00"
+max_fraction = 0.5
+on_change = "migrate"
+
+[[personality]]
+name = "night"
+hours = "20:00-08:00"
+)", other.address()));
+  std::string clock = dir.path() + "/clock";
+  SetClock(clock, "2026-11-23 21:00");  // Night.
+  Agent agent(AgentOptions{.name = "policy", .emulated = 1, .emulated_memory = "2GiB",
+                           .listen = "unix:" + dir.path() + "/agent.sock", .extra_args = {"--config", config},
+                           .env = {"GPUPOOL_POLICY_CLOCK=" + clock, "TZ=UTC"}});
+  Process program({ToolPath("gp-run"), "--servers", agent.address(), "-p", "1", "--", Program("moving_state"), "60",
+                   "3000"});
+  ASSERT_EQ(program.ReadLine(seconds(60)), "ready") << program.Stderr();
+  ASSERT_EQ(program.ReadLine(seconds(60)), "idle") << program.Stderr();
+  SetClock(clock, "2026-11-24 08:00");  // Day: the whole GPU breaks its rules here.
+  Pool here = Connect({agent.address()}), there = Connect({other.address()});
+  auto holds = [](Pool& pool) { return !LeaseIdOf(pool, "moving_state").empty(); };
+  ASSERT_TRUE(Eventually([&] { return holds(there) && !holds(here); }, seconds(15))) << agent.process().Stderr();
+  EXPECT_TRUE(Eventually([&] {
+    return agent.process().Stderr().find("moved by the policy to the agent at") != std::string::npos;
+  }, seconds(5))) << agent.process().Stderr();
+  ExpectFinishedExact(program, "ok 120");
+}
+
 // A program killed (with its gp-run) while its lease is being moved: the move ends, done or undone, and once the lease
 // expires nothing of it is left on the agent: no session, no worker, no slice.
 TEST(Migrate, AProgramKilledDuringItsMoveLeavesNothingBehind) {
