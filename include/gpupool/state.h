@@ -87,6 +87,9 @@ struct ServerInfo {
   // addresses shows and uses it once, at the first address that answered.
   std::string instance_id;
   bool draining = false;
+  // Leases this agent moved to other agents whose holders may not all have been told yet (the agent must run on
+  // until none is left, for them to find where the leases went).
+  uint32_t moves_untold = 0;
   uint32_t protocol_version = 0;
   double lease_ttl_s = 0;
   double idle_after_s = 0;  // A lease without a call for this long is flagged idle; 0: the agent does not say.

@@ -511,13 +511,24 @@ struct AgentState {
   // ---- Moving leases to another agent (migrateTo here, adopt there).
 
   // What this agent answers for a lease it moved to another agent: where it went (Outcome.moved), until
-  // kMovedAwayKept younger moves push it out. `heard`: a holder of the lease has asked here since and was told.
+  // kMovedAwayKept younger moves push it out. `told`: when a holder of the lease first asked here since and was told.
   struct MovedAway {
     std::string secret;
     std::string server;
     std::vector<std::pair<uint32_t, uint32_t>> devices;  // Its devices here -> there.
-    bool heard = false;
+    std::optional<Clock::time_point> told;
   };
+
+  // Moved leases whose holders may not all know where they went: none has asked here yet, or the first did less than
+  // a renewal interval ago (each process of a lease renews that often, and learns it then).
+  uint32_t MovesUntold() const {
+    uint32_t n = 0;
+    const auto now = Clock::now();
+    for (const auto& [id, moved] : moved_away) {
+      if (!moved.told || now - *moved.told < table.timing().renew_interval) ++n;
+    }
+    return n;
+  }
   static constexpr size_t kMovedAwayKept = 65536;
   std::map<std::string, MovedAway> moved_away;
   std::deque<std::string> moved_away_order;
@@ -533,7 +544,7 @@ struct AgentState {
       SetOutcome(out, Status(StatusCode::kPermissionDenied, "wrong secret for lease " + id));
       return true;
     }
-    it->second.heard = true;
+    if (!it->second.told) it->second.told = Clock::now();
     SetOutcome(out, Status(StatusCode::kNotFound,
                            fmt::format("lease {} moved from agent {} to the agent at {}", id, config.name,
                                        it->second.server)));
@@ -656,7 +667,7 @@ struct AgentState {
             return MoveResult{Status(StatusCode::kNotFound, fmt::format("the lease ended meanwhile; the agent at {} "
                                                                         "lets it expire", server))};
           }
-          MovedAway away{leaving.secret, server, {}, false};
+          MovedAway away{leaving.secret, server, {}, std::nullopt};
           const std::vector<uint32_t>& there = adopted->value();
           for (size_t i = 0; i < leaving.slices.size() && i < there.size(); ++i) {
             away.devices.emplace_back(leaving.slices[i].from_device, there[i]);
@@ -1068,6 +1079,7 @@ void Describe(const AgentState& state, wire::AgentState::Builder out, bool with_
   const LeaseTable& table = state.table;
   out.setName(state.config.name);
   out.setInstanceId(state.instance_id);
+  out.setMovesUntold(state.MovesUntold());
   out.setProtocolVersion(wire::PROTOCOL_VERSION);
   out.setDraining(table.draining());
   out.setLeaseTtlMs(Ms(table.timing().lease_ttl));
@@ -2269,14 +2281,16 @@ kj::Promise<void> SweepLoop(AgentState& state, kj::Timer& timer) {
   });
 }
 
-// Resolves once the agent may exit after the first SIGTERM/SIGINT: no leases left, or the drain timeout.
+// Resolves once the agent may exit after the first SIGTERM/SIGINT: no leases left, and the holders of leases moved
+// from here told where they went (MovesUntold); or the drain timeout.
 kj::Promise<void> DrainLoop(AgentState& state, kj::Timer& timer, kj::TimePoint deadline) {
-  if (state.table.entries().empty()) {
+  if (state.table.entries().empty() && state.MovesUntold() == 0) {
     GP_INFO("agent", "drained: no leases left");
     return kj::READY_NOW;
   }
   if (timer.now() >= deadline) {
-    GP_WARN("agent", "drain timeout passed with {} lease(s) still held; exiting", state.table.entries().size());
+    GP_WARN("agent", "drain timeout passed with {} lease(s) still held and {} moved lease(s) whose holders may not "
+            "know where they went; exiting", state.table.entries().size(), state.MovesUntold());
     return kj::READY_NOW;
   }
   return timer.afterDelay(100 * kj::MILLISECONDS).then([&state, &timer, deadline]() {

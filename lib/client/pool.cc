@@ -46,6 +46,7 @@ void FillServerInfo(wire::AgentState::Reader st, ServerInfo* info) {
   info->error.clear();
   info->name = st.getName();
   info->instance_id = st.getInstanceId();
+  info->moves_untold = st.getMovesUntold();
   info->draining = st.getDraining();
   info->protocol_version = st.getProtocolVersion();
   info->lease_ttl_s = static_cast<double>(st.getLeaseTtlMs()) / 1000.0;

@@ -129,6 +129,9 @@ struct AgentState {
   instanceId @11 :Text;           # Random, drawn when the agent starts: two addresses of one agent (a TCP and a Unix
                                   # socket, two host names) answer the same, so a client counts that agent once.
                                   # Empty from an older agent.
+  movesUntold @12 :UInt32;        # Leases this agent moved to other agents whose holders may not all know yet (none
+                                  # has asked here since, or one did less than a renewal interval ago): stopping
+                                  # this agent now could leave a process of them asking in vain.
 }
 
 interface Agent {

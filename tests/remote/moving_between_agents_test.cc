@@ -1,6 +1,7 @@
 // Issue 43, leases moving between agents (gp-agent ctl migrate --to, drain --migrate): real agents on Unix sockets,
 // real nvcc-built programs under gp-run whose state (device memory, a module's variable, graphs replayed before and
 // after, a stream-ordered pool) is checked bit for bit at their end, and the parties killed at each step of a move.
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -368,13 +369,17 @@ TEST(BetweenAgents, DrainMigrateMovesEveryLeaseOffTheAgent) {
   EXPECT_NE(drained.out.find("drained"), std::string::npos) << drained.out;
   EXPECT_TRUE(agents.LeasesOn(*agents.a).empty());
   EXPECT_EQ(agents.LeasesOn(*agents.b).size(), 2u);
+  // "drained" came once every holder had been told where its lease went: the agent may go now, and the programs
+  // (idle the second, as it may be) go on without it.
+  agents.a->Kill(SIGKILL);
   ExpectFinishedExact(first, "ok 600");
   ExpectFinishedExact(second, "ok 600");
+  EXPECT_TRUE(Eventually([&] { return agents.LeasesOn(*agents.b).empty(); }, seconds(5))) << "released there";
   // With nowhere to go, drain --migrate says so and fails.
   Process third({ToolPath("gp-run"), "--servers", b, "-p", "0.5", "--", Program("moving_state"), "100"});
   ASSERT_EQ(third.ReadLine(seconds(60)), "ready") << third.Stderr();
   RunResult nowhere = RunCommand({ToolPath("gp-agent"), "ctl", "--server", b, "drain", "--migrate", "--to", a},
-                                 {}, seconds(60));
+                                 {}, seconds(60));  // Gone.
   EXPECT_EQ(nowhere.code, 1) << nowhere.out << nowhere.err;
   EXPECT_NE(nowhere.out.find("could not move"), std::string::npos) << nowhere.out;
   ExpectFinishedExact(third, "ok 200");

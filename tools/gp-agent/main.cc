@@ -203,12 +203,18 @@ int Ctl(int argc, char** argv) {
     for (;;) {
       ServerInfo info = pool->State().servers.at(0);
       if (!info.up) return fail(Status(StatusCode::kUnavailable, info.error));
-      if (info.leases.empty()) {
+      // After moves, until the moved leases' holders have been told where they went (their next renewal).
+      if (info.leases.empty() && info.moves_untold == 0) {
         Print("drained: every GPU of {} is cordoned and no lease is left\n", server);
         return 0;
       }
       if (std::chrono::steady_clock::now() >= deadline) {
-        Print("every GPU of {} is cordoned; {} lease(s) still held\n", server, info.leases.size());
+        if (info.leases.empty()) {
+          Print("every GPU of {} is cordoned and no lease is left, but the holders of {} moved lease(s) may not know "
+                "yet where they went: keep the agent running until they renew\n", server, info.moves_untold);
+        } else {
+          Print("every GPU of {} is cordoned; {} lease(s) still held\n", server, info.leases.size());
+        }
         return limit->count() > 0 || drain_migrate ? 1 : 0;  // --migrate promised none would be left.
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
