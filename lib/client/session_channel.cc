@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "core/log.h"
 #include "core/util.h"
 #include "schema/session_calls.h"
 #include "schema/session_frames.h"
@@ -427,6 +428,10 @@ bool SessionChannel::Resume() {
       }
       if (run.held.size() > 0) replay.push_back({const_cast<kj::byte*>(run.held.begin()), run.held.size()});
     }
+  }
+  if (!rewritten.empty()) {
+    GP_DEBUG("session", "{} call(s) that named the memory shared with the last worker go to the new one with their "
+             "bytes", rewritten.size());
   }
   if (!fits) {
     close(resumed->fd);

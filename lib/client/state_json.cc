@@ -45,6 +45,8 @@ std::string PoolStateJson(const PoolState& state, const StateJsonOptions& option
     s.up ? w.Null() : w.String(s.error);
     w.Key("draining");
     s.up ? w.Bool(s.draining) : w.Null();
+    w.Key("moves_untold");
+    s.up ? w.UInt(s.moves_untold) : w.Null();
     w.Key("protocol_version");
     s.up ? w.UInt(s.protocol_version) : w.Null();
     w.Key("lease_ttl_s");

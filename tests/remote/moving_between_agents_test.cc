@@ -227,6 +227,23 @@ TEST(BetweenAgents, AProgramSharingMemoryWithItsWorkerFollowsItsLeaseToAnAgentOv
                               {"GPUPOOL_TOKEN=" + token}, seconds(60));
   ASSERT_EQ(back.code, 0) << back.err << b.process().Stderr();
   ExpectFinishedExact(program, "ok 800");
+
+  // Copies through the shared memory in flight (both ways, and a second stream's) at each move, moved back and
+  // forth between the two hosts: every byte comes back as it should.
+  Process copies({ToolPath("gp-run"), "--servers", a.address(), "-p", "0.5", "--", Program("copy_moves"), "150"});
+  ASSERT_EQ(copies.ReadLine(seconds(60)), "ready") << copies.Stderr();
+  state = Connect({a.address()}).State();
+  ASSERT_EQ(state.servers.at(0).leases.size(), 1u);
+  const std::string busy = state.servers.at(0).leases[0].id;
+  for (int move = 0; move < 4; ++move) {
+    const bool to_b = move % 2 == 0;
+    RunResult moved = RunCommand({ToolPath("gp-agent"), "ctl", "--server", to_b ? a.address() : b.address(),
+                                  "migrate", busy, "--to", to_b ? b.address() : a.address()},
+                                 {"GPUPOOL_TOKEN=" + token}, seconds(60));
+    ASSERT_EQ(moved.code, 0) << "move " << move << ": " << moved.err;
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+  ExpectFinishedExact(copies, "ok 150");
 }
 
 // What only another agent may ask (adopt), asked wrongly: a lease with no id, no slice, a session of no slice, windows
