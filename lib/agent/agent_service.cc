@@ -414,6 +414,12 @@ struct AgentState {
         undo(targets);
         return MoveResult{spec.status()};
       }
+      // An emulated device's memory is a file: the new worker maps the old one's, and the image leaves the bytes in
+      // it (no copy). The restore writes none of it, so an abandoned move leaves the old session's memory as it was.
+      if (spec->emulated) {
+        spec->memory_fd = workers->MemoryFileOf(session.pid);
+        spec->memory_kept = spec->memory_fd >= 0;
+      }
       specs.push_back(std::move(spec).value());
     }
     moving.insert(lease_id);
@@ -427,7 +433,9 @@ struct AgentState {
     }
     auto opening = kj::joinPromises(opens.releaseAsArray());
     kj::Vector<kj::Promise<SessionWorkers::Checkpointed>> checkpoints;
-    for (const auto& session : sessions) checkpoints.add(workers->Checkpoint(session.pid, kQuietWithin));
+    for (size_t i = 0; i < sessions.size(); ++i) {
+      checkpoints.add(workers->Checkpoint(sessions[i].pid, kQuietWithin, specs[i].memory_kept));
+    }
     return kj::joinPromises(checkpoints.releaseAsArray())
         .then([this, lease_id, sessions, targets, undo, started, images, opening = kj::mv(opening)](
                   kj::Array<SessionWorkers::Checkpointed> taken) mutable -> kj::Promise<MoveResult> {

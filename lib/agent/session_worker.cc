@@ -49,6 +49,7 @@ constexpr int kWorkerFd = 3;
 constexpr int kTurnsFd = 4;
 constexpr int kQuotaFd = 5;
 constexpr int kMeterFd = 6;
+constexpr int kMemoryFd = 7;
 // Between a lease's end and the kill of its workers: their clients' next calls get "the lease ended".
 constexpr kj::Duration kRevokeGrace = 2 * kj::SECONDS;
 // A session image crosses between agent and worker in pieces of this much (within Cap'n Proto's message limit), a
@@ -400,6 +401,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     image_bytes_.clear();
     auto image = kj::heap<backend::SessionImage>();
     auto* raw = image.get();
+    raw->memory_stays = context.getParams().getMemoryStays();  // Asked; the checkpoint says whether it could.
     const kj::Duration within = context.getParams().getQuietWithinMs() * kj::MILLISECONDS;
     return backend::CheckpointForMove(door_->frames(), *control_, io_.provider->getTimer(), within, raw)
         .then([this, results, image = kj::mv(image)](backend::MoveCheckpoint taken) mutable {
@@ -433,6 +435,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
           results.setConsumed(taken.consumed);
           results.setImageBytes(image_bytes_.size());
           results.setPlacedByDriver(image->variables_placed_by_driver);
+          results.setMemoryStayed(image->memory_stays);
         });
   }
 
@@ -558,6 +561,8 @@ class WorkerImpl final : public wire::SessionWorker::Server {
       cfg.pci_bus = c.getPciBus();
       cfg.pci_device = c.getPciDevice();
       if (!sharing.submission_turns) cfg.gate = sharing.turns;
+      if (c.getMemoryFile()) cfg.memory_fd = kMemoryFd;  // Open for the worker's life: its device's memory.
+      cfg.memory_kept = c.getMemoryFile() && c.getMemoryKept();
       limits->description = fmt::format("emulated {}, window 0x{:x}", cfg.device_name, cfg.window_base);
       return backend::NewEmuBackend(cfg);
     }
@@ -745,6 +750,7 @@ struct SessionWorkers::Worker {
   bool opened = false;  // Its session opened.
   WorkerSpec spec;      // How it was opened (without the image it may have been restored from).
   DirectDoor door;      // Where its client reaches it, once opened.
+  kj::AutoCloseFd memory;  // Its emulated device's memory file (kMemoryFd in the worker), or none.
 };
 
 SessionWorkers::SessionWorkers(kj::AsyncIoContext& io, WorkerSandbox sandbox, uint64_t memory_limit,
@@ -774,16 +780,26 @@ kj::Promise<OpenedSession> SessionWorkers::Start(const WorkerSpec& spec,
                          nullptr};
   }
   // Above the fds the child gets: dup2 onto itself would keep close-on-exec set, and one must not clobber the other.
-  int child_fd = fcntl(fds[1], F_DUPFD_CLOEXEC, kMeterFd + 1);
+  int child_fd = fcntl(fds[1], F_DUPFD_CLOEXEC, kMemoryFd + 1);
   close(fds[1]);
-  int turns_fd = spec.turns_fd >= 0 ? fcntl(spec.turns_fd, F_DUPFD_CLOEXEC, kMeterFd + 1) : -1;
-  int quota_fd = spec.quota_fd >= 0 ? fcntl(spec.quota_fd, F_DUPFD_CLOEXEC, kMeterFd + 1) : -1;
+  int turns_fd = spec.turns_fd >= 0 ? fcntl(spec.turns_fd, F_DUPFD_CLOEXEC, kMemoryFd + 1) : -1;
+  int quota_fd = spec.quota_fd >= 0 ? fcntl(spec.quota_fd, F_DUPFD_CLOEXEC, kMemoryFd + 1) : -1;
+  // An emulated device's memory: a file of its own, or its last worker's (a move), kept here for the next.
+  int memory_fd = -1;
+  if (spec.emulated) {
+    if (spec.memory_fd >= 0) {
+      memory_fd = fcntl(spec.memory_fd, F_DUPFD_CLOEXEC, kMemoryFd + 1);
+    } else if (int made = memfd_create("gpupool-session-memory", MFD_CLOEXEC); made >= 0) {
+      memory_fd = fcntl(made, F_DUPFD_CLOEXEC, kMemoryFd + 1);
+      close(made);
+    }
+  }
   // The session's meter: the agent keeps it mapped, and reads it after the worker is gone too.
   auto meter_segment = backend::SessionMeter::CreateSegment();
   int meter_fd = -1;
   std::unique_ptr<backend::SessionMeter> meter;
   if (meter_segment.ok()) {
-    meter_fd = fcntl(*meter_segment, F_DUPFD_CLOEXEC, kMeterFd + 1);
+    meter_fd = fcntl(*meter_segment, F_DUPFD_CLOEXEC, kMemoryFd + 1);
     auto mapped = backend::SessionMeter::Map(*meter_segment);
     close(*meter_segment);
     if (mapped.ok() && meter_fd >= 0) {
@@ -796,11 +812,12 @@ kj::Promise<OpenedSession> SessionWorkers::Start(const WorkerSpec& spec,
   if (!meter) GP_WARN("session", "lease {}: no session meter; this session's telemetry stays at zero", spec.lease_id);
   char exe[4096];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0 || child_fd < 0 || (spec.turns_fd >= 0 && turns_fd < 0) || (spec.quota_fd >= 0 && quota_fd < 0)) {
+  if (n <= 0 || child_fd < 0 || (spec.turns_fd >= 0 && turns_fd < 0) || (spec.quota_fd >= 0 && quota_fd < 0) ||
+      (spec.memory_fd >= 0 && memory_fd < 0)) {
     std::string why = n <= 0 ? "cannot find gp-agent's own executable"
                              : fmt::format("cannot pass descriptors to a session worker: {}", std::strerror(errno));
     close(fds[0]);
-    for (int fd : {child_fd, turns_fd, quota_fd, meter_fd}) {
+    for (int fd : {child_fd, turns_fd, quota_fd, meter_fd, memory_fd}) {
       if (fd >= 0) close(fd);
     }
     return OpenedSession{Status(StatusCode::kInternal, why), nullptr, nullptr};
@@ -820,12 +837,14 @@ kj::Promise<OpenedSession> SessionWorkers::Start(const WorkerSpec& spec,
   if (turns_fd >= 0) posix_spawn_file_actions_adddup2(&actions, turns_fd, kTurnsFd);
   if (quota_fd >= 0) posix_spawn_file_actions_adddup2(&actions, quota_fd, kQuotaFd);
   if (meter_fd >= 0) posix_spawn_file_actions_adddup2(&actions, meter_fd, kMeterFd);
+  if (memory_fd >= 0) posix_spawn_file_actions_adddup2(&actions, memory_fd, kMemoryFd);
   pid_t pid = 0;
   int err = posix_spawn(&pid, exe, &actions, nullptr, argv, environ);
   posix_spawn_file_actions_destroy(&actions);
   for (int fd : {child_fd, turns_fd, quota_fd, meter_fd}) {
     if (fd >= 0) close(fd);
   }
+  kj::AutoCloseFd memory(memory_fd);  // The agent's: the next worker of a move maps it (MemoryFileOf).
   if (err != 0) {
     close(fds[0]);
     return OpenedSession{Status(StatusCode::kInternal, fmt::format("cannot start a session worker: {}",
@@ -854,6 +873,8 @@ kj::Promise<OpenedSession> SessionWorkers::Start(const WorkerSpec& spec,
   worker->spec = spec;
   worker->spec.restore_image = nullptr;
   worker->meter = std::move(meter);
+  worker->memory = kj::mv(memory);
+  worker->spec.memory_fd = -1;  // Its own is `memory`; the one it came with is its last worker's.
   worker->direct_path = DoorSocketPath(spec.direct_listen, pid);
   worker->stream = io_.lowLevelProvider->wrapUnixSocketFd(fds[0], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
   worker->rpc = kj::heap<capnp::TwoPartyClient>(*worker->stream);
@@ -888,6 +909,8 @@ kj::Promise<OpenedSession> SessionWorkers::Start(const WorkerSpec& spec,
   c.setSessionMeter(meter_fd >= 0);
   c.setDirectListen(spec.direct_listen);
   c.setBytesInFlight(spec.bytes_in_flight);
+  c.setMemoryFile(memory_fd >= 0);
+  c.setMemoryKept(memory_fd >= 0 && spec.memory_fd >= 0 && spec.memory_kept);
   // A moved session's image goes first, in pieces within the message limit, once it is there.
   auto request = kj::heap<decltype(req)>(kj::mv(req));
   auto* config = request.get();
@@ -963,7 +986,13 @@ std::vector<SessionWorkers::LeaseSession> SessionWorkers::SessionsOf(const std::
   return out;
 }
 
-kj::Promise<SessionWorkers::Checkpointed> SessionWorkers::Checkpoint(pid_t pid, kj::Duration quiet_within) {
+int SessionWorkers::MemoryFileOf(pid_t pid) const {
+  auto it = workers_.find(pid);
+  return it == workers_.end() ? -1 : it->second->memory.get();
+}
+
+kj::Promise<SessionWorkers::Checkpointed> SessionWorkers::Checkpoint(pid_t pid, kj::Duration quiet_within,
+                                                                     bool memory_stays) {
   auto it = workers_.find(pid);
   if (it == workers_.end() || it->second->killed) {
     return Checkpointed{Status(StatusCode::kNotFound, "the session ended"), 0, nullptr};
@@ -973,6 +1002,7 @@ kj::Promise<SessionWorkers::Checkpointed> SessionWorkers::Checkpoint(pid_t pid, 
   if (control == nullptr) return Checkpointed{Status(StatusCode::kNotFound, "the session ended"), 0, nullptr};
   auto req = control->checkpointRequest();
   req.setQuietWithinMs(static_cast<uint32_t>(quiet_within / kj::MILLISECONDS));
+  req.setMemoryStays(memory_stays);
   wire::SessionWorker::Client worker = *control;
   return req.send()
       .then([this, worker](capnp::Response<wire::SessionWorker::CheckpointResults>&& r) mutable
@@ -981,6 +1011,7 @@ kj::Promise<SessionWorkers::Checkpointed> SessionWorkers::Checkpoint(pid_t pid, 
         auto taken = std::make_shared<Checkpointed>();
         taken->consumed = r.getConsumed();
         taken->placed_by_driver = r.getPlacedByDriver();
+        taken->memory_stayed = r.getMemoryStayed();
         // Its length is the worker's word, bounded by what a session can hold (its window: 2^47 bytes at most).
         if (r.getImageBytes() > (uint64_t{1} << 47)) {
           return Checkpointed{Status(StatusCode::kInternal, "the worker announced an image larger than any session"), 0,

@@ -67,6 +67,11 @@ struct WorkerSpec {
   // `restore_consumed` of its client's call frames. Null: a fresh session.
   std::shared_ptr<const std::vector<uint8_t>> restore_image;
   uint64_t restore_consumed = 0;
+  // Emulated devices: the memory file of the session's last worker (MemoryFileOf), which the new one maps in its
+  // place, holding the session's memory (memory_kept: a move within the agent whose checkpoint left the bytes there).
+  // -1: a file of its own.
+  int memory_fd = -1;
+  bool memory_kept = false;
 };
 
 // Where the client reaches the worker itself (wire::DirectSession).
@@ -132,8 +137,13 @@ class SessionWorkers {
     uint64_t consumed = 0;
     std::shared_ptr<std::vector<uint8_t>> image;
     bool placed_by_driver = false;  // A restore may be refused (worker.capnp, checkpoint).
+    bool memory_stayed = false;     // The image leaves the allocations' bytes in the worker's memory file.
   };
-  kj::Promise<Checkpointed> Checkpoint(pid_t pid, kj::Duration quiet_within);
+  // `memory_stays`: the session's next worker gets this one's memory file (MemoryFileOf), so the image may leave the
+  // allocations' bytes there.
+  kj::Promise<Checkpointed> Checkpoint(pid_t pid, kj::Duration quiet_within, bool memory_stays = false);
+  // The memory file of worker `pid`'s emulated device (WorkerSpec::memory_fd), or -1: none (a GPU, or no such worker).
+  int MemoryFileOf(pid_t pid) const;
   // The move was abandoned: the checkpointed session serves its client again.
   void Resume(pid_t pid);
   // The session moved: its worker is killed (its client finds the connection gone and follows the session).

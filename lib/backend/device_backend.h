@@ -221,6 +221,12 @@ class DeviceBackend {
     return CallStatus::Ok();
   }
 
+  // Whether the device's memory is a memory file that a session's next worker can be given (EmuBackendConfig's
+  // memory_fd), so that a checkpoint may leave the allocations' bytes where they are (SessionImage::memory_stays).
+  virtual bool MemoryShareable() const { return false; }
+  // Whether this device was given the memory of the session it is to restore (it holds its bytes already): a restore
+  // then writes none of it, and LoadModuleAt places module variables without initializing them.
+  virtual bool MemoryKept() const { return false; }
   // Whether LoadModuleAt puts a module's variables where it is told (an emulated device), or only checks where the
   // device's own loader put them (a GPU's driver).
   virtual bool PlacesModuleVariables() const { return false; }

@@ -66,6 +66,12 @@ struct SessionImage {
   std::vector<Reservation> reservations;
   std::vector<Physical> physical;
   std::vector<Mapping> mappings;
+  // The allocations' bytes are not in the image: the session's memory stays where it is, in a memory file its next
+  // worker maps (EmuBackendConfig::memory_fd, a move within one agent). A checkpoint's caller sets it to ask for that;
+  // the checkpoint leaves it set only where it could (a device whose memory is such a file, and no virtual memory
+  // mappings, whose physical memory is not in it). A restore of such an image needs a device given that memory
+  // (DeviceBackend::MemoryKept).
+  bool memory_stays = false;
   // Not part of the stream (session_image_stream.h): set by a checkpoint whose device cannot place module variables
   // (DeviceBackend::PlacesModuleVariables) when the image holds any. A restore of it is refused unless the device
   // happens to place them where they were.

@@ -9,7 +9,7 @@
 namespace gpupool::backend {
 namespace {
 
-constexpr char kImageMagic[8] = {'G', 'P', 'S', 'I', 'M', 'G', 0, 1};
+constexpr char kImageMagic[8] = {'G', 'P', 'S', 'I', 'M', 'G', 0, 2};  // 2: memory_stays.
 // Bounds that no real session reaches, checked before anything is allocated for what a stream announces.
 constexpr uint64_t kMaxItems = uint64_t{1} << 24;   // Objects of one kind.
 constexpr uint64_t kMaxName = 4096;                 // A kernel's name.
@@ -80,12 +80,16 @@ class Reader {
       left -= piece;
     }
   }
-  SessionImage::Memory Memory(uint64_t most, const char* what) {
+  // `bytes_left_out`: the memory stays where it is (SessionImage::memory_stays): none of its bytes travel.
+  SessionImage::Memory Memory(uint64_t most, const char* what, bool bytes_left_out = false) {
     SessionImage::Memory m;
     m.address = Value<uint64_t>();
     m.bytes = Value<uint64_t>();
     Blob(&m.data, most, what);
-    if (ok() && m.data.size() != m.bytes) Fail(std::string(what) + " whose bytes are not its size");
+    if (ok() && m.data.size() != (bytes_left_out ? 0 : m.bytes)) {
+      Fail(std::string(what) + (bytes_left_out ? " with bytes where its memory stays" : " whose bytes are not its size"));
+    }
+    if (ok() && bytes_left_out && m.bytes > most) Fail(std::string(what) + " larger than its window");
     return m;
   }
 
@@ -136,6 +140,7 @@ CallStatus WriteSessionImage(const SessionImage& image, const ImageSink& sink) {
   w.Bytes(kImageMagic, sizeof(kImageMagic));
   w.Value(image.window_base);
   w.Value(image.window_bytes);
+  w.Value(static_cast<uint64_t>(image.memory_stays));
   WriteList(w, image.allocations, [&](const SessionImage::Memory& m) { w.Memory(m); });
   WriteList(w, image.modules, [&](const SessionImage::Module& m) {
     w.Value(m.handle);
@@ -198,10 +203,14 @@ CallStatus ReadSessionImage(const ImageSource& source, SessionImage* image) {
   SessionImage read;
   read.window_base = r.Value<uint64_t>();
   read.window_bytes = r.Value<uint64_t>();
+  const uint64_t stays = r.Value<uint64_t>();
+  if (r.ok() && stays > 1) r.Fail("its memory_stays is neither 0 nor 1");
+  read.memory_stays = stays == 1;
   // No piece of device memory can be larger than the window it lies in.
   const uint64_t most = read.window_bytes;
   // Boilerplate by nature: each record field by field, in the order WriteSessionImage writes them.
-  ReadList(r, "allocations", &read.allocations, [&] { return r.Memory(most, "an allocation"); });
+  ReadList(r, "allocations", &read.allocations,
+           [&] { return r.Memory(most, "an allocation", /*bytes_left_out=*/read.memory_stays); });
   ReadList(r, "modules", &read.modules, [&] {
     SessionImage::Module m;
     m.handle = r.Value<uint64_t>();

@@ -1081,9 +1081,15 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
     SessionImage taken;
     taken.window_base = limits_.window_base;
     taken.window_bytes = limits_.window_bytes;
+    // Asked for, the allocations' bytes stay in the device's memory file for the next worker; mappings' physical
+    // memory is not in that file, so a session with any travels whole.
+    taken.memory_stays = image->memory_stays && backend_->MemoryShareable() && mappings_.empty() &&
+                         physical_.begin() == physical_.end();
     for (const auto& [address, reserved] : allocations_) {
       SessionImage::Memory memory{address, reserved, {}};
-      if (CallStatus s = ReadIdle(address, reserved, &memory.data); !s.ok()) return s;
+      if (!taken.memory_stays) {
+        if (CallStatus s = ReadIdle(address, reserved, &memory.data); !s.ok()) return s;
+      }
       taken.allocations.push_back(std::move(memory));
     }
     for (auto& [handle, module] : modules_) {
@@ -1132,8 +1138,12 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
               fmt::format("restore: the image's window [0x{:x}, +0x{:x}) is not this session's [0x{:x}, +0x{:x})",
                           image.window_base, image.window_bytes, limits_.window_base, limits_.window_bytes)};
     }
+    if (image.memory_stays && !backend_->MemoryKept()) {
+      return {CUDA_ERROR_INVALID_VALUE, "restore: the image left its memory where it was, and this device was not "
+                                        "given that memory"};
+    }
     for (const SessionImage::Memory& memory : image.allocations) {
-      if (memory.bytes == 0 || memory.data.size() != memory.bytes ||
+      if (memory.bytes == 0 || memory.data.size() != (image.memory_stays ? 0 : memory.bytes) ||
           !RangeInside(memory.address, memory.bytes, limits_.window_base, limits_.window_bytes)) {
         return {CUDA_ERROR_INVALID_VALUE, "restore: an allocation of the image lies outside the session's window"};
       }
@@ -1144,6 +1154,7 @@ class SessionServer final : public wire::Session::Server, public FramedSession {
         return {CUDA_ERROR_OUT_OF_MEMORY, "restore: " + QuotaMessage(reserved)};
       }
       allocations_[memory.address] = reserved;
+      if (image.memory_stays) continue;  // Its bytes are there already.
       if (CallStatus s = WriteIdle(memory.address, memory.data); !s.ok()) return s;
     }
     MemoryChanged();

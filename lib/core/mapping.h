@@ -24,6 +24,19 @@ inline void* MapAnonymousAt(uint64_t at, size_t bytes, int prot) {
   return p;
 }
 
+// As MapAnonymousAt, but `bytes` of the shared memory file `fd` from its start, which may be mapped by another
+// process too (a session's memory handed from one worker to the next).
+inline void* MapSharedAt(uint64_t at, size_t bytes, int prot, int fd) {
+  void* want = reinterpret_cast<void*>(at);
+  void* p = mmap(want, bytes, prot, MAP_SHARED | MAP_NORESERVE | MAP_FIXED_NOREPLACE, fd, 0);
+  if (p == MAP_FAILED) return nullptr;
+  if (p != want) {
+    munmap(p, bytes);
+    return nullptr;
+  }
+  return p;
+}
+
 }  // namespace gpupool
 
 #endif  // GPUPOOL_CORE_MAPPING_H_

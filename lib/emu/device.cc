@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -227,6 +228,9 @@ struct Device::Impl : public internal::MemoryMap {
     return done;
   }
   std::atomic<bool> cancel{false};  // Stops running kernels (reset, destruction).
+  // The arena is a shared memory file's (DeviceOptions::memory_fd): freed pages are given back by punching them out
+  // of the file (MADV_REMOVE), as unmapping them here (MADV_DONTNEED) would leave them in it.
+  bool arena_shared = false;
 
   explicit Impl(DeviceOptions o) : options(std::move(o)) {
     props = PropertiesOfCapability(options.cc_major, options.cc_minor);
@@ -236,7 +240,15 @@ struct Device::Impl : public internal::MemoryMap {
                                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     arena_size = AlignUp(options.memory_bytes + kHeapBytes, 1 << 20);
     void* p = nullptr;
-    if (options.base_address) {
+    struct stat held {};
+    if (options.memory_fd >= 0 && options.base_address) {
+      // Sparse either way: only what is touched takes pages.
+      if (fstat(options.memory_fd, &held) == 0 &&
+          (static_cast<uint64_t>(held.st_size) >= arena_size || ftruncate(options.memory_fd, arena_size) == 0)) {
+        p = MapSharedAt(options.base_address, arena_size, PROT_READ | PROT_WRITE, options.memory_fd);
+        arena_shared = p != nullptr;
+      }
+    } else if (options.base_address) {
       p = MapAnonymousAt(options.base_address, arena_size, PROT_READ | PROT_WRITE);
     } else {
       p = mmap(nullptr, arena_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -355,7 +367,7 @@ struct Device::Impl : public internal::MemoryMap {
     if (size >= (1 << 20)) {
       const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
       uint64_t first = AlignUp(offset, page), end = (offset + size) / page * page;
-      if (end > first) madvise(arena + first, end - first, MADV_DONTNEED);
+      if (end > first) madvise(arena + first, end - first, arena_shared ? MADV_REMOVE : MADV_DONTNEED);
     }
     free_.Give(offset, size);
   }
@@ -643,8 +655,9 @@ namespace {
 // the addresses it had there, in the order the compiler asks for them.
 class ArenaAllocator : public internal::GlobalAllocator {
  public:
-  explicit ArenaAllocator(Device::Impl& impl, const std::vector<uint64_t>* placements = nullptr)
-      : impl_(impl), placements_(placements) {}
+  // `keep`: the memory holds the variables' values already (Device::LoadModuleAt's memory_kept): nothing is written.
+  explicit ArenaAllocator(Device::Impl& impl, const std::vector<uint64_t>* placements = nullptr, bool keep = false)
+      : impl_(impl), placements_(placements), keep_(keep) {}
   uint64_t Allocate(uint64_t bytes, uint64_t align) override {
     std::lock_guard<std::mutex> lock(impl_.mem_mu);
     uint64_t need = AlignUp(std::max<uint64_t>(bytes, 1), kAlignment);
@@ -666,15 +679,18 @@ class ArenaAllocator : public internal::GlobalAllocator {
     return a;
   }
   void Write(uint64_t address, const void* data, uint64_t bytes) override {
-    std::memcpy(reinterpret_cast<void*>(address), data, bytes);
+    if (!keep_) std::memcpy(reinterpret_cast<void*>(address), data, bytes);
   }
-  void Zero(uint64_t address, uint64_t bytes) override { std::memset(reinterpret_cast<void*>(address), 0, bytes); }
+  void Zero(uint64_t address, uint64_t bytes) override {
+    if (!keep_) std::memset(reinterpret_cast<void*>(address), 0, bytes);
+  }
   std::vector<uint64_t> made;
   bool misplaced = false;  // A variable could not have its place: taken, misaligned, or beyond the placements.
 
  private:
   Device::Impl& impl_;
   const std::vector<uint64_t>* placements_;
+  const bool keep_;
 };
 
 std::string HexAddress(uint64_t address) {
@@ -973,16 +989,17 @@ CallStatus Device::LoadModule(const void* image, size_t size, Module** module) {
 CallStatus Device::LoadPtx(std::string_view ptx, Module** module) { return LoadPtxPlaced(ptx, nullptr, module); }
 
 CallStatus Device::LoadModuleAt(const void* image, size_t size, const std::vector<uint64_t>& placements,
-                                Module** module) {
+                                Module** module, bool memory_kept) {
   if (!image || !module) return BadValue("null image or output");
   auto ptx = PtxForDevice(image, size, impl_->props.cc_major * 10 + impl_->props.cc_minor);
   if (!ptx.ok()) return ptx.status();
-  return LoadPtxPlaced(ptx.value(), &placements, module);
+  return LoadPtxPlaced(ptx.value(), &placements, module, memory_kept);
 }
 
 std::vector<uint64_t> Device::ModulePlacements(const Module* module) const { return module->allocations; }
 
-CallStatus Device::LoadPtxPlaced(std::string_view ptx, const std::vector<uint64_t>* placements, Module** module) {
+CallStatus Device::LoadPtxPlaced(std::string_view ptx, const std::vector<uint64_t>* placements, Module** module,
+                                 bool memory_kept) {
   if (CallStatus s = impl_->Sticky(); !s.ok()) return s;
   if (!module) return BadValue("null output");
   // Several modules one after another are the translation units of a device link (-rdc=true): joined here.
@@ -994,7 +1011,7 @@ CallStatus Device::LoadPtxPlaced(std::string_view ptx, const std::vector<uint64_
   }
   auto parsed = LinkPtxModules(std::move(units));
   if (!parsed.ok()) return parsed.status();
-  ArenaAllocator alloc(*impl_, placements);
+  ArenaAllocator alloc(*impl_, placements, memory_kept);
   auto program = internal::Compile(parsed.value(), alloc);
   if (alloc.misplaced) {
     program = CallStatus(cu::kInvalidValue, "variable " + std::to_string(alloc.made.size()) +
@@ -1467,7 +1484,7 @@ void Device::ResetContext() {
     }
     impl_->texture_table.Reset();  // The queue is idle: nothing reads it now.
     impl_->ranges_cache.reset();
-    madvise(impl_->arena, impl_->arena_size, MADV_DONTNEED);
+    madvise(impl_->arena, impl_->arena_size, impl_->arena_shared ? MADV_REMOVE : MADV_DONTNEED);
     // Virtual memory: every mapping, reservation and physical allocation goes.
     for (const auto& [address, bytes] : impl_->mapped) impl_->Unreserve(address, bytes);
     impl_->mapped.clear();

@@ -54,6 +54,10 @@ struct DeviceOptions {
   bool warp_major = true;
   // Shares execution with other devices' users on the same hardware; null: this device runs alone.
   std::shared_ptr<ExecutionGate> gate;
+  // A memfd (or any shared memory file) to hold the device's memory at `base_address`, grown to the memory's size if
+  // smaller; the caller keeps it. Another process that maps the same file sees the same memory: a session's next
+  // worker takes it over without a copy. Default -1: private anonymous memory.
+  int memory_fd = -1;
 };
 
 // What cuDeviceGetAttribute reports; values look like a real GPU of the chosen compute capability
@@ -177,7 +181,10 @@ class Device {
   // LoadModule with the module's variables at `placements` (ModulePlacements of the same image loaded on a device
   // with the same memory window): a restored module's variables keep their addresses. kInvalidValue when one of
   // them is taken, or the module places another number of variables.
-  CallStatus LoadModuleAt(const void* image, size_t size, const std::vector<uint64_t>& placements, Module** module);
+  // `memory_kept`: the device's memory already holds the variables' values (it was handed over from the device the
+  // module was checkpointed on, DeviceOptions::memory_fd): they are placed, not initialized.
+  CallStatus LoadModuleAt(const void* image, size_t size, const std::vector<uint64_t>& placements, Module** module,
+                          bool memory_kept = false);
   // Where `module` placed its variables, in the order it placed them.
   std::vector<uint64_t> ModulePlacements(const Module* module) const;
   CallStatus UnloadModule(Module* module);
@@ -258,7 +265,8 @@ class Device {
   struct Impl;  // Internal to lib/emu.
 
  private:
-  CallStatus LoadPtxPlaced(std::string_view ptx, const std::vector<uint64_t>* placements, Module** module);
+  CallStatus LoadPtxPlaced(std::string_view ptx, const std::vector<uint64_t>* placements, Module** module,
+                           bool memory_kept = false);
   CallStatus MakeTextureObject(const TextureDesc& desc, bool at_handle, uint64_t* handle);
 
   std::unique_ptr<Impl> impl_;

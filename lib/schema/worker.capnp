@@ -37,6 +37,10 @@ struct WorkerConfig {
   restore @18 :Bool;          # The session is the one whose image came in restorePiece calls before open (a move:
                               # docs/moving-leases.md); its client resumes on the direct connection.
   restoreConsumed @19 :UInt64;  # The call frames the session had consumed when it was checkpointed.
+  memoryFile @20 :Bool;       # Emulated devices: the worker's fd 7 is the memory file that holds the device's memory
+                              # (a memfd of the agent's), which a move within the agent gives the session's next worker.
+  memoryKept @21 :Bool;       # That file holds the session being restored already (its last worker's): the restore
+                              # writes none of its memory.
 }
 
 interface SessionWorker {
@@ -50,8 +54,10 @@ interface SessionWorker {
   # The lease ended: free the session's memory and stop its kernels now; later calls answer "the lease of this
   # session ended: " and the reason (such as "revoked by alice"). The agent kills the worker shortly after.
 
-  checkpoint @2 (quietWithinMs :UInt32) -> (outcome :Outcome, consumed :UInt64, imageBytes :UInt64,
-                                           placedByDriver :Bool);
+  checkpoint @2 (quietWithinMs :UInt32, memoryStays :Bool) -> (outcome :Outcome, consumed :UInt64, imageBytes :UInt64,
+                                                                placedByDriver :Bool, memoryStayed :Bool);
+  # memoryStays: the session's next worker gets this one's memory file, so the image may leave the allocations' bytes
+  # out; memoryStayed: it did (backend::SessionImage::memory_stays).
   # For a move: stops reading the client's calls at a frame boundary, waits (up to quietWithinMs) for the session to
   # be quiet, and checkpoints it (backend/session_image.h). ok: the image (imageBytes long, read with imagePiece)
   # and the call frames consumed; the session then serves nothing until `resume`, or the worker is killed. Otherwise

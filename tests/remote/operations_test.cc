@@ -513,7 +513,10 @@ TEST(Migrate, ARunningLeaseMovesBetweenGpusAndItsProgramFinishesExact) {
   const std::string metrics = m.Scrape();
   EXPECT_EQ(SampleOf(metrics, "gpupool_lease_migrations_total"), 4) << metrics;
   EXPECT_EQ(SampleOf(metrics, "gpupool_migrated_sessions_total"), 4) << metrics;
-  EXPECT_GT(SampleOf(metrics, "gpupool_migrated_bytes_total"), 4 * 3.0 * (1 << 20)) << metrics;
+  // Within one agent a session's memory (3 MiB here) stays in its memory file, handed to the next worker: the images
+  // carry the rest (modules, handles), not the memory.
+  EXPECT_GT(SampleOf(metrics, "gpupool_migrated_bytes_total"), 0) << metrics;
+  EXPECT_LT(SampleOf(metrics, "gpupool_migrated_bytes_total"), 4 * 1.0 * (1 << 20)) << metrics;
 }
 
 // A lease moved again and again while its program idles, before its client has come back to any new worker (each

@@ -1185,16 +1185,17 @@ TEST(SessionImage, AStreamThatIsNoWholeImageIsRefused) {
     CallStatus s = read_from(part, &back);
     ASSERT_EQ(s.code(), kInvalidValue) << "cut at " << cut;
   }
-  // The allocations' count (just after the magic and the window) as 2^40, then an allocation of 2^62 bytes.
+  // The allocations' count (just after the magic, the window and whether the memory stays) as 2^40, then an
+  // allocation of 2^62 bytes.
   std::vector<uint8_t> absurd = bytes;
   const uint64_t many = uint64_t{1} << 40;
-  std::memcpy(absurd.data() + 24, &many, sizeof(many));
+  std::memcpy(absurd.data() + 32, &many, sizeof(many));
   CallStatus s = read_from(absurd, &back);
   EXPECT_EQ(s.code(), kInvalidValue);
   EXPECT_NE(s.message().find("announces"), std::string::npos) << s.message();
   absurd = bytes;
   const uint64_t huge = uint64_t{1} << 62;
-  std::memcpy(absurd.data() + 32 + 16, &huge, sizeof(huge));  // The first allocation's data length.
+  std::memcpy(absurd.data() + 40 + 16, &huge, sizeof(huge));  // The first allocation's data length.
   s = read_from(absurd, &back);
   EXPECT_EQ(s.code(), kInvalidValue);
   EXPECT_NE(s.message().find("announces"), std::string::npos) << s.message();
@@ -1202,10 +1203,19 @@ TEST(SessionImage, AStreamThatIsNoWholeImageIsRefused) {
   absurd = bytes;
   const uint64_t vast_window = uint64_t{1} << 62, vast = uint64_t{1} << 61;
   std::memcpy(absurd.data() + 16, &vast_window, sizeof(vast_window));
-  std::memcpy(absurd.data() + 32 + 16, &vast, sizeof(vast));
+  std::memcpy(absurd.data() + 40 + 16, &vast, sizeof(vast));
   s = read_from(absurd, &back);
   EXPECT_EQ(s.code(), kInvalidValue);
   EXPECT_NE(s.message().find("ends early"), std::string::npos) << s.message();
+  // Whether the memory stays is 0 or 1; and where it stays, an allocation carries no bytes (this one has its 16).
+  for (const uint64_t stays : {uint64_t{2}, uint64_t{1}}) {
+    absurd = bytes;
+    std::memcpy(absurd.data() + 24, &stays, sizeof(stays));
+    s = read_from(absurd, &back);
+    EXPECT_EQ(s.code(), kInvalidValue);
+    EXPECT_NE(s.message().find(stays == 2 ? "neither 0 nor 1" : "with bytes where its memory stays"),
+              std::string::npos) << s.message();
+  }
   absurd = bytes;
   absurd[0] = 'X';
   EXPECT_EQ(read_from(absurd, &back).code(), kInvalidValue) << "not an image";

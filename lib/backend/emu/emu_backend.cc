@@ -123,11 +123,13 @@ class EmuBackend final : public DeviceBackend {
 
   bool PlacesModuleVariables() const override { return true; }
   bool PlacesTextureObjects() const override { return true; }
+  bool MemoryShareable() const override { return config_.memory_fd >= 0; }
+  bool MemoryKept() const override { return config_.memory_kept; }
 
   CallStatus LoadModuleAt(const uint8_t* image, size_t bytes, const std::vector<uint64_t>& placements,
                           ModuleRef* module) override {
     emu::Module* m = nullptr;
-    CallStatus s = device_->LoadModuleAt(image, bytes, placements, &m);
+    CallStatus s = device_->LoadModuleAt(image, bytes, placements, &m, config_.memory_kept);
     module->p = m;
     return s;
   }
@@ -381,6 +383,7 @@ Result<std::unique_ptr<DeviceBackend>> NewEmuBackend(const EmuBackendConfig& con
   o.cc_minor = config.cc_minor;
   o.worker_threads = config.worker_threads;
   o.gate = config.gate;
+  o.memory_fd = config.memory_fd;
   auto device = std::make_unique<emu::Device>(o);
   if (CallStatus s = device->StartupStatus(); !s.ok()) {
     return ToStatus(s);  // Out of memory: the window's addresses are taken (kResourceExhausted, "windowTaken").

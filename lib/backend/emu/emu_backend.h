@@ -27,6 +27,10 @@ struct EmuBackendConfig {
   int worker_threads = 0;        // Host threads for CTAs; 0 = one per core.
   // Shares the device's compute with the other sessions of the same device (DeviceTurns); null: alone.
   std::shared_ptr<ExecutionGate> gate;
+  // The memory file holding the device's memory (emu::DeviceOptions::memory_fd), or -1; and whether it holds the
+  // session being restored already (a move within one agent: DeviceBackend::MemoryKept).
+  int memory_fd = -1;
+  bool memory_kept = false;
 };
 
 // Creates the emulated device, or fails with kResourceExhausted when its memory cannot be reserved at the window.
