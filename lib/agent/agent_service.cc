@@ -1,6 +1,8 @@
 #include "agent/agent_service.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,6 +36,7 @@
 #include "core/tls.h"
 #include "backend/cuda/cuda_driver.h"
 #include "backend/device_turns.h"
+#include "backend/session_image_stream.h"
 #include "backend/slice_quota.h"
 #include "core/log.h"
 #include "core/test_seams.h"
@@ -606,6 +609,34 @@ struct AgentState {
     return out;
   }
 
+  // Where the memory an image of worker `pid`'s session left out lies (SessionImage::memory_stays): the worker's
+  // memory file (a dup, so that it outlives the worker) and its allocations' ranges in it, from the image (the
+  // worker's bytes, read as hostile).
+  Result<std::shared_ptr<kj::AutoCloseFd>> LeavingMemory(pid_t pid, const std::vector<uint8_t>& image,
+                                                        std::vector<std::pair<uint64_t, uint64_t>>* ranges) {
+    backend::SessionImage read;
+    size_t at = 0;
+    CallStatus parsed = backend::ReadSessionImage(
+        [&](uint8_t* data, size_t n) {
+          if (n > image.size() - at) return false;
+          std::memcpy(data, image.data() + at, n);
+          at += n;
+          return true;
+        },
+        &read);
+    if (!parsed.ok()) return Status(StatusCode::kInternal, "the session's image: " + parsed.message());
+    for (const backend::SessionImage::Memory& memory : read.allocations) {
+      if (memory.address < read.window_base || memory.address - read.window_base > read.window_bytes) {
+        return Status(StatusCode::kInternal, "the session's image has an allocation outside its window");
+      }
+      ranges->emplace_back(memory.address - read.window_base, memory.bytes);
+    }
+    const int file = workers->MemoryFileOf(pid);
+    const int own = file >= 0 ? fcntl(file, F_DUPFD_CLOEXEC, 3) : -1;
+    if (own < 0) return Status(StatusCode::kInternal, "the session's memory file is gone (its worker ended)");
+    return std::make_shared<kj::AutoCloseFd>(own);
+  }
+
   // Moves lease `lease_id`, with every session of it, to the agent at `server`, which places it as a new lease and
   // restores its sessions at the same addresses; its clients follow it there (Outcome.moved). A failure at any step
   // leaves the lease here, its sessions serving on; the other agent drops what it had of it.
@@ -623,7 +654,10 @@ struct AgentState {
     moving.insert(lease_id);
     const auto started = std::chrono::steady_clock::now();
     kj::Vector<kj::Promise<SessionWorkers::Checkpointed>> checkpoints;
-    for (const auto& session : sessions) checkpoints.add(workers->Checkpoint(session.pid, kQuietWithin));
+    // An emulated session's memory is read from its worker's memory file and sent apart from its image.
+    for (const auto& session : sessions) {
+      checkpoints.add(workers->Checkpoint(session.pid, kQuietWithin, workers->MemoryFileOf(session.pid) >= 0));
+    }
     // The other agent places the lease and starts its workers while the sessions here reach a quiet point.
     auto adopted = std::make_shared<Result<std::vector<uint32_t>>>(Status(StatusCode::kInternal, "not adopted"));
     auto adopting = transfers->Adopt(server, leaving).then([adopted](Result<std::vector<uint32_t>> r) {
@@ -645,19 +679,24 @@ struct AgentState {
     };
     auto bytes = std::make_shared<uint64_t>(0);
     return kj::joinPromises(both.releaseAsArray())
-        .then([this, lease_id, adopted, taken, bytes, abandon]() -> kj::Promise<Status> {
+        .then([this, lease_id, sessions, adopted, taken, bytes, abandon]() -> kj::Promise<Status> {
           if (!adopted->ok()) return adopted->status();
-          std::vector<std::shared_ptr<const std::vector<uint8_t>>> images;
-          std::vector<uint64_t> consumed;
+          std::vector<LeaseTransfers::LeavingImage> images;
           for (size_t i = 0; i < taken->size(); ++i) {
             if (Status failed = CheckpointStatus((*taken)[i], i); !failed.ok()) return failed;
-            images.push_back((*taken)[i].image);
-            consumed.push_back((*taken)[i].consumed);
+            LeaseTransfers::LeavingImage leaving{(*taken)[i].image, (*taken)[i].consumed, nullptr, {}};
             *bytes += (*taken)[i].image->size();
+            if ((*taken)[i].memory_stayed) {
+              auto memory = LeavingMemory(sessions[i].pid, *(*taken)[i].image, &leaving.ranges);
+              if (!memory.ok()) return memory.status();
+              leaving.memory = std::move(memory).value();
+              for (const auto& [offset, length] : leaving.ranges) *bytes += length;
+            }
+            images.push_back(std::move(leaving));
           }
           if (table.Find(lease_id) == nullptr) return Status(StatusCode::kNotFound, "the lease ended meanwhile");
           DieAtMoveStep("leave-restore");
-          return transfers->Restore(lease_id, std::move(images), std::move(consumed));
+          return transfers->Restore(lease_id, std::move(images));
         })
         .then([this, lease_id](Status restored) -> kj::Promise<Status> {
           if (!restored.ok()) return restored;
@@ -1231,6 +1270,10 @@ class LeaseArrivalImpl final : public wire::LeaseArrival::Server {
     uint64_t most_bytes = 0;  // The image may not grow past this.
     std::shared_ptr<std::vector<uint8_t>> image = std::make_shared<std::vector<uint8_t>>();
     kj::Own<kj::PromiseFulfiller<SessionWorkers::RestoreInput>> give;
+    // An emulated device's memory file for the new worker (WorkerSpec::memory_fd), filled by `memory` when the image
+    // leaves the memory out; none on a GPU. Its bytes lie below `most_memory` (the slice and the device's heap).
+    kj::AutoCloseFd memory;
+    uint64_t most_memory = 0;
   };
 
   LeaseArrivalImpl(AgentState& state, std::string lease_id, std::string secret, std::vector<Session> sessions,
@@ -1258,6 +1301,26 @@ class LeaseArrivalImpl final : public wire::LeaseArrival::Server {
     if (session.image->empty()) session.image->reserve(std::min(params.getTotal(), session.most_bytes));
     session.image->insert(session.image->end(), data.begin(), data.end());
     // The lease lives on while its images travel (no holder renews it here yet).
+    (void)state_.table.Renew(lease_id_, secret_, Clock::now());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> memory(MemoryContext context) override {
+    auto params = context.getParams();
+    KJ_REQUIRE(!restoring_ && !ended_, "session memory after the restore");
+    KJ_REQUIRE(params.getSession() < sessions_.size(), "no such arriving session");
+    Session& session = sessions_[params.getSession()];
+    auto data = params.getData();
+    KJ_REQUIRE(session.memory.get() >= 0, "this session's device takes no memory apart from its image");
+    KJ_REQUIRE(params.getOffset() <= session.most_memory && data.size() <= session.most_memory - params.getOffset(),
+               "session memory beyond its slice");
+    for (size_t done = 0; done < data.size();) {
+      ssize_t n = pwrite(session.memory.get(), data.begin() + done, data.size() - done,
+                         static_cast<off_t>(params.getOffset() + done));
+      if (n < 0 && errno == EINTR) continue;
+      KJ_REQUIRE(n > 0, "cannot write the session's memory file", strerror(errno));
+      done += static_cast<size_t>(n);
+    }
     (void)state_.table.Renew(lease_id_, secret_, Clock::now());
     return kj::READY_NOW;
   }
@@ -1493,6 +1556,21 @@ kj::Own<LeaseArrivalImpl> Adopt(AgentState& state, wire::Agent::AdoptParams::Rea
       (void)state.EndSessions(id, "its move here failed: " + spec.status().message());
       state.arriving.erase(id);
       return refuse(spec.status().code(), spec.status().message());
+    }
+    if (spec->emulated) {
+      // Its memory may come apart from its image (the leaving agent read it from the old worker's memory file):
+      // into a file the new worker maps, restoring without writing it.
+      int made = memfd_create("gpupool-arriving-memory", MFD_CLOEXEC);
+      if (made < 0) {
+        (void)state.table.Revoke(id);
+        (void)state.EndSessions(id, "its move here failed: no memory file");
+        state.arriving.erase(id);
+        return refuse(StatusCode::kInternal, fmt::format("memfd_create: {}", strerror(errno)));
+      }
+      arriving[i].memory = kj::AutoCloseFd(made);
+      arriving[i].most_memory = grant.memory_bytes + (64ull << 20);
+      spec->memory_fd = made;
+      spec->memory_kept = true;
     }
     auto paf = kj::newPromiseAndFulfiller<SessionWorkers::RestoreInput>();
     arriving[i].give = kj::mv(paf.fulfiller);

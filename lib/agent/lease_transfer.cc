@@ -1,5 +1,9 @@
 #include "agent/lease_transfer.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+
 #include <fmt/format.h>
 
 #include "client/runtime.h"
@@ -115,13 +119,31 @@ kj::Promise<void> SendPieces(wire::LeaseArrival::Client arrival, uint32_t sessio
   });
 }
 
+// Sends [offset, offset + bytes) of a session's memory file as pieces, read straight into each message.
+kj::Promise<void> SendMemory(wire::LeaseArrival::Client arrival, uint32_t session,
+                             std::shared_ptr<kj::AutoCloseFd> memory, uint64_t offset, uint64_t bytes) {
+  if (bytes == 0) return kj::READY_NOW;
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(kPieceBytes, bytes));
+  auto req = arrival.memoryRequest();
+  req.setSession(session);
+  req.setOffset(offset);
+  auto data = req.initData(static_cast<unsigned>(n));
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = pread(memory->get(), data.begin() + got, n - got, static_cast<off_t>(offset + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return KJ_EXCEPTION(FAILED, "reading the session's memory file failed");
+    got += static_cast<size_t>(r);
+  }
+  return req.send().then([arrival, session, memory, offset, bytes, n]() mutable {
+    return SendMemory(kj::mv(arrival), session, kj::mv(memory), offset + n, bytes - n);
+  });
+}
+
 }  // namespace
 
-kj::Promise<Status> LeaseTransfers::Restore(const std::string& lease_id,
-                                            std::vector<std::shared_ptr<const std::vector<uint8_t>>> images,
-                                            std::vector<uint64_t> consumed) {
-  return runtime_->RunAsync([this, lease_id, images = std::move(images),
-                             consumed = std::move(consumed)]() mutable -> kj::Promise<Status> {
+kj::Promise<Status> LeaseTransfers::Restore(const std::string& lease_id, std::vector<LeavingImage> images) {
+  return runtime_->RunAsync([this, lease_id, images = std::move(images)]() mutable -> kj::Promise<Status> {
     auto it = arrivals_->by_lease.find(lease_id);
     if (it == arrivals_->by_lease.end()) {
       return Status(StatusCode::kInternal, "no adoption of lease " + lease_id + " under way");
@@ -130,10 +152,18 @@ kj::Promise<Status> LeaseTransfers::Restore(const std::string& lease_id,
     const std::string server = it->second.server;
     kj::Promise<void> sent = kj::READY_NOW;
     for (size_t i = 0; i < images.size(); ++i) {
-      sent = sent.then([arrival, i, image = images[i]]() mutable {
+      sent = sent.then([arrival, i, image = images[i].image]() mutable {
         return SendPieces(arrival, static_cast<uint32_t>(i), image, 0);
       });
+      if (!images[i].memory) continue;
+      for (const auto& [offset, bytes] : images[i].ranges) {
+        sent = sent.then([arrival, i, memory = images[i].memory, offset = offset, bytes = bytes]() mutable {
+          return SendMemory(arrival, static_cast<uint32_t>(i), memory, offset, bytes);
+        });
+      }
     }
+    std::vector<uint64_t> consumed;
+    for (const LeavingImage& image : images) consumed.push_back(image.consumed);
     internal::Runtime& rt = *runtime_;
     return sent
         .then([&rt, arrival, consumed]() mutable {

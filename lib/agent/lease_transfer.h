@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <kj/async.h>
+#include <kj/io.h>
 
 #include "agent/lease_table.h"
 #include "gpupool/status.h"
@@ -53,11 +54,17 @@ class LeaseTransfers {
   // Asks agent `server` to adopt `lease` (its slices placed, a worker started per session): the devices there, by
   // slice, or why not.
   kj::Promise<Result<std::vector<uint32_t>>> Adopt(const std::string& server, const LeavingLease& lease);
-  // Sends each session's image (in `Adopt`'s session order) and asks for the restore: ok once every session is open
-  // there.
-  kj::Promise<Status> Restore(const std::string& lease_id,
-                              std::vector<std::shared_ptr<const std::vector<uint8_t>>> images,
-                              std::vector<uint64_t> consumed);
+  // A session's image as it leaves, and, when the image leaves the memory out (SessionImage::memory_stays), where
+  // its bytes are: its worker's memory file (owned here: a dup) and the ranges to send, as offsets from the window.
+  struct LeavingImage {
+    std::shared_ptr<const std::vector<uint8_t>> image;
+    uint64_t consumed = 0;
+    std::shared_ptr<kj::AutoCloseFd> memory;  // Null: the image holds the memory.
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  };
+  // Sends each session's image and memory (in `Adopt`'s session order) and asks for the restore: ok once every
+  // session is open there.
+  kj::Promise<Status> Restore(const std::string& lease_id, std::vector<LeavingImage> images);
   // The lease is the other agent's from now on.
   kj::Promise<Status> Commit(const std::string& lease_id);
   // The move is given up: the other agent ends what it holds of the lease (its adoption is dropped).

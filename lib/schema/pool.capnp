@@ -237,4 +237,7 @@ interface LeaseArrival {
   # each worker is open (or one failed).
   commit @2 () -> (outcome :Outcome);
   # The lease is this agent's from now on; the arrival is over.
+  memory @3 (session :UInt32, offset :UInt64, data :Data) -> stream;
+  # Bytes of a session's device memory, `offset` bytes from its window's start, for an image that leaves them out
+  # (its memory_stays): written into the memory file of the session's new worker, which restores writing none of it.
 }

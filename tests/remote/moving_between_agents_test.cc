@@ -249,8 +249,8 @@ TEST(BetweenAgents, AProgramSharingMemoryWithItsWorkerFollowsItsLeaseToAnAgentOv
 // What only another agent may ask (adopt), asked wrongly: a lease with no id, no slice, a session of no slice, windows
 // no worker could map, tickets of the wrong size or too many, devices of another model, more memory or sessions than
 // the agent has: each is refused with its reason and leaves nothing (no lease, no worker). An adoption whose images
-// come out of order, or that is asked to restore without them, ends all it had made; one whose caller hangs up
-// before its commit too. A client that is not an administrator is refused adopt altogether.
+// come out of order, whose memory comes past its slice, or that is asked to restore without its images, ends all it
+// had made; one whose caller hangs up before its commit too. A client that is not an administrator is refused adopt altogether.
 TEST(BetweenAgents, AnAdoptionNoAgentWouldAskForIsRefusedAndLeavesNothing) {
   TwoAgents agents;
   Agent& agent = *agents.a;
@@ -334,6 +334,32 @@ TEST(BetweenAgents, AnAdoptionNoAgentWouldAskForIsRefusedAndLeavesNothing) {
     bool refused = false;
     try {
       piece.send().wait(ws);
+      auto restored = arrival.restoreRequest();
+      restored.initConsumed(1);
+      refused = restored.send().wait(ws).getOutcome().getCode() != Code::OK;
+    } catch (const kj::Exception&) {
+      refused = true;
+    }
+    EXPECT_TRUE(refused);
+  }
+  EXPECT_TRUE(nothing_left());
+  // Accepted, then memory for the session (as the leaving agent sends it apart from the image) past its slice.
+  {
+    auto reply = ask([](auto) {});
+    ASSERT_EQ(reply.getOutcome().getCode(), Code::OK);
+    auto arrival = reply.getArrival();
+    auto inside = arrival.memoryRequest();
+    inside.setSession(0);
+    inside.setOffset(4096);
+    inside.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>("bytes"), 5));
+    bool refused = false;
+    try {
+      inside.send().wait(ws);
+      auto past = arrival.memoryRequest();
+      past.setSession(0);
+      past.setOffset(uint64_t{1} << 40);
+      past.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>("bytes"), 5));
+      past.send().wait(ws);
       auto restored = arrival.restoreRequest();
       restored.initConsumed(1);
       refused = restored.send().wait(ws).getOutcome().getCode() != Code::OK;

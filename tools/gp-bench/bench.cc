@@ -736,7 +736,7 @@ Status MeasureMigrate(RemoteSession& s, const BenchOptions& options, std::vector
       const double moved_bytes = static_cast<double>(moved->bytes);
       const double goal_ms = moved_bytes / (0.9 * (static_cast<double>(bytes) / sent)) * 1000 + 50;
       // Within one agent the memory stays in its file for the next worker: the images are what is left to move.
-      const std::string what = moved->bytes >= bytes ? FormatMemorySize(moved->bytes) + " of images"
+      const std::string what = moved->bytes >= bytes ? FormatMemorySize(moved->bytes) + " moved"
                                                      : fmt::format("{} of images (its {} MiB of memory handed over in "
                                                                    "place)", FormatMemorySize(moved->bytes), mib);
       out->push_back(Figure(fmt::format("{}_{}MiB", leg.name, mib), pause_ms, "ms", goal_ms,
