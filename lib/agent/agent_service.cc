@@ -615,15 +615,7 @@ struct AgentState {
   Result<std::shared_ptr<kj::AutoCloseFd>> LeavingMemory(pid_t pid, const std::vector<uint8_t>& image,
                                                         std::vector<std::pair<uint64_t, uint64_t>>* ranges) {
     backend::SessionImage read;
-    size_t at = 0;
-    CallStatus parsed = backend::ReadSessionImage(
-        [&](uint8_t* data, size_t n) {
-          if (n > image.size() - at) return false;
-          std::memcpy(data, image.data() + at, n);
-          at += n;
-          return true;
-        },
-        &read);
+    CallStatus parsed = backend::ReadSessionImage(image.data(), image.size(), &read);
     if (!parsed.ok()) return Status(StatusCode::kInternal, "the session's image: " + parsed.message());
     for (const backend::SessionImage::Memory& memory : read.allocations) {
       if (memory.address < read.window_base || memory.address - read.window_base > read.window_bytes) {

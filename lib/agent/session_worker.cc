@@ -626,15 +626,7 @@ class WorkerImpl final : public wire::SessionWorker::Server {
     if (fault == "restore-crash") _exit(3);
     if (fault == "restore") return Status(StatusCode::kInvalidArgument, "restore refused (test seam GPUPOOL_MOVE_FAULT)");
     backend::SessionImage image;
-    size_t at = 0;
-    CallStatus read = backend::ReadSessionImage(
-        [this, &at](uint8_t* data, size_t bytes) {
-          if (bytes > restore_image_.size() - at) return false;
-          std::memcpy(data, restore_image_.data() + at, bytes);
-          at += bytes;
-          return true;
-        },
-        &image);
+    CallStatus read = backend::ReadSessionImage(restore_image_.data(), restore_image_.size(), &image);
     restore_image_.clear();
     restore_image_.shrink_to_fit();
     if (!read.ok()) return Status(StatusCode::kInvalidArgument, "the session's image: " + read.message());

@@ -282,4 +282,16 @@ CallStatus ReadSessionImage(const ImageSource& source, SessionImage* image) {
   return CallStatus::Ok();
 }
 
+CallStatus ReadSessionImage(const uint8_t* data, size_t bytes, SessionImage* image) {
+  size_t at = 0;
+  return ReadSessionImage(
+      [data, bytes, &at](uint8_t* out, size_t n) {
+        if (n > bytes - at) return false;
+        std::memcpy(out, data + at, n);
+        at += n;
+        return true;
+      },
+      image);
+}
+
 }  // namespace gpupool::backend

@@ -24,6 +24,8 @@ using ImageSource = std::function<bool(uint8_t* data, size_t bytes)>;
 CallStatus WriteSessionImage(const SessionImage& image, const ImageSink& sink);
 // Reads an image WriteSessionImage wrote. CUDA_ERROR_INVALID_VALUE, naming what is wrong, for anything else.
 CallStatus ReadSessionImage(const ImageSource& source, SessionImage* image);
+// As above, for an image held whole in memory: `bytes` at `data`.
+CallStatus ReadSessionImage(const uint8_t* data, size_t bytes, SessionImage* image);
 
 }  // namespace gpupool::backend
 

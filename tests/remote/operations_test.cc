@@ -626,13 +626,11 @@ TEST(Migrate, OnTheCudaBackendLeasesMoveAndSuspendUnlessADriverPlacedVariableCou
   ExpectFinishedExact(plain, "ok 240");
 }
 
-// Issue 43: a change of personality with on_change = "migrate" moves what breaks the new rules off its GPUs instead
-// of ending it: a whole GPU taken at night, when the day allows half GPUs, is suspended at 08:00 (its program idle
-// then), keeps its state, waits while the day lasts, and resumes when night comes back, finishing exact.
-TEST(Policy, OnChangeMigrateMovesWhatBreaksTheNewRulesOffItsGpusAndBringsItBack) {
-  TempDir dir;
-  chmod(dir.path().c_str(), 0755);
-  std::string config = dir.Write("agent.toml", R"(
+// An agent of `gpus` emulated GPUs on a Unix socket in `dir` whose policy allows whole GPUs at night and half GPUs by
+// day, moving the leases that break the day's rules at its change (on_change = "migrate"), with `more` in its
+// agent.toml; its clock (dir/clock, GPUPOOL_POLICY_CLOCK) is set to a night.
+Agent DayMigratesWholeGpus(TempDir& dir, int gpus, const std::string& more) {
+  std::string config = dir.Write("agent.toml", more + R"(
 [[personality]]
 name = "day"
 hours = "08:00-20:00"
@@ -643,11 +641,20 @@ on_change = "migrate"
 name = "night"
 hours = "20:00-08:00"
 )");
-  std::string clock = dir.path() + "/clock";
-  SetClock(clock, "2026-11-23 21:00");  // Night.
-  Agent agent(AgentOptions{.name = "policy", .emulated = 2, .emulated_memory = "2GiB",
-                           .listen = "unix:" + dir.path() + "/agent.sock", .extra_args = {"--config", config},
-                           .env = {"GPUPOOL_POLICY_CLOCK=" + clock, "TZ=UTC"}});
+  SetClock(dir.path() + "/clock", "2026-11-23 21:00");  // Night.
+  return Agent(AgentOptions{.name = "policy", .emulated = gpus, .emulated_memory = "2GiB",
+                            .listen = "unix:" + dir.path() + "/agent.sock", .extra_args = {"--config", config},
+                            .env = {"GPUPOOL_POLICY_CLOCK=" + dir.path() + "/clock", "TZ=UTC"}});
+}
+
+// Issue 43: a change of personality with on_change = "migrate" moves what breaks the new rules off its GPUs instead
+// of ending it: a whole GPU taken at night, when the day allows half GPUs, is suspended at 08:00 (its program idle
+// then), keeps its state, waits while the day lasts, and resumes when night comes back, finishing exact.
+TEST(Policy, OnChangeMigrateMovesWhatBreaksTheNewRulesOffItsGpusAndBringsItBack) {
+  TempDir dir;
+  chmod(dir.path().c_str(), 0755);
+  Agent agent = DayMigratesWholeGpus(dir, 2, "");
+  const std::string clock = dir.path() + "/clock";
   const std::string server = agent.address();
   Pool pool = Connect({server});
   Process program({ToolPath("gp-run"), "--servers", server, "-p", "1", "--wait", "60s", "--", Program("moving_state"),
@@ -678,25 +685,8 @@ TEST(Policy, OnChangeMigrateMovesWhatBreaksTheNewRulesToAnotherAgent) {
   chmod(dir.path().c_str(), 0755);
   Agent other(AgentOptions{.name = "other", .emulated = 1, .emulated_memory = "2GiB",
                            .listen = "unix:" + dir.path() + "/other.sock"});
-  std::string config = dir.Write("agent.toml", fmt::format(R"(
-[moves]
-agents = ["{}"]
-
-[[personality]]
-name = "day"
-hours = "08:00-20:00"
-max_fraction = 0.5
-on_change = "migrate"
-
-[[personality]]
-name = "night"
-hours = "20:00-08:00"
-)", other.address()));
-  std::string clock = dir.path() + "/clock";
-  SetClock(clock, "2026-11-23 21:00");  // Night.
-  Agent agent(AgentOptions{.name = "policy", .emulated = 1, .emulated_memory = "2GiB",
-                           .listen = "unix:" + dir.path() + "/agent.sock", .extra_args = {"--config", config},
-                           .env = {"GPUPOOL_POLICY_CLOCK=" + clock, "TZ=UTC"}});
+  Agent agent = DayMigratesWholeGpus(dir, 1, fmt::format("[moves]\nagents = [\"{}\"]\n", other.address()));
+  const std::string clock = dir.path() + "/clock";
   Process program({ToolPath("gp-run"), "--servers", agent.address(), "-p", "1", "--", Program("moving_state"), "60",
                    "3000"});
   ASSERT_EQ(program.ReadLine(seconds(60)), "ready") << program.Stderr();
