@@ -128,6 +128,29 @@ TEST(BetweenAgents, ALaterProcessAndTheLeasesOtherPartFindItWhereItWent) {
   }, seconds(5))) << "both parts released where they were";
 }
 
+// A session whose memory is mapped through virtual memory management travels whole (its physical memory is not in
+// the device's memory file, which other moves hand over in place): moved to the agent's other GPU, whose worker
+// writes the same bytes into the same file, then to another agent and back, its words come back exact.
+TEST(BetweenAgents, ASessionMappedThroughVirtualMemoryMovesWhole) {
+  TwoAgents agents;
+  const std::string a = agents.a->address(), b = agents.b->address();
+  Process program({ToolPath("gp-run"), "--servers", a, "-p", "0.5", "--", Program("moving_vmm"), "150"});
+  ASSERT_EQ(program.ReadLine(seconds(60)), "ready") << program.Stderr();
+  const std::vector<LeaseInfo> leases = agents.LeasesOn(*agents.a);
+  ASSERT_EQ(leases.size(), 1u);
+  const std::string id = leases[0].id;
+  RunResult here = Ctl(a, {"migrate", id, "--json"});
+  ASSERT_EQ(here.code, 0) << here.err;
+  const size_t at = here.out.find("\"bytes\": ");
+  ASSERT_NE(at, std::string::npos) << here.out;
+  EXPECT_GE(std::stoull(here.out.substr(at + 9)), uint64_t{4} << 20) << "the image carried the mapped memory: "
+                                                                    << here.out;
+  ASSERT_EQ(Ctl(a, {"migrate", id, "--to", b}).code, 0);
+  std::this_thread::sleep_for(milliseconds(300));
+  ASSERT_EQ(Ctl(b, {"migrate", id, "--to", a}).code, 0);
+  ExpectFinishedExact(program, "ok 150");
+}
+
 // A move that fails at any step on the agent the lease goes to (it refuses the lease, it dies as the images come, as
 // it is asked to restore them or to commit, its new worker refuses its image or dies restoring it) leaves the lease
 // on the agent it was on, its program running to an exact end, and nothing of it on the other agent.
