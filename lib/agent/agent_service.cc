@@ -497,26 +497,35 @@ struct AgentState {
                   turns_groups.erase({lease_id, source});
                 }
                 moving.erase(lease_id);
-                MoveResult result;
-                result.status = Status::Ok();
-                result.sessions = static_cast<uint32_t>(sessions.size());
-                result.bytes = *bytes;
-                result.pause_ms = static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                            std::chrono::steady_clock::now() - started)
-                                                            .count());
+                std::vector<uint32_t> devices;
                 if (const LeaseEntry* now = table.Find(lease_id)) {
-                  for (const auto& slice : now->slices) result.devices.push_back(slice.device);
+                  for (const auto& slice : now->slices) devices.push_back(slice.device);
                 }
-                ++counters.migrations;
-                counters.migrated_sessions += result.sessions;
-                counters.migrated_bytes += result.bytes;
-                counters.migration_pause_ms += result.pause_ms;
-                GP_INFO("agent", "lease {} moved: {} session(s), {} of images, paused {} ms (checkpoint {} ms)",
-                        lease_id, result.sessions, FormatMemorySize(result.bytes), result.pause_ms,
-                        std::chrono::duration_cast<std::chrono::milliseconds>(checkpointed - started).count());
-                return result;
+                return Moved(lease_id, "", sessions.size(), *bytes, started, checkpointed, std::move(devices));
               });
         });
+  }
+
+  // A move done (to another device here, or to the agent at `to`): counted, logged, and answered.
+  MoveResult Moved(const std::string& lease_id, const std::string& to, size_t sessions, uint64_t bytes,
+                   std::chrono::steady_clock::time_point started, std::chrono::steady_clock::time_point checkpointed,
+                   std::vector<uint32_t> devices) {
+    auto ms = [](auto d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
+    MoveResult result;
+    result.status = Status::Ok();
+    result.sessions = static_cast<uint32_t>(sessions);
+    result.bytes = bytes;
+    result.pause_ms = static_cast<uint32_t>(ms(std::chrono::steady_clock::now() - started));
+    result.devices = std::move(devices);
+    ++counters.migrations;
+    if (!to.empty()) ++counters.migrations_away;
+    counters.migrated_sessions += result.sessions;
+    counters.migrated_bytes += result.bytes;
+    counters.migration_pause_ms += result.pause_ms;
+    GP_INFO("agent", "lease {} moved{}: {} session(s), {} of images, paused {} ms (checkpoint {} ms)", lease_id,
+            to.empty() ? "" : " to the agent at " + to, result.sessions, FormatMemorySize(result.bytes),
+            result.pause_ms, ms(checkpointed - started));
+    return result;
   }
 
   // ---- Moving leases to another agent (migrateTo here, adopt there).
@@ -531,19 +540,29 @@ struct AgentState {
   };
 
   // Moved leases whose holders may not all know where they went: none has asked here yet, or the first did less than
-  // a renewal interval ago (each process of a lease renews that often, and learns it then).
+  // a renewal interval ago (each process of a lease renews that often, and learns it then). Counted over the recent
+  // moves only (every describe asks, and moved_away keeps up to kMovedAwayKept): those settled leave `untold`.
   uint32_t MovesUntold() const {
-    uint32_t n = 0;
     const auto now = Clock::now();
-    for (const auto& [id, moved] : moved_away) {
-      if (!moved.told || now - *moved.told < table.timing().renew_interval) ++n;
+    for (auto it = untold.begin(); it != untold.end();) {
+      auto moved = moved_away.find(*it);
+      const bool settled = moved == moved_away.end() ||
+                           (moved->second.told && now - *moved->second.told >= table.timing().renew_interval);
+      it = settled ? untold.erase(it) : std::next(it);
     }
-    return n;
+    return static_cast<uint32_t>(untold.size());
   }
   static constexpr size_t kMovedAwayKept = 65536;
   std::map<std::string, MovedAway> moved_away;
   std::deque<std::string> moved_away_order;
+  mutable std::set<std::string> untold;  // Leases of moved_away whose holders may not know yet (MovesUntold).
   std::set<std::string> arriving;  // Leases being adopted here, not committed yet.
+  // An adoption given up (or one that could not start): the lease and all it made here go.
+  void DropArrival(const std::string& id, const std::string& why) {
+    (void)table.Revoke(id);
+    (void)EndSessions(id, why);
+    arriving.erase(id);
+  }
   std::unique_ptr<LeaseTransfers> transfers;  // Made at the first move to another agent.
 
   // Whether lease `id` moved from here to another agent; if so `out` says where (kNotFound, and `moved`), or
@@ -571,6 +590,7 @@ struct AgentState {
   }
 
   void RememberMovedAway(const std::string& id, MovedAway moved) {
+    untold.insert(id);
     if (moved_away.insert_or_assign(id, std::move(moved)).second) moved_away_order.push_back(id);
     while (moved_away_order.size() > kMovedAwayKept) {
       moved_away.erase(moved_away_order.front());
@@ -670,8 +690,10 @@ struct AgentState {
       return MoveResult{why};
     };
     auto bytes = std::make_shared<uint64_t>(0);
+    auto checkpointed = std::make_shared<std::chrono::steady_clock::time_point>();
     return kj::joinPromises(both.releaseAsArray())
-        .then([this, lease_id, sessions, adopted, taken, bytes, abandon]() -> kj::Promise<Status> {
+        .then([this, lease_id, sessions, adopted, taken, bytes, checkpointed]() -> kj::Promise<Status> {
+          *checkpointed = std::chrono::steady_clock::now();
           if (!adopted->ok()) return adopted->status();
           std::vector<LeaseTransfers::LeavingImage> images;
           for (size_t i = 0; i < taken->size(); ++i) {
@@ -696,7 +718,8 @@ struct AgentState {
           if (table.Find(lease_id) == nullptr) return Status(StatusCode::kNotFound, "the lease ended meanwhile");
           return transfers->Commit(lease_id);
         })
-        .then([this, lease_id, server, sessions, leaving, adopted, started, bytes, abandon](Status committed) {
+        .then([this, lease_id, server, sessions, leaving, adopted, started, checkpointed, bytes,
+               abandon](Status committed) {
           if (!committed.ok()) return abandon(committed);
           if (table.Find(lease_id) == nullptr) {
             // Its holder released it here while the other agent committed it: nobody will renew it there, and it
@@ -717,21 +740,7 @@ struct AgentState {
           ForgetLease(lease_id, fmt::format("moved to the agent at {}", server));
           RememberMovedAway(lease_id, std::move(away));
           moving.erase(lease_id);
-          MoveResult result;
-          result.status = Status::Ok();
-          result.sessions = static_cast<uint32_t>(sessions.size());
-          result.bytes = *bytes;
-          result.pause_ms = static_cast<uint32_t>(
-              std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());
-          result.devices = there;
-          ++counters.migrations;
-          ++counters.migrations_away;
-          counters.migrated_sessions += result.sessions;
-          counters.migrated_bytes += result.bytes;
-          counters.migration_pause_ms += result.pause_ms;
-          GP_INFO("agent", "lease {} moved to the agent at {}: {} session(s), {} of images, paused {} ms", lease_id,
-                  server, result.sessions, FormatMemorySize(result.bytes), result.pause_ms);
-          return result;
+          return Moved(lease_id, server, sessions.size(), *bytes, started, *checkpointed, there);
         })
         .catch_([abandon](kj::Exception&& e) { return abandon(Status(StatusCode::kInternal, e.getDescription().cStr())); });
   }
@@ -1388,9 +1397,7 @@ class LeaseArrivalImpl final : public wire::LeaseArrival::Server {
         session.give->fulfill(SessionWorkers::RestoreInput{Status(StatusCode::kInternal, why), nullptr, 0});
       }
     }
-    (void)state_.table.Revoke(lease_id_);
-    (void)state_.EndSessions(lease_id_, "its move here was given up: " + why);
-    state_.arriving.erase(lease_id_);
+    state_.DropArrival(lease_id_, "its move here was given up: " + why);
   }
 
   AgentState& state_;
@@ -1544,9 +1551,7 @@ kj::Own<LeaseArrivalImpl> Adopt(AgentState& state, wire::Agent::AdoptParams::Rea
     const SliceGrant& grant = grants[session.getSlice()];
     auto spec = state.SessionSpec(id, grant.device, grant, session.getWindowBase(), session.getWindowBytes());
     if (!spec.ok()) {
-      (void)state.table.Revoke(id);
-      (void)state.EndSessions(id, "its move here failed: " + spec.status().message());
-      state.arriving.erase(id);
+      state.DropArrival(id, "its move here failed: " + spec.status().message());
       return refuse(spec.status().code(), spec.status().message());
     }
     if (spec->emulated) {
@@ -1554,10 +1559,9 @@ kj::Own<LeaseArrivalImpl> Adopt(AgentState& state, wire::Agent::AdoptParams::Rea
       // into a file the new worker maps, restoring without writing it.
       int made = memfd_create("gpupool-arriving-memory", MFD_CLOEXEC);
       if (made < 0) {
-        (void)state.table.Revoke(id);
-        (void)state.EndSessions(id, "its move here failed: no memory file");
-        state.arriving.erase(id);
-        return refuse(StatusCode::kInternal, fmt::format("memfd_create: {}", strerror(errno)));
+        const std::string why = fmt::format("memfd_create: {}", strerror(errno));
+        state.DropArrival(id, "its move here failed: " + why);
+        return refuse(StatusCode::kInternal, why);
       }
       arriving[i].memory = kj::AutoCloseFd(made);
       arriving[i].most_memory = grant.memory_bytes + (64ull << 20);

@@ -88,6 +88,22 @@ Result<Migrated> MigrateTo(const std::string& server, const std::string& lease_i
   return moved;
 }
 
+Result<Migrated> MigrateToFirst(const std::string& server, const std::string& lease_id,
+                                const std::vector<std::string>& targets, std::string* to) {
+  Status last(StatusCode::kUnavailable, "no agent to move to");
+  std::string tried;
+  for (const std::string& target : targets) {
+    auto moved = MigrateTo(server, lease_id, target);
+    if (moved.ok()) {
+      *to = target;
+      return moved;
+    }
+    last = moved.status();
+    tried += (tried.empty() ? "" : "; ") + last.message();
+  }
+  return Status(last.code(), tried.empty() ? last.message() : tried);
+}
+
 std::vector<std::string> OtherAgents(const std::string& server) {
   auto pool = Pool::Connect();
   if (!pool.ok()) return {};

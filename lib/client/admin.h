@@ -34,6 +34,10 @@ Result<Migrated> Migrate(const std::string& server, const std::string& lease_id,
 // Moves running lease `lease_id` from `server` to the agent at `to`, which places it as a new lease: its programs go
 // on there. On failure it stays where it was, running.
 Result<Migrated> MigrateTo(const std::string& server, const std::string& lease_id, const std::string& to);
+// As MigrateTo, to the first of `targets` (in order) that takes the lease; `*to` says which. Refused everywhere:
+// each agent's reason, joined by "; ", with the last one's code (kUnavailable when `targets` is empty).
+Result<Migrated> MigrateToFirst(const std::string& server, const std::string& lease_id,
+                                const std::vector<std::string>& targets, std::string* to);
 // The agents of this client's pool (GPUPOOL_SERVERS, or the pool file) that are up, not draining, and not the agent at
 // `server`: where its leases may move.
 std::vector<std::string> OtherAgents(const std::string& server);

@@ -319,7 +319,7 @@ kj::Promise<void> Runtime::ProbeSilent(std::string address) {
   });
 }
 
-std::string Runtime::LeaseAgent(const std::string& id, const std::string& server) {
+std::string Runtime::FollowLease(const std::string& id, const std::string& server, uint32_t* device) {
   std::lock_guard<std::mutex> lock(moves_mu_);
   std::string at = server;
   // A lease moved back to an agent it left drops that agent's entry (NoteLeaseMoved), so chains have no cycle; the
@@ -327,21 +327,21 @@ std::string Runtime::LeaseAgent(const std::string& id, const std::string& server
   for (int hop = 0; hop < 16; ++hop) {
     auto it = lease_moves_.find({id, at});
     if (it == lease_moves_.end()) break;
+    if (device != nullptr) {
+      auto d = it->second.devices.find(*device);
+      if (d != it->second.devices.end()) *device = d->second;
+    }
     at = it->second.server;
   }
   return at;
 }
 
+std::string Runtime::LeaseAgent(const std::string& id, const std::string& server) {
+  return FollowLease(id, server, nullptr);
+}
+
 uint32_t Runtime::LeaseDevice(const std::string& id, const std::string& server, uint32_t device) {
-  std::lock_guard<std::mutex> lock(moves_mu_);
-  std::string at = server;
-  for (int hop = 0; hop < 16; ++hop) {
-    auto it = lease_moves_.find({id, at});
-    if (it == lease_moves_.end()) break;
-    auto d = it->second.devices.find(device);
-    if (d != it->second.devices.end()) device = d->second;
-    at = it->second.server;
-  }
+  FollowLease(id, server, &device);
   return device;
 }
 

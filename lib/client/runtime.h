@@ -136,6 +136,8 @@ class Runtime : public kj::TaskSet::ErrorHandler {
   };
   std::mutex moves_mu_;
   std::map<std::pair<std::string, std::string>, LeaseMove> lease_moves_;  // Guarded by moves_mu_.
+  // The agent that holds what lease `id` held on `server`, and (if `device` is set) that device's index there.
+  std::string FollowLease(const std::string& id, const std::string& server, uint32_t* device);
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable started_;

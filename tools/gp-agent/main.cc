@@ -117,16 +117,11 @@ int Ctl(int argc, char** argv) {
       moved = admin::Migrate(server, lease, device);
       // No other GPU here takes it: another agent of the pool may.
       if (!moved.ok() && !device && moved.status().code() == StatusCode::kResourceExhausted) {
-        std::string tried = moved.status().message();
-        for (const std::string& other : admin::OtherAgents(server)) {
-          moved = admin::MigrateTo(server, lease, other);
-          if (moved.ok()) {
-            where = other;
-            break;
-          }
-          tried += "; " + moved.status().message();
+        if (std::vector<std::string> others = admin::OtherAgents(server); !others.empty()) {
+          const std::string here = moved.status().message();
+          moved = admin::MigrateToFirst(server, lease, others, &where);
+          if (!moved.ok()) moved = Status(moved.status().code(), here + "; " + moved.status().message());
         }
-        if (!moved.ok()) moved = Status(moved.status().code(), tried);
       }
     }
     if (!moved.ok()) return fail(moved.status());
@@ -185,19 +180,14 @@ int Ctl(int argc, char** argv) {
           Print("lease {} is suspended (its images are kept here): it is not moved\n", l.id);
           continue;
         }
-        std::string tried;
-        bool done = false;
-        for (const std::string& target : targets) {
-          auto moved = admin::MigrateTo(server, l.id, target);
-          if (moved.ok()) {
-            Print("moved lease {} to {}: {} session(s), {} of memory, paused {} ms\n", l.id, target, moved->sessions,
-                  FormatMemorySize(moved->bytes), moved->pause_ms);
-            done = true;
-            break;
-          }
-          tried += (tried.empty() ? "" : "; ") + moved.status().message();
+        std::string target;
+        auto moved = admin::MigrateToFirst(server, l.id, targets, &target);
+        if (moved.ok()) {
+          Print("moved lease {} to {}: {} session(s), {} of memory, paused {} ms\n", l.id, target, moved->sessions,
+                FormatMemorySize(moved->bytes), moved->pause_ms);
+        } else {
+          Print("lease {} could not move: {}\n", l.id, moved.status().message());
         }
-        if (!done) Print("lease {} could not move: {}\n", l.id, tried);
       }
     }
     for (;;) {
