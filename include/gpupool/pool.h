@@ -32,6 +32,12 @@ struct PoolOptions {
   // Pool file to read when `servers` is empty. Default: empty, meaning $GPUPOOL_POOL, else
   // ~/.config/gpupool/pool.toml, else /etc/gpupool/pool.toml.
   std::string pool_file;
+  // The pool's directory, for pools too large to list: "etcd:http://HOST:2379" (several endpoints separated by
+  // commas; https:// for TLS). Agents registered there are the pool; `servers` (or the pool file's) are then the
+  // agents to fall back to while the directory does not answer. Default: empty, meaning $GPUPOOL_DIRECTORY, else
+  // the pool file's `directory`. Its settings (prefix, user, password_file, ca, cert, key) come from the pool file's
+  // [etcd] table, else from $GPUPOOL_ETCD_PREFIX, _USER, _PASSWORD_FILE, _CA, _CERT, _KEY.
+  std::string directory;
   // How long to wait for an agent to accept a connection. Default 2 s.
   std::chrono::milliseconds connect_timeout{2000};
   // How long to wait for an agent to answer a call. Default 5 s.
@@ -59,7 +65,18 @@ class Pool {
 
   // Asks every server in parallel. Servers that do not answer are listed with up == false and the reason.
   // `history`: also the devices' and leases' telemetry samples of that long ago until now (agents keep 10 min).
+  // With a directory (PoolOptions::directory), the agents it lists are asked; while it does not answer, the agents
+  // known (named, or listed by it before), and PoolState::directory_error says so.
   PoolState State(std::chrono::seconds history = std::chrono::seconds(0));
+
+  // With a directory: what its agents published there (one read, however large the pool; ServerInfo::summary set:
+  // devices without slices or activity, no leases). Without one: the same as State().
+  PoolState Summary();
+
+  // As State(), asking only the agents at `addresses` (e.g. those of a Summary() shown to a user).
+  PoolState Describe(const std::vector<std::string>& addresses, std::chrono::seconds history = std::chrono::seconds(0));
+
+  bool has_directory() const;
 
   // Places, reserves and commits `request`. Fails with kInvalidArgument (bad request), kUnsatisfiable (this pool
   // can never grant it, with the reason), kResourceExhausted (busy now; set request.wait to queue), kTimeout

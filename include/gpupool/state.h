@@ -43,7 +43,7 @@ struct DeviceInfo {
   Activity activity;              // The latest sample.
   std::vector<Activity> history;  // Oldest first; only when asked for (Pool::State's `history`).
 
-  bool whole_free() const { return slices.empty(); }
+  bool whole_free() const { return slices.empty() && memory_allocated == 0 && compute_allocated == 0; }
 };
 
 // One running session of a lease: one process's CUDA work on one of its slices.
@@ -98,10 +98,18 @@ struct ServerInfo {
   std::string policy;            // The agent's personalities, one line each; empty: no policy.
   std::vector<DeviceInfo> devices;
   std::vector<LeaseInfo> leases;
+  // Known from the pool's directory only (Pool::Summary): devices without slices or activity, no lease list, and
+  // `lease_count` says how many leases the agent holds.
+  bool summary = false;
+  uint32_t lease_count = 0;
 };
 
 struct PoolState {
   std::vector<ServerInfo> servers;
+  // Where the list came from: empty for the configured servers, else the directory ("etcd:http://...").
+  std::string directory;
+  // Non-empty when the pool has a directory that did not answer: why, and that the list is of the agents known.
+  std::string directory_error;
 
   int servers_up() const;
   int device_count() const;  // On servers that are up.

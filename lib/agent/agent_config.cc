@@ -24,7 +24,7 @@ Status Read(const TomlFile& file, AgentConfig* c) {
   const toml::table& root = file.root();
   if (Status s = file.CheckKeys(root, {"name", "listen", "class", "nvml", "cuda_driver", "emulated", "leases", "drain",
                                        "metrics", "telemetry", "limits", "auth", "groups", "personality", "tls",
-                                       "workers", "moves"},
+                                       "workers", "moves", "directory", "etcd"},
                                 "the agent config");
       !s.ok())
     return s;
@@ -158,6 +158,21 @@ Status Read(const TomlFile& file, AgentConfig* c) {
     if (!(s = file.CheckKeys(*t, {"agents"}, "[moves]")).ok()) return s;
     if (!(s = file.GetStringList(*t, "agents", &c->move_agents)).ok()) return s;
   }
+  std::string directory;
+  if (!(s = file.GetString(root, "directory", &directory)).ok()) return s;
+  if (!(s = section("etcd", &t)).ok()) return s;
+  if (!directory.empty()) {
+    internal::EtcdConfig etcd;
+    if (!(s = internal::ParseDirectorySpec(directory, &etcd)).ok()) return file.Error(*root.get("directory"), s.message());
+    if (!(s = internal::ReadEtcdSettings(&file, &etcd)).ok()) return s;
+    c->directory = std::move(etcd);
+  } else if (t) {
+    return file.Error(*root.get("etcd"), "[etcd] without directory = \"etcd:http://HOST:2379\"");
+  }
+  if (t) {
+    if (!(s = file.GetDuration(*t, "ttl", &c->directory_ttl)).ok()) return s;
+    if (!(s = file.GetString(*t, "advertise", &c->directory_advertise)).ok()) return s;
+  }
   return Status::Ok();
 }
 
@@ -190,6 +205,12 @@ Status AgentConfig::Validate() const {
   if (timing.lease_ttl.count() < 100) return bad("lease ttl must be at least 100ms");
   if (timing.reservation_ttl.count() < 100) return bad("reservation ttl must be at least 100ms");
   if (tls_cert.empty() != tls_key.empty()) return bad("[tls] needs both cert and key");
+  if (directory_ttl.count() < 2000 || directory_ttl.count() > 3600000 || directory_ttl.count() % 1000 != 0) {
+    return bad("[etcd] ttl must be whole seconds within 2s..1h");
+  }
+  if (!directory_advertise.empty()) {
+    if (Status s = internal::CheckServerAddress(directory_advertise, "[etcd] advertise"); !s.ok()) return s;
+  }
   if (!tls_ca.empty() && tls_cert.empty()) return bad("[tls] ca needs the agent's own cert and key");
   if (!tls_cert.empty() && listen.rfind("unix:", 0) == 0) {
     return bad("[tls] is for a TCP listen address (on a Unix socket the kernel authenticates peers)");

@@ -3,12 +3,14 @@
 #define GPUPOOL_AGENT_AGENT_CONFIG_H_
 
 #include <chrono>
+#include <optional>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "agent/lease_table.h"
+#include "client/directory.h"
 #include "agent/policy.h"
 #include "agent/worker_sandbox.h"
 #include "gpupool/status.h"
@@ -54,6 +56,14 @@ inline constexpr int kMaxSessionsPerLease = 64;
 //   agents = ["gpu2:7450"]         # where a personality's on_change = "migrate" moves the leases that break its rules
 //                                  # (the first that takes each, as clients reach it; this agent must administer them),
 //                                  # before suspending them here; default: none (they are suspended)
+//   directory = "etcd:http://10.0.0.2:2379,http://10.0.0.3:2379"  # register in the pool's directory; default: none
+//   [etcd]
+//   prefix = "/gpupool"            # the pool's keys: this agent registers at PREFIX/agents/INSTANCE-ID
+//   ttl = "10s"                    # its etcd lease: the entry goes this long after the agent stops renewing it
+//   advertise = "gpu1:7450"        # where clients reach it; default: the listen address, the host name for "*"
+//   user = "gpupool"               # etcd's authentication; password_file (mode 0600) holds the password
+//   password_file = "/etc/gpupool/etcd.password"
+//   ca = "/etc/gpupool/etcd-ca.crt"  # for https:// endpoints: whom to trust, and the agent's client cert and key
 //   [auth]
 //   require = false                # refuse clients the agent cannot authenticate
 //   tokens = "/etc/gpupool/tokens.toml"  # TCP clients' per-user tokens ([tokens] user = "token"; mode 0600)
@@ -87,6 +97,10 @@ struct AgentConfig {
   std::chrono::milliseconds suspend_idle_after{0};  // 0: leases are never suspended for idling.
   uint64_t suspend_memory = uint64_t{4} << 30;      // Suspended images held in memory, at most.
   std::string suspend_spill_dir;                    // Where the rest go; "": nowhere (refused past the memory).
+  // directory = "etcd:..." and [etcd]: where the agent registers (ARCHITECTURE.md, section 3); unset: nowhere.
+  std::optional<internal::EtcdConfig> directory;
+  std::chrono::milliseconds directory_ttl{10000};
+  std::string directory_advertise;  // Empty: from the listen address.
   std::vector<std::string> move_agents;  // [moves] agents: where on_change = "migrate" sends leases first.
   // [limits]: a session beyond either is refused before its worker starts, with a message naming the limit. At
   // most what a device's turns table and a slice's quota table hold (kMaxSessionsPerDevice, kMaxSessionsPerLease).

@@ -27,6 +27,7 @@
 #include "agent/image_spill.h"
 #include "agent/lease_table.h"
 #include "agent/lease_transfer.h"
+#include "agent/directory_publisher.h"
 #include "agent/metrics.h"
 #include "agent/refusal_log.h"
 #include "agent/session_worker.h"
@@ -1118,6 +1119,54 @@ uint64_t IdleMs(const LeaseEntry& e, const LeaseActivity* activity, Clock::time_
   if (!activity || activity->last_active_unix_ms == 0) return age;
   return std::min<uint64_t>(age, static_cast<uint64_t>(std::max<int64_t>(0, now_unix_ms -
                                                                            activity->last_active_unix_ms)));
+}
+
+// The agent's entry in the pool's directory: its devices' capacity and state, as placement needs them (client/
+// directory.h). Changes with every grant and release; the publisher folds those of one interval into one put.
+std::string DirectoryEntryJson(const AgentState& state, const std::string& address) {
+  capnp::MallocMessageBuilder message;
+  auto entry = message.initRoot<wire::DirectoryEntry>();
+  entry.setFormat(1);
+  entry.setName(state.config.name);
+  entry.setInstanceId(state.instance_id);
+  entry.setAddress(address);
+  entry.setDraining(state.table.draining());
+  entry.setProtocolVersion(wire::PROTOCOL_VERSION);
+  entry.setLeaseTtlMs(Ms(state.table.timing().lease_ttl));
+  entry.setLeases(static_cast<uint32_t>(state.table.entries().size()));
+  if (!state.config.policy.empty()) {
+    const Personality* active = state.config.policy.ActiveAt(PolicyNow());
+    entry.setPersonality(active ? active->name : "");
+  }
+  auto devices = entry.initDevices(static_cast<unsigned>(state.devices.size()));
+  for (size_t i = 0; i < state.devices.size(); ++i) {
+    const DeviceRecord& r = state.devices[i];
+    auto d = devices[static_cast<unsigned>(i)];
+    d.setIndex(static_cast<uint32_t>(i));
+    d.setUuid(r.uuid);
+    d.setModel(r.model);
+    d.setDeviceClass(r.device_class);
+    d.setEmulated(r.emulated);
+    d.setMemoryTotal(r.memory_bytes);
+    d.setMemoryAllocated(state.table.usage()[i].memory_bytes);
+    d.setShareAllocatedMicros(static_cast<uint32_t>(std::min<uint64_t>(kShareWhole, state.table.usage()[i].share)));
+    d.setCordoned(state.table.cordoned(static_cast<uint32_t>(i)));
+  }
+  return internal::EncodeDirectoryEntry(entry.asReader());
+}
+
+// Where clients reach this agent, as it tells the directory: [etcd] advertise, else the listen address with its
+// real port and, for a wildcard host, this host's name.
+std::string AdvertisedAddress(const AgentConfig& config, uint port, bool tls) {
+  if (!config.directory_advertise.empty()) return config.directory_advertise;
+  if (config.listen.rfind("unix:", 0) == 0) return config.listen;
+  std::string host = config.listen.substr(0, config.listen.rfind(':'));
+  if (host == "*" || host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
+    char name[256] = {};
+    gethostname(name, sizeof(name) - 1);
+    host = name;
+  }
+  return fmt::format("{}{}:{}", tls ? "tls:" : "", host, port);
 }
 
 // The agent's state as describe() answers it and /metrics renders it.
@@ -2534,6 +2583,25 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
     }
   }
 
+  kj::Own<DirectoryPublisher> directory;
+  kj::Promise<void> publishing = kj::READY_NOW;
+  if (config.directory) {
+    const std::string advertised = AdvertisedAddress(config, receiver->getPort(), tls.get() != nullptr);
+    if (unix_socket) {
+      GP_WARN("directory", "this agent listens on a Unix socket: only clients on this host can use its entry");
+    }
+    auto made = DirectoryPublisher::Make(*io.provider, *config.directory, config.directory_ttl, state.instance_id,
+                                         [&state, advertised] { return DirectoryEntryJson(state, advertised); });
+    if (!made.ok()) {
+      GP_ERROR("agent", "[etcd]: {}", made.status().message());
+      return 2;
+    }
+    directory = std::move(made).value();
+    publishing = directory->Run().eagerlyEvaluate([](kj::Exception&& e) {
+      GP_ERROR("directory", "publishing to the pool's directory failed: {}", e.getDescription().cStr());
+    });
+  }
+
   size_t emulated = 0;
   for (const auto& d : state.devices) emulated += d.emulated ? 1 : 0;
   std::printf("gp-agent %s listening on %s with %zu device(s) (%zu emulated)\n", config.name.c_str(),
@@ -2566,6 +2634,10 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
       GP_WARN("agent", "second signal: exiting now");
     });
     drained.exclusiveJoin(kj::mv(second)).wait(io.waitScope);
+  }
+  if (directory) {
+    publishing = kj::READY_NOW;  // No more puts: the entry goes now, not a TTL later.
+    directory->Withdraw().wait(io.waitScope);
   }
   socket_claim.Remove();  // Only if the file there is still ours: a later agent may have taken the path.
   if (unix_socket && config.remove_socket_dir) {

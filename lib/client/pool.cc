@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "client/directory.h"
 #include "client/lease_core.h"
 #include "client/placement.h"
 #include "core/log.h"
@@ -162,6 +163,74 @@ std::vector<ServerInfo> OncePerAgent(std::vector<ServerInfo> infos) {
     distinct.push_back(std::move(info));
   }
   return distinct;
+}
+
+std::string DirectoryName(const internal::EtcdConfig& config) {
+  return fmt::format("etcd:{}", fmt::join(config.endpoints, ","));
+}
+
+struct Gathered {
+  std::vector<ServerInfo> servers;
+  bool from_directory = false;
+  std::string directory_error;  // The directory did not answer: why (the servers are then the agents known).
+};
+
+// The pool as placement, gp-ls and gp-top see it. With a directory: one range read of it (`detail`: then a describe
+// of each agent it lists), else, while it does not answer, the agents known (named in the configuration, listed by
+// the directory last time) described one by one, with a warning said once per outage. Without one: every agent
+// named is described.
+Gathered GatherPool(Runtime& rt, const std::vector<std::string>& named, bool detail, bool with_leases,
+                    uint32_t history_seconds = 0) {
+  Gathered out;
+  if (!rt.directory()) {
+    out.servers = OncePerAgent(DescribeAll(rt, named, with_leases, history_seconds));
+    return out;
+  }
+  const internal::EtcdConfig& config = *rt.directory();
+  auto read = rt.Run([&rt]() -> kj::Promise<Result<std::vector<ServerInfo>>> {
+    auto etcd = rt.Etcd();
+    if (!etcd.ok()) return Result<std::vector<ServerInfo>>(etcd.status());
+    return internal::ReadDirectory(**etcd);
+  });
+  if (read.ok()) {
+    std::vector<std::string> addresses;
+    for (const ServerInfo& info : *read) addresses.push_back(info.address);
+    bool changed = false;
+    {
+      std::lock_guard<std::mutex> lock(rt.directory_mu);
+      auto& memory = rt.directory_memory;
+      if (memory.down_said) GP_WARN("directory", "the pool's directory {} answers again", DirectoryName(config));
+      memory.down_said = false;
+      changed = memory.agents != addresses;
+      if (changed) memory.agents = addresses;
+    }
+    if (changed) internal::RememberAgents(config, addresses);  // For a later process, should etcd be down then.
+    out.from_directory = true;
+    out.servers = detail ? OncePerAgent(DescribeAll(rt, addresses, with_leases, history_seconds))
+                         : std::move(read).value();
+    return out;
+  }
+  // The agents known: those named, those the directory listed last in this process, else in an earlier one.
+  std::vector<std::string> known = named;
+  std::vector<std::string> listed;
+  bool say;
+  {
+    std::lock_guard<std::mutex> lock(rt.directory_mu);
+    listed = rt.directory_memory.agents;
+    say = !rt.directory_memory.down_said;
+    rt.directory_memory.down_said = true;
+  }
+  if (listed.empty()) listed = internal::RememberedAgents(config);
+  for (const auto& a : listed) {
+    if (std::find(known.begin(), known.end(), a) == known.end()) known.push_back(a);
+  }
+  out.directory_error = fmt::format("the pool's directory {} does not answer ({}); {}", DirectoryName(config),
+                                    read.status().message(),
+                                    known.empty() ? "no agent is known to fall back to"
+                                                  : fmt::format("using the {} agent(s) known", known.size()));
+  if (say) GP_WARN("directory", "{}", out.directory_error);
+  out.servers = OncePerAgent(DescribeAll(rt, known, with_leases, history_seconds));
+  return out;
 }
 
 // What placement may use: servers that are up, not draining, and whose policy has not refused this request.
@@ -343,6 +412,25 @@ static Result<Lease> ReserveAndCommit(const std::shared_ptr<Runtime>& runtime, c
                                                      std::chrono::milliseconds(interval)));
 }
 
+// Describes the agents of `plan` and puts what they answer in place of their entries in *infos (an agent that does
+// not answer is marked down). Whether every one of them was described.
+static bool RefreshFromAgents(Runtime& rt, const std::vector<internal::Assignment>& plan,
+                              std::vector<ServerInfo>* infos) {
+  std::vector<size_t> involved;
+  for (const auto& a : plan) {
+    if (std::find(involved.begin(), involved.end(), a.server) == involved.end()) involved.push_back(a.server);
+  }
+  std::vector<std::string> addresses;
+  for (size_t i : involved) addresses.push_back((*infos)[i].address);
+  std::vector<ServerInfo> fresh = DescribeAll(rt, addresses, false);
+  bool all = true;
+  for (size_t k = 0; k < involved.size(); ++k) {
+    all = all && fresh[k].up;
+    (*infos)[involved[k]] = std::move(fresh[k]);
+  }
+  return all;
+}
+
 Pool::Pool(std::shared_ptr<Runtime> runtime, std::vector<std::string> servers)
     : runtime_(std::move(runtime)), servers_(std::move(servers)) {}
 Pool::Pool(Pool&&) noexcept = default;
@@ -352,17 +440,36 @@ Pool::~Pool() = default;
 const std::vector<std::string>& Pool::servers() const { return servers_; }
 
 Result<Pool> Pool::Connect(PoolOptions options) {
-  auto servers = ResolveServers(options);
-  if (!servers.ok()) return servers.status();
-  return Pool(std::make_shared<Runtime>(options), std::move(servers).value());
+  auto source = internal::ResolvePool(options);
+  if (!source.ok()) return source.status();
+  auto runtime = std::make_shared<Runtime>(options);
+  if (source->directory) runtime->SetDirectory(*source->directory);
+  return Pool(std::move(runtime), std::move(source->servers));
+}
+
+bool Pool::has_directory() const { return runtime_->directory().has_value(); }
+
+static PoolState StateOf(Gathered gathered, const Runtime& rt) {
+  PoolState state;
+  state.servers = std::move(gathered.servers);
+  if (rt.directory()) state.directory = DirectoryName(*rt.directory());
+  state.directory_error = std::move(gathered.directory_error);
+  return state;
 }
 
 PoolState Pool::State(std::chrono::seconds history) {
-  PoolState state;
   uint32_t seconds = static_cast<uint32_t>(std::clamp<int64_t>(history.count(), 0, 24 * 3600));
-  state.servers = OncePerAgent(DescribeAll(*runtime_, servers_, true, seconds));
-  return state;
+  return StateOf(GatherPool(*runtime_, servers_, true, true, seconds), *runtime_);
 }
+
+PoolState Pool::Describe(const std::vector<std::string>& addresses, std::chrono::seconds history) {
+  uint32_t seconds = static_cast<uint32_t>(std::clamp<int64_t>(history.count(), 0, 24 * 3600));
+  Gathered gathered;
+  gathered.servers = OncePerAgent(DescribeAll(*runtime_, addresses, true, seconds));
+  return StateOf(std::move(gathered), *runtime_);
+}
+
+PoolState Pool::Summary() { return StateOf(GatherPool(*runtime_, servers_, false, true), *runtime_); }
 
 Result<Lease> Pool::Allocate(const Request& request) {
   if (Status s = ValidateRequest(request); !s.ok()) return s;
@@ -376,6 +483,10 @@ Result<Lease> Pool::Allocate(const Request& request) {
   // Agents whose policy refused this request, and why: placed around until the next wait (a policy's window may
   // open, or the user's other leases end), so that a request one agent's policy forbids lands on another's GPUs.
   std::map<std::string, Status> refused_by_policy;
+  // How long an agent may take to publish a change to the directory (agents publish within 100 ms of it), and
+  // whether a "does not fit" on the directory's word has been checked on a read taken that much later.
+  constexpr auto kDirectoryLag = std::chrono::milliseconds(150);
+  bool directory_rechecked = false;
   while (true) {
     Status last;
     bool conflict = false;
@@ -387,13 +498,17 @@ Result<Lease> Pool::Allocate(const Request& request) {
       auto& snap = runtime_->snapshot;
       if (snap.valid && SteadyClock::now() - snap.taken < kSnapshotMaxAge) infos = snap.servers;
     }
+    bool from_directory = false;
+    std::vector<std::string> unusable;
     if (infos.empty()) {
-      infos = OncePerAgent(DescribeAll(*runtime_, servers_, false));
+      Gathered gathered = GatherPool(*runtime_, servers_, false, false);
+      infos = std::move(gathered.servers);
+      from_directory = gathered.from_directory;
+      if (!gathered.directory_error.empty()) unusable.push_back(gathered.directory_error);
       fresh = true;
       std::lock_guard<std::mutex> lock(runtime_->snapshot_mu);
       runtime_->snapshot = {infos, SteadyClock::now(), true};
     }
-    std::vector<std::string> unusable;
     for (const auto& info : infos) {
       if (!info.up) unusable.push_back(info.error);
       else if (info.draining) unusable.push_back(fmt::format("{} is draining", info.address));
@@ -402,6 +517,14 @@ Result<Lease> Pool::Allocate(const Request& request) {
     auto plan = internal::Place(request, views);
     if (!fresh && (views.empty() || !plan.ok())) {
       runtime_->InvalidateSnapshot();
+      continue;
+    }
+    // The directory's summaries trail the agents by up to their publishing delay: capacity freed just now may not be
+    // in them yet. A refusal is believed only on a read taken after that delay.
+    if (from_directory && !plan.ok() && !directory_rechecked) {
+      directory_rechecked = true;
+      runtime_->InvalidateSnapshot();
+      std::this_thread::sleep_for(kDirectoryLag);
       continue;
     }
     if (!plan.ok() && !refused_by_policy.empty()) {
@@ -444,8 +567,19 @@ Result<Lease> Pool::Allocate(const Request& request) {
         }
         return lease;
       }
-      runtime_->InvalidateSnapshot();
       last = lease.status();
+      if (runtime_->directory() && Retryable(last.code()) && refused_by_policy.size() == policy_refusals &&
+          conflicts < kMaxConflictRetries) {
+        // The directory said these agents had room and one did not (another client was first, or the summary was
+        // stale): ask them, and place again at once on what they say, the rest of the pool as the directory said.
+        if (RefreshFromAgents(*runtime_, *plan, &infos)) {
+          ++conflicts;
+          std::lock_guard<std::mutex> lock(runtime_->snapshot_mu);
+          runtime_->snapshot = {infos, SteadyClock::now(), true};
+          continue;
+        }
+      }
+      runtime_->InvalidateSnapshot();
       if (refused_by_policy.size() > policy_refusals) continue;  // Place again around the refusing agent(s).
       if (!Retryable(last.code())) return last;
       conflict = true;  // Another client won the race, or an agent failed mid-placement: retry on fresh state.

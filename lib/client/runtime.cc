@@ -211,6 +211,7 @@ Runtime::Runtime(const PoolOptions& options)
     // KJ objects die on the thread that made them.
     tasks_.clear();
     connections_.clear();
+    etcd_ = nullptr;
     deferred_ = nullptr;
     io_ = nullptr;
   });
@@ -225,6 +226,16 @@ Runtime::~Runtime() {
   });
   thread_.join();
   close(wake_fd_);
+}
+
+Result<EtcdClient*> Runtime::Etcd() {
+  if (!directory_) return Status(StatusCode::kInvalidArgument, "this pool has no directory");
+  if (!etcd_) {
+    auto made = EtcdClient::Make(io_->provider->getNetwork(), io_->provider->getTimer(), *directory_);
+    if (!made.ok()) return made.status();
+    etcd_ = std::move(made).value();
+  }
+  return etcd_.get();
 }
 
 void Runtime::Post(std::function<void()> fn) {

@@ -18,6 +18,7 @@
 #include <kj/async-io.h>
 #include <kj/async-unix.h>
 
+#include "client/etcd.h"
 #include "core/tls.h"
 #include "gpupool/pool.h"
 #include "gpupool/state.h"
@@ -67,6 +68,15 @@ class Runtime : public kj::TaskSet::ErrorHandler {
     snapshot.valid = false;
   }
 
+  // What this runtime last learned from the pool's directory: the agents it listed (to fall back to while it does
+  // not answer), and whether it has been said that it does not.
+  struct DirectoryMemory {
+    std::vector<std::string> agents;
+    bool down_said = false;
+  };
+  std::mutex directory_mu;
+  DirectoryMemory directory_memory;
+
   // From another thread that runs a KJ event loop (an agent's): runs `func` on the loop thread; the promise it
   // returns resolves on the caller's loop with `func`'s result, which must hold no KJ object of this loop.
   template <typename Func>
@@ -82,7 +92,14 @@ class Runtime : public kj::TaskSet::ErrorHandler {
   // Takes note of `outcome.moved`, as agent `server` answered a call about lease `id`. Whether it had one.
   bool NoteLeaseMoved(const std::string& id, const std::string& server, wire::Outcome::Reader outcome);
 
+  // The pool's directory this runtime reads; set before the first call that reads it.
+  void SetDirectory(EtcdConfig config) { directory_ = std::move(config); }
+  const std::optional<EtcdConfig>& directory() const { return directory_; }
+
   // --- Loop thread only. ---
+
+  // The directory's client, made at the first use; fails when it has none or its TLS files cannot be read.
+  Result<EtcdClient*> Etcd();
 
   // A connected, version-checked agent capability, connecting on first use or after a disconnect.
   kj::Promise<wire::Agent::Client> Agent(const std::string& address);
@@ -145,6 +162,8 @@ class Runtime : public kj::TaskSet::ErrorHandler {
   kj::AsyncIoContext* io_ = nullptr;
   kj::Own<kj::PromiseFulfiller<void>> stop_;
   // Loop-thread state.
+  std::optional<EtcdConfig> directory_;
+  kj::Own<EtcdClient> etcd_;
   kj::Own<TlsSetup> tls_;  // For "tls:" agents, made at the first (ClientTlsFiles); outlives the connections.
   std::map<std::string, kj::Own<Connection>> connections_;
   std::map<std::string, kj::Promise<void>> tasks_;

@@ -57,6 +57,10 @@ std::string PoolStateJson(const PoolState& state, const StateJsonOptions& option
     s.up && !s.personality.empty() ? w.String(s.personality) : w.Null();
     w.Key("personality_next");
     s.up && !s.personality_next.empty() ? w.String(s.personality_next) : w.Null();
+    // From the pool's directory alone: no slices, activity or lease list; `lease_count` instead.
+    w.Key("summary").Bool(s.summary);
+    w.Key("lease_count");
+    s.summary ? w.UInt(s.lease_count) : w.UInt(s.leases.size());
     w.Key("devices").BeginArray();
     for (const DeviceInfo& d : s.devices) {
       w.BeginObject()
@@ -126,7 +130,12 @@ std::string PoolStateJson(const PoolState& state, const StateJsonOptions& option
     }
     w.EndObject();
   }
-  w.EndArray().EndObject();
+  w.EndArray();
+  w.Key("directory");
+  state.directory.empty() ? w.Null() : w.String(state.directory);
+  w.Key("directory_error");
+  state.directory_error.empty() ? w.Null() : w.String(state.directory_error);
+  w.EndObject();
   return w.str();
 }
 

@@ -241,3 +241,18 @@ interface LeaseArrival {
   # Bytes of a session's device memory, `offset` bytes from its window's start, for an image that leaves them out
   # (its memory_stays): written into the memory file of the session's new worker, which restores writing none of it.
 }
+
+struct DirectoryEntry {
+  # What an agent publishes about itself in the pool's directory (etcd, under PREFIX/agents/INSTANCE-ID, as JSON),
+  # kept alive by an etcd lease whose TTL is the agent's liveness. A hint for placement: the agent still decides.
+  format @0 :UInt32;              # 1.
+  name @1 :Text;
+  instanceId @2 :Text;
+  address @3 :Text;               # Where clients reach the agent ("host:port", "tls:host:port").
+  draining @4 :Bool;
+  personality @5 :Text;           # The policy personality in force; empty: none.
+  devices @6 :List(Device);       # Without activity and history.
+  leases @7 :UInt32;              # Leases held (committed or reserved).
+  protocolVersion @8 :UInt32;
+  leaseTtlMs @9 :UInt64;
+}

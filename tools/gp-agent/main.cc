@@ -254,7 +254,8 @@ int main(int argc, char** argv) {
 
   CLI::App app{"gp-agent: serves this host's GPUs (real or emulated) to a gpupool pool"};
   std::string config_path, listen, name, device_class, emu_memory, emu_cc, lease_ttl, renew_interval, cuda_driver, metrics,
-      idle_after, suspend_idle_after, suspend_memory, suspend_spill_dir, tokens, tls_cert, tls_key, tls_ca;
+      idle_after, suspend_idle_after, suspend_memory, suspend_spill_dir, tokens, tls_cert, tls_key, tls_ca, directory,
+      advertise;
   bool require_auth = false;
   int emu = -1, emu_fallback = -1;
   bool no_nvml = false, exit_with_parent = false, remove_socket_dir = false;
@@ -287,6 +288,10 @@ int main(int argc, char** argv) {
   app.add_option("--tls-cert", tls_cert, "serve TCP over TLS with this certificate (PEM; with --tls-key)");
   app.add_option("--tls-key", tls_key, "the private key of --tls-cert (PEM)");
   app.add_option("--tls-ca", tls_ca, "require client certificates signed by this CA; their common name is the user");
+  app.add_option("--directory", directory,
+                 "register in the pool's directory: etcd:http://HOST:2379[,...] (its settings: the config's [etcd], "
+                 "else $GPUPOOL_ETCD_PREFIX, _USER, _PASSWORD_FILE, _CA, _CERT, _KEY)");
+  app.add_option("--advertise", advertise, "where clients reach this agent, as the directory tells them (host:port)");
   app.add_flag("--no-nvml", no_nvml, "do not look for physical GPUs through NVML (nor the CUDA driver unless --cuda-driver names one)");
   app.add_flag("--exit-with-parent", exit_with_parent,
                "a private agent: once the process that started it is gone, a signal ends it at once, without draining");
@@ -333,6 +338,18 @@ int main(int argc, char** argv) {
     if (renew_interval.empty()) config.timing.renew_interval = *d / 4;
   }
   if (!metrics.empty()) config.metrics_listen = metrics;
+  if (!directory.empty()) {
+    // The endpoints from the flag; the settings from the config's [etcd] if it has one, else the environment's.
+    internal::EtcdConfig etcd = config.directory.value_or(internal::EtcdConfig{});
+    Status s = internal::ParseDirectorySpec(directory, &etcd);
+    if (s.ok() && !config.directory) s = internal::ReadEtcdSettings(nullptr, &etcd);
+    if (!s.ok()) {
+      PrintError("gp-agent: --directory: {}\n", s.message());
+      return 2;
+    }
+    config.directory = std::move(etcd);
+  }
+  if (!advertise.empty()) config.directory_advertise = advertise;
   if (require_auth) config.require_auth = true;
   if (!tokens.empty()) config.tokens_file = tokens;
   if (!tls_cert.empty()) config.tls_cert = tls_cert;

@@ -55,6 +55,13 @@ void PrintText(const PoolState& state, bool leases) {
                                                                                ? "full"
                                                                                : "shared";
       std::string model = d.model + (d.device_class.empty() ? "" : " [" + d.device_class + "]");
+      if (s.summary) {  // The directory's word: no activity, no holders (gp-ls --detail asks the agent).
+        rows.push_back({server, std::to_string(d.index), model,
+                        fmt::format("{} / {}", FormatMemorySize(d.memory_allocated), FormatMemorySize(d.memory_total)),
+                        "-", Percent(d.compute_allocated), "-", state_text,
+                        d.index == 0 ? fmt::format("{} on the agent", s.lease_count) : ""});
+        continue;
+      }
       // Who holds this device, and how much: "alice 8 GiB, bob 4 GiB".
       std::string holders;
       for (const SliceInfo& slice : d.slices) {
@@ -105,16 +112,40 @@ void PrintText(const PoolState& state, bool leases) {
 int ToolMain(int argc, char** argv) {
   log::SetProgramName("gp-ls");
   CLI::App app{"gp-ls: servers, GPUs and leases of the pool"};
-  bool json = false, leases = false;
+  bool json = false, leases = false, detail = false;
+  std::vector<std::string> only;
   tools::ServersArg servers;
   app.add_flag("--json", json, "machine-readable output (schema_version, base units, null for unknown)");
-  app.add_flag("--leases", leases, "also list leases: who holds what");
+  app.add_flag("--leases", leases, "also list leases: who holds what (with a directory: implies --detail)");
+  app.add_flag("--detail", detail,
+               "with a directory: ask each agent shown for its slices, leases and activity (else only what the "
+               "directory holds)");
+  app.add_option("--agent", only, "show only this agent (its name or address; repeatable)");
   servers.Add(app);
   GP_PARSE_ARGS(app, argc, argv, 2);
 
   auto pool = servers.ConnectOrSay("gp-ls");
   if (!pool.ok()) return 2;
-  PoolState state = pool->State();
+  // With a directory, one read of it shows the pool however large; --detail then asks only the agents shown.
+  PoolState state = pool->has_directory() ? pool->Summary() : pool->State();
+  if (!only.empty()) {
+    std::vector<ServerInfo> shown;
+    for (ServerInfo& s : state.servers) {
+      if (std::find(only.begin(), only.end(), s.name) != only.end() ||
+          std::find(only.begin(), only.end(), s.address) != only.end()) {
+        shown.push_back(std::move(s));
+      }
+    }
+    state.servers = std::move(shown);
+  }
+  if (pool->has_directory() && (detail || leases) && state.directory_error.empty()) {
+    std::vector<std::string> addresses;
+    for (const ServerInfo& s : state.servers) addresses.push_back(s.address);
+    PoolState described = pool->Describe(addresses);
+    described.directory = state.directory;
+    state = std::move(described);
+  }
+  if (!state.directory_error.empty()) PrintError("gp-ls: warning: {}\n", state.directory_error);
   if (json) Print("{}\n", PoolStateJson(state, {leases, false}));
   else PrintText(state, leases);
   if (state.servers_up() == 0) {

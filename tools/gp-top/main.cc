@@ -64,11 +64,17 @@ int TextWidth() {
   return 120;
 }
 
+// With a directory: its one read, unless asked for every agent's detail (each agent described).
+PoolState Fetch(Pool& pool, bool detail, std::chrono::seconds history) {
+  return pool.has_directory() && !detail ? pool.Summary() : pool.State(history);
+}
+
 // Fetches the pool's state every interval on a thread of its own, so that a server that does not answer never
 // freezes the keys.
 class Refresher {
  public:
-  Refresher(Pool& pool, std::chrono::milliseconds interval) : pool_(pool), interval_(interval) {
+  Refresher(Pool& pool, std::chrono::milliseconds interval, bool detail)
+      : pool_(pool), interval_(interval), detail_(detail) {
     thread_ = std::thread([this] { Run(); });
   }
   ~Refresher() {
@@ -94,7 +100,7 @@ class Refresher {
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_) {
       lock.unlock();
-      PoolState state = pool_.State(kViewHistory);
+      PoolState state = Fetch(pool_, detail_, kViewHistory);
       lock.lock();
       state_ = std::move(state);
       fresh_ = true;
@@ -104,6 +110,7 @@ class Refresher {
 
   Pool& pool_;
   std::chrono::milliseconds interval_;
+  bool detail_;
   std::mutex mu_;
   std::condition_variable cv_;
   PoolState state_;
@@ -141,7 +148,7 @@ void Draw(const std::vector<top::Line>& lines, bool colour) {
 }
 
 // The full-screen view until q. Returns the exit status.
-int Interactive(Pool& pool, std::chrono::milliseconds interval) {
+int Interactive(Pool& pool, std::chrono::milliseconds interval, bool detail) {
   if (!initscr()) {
     PrintError("gp-top: cannot start the terminal view (TERM={})\n", std::getenv("TERM") ? std::getenv("TERM") : "");
     return 2;
@@ -163,7 +170,7 @@ int Interactive(Pool& pool, std::chrono::milliseconds interval) {
   top::ViewSettings view;
   PoolState state;
   bool have_state = false, dirty = true;
-  Refresher refresher(pool, interval);
+  Refresher refresher(pool, interval, detail);
   auto last_clock = std::chrono::steady_clock::now();
   for (;;) {
     if (refresher.Take(&state)) {
@@ -222,7 +229,7 @@ int Interactive(Pool& pool, std::chrono::milliseconds interval) {
 int ToolMain(int argc, char** argv) {
   log::SetProgramName("gp-top");
   CLI::App app{"gp-top: the pool live: GPUs' memory and utilisation, leases and what they do"};
-  bool json = false, once = false;
+  bool json = false, once = false, detail = false;
   double interval_s = 1.0;
   int history_s = 0;
   tools::ServersArg servers;
@@ -230,6 +237,9 @@ int ToolMain(int argc, char** argv) {
   app.add_flag("--json", json, "print one snapshot as JSON (gp-ls --json's schema, leases included) and exit");
   app.add_option("--history", history_s, "with --json: also each GPU's and lease's last SECONDS of samples (max 600)")
       ->check(CLI::Range(0, 600));
+  app.add_flag("--detail", detail,
+               "with a directory: ask every agent for its leases and activity each refresh (else the directory's "
+               "summaries, one read however large the pool)");
   app.add_option("--interval", interval_s, "seconds between refreshes (default 1)")->check(CLI::Range(0.2, 3600.0));
   servers.Add(app);
   GP_PARSE_ARGS(app, argc, argv, 2);
@@ -238,7 +248,7 @@ int ToolMain(int argc, char** argv) {
   if (!pool.ok()) return 2;
   auto interval = std::chrono::milliseconds(static_cast<int64_t>(interval_s * 1000));
   if (json) {
-    PoolState state = pool->State(std::chrono::seconds(history_s));
+    PoolState state = Fetch(*pool, detail, std::chrono::seconds(history_s));
     Print("{}\n", PoolStateJson(state, {true, history_s > 0}));
     if (state.servers_up() == 0) PrintError("gp-top: no server answered\n");
     return state.servers_up() == 0 ? 1 : 0;
@@ -247,7 +257,7 @@ int ToolMain(int argc, char** argv) {
     // Text: one screen, or (not a terminal) a screen every interval until interrupted, as `top -b`.
     const bool colour = ColourWanted(STDOUT_FILENO);
     for (;;) {
-      PoolState state = pool->State(kViewHistory);
+      PoolState state = Fetch(*pool, detail, kViewHistory);
       top::ViewSettings view;
       view.clock = LocalClock();
       Print("{}", top::ToText(top::RenderTop(state, view, TextWidth(), 0), colour));
@@ -257,7 +267,7 @@ int ToolMain(int argc, char** argv) {
       std::this_thread::sleep_for(interval);
     }
   }
-  return Interactive(*pool, interval);
+  return Interactive(*pool, interval, detail);
 }
 
 int main(int argc, char** argv) {

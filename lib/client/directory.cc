@@ -1,0 +1,232 @@
+#include "client/directory.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <capnp/compat/json.h>
+#include <capnp/message.h>
+#include <fmt/format.h>
+
+#include "core/log.h"
+#include "core/toml_config.h"
+#include "core/util.h"
+#include "gpupool/units.h"
+
+namespace gpupool::internal {
+namespace {
+
+// Bounds on what an entry may hold: entries are written by whoever can write the prefix, so they are checked like
+// any message from outside.
+constexpr size_t kMaxEntryBytes = 64 * 1024;
+constexpr size_t kMaxDevices = 256;
+constexpr size_t kMaxText = 256;
+
+Result<std::string> ReadPassword(const std::string& path, std::string_view source) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) {
+    return Status(StatusCode::kInvalidArgument, fmt::format("{}: etcd password_file {} cannot be read", source, path));
+  }
+  if ((st.st_mode & 0077) != 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("{}: etcd password_file {} is readable by others (mode {:o}): chmod 600 it", source, path,
+                              st.st_mode & 0777));
+  }
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string password = text.str();
+  while (!password.empty() && (password.back() == '\n' || password.back() == '\r')) password.pop_back();
+  if (!in || password.empty()) {
+    return Status(StatusCode::kInvalidArgument, fmt::format("{}: etcd password_file {} is empty", source, path));
+  }
+  return password;
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+bool ValidText(capnp::Text::Reader text) {
+  if (text.size() > kMaxText) return false;
+  for (char c : text) {
+    if (static_cast<unsigned char>(c) < ' ') return false;
+  }
+  return true;
+}
+
+std::string CacheFile(const EtcdConfig& config) {
+  std::string dir = Env("XDG_CACHE_HOME");
+  if (dir.empty()) {
+    std::string home = Env("HOME");
+    if (home.empty()) return "";
+    dir = home + "/.cache";
+  }
+  std::string key;
+  for (const auto& e : config.endpoints) key += e + ",";
+  key += config.prefix;
+  return fmt::format("{}/gpupool/directory-{:016x}.txt", dir, std::hash<std::string>{}(key));
+}
+
+}  // namespace
+
+Status ReadEtcdSettings(const TomlFile* file, EtcdConfig* config) {
+  std::string password_file;
+  if (file == nullptr) {
+    if (std::string p = Env("GPUPOOL_ETCD_PREFIX"); !p.empty()) config->prefix = p;
+    config->user = Env("GPUPOOL_ETCD_USER");
+    password_file = Env("GPUPOOL_ETCD_PASSWORD_FILE");
+    config->tls = {Env("GPUPOOL_ETCD_CERT"), Env("GPUPOOL_ETCD_KEY"), Env("GPUPOOL_ETCD_CA")};
+  } else {
+    const toml::table* etcd = file->root()["etcd"].as_table();
+    if (etcd == nullptr) {
+      if (file->root().contains("etcd")) return file->Error(*file->root().get("etcd"), "[etcd] must be a table");
+    } else {
+      // Keys the agent's own [etcd] has besides a client's (agent/agent_config.cc reads them).
+      if (Status s = file->CheckKeys(*etcd, {"prefix", "user", "password_file", "ca", "cert", "key", "ttl", "advertise"},
+                                     "[etcd]");
+          !s.ok()) {
+        return s;
+      }
+      for (auto [key, out] : {std::pair<const char*, std::string*>{"prefix", &config->prefix}, {"user", &config->user},
+                              {"password_file", &password_file}, {"ca", &config->tls.ca}, {"cert", &config->tls.cert},
+                              {"key", &config->tls.key}}) {
+        if (Status s = file->GetString(*etcd, key, out); !s.ok()) return s;
+      }
+    }
+  }
+  const std::string source = file == nullptr ? "$GPUPOOL_ETCD_*" : file->path();
+  if (Status s = CheckDirectoryPrefix(config->prefix, source); !s.ok()) return s;
+  if (!config->user.empty() && password_file.empty()) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("{}: etcd user '{}' needs a password_file", source, config->user));
+  }
+  if (!password_file.empty()) {
+    if (config->user.empty()) {
+      return Status(StatusCode::kInvalidArgument, fmt::format("{}: etcd password_file without a user", source));
+    }
+    auto password = ReadPassword(password_file, source);
+    if (!password.ok()) return password.status();
+    config->password = std::move(password).value();
+  }
+  if (config->tls.cert.empty() != config->tls.key.empty()) {
+    return Status(StatusCode::kInvalidArgument, fmt::format("{}: etcd cert and key go together", source));
+  }
+  return Status::Ok();
+}
+
+std::string AgentsPrefix(const EtcdConfig& config) { return config.prefix + "/agents/"; }
+
+std::string EncodeDirectoryEntry(wire::DirectoryEntry::Reader entry) {
+  capnp::JsonCodec codec;
+  return std::string(codec.encode(entry).cStr());
+}
+
+Result<ServerInfo> DecodeDirectoryEntry(std::string_view json) {
+  auto bad = [](std::string why) { return Status(StatusCode::kInvalidArgument, "directory entry: " + why); };
+  if (json.size() > kMaxEntryBytes) return bad(fmt::format("{} bytes, more than an entry holds", json.size()));
+  capnp::MallocMessageBuilder message;
+  auto entry = message.initRoot<wire::DirectoryEntry>();
+  try {
+    capnp::JsonCodec codec;
+    codec.decode(kj::arrayPtr(json.data(), json.size()), entry);
+  } catch (const kj::Exception& e) {
+    return bad(fmt::format("not an entry: {}", e.getDescription().cStr()));
+  }
+  auto e = entry.asReader();
+  if (e.getFormat() != 1) return bad(fmt::format("format {} is not known here", e.getFormat()));
+  if (!ValidText(e.getName()) || !ValidText(e.getInstanceId()) || !ValidText(e.getAddress()) ||
+      !ValidText(e.getPersonality())) {
+    return bad("a name, id or address is too long or holds control characters");
+  }
+  ServerInfo info;
+  info.address = e.getAddress();
+  if (Status s = CheckServerAddress(info.address, "its address"); !s.ok()) return bad(s.message());
+  if (e.getDevices().size() > kMaxDevices) return bad(fmt::format("{} devices", e.getDevices().size()));
+  info.up = true;
+  info.summary = true;
+  info.name = e.getName();
+  info.instance_id = e.getInstanceId();
+  info.draining = e.getDraining();
+  info.personality = e.getPersonality();
+  info.protocol_version = e.getProtocolVersion();
+  info.lease_ttl_s = static_cast<double>(e.getLeaseTtlMs()) / 1000.0;
+  info.lease_count = e.getLeases();
+  for (auto d : e.getDevices()) {
+    if (!ValidText(d.getUuid()) || !ValidText(d.getModel()) || !ValidText(d.getDeviceClass())) {
+      return bad("a device's uuid, model or class is too long or holds control characters");
+    }
+    if (d.getIndex() != info.devices.size()) return bad("devices out of order");
+    DeviceInfo dev;
+    dev.index = d.getIndex();
+    dev.uuid = d.getUuid();
+    dev.model = d.getModel();
+    dev.device_class = d.getDeviceClass();
+    dev.emulated = d.getEmulated();
+    dev.memory_total = d.getMemoryTotal();
+    dev.memory_allocated = std::min(d.getMemoryAllocated(), d.getMemoryTotal());
+    dev.compute_allocated = FractionFromShare(std::min<uint32_t>(d.getShareAllocatedMicros(), kShareWhole));
+    dev.cordoned = d.getCordoned();
+    info.devices.push_back(std::move(dev));
+  }
+  return info;
+}
+
+kj::Promise<Result<std::vector<ServerInfo>>> ReadDirectory(EtcdClient& etcd) {
+  const std::string prefix = AgentsPrefix(etcd.config());
+  return etcd.RangePrefix(prefix).then([prefix](Result<EtcdRange>&& range) -> Result<std::vector<ServerInfo>> {
+    if (!range.ok()) return range.status();
+    std::vector<ServerInfo> out;
+    std::set<std::string> seen;
+    for (const EtcdKeyValue& kv : range->kvs) {
+      auto info = DecodeDirectoryEntry(kv.value);
+      if (!info.ok()) {
+        GP_DEBUG("directory", "{}: skipped: {}", kv.key, info.status().message());
+        continue;
+      }
+      // The key names the instance: an entry claiming another's id (a copy, a forgery) is not counted twice.
+      if (kv.key.substr(prefix.size()) != info->instance_id || !seen.insert(info->instance_id).second) {
+        GP_DEBUG("directory", "{}: skipped: its key does not name its instance {}", kv.key, info->instance_id);
+        continue;
+      }
+      out.push_back(std::move(info).value());
+    }
+    return out;
+  });
+}
+
+std::vector<std::string> RememberedAgents(const EtcdConfig& config) {
+  std::vector<std::string> out;
+  const std::string path = CacheFile(config);
+  if (path.empty()) return out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line) && out.size() < 100000) {
+    if (CheckServerAddress(line, path).ok()) out.push_back(line);
+  }
+  return out;
+}
+
+void RememberAgents(const EtcdConfig& config, const std::vector<std::string>& addresses) {
+  const std::string path = CacheFile(config);
+  if (path.empty() || addresses.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  const std::string temporary = fmt::format("{}.{}", path, getpid());
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    for (const auto& a : addresses) out << a << "\n";
+    if (!out) return;
+  }
+  std::filesystem::rename(temporary, path, ec);  // Whole or not at all, for a process reading it now.
+  if (ec) std::filesystem::remove(temporary, ec);
+}
+
+}  // namespace gpupool::internal
