@@ -15,6 +15,9 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -26,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <latch>
 #include <map>
@@ -67,6 +71,12 @@ struct Options {
   std::string agent_log_level;  // Empty: the agent's own default (info).
   bool keep_logs = false;
   bool json = false;
+  // --directory etcd: a local etcd is started, agents register there, clients place from it; measured at each of
+  // `scales` agents in one run.
+  std::string directory;
+  std::vector<int> scales = {8, 128};
+  std::string etcd_binary = "etcd";
+  std::string directory_spec;  // Set by the run: "etcd:http://127.0.0.1:PORT".
 };
 
 Status Error(std::string message) { return Status(StatusCode::kInternal, std::move(message)); }
@@ -153,7 +163,7 @@ class AgentFleet {
     // Spawn all first, then read the banners: the agents start up in parallel.
     for (int i = 0; i < opt.agents; ++i) {
       Agent agent;
-      agent.name = fmt::format("bench{}", i);
+      agent.name = fmt::format("{}bench{}", name_prefix_, i);
       agent.log_path = fmt::format("{}/{}.log", log_dir_, agent.name);
       int stdout_fd = -1;
       if (Status s = Spawn(opt, &agent, &stdout_fd); !s.ok()) return s;
@@ -214,6 +224,8 @@ class AgentFleet {
     }
   }
 
+  // Names agents PREFIXbenchN: fleets of one run in one directory stay apart.
+  void set_name_prefix(std::string prefix) { name_prefix_ = std::move(prefix); }
   // Whether Stop() deletes the agents' logs. The caller keeps them when something went wrong.
   void set_remove_logs(bool remove) { remove_logs_ = remove; }
   const std::string& log_dir() const { return log_dir_; }
@@ -241,6 +253,10 @@ class AgentFleet {
     std::vector<std::string> args = {binary_,        "--no-nvml",   "--listen", "127.0.0.1:0",
                                      "--name",       agent->name,   "--emu",    std::to_string(opt.emu),
                                      "--emu-memory", opt.emu_memory};
+    if (!opt.directory_spec.empty()) {
+      args.push_back("--directory");
+      args.push_back(opt.directory_spec);
+    }
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -338,6 +354,101 @@ class AgentFleet {
   std::vector<Agent> agents_;
   std::vector<int> stdout_fds_;
   bool remove_logs_ = true;
+  std::string name_prefix_;
+};
+
+// A one-member etcd cluster on loopback for --directory etcd, in a directory of its own; stopped and removed with
+// this object.
+class LocalEtcd {
+ public:
+  ~LocalEtcd() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      int status = 0;
+      while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  Status Start(const std::string& binary) {
+    char dir_template[] = "/tmp/alloc_bench_etcd.XXXXXX";
+    if (mkdtemp(dir_template) == nullptr) return Error(fmt::format("mkdtemp: {}", std::strerror(errno)));
+    dir_ = dir_template;
+    client_port_ = FreePort();
+    const int peer_port = FreePort();
+    if (client_port_ == 0 || peer_port == 0) return Error("no free loopback port for etcd");
+    const std::string client = fmt::format("http://127.0.0.1:{}", client_port_);
+    const std::string peer = fmt::format("http://127.0.0.1:{}", peer_port);
+    std::vector<std::string> args = {binary, "--name", "bench", "--data-dir", dir_ + "/data",
+                                     "--listen-client-urls", client, "--advertise-client-urls", client,
+                                     "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                                     "--initial-cluster", "bench=" + peer, "--log-level", "warn"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const std::string log = dir_ + "/etcd.log";
+    int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (log_fd < 0) return Error(fmt::format("cannot create {}: {}", log, std::strerror(errno)));
+    const pid_t parent = getpid();
+    pid_ = fork();
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
+      dup2(log_fd, STDOUT_FILENO);
+      dup2(log_fd, STDERR_FILENO);
+      execvp(argv[0], argv.data());
+      _exit(127);
+    }
+    close(log_fd);
+    if (pid_ < 0) return Error(fmt::format("fork: {}", std::strerror(errno)));
+    // Up once its client port accepts; an etcd that exits (not installed: 127) says so in its log.
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (Clock::now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return Error(fmt::format("etcd ({}) {}: {}", binary,
+                                 WIFEXITED(status) && WEXITSTATUS(status) == 127
+                                     ? "could not be started (install the etcd-server package, or pass --etcd)"
+                                     : DescribeWaitStatus(status),
+                                 FileTail(log)));
+      }
+      int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<uint16_t>(client_port_));
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      bool up = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+      close(fd);
+      if (up) return Status::Ok();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return Error(fmt::format("etcd did not accept connections within 20 s: {}", FileTail(log)));
+  }
+
+  std::string spec() const { return fmt::format("etcd:http://127.0.0.1:{}", client_port_); }
+  std::optional<double> CpuSeconds() const { return ProcessCpuSeconds(pid_); }
+
+ private:
+  static int FreePort() {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    int port = 0;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port = ntohs(addr.sin_port);
+    }
+    close(fd);
+    return port;
+  }
+
+  pid_t pid_ = -1;
+  std::string dir_;
+  int client_port_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -442,10 +553,8 @@ struct Window {
   Clock::time_point measure_start, measure_end;
 };
 
-void RunClient(const std::vector<std::string>& servers, const gpupool::Request& request, std::latch* ready,
+void RunClient(const gpupool::PoolOptions& options, const gpupool::Request& request, std::latch* ready,
                const std::latch* go, const Window* window, ClientResult* out) {
-  gpupool::PoolOptions options;
-  options.servers = servers;
   auto pool = gpupool::Pool::Connect(options);
   if (!pool.ok()) out->fatal = pool.status().ToString();
   ready->count_down();
@@ -479,6 +588,72 @@ void RunClient(const std::vector<std::string>& servers, const gpupool::Request& 
     ++out->placement[server_name];
     out->last_end = t2;
   }
+}
+
+// What the clients measured in one window.
+struct Measured {
+  LatencyStats alloc, failed, release, pair;
+  double window_s = 0, pairs_per_s = 0;
+  uint64_t pairs = 0;
+  FailureTable allocate_failures, release_failures;
+  std::map<std::string, uint64_t> placement;
+  std::optional<double> self_cores, agent_cores;
+};
+
+// `opt.clients` threads, each with its own Pool of `pool_options`, loop Allocate + Release for `warmup` then
+// `duration`.
+Result<Measured> MeasureClients(const Options& opt, const gpupool::PoolOptions& pool_options,
+                                const gpupool::Request& request, const AgentFleet& fleet,
+                                std::chrono::milliseconds warmup, std::chrono::milliseconds duration) {
+  fmt::print(stderr, "alloc_bench: {} client(s), {} warm-up then {} measured...\n", opt.clients, opt.warmup,
+             opt.duration);
+  std::vector<ClientResult> results(static_cast<size_t>(opt.clients));
+  std::latch ready(opt.clients);
+  std::latch go(1);
+  Window window;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < opt.clients; ++i) {
+    threads.emplace_back(RunClient, std::cref(pool_options), std::cref(request), &ready, &go, &window, &results[i]);
+  }
+  ready.wait();
+  window.measure_start = Clock::now() + warmup;
+  window.measure_end = window.measure_start + duration;
+  go.count_down();
+  // CPU use over the measured window tells whether the host, not the protocol, was the limit.
+  std::this_thread::sleep_until(window.measure_start);
+  auto self_cpu0 = ProcessCpuSeconds(0);
+  auto agents_cpu0 = fleet.CpuSeconds();
+  std::this_thread::sleep_until(window.measure_end);
+  auto self_cpu1 = ProcessCpuSeconds(0);
+  auto agents_cpu1 = fleet.CpuSeconds();
+  for (auto& t : threads) t.join();
+
+  Measured m;
+  std::vector<int64_t> allocate_ns, failed_ns, release_ns, pair_ns;
+  Clock::time_point last_end = window.measure_end;
+  for (const ClientResult& r : results) {
+    if (!r.fatal.empty()) return Error(fmt::format("a client could not connect: {}", r.fatal));
+    allocate_ns.insert(allocate_ns.end(), r.allocate_ns.begin(), r.allocate_ns.end());
+    failed_ns.insert(failed_ns.end(), r.failed_allocate_ns.begin(), r.failed_allocate_ns.end());
+    release_ns.insert(release_ns.end(), r.release_ns.begin(), r.release_ns.end());
+    pair_ns.insert(pair_ns.end(), r.pair_ns.begin(), r.pair_ns.end());
+    MergeFailures(&m.allocate_failures, r.allocate_failures);
+    MergeFailures(&m.release_failures, r.release_failures);
+    for (const auto& [name, n] : r.placement) m.placement[name] += n;
+    last_end = std::max(last_end, r.last_end);
+  }
+  // The window ends when the last pair started inside it finished.
+  m.window_s = static_cast<double>(ElapsedNs(window.measure_start, last_end)) / 1e9;
+  m.pairs = pair_ns.size();
+  m.pairs_per_s = static_cast<double>(m.pairs) / m.window_s;
+  m.alloc = Summarize(allocate_ns);
+  m.failed = Summarize(failed_ns);
+  m.release = Summarize(release_ns);
+  m.pair = Summarize(pair_ns);
+  const double measured_cpu_s = static_cast<double>(duration.count()) / 1000.0;
+  if (self_cpu0 && self_cpu1) m.self_cores = (*self_cpu1 - *self_cpu0) / measured_cpu_s;
+  if (agents_cpu0 && agents_cpu1) m.agent_cores = (*agents_cpu1 - *agents_cpu0) / measured_cpu_s;
+  return m;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -533,6 +708,153 @@ void PrintFailures(const char* what, const FailureTable& table) {
   }
 }
 
+// Times Pool::Summary() on a directory: one range read of etcd, whatever the pool's size.
+Result<LatencyStats> TimeDirectoryRead(const std::string& spec, int samples) {
+  gpupool::PoolOptions options;
+  options.directory = spec;
+  auto pool = gpupool::Pool::Connect(options);
+  if (!pool.ok()) return pool.status();
+  std::vector<int64_t> ns;
+  for (int i = 0; i < samples + 10; ++i) {
+    auto t0 = Clock::now();
+    gpupool::PoolState state = pool->Summary();
+    if (i >= 10) ns.push_back(ElapsedNs(t0, Clock::now()));
+    if (!state.directory_error.empty()) return Error(state.directory_error);
+  }
+  return Summarize(std::move(ns));
+}
+
+// The directory lists `agents` agents (all registered), or the reason it does not within 30 s.
+Status AwaitRegistered(const std::string& spec, size_t agents) {
+  gpupool::PoolOptions options;
+  options.directory = spec;
+  auto pool = gpupool::Pool::Connect(options);
+  if (!pool.ok()) return pool.status();
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  size_t listed = 0;
+  while (Clock::now() < deadline) {
+    gpupool::PoolState state = pool->Summary();
+    listed = state.servers.size();
+    if (listed == agents && state.directory_error.empty()) return Status::Ok();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return Error(fmt::format("the directory lists {} agents after 30 s, not {}", listed, agents));
+}
+
+// Goals of the directory (issue "A pool of thousands of GPUs"): placement that does not grow with the pool.
+constexpr double kGoalP50Growth = 2.0;           // p50 Allocate at the largest scale / at the smallest, at most.
+constexpr double kGoalPairsAtLargest = 500.0;    // Pairs/s at the largest scale, at least (2-core host).
+
+// --directory etcd: a local etcd, then for each scale a fleet of agents registered there, the clients placing from
+// it; the ratio of the largest scale's p50 to the smallest's is the result.
+int MainDirectory(Options opt, const gpupool::Request& request, std::chrono::milliseconds warmup,
+                  std::chrono::milliseconds duration) {
+  LocalEtcd etcd;
+  if (Status s = etcd.Start(opt.etcd_binary); !s.ok()) {
+    fmt::print(stderr, "alloc_bench: {}\n", s.message());
+    return 1;
+  }
+  opt.directory_spec = etcd.spec();
+  struct Row {
+    int agents = 0;
+    LatencyStats read, describe_all;
+    Measured m;
+    std::optional<double> etcd_cores;
+  };
+  std::vector<Row> rows;
+  for (int scale : opt.scales) {
+    Options o = opt;
+    o.agents = scale;
+    fmt::print(stderr, "alloc_bench: {} agents ({} x {} emulated devices) registering in {}...\n", scale, o.emu,
+               o.emu_memory, o.directory_spec);
+    AgentFleet fleet;
+    fleet.set_remove_logs(false);
+    fleet.set_name_prefix(fmt::format("s{}-", scale));
+    Status started = fleet.Start(o);
+    if (started.ok()) started = AwaitRegistered(o.directory_spec, static_cast<size_t>(scale));
+    if (!started.ok()) {
+      fmt::print(stderr, "alloc_bench: {}\nalloc_bench: agent logs kept in {}\n", started.message(), fleet.log_dir());
+      return 1;
+    }
+    Row row;
+    row.agents = scale;
+    const int samples = std::max(20, std::min(o.baseline_samples, 200));
+    auto read = TimeDirectoryRead(o.directory_spec, samples);
+    auto all = read.ok() ? TimeDescribe(fleet.addresses(), samples) : read;
+    if (!all.ok()) {
+      fmt::print(stderr, "alloc_bench: baseline failed: {}\n", all.status().message());
+      return 1;
+    }
+    row.read = *read;
+    row.describe_all = *all;
+    gpupool::PoolOptions pool_options;
+    pool_options.directory = o.directory_spec;
+    auto etcd_cpu0 = etcd.CpuSeconds();
+    auto measured = MeasureClients(o, pool_options, request, fleet, warmup, duration);
+    auto etcd_cpu1 = etcd.CpuSeconds();
+    if (!measured.ok()) {
+      fmt::print(stderr, "alloc_bench: {}\n", measured.status().message());
+      return 1;
+    }
+    if (etcd_cpu0 && etcd_cpu1) {
+      row.etcd_cores = (*etcd_cpu1 - *etcd_cpu0) / (static_cast<double>((warmup + duration).count()) / 1000.0);
+    }
+    if (measured->pairs == 0) {
+      fmt::print(stderr, "alloc_bench: no allocation succeeded at {} agents; agent logs kept in {}\n", scale,
+                 fleet.log_dir());
+      PrintFailures("allocate", measured->allocate_failures);
+      return 1;
+    }
+    row.m = std::move(measured).value();
+    fleet.set_remove_logs(!opt.keep_logs);
+    rows.push_back(std::move(row));
+  }
+  const Row& small = rows.front();
+  const Row& large = rows.back();
+  const double growth = small.m.alloc.p50_ms > 0 ? large.m.alloc.p50_ms / small.m.alloc.p50_ms : 0;
+  const bool growth_met = growth > 0 && growth <= kGoalP50Growth;
+  const bool rate_met = large.m.pairs_per_s >= kGoalPairsAtLargest;
+  if (opt.json) {
+    std::string out = "{\n  \"directory\": \"etcd (one local member)\",\n  \"scales\": [\n";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      out += fmt::format(
+          "    {{\"agents\": {}, \"devices_per_agent\": {}, \"clients\": {}, \"directory_read\": {}, "
+          "\"describe_all_agents\": {}, \"allocate\": {}, \"release\": {}, \"pairs_per_s\": {:.1f}, "
+          "\"allocate_failures\": {}, \"cpu_cores_used\": {{\"bench_process\": {}, \"agents\": {}, "
+          "\"etcd\": {}}}}}{}\n",
+          r.agents, opt.emu, opt.clients, JsonStats(r.read), JsonStats(r.describe_all), JsonStats(r.m.alloc),
+          JsonStats(r.m.release), r.m.pairs_per_s, JsonFailures(r.m.allocate_failures), JsonOptional(r.m.self_cores),
+          JsonOptional(r.m.agent_cores), JsonOptional(r.etcd_cores), i + 1 < rows.size() ? "," : "");
+    }
+    out += fmt::format(
+        "  ],\n  \"ratio_p50_allocate_largest_to_smallest\": {:.3f},\n"
+        "  \"goals\": {{\"p50_growth\": {{\"goal_at_most\": {}, \"measured\": {:.3f}, \"met\": {}}}, "
+        "\"pairs_per_s_at_largest\": {{\"goal_at_least\": {}, \"measured\": {:.1f}, \"met\": {}}}}}\n}}\n",
+        growth, kGoalP50Growth, growth, growth_met, kGoalPairsAtLargest, large.m.pairs_per_s, rate_met);
+    fmt::print("{}", out);
+  } else {
+    fmt::print("alloc_bench --directory etcd: {} client thread(s), request {}, {} emulated devices per agent\n",
+               opt.clients, gpupool::DescribeRequest(request), opt.emu);
+    fmt::print("  {:>6}  {:>16}  {:>18}  {:>13}  {:>13}  {:>9}  {:>8}  {:>24}\n", "agents", "read dir p50 ms",
+               "describe all p50 ms", "Allocate p50", "Allocate p99", "pairs/s", "failures",
+               "cores: bench/agents/etcd");
+    auto cores = [](std::optional<double> v) { return v ? fmt::format("{:.2f}", *v) : "?"; };
+    for (const Row& r : rows) {
+      fmt::print("  {:>6}  {:>16.3f}  {:>18.3f}  {:>13.3f}  {:>13.3f}  {:>9.1f}  {:>8}  {:>24}\n", r.agents,
+                 r.read.p50_ms, r.describe_all.p50_ms, r.m.alloc.p50_ms, r.m.alloc.p99_ms, r.m.pairs_per_s,
+                 TotalFailures(r.m.allocate_failures),
+                 fmt::format("{}/{}/{}", cores(r.m.self_cores), cores(r.m.agent_cores), cores(r.etcd_cores)));
+    }
+    fmt::print("goals:\n");
+    fmt::print("  p50 Allocate at {} agents / at {} agents <= {}: {:.2f}x: {}\n", large.agents, small.agents,
+               kGoalP50Growth, growth, growth_met ? "MET" : "MISSED");
+    fmt::print("  >= {} pairs/s at {} agents: {:.1f}: {}\n", kGoalPairsAtLargest, large.agents, large.m.pairs_per_s,
+               rate_met ? "MET" : "MISSED");
+  }
+  return 0;
+}
+
 int Main(const Options& opt) {
   auto duration = gpupool::ParseDuration(opt.duration);
   auto warmup = gpupool::ParseDuration(opt.warmup);
@@ -556,6 +878,11 @@ int Main(const Options& opt) {
     return 2;
   }
 
+  if (opt.directory == "etcd") return MainDirectory(opt, request, *warmup, *duration);
+  if (!opt.directory.empty()) {
+    fmt::print(stderr, "alloc_bench: --directory knows only etcd\n");
+    return 2;
+  }
   const unsigned cpus = std::thread::hardware_concurrency();
   const std::optional<double> load_before = LoadAverage();
   fmt::print(stderr, "alloc_bench: starting {} agents ({} x {} emulated devices)...\n", opt.agents, opt.emu,
@@ -580,65 +907,30 @@ int Main(const Options& opt) {
     return 1;
   }
 
-  fmt::print(stderr, "alloc_bench: {} client(s), {} warm-up then {} measured...\n", opt.clients, opt.warmup,
-             opt.duration);
-  std::vector<ClientResult> results(static_cast<size_t>(opt.clients));
-  std::latch ready(opt.clients);
-  std::latch go(1);
-  Window window;
-  std::vector<std::thread> threads;
-  for (int i = 0; i < opt.clients; ++i) {
-    threads.emplace_back(RunClient, std::cref(servers), std::cref(request), &ready, &go, &window, &results[i]);
+  gpupool::PoolOptions pool_options;
+  pool_options.servers = servers;
+  auto measured = MeasureClients(opt, pool_options, request, fleet, *warmup, *duration);
+  if (!measured.ok()) {
+    fmt::print(stderr, "alloc_bench: {}\n", measured.status().message());
+    return 1;
   }
-  ready.wait();
-  window.measure_start = Clock::now() + *warmup;
-  window.measure_end = window.measure_start + *duration;
-  go.count_down();
-  // CPU use over the measured window tells whether the host, not the protocol, was the limit.
-  std::this_thread::sleep_until(window.measure_start);
-  auto self_cpu0 = ProcessCpuSeconds(0);
-  auto agents_cpu0 = fleet.CpuSeconds();
-  std::this_thread::sleep_until(window.measure_end);
-  auto self_cpu1 = ProcessCpuSeconds(0);
-  auto agents_cpu1 = fleet.CpuSeconds();
-  for (auto& t : threads) t.join();
+  const double window_s = measured->window_s;
+  const uint64_t pairs = measured->pairs;
+  const double pairs_per_s = measured->pairs_per_s;
+  const LatencyStats& alloc = measured->alloc;
+  const LatencyStats& failed = measured->failed;
+  const LatencyStats& release = measured->release;
+  const LatencyStats& pair = measured->pair;
+  const FailureTable& allocate_failures = measured->allocate_failures;
+  const FailureTable& release_failures = measured->release_failures;
+  const std::map<std::string, uint64_t>& placement = measured->placement;
+  const std::optional<double> self_cores = measured->self_cores, agent_cores = measured->agent_cores;
   const std::optional<double> load_after = LoadAverage();
-
-  std::vector<int64_t> allocate_ns, failed_ns, release_ns, pair_ns;
-  FailureTable allocate_failures, release_failures;
-  std::map<std::string, uint64_t> placement;
-  Clock::time_point last_end = window.measure_end;
-  for (const ClientResult& r : results) {
-    if (!r.fatal.empty()) {
-      fmt::print(stderr, "alloc_bench: a client could not connect: {}\n", r.fatal);
-      return 1;
-    }
-    allocate_ns.insert(allocate_ns.end(), r.allocate_ns.begin(), r.allocate_ns.end());
-    failed_ns.insert(failed_ns.end(), r.failed_allocate_ns.begin(), r.failed_allocate_ns.end());
-    release_ns.insert(release_ns.end(), r.release_ns.begin(), r.release_ns.end());
-    pair_ns.insert(pair_ns.end(), r.pair_ns.begin(), r.pair_ns.end());
-    MergeFailures(&allocate_failures, r.allocate_failures);
-    MergeFailures(&release_failures, r.release_failures);
-    for (const auto& [name, n] : r.placement) placement[name] += n;
-    last_end = std::max(last_end, r.last_end);
-  }
-  // The window ends when the last pair started inside it finished.
-  const double window_s = static_cast<double>(ElapsedNs(window.measure_start, last_end)) / 1e9;
-  const uint64_t pairs = pair_ns.size();
-  const double pairs_per_s = static_cast<double>(pairs) / window_s;
-  const LatencyStats alloc = Summarize(allocate_ns);
-  const LatencyStats failed = Summarize(failed_ns);
-  const LatencyStats release = Summarize(release_ns);
-  const LatencyStats pair = Summarize(pair_ns);
   const double ratio_one = describe_one->p50_ms > 0 ? alloc.p50_ms / describe_one->p50_ms : 0;
   const double ratio_all = describe_all->p50_ms > 0 ? alloc.p50_ms / describe_all->p50_ms : 0;
   const bool p99_met = alloc.n > 0 && alloc.p99_ms < kTargetP99AllocateMs;
   const bool rate_met = pairs_per_s >= kTargetPairsPerSecond;
   const bool rate_applies = opt.agents == kTargetAgents;
-  const double measured_cpu_s = static_cast<double>(duration->count()) / 1000.0;
-  std::optional<double> self_cores, agent_cores;
-  if (self_cpu0 && self_cpu1) self_cores = (*self_cpu1 - *self_cpu0) / measured_cpu_s;
-  if (agents_cpu0 && agents_cpu1) agent_cores = (*agents_cpu1 - *agents_cpu0) / measured_cpu_s;
 
   if (opt.json) {
     std::string placement_json = "{";
@@ -748,6 +1040,11 @@ int main(int argc, char** argv) {
                  "GPUPOOL_LOG for the agents, e.g. warn (default: the agent's own, info)");
   app.add_flag("--keep-logs", opt.keep_logs, "keep the agents' logs (always kept when the run fails)");
   app.add_flag("--json", opt.json, "print the results as JSON on stdout");
+  app.add_option("--directory", opt.directory,
+                 "etcd: start a local etcd, register the agents there and place from it, at each of --scales");
+  app.add_option("--scales", opt.scales, "with --directory: pool sizes measured in turn (default 8 128)")
+      ->check(CLI::Range(1, 256));
+  app.add_option("--etcd", opt.etcd_binary, "with --directory: the etcd binary (default etcd, on PATH)");
   CLI11_PARSE(app, argc, argv);
   return Main(opt);
 }

@@ -163,7 +163,6 @@ Status LeaseCore::Release() {
     if (released_) return Status::Ok();
     released_ = true;
   }
-  runtime_->InvalidateSnapshot();  // Capacity came back: the next placement must see it.
   auto results = runtime_->Run([this] {
     runtime_->StopTask("heartbeat/" + fields_.id);
     kj::Vector<kj::Promise<Status>> calls;
@@ -178,6 +177,11 @@ Status LeaseCore::Release() {
     failed.push_back(fields_.servers[i]);
     if (first.ok()) first = results[i];
   }
+  // Capacity came back: the next placement must see it. From a directory, this client's own placement snapshot
+  // is corrected instead of dropped, so that a client allocating and releasing in a loop does not read the whole
+  // directory for every allocation (others' changes reach it with the next read, and refusals correct it).
+  if (failed.empty() && runtime_->directory()) runtime_->NoteReleased(slices_);
+  else runtime_->InvalidateSnapshot();
   if (failed.empty()) return Status::Ok();
   return Status(first.code(), fmt::format("lease {} not released on {} of {} server(s) ({}); those slices are freed "
                                           "when the lease expires: {}",

@@ -412,6 +412,13 @@ static Result<Lease> ReserveAndCommit(const std::shared_ptr<Runtime>& runtime, c
                                                      std::chrono::milliseconds(interval)));
 }
 
+static ServerInfo* FindServer(std::vector<ServerInfo>* servers, const std::string& address) {
+  for (ServerInfo& s : *servers) {
+    if (s.address == address) return &s;
+  }
+  return nullptr;
+}
+
 // Describes the agents of `plan` and puts what they answer in place of their entries in *infos (an agent that does
 // not answer is marked down). Whether every one of them was described.
 static bool RefreshFromAgents(Runtime& rt, const std::vector<internal::Assignment>& plan,
@@ -490,44 +497,59 @@ Result<Lease> Pool::Allocate(const Request& request) {
   while (true) {
     Status last;
     bool conflict = false;
-    // A young snapshot is good enough to place from; placement failures are only believed on fresh state.
+    // A young snapshot is good enough to place from; placement failures are only believed on fresh state. From a
+    // snapshot, `infos` holds only the servers of the plan (copying a pool of thousands of agents for every
+    // allocation would cost more than placing on it).
     std::vector<ServerInfo> infos;
-    bool fresh = false;
+    std::vector<internal::ServerView> views;
+    std::optional<Result<std::vector<internal::Assignment>>> plan;
     {
       std::lock_guard<std::mutex> lock(runtime_->snapshot_mu);
       auto& snap = runtime_->snapshot;
-      if (snap.valid && SteadyClock::now() - snap.taken < kSnapshotMaxAge) infos = snap.servers;
+      if (snap.valid && SteadyClock::now() - snap.taken < kSnapshotMaxAge) {
+        views = ToViews(snap.servers, refused_by_policy);
+        auto placed = internal::Place(request, views);
+        if (views.empty() || !placed.ok()) {
+          snap.valid = false;
+          continue;
+        }
+        std::map<size_t, size_t> kept;  // Snapshot index -> index in `infos`.
+        for (internal::Assignment& a : *placed) {
+          auto [it, added] = kept.emplace(a.server, infos.size());
+          if (added) infos.push_back(snap.servers[a.server]);
+          a.server = it->second;
+        }
+        plan = std::move(placed);
+      }
     }
+    const bool fresh = !plan.has_value();
     bool from_directory = false;
     std::vector<std::string> unusable;
-    if (infos.empty()) {
+    if (fresh) {
       Gathered gathered = GatherPool(*runtime_, servers_, false, false);
       infos = std::move(gathered.servers);
       from_directory = gathered.from_directory;
       if (!gathered.directory_error.empty()) unusable.push_back(gathered.directory_error);
-      fresh = true;
-      std::lock_guard<std::mutex> lock(runtime_->snapshot_mu);
-      runtime_->snapshot = {infos, SteadyClock::now(), true};
-    }
-    for (const auto& info : infos) {
-      if (!info.up) unusable.push_back(info.error);
-      else if (info.draining) unusable.push_back(fmt::format("{} is draining", info.address));
-    }
-    auto views = ToViews(infos, refused_by_policy);
-    auto plan = internal::Place(request, views);
-    if (!fresh && (views.empty() || !plan.ok())) {
-      runtime_->InvalidateSnapshot();
-      continue;
+      {
+        std::lock_guard<std::mutex> lock(runtime_->snapshot_mu);
+        runtime_->snapshot = {infos, SteadyClock::now(), true};
+      }
+      for (const auto& info : infos) {
+        if (!info.up) unusable.push_back(info.error);
+        else if (info.draining) unusable.push_back(fmt::format("{} is draining", info.address));
+      }
+      views = ToViews(infos, refused_by_policy);
+      plan = internal::Place(request, views);
     }
     // The directory's summaries trail the agents by up to their publishing delay: capacity freed just now may not be
     // in them yet. A refusal is believed only on a read taken after that delay.
-    if (from_directory && !plan.ok() && !directory_rechecked) {
+    if (from_directory && !plan->ok() && !directory_rechecked) {
       directory_rechecked = true;
       runtime_->InvalidateSnapshot();
       std::this_thread::sleep_for(kDirectoryLag);
       continue;
     }
-    if (!plan.ok() && !refused_by_policy.empty()) {
+    if (!plan->ok() && !refused_by_policy.empty()) {
       // The policies' words explain best. Forbidden for good by every refusing agent's policy, and no other agent
       // could ever hold it: no wait helps.
       bool forever = views.empty() || !internal::CheckSatisfiable(request, views).ok();
@@ -542,28 +564,30 @@ Result<Lease> Pool::Allocate(const Request& request) {
     } else if (views.empty()) {
       last = Status(StatusCode::kUnavailable, fmt::format("no server of the pool can take a lease now: {}",
                                                           fmt::join(unusable, "; ")));
-    } else if (Status never = internal::CheckSatisfiable(request, views); !never.ok()) {
+    } else if (Status never = plan->ok() ? Status::Ok() : internal::CheckSatisfiable(request, views); !never.ok()) {
+      // Only asked when the plan failed: it places again on the whole pool, emptied.
       if (unusable.empty()) return never;
       last = Status(StatusCode::kResourceExhausted,
                     fmt::format("{} ({} server(s) unusable: {})", never.message(), unusable.size(),
                                 fmt::join(unusable, "; ")));
-    } else if (!plan.ok()) {
+    } else if (!plan->ok()) {
       last = Status(StatusCode::kResourceExhausted,
                     fmt::format("pool busy: {} cannot be granted now: {}", DescribeRequest(request),
-                                plan.status().message()));
+                                plan->status().message()));
     } else {
       const size_t policy_refusals = refused_by_policy.size();
-      auto lease = ReserveAndCommit(runtime_, infos, *plan, me, label, &refused_by_policy);
+      auto lease = ReserveAndCommit(runtime_, infos, **plan, me, label, &refused_by_policy);
       if (lease.ok()) {
         // Our own grant is known without asking: keep the snapshot true for this client's next placement.
         std::lock_guard<std::mutex> lock(runtime_->snapshot_mu);
         auto& snap = runtime_->snapshot;
-        if (snap.valid) {
-          for (const auto& a : *plan) {
-            DeviceInfo& d = snap.servers[a.server].devices[a.device];
-            d.memory_allocated += a.memory_bytes;
-            d.compute_allocated += FractionFromShare(a.share);
-          }
+        for (const auto& a : **plan) {
+          if (!snap.valid) break;
+          ServerInfo* server = FindServer(&snap.servers, infos[a.server].address);
+          if (server == nullptr || a.device >= server->devices.size()) continue;
+          DeviceInfo& d = server->devices[a.device];
+          d.memory_allocated += a.memory_bytes;
+          d.compute_allocated += FractionFromShare(a.share);
         }
         return lease;
       }
@@ -572,11 +596,14 @@ Result<Lease> Pool::Allocate(const Request& request) {
           conflicts < kMaxConflictRetries) {
         // The directory said these agents had room and one did not (another client was first, or the summary was
         // stale): ask them, and place again at once on what they say, the rest of the pool as the directory said.
-        if (RefreshFromAgents(*runtime_, *plan, &infos)) {
+        if (RefreshFromAgents(*runtime_, **plan, &infos)) {
           ++conflicts;
           std::lock_guard<std::mutex> lock(runtime_->snapshot_mu);
-          runtime_->snapshot = {infos, SteadyClock::now(), true};
-          continue;
+          auto& snap = runtime_->snapshot;
+          for (const ServerInfo& info : infos) {
+            if (ServerInfo* server = FindServer(&snap.servers, info.address)) *server = info;
+          }
+          if (snap.valid) continue;
         }
       }
       runtime_->InvalidateSnapshot();

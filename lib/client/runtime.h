@@ -68,6 +68,9 @@ class Runtime : public kj::TaskSet::ErrorHandler {
     snapshot.valid = false;
   }
 
+  // `slices` were released: their capacity is free again in the snapshot (if it is valid and lists their agents).
+  void NoteReleased(const std::vector<Slice>& slices);
+
   // What this runtime last learned from the pool's directory: the agents it listed (to fall back to while it does
   // not answer), and whether it has been said that it does not.
   struct DirectoryMemory {
