@@ -31,6 +31,7 @@ PACKAGES=(
   openssl  # the TLS tests make their certificates
   libslurm-dev slurmctld slurmd slurm-client munge  # the Slurm SPANK plugin, and its test's one-node cluster
   systemd  # systemd-analyze verifies the installed gp-agent.service and scores its sandboxing
+  etcd-server etcd-client  # the pool's directory: its tests run a 3-member cluster, alloc_bench --directory one
   passwd procps  # useradd: the 'gpupool' user session workers run as; ps, which shows them as that user
 )
 
