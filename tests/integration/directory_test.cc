@@ -41,7 +41,8 @@ bool HaveEtcd() { return RunCommand({"/bin/sh", "-c", "command -v etcd && comman
 // A real etcd cluster of `members` members on loopback, each in a data directory of its own.
 class EtcdCluster {
  public:
-  explicit EtcdCluster(int members, std::vector<std::string> extra = {}) : extra_(std::move(extra)) {
+  explicit EtcdCluster(int members, std::vector<std::string> extra = {}, std::string scheme = "http")
+      : extra_(std::move(extra)), scheme_(std::move(scheme)) {
     for (int i = 0; i < members; ++i) {
       client_ports_.push_back(FreePort());
       peer_ports_.push_back(FreePort());
@@ -62,7 +63,7 @@ class EtcdCluster {
     members_.clear();
     members_.resize(client_ports_.size());
     for (size_t i = 0; i < client_ports_.size(); ++i) {
-      std::string client = fmt::format("http://127.0.0.1:{}", client_ports_[i]);
+      std::string client = fmt::format("{}://127.0.0.1:{}", scheme_, client_ports_[i]);
       std::string peer = fmt::format("http://127.0.0.1:{}", peer_ports_[i]);
       std::vector<std::string> argv = {"/usr/bin/etcd", "--name", fmt::format("m{}", i), "--data-dir",
                                        fmt::format("{}/data/m{}", dir_.path(), i), "--listen-client-urls", client,
@@ -81,7 +82,9 @@ class EtcdCluster {
   // "etcd:http://127.0.0.1:P1,http://127.0.0.1:P2,...".
   std::string Spec() const {
     std::string spec = "etcd:";
-    for (size_t i = 0; i < client_ports_.size(); ++i) spec += fmt::format("{}http://127.0.0.1:{}", i ? "," : "", client_ports_[i]);
+    for (size_t i = 0; i < client_ports_.size(); ++i) {
+      spec += fmt::format("{}{}://127.0.0.1:{}", i ? "," : "", scheme_, client_ports_[i]);
+    }
     return spec;
   }
   std::string Endpoints() const { return Spec().substr(5); }
@@ -95,6 +98,7 @@ class EtcdCluster {
  private:
   TempDir dir_;
   std::vector<std::string> extra_;
+  std::string scheme_;
   std::vector<int> client_ports_, peer_ports_;
   std::vector<std::unique_ptr<Process>> members_;
   int generation_ = 0;
@@ -428,6 +432,48 @@ TEST(Directory, AuthenticatedEtcdTakesTheRightPasswordOnly) {
                                                          "GPUPOOL_DIRECTORY"});
   EXPECT_EQ(open_file.code, 2);
   EXPECT_NE(open_file.err.find("readable by others"), std::string::npos) << open_file.err;
+}
+
+TEST(Directory, TlsEtcdWithClientCertificates) {
+  REQUIRE_ETCD();
+  TempDir dir;
+  std::string script = R"(set -e
+cd ")" + dir.path() + R"("
+openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj "/CN=etcd test CA" 2>/dev/null
+openssl req -x509 -newkey rsa:2048 -nodes -keyout other.key -out other.crt -days 2 -subj "/CN=other CA" 2>/dev/null
+printf "subjectAltName=IP:127.0.0.1
+" > san.ext
+openssl req -newkey rsa:2048 -nodes -keyout etcd.key -out etcd.csr -subj "/CN=etcd" 2>/dev/null
+openssl x509 -req -in etcd.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out etcd.crt -days 2 -extfile san.ext 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj "/CN=gpupool" 2>/dev/null
+openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt -days 2 2>/dev/null
+)";
+  ASSERT_EQ(RunCommand({"/bin/sh", "-c", script}).code, 0);
+  const std::string d = dir.path() + "/";
+  EtcdCluster etcd(1, {"--cert-file", d + "etcd.crt", "--key-file", d + "etcd.key", "--trusted-ca-file", d + "ca.crt",
+                       "--client-cert-auth"},
+                   "https");
+  auto settings = [&](const std::string& ca) {
+    return "directory = \"" + etcd.Spec() + "\"\n[etcd]\nca = \"" + ca + "\"\ncert = \"" + d +
+           "client.crt\"\nkey = \"" + d + "client.key\"\n";
+  };
+  std::string agent_toml = dir.Write("agent.toml", settings(d + "ca.crt"));
+  Agent agent(AgentOptions{.name = "tls-dir", .emulated = 1, .emulated_memory = "1GiB",
+                           .extra_args = {"--config", agent_toml}});
+  PoolOptions options;
+  options.pool_file = dir.Write("pool.toml", settings(d + "ca.crt"));
+  auto pool = Pool::Connect(options);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  ASSERT_TRUE(Eventually([&] { return pool->Summary().servers.size() == 1; }, seconds(20)))
+      << agent.process().Stderr();
+  auto lease = pool->Allocate(Slices(1, 1.0));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  // A client that trusts another CA does not take this etcd's word.
+  PoolOptions wrong;
+  wrong.pool_file = dir.Write("wrong.toml", settings(d + "other.crt"));
+  auto distrusting = Pool::Connect(wrong);
+  ASSERT_TRUE(distrusting.ok());
+  EXPECT_NE(distrusting->Summary().directory_error.find("does not answer"), std::string::npos);
 }
 
 }  // namespace
