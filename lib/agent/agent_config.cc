@@ -164,7 +164,7 @@ Status Read(const TomlFile& file, AgentConfig* c) {
   if (!directory.empty()) {
     internal::EtcdConfig etcd;
     if (!(s = internal::ParseDirectorySpec(directory, &etcd)).ok()) return file.Error(*root.get("directory"), s.message());
-    if (!(s = internal::ReadEtcdSettings(&file, &etcd)).ok()) return s;
+    if (!(s = internal::ReadEtcdSettings(&file, &etcd, /*agent=*/true)).ok()) return s;
     c->directory = std::move(etcd);
   } else if (t) {
     return file.Error(*root.get("etcd"), "[etcd] without directory = \"etcd:http://HOST:2379\"");

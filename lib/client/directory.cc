@@ -77,7 +77,7 @@ std::string CacheFile(const EtcdConfig& config) {
 
 }  // namespace
 
-Status ReadEtcdSettings(const TomlFile* file, EtcdConfig* config) {
+Status ReadEtcdSettings(const TomlFile* file, EtcdConfig* config, bool agent) {
   std::string password_file;
   if (file == nullptr) {
     if (std::string p = Env("GPUPOOL_ETCD_PREFIX"); !p.empty()) config->prefix = p;
@@ -89,12 +89,11 @@ Status ReadEtcdSettings(const TomlFile* file, EtcdConfig* config) {
     if (etcd == nullptr) {
       if (file->root().contains("etcd")) return file->Error(*file->root().get("etcd"), "[etcd] must be a table");
     } else {
-      // Keys the agent's own [etcd] has besides a client's (agent/agent_config.cc reads them).
-      if (Status s = file->CheckKeys(*etcd, {"prefix", "user", "password_file", "ca", "cert", "key", "ttl", "advertise"},
-                                     "[etcd]");
-          !s.ok()) {
-        return s;
-      }
+      // An agent's [etcd] also has ttl and advertise (agent/agent_config.cc reads them).
+      Status s = agent ? file->CheckKeys(*etcd, {"prefix", "user", "password_file", "ca", "cert", "key", "ttl",
+                                                 "advertise"}, "[etcd]")
+                       : file->CheckKeys(*etcd, {"prefix", "user", "password_file", "ca", "cert", "key"}, "[etcd]");
+      if (!s.ok()) return s;
       for (auto [key, out] : {std::pair<const char*, std::string*>{"prefix", &config->prefix}, {"user", &config->user},
                               {"password_file", &password_file}, {"ca", &config->tls.ca}, {"cert", &config->tls.cert},
                               {"key", &config->tls.key}}) {
@@ -126,6 +125,9 @@ std::string AgentsPrefix(const EtcdConfig& config) { return config.prefix + "/ag
 
 std::string EncodeDirectoryEntry(wire::DirectoryEntry::Reader entry) {
   capnp::JsonCodec codec;
+  // Fields at their defaults (nothing allocated, not cordoned, no class) are left out: every byte of an entry is
+  // read by every client placing on the pool, through etcd's JSON gateway.
+  codec.setHasMode(capnp::HasMode::NON_DEFAULT);
   return std::string(codec.encode(entry).cStr());
 }
 

@@ -32,7 +32,7 @@ Status CheckServerAddress(const std::string& address, const std::string& source)
 
 // Reads the [etcd] table of a TOML file (prefix, user, password_file, ca, cert, key; an agent's also ttl and
 // advertise, which it reads itself) or, without a file, the GPUPOOL_ETCD_* variables of the same names.
-Status ReadEtcdSettings(const TomlFile* file, EtcdConfig* config);
+Status ReadEtcdSettings(const TomlFile* file, EtcdConfig* config, bool agent = false);
 
 // PREFIX/agents/: the keys agents register under.
 std::string AgentsPrefix(const EtcdConfig& config);

@@ -18,6 +18,55 @@ namespace gpupool {
 
 using internal::Runtime;
 
+namespace internal {
+
+ServerView PlacementView(const ServerInfo& info, size_t index) {
+  ServerView v;
+  v.server = index;
+  if (!info.up || info.draining) return v;
+  v.devices.reserve(info.devices.size());
+  for (const DeviceInfo& d : info.devices) {
+    DeviceView dv;
+    dv.index = d.index;
+    dv.model = d.model;
+    dv.device_class = d.device_class;
+    dv.memory_total = d.memory_total;
+    dv.memory_free = d.memory_total - std::min(d.memory_total, d.memory_allocated);
+    uint32_t used = ShareFromFraction(d.compute_allocated);
+    dv.share_free = used >= kShareWhole ? 0 : kShareWhole - used;
+    dv.whole_free = d.memory_allocated == 0 && used == 0;
+    if (d.cordoned) {  // Full for now (the agent would refuse it), not gone: --wait waits for the uncordon.
+      dv.memory_free = 0;
+      dv.share_free = 0;
+      dv.whole_free = false;
+    }
+    v.devices.push_back(std::move(dv));
+  }
+  return v;
+}
+
+void Runtime::Snapshot::Set(std::vector<ServerInfo> fresh, std::chrono::steady_clock::time_point at) {
+  servers = std::move(fresh);
+  views.clear();
+  for (size_t i = 0; i < servers.size(); ++i) views.push_back(PlacementView(servers[i], i));
+  taken = at;
+  valid = true;
+}
+
+ServerInfo* Runtime::Snapshot::Find(const std::string& address, size_t* index) {
+  for (size_t i = 0; i < servers.size(); ++i) {
+    if (servers[i].address == address) {
+      *index = i;
+      return &servers[i];
+    }
+  }
+  return nullptr;
+}
+
+void Runtime::Snapshot::Restate(size_t index) { views[index] = PlacementView(servers[index], index); }
+
+}  // namespace internal
+
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
@@ -239,26 +288,7 @@ std::vector<internal::ServerView> ToViews(const std::vector<ServerInfo>& infos,
   std::vector<internal::ServerView> views;
   for (size_t i = 0; i < infos.size(); ++i) {
     if (!infos[i].up || infos[i].draining || refused_by_policy.count(infos[i].address)) continue;
-    internal::ServerView v;
-    v.server = i;
-    for (const DeviceInfo& d : infos[i].devices) {
-      internal::DeviceView dv;
-      dv.index = d.index;
-      dv.model = d.model;
-      dv.device_class = d.device_class;
-      dv.memory_total = d.memory_total;
-      dv.memory_free = d.memory_total - std::min(d.memory_total, d.memory_allocated);
-      uint32_t used = ShareFromFraction(d.compute_allocated);
-      dv.share_free = used >= kShareWhole ? 0 : kShareWhole - used;
-      dv.whole_free = d.memory_allocated == 0 && used == 0;
-      if (d.cordoned) {  // Full for now (the agent would refuse it), not gone: --wait waits for the uncordon.
-        dv.memory_free = 0;
-        dv.share_free = 0;
-        dv.whole_free = false;
-      }
-      v.devices.push_back(dv);
-    }
-    views.push_back(std::move(v));
+    views.push_back(internal::PlacementView(infos[i], i));
   }
   return views;
 }
@@ -412,13 +442,6 @@ static Result<Lease> ReserveAndCommit(const std::shared_ptr<Runtime>& runtime, c
                                                      std::chrono::milliseconds(interval)));
 }
 
-static ServerInfo* FindServer(std::vector<ServerInfo>* servers, const std::string& address) {
-  for (ServerInfo& s : *servers) {
-    if (s.address == address) return &s;
-  }
-  return nullptr;
-}
-
 // Describes the agents of `plan` and puts what they answer in place of their entries in *infos (an agent that does
 // not answer is marked down). Whether every one of them was described.
 static bool RefreshFromAgents(Runtime& rt, const std::vector<internal::Assignment>& plan,
@@ -507,9 +530,11 @@ Result<Lease> Pool::Allocate(const Request& request) {
       std::lock_guard<std::mutex> lock(runtime_->snapshot_mu);
       auto& snap = runtime_->snapshot;
       if (snap.valid && SteadyClock::now() - snap.taken < kSnapshotMaxAge) {
-        views = ToViews(snap.servers, refused_by_policy);
-        auto placed = internal::Place(request, views);
-        if (views.empty() || !placed.ok()) {
+        // The snapshot's own views (no copy) unless some agent's policy refused this request.
+        if (!refused_by_policy.empty()) views = ToViews(snap.servers, refused_by_policy);
+        const std::vector<internal::ServerView>& placing = refused_by_policy.empty() ? snap.views : views;
+        auto placed = internal::Place(request, placing);
+        if (placing.empty() || !placed.ok()) {
           snap.valid = false;
           continue;
         }
@@ -532,7 +557,7 @@ Result<Lease> Pool::Allocate(const Request& request) {
       if (!gathered.directory_error.empty()) unusable.push_back(gathered.directory_error);
       {
         std::lock_guard<std::mutex> lock(runtime_->snapshot_mu);
-        runtime_->snapshot = {infos, SteadyClock::now(), true};
+        runtime_->snapshot.Set(infos, SteadyClock::now());
       }
       for (const auto& info : infos) {
         if (!info.up) unusable.push_back(info.error);
@@ -561,7 +586,7 @@ Result<Lease> Pool::Allocate(const Request& request) {
       last = Status(forever ? StatusCode::kPermissionDenied : StatusCode::kResourceExhausted,
                     fmt::format("{}", fmt::join(why, "; ")));
       if (forever) return last;
-    } else if (views.empty()) {
+    } else if (fresh && views.empty()) {  // (From a snapshot, `views` is not filled: its plan succeeded.)
       last = Status(StatusCode::kUnavailable, fmt::format("no server of the pool can take a lease now: {}",
                                                           fmt::join(unusable, "; ")));
     } else if (Status never = plan->ok() ? Status::Ok() : internal::CheckSatisfiable(request, views); !never.ok()) {
@@ -583,11 +608,13 @@ Result<Lease> Pool::Allocate(const Request& request) {
         auto& snap = runtime_->snapshot;
         for (const auto& a : **plan) {
           if (!snap.valid) break;
-          ServerInfo* server = FindServer(&snap.servers, infos[a.server].address);
+          size_t index = 0;
+          ServerInfo* server = snap.Find(infos[a.server].address, &index);
           if (server == nullptr || a.device >= server->devices.size()) continue;
           DeviceInfo& d = server->devices[a.device];
           d.memory_allocated += a.memory_bytes;
           d.compute_allocated += FractionFromShare(a.share);
+          snap.Restate(index);
         }
         return lease;
       }
@@ -601,7 +628,11 @@ Result<Lease> Pool::Allocate(const Request& request) {
           std::lock_guard<std::mutex> lock(runtime_->snapshot_mu);
           auto& snap = runtime_->snapshot;
           for (const ServerInfo& info : infos) {
-            if (ServerInfo* server = FindServer(&snap.servers, info.address)) *server = info;
+            size_t index = 0;
+            if (ServerInfo* server = snap.Find(info.address, &index)) {
+              *server = info;
+              snap.Restate(index);
+            }
           }
           if (snap.valid) continue;
         }

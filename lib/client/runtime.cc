@@ -232,13 +232,14 @@ void Runtime::NoteReleased(const std::vector<Slice>& slices) {
   std::lock_guard<std::mutex> lock(snapshot_mu);
   if (!snapshot.valid) return;
   for (const Slice& slice : slices) {
-    for (ServerInfo& server : snapshot.servers) {
-      if (server.address != slice.server || slice.device >= server.devices.size()) continue;
-      DeviceInfo& d = server.devices[slice.device];
-      d.memory_allocated -= std::min(d.memory_allocated, slice.memory_bytes);
-      d.compute_allocated = std::max(0.0, d.compute_allocated - slice.compute_share);
-      if (d.compute_allocated < 1e-9) d.compute_allocated = 0;
-    }
+    size_t index = 0;
+    ServerInfo* server = snapshot.Find(slice.server, &index);
+    if (server == nullptr || slice.device >= server->devices.size()) continue;
+    DeviceInfo& d = server->devices[slice.device];
+    d.memory_allocated -= std::min(d.memory_allocated, slice.memory_bytes);
+    d.compute_allocated = std::max(0.0, d.compute_allocated - slice.compute_share);
+    if (d.compute_allocated < 1e-9) d.compute_allocated = 0;
+    snapshot.Restate(index);
   }
 }
 

@@ -19,6 +19,7 @@
 #include <kj/async-unix.h>
 
 #include "client/etcd.h"
+#include "client/placement.h"
 #include "core/tls.h"
 #include "gpupool/pool.h"
 #include "gpupool/state.h"
@@ -31,6 +32,10 @@ namespace gpupool::internal {
 Status StatusFromException(const kj::Exception& e, const std::string& address, std::string_view what);
 // Converts an agent's Outcome into a Status.
 Status StatusFromOutcome(wire::Outcome::Reader outcome, const std::string& address);
+
+// What placement may use of `info` (client/placement.h), as server `index` of a list: no devices when it is down
+// or draining.
+ServerView PlacementView(const ServerInfo& info, size_t index);
 
 class Runtime : public kj::TaskSet::ErrorHandler {
  public:
@@ -58,8 +63,17 @@ class Runtime : public kj::TaskSet::ErrorHandler {
   // agent); the agents still decide, and a busy answer or any doubt forces a fresh describe.
   struct Snapshot {
     std::vector<ServerInfo> servers;
+    // What placement sees of each server, in step with `servers` (no devices: the server cannot take a lease), so
+    // that a placement from the snapshot copies nothing of the pool.
+    std::vector<ServerView> views;
     std::chrono::steady_clock::time_point taken;
     bool valid = false;
+
+    void Set(std::vector<ServerInfo> fresh, std::chrono::steady_clock::time_point at);
+    // The server at `address` and its index, or nullptr.
+    ServerInfo* Find(const std::string& address, size_t* index);
+    // servers[index] changed: its view follows.
+    void Restate(size_t index);
   };
   std::mutex snapshot_mu;
   Snapshot snapshot;
