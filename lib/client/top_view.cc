@@ -149,6 +149,7 @@ std::vector<Line> RenderTop(const PoolState& state, const ViewSettings& settings
     if (!s.up) continue;
     ++up;
     gpus += static_cast<int>(s.devices.size());
+    if (s.summary) lease_count += static_cast<int>(s.lease_count);  // The directory counts them; gp-top --detail lists.
     for (const LeaseInfo& l : s.leases) {
       ++lease_count;
       idle_count += l.idle ? 1 : 0;
@@ -321,7 +322,12 @@ std::vector<Line> RenderTop(const PoolState& state, const ViewSettings& settings
   out.push_back({{"", Tone::kPlain}});
   out.push_back({{Fit(lease_head, width), Tone::kHeader}});
   if (leases.empty()) {
-    leases.push_back({{lease_count == 0 ? "    no leases" : "    no lease matches", Tone::kDim}});
+    bool summary = false;
+    for (const ServerInfo& s : state.servers) summary = summary || s.summary;
+    leases.push_back({{summary && lease_count > 0 ? "    leases not listed: from the directory (gp-top --detail lists them)"
+                       : lease_count == 0         ? "    no leases"
+                                                  : "    no lease matches",
+                       Tone::kDim}});
   }
   for (Line& l : take(leases, room - shown_devices, "leases", width)) out.push_back(std::move(l));
   out.push_back({{Fit(footer, width), settings.typing_filter ? Tone::kWarn : Tone::kDim}});
