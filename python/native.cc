@@ -75,6 +75,8 @@ py::list StateList(const PoolState& state) {
     server["name"] = s.name;
     server["draining"] = s.draining;
     server["personality"] = s.personality;
+    server["summary"] = s.summary;  // From the pool's directory: no slices or leases (lease_count says how many).
+    server["lease_count"] = s.summary ? s.lease_count : static_cast<uint32_t>(s.leases.size());
     py::list devices;
     for (const DeviceInfo& dev : s.devices) {
       py::dict d;
@@ -141,10 +143,12 @@ void CheckRequest(const Request& request) {
   if (Status s = ValidateRequest(request); !s.ok()) Raise(s);
 }
 
-PoolOptions Options(const std::optional<std::vector<std::string>>& servers, const std::string& pool_file) {
+PoolOptions Options(const std::optional<std::vector<std::string>>& servers, const std::string& pool_file,
+                    const std::string& directory) {
   PoolOptions options;
   if (servers) options.servers = *servers;
   options.pool_file = pool_file;
+  options.directory = directory;
   return options;
 }
 
@@ -233,11 +237,23 @@ PYBIND11_MODULE(_native, m) {
   py::class_<Pool, std::unique_ptr<Pool>>(m, "Pool", "A connection to the pool's agents.")
       .def_static(
           "connect",
-          [](std::optional<std::vector<std::string>> servers, const std::string& pool_file) {
-            return std::make_unique<Pool>(Unwrap(Pool::Connect(Options(servers, pool_file))));
+          [](std::optional<std::vector<std::string>> servers, const std::string& pool_file,
+             const std::string& directory) {
+            return std::make_unique<Pool>(Unwrap(Pool::Connect(Options(servers, pool_file, directory))));
           },
-          py::arg("servers") = py::none(), py::arg("pool_file") = "")
+          py::arg("servers") = py::none(), py::arg("pool_file") = "", py::arg("directory") = "")
       .def_property_readonly("servers", &Pool::servers)
+      .def_property_readonly("has_directory", &Pool::has_directory)
+      .def("summary",
+           [](Pool& pool) {
+             PoolState state;
+             {
+               py::gil_scoped_release release;
+               state = pool.Summary();
+             }
+             return StateList(state);
+           },
+           "With a directory: what its agents published (one read); else the same as state().")
       .def("state",
            [](Pool& pool) {
              PoolState state;
