@@ -110,6 +110,8 @@ struct PoolState {
   std::string directory;
   // Non-empty when the pool has a directory that did not answer: why, and that the list is of the agents known.
   std::string directory_error;
+  // Came from what a watch of the directory keeps current (a long-lived Pool, from its second look on), not a read.
+  bool directory_watched = false;
 
   int servers_up() const;
   int device_count() const;  // On servers that are up.

@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <sstream>
 
 #include <capnp/compat/json.h>
@@ -181,24 +180,31 @@ Result<ServerInfo> DecodeDirectoryEntry(std::string_view json) {
   return info;
 }
 
-kj::Promise<Result<std::vector<ServerInfo>>> ReadDirectory(EtcdClient& etcd) {
+Result<ServerInfo> DecodeDirectoryKeyValue(const std::string& prefix, const std::string& key, std::string_view value) {
+  auto info = DecodeDirectoryEntry(value);
+  if (!info.ok()) return info.status();
+  // The key names the instance: an entry claiming another's id (a copy, a forgery) is not counted twice.
+  if (key.size() <= prefix.size() || key.compare(0, prefix.size(), prefix) != 0 ||
+      key.substr(prefix.size()) != info->instance_id) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("directory entry: its key does not name its instance {}", info->instance_id));
+  }
+  return info;
+}
+
+kj::Promise<Result<DirectoryRead>> ReadDirectory(EtcdClient& etcd) {
   const std::string prefix = AgentsPrefix(etcd.config());
-  return etcd.RangePrefix(prefix).then([prefix](Result<EtcdRange>&& range) -> Result<std::vector<ServerInfo>> {
+  return etcd.RangePrefix(prefix).then([prefix](Result<EtcdRange>&& range) -> Result<DirectoryRead> {
     if (!range.ok()) return range.status();
-    std::vector<ServerInfo> out;
-    std::set<std::string> seen;
+    DirectoryRead out;
+    out.revision = range->revision;
     for (const EtcdKeyValue& kv : range->kvs) {
-      auto info = DecodeDirectoryEntry(kv.value);
+      auto info = DecodeDirectoryKeyValue(prefix, kv.key, kv.value);
       if (!info.ok()) {
         GP_DEBUG("directory", "{}: skipped: {}", kv.key, info.status().message());
         continue;
       }
-      // The key names the instance: an entry claiming another's id (a copy, a forgery) is not counted twice.
-      if (kv.key.substr(prefix.size()) != info->instance_id || !seen.insert(info->instance_id).second) {
-        GP_DEBUG("directory", "{}: skipped: its key does not name its instance {}", kv.key, info->instance_id);
-        continue;
-      }
-      out.push_back(std::move(info).value());
+      out.servers.push_back(std::move(info).value());
     }
     return out;
   });

@@ -41,8 +41,15 @@ std::string AgentsPrefix(const EtcdConfig& config);
 std::string EncodeDirectoryEntry(wire::DirectoryEntry::Reader entry);
 Result<ServerInfo> DecodeDirectoryEntry(std::string_view json);
 
-// The agents registered now, one per instance, in key order (entries that do not decode are skipped and logged).
-kj::Promise<Result<std::vector<ServerInfo>>> ReadDirectory(EtcdClient& etcd);
+// The agents registered now, one per instance, in key order (entries that do not decode are skipped and logged), and
+// the store's revision the read saw.
+struct DirectoryRead {
+  std::vector<ServerInfo> servers;
+  int64_t revision = 0;
+};
+kj::Promise<Result<DirectoryRead>> ReadDirectory(EtcdClient& etcd);
+// The entry stored at `key` (under AgentsPrefix), checked as ReadDirectory checks it: its key must name its instance.
+Result<ServerInfo> DecodeDirectoryKeyValue(const std::string& prefix, const std::string& key, std::string_view value);
 
 // The agents a directory listed last time one was read on this host by this user, for a later process to fall back
 // to when the directory does not answer ($XDG_CACHE_HOME/gpupool or ~/.cache/gpupool; one file per directory).

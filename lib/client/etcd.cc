@@ -332,6 +332,106 @@ kj::Promise<Result<int64_t>> EtcdClient::KeepAlive(int64_t lease) {
   });
 }
 
+namespace {
+
+// A watch's response stream: newline-separated JSON messages, {"result": {...}} each.
+struct WatchStream {
+  kj::Own<kj::AsyncInputStream> body;
+  std::string pending;
+  char buffer[16384];
+  std::function<void()> created;
+  std::function<void(const EtcdClient::Change&)> changed;
+  std::string endpoint;
+
+  // Handles one message; a reason to stop, or "" to go on.
+  std::string Take(std::string_view line) {
+    Json json;
+    if (!json.Parse(line)) return "an unreadable watch message";
+    auto result = Json::Field(json.root(), "result");
+    if (!result) return "watch failed: " + Json::Text(json.root(), "message");
+    if (auto c = Json::Field(*result, "canceled"); c && c->isBoolean() && c->getBoolean()) {
+      return "watch canceled: " + Json::Text(*result, "cancel_reason");
+    }
+    if (auto c = Json::Field(*result, "created"); c && c->isBoolean() && c->getBoolean()) created();
+    auto events = Json::Field(*result, "events");
+    if (!events || !events->isArray()) return "";
+    for (auto event : events->getArray()) {
+      auto kv = Json::Field(event, "kv");
+      if (!kv) continue;
+      EtcdClient::Change change;
+      change.deleted = Json::Text(event, "type") == "DELETE";
+      change.revision = Json::Int(*kv, "mod_revision");
+      if (!FromBase64(Json::Text(*kv, "key"), &change.key)) continue;
+      if (!change.deleted && !FromBase64(Json::Text(*kv, "value"), &change.value)) continue;
+      changed(change);
+    }
+    return "";
+  }
+
+  kj::Promise<Status> Read() {
+    return body->tryRead(buffer, 1, sizeof(buffer)).then([this](size_t n) -> kj::Promise<Status> {
+      if (n == 0) return Status(StatusCode::kUnavailable, fmt::format("etcd at {}: the watch stream ended", endpoint));
+      pending.append(buffer, n);
+      size_t start = 0;
+      for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+        std::string why = Take(std::string_view(pending).substr(start, nl - start));
+        if (!why.empty()) return Status(StatusCode::kUnavailable, fmt::format("etcd at {}: {}", endpoint, why));
+      }
+      pending.erase(0, start);
+      if (pending.size() > kMaxReply) {
+        return Status(StatusCode::kUnavailable, fmt::format("etcd at {}: a watch message past {} bytes", endpoint,
+                                                            kMaxReply));
+      }
+      return Read();
+    });
+  }
+};
+
+}  // namespace
+
+kj::Promise<Status> EtcdClient::Watch(std::string prefix, int64_t from, std::function<void()> created,
+                                      std::function<void(const Change&)> changed) {
+  JsonWriter body;
+  body.BeginObject().Key("create_request").BeginObject();
+  body.Key("key").String(Base64(prefix)).Key("range_end").String(Base64(PrefixEnd(prefix)));
+  body.Key("start_revision").String(std::to_string(from)).EndObject().EndObject();
+  const std::string endpoint = config_.endpoints[current_ % config_.endpoints.size()];
+  kj::Promise<Status> ready = Status::Ok();
+  if (!config_.user.empty() && token_.empty()) ready = Authenticate(endpoint);
+  auto text = std::make_shared<std::string>(body.str());
+  return ready
+      .then([this, endpoint, text, created = std::move(created),
+             changed = std::move(changed)](Status auth) mutable -> kj::Promise<Status> {
+        if (!auth.ok()) return auth;
+        kj::HttpHeaders headers(headers_);
+        headers.add("Content-Type", "application/json");
+        if (!token_.empty()) headers.add("Authorization", kj::heapString(token_));
+        auto request = http_->request(kj::HttpMethod::POST, endpoint + "/v3/watch", headers,
+                                      static_cast<uint64_t>(text->size()));
+        auto sent = request.body->write(text->data(), text->size())
+                        .attach(kj::mv(request.body), std::shared_ptr<std::string>(text));
+        auto stream = kj::heap<WatchStream>();
+        stream->created = std::move(created);
+        stream->changed = std::move(changed);
+        stream->endpoint = endpoint;
+        return sent.then([response = kj::mv(request.response)]() mutable { return kj::mv(response); })
+            .then([stream = kj::mv(stream), endpoint](kj::HttpClient::Response&& response) mutable
+                  -> kj::Promise<Status> {
+              if (response.statusCode != 200) {
+                return Status(StatusCode::kUnavailable,
+                              fmt::format("etcd at {}: watch refused (HTTP {})", endpoint, response.statusCode));
+              }
+              stream->body = kj::mv(response.body);
+              auto& s = *stream;
+              return s.Read().attach(kj::mv(stream));
+            });
+      })
+      .catch_([endpoint](kj::Exception&& e) {
+        return Status(StatusCode::kUnavailable,
+                      fmt::format("etcd at {}: watch failed: {}", endpoint, e.getDescription().cStr()));
+      });
+}
+
 kj::Promise<Status> EtcdClient::Revoke(int64_t lease) {
   JsonWriter body;
   body.BeginObject().Key("ID").String(std::to_string(lease)).EndObject();

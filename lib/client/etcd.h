@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,6 +63,18 @@ class EtcdClient {
   kj::Promise<Result<int64_t>> KeepAlive(int64_t lease);
   // Ends `lease` and deletes its keys at once.
   kj::Promise<Status> Revoke(int64_t lease);
+
+  // One change a watch saw: a key put (with its value) or deleted.
+  struct Change {
+    std::string key, value;
+    bool deleted = false;
+    int64_t revision = 0;
+  };
+  // Watches every key starting with `prefix` from store revision `from` on, at the current endpoint: `created` once
+  // etcd has set the watch up, then `changed` for each change, in order. Resolves when the stream ends (the member
+  // went away, the revisions were compacted, the promise was dropped) with why; never with OK.
+  kj::Promise<Status> Watch(std::string prefix, int64_t from, std::function<void()> created,
+                            std::function<void(const Change&)> changed);
 
   const EtcdConfig& config() const { return config_; }
 

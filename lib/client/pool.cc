@@ -218,9 +218,57 @@ std::string DirectoryName(const internal::EtcdConfig& config) {
   return fmt::format("etcd:{}", fmt::join(config.endpoints, ","));
 }
 
+// How long a watch of the directory is trusted before the client reads the directory afresh and watches again: a
+// member that hangs (rather than closing the stream) would otherwise leave the cache stale for good.
+constexpr auto kWatchResync = 10 * kj::SECONDS;
+
+// Loop thread. After `read`, a long-lived client (its second read) watches the directory from the read's revision on
+// (DirectoryMemory), unless it watches already.
+void WatchFrom(Runtime& rt, const internal::DirectoryRead& read) {
+  {
+    std::lock_guard<std::mutex> lock(rt.directory_mu);
+    auto& memory = rt.directory_memory;
+    if (++memory.reads < 2 || memory.watching) return;
+    memory.watching = true;
+    memory.live = false;
+    memory.watched.clear();
+    for (const ServerInfo& info : read.servers) memory.watched[info.instance_id] = info;
+  }
+  auto etcd = rt.Etcd();
+  if (!etcd.ok()) return;
+  const std::string prefix = internal::AgentsPrefix(rt.directory().value());
+  auto watch = (*etcd)->Watch(
+      prefix, read.revision + 1,
+      [&rt] {
+        std::lock_guard<std::mutex> lock(rt.directory_mu);
+        rt.directory_memory.live = true;
+      },
+      [&rt, prefix](const internal::EtcdClient::Change& change) {
+        const std::string id = change.key.substr(std::min(change.key.size(), prefix.size()));
+        auto info = change.deleted ? Result<ServerInfo>(Status(StatusCode::kNotFound, "deleted"))
+                                   : internal::DecodeDirectoryKeyValue(prefix, change.key, change.value);
+        std::lock_guard<std::mutex> lock(rt.directory_mu);
+        if (info.ok()) {
+          rt.directory_memory.watched[id] = std::move(info).value();
+        } else {
+          rt.directory_memory.watched.erase(id);  // Gone, or no longer an entry to trust.
+        }
+      });
+  auto resync = rt.timer().afterDelay(kWatchResync).then([] {
+    return Status(StatusCode::kTimeout, "resynchronising");
+  });
+  rt.StartTask("directory-watch", watch.exclusiveJoin(kj::mv(resync)).then([&rt](Status why) {
+    GP_DEBUG("directory", "watch ended: {}", why.message());
+    std::lock_guard<std::mutex> lock(rt.directory_mu);
+    rt.directory_memory.live = false;
+    rt.directory_memory.watching = false;
+  }));
+}
+
 struct Gathered {
   std::vector<ServerInfo> servers;
   bool from_directory = false;
+  bool watched = false;  // From the watched directory, not a read.
   std::string directory_error;  // The directory did not answer: why (the servers are then the agents known).
 };
 
@@ -236,14 +284,38 @@ Gathered GatherPool(Runtime& rt, const std::vector<std::string>& named, bool det
     return out;
   }
   const internal::EtcdConfig& config = *rt.directory();
-  auto read = rt.Run([&rt]() -> kj::Promise<Result<std::vector<ServerInfo>>> {
+  auto detailed = [&](std::vector<ServerInfo> servers) {
+    out.from_directory = true;
+    if (!detail) {
+      out.servers = std::move(servers);
+      return;
+    }
+    std::vector<std::string> addresses;
+    for (const ServerInfo& info : servers) addresses.push_back(info.address);
+    out.servers = OncePerAgent(DescribeAll(rt, addresses, with_leases, history_seconds));
+  };
+  {
+    std::lock_guard<std::mutex> lock(rt.directory_mu);
+    if (rt.directory_memory.live) {  // A watched directory: no read.
+      std::vector<ServerInfo> servers;
+      servers.reserve(rt.directory_memory.watched.size());
+      for (const auto& [id, info] : rt.directory_memory.watched) servers.push_back(info);
+      out.watched = true;
+      detailed(std::move(servers));
+      return out;
+    }
+  }
+  auto read = rt.Run([&rt]() -> kj::Promise<Result<internal::DirectoryRead>> {
     auto etcd = rt.Etcd();
-    if (!etcd.ok()) return Result<std::vector<ServerInfo>>(etcd.status());
-    return internal::ReadDirectory(**etcd);
+    if (!etcd.ok()) return Result<internal::DirectoryRead>(etcd.status());
+    return internal::ReadDirectory(**etcd).then([&rt](Result<internal::DirectoryRead>&& read) {
+      if (read.ok()) WatchFrom(rt, *read);
+      return kj::mv(read);
+    });
   });
   if (read.ok()) {
     std::vector<std::string> addresses;
-    for (const ServerInfo& info : *read) addresses.push_back(info.address);
+    for (const ServerInfo& info : read->servers) addresses.push_back(info.address);
     bool changed = false;
     {
       std::lock_guard<std::mutex> lock(rt.directory_mu);
@@ -254,9 +326,7 @@ Gathered GatherPool(Runtime& rt, const std::vector<std::string>& named, bool det
       if (changed) memory.agents = addresses;
     }
     if (changed) internal::RememberAgents(config, addresses);  // For a later process, should etcd be down then.
-    out.from_directory = true;
-    out.servers = detail ? OncePerAgent(DescribeAll(rt, addresses, with_leases, history_seconds))
-                         : std::move(read).value();
+    detailed(std::move(read->servers));
     return out;
   }
   // The agents known: those named, those the directory listed last in this process, else in an earlier one.
@@ -484,6 +554,7 @@ static PoolState StateOf(Gathered gathered, const Runtime& rt) {
   state.servers = std::move(gathered.servers);
   if (rt.directory()) state.directory = DirectoryName(*rt.directory());
   state.directory_error = std::move(gathered.directory_error);
+  state.directory_watched = gathered.watched;
   return state;
 }
 

@@ -90,6 +90,13 @@ class Runtime : public kj::TaskSet::ErrorHandler {
   struct DirectoryMemory {
     std::vector<std::string> agents;
     bool down_said = false;
+    // A client that reads the directory more than once is long-lived: from its second read on, it watches the
+    // directory and places from what the watch keeps current (`watched`, live while the watch runs), reading it
+    // again only when the watch ends (its member went away; and every kWatchResync, in case a member hung).
+    int reads = 0;
+    bool watching = false;
+    bool live = false;
+    std::map<std::string, ServerInfo> watched;  // Instance id -> entry.
   };
   std::mutex directory_mu;
   DirectoryMemory directory_memory;

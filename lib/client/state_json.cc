@@ -135,6 +135,7 @@ std::string PoolStateJson(const PoolState& state, const StateJsonOptions& option
   state.directory.empty() ? w.Null() : w.String(state.directory);
   w.Key("directory_error");
   state.directory_error.empty() ? w.Null() : w.String(state.directory_error);
+  w.Key("directory_watched").Bool(state.directory_watched);
   w.EndObject();
   return w.str();
 }

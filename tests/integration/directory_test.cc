@@ -181,6 +181,37 @@ TEST(Directory, AgentsRegisterAndClientsPlaceFromOneRead) {
   EXPECT_TRUE(Eventually([&] { return Lists(pool, {"dir-a"}); }, seconds(5)));
 }
 
+TEST(Directory, LongLivedClientsWatchTheDirectory) {
+  REQUIRE_ETCD();
+  EtcdCluster etcd(1);
+  Agent a(Registered("watch-a", etcd.Spec(), 2));
+  Pool pool = DirectoryPool(etcd.Spec());
+  ASSERT_TRUE(Eventually([&] { return Lists(pool, {"watch-a"}); }, seconds(20)));
+  // From its second look on, a Pool watches: what it shows is kept current without reads.
+  ASSERT_TRUE(Eventually([&] { return pool.Summary().directory_watched; }, seconds(5)));
+  EXPECT_FALSE(DirectoryPool(etcd.Spec()).Summary().directory_watched);  // A one-look client reads.
+  auto lease = DirectoryPool(etcd.Spec()).Allocate(Slices(1, 0.5));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_TRUE(Eventually([&] {
+    PoolState state = pool.Summary();
+    return state.directory_watched && std::abs(TotalCompute(state) - 0.5) < 1e-6;
+  }, seconds(5)));
+  // An agent joining and one leaving reach it too.
+  auto b = std::make_unique<Agent>(Registered("watch-b", etcd.Spec(), 1));
+  EXPECT_TRUE(Eventually([&] { return Lists(pool, {"watch-a", "watch-b"}) && pool.Summary().directory_watched; },
+                         seconds(10)));
+  b->Kill(SIGTERM);
+  EXPECT_TRUE(Eventually([&] { return Lists(pool, {"watch-a"}) && pool.Summary().directory_watched; }, seconds(10)));
+  // A forged entry put while it watches is refused as a read would refuse it.
+  ASSERT_EQ(etcd.Ctl({"put", "/gpupool/agents/x", R"({"format":1,"instanceId":"y","address":"127.0.0.1:1"})"}).code,
+            0);
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_TRUE(Lists(pool, {"watch-a"}));
+  // The cluster gone, the watch ends with it: the next look falls back, and says so.
+  etcd.KillAll();
+  EXPECT_TRUE(Eventually([&] { return !pool.Summary().directory_error.empty(); }, seconds(5)));
+}
+
 TEST(Directory, StaleSummariesAreCorrectedAtOnceAndRacersNeverBothWinOrBothLose) {
   REQUIRE_ETCD();
   EtcdCluster etcd(1);
