@@ -1121,6 +1121,20 @@ uint64_t IdleMs(const LeaseEntry& e, const LeaseActivity* activity, Clock::time_
                                                                            activity->last_active_unix_ms)));
 }
 
+// Device `i` as describe() and the directory give it, without activity.
+void FillDevice(const AgentState& state, size_t i, wire::Device::Builder d) {
+  const DeviceRecord& r = state.devices[i];
+  d.setIndex(static_cast<uint32_t>(i));
+  d.setUuid(r.uuid);
+  d.setModel(r.model);
+  d.setDeviceClass(r.device_class);
+  d.setEmulated(r.emulated);
+  d.setMemoryTotal(r.memory_bytes);
+  d.setMemoryAllocated(state.table.usage()[i].memory_bytes);
+  d.setShareAllocatedMicros(static_cast<uint32_t>(std::min<uint64_t>(kShareWhole, state.table.usage()[i].share)));
+  d.setCordoned(state.table.cordoned(static_cast<uint32_t>(i)));
+}
+
 // The agent's entry in the pool's directory: its devices' capacity and state, as placement needs them (client/
 // directory.h). Changes with every grant and release; the publisher folds those of one interval into one put.
 std::string DirectoryEntryJson(const AgentState& state, const std::string& address) {
@@ -1139,19 +1153,7 @@ std::string DirectoryEntryJson(const AgentState& state, const std::string& addre
     entry.setPersonality(active ? active->name : "");
   }
   auto devices = entry.initDevices(static_cast<unsigned>(state.devices.size()));
-  for (size_t i = 0; i < state.devices.size(); ++i) {
-    const DeviceRecord& r = state.devices[i];
-    auto d = devices[static_cast<unsigned>(i)];
-    d.setIndex(static_cast<uint32_t>(i));
-    d.setUuid(r.uuid);
-    d.setModel(r.model);
-    d.setDeviceClass(r.device_class);
-    d.setEmulated(r.emulated);
-    d.setMemoryTotal(r.memory_bytes);
-    d.setMemoryAllocated(state.table.usage()[i].memory_bytes);
-    d.setShareAllocatedMicros(static_cast<uint32_t>(std::min<uint64_t>(kShareWhole, state.table.usage()[i].share)));
-    d.setCordoned(state.table.cordoned(static_cast<uint32_t>(i)));
-  }
+  for (size_t i = 0; i < state.devices.size(); ++i) FillDevice(state, i, devices[static_cast<unsigned>(i)]);
   return internal::EncodeDirectoryEntry(entry.asReader());
 }
 
@@ -1195,17 +1197,8 @@ void Describe(const AgentState& state, wire::AgentState::Builder out, bool with_
   }
   auto devices = out.initDevices(static_cast<unsigned>(state.devices.size()));
   for (size_t i = 0; i < state.devices.size(); ++i) {
-    const DeviceRecord& r = state.devices[i];
     auto d = devices[static_cast<unsigned>(i)];
-    d.setIndex(static_cast<uint32_t>(i));
-    d.setUuid(r.uuid);
-    d.setModel(r.model);
-    d.setDeviceClass(r.device_class);
-    d.setEmulated(r.emulated);
-    d.setMemoryTotal(r.memory_bytes);
-    d.setMemoryAllocated(table.usage()[i].memory_bytes);
-    d.setShareAllocatedMicros(static_cast<uint32_t>(std::min<uint64_t>(kShareWhole, table.usage()[i].share)));
-    d.setCordoned(table.cordoned(static_cast<uint32_t>(i)));
+    FillDevice(state, i, d);
     FillTelemetry(d, state.telemetry.device(i), history_seconds);
   }
   if (!with_leases) return;

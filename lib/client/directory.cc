@@ -130,6 +130,20 @@ std::string EncodeDirectoryEntry(wire::DirectoryEntry::Reader entry) {
   return std::string(codec.encode(entry).cStr());
 }
 
+DeviceInfo DeviceFromWire(wire::Device::Reader d) {
+  DeviceInfo dev;
+  dev.index = d.getIndex();
+  dev.uuid = d.getUuid();
+  dev.model = d.getModel();
+  dev.device_class = d.getDeviceClass();
+  dev.emulated = d.getEmulated();
+  dev.memory_total = d.getMemoryTotal();
+  dev.memory_allocated = d.getMemoryAllocated();
+  dev.compute_allocated = FractionFromShare(d.getShareAllocatedMicros());
+  dev.cordoned = d.getCordoned();
+  return dev;
+}
+
 Result<ServerInfo> DecodeDirectoryEntry(std::string_view json) {
   auto bad = [](std::string why) { return Status(StatusCode::kInvalidArgument, "directory entry: " + why); };
   if (json.size() > kMaxEntryBytes) return bad(fmt::format("{} bytes, more than an entry holds", json.size()));
@@ -165,16 +179,10 @@ Result<ServerInfo> DecodeDirectoryEntry(std::string_view json) {
       return bad("a device's uuid, model or class is too long or holds control characters");
     }
     if (d.getIndex() != info.devices.size()) return bad("devices out of order");
-    DeviceInfo dev;
-    dev.index = d.getIndex();
-    dev.uuid = d.getUuid();
-    dev.model = d.getModel();
-    dev.device_class = d.getDeviceClass();
-    dev.emulated = d.getEmulated();
-    dev.memory_total = d.getMemoryTotal();
-    dev.memory_allocated = std::min(d.getMemoryAllocated(), d.getMemoryTotal());
-    dev.compute_allocated = FractionFromShare(std::min<uint32_t>(d.getShareAllocatedMicros(), kShareWhole));
-    dev.cordoned = d.getCordoned();
+    DeviceInfo dev = DeviceFromWire(d);
+    // Past the device's size: clamped, never trusted to wrap placement's arithmetic.
+    dev.memory_allocated = std::min(dev.memory_allocated, dev.memory_total);
+    dev.compute_allocated = std::min(dev.compute_allocated, 1.0);
     info.devices.push_back(std::move(dev));
   }
   return info;

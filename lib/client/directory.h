@@ -37,6 +37,9 @@ Status ReadEtcdSettings(const TomlFile* file, EtcdConfig* config, bool agent = f
 // PREFIX/agents/: the keys agents register under.
 std::string AgentsPrefix(const EtcdConfig& config);
 
+// A device as an agent describes it (describe, or its directory entry), without activity.
+DeviceInfo DeviceFromWire(wire::Device::Reader device);
+
 // An agent's entry as stored (JSON), and back. Decoding checks everything: entries are anybody's writes to etcd.
 std::string EncodeDirectoryEntry(wire::DirectoryEntry::Reader entry);
 Result<ServerInfo> DecodeDirectoryEntry(std::string_view json);

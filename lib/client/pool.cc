@@ -106,16 +106,7 @@ void FillServerInfo(wire::AgentState::Reader st, ServerInfo* info) {
   info->policy = st.getPolicy();
   info->devices.clear();
   for (auto d : st.getDevices()) {
-    DeviceInfo dev;
-    dev.index = d.getIndex();
-    dev.uuid = d.getUuid();
-    dev.model = d.getModel();
-    dev.device_class = d.getDeviceClass();
-    dev.emulated = d.getEmulated();
-    dev.memory_total = d.getMemoryTotal();
-    dev.memory_allocated = d.getMemoryAllocated();
-    dev.compute_allocated = FractionFromShare(d.getShareAllocatedMicros());
-    dev.cordoned = d.getCordoned();
+    DeviceInfo dev = internal::DeviceFromWire(d);
     if (d.hasActivity()) dev.activity = ToActivity(d.getActivity());
     dev.history = ToHistory(d.getHistory());
     info->devices.push_back(std::move(dev));

@@ -140,6 +140,24 @@ double AllocatedOn(const PoolState& state, const std::string& name) {
   return total;
 }
 
+// `n` clients, each with its own fresh look at the directory, ask for `request` at the same moment.
+std::vector<Result<Lease>> Racing(const std::string& spec, int n, const Request& request) {
+  std::vector<std::unique_ptr<Pool>> pools;
+  for (int i = 0; i < n; ++i) pools.push_back(std::make_unique<Pool>(DirectoryPool(spec)));
+  std::vector<Result<Lease>> results;
+  for (int i = 0; i < n; ++i) results.emplace_back(Status(StatusCode::kInternal, "not run"));
+  std::barrier start(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      start.arrive_and_wait();
+      results[i] = pools[i]->Allocate(request);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return results;
+}
+
 #define REQUIRE_ETCD()                                                                           \
   if (!HaveEtcd()) GTEST_SKIP() << "etcd and etcdctl are not installed (Debian: etcd-server etcd-client)"
 
@@ -222,19 +240,7 @@ TEST(Directory, StaleSummariesAreCorrectedAtOnceAndRacersNeverBothWinOrBothLose)
   for (int round = 0; round < 5; ++round) {
     // Two clients, each with its own fresh read of the directory, race for the two GPUs: both win, on two GPUs.
     {
-      std::vector<std::unique_ptr<Pool>> pools;
-      for (int i = 0; i < 2; ++i) pools.push_back(std::make_unique<Pool>(DirectoryPool(etcd.Spec())));
-      std::vector<Result<Lease>> results;
-      for (int i = 0; i < 2; ++i) results.emplace_back(Status(StatusCode::kInternal, "not run"));
-      std::barrier start(2);
-      std::vector<std::thread> threads;
-      for (int i = 0; i < 2; ++i) {
-        threads.emplace_back([&, i] {
-          start.arrive_and_wait();
-          results[i] = pools[i]->Allocate(Slices(1, 1.0));
-        });
-      }
-      for (auto& t : threads) t.join();
+      std::vector<Result<Lease>> results = Racing(etcd.Spec(), 2, Slices(1, 1.0));
       ASSERT_TRUE(results[0].ok()) << results[0].status().ToString();
       ASSERT_TRUE(results[1].ok()) << results[1].status().ToString();
       EXPECT_NE(results[0]->slices()[0].server, results[1]->slices()[0].server);
@@ -248,19 +254,7 @@ TEST(Directory, StaleSummariesAreCorrectedAtOnceAndRacersNeverBothWinOrBothLose)
     ASSERT_TRUE(again.ok()) << again.status().ToString();
   }
   // Eight racers for two GPUs: exactly two win.
-  std::vector<std::unique_ptr<Pool>> pools;
-  for (int i = 0; i < 8; ++i) pools.push_back(std::make_unique<Pool>(DirectoryPool(etcd.Spec())));
-  std::vector<Result<Lease>> results;
-  for (int i = 0; i < 8; ++i) results.emplace_back(Status(StatusCode::kInternal, "not run"));
-  std::barrier start(8);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 8; ++i) {
-    threads.emplace_back([&, i] {
-      start.arrive_and_wait();
-      results[i] = pools[i]->Allocate(Slices(1, 1.0));
-    });
-  }
-  for (auto& t : threads) t.join();
+  std::vector<Result<Lease>> results = Racing(etcd.Spec(), 8, Slices(1, 1.0));
   int granted = 0;
   for (auto& r : results) granted += r.ok() ? 1 : 0;
   EXPECT_EQ(granted, 2);
