@@ -2584,7 +2584,8 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
       GP_WARN("directory", "this agent listens on a Unix socket: only clients on this host can use its entry");
     }
     auto made = DirectoryPublisher::Make(*io.provider, *config.directory, config.directory_ttl, state.instance_id,
-                                         [&state, advertised] { return DirectoryEntryJson(state, advertised); });
+                                         [&state, advertised] { return DirectoryEntryJson(state, advertised); },
+                                         &state.counters);
     if (!made.ok()) {
       GP_ERROR("agent", "[etcd]: {}", made.status().message());
       return 2;

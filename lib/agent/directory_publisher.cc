@@ -11,7 +11,8 @@ namespace gpupool::agent {
 
 Result<kj::Own<DirectoryPublisher>> DirectoryPublisher::Make(kj::AsyncIoProvider& io, internal::EtcdConfig config,
                                                              std::chrono::milliseconds ttl, std::string instance_id,
-                                                             std::function<std::string()> summarize) {
+                                                             std::function<std::string()> summarize,
+                                                             AgentCounters* counters) {
   std::string key = internal::AgentsPrefix(config) + instance_id;
   auto etcd = internal::EtcdClient::Make(io.getNetwork(), io.getTimer(), std::move(config));
   if (!etcd.ok()) return etcd.status();
@@ -19,6 +20,8 @@ Result<kj::Own<DirectoryPublisher>> DirectoryPublisher::Make(kj::AsyncIoProvider
       new DirectoryPublisher(io.getTimer(), ttl, std::move(key), std::move(summarize)),
       kj::_::HeapDisposer<DirectoryPublisher>::instance);
   publisher->etcd_ = std::move(etcd).value();
+  publisher->counters_ = counters;
+  counters->directory_configured = true;
   return publisher;
 }
 
@@ -30,6 +33,7 @@ DirectoryPublisher::DirectoryPublisher(kj::Timer& timer, std::chrono::millisecon
 DirectoryPublisher::~DirectoryPublisher() = default;
 
 void DirectoryPublisher::Failed(const Status& why) {
+  ++counters_->directory_failures;
   // Said once per outage: an agent without its directory still serves the clients that know it.
   if (failures_++ == 0) {
     GP_WARN("directory", "cannot {} {} in the pool's directory: {} (serving on; retrying)",
@@ -47,6 +51,8 @@ kj::Promise<Status> DirectoryPublisher::Register() {
       if (!put.ok()) return put;
       lease_ = id;
       published_ = entry;
+      counters_->directory_registered = true;
+      ++counters_->directory_registrations;
       last_keepalive_ = timer_.now();
       GP_INFO("directory", "{} {} (etcd lease {:x}, ttl {} s)", registered_once_ ? "registered again at" : "registered at",
               key_, id, ttl_.count() / 1000);
@@ -68,6 +74,7 @@ kj::Promise<void> DirectoryPublisher::Step() {
         // etcd no longer has the lease (down longer than its TTL, or rebuilt): the entry is gone with it.
         GP_WARN("directory", "the pool's directory lost {}'s registration; registering again", key_);
         lease_ = 0;
+        counters_->directory_registered = false;
         return Status::Ok();
       }
       last_keepalive_ = timer_.now();
@@ -77,8 +84,10 @@ kj::Promise<void> DirectoryPublisher::Step() {
     done = etcd_->Put(key_, entry, lease_).then([this, entry](Status put) {
       if (put.ok()) {
         published_ = entry;
+        ++counters_->directory_publishes;
       } else if (put.code() == StatusCode::kNotFound) {
         lease_ = 0;  // "requested lease not found": register again.
+        counters_->directory_registered = false;
       }
       return put;
     });
@@ -105,6 +114,7 @@ kj::Promise<void> DirectoryPublisher::Withdraw() {
   if (lease_ == 0) return kj::READY_NOW;
   int64_t lease = lease_;
   lease_ = 0;
+  counters_->directory_registered = false;
   auto revoked = etcd_->Revoke(lease).then([this](Status s) {
     if (s.ok()) GP_INFO("directory", "left the pool's directory ({})", key_);
   });

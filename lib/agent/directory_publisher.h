@@ -12,6 +12,7 @@
 
 #include <kj/async-io.h>
 
+#include "agent/metrics.h"
 #include "client/etcd.h"
 
 namespace gpupool::agent {
@@ -22,9 +23,10 @@ class DirectoryPublisher {
   static constexpr std::chrono::milliseconds kPublishInterval{100};
 
   // `summarize` returns the entry as it should be now; it is called on the agent's loop every kPublishInterval.
+  // `counters` (the agent's, for /metrics) must outlive the publisher.
   static Result<kj::Own<DirectoryPublisher>> Make(kj::AsyncIoProvider& io, internal::EtcdConfig config,
                                                   std::chrono::milliseconds ttl, std::string instance_id,
-                                                  std::function<std::string()> summarize);
+                                                  std::function<std::string()> summarize, AgentCounters* counters);
   ~DirectoryPublisher();
 
   // Registers, keeps the registration alive and current; never resolves.
@@ -44,6 +46,7 @@ class DirectoryPublisher {
   const std::chrono::milliseconds ttl_;
   const std::string key_;
   std::function<std::string()> summarize_;
+  AgentCounters* counters_ = nullptr;
   int64_t lease_ = 0;  // etcd's lease of the entry; 0: not registered.
   std::string published_;
   kj::TimePoint last_keepalive_;

@@ -251,6 +251,17 @@ std::string RenderMetrics(wire::AgentState::Reader state, const AgentCounters& c
   m.Family("gpupool_suspended_bytes_total", "counter", "Bytes of session images that suspensions kept.")
       .Sample({}, static_cast<double>(counters.suspended_bytes));
   by_reason("gpupool_sessions_refused_total", "CUDA sessions refused, by reason.", counters.sessions_refused);
+  if (counters.directory_configured) {
+    m.Family("gpupool_directory_registered", "gauge", "1 while this agent's entry is in the pool's directory (etcd).")
+        .Sample({}, counters.directory_registered ? 1.0 : 0.0);
+    m.Family("gpupool_directory_registrations_total", "counter",
+             "Registrations in the directory: the first, and each again after etcd lost the agent's lease.")
+        .Sample({}, static_cast<double>(counters.directory_registrations));
+    m.Family("gpupool_directory_publishes_total", "counter", "Puts of this agent's entry after a change.")
+        .Sample({}, static_cast<double>(counters.directory_publishes));
+    m.Family("gpupool_directory_failures_total", "counter", "Calls to etcd that failed (the agent serves on).")
+        .Sample({}, static_cast<double>(counters.directory_failures));
+  }
   return m.Take();
 }
 

@@ -31,6 +31,10 @@ struct AgentCounters {
   uint64_t migrations_away = 0, arrivals = 0, arrived_bytes = 0;
   // Leases suspended (their sessions kept as images, their slices given back) and resumed, and the images' bytes.
   uint64_t suspensions = 0, resumptions = 0, suspended_bytes = 0;
+  // The pool's directory, where the agent registers one: whether it is registered now, its registrations (the first
+  // and each again after etcd lost it), its entry's puts, and the calls to etcd that failed.
+  bool directory_configured = false, directory_registered = false;
+  uint64_t directory_registrations = 0, directory_publishes = 0, directory_failures = 0;
 };
 
 // The exposition text for `state` (describe's, with leases) and `counters`; `busy_seconds[i]`: device i's total

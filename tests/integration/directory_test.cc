@@ -1,9 +1,7 @@
 // The pool's directory: agents register in a real etcd cluster on loopback, clients place from one read of it, and
 // the pool goes on when members of the cluster die, or all of them.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -21,21 +19,6 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 bool HaveEtcd() { return RunCommand({"/bin/sh", "-c", "command -v etcd && command -v etcdctl"}).code == 0; }
 
 // A real etcd cluster of `members` members on loopback, each in a data directory of its own.
@@ -44,8 +27,8 @@ class EtcdCluster {
   explicit EtcdCluster(int members, std::vector<std::string> extra = {}, std::string scheme = "http")
       : extra_(std::move(extra)), scheme_(std::move(scheme)) {
     for (int i = 0; i < members; ++i) {
-      client_ports_.push_back(FreePort());
-      peer_ports_.push_back(FreePort());
+      client_ports_.push_back(FreeLoopbackPort());
+      peer_ports_.push_back(FreeLoopbackPort());
     }
     StartAll();
   }
@@ -305,7 +288,10 @@ TEST(Directory, ClientsFallBackWhenTheClusterIsDownAndAgentsRegisterAgainWhenItI
   TempDir config;
   // A short etcd lease, so that a cluster down longer than it has forgotten the agents.
   std::string toml = config.Write("agent.toml", "directory = \"" + etcd.Spec() + "\"\n[etcd]\nttl = \"3s\"\n");
-  Agent a(AgentOptions{.name = "down-a", .emulated = 2, .emulated_memory = "1GiB", .extra_args = {"--config", toml}});
+  Agent a(AgentOptions{.name = "down-a", .emulated = 2, .emulated_memory = "1GiB",
+                       .extra_args = {"--config", toml, "--metrics", "127.0.0.1:0"}});
+  const std::string metrics_line = a.process().ReadLine(seconds(10));
+  const std::string metrics_url = metrics_line.substr(std::min(metrics_line.size(), metrics_line.find("http://")));
   Agent b(AgentOptions{.name = "down-b", .emulated = 2, .emulated_memory = "1GiB", .extra_args = {"--config", toml}});
   const std::vector<std::string> env = {"GPUPOOL_DIRECTORY=" + etcd.Spec(), "GPUPOOL_SERVERS", "GPUPOOL_POOL",
                                         "HOME=" + home.path(), "XDG_CACHE_HOME"};
@@ -344,6 +330,16 @@ TEST(Directory, ClientsFallBackWhenTheClusterIsDownAndAgentsRegisterAgainWhenItI
   ASSERT_TRUE(after.ok()) << after.status().ToString();
   EXPECT_TRUE(pool.Summary().directory_error.empty());
   EXPECT_NE(a.process().Stderr().find("registering again"), std::string::npos) << a.process().Stderr();
+  // Operators see it in /metrics (and promtool finds nothing to say of the directory's families).
+  RunResult scraped = RunCommand({"/usr/bin/env", "curl", "-sS", "--max-time", "5", metrics_url});
+  EXPECT_NE(scraped.out.find("gpupool_directory_registered 1\n"), std::string::npos) << scraped.out;
+  EXPECT_NE(scraped.out.find("gpupool_directory_registrations_total 2\n"), std::string::npos) << scraped.out;
+  EXPECT_EQ(scraped.out.find("gpupool_directory_failures_total 0\n"), std::string::npos) << scraped.out;
+  TempDir out;
+  std::string file = out.Write("metrics.txt", scraped.out);
+  RunResult check = RunCommand({"/bin/sh", "-c", "promtool check metrics < " + file});
+  EXPECT_EQ(check.code, 0) << check.out << check.err;
+  EXPECT_EQ(check.out + check.err, "") << "promtool has something to say";
 }
 
 TEST(Directory, DeadAgentLeavesWithinItsTtlAndForgedEntriesAreIgnored) {

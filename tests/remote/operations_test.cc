@@ -56,19 +56,6 @@ double SampleOf(const std::string& text, const std::string& series) {
   return -1;
 }
 
-// A TCP port free on loopback now.
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 TEST(Operations, TelemetryFollowsRealProgramsAndFlagsIdleLeases) {
   MetricsAgent m({"--idle-after", "2s"});
   const std::string server = m.agent.address();
@@ -166,7 +153,7 @@ TEST(Operations, MetricsPassPromtoolAndARealPrometheusScrapesThem) {
   std::string config = dir.Write("prometheus.yml", "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
                                                    "scrape_configs:\n  - job_name: gpupool\n    static_configs:\n"
                                                    "      - targets: ['" + target + "']\n");
-  int port = FreePort();
+  int port = FreeLoopbackPort();
   Process prometheus({"/usr/bin/env", "prometheus", "--config.file=" + config, "--storage.tsdb.path=" + dir.path() + "/data",
                       "--web.listen-address=127.0.0.1:" + std::to_string(port), "--log.level=warn"});
   auto query = [port](const std::string& promql) {

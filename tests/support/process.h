@@ -96,6 +96,9 @@ class AgentGroup {
   std::vector<std::unique_ptr<Agent>> agents_;
 };
 
+// A TCP port free on loopback now (bound to 0 and released: another process may take it before the caller does).
+int FreeLoopbackPort();
+
 // A fresh temp directory, removed with its contents on destruction.
 class TempDir {
  public:
