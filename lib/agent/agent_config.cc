@@ -161,13 +161,18 @@ Status Read(const TomlFile& file, AgentConfig* c) {
   std::string directory;
   if (!(s = file.GetString(root, "directory", &directory)).ok()) return s;
   if (!(s = section("etcd", &t)).ok()) return s;
-  if (!directory.empty()) {
+  if (!directory.empty() || t) {
+    // [etcd] alone holds the settings for gp-agent --directory.
     internal::EtcdConfig etcd;
-    if (!(s = internal::ParseDirectorySpec(directory, &etcd)).ok()) return file.Error(*root.get("directory"), s.message());
+    if (!directory.empty() && !(s = internal::ParseDirectorySpec(directory, &etcd)).ok()) {
+      return file.Error(*root.get("directory"), s.message());
+    }
     if (!(s = internal::ReadEtcdSettings(&file, &etcd, /*agent=*/true)).ok()) return s;
-    c->directory = std::move(etcd);
-  } else if (t) {
-    return file.Error(*root.get("etcd"), "[etcd] without directory = \"etcd:http://HOST:2379\"");
+    if (directory.empty()) {
+      c->etcd_settings = std::move(etcd);
+    } else {
+      c->directory = std::move(etcd);
+    }
   }
   if (t) {
     if (!(s = file.GetDuration(*t, "ttl", &c->directory_ttl)).ok()) return s;

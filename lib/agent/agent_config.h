@@ -99,6 +99,7 @@ struct AgentConfig {
   std::string suspend_spill_dir;                    // Where the rest go; "": nowhere (refused past the memory).
   // directory = "etcd:..." and [etcd]: where the agent registers (ARCHITECTURE.md, section 3); unset: nowhere.
   std::optional<internal::EtcdConfig> directory;
+  std::optional<internal::EtcdConfig> etcd_settings;  // [etcd] without directory: for --directory to use.
   std::chrono::milliseconds directory_ttl{10000};
   std::string directory_advertise;  // Empty: from the listen address.
   std::vector<std::string> move_agents;  // [moves] agents: where on_change = "migrate" sends leases first.

@@ -2580,8 +2580,16 @@ int RunAgent(const AgentConfig& config, std::vector<DeviceRecord> devices) {
   kj::Promise<void> publishing = kj::READY_NOW;
   if (config.directory) {
     const std::string advertised = AdvertisedAddress(config, receiver->getPort(), tls.get() != nullptr);
-    if (unix_socket) {
-      GP_WARN("directory", "this agent listens on a Unix socket: only clients on this host can use its entry");
+    if (unix_socket && config.directory_advertise.empty()) {
+      GP_ERROR("agent", "[etcd]: an agent on a Unix socket cannot be reached through the directory (clients refuse "
+               "such entries); listen on TCP, or set [etcd] advertise");
+      return 2;
+    }
+    const std::string advertised_host = advertised.substr(0, advertised.rfind(':'));
+    if (advertised_host == "127.0.0.1" || advertised_host == "localhost" || advertised_host == "tls:127.0.0.1" ||
+        advertised_host == "tls:localhost" || advertised_host == "[::1]") {
+      GP_WARN("directory", "this agent tells the directory it is at {}: only clients on this host can reach it "
+              "(listen on *:PORT or set [etcd] advertise for others)", advertised);
     }
     auto made = DirectoryPublisher::Make(*io.provider, *config.directory, config.directory_ttl, state.instance_id,
                                          [&state, advertised] { return DirectoryEntryJson(state, advertised); },

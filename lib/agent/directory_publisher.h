@@ -39,6 +39,8 @@ class DirectoryPublisher {
                      std::function<std::string()> summarize);
   kj::Promise<void> Step();
   kj::Promise<Status> Register();
+  // Renews the lease; notices a lost lease (lease_ = 0) or a deleted entry (published_ cleared).
+  kj::Promise<Status> KeepAlive();
   void Failed(const Status& why);
 
   kj::Timer& timer_;
@@ -47,7 +49,8 @@ class DirectoryPublisher {
   const std::string key_;
   std::function<std::string()> summarize_;
   AgentCounters* counters_ = nullptr;
-  int64_t lease_ = 0;  // etcd's lease of the entry; 0: not registered.
+  int64_t lease_ = 0;    // etcd's lease of the entry; 0: not registered.
+  int64_t granted_ = 0;  // The lease last granted, registered or not yet: what Withdraw() revokes.
   std::string published_;
   kj::TimePoint last_keepalive_;
   int failures_ = 0;        // In a row; retries back off with it.

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <capnp/compat/json.h>
@@ -164,6 +165,10 @@ Result<ServerInfo> DecodeDirectoryEntry(std::string_view json) {
   ServerInfo info;
   info.address = e.getAddress();
   if (Status s = CheckServerAddress(info.address, "its address"); !s.ok()) return bad(s.message());
+  if (info.address.rfind("unix:", 0) == 0) {
+    // A socket path means a socket on the reader's own host: not something a shared directory can vouch for.
+    return bad(fmt::format("a Unix socket address ({}) is this host's, not the pool's", info.address));
+  }
   if (e.getDevices().size() > kMaxDevices) return bad(fmt::format("{} devices", e.getDevices().size()));
   info.up = true;
   info.summary = true;
@@ -207,15 +212,30 @@ kj::Promise<Result<DirectoryRead>> ReadDirectory(EtcdClient& etcd) {
     DirectoryRead out;
     out.revision = range->revision;
     for (const EtcdKeyValue& kv : range->kvs) {
+      if (out.entries.size() >= kMaxDirectoryEntries) break;
       auto info = DecodeDirectoryKeyValue(prefix, kv.key, kv.value);
       if (!info.ok()) {
         GP_DEBUG("directory", "{}: skipped: {}", kv.key, info.status().message());
         continue;
       }
-      out.servers.push_back(std::move(info).value());
+      out.entries.push_back({kv.mod_revision, std::move(info).value()});
     }
     return out;
   });
+}
+
+std::vector<ServerInfo> NewestPerAddress(const std::vector<DirectoryEntryAt>& entries) {
+  std::map<std::string, size_t> newest;  // Address -> index in `entries`.
+  for (size_t i = 0; i < entries.size(); ++i) {
+    auto [it, added] = newest.emplace(entries[i].info.address, i);
+    if (!added && entries[i].revision > entries[it->second].revision) it->second = i;
+  }
+  std::vector<ServerInfo> out;
+  out.reserve(newest.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (newest[entries[i].info.address] == i) out.push_back(entries[i].info);
+  }
+  return out;
 }
 
 std::vector<std::string> RememberedAgents(const EtcdConfig& config) {
@@ -235,11 +255,17 @@ void RememberAgents(const EtcdConfig& config, const std::vector<std::string>& ad
   if (path.empty() || addresses.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  const std::string temporary = fmt::format("{}.{}", path, getpid());
+  // Named for this writer alone: two Pools of one process may remember at once.
+  const std::string temporary = fmt::format("{}.{}.{}", path, getpid(), RandomHex(6));
   {
     std::ofstream out(temporary, std::ios::trunc);
     for (const auto& a : addresses) out << a << "\n";
-    if (!out) return;
+    if (!out) {
+      out.close();
+      std::error_code ignored;
+      std::filesystem::remove(temporary, ignored);
+      return;
+    }
   }
   std::filesystem::rename(temporary, path, ec);  // Whole or not at all, for a process reading it now.
   if (ec) std::filesystem::remove(temporary, ec);

@@ -46,10 +46,19 @@ Result<ServerInfo> DecodeDirectoryEntry(std::string_view json);
 
 // The agents registered now, one per instance, in key order (entries that do not decode are skipped and logged), and
 // the store's revision the read saw.
+struct DirectoryEntryAt {
+  int64_t revision = 0;  // When it was last put (etcd's mod_revision).
+  ServerInfo info;
+};
 struct DirectoryRead {
-  std::vector<ServerInfo> servers;
+  std::vector<DirectoryEntryAt> entries;
   int64_t revision = 0;
 };
+// One entry per address, the newest (an agent restarted at its address registers under a new instance id while its
+// old entry lives on until its TTL; a forged entry may name a live agent's address), in the order given.
+std::vector<ServerInfo> NewestPerAddress(const std::vector<DirectoryEntryAt>& entries);
+// The most entries a directory read or watch keeps: past it, the rest is not an agent pool of ours.
+inline constexpr size_t kMaxDirectoryEntries = 100000;
 kj::Promise<Result<DirectoryRead>> ReadDirectory(EtcdClient& etcd);
 // The entry stored at `key` (under AgentsPrefix), checked as ReadDirectory checks it: its key must name its instance.
 Result<ServerInfo> DecodeDirectoryKeyValue(const std::string& prefix, const std::string& key, std::string_view value);

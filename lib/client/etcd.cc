@@ -70,7 +70,11 @@ class Json {
   static int64_t Int(capnp::JsonValue::Reader object, std::string_view name) {
     auto v = Field(object, name);
     if (!v) return 0;
-    if (v->isNumber()) return static_cast<int64_t>(v->getNumber());
+    if (v->isNumber()) {
+      double d = v->getNumber();
+      // Out of range (or NaN) would be undefined behaviour to convert: etcd writes 64-bit numbers as strings anyway.
+      return d >= -9.0e18 && d <= 9.0e18 ? static_cast<int64_t>(d) : 0;
+    }
     if (!v->isString()) return 0;
     int64_t out = 0;
     std::string_view s(v->getString().cStr(), v->getString().size());
@@ -203,22 +207,25 @@ kj::Promise<Status> EtcdClient::Authenticate(const std::string& endpoint) {
 }
 
 kj::Promise<Result<std::string>> EtcdClient::Call(std::string path, std::string body) {
-  return CallFrom(std::move(path), std::move(body), 0, false);
+  return CallFrom(std::move(path), std::move(body), current_, 0, false);
 }
 
-kj::Promise<Result<std::string>> EtcdClient::CallFrom(std::string path, std::string body, size_t tried,
+kj::Promise<Result<std::string>> EtcdClient::CallFrom(std::string path, std::string body, size_t first, size_t tried,
                                                       bool reauthenticated) {
+  // Each call walks the members from the one that answered last, on its own count: two calls failing at once do
+  // not make each other skip a live member.
   const size_t n = config_.endpoints.size();
-  const std::string endpoint = config_.endpoints[current_ % n];
-  auto next_member = [this, path, body, tried, n, endpoint](const std::string& why) -> kj::Promise<Result<std::string>> {
+  const size_t at = (first + tried) % n;
+  const std::string endpoint = config_.endpoints[at];
+  auto next_member = [this, path, body, first, tried, n,
+                      endpoint](const std::string& why) -> kj::Promise<Result<std::string>> {
     token_.clear();  // Tokens are per member in etcd 3.4's simple tokens: the next one issues its own.
     if (tried + 1 >= n) {
       return Result<std::string>(Status(StatusCode::kUnavailable,
                                         fmt::format("etcd: no member answered ({}: {})", endpoint, why)));
     }
-    current_ = (current_ + 1) % n;
-    GP_DEBUG("directory", "etcd {}: {}; trying {}", endpoint, why, config_.endpoints[current_]);
-    return CallFrom(path, body, tried + 1, false);
+    GP_DEBUG("directory", "etcd {}: {}; trying {}", endpoint, why, config_.endpoints[(first + tried + 1) % n]);
+    return CallFrom(path, body, first, tried + 1, false);
   };
   kj::Promise<Status> ready = Status::Ok();
   if (!config_.user.empty() && token_.empty()) ready = Authenticate(endpoint);
@@ -236,13 +243,16 @@ kj::Promise<Result<std::string>> EtcdClient::CallFrom(std::string path, std::str
         GP_DEBUG("directory", "etcd request failed: {}", e.getDescription().cStr());
         return nullptr;
       })
-      .then([this, next_member, path, body, tried, reauthenticated,
+      .then([this, next_member, path, body, first, tried, reauthenticated, at,
              endpoint](kj::Maybe<Reply> maybe) mutable -> kj::Promise<Result<std::string>> {
         KJ_IF_MAYBE (reply, maybe) {
           if (reply->status == 401) {  // From Authenticate: the user or password is wrong; no member will differ.
             return Result<std::string>(Status(StatusCode::kPermissionDenied, reply->body));
           }
-          if (reply->status == 200) return Result<std::string>(kj::mv(reply->body));
+          if (reply->status == 200) {
+            current_ = at;
+            return Result<std::string>(kj::mv(reply->body));
+          }
           Json json;
           const bool parsed = json.Parse(reply->body);
           std::string message = parsed ? Json::Text(json.root(), "message") : reply->body.substr(0, 200);
@@ -251,7 +261,7 @@ kj::Promise<Result<std::string>> EtcdClient::CallFrom(std::string path, std::str
           if (!config_.user.empty() && !reauthenticated &&
               (message.find("invalid auth token") != std::string::npos || code == 16)) {
             token_.clear();
-            return CallFrom(path, body, tried, true);
+            return CallFrom(path, body, first, tried, true);
           }
           if (TryAnotherMember(reply->status, code, message)) return next_member(message);
           StatusCode status = code == 7 || code == 16 ? StatusCode::kPermissionDenied
@@ -338,6 +348,7 @@ namespace {
 struct WatchStream {
   kj::Own<kj::AsyncInputStream> body;
   std::string pending;
+  size_t scanned = 0;  // Bytes of `pending` searched for a newline already.
   char buffer[16384];
   std::function<void()> created;
   std::function<void(const EtcdClient::Change&)> changed;
@@ -373,11 +384,13 @@ struct WatchStream {
       if (n == 0) return Status(StatusCode::kUnavailable, fmt::format("etcd at {}: the watch stream ended", endpoint));
       pending.append(buffer, n);
       size_t start = 0;
-      for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+      // Only the bytes just read can hold the next newline: a long message is not searched again for every read.
+      for (size_t nl; (nl = pending.find('\n', std::max(start, scanned))) != std::string::npos; start = nl + 1) {
         std::string why = Take(std::string_view(pending).substr(start, nl - start));
         if (!why.empty()) return Status(StatusCode::kUnavailable, fmt::format("etcd at {}: {}", endpoint, why));
       }
       pending.erase(0, start);
+      scanned = pending.size();
       if (pending.size() > kMaxReply) {
         return Status(StatusCode::kUnavailable, fmt::format("etcd at {}: a watch message past {} bytes", endpoint,
                                                             kMaxReply));

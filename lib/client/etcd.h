@@ -87,7 +87,8 @@ class EtcdClient {
   // POSTs `body` to `path` at the current endpoint, moving to the next one on a connection failure, a timeout or an
   // unavailable member; authenticates first when a user is configured, and again once if the token is refused.
   kj::Promise<Result<std::string>> Call(std::string path, std::string body);
-  kj::Promise<Result<std::string>> CallFrom(std::string path, std::string body, size_t tried, bool reauthenticated);
+  kj::Promise<Result<std::string>> CallFrom(std::string path, std::string body, size_t first, size_t tried,
+                                            bool reauthenticated);
   kj::Promise<Reply> Post(const std::string& endpoint, const std::string& path, const std::string& body,
                           bool with_token);
   kj::Promise<Status> Authenticate(const std::string& endpoint);

@@ -219,14 +219,18 @@ void WatchFrom(Runtime& rt, const internal::DirectoryRead& read) {
   {
     std::lock_guard<std::mutex> lock(rt.directory_mu);
     auto& memory = rt.directory_memory;
-    if (++memory.reads < 2 || memory.watching) return;
-    memory.watching = true;
-    memory.live = false;
+    // Revision 0: no revision in etcd's answer, and a watch from 1 would replay the store's whole history.
+    if (++memory.reads < 2 || memory.watching || read.revision <= 0) return;
     memory.watched.clear();
-    for (const ServerInfo& info : read.servers) memory.watched[info.instance_id] = info;
+    for (const internal::DirectoryEntryAt& entry : read.entries) memory.watched[entry.info.instance_id] = entry;
   }
   auto etcd = rt.Etcd();
   if (!etcd.ok()) return;
+  {
+    std::lock_guard<std::mutex> lock(rt.directory_mu);
+    rt.directory_memory.watching = true;
+    rt.directory_memory.live = false;
+  }
   const std::string prefix = internal::AgentsPrefix(rt.directory().value());
   auto watch = (*etcd)->Watch(
       prefix, read.revision + 1,
@@ -239,10 +243,11 @@ void WatchFrom(Runtime& rt, const internal::DirectoryRead& read) {
         auto info = change.deleted ? Result<ServerInfo>(Status(StatusCode::kNotFound, "deleted"))
                                    : internal::DecodeDirectoryKeyValue(prefix, change.key, change.value);
         std::lock_guard<std::mutex> lock(rt.directory_mu);
-        if (info.ok()) {
-          rt.directory_memory.watched[id] = std::move(info).value();
-        } else {
-          rt.directory_memory.watched.erase(id);  // Gone, or no longer an entry to trust.
+        auto& watched = rt.directory_memory.watched;
+        if (!info.ok()) {
+          watched.erase(id);  // Gone, or no longer an entry to trust.
+        } else if (watched.size() < internal::kMaxDirectoryEntries || watched.count(id)) {
+          watched[id] = {change.revision, std::move(info).value()};
         }
       });
   auto resync = rt.timer().afterDelay(kWatchResync).then([] {
@@ -285,16 +290,20 @@ Gathered GatherPool(Runtime& rt, const std::vector<std::string>& named, bool det
     for (const ServerInfo& info : servers) addresses.push_back(info.address);
     out.servers = OncePerAgent(DescribeAll(rt, addresses, with_leases, history_seconds));
   };
+  std::vector<internal::DirectoryEntryAt> watched;
   {
+    // Copied under the lock, used after it: describing agents (detail) waits on the loop thread, whose watch takes
+    // this lock for every change.
     std::lock_guard<std::mutex> lock(rt.directory_mu);
-    if (rt.directory_memory.live) {  // A watched directory: no read.
-      std::vector<ServerInfo> servers;
-      servers.reserve(rt.directory_memory.watched.size());
-      for (const auto& [id, info] : rt.directory_memory.watched) servers.push_back(info);
+    if (rt.directory_memory.live) {
       out.watched = true;
-      detailed(std::move(servers));
-      return out;
+      watched.reserve(rt.directory_memory.watched.size());
+      for (const auto& [id, entry] : rt.directory_memory.watched) watched.push_back(entry);
     }
+  }
+  if (out.watched) {  // A watched directory: no read.
+    detailed(internal::NewestPerAddress(watched));
+    return out;
   }
   auto read = rt.Run([&rt]() -> kj::Promise<Result<internal::DirectoryRead>> {
     auto etcd = rt.Etcd();
@@ -305,8 +314,9 @@ Gathered GatherPool(Runtime& rt, const std::vector<std::string>& named, bool det
     });
   });
   if (read.ok()) {
+    std::vector<ServerInfo> servers = internal::NewestPerAddress(read->entries);
     std::vector<std::string> addresses;
-    for (const ServerInfo& info : read->servers) addresses.push_back(info.address);
+    for (const ServerInfo& info : servers) addresses.push_back(info.address);
     bool changed = false;
     {
       std::lock_guard<std::mutex> lock(rt.directory_mu);
@@ -317,7 +327,7 @@ Gathered GatherPool(Runtime& rt, const std::vector<std::string>& named, bool det
       if (changed) memory.agents = addresses;
     }
     if (changed) internal::RememberAgents(config, addresses);  // For a later process, should etcd be down then.
-    detailed(std::move(read->servers));
+    detailed(std::move(servers));
     return out;
   }
   // The agents known: those named, those the directory listed last in this process, else in an earlier one.
@@ -506,8 +516,9 @@ static Result<Lease> ReserveAndCommit(const std::shared_ptr<Runtime>& runtime, c
 // Describes the agents of `plan` and puts what they answer in place of their entries in *infos (an agent that does
 // not answer is marked down). Whether every one of them was described.
 static bool RefreshFromAgents(Runtime& rt, const std::vector<internal::Assignment>& plan,
-                              std::vector<ServerInfo>* infos) {
-  std::vector<size_t> involved;
+                              std::vector<ServerInfo>* infos, std::vector<size_t>* refreshed) {
+  std::vector<size_t>& involved = *refreshed;
+  involved.clear();
   for (const auto& a : plan) {
     if (std::find(involved.begin(), involved.end(), a.server) == involved.end()) involved.push_back(a.server);
   }
@@ -575,9 +586,10 @@ Result<Lease> Pool::Allocate(const Request& request) {
   // Agents whose policy refused this request, and why: placed around until the next wait (a policy's window may
   // open, or the user's other leases end), so that a request one agent's policy forbids lands on another's GPUs.
   std::map<std::string, Status> refused_by_policy;
-  // How long an agent may take to publish a change to the directory (agents publish within 100 ms of it), and
-  // whether a "does not fit" on the directory's word has been checked on a read taken that much later.
-  constexpr auto kDirectoryLag = std::chrono::milliseconds(150);
+  // How long an agent may take to publish a change to the directory (a change waits one 100 ms step at most, then
+  // one put to etcd), and whether a "does not fit" on the directory's word has been checked on a look taken that
+  // much later.
+  constexpr auto kDirectoryLag = std::chrono::milliseconds(300);
   bool directory_rechecked = false;
   while (true) {
     Status last;
@@ -685,14 +697,15 @@ Result<Lease> Pool::Allocate(const Request& request) {
           conflicts < kMaxConflictRetries) {
         // The directory said these agents had room and one did not (another client was first, or the summary was
         // stale): ask them, and place again at once on what they say, the rest of the pool as the directory said.
-        if (RefreshFromAgents(*runtime_, **plan, &infos)) {
+        std::vector<size_t> refreshed;
+        if (RefreshFromAgents(*runtime_, **plan, &infos, &refreshed)) {
           ++conflicts;
           std::lock_guard<std::mutex> lock(runtime_->snapshot_mu);
           auto& snap = runtime_->snapshot;
-          for (const ServerInfo& info : infos) {
+          for (size_t i : refreshed) {
             size_t index = 0;
-            if (ServerInfo* server = snap.Find(info.address, &index)) {
-              *server = info;
+            if (ServerInfo* server = snap.Find(infos[i].address, &index)) {
+              *server = infos[i];
               snap.Restate(index);
             }
           }

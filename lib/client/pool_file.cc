@@ -103,9 +103,13 @@ namespace internal {
 
 Result<PoolSource> ResolvePool(const PoolOptions& options) {
   PoolSource out;
-  auto directory = DirectoryFromEnvironment(options);
-  if (!directory.ok()) return directory.status();
-  out.directory = std::move(directory).value();
+  // Agents named to this call are its pool: $GPUPOOL_DIRECTORY is not (gp-agent ctl --server, a lease's token).
+  const bool named_only = !options.servers.empty() && options.directory.empty();
+  if (!named_only) {
+    auto directory = DirectoryFromEnvironment(options);
+    if (!directory.ok()) return directory.status();
+    out.directory = std::move(directory).value();
+  }
   auto named = [&](std::vector<std::string> servers, const std::string& source) -> Result<PoolSource> {
     out.source = source;
     auto checked = Checked(std::move(servers), source);

@@ -18,6 +18,7 @@
 #include <kj/async-io.h>
 #include <kj/async-unix.h>
 
+#include "client/directory.h"
 #include "client/etcd.h"
 #include "client/placement.h"
 #include "core/tls.h"
@@ -96,7 +97,7 @@ class Runtime : public kj::TaskSet::ErrorHandler {
     int reads = 0;
     bool watching = false;
     bool live = false;
-    std::map<std::string, ServerInfo> watched;  // Instance id -> entry.
+    std::map<std::string, DirectoryEntryAt> watched;  // Instance id -> entry, at most kMaxDirectoryEntries.
   };
   std::mutex directory_mu;
   DirectoryMemory directory_memory;

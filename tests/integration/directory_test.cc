@@ -141,8 +141,9 @@ std::vector<Result<Lease>> Racing(const std::string& spec, int n, const Request&
   return results;
 }
 
-#define REQUIRE_ETCD()                                                                           \
-  if (!HaveEtcd()) GTEST_SKIP() << "etcd and etcdctl are not installed (Debian: etcd-server etcd-client)"
+// Not a reason to skip: scripts/setup.sh installs them, and a directory untested is a directory unknown.
+#define REQUIRE_ETCD() \
+  ASSERT_TRUE(HaveEtcd()) << "etcd and etcdctl are not installed (Debian: etcd-server etcd-client; scripts/setup.sh)"
 
 TEST(Directory, AgentsRegisterAndClientsPlaceFromOneRead) {
   REQUIRE_ETCD();
@@ -208,6 +209,20 @@ TEST(Directory, LongLivedClientsWatchTheDirectory) {
             0);
   std::this_thread::sleep_for(milliseconds(300));
   EXPECT_TRUE(Lists(pool, {"watch-a"}));
+  EXPECT_TRUE(pool.Summary().directory_watched);
+  // Asking every agent (State, gp-top --detail) while the watch takes changes: neither waits on the other.
+  std::atomic<bool> writing{true};
+  std::thread writer([&] {
+    for (int i = 0; writing; ++i) etcd.Ctl({"put", "/gpupool/agents/noise", std::to_string(i)});
+  });
+  for (int i = 0; i < 30; ++i) {
+    PoolState state = pool.State();
+    EXPECT_TRUE(state.directory_watched);
+    ASSERT_EQ(state.servers.size(), 1u);
+    EXPECT_FALSE(state.servers[0].summary);  // Described by the agent itself.
+  }
+  writing = false;
+  writer.join();
   // The cluster gone, the watch ends with it: the next look falls back, and says so.
   etcd.KillAll();
   EXPECT_TRUE(Eventually([&] { return !pool.Summary().directory_error.empty(); }, seconds(5)));
@@ -372,6 +387,32 @@ TEST(Directory, DeadAgentLeavesWithinItsTtlAndForgedEntriesAreIgnored) {
   lease->Release();
   b.Kill(SIGKILL);  // No withdrawal: its etcd lease expires.
   EXPECT_TRUE(Eventually([&] { return Lists(pool, {"live"}); }, seconds(6)));
+}
+
+TEST(Directory, AnAgentRestartedAtItsAddressCountsOnce) {
+  REQUIRE_ETCD();
+  EtcdCluster etcd(1);
+  const std::string listen = fmt::format("127.0.0.1:{}", FreeLoopbackPort());
+  AgentOptions options = Registered("again", etcd.Spec(), 2);
+  options.listen = listen;
+  Agent agent(options);
+  Pool pool = DirectoryPool(etcd.Spec());
+  ASSERT_TRUE(Eventually([&] { return Lists(pool, {"again"}); }, seconds(20)));
+  // Killed, restarted at once at its address: a new instance registers while the old entry lives out its TTL.
+  agent.Kill(SIGKILL);
+  agent.Restart();
+  ASSERT_TRUE(Eventually([&] {
+    return etcd.Ctl({"get", "--prefix", "--keys-only", "/gpupool/agents/"}).out.find("\n/gpupool/agents/") !=
+           std::string::npos;
+  }, seconds(10)));
+  EXPECT_TRUE(Lists(pool, {"again"}));  // Once, at its address.
+  EXPECT_EQ(pool.Summary().device_count(), 2);
+  // A request for more GPUs than the agent has is one it can never grant, not one placed on it twice.
+  auto three = DirectoryPool(etcd.Spec()).Allocate(Slices(3, 1.0));
+  ASSERT_FALSE(three.ok());
+  EXPECT_EQ(three.status().code(), StatusCode::kUnsatisfiable) << three.status().ToString();
+  auto two = DirectoryPool(etcd.Spec()).Allocate(Slices(2, 1.0));
+  EXPECT_TRUE(two.ok()) << two.status().ToString();
 }
 
 TEST(Directory, BadDirectoryConfigurationSaysWhy) {

@@ -340,9 +340,10 @@ int main(int argc, char** argv) {
   if (!metrics.empty()) config.metrics_listen = metrics;
   if (!directory.empty()) {
     // The endpoints from the flag; the settings from the config's [etcd] if it has one, else the environment's.
-    internal::EtcdConfig etcd = config.directory.value_or(internal::EtcdConfig{});
+    const bool from_file = config.directory || config.etcd_settings;
+    internal::EtcdConfig etcd = config.directory.value_or(config.etcd_settings.value_or(internal::EtcdConfig{}));
     Status s = internal::ParseDirectorySpec(directory, &etcd);
-    if (s.ok() && !config.directory) s = internal::ReadEtcdSettings(nullptr, &etcd);
+    if (s.ok() && !from_file) s = internal::ReadEtcdSettings(nullptr, &etcd);
     if (!s.ok()) {
       PrintError("gp-agent: --directory: {}\n", s.message());
       return 2;
