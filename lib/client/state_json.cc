@@ -1,5 +1,7 @@
 #include "client/state_json.h"
 
+#include <algorithm>
+
 #include "core/json.h"
 
 namespace gpupool {
@@ -144,6 +146,18 @@ std::string ShownUser(const LeaseInfo& lease) {
   if (lease.user_verified) return lease.user;
   return lease.user_claimed.empty() ? lease.user + " (unverified)"
                                     : lease.user + " (claims " + lease.user_claimed + ")";
+}
+
+void KeepOnlyAgents(PoolState* state, const std::vector<std::string>& agents) {
+  if (agents.empty()) return;
+  std::vector<ServerInfo> kept;
+  for (ServerInfo& s : state->servers) {
+    if (std::find(agents.begin(), agents.end(), s.name) != agents.end() ||
+        std::find(agents.begin(), agents.end(), s.address) != agents.end()) {
+      kept.push_back(std::move(s));
+    }
+  }
+  state->servers = std::move(kept);
 }
 
 }  // namespace gpupool

@@ -23,6 +23,9 @@ std::string PoolStateJson(const PoolState& state, const StateJsonOptions& option
 // could not authenticate, so that nobody reads a claim as a fact.
 std::string ShownUser(const LeaseInfo& lease);
 
+// Keeps only the servers named in `agents` (by name or address); all of them when `agents` is empty.
+void KeepOnlyAgents(PoolState* state, const std::vector<std::string>& agents);
+
 }  // namespace gpupool
 
 #endif  // GPUPOOL_CLIENT_STATE_JSON_H_

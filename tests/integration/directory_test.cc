@@ -176,6 +176,14 @@ TEST(Directory, AgentsRegisterAndClientsPlaceFromOneRead) {
   ASSERT_EQ(detail.code, 0) << detail.err;
   EXPECT_NE(detail.out.find("dir-a"), std::string::npos) << detail.out;
   EXPECT_EQ(detail.out.find("dir-b"), std::string::npos) << detail.out;
+  // gp-top the same: the agents shown, and with --detail their leases (asked of them alone).
+  RunResult top = RunCommand({ToolPath("gp-top"), "--json", "--detail", "--agent", "dir-b"},
+                             {"GPUPOOL_DIRECTORY=" + etcd.Spec(), "GPUPOOL_SERVERS"});
+  ASSERT_EQ(top.code, 0) << top.err;
+  EXPECT_NE(top.out.find("\"name\":\"dir-b\""), std::string::npos) << top.out;
+  EXPECT_EQ(top.out.find("\"name\":\"dir-a\""), std::string::npos) << top.out;
+  EXPECT_NE(top.out.find("\"summary\":false"), std::string::npos) << top.out;
+  EXPECT_NE(top.out.find("\"lease_count\":1"), std::string::npos) << top.out;
   lease->Release();
   EXPECT_TRUE(Eventually([&] { return TotalCompute(pool.Summary()) == 0; }, seconds(5)));
   // An agent that stops leaves the directory at once (not a TTL later).

@@ -128,16 +128,7 @@ int ToolMain(int argc, char** argv) {
   if (!pool.ok()) return 2;
   // With a directory, one read of it shows the pool however large; --detail then asks only the agents shown.
   PoolState state = pool->has_directory() ? pool->Summary() : pool->State();
-  if (!only.empty()) {
-    std::vector<ServerInfo> shown;
-    for (ServerInfo& s : state.servers) {
-      if (std::find(only.begin(), only.end(), s.name) != only.end() ||
-          std::find(only.begin(), only.end(), s.address) != only.end()) {
-        shown.push_back(std::move(s));
-      }
-    }
-    state.servers = std::move(shown);
-  }
+  KeepOnlyAgents(&state, only);
   if (pool->has_directory() && (detail || leases) && state.directory_error.empty()) {
     std::vector<std::string> addresses;
     for (const ServerInfo& s : state.servers) addresses.push_back(s.address);

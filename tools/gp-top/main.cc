@@ -64,17 +64,36 @@ int TextWidth() {
   return 120;
 }
 
-// With a directory: its one read, unless asked for every agent's detail (each agent described).
-PoolState Fetch(Pool& pool, bool detail, std::chrono::seconds history) {
-  return pool.has_directory() && !detail ? pool.Summary() : pool.State(history);
+// Which agents gp-top shows (--agent: those named; else all), and whether it asks each of them for its leases and
+// activity when the pool has a directory (--detail; else the directory's summaries, one look however large the pool).
+struct Scope {
+  bool detail = false;
+  std::vector<std::string> only;
+};
+
+PoolState Fetch(Pool& pool, const Scope& scope, std::chrono::seconds history) {
+  if (!pool.has_directory()) {
+    PoolState state = pool.State(history);
+    KeepOnlyAgents(&state, scope.only);
+    return state;
+  }
+  PoolState summary = pool.Summary();
+  KeepOnlyAgents(&summary, scope.only);
+  if (!scope.detail || !summary.directory_error.empty()) return summary;
+  std::vector<std::string> shown;
+  for (const ServerInfo& s : summary.servers) shown.push_back(s.address);
+  PoolState described = pool.Describe(shown, history);  // Only the agents shown are asked.
+  described.directory = summary.directory;
+  described.directory_watched = summary.directory_watched;
+  return described;
 }
 
 // Fetches the pool's state every interval on a thread of its own, so that a server that does not answer never
 // freezes the keys.
 class Refresher {
  public:
-  Refresher(Pool& pool, std::chrono::milliseconds interval, bool detail)
-      : pool_(pool), interval_(interval), detail_(detail) {
+  Refresher(Pool& pool, std::chrono::milliseconds interval, Scope scope)
+      : pool_(pool), interval_(interval), scope_(std::move(scope)) {
     thread_ = std::thread([this] { Run(); });
   }
   ~Refresher() {
@@ -100,7 +119,7 @@ class Refresher {
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_) {
       lock.unlock();
-      PoolState state = Fetch(pool_, detail_, kViewHistory);
+      PoolState state = Fetch(pool_, scope_, kViewHistory);
       lock.lock();
       state_ = std::move(state);
       fresh_ = true;
@@ -110,7 +129,7 @@ class Refresher {
 
   Pool& pool_;
   std::chrono::milliseconds interval_;
-  bool detail_;
+  Scope scope_;
   std::mutex mu_;
   std::condition_variable cv_;
   PoolState state_;
@@ -148,7 +167,7 @@ void Draw(const std::vector<top::Line>& lines, bool colour) {
 }
 
 // The full-screen view until q. Returns the exit status.
-int Interactive(Pool& pool, std::chrono::milliseconds interval, bool detail) {
+int Interactive(Pool& pool, std::chrono::milliseconds interval, const Scope& scope) {
   if (!initscr()) {
     PrintError("gp-top: cannot start the terminal view (TERM={})\n", std::getenv("TERM") ? std::getenv("TERM") : "");
     return 2;
@@ -170,7 +189,7 @@ int Interactive(Pool& pool, std::chrono::milliseconds interval, bool detail) {
   top::ViewSettings view;
   PoolState state;
   bool have_state = false, dirty = true;
-  Refresher refresher(pool, interval, detail);
+  Refresher refresher(pool, interval, scope);
   auto last_clock = std::chrono::steady_clock::now();
   for (;;) {
     if (refresher.Take(&state)) {
@@ -229,7 +248,8 @@ int Interactive(Pool& pool, std::chrono::milliseconds interval, bool detail) {
 int ToolMain(int argc, char** argv) {
   log::SetProgramName("gp-top");
   CLI::App app{"gp-top: the pool live: GPUs' memory and utilisation, leases and what they do"};
-  bool json = false, once = false, detail = false;
+  bool json = false, once = false;
+  Scope scope;
   double interval_s = 1.0;
   int history_s = 0;
   tools::ServersArg servers;
@@ -237,9 +257,10 @@ int ToolMain(int argc, char** argv) {
   app.add_flag("--json", json, "print one snapshot as JSON (gp-ls --json's schema, leases included) and exit");
   app.add_option("--history", history_s, "with --json: also each GPU's and lease's last SECONDS of samples (max 600)")
       ->check(CLI::Range(0, 600));
-  app.add_flag("--detail", detail,
-               "with a directory: ask every agent for its leases and activity each refresh (else the directory's "
-               "summaries, one read however large the pool)");
+  app.add_flag("--detail", scope.detail,
+               "with a directory: ask each agent shown for its leases and activity each refresh (else the "
+               "directory's summaries, one look however large the pool)");
+  app.add_option("--agent", scope.only, "show only this agent (its name or address; repeatable)");
   app.add_option("--interval", interval_s, "seconds between refreshes (default 1)")->check(CLI::Range(0.2, 3600.0));
   servers.Add(app);
   GP_PARSE_ARGS(app, argc, argv, 2);
@@ -248,7 +269,7 @@ int ToolMain(int argc, char** argv) {
   if (!pool.ok()) return 2;
   auto interval = std::chrono::milliseconds(static_cast<int64_t>(interval_s * 1000));
   if (json) {
-    PoolState state = Fetch(*pool, detail, std::chrono::seconds(history_s));
+    PoolState state = Fetch(*pool, scope, std::chrono::seconds(history_s));
     Print("{}\n", PoolStateJson(state, {true, history_s > 0}));
     if (state.servers_up() == 0) PrintError("gp-top: no server answered\n");
     return state.servers_up() == 0 ? 1 : 0;
@@ -257,7 +278,7 @@ int ToolMain(int argc, char** argv) {
     // Text: one screen, or (not a terminal) a screen every interval until interrupted, as `top -b`.
     const bool colour = ColourWanted(STDOUT_FILENO);
     for (;;) {
-      PoolState state = Fetch(*pool, detail, kViewHistory);
+      PoolState state = Fetch(*pool, scope, kViewHistory);
       top::ViewSettings view;
       view.clock = LocalClock();
       Print("{}", top::ToText(top::RenderTop(state, view, TextWidth(), 0), colour));
@@ -267,7 +288,7 @@ int ToolMain(int argc, char** argv) {
       std::this_thread::sleep_for(interval);
     }
   }
-  return Interactive(*pool, interval, detail);
+  return Interactive(*pool, interval, scope);
 }
 
 int main(int argc, char** argv) {
