@@ -143,6 +143,17 @@ void CheckRequest(const Request& request) {
   if (Status s = ValidateRequest(request); !s.ok()) Raise(s);
 }
 
+// `look` (it waits on agents, or etcd) with the GIL released, its answer as StateList's.
+template <typename Look>
+py::list StateListOf(Look look) {
+  PoolState state;
+  {
+    py::gil_scoped_release release;
+    state = look();
+  }
+  return StateList(state);
+}
+
 PoolOptions Options(const std::optional<std::vector<std::string>>& servers, const std::string& pool_file,
                     const std::string& directory) {
   PoolOptions options;
@@ -244,25 +255,9 @@ PYBIND11_MODULE(_native, m) {
           py::arg("servers") = py::none(), py::arg("pool_file") = "", py::arg("directory") = "")
       .def_property_readonly("servers", &Pool::servers)
       .def_property_readonly("has_directory", &Pool::has_directory)
-      .def("summary",
-           [](Pool& pool) {
-             PoolState state;
-             {
-               py::gil_scoped_release release;
-               state = pool.Summary();
-             }
-             return StateList(state);
-           },
+      .def("summary", [](Pool& pool) { return StateListOf([&] { return pool.Summary(); }); },
            "With a directory: what its agents published (one read); else the same as state().")
-      .def("state",
-           [](Pool& pool) {
-             PoolState state;
-             {
-               py::gil_scoped_release release;
-               state = pool.State();
-             }
-             return StateList(state);
-           })
+      .def("state", [](Pool& pool) { return StateListOf([&] { return pool.State(); }); })
       .def(
           "allocate",
           [](Pool& pool, int count, double fraction, std::optional<uint64_t> memory_bytes,

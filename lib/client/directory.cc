@@ -49,11 +49,6 @@ Result<std::string> ReadPassword(const std::string& path, std::string_view sourc
   return password;
 }
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
 bool ValidText(capnp::Text::Reader text) {
   if (text.size() > kMaxText) return false;
   for (char c : text) {
@@ -63,9 +58,9 @@ bool ValidText(capnp::Text::Reader text) {
 }
 
 std::string CacheFile(const EtcdConfig& config) {
-  std::string dir = Env("XDG_CACHE_HOME");
+  std::string dir = EnvOrEmpty("XDG_CACHE_HOME");
   if (dir.empty()) {
-    std::string home = Env("HOME");
+    std::string home = EnvOrEmpty("HOME");
     if (home.empty()) return "";
     dir = home + "/.cache";
   }
@@ -80,10 +75,10 @@ std::string CacheFile(const EtcdConfig& config) {
 Status ReadEtcdSettings(const TomlFile* file, EtcdConfig* config, bool agent) {
   std::string password_file;
   if (file == nullptr) {
-    if (std::string p = Env("GPUPOOL_ETCD_PREFIX"); !p.empty()) config->prefix = p;
-    config->user = Env("GPUPOOL_ETCD_USER");
-    password_file = Env("GPUPOOL_ETCD_PASSWORD_FILE");
-    config->tls = {Env("GPUPOOL_ETCD_CERT"), Env("GPUPOOL_ETCD_KEY"), Env("GPUPOOL_ETCD_CA")};
+    if (std::string p = EnvOrEmpty("GPUPOOL_ETCD_PREFIX"); !p.empty()) config->prefix = p;
+    config->user = EnvOrEmpty("GPUPOOL_ETCD_USER");
+    password_file = EnvOrEmpty("GPUPOOL_ETCD_PASSWORD_FILE");
+    config->tls = {EnvOrEmpty("GPUPOOL_ETCD_CERT"), EnvOrEmpty("GPUPOOL_ETCD_KEY"), EnvOrEmpty("GPUPOOL_ETCD_CA")};
   } else {
     const toml::table* etcd = file->root()["etcd"].as_table();
     if (etcd == nullptr) {

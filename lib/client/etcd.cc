@@ -168,23 +168,31 @@ Result<kj::Own<EtcdClient>> EtcdClient::Make(kj::Network& network, kj::Timer& ti
 EtcdClient::EtcdClient(kj::Timer& timer, EtcdConfig config) : timer_(timer), config_(std::move(config)) {}
 EtcdClient::~EtcdClient() = default;
 
-kj::Promise<EtcdClient::Reply> EtcdClient::Post(const std::string& endpoint, const std::string& path,
-                                                const std::string& body, bool with_token) {
+kj::Promise<kj::HttpClient::Response> EtcdClient::Send(const std::string& endpoint, const std::string& path,
+                                                       const std::string& body, bool with_token) {
   kj::HttpHeaders headers(headers_);
   headers.add("Content-Type", "application/json");
   if (with_token && !token_.empty()) headers.add("Authorization", kj::heapString(token_));
-  std::string url = endpoint + path;
-  auto request = http_->request(kj::HttpMethod::POST, url, headers, static_cast<uint64_t>(body.size()));
+  auto request = http_->request(kj::HttpMethod::POST, endpoint + path, headers, static_cast<uint64_t>(body.size()));
   auto text = kj::heapString(body);
   auto sent = request.body->write(text.begin(), text.size()).attach(kj::mv(text), kj::mv(request.body));
-  auto answered = kj::mv(request.response).then([](kj::HttpClient::Response&& response) {
+  return sent.then([response = kj::mv(request.response)]() mutable { return kj::mv(response); });
+}
+
+kj::Promise<EtcdClient::Reply> EtcdClient::Post(const std::string& endpoint, const std::string& path,
+                                                const std::string& body, bool with_token) {
+  auto answered = Send(endpoint, path, body, with_token).then([](kj::HttpClient::Response&& response) {
     unsigned status = response.statusCode;
     return response.body->readAllText(kMaxReply).attach(kj::mv(response.body)).then([status](kj::String&& text) {
       return Reply{status, std::string(text.cStr(), text.size())};
     });
   });
-  auto both = sent.then([answered = kj::mv(answered)]() mutable { return kj::mv(answered); });
-  return timer_.timeoutAfter(config_.timeout.count() * kj::MILLISECONDS, kj::mv(both));
+  return timer_.timeoutAfter(config_.timeout.count() * kj::MILLISECONDS, kj::mv(answered));
+}
+
+kj::Promise<Status> EtcdClient::EnsureToken(const std::string& endpoint) {
+  if (config_.user.empty() || !token_.empty()) return Status::Ok();
+  return Authenticate(endpoint);
 }
 
 kj::Promise<Status> EtcdClient::Authenticate(const std::string& endpoint) {
@@ -227,9 +235,7 @@ kj::Promise<Result<std::string>> EtcdClient::CallFrom(std::string path, std::str
     GP_DEBUG("directory", "etcd {}: {}; trying {}", endpoint, why, config_.endpoints[(first + tried + 1) % n]);
     return CallFrom(path, body, first, tried + 1, false);
   };
-  kj::Promise<Status> ready = Status::Ok();
-  if (!config_.user.empty() && token_.empty()) ready = Authenticate(endpoint);
-  return ready
+  return EnsureToken(endpoint)
       .then([this, endpoint, path, body](Status auth) -> kj::Promise<kj::Maybe<Reply>> {
         if (!auth.ok()) {
           if (auth.code() == StatusCode::kPermissionDenied) {
@@ -409,25 +415,16 @@ kj::Promise<Status> EtcdClient::Watch(std::string prefix, int64_t from, std::fun
   body.Key("key").String(Base64(prefix)).Key("range_end").String(Base64(PrefixEnd(prefix)));
   body.Key("start_revision").String(std::to_string(from)).EndObject().EndObject();
   const std::string endpoint = config_.endpoints[current_ % config_.endpoints.size()];
-  kj::Promise<Status> ready = Status::Ok();
-  if (!config_.user.empty() && token_.empty()) ready = Authenticate(endpoint);
   auto text = std::make_shared<std::string>(body.str());
-  return ready
+  return EnsureToken(endpoint)
       .then([this, endpoint, text, created = std::move(created),
              changed = std::move(changed)](Status auth) mutable -> kj::Promise<Status> {
         if (!auth.ok()) return auth;
-        kj::HttpHeaders headers(headers_);
-        headers.add("Content-Type", "application/json");
-        if (!token_.empty()) headers.add("Authorization", kj::heapString(token_));
-        auto request = http_->request(kj::HttpMethod::POST, endpoint + "/v3/watch", headers,
-                                      static_cast<uint64_t>(text->size()));
-        auto sent = request.body->write(text->data(), text->size())
-                        .attach(kj::mv(request.body), std::shared_ptr<std::string>(text));
         auto stream = kj::heap<WatchStream>();
         stream->created = std::move(created);
         stream->changed = std::move(changed);
         stream->endpoint = endpoint;
-        return sent.then([response = kj::mv(request.response)]() mutable { return kj::mv(response); })
+        return Send(endpoint, "/v3/watch", *text, true)
             .then([stream = kj::mv(stream), endpoint](kj::HttpClient::Response&& response) mutable
                   -> kj::Promise<Status> {
               if (response.statusCode != 200) {

@@ -89,9 +89,15 @@ class EtcdClient {
   kj::Promise<Result<std::string>> Call(std::string path, std::string body);
   kj::Promise<Result<std::string>> CallFrom(std::string path, std::string body, size_t first, size_t tried,
                                             bool reauthenticated);
+  // Sends `body` to `path` at `endpoint` (with the token, if asked and held): the response, its body unread.
+  kj::Promise<kj::HttpClient::Response> Send(const std::string& endpoint, const std::string& path,
+                                             const std::string& body, bool with_token);
+  // Send() and the whole answer, within the request timeout.
   kj::Promise<Reply> Post(const std::string& endpoint, const std::string& path, const std::string& body,
                           bool with_token);
   kj::Promise<Status> Authenticate(const std::string& endpoint);
+  // A token from `endpoint` unless one is held or no user is configured.
+  kj::Promise<Status> EnsureToken(const std::string& endpoint);
 
   kj::Timer& timer_;
   EtcdConfig config_;

@@ -148,6 +148,8 @@ std::string ShownUser(const LeaseInfo& lease) {
                                     : lease.user + " (claims " + lease.user_claimed + ")";
 }
 
+namespace {
+
 void KeepOnlyAgents(PoolState* state, const std::vector<std::string>& agents) {
   if (agents.empty()) return;
   std::vector<ServerInfo> kept;
@@ -158,6 +160,26 @@ void KeepOnlyAgents(PoolState* state, const std::vector<std::string>& agents) {
     }
   }
   state->servers = std::move(kept);
+}
+
+}  // namespace
+
+PoolState ShownPool(Pool& pool, bool detail, const std::vector<std::string>& agents, std::chrono::seconds history) {
+  if (!pool.has_directory()) {
+    PoolState state = pool.State(history);
+    KeepOnlyAgents(&state, agents);
+    return state;
+  }
+  PoolState summary = pool.Summary();
+  KeepOnlyAgents(&summary, agents);
+  // A directory that did not answer: the agents known were described already (Pool::Summary's fallback).
+  if (!detail || !summary.directory_error.empty()) return summary;
+  std::vector<std::string> shown;
+  for (const ServerInfo& s : summary.servers) shown.push_back(s.address);
+  PoolState described = pool.Describe(shown, history);
+  described.directory = summary.directory;
+  described.directory_watched = summary.directory_watched;
+  return described;
 }
 
 }  // namespace gpupool

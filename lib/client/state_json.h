@@ -3,8 +3,11 @@
 #ifndef GPUPOOL_CLIENT_STATE_JSON_H_
 #define GPUPOOL_CLIENT_STATE_JSON_H_
 
+#include <chrono>
 #include <string>
+#include <vector>
 
+#include "gpupool/pool.h"
 #include "gpupool/state.h"
 
 namespace gpupool {
@@ -23,8 +26,11 @@ std::string PoolStateJson(const PoolState& state, const StateJsonOptions& option
 // could not authenticate, so that nobody reads a claim as a fact.
 std::string ShownUser(const LeaseInfo& lease);
 
-// Keeps only the servers named in `agents` (by name or address); all of them when `agents` is empty.
-void KeepOnlyAgents(PoolState* state, const std::vector<std::string>& agents);
+// What gp-ls and gp-top show of `pool`: the agents `agents` names (by name or address; all when empty). With a
+// directory, what it holds of them (one look, however large the pool) unless `detail`, which asks those agents, and
+// only those, for their slices, leases and activity (`history` of it). Without one, every agent is asked.
+PoolState ShownPool(Pool& pool, bool detail, const std::vector<std::string>& agents,
+                    std::chrono::seconds history = std::chrono::seconds(0));
 
 }  // namespace gpupool
 

@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "core/util.h"
+
 namespace gpupool {
 namespace {
 
@@ -66,11 +68,6 @@ Result<std::string> ReadPem(const std::string& path, const char* what) {
   return text.str();
 }
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
 }  // namespace
 
 Result<kj::Own<TlsSetup>> MakeTls(const TlsFiles& files, bool server) {
@@ -107,7 +104,9 @@ Result<kj::Own<TlsSetup>> MakeTls(const TlsFiles& files, bool server) {
   return setup;
 }
 
-TlsFiles ClientTlsFiles() { return {Env("GPUPOOL_TLS_CERT"), Env("GPUPOOL_TLS_KEY"), Env("GPUPOOL_TLS_CA")}; }
+TlsFiles ClientTlsFiles() {
+  return {EnvOrEmpty("GPUPOOL_TLS_CERT"), EnvOrEmpty("GPUPOOL_TLS_KEY"), EnvOrEmpty("GPUPOOL_TLS_CA")};
+}
 
 bool StripTlsScheme(std::string* address) {
   if (address->rfind("tls:", 0) != 0) return false;

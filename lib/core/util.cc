@@ -1,5 +1,7 @@
 #include "core/util.h"
 
+#include <cstdlib>
+
 #include <fcntl.h>
 #include <pwd.h>
 #include <sched.h>
@@ -118,6 +120,11 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
 double RandomUnit() {
   thread_local std::mt19937_64 gen(std::random_device{}());
   return std::uniform_real_distribution<double>(0.0, 1.0)(gen);
+}
+
+std::string EnvOrEmpty(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
 }
 
 std::vector<std::string> SplitList(std::string_view text, char sep) {

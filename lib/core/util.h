@@ -23,6 +23,9 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b);
 // A uniformly random double in [0, 1), for jitter.
 double RandomUnit();
 
+// The environment variable's value; empty when it is unset.
+std::string EnvOrEmpty(const char* name);
+
 // Splits on `sep`, trimming whitespace and dropping empty pieces.
 std::vector<std::string> SplitList(std::string_view text, char sep);
 

@@ -127,15 +127,7 @@ int ToolMain(int argc, char** argv) {
   auto pool = servers.ConnectOrSay("gp-ls");
   if (!pool.ok()) return 2;
   // With a directory, one read of it shows the pool however large; --detail then asks only the agents shown.
-  PoolState state = pool->has_directory() ? pool->Summary() : pool->State();
-  KeepOnlyAgents(&state, only);
-  if (pool->has_directory() && (detail || leases) && state.directory_error.empty()) {
-    std::vector<std::string> addresses;
-    for (const ServerInfo& s : state.servers) addresses.push_back(s.address);
-    PoolState described = pool->Describe(addresses);
-    described.directory = state.directory;
-    state = std::move(described);
-  }
+  PoolState state = ShownPool(*pool, detail || leases, only);
   if (!state.directory_error.empty()) PrintError("gp-ls: warning: {}\n", state.directory_error);
   if (json) Print("{}\n", PoolStateJson(state, {leases, false}));
   else PrintText(state, leases);

@@ -72,20 +72,7 @@ struct Scope {
 };
 
 PoolState Fetch(Pool& pool, const Scope& scope, std::chrono::seconds history) {
-  if (!pool.has_directory()) {
-    PoolState state = pool.State(history);
-    KeepOnlyAgents(&state, scope.only);
-    return state;
-  }
-  PoolState summary = pool.Summary();
-  KeepOnlyAgents(&summary, scope.only);
-  if (!scope.detail || !summary.directory_error.empty()) return summary;
-  std::vector<std::string> shown;
-  for (const ServerInfo& s : summary.servers) shown.push_back(s.address);
-  PoolState described = pool.Describe(shown, history);  // Only the agents shown are asked.
-  described.directory = summary.directory;
-  described.directory_watched = summary.directory_watched;
-  return described;
+  return ShownPool(pool, scope.detail, scope.only, history);
 }
 
 // Fetches the pool's state every interval on a thread of its own, so that a server that does not answer never
